@@ -1,0 +1,1 @@
+//! Episode layer: the Test episode, the Repair controller and the paper's rewards.

@@ -1,0 +1,2 @@
+//! Model layer: Qwen3.5-MoE config, safetensors weight loading (mmap), tokenizer and chat
+//! template, tool-call parsing, and the forward pass of every layer type.

@@ -1,0 +1,2 @@
+//! Task layer: SWE-bench task instances (schema + extensions), bundled suites, repository
+//! materialisation and history sanitisation. Knows nothing of models.

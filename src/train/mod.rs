@@ -1,0 +1,1 @@
+//! Train layer: backward passes, SFT and GRPO losses, AdamW, LoRA and Hugging Face checkpoints.
