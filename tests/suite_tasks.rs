@@ -1,7 +1,8 @@
 //! Verification of the bundled task suites without the harness: for every task, in a clone at
 //! Base, run the project's test runner directly (pytest, or the Django-style
 //! `tests/runtests.py`) on
-//! - Base + official tests: every FAIL_TO_PASS test fails, every PASS_TO_PASS test passes;
+//! - Base + official tests: every FAIL_TO_PASS test fails on an assertion (the only failure the
+//!   harness's Base gate qualifies), every PASS_TO_PASS test passes;
 //! - Base + gold + official tests: all pass;
 //! - Base + each labelled candidate + official tests: all pass iff the candidate is `resolved`.
 //!
@@ -17,7 +18,17 @@ use execcritic::task::{load_tasks, materialize, Runner, TaskError, TaskInstance}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
     Passed,
-    Failed,
+    /// Failed on an assertion (pytest: `assert`/`AssertionError`/`pytest.fail`; unittest: FAIL).
+    AssertionFailed,
+    /// Any other failure: another exception, an error, a skip.
+    Error,
+}
+
+/// How pytest's `-rA` summary reason of a FAILED test reads for an assertion failure.
+fn is_assertion(reason: &str) -> bool {
+    reason.starts_with("assert")
+        || reason.starts_with("AssertionError")
+        || reason.starts_with("Failed:")
 }
 
 fn git(dir: &Path, args: &[&str]) {
@@ -83,6 +94,8 @@ fn run_tests(task: &TaskInstance, dir: &Path, ids: &[String]) -> BTreeMap<String
     let out = cmd
         .current_dir(dir)
         .env("PYTHONDONTWRITEBYTECODE", "1")
+        // pytest cuts summary lines to the terminal width; keep the failure reasons whole.
+        .env("COLUMNS", "10000")
         .output()
         .expect("python3 runs");
     let text = format!(
@@ -94,23 +107,27 @@ fn run_tests(task: &TaskInstance, dir: &Path, ids: &[String]) -> BTreeMap<String
     for line in text.lines() {
         match task.runner {
             Runner::Pytest => {
-                for (prefix, outcome) in [
-                    ("PASSED ", Outcome::Passed),
-                    ("FAILED ", Outcome::Failed),
-                    ("ERROR ", Outcome::Failed),
-                ] {
-                    if let Some(rest) = line.strip_prefix(prefix) {
-                        let id = rest.split(" - ").next().unwrap().trim();
-                        statuses.insert(id.to_string(), outcome);
-                    }
+                if let Some(id) = line.strip_prefix("PASSED ") {
+                    statuses.insert(id.trim().to_string(), Outcome::Passed);
+                } else if let Some(rest) = line.strip_prefix("FAILED ") {
+                    let (id, reason) = rest.split_once(" - ").unwrap_or((rest, ""));
+                    let outcome = if is_assertion(reason) {
+                        Outcome::AssertionFailed
+                    } else {
+                        Outcome::Error
+                    };
+                    statuses.insert(id.trim().to_string(), outcome);
+                } else if let Some(rest) = line.strip_prefix("ERROR ") {
+                    let id = rest.split(" - ").next().unwrap();
+                    statuses.insert(id.trim().to_string(), Outcome::Error);
                 }
             }
             Runner::Django => {
                 if let Some((id, status)) = line.split_once(" ... ") {
-                    let outcome = if status.trim() == "ok" {
-                        Outcome::Passed
-                    } else {
-                        Outcome::Failed
+                    let outcome = match status.trim() {
+                        "ok" => Outcome::Passed,
+                        "FAIL" => Outcome::AssertionFailed,
+                        _ => Outcome::Error,
                     };
                     statuses.insert(id.trim().to_string(), outcome);
                 }
@@ -143,9 +160,10 @@ fn verify_task(task: &TaskInstance, scratch: &Path) -> Vec<String> {
     let base = run_tests(task, &dir, &ids);
     for t in &task.fail_to_pass {
         match base.get(t) {
-            Some(Outcome::Failed) => {}
+            // The Base gate qualifies only clean assertion failures: so must the official tests.
+            Some(Outcome::AssertionFailed) => {}
             other => problems.push(format!(
-                "{id}: F2P {t} on Base: {other:?} (expected a failure)"
+                "{id}: F2P {t} on Base: {other:?} (expected an assertion failure)"
             )),
         }
     }
