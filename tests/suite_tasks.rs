@@ -144,8 +144,50 @@ fn all_pass(statuses: &BTreeMap<String, Outcome>, ids: &[String]) -> bool {
         .all(|id| statuses.get(id) == Some(&Outcome::Passed))
 }
 
-fn verify_task(task: &TaskInstance, scratch: &Path) -> Vec<String> {
+/// Names of the test functions a patch adds (`+def test_x(` / `+    def test_x(`).
+fn added_test_functions(patch: &str) -> Vec<String> {
+    patch
+        .lines()
+        .filter_map(|l| l.strip_prefix('+'))
+        .filter_map(|l| l.trim_start().strip_prefix("def "))
+        .filter(|l| l.starts_with("test"))
+        .filter_map(|l| l.split('(').next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The test function an id names: pytest `path::[Class::]name[param]`, Django `name (mod.Class)`.
+fn test_function(id: &str) -> &str {
+    match id.split_once(" (") {
+        Some((name, _)) => name,
+        None => id.rsplit("::").next().unwrap().split('[').next().unwrap(),
+    }
+}
+
+/// The official tests must qualify as a Test bundle: every test the test patch adds fails on
+/// Base (is FAIL_TO_PASS), and every FAIL_TO_PASS test is one the patch adds or changes.
+fn check_added_tests(task: &TaskInstance) -> Vec<String> {
+    let id = &task.instance_id;
+    let added = added_test_functions(&task.test_patch);
     let mut problems = Vec::new();
+    for name in &added {
+        if !task.fail_to_pass.iter().any(|t| test_function(t) == name) {
+            problems.push(format!("{id}: added test {name} is not FAIL_TO_PASS"));
+        }
+    }
+    for t in &task.pass_to_pass {
+        if added.iter().any(|name| name == test_function(t)) {
+            problems.push(format!("{id}: PASS_TO_PASS {t} is added by the test patch"));
+        }
+    }
+    if added.is_empty() {
+        problems.push(format!("{id}: the test patch adds no test"));
+    }
+    problems
+}
+
+fn verify_task(task: &TaskInstance, scratch: &Path) -> Vec<String> {
+    let mut problems = check_added_tests(task);
     let dir = scratch.join(&task.instance_id);
     materialize(task, &dir, false).unwrap();
     let ids: Vec<String> = task
