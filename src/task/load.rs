@@ -85,7 +85,7 @@ pub fn find_task<'a>(tasks: &'a [TaskInstance], id: &str) -> Result<&'a TaskInst
 pub fn write_tasks(path: &Path, tasks: &[TaskInstance]) -> Result<(), TaskError> {
     let mut out = String::new();
     for t in tasks {
-        out.push_str(&t.to_json().to_string());
+        out.push_str(&t.to_json()?.to_string());
         out.push('\n');
     }
     std::fs::write(path, out).map_err(|e| TaskError::io(path, e))
