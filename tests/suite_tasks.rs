@@ -317,6 +317,30 @@ fn bundled_suite_is_deterministic_and_safe_to_build_concurrently() {
     assert_eq!(leftovers.len(), 1, "{leftovers:?}");
 }
 
+/// The bundled suite's commits are deterministic across machines: its Base commit ids are
+/// pinned in `tests/fixtures/suites/bundled.lock` (`<instance_id> <base_commit>` per line).
+/// After editing the suite, regenerate it with `EXECCRITIC_UPDATE_SUITE_LOCK=1`.
+#[test]
+fn bundled_suite_base_commits_match_the_lock() {
+    let cache = tempfile::tempdir().unwrap();
+    let tasks = load_tasks(&bundled_suite_in(cache.path()).unwrap()).unwrap();
+    let actual: String = tasks
+        .iter()
+        .map(|t| format!("{} {}\n", t.instance_id, t.base_commit))
+        .collect();
+    let lock = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/suites/bundled.lock");
+    if std::env::var_os("EXECCRITIC_UPDATE_SUITE_LOCK").is_some() {
+        std::fs::write(&lock, &actual).unwrap();
+    }
+    let pinned = std::fs::read_to_string(&lock).unwrap();
+    assert_eq!(
+        actual,
+        pinned,
+        "bundled suite commits differ from {}",
+        lock.display()
+    );
+}
+
 #[test]
 fn sanitised_bundled_workspaces_hide_the_fix() {
     let cache = tempfile::tempdir().unwrap();
