@@ -371,6 +371,11 @@ fn task_file_errors() {
         err.to_string(),
         "tasks.jsonl: duplicate instance_id astropy__astropy-12907"
     );
+    let err = parse_tasks("{\"repo\": \"a/b\"}", origin, None).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "instance #0 of tasks.jsonl: field `instance_id`: missing"
+    );
     let err = load_tasks(Path::new("/nonexistent/tasks.jsonl")).unwrap_err();
     assert!(
         err.to_string()

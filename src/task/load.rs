@@ -58,7 +58,19 @@ pub fn parse_tasks(
                 index,
             });
         }
-        let task = TaskInstance::from_json(record, base_dir)?;
+        let task = TaskInstance::from_json(record, base_dir).map_err(|e| match e {
+            // A record without a usable id is named by its position in the file.
+            TaskError::Field {
+                instance,
+                field,
+                message,
+            } if instance == "<unknown>" => TaskError::Field {
+                instance: format!("#{index} of {}", origin.display()),
+                field,
+                message,
+            },
+            other => other,
+        })?;
         if !seen.insert(task.instance_id.clone()) {
             return Err(TaskError::Duplicate {
                 path: origin.to_path_buf(),
