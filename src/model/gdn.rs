@@ -8,7 +8,7 @@ use super::checkpoint::Checkpoint;
 use super::config::ModelConfig;
 use super::error::Result;
 use super::state::GdnState;
-use crate::tensor::cpu::{dot, l2_normalize, matmul_t, rms_norm_gated, sigmoid, silu, softplus};
+use crate::tensor::cpu::{axpy, dot, l2_normalize, matmul_t, rms_norm_gated, sigmoid, silu, softplus};
 use crate::tensor::Tensor;
 use rayon::prelude::*;
 
@@ -232,41 +232,26 @@ pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -
             acc += x.g[c0 + i];
             gam[i] = acc;
         }
-        // A = -(β_i k_i·k_j Γ_ij) strictly below the diagonal, then T = (I + A')⁻¹ by the same
-        // row recursion as HF; stored in `a` (unit diagonal implicit).
-        let mut a = vec![0.0f32; l * l];
-        for i in 0..l {
-            for j in 0..i {
-                a[i * l + j] = -beta[i] * dot(&k[i * dk..(i + 1) * dk], &k[j * dk..(j + 1) * dk]) * (gam[i] - gam[j]).exp();
-            }
-        }
-        for i in 1..l {
-            let row: Vec<f32> = a[i * l..i * l + i].to_vec();
-            for j in 0..i {
-                let mut s = row[j];
-                for (m, &r) in row.iter().enumerate().skip(j + 1) {
-                    s += r * a[m * l + j];
-                }
-                a[i * l + j] = s;
-            }
-        }
-        // U = T·(β v), W = T·(β e^γ k)
+        // L_ij = β_i (k_i·k_j) Γ_ij strictly below the diagonal. U = (I+L)⁻¹(β v) and
+        // W = (I+L)⁻¹(β e^γ k) by forward substitution (as HF's unitriangular solve):
+        // U_i = β_i v_i − Σ_{j<i} L_ij U_j.
         let mut u = vec![0.0f32; l * dv];
         let mut w = vec![0.0f32; l * dk];
         for i in 0..l {
-            for j in 0..=i {
-                let tij = if i == j { 1.0 } else { a[i * l + j] };
-                if tij == 0.0 {
-                    continue;
-                }
-                let cu = tij * beta[j];
-                let cw = cu * gam[j].exp();
-                for (uu, vv) in u[i * dv..(i + 1) * dv].iter_mut().zip(&v[j * dv..(j + 1) * dv]) {
-                    *uu += cu * vv;
-                }
-                for (ww, kk) in w[i * dk..(i + 1) * dk].iter_mut().zip(&k[j * dk..(j + 1) * dk]) {
-                    *ww += cw * kk;
-                }
+            let ki = &k[i * dk..(i + 1) * dk];
+            let (cu, cw) = (beta[i], beta[i] * gam[i].exp());
+            for d in 0..dv {
+                u[i * dv + d] = cu * v[i * dv + d];
+            }
+            for d in 0..dk {
+                w[i * dk + d] = cw * ki[d];
+            }
+            for j in 0..i {
+                let lij = beta[i] * dot(ki, &k[j * dk..(j + 1) * dk]) * (gam[i] - gam[j]).exp();
+                let (head, tail) = u.split_at_mut(i * dv);
+                axpy(-lij, &head[j * dv..(j + 1) * dv], &mut tail[..dv]);
+                let (head, tail) = w.split_at_mut(i * dk);
+                axpy(-lij, &head[j * dk..(j + 1) * dk], &mut tail[..dk]);
             }
         }
         // Vn = U − W·S ; O = (e^γ q)·S + P·Vn
