@@ -21,12 +21,16 @@ type Tensors = BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)>;
 fn read_tensors(dir: &Path) -> Tensors {
     let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
-    st.iter().map(|(n, v)| (n.to_string(), (v.dtype(), v.shape().to_vec(), v.data().to_vec()))).collect()
+    st.iter()
+        .map(|(n, v)| (n.to_string(), (v.dtype(), v.shape().to_vec(), v.data().to_vec())))
+        .collect()
 }
 
 fn write_tensors(path: &Path, t: &Tensors) {
-    let views: Vec<(String, TensorView<'_>)> =
-        t.iter().map(|(n, (d, s, b))| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
+    let views: Vec<(String, TensorView<'_>)> = t
+        .iter()
+        .map(|(n, (d, s, b))| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
+        .collect();
     safetensors::serialize_to_file(views, None, path).unwrap();
 }
 
@@ -64,9 +68,17 @@ fn sharded_checkpoint_with_index() {
     let (mut s1, mut s2) = (Tensors::new(), Tensors::new());
     let mut map = serde_json::Map::new();
     for (i, (n, v)) in t.into_iter().enumerate() {
-        let file = if i % 2 == 0 { "model-00001-of-00002.safetensors" } else { "model-00002-of-00002.safetensors" };
+        let file = if i % 2 == 0 {
+            "model-00001-of-00002.safetensors"
+        } else {
+            "model-00002-of-00002.safetensors"
+        };
         map.insert(n.clone(), file.into());
-        if i % 2 == 0 { s1.insert(n, v) } else { s2.insert(n, v) };
+        if i % 2 == 0 {
+            s1.insert(n, v)
+        } else {
+            s2.insert(n, v)
+        };
     }
     write_tensors(&d.path().join("model-00001-of-00002.safetensors"), &s1);
     write_tensors(&d.path().join("model-00002-of-00002.safetensors"), &s2);
@@ -107,8 +119,14 @@ fn fused_expert_layout() {
 #[test]
 fn multimodal_prefix_and_nested_config() {
     let t = read_tensors(&fixture(MAIN));
-    let mut out: Tensors = t.into_iter().map(|(n, v)| (n.replacen("model.", "model.language_model.", 1), v)).collect();
-    out.insert("model.visual.blocks.0.attn.qkv.weight".into(), (Dtype::F32, vec![2, 2], vec![0; 16]));
+    let mut out: Tensors = t
+        .into_iter()
+        .map(|(n, v)| (n.replacen("model.", "model.language_model.", 1), v))
+        .collect();
+    out.insert(
+        "model.visual.blocks.0.attn.qkv.weight".into(),
+        (Dtype::F32, vec![2, 2], vec![0; 16]),
+    );
     out.insert("mtp.fc.weight".into(), (Dtype::F32, vec![2], vec![0; 8]));
     let nested = serde_json::json!({
         "architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
@@ -135,7 +153,10 @@ fn missing_tensor_is_named() {
     t.remove("model.layers.2.linear_attn.A_log").unwrap();
     let d = model_dir(&config_json(), &t);
     let e = load_err(d.path());
-    assert!(matches!(&e, ModelError::MissingTensor(n) if n == "model.layers.2.linear_attn.A_log"), "{e}");
+    assert!(
+        matches!(&e, ModelError::MissingTensor(n) if n == "model.layers.2.linear_attn.A_log"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -159,7 +180,10 @@ fn wrong_dtype_is_named() {
     t.get_mut("model.norm.weight").unwrap().0 = Dtype::I32;
     let d = model_dir(&config_json(), &t);
     let e = load_err(d.path());
-    assert!(matches!(&e, ModelError::UnsupportedDtype { name, .. } if name == "model.norm.weight"), "{e}");
+    assert!(
+        matches!(&e, ModelError::UnsupportedDtype { name, .. } if name == "model.norm.weight"),
+        "{e}"
+    );
     assert!(e.to_string().contains("I32"), "{e}");
 }
 
@@ -179,7 +203,10 @@ fn config_that_does_not_match_the_weights_is_an_error() {
     cfg["num_experts"] = 16.into();
     let d = model_dir(&cfg, &t);
     let e = load_err(d.path());
-    assert!(matches!(&e, ModelError::MissingTensor(n) if n == "model.layers.0.mlp.experts.8.gate_proj.weight"), "{e}");
+    assert!(
+        matches!(&e, ModelError::MissingTensor(n) if n == "model.layers.0.mlp.experts.8.gate_proj.weight"),
+        "{e}"
+    );
     // An internally inconsistent config is rejected before any weight is read.
     let mut cfg = config_json();
     cfg["num_hidden_layers"] = 5.into();

@@ -28,11 +28,19 @@ impl Reference {
         for (n, v) in st.iter() {
             match v.dtype() {
                 Dtype::F32 => {
-                    let d = v.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+                    let d = v
+                        .data()
+                        .chunks_exact(4)
+                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                        .collect();
                     f32s.insert(n.to_string(), (v.shape().to_vec(), d));
                 }
                 Dtype::I64 => {
-                    let d = v.data().chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32).collect();
+                    let d = v
+                        .data()
+                        .chunks_exact(8)
+                        .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32)
+                        .collect();
                     ids.insert(n.to_string(), d);
                 }
                 d => panic!("unexpected dtype {d:?} for {n}"),
@@ -43,7 +51,11 @@ impl Reference {
     }
 
     pub fn t(&self, name: &str) -> &[f32] {
-        &self.f32s.get(name).unwrap_or_else(|| panic!("reference has no {name}")).1
+        &self
+            .f32s
+            .get(name)
+            .unwrap_or_else(|| panic!("reference has no {name}"))
+            .1
     }
 
     pub fn rows(&self, name: &str, from: usize) -> &[f32] {
@@ -60,6 +72,7 @@ pub fn max_abs_err(a: &[f32], b: &[f32]) -> f32 {
 #[track_caller]
 pub fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
     let e = max_abs_err(got, want);
+    eprintln!("{what}: max abs err {e:.3e}");
     assert!(e <= tol, "{what}: max abs err {e:e} > {tol:e}");
 }
 
@@ -69,7 +82,15 @@ pub fn run_chunks(model: &Model, state: &mut SeqState, ids: &[u32], chunks: &[us
     let mut out = Vec::new();
     for &c in chunks {
         let mut b = [SeqInput::new(&ids[pos..pos + c], state)];
-        let o = model.forward(&mut b, &ForwardOptions { logits: LogitsMode::All, ..Default::default() }).unwrap();
+        let o = model
+            .forward(
+                &mut b,
+                &ForwardOptions {
+                    logits: LogitsMode::All,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
         out.extend_from_slice(o[0].logits.data());
         pos += c;
     }
@@ -79,7 +100,11 @@ pub fn run_chunks(model: &Model, state: &mut SeqState, ids: &[u32], chunks: &[us
 pub fn full(model: &Model, ids: &[u32]) -> SeqOutput {
     let mut st = model.new_state();
     let mut b = [SeqInput::new(ids, &mut st)];
-    let opts = ForwardOptions { logits: LogitsMode::All, hidden_states: true, routing: true };
+    let opts = ForwardOptions {
+        logits: LogitsMode::All,
+        hidden_states: true,
+        routing: true,
+    };
     model.forward(&mut b, &opts).unwrap().remove(0)
 }
 

@@ -19,20 +19,42 @@ fn check_prefill_batch(name: &str) {
     let (mut sa, mut sb) = (model.new_state(), model.new_state());
     // Both sequences in ONE batch (different lengths).
     let mut batch = [SeqInput::new(a, &mut sa), SeqInput::new(b, &mut sb)];
-    let opts = ForwardOptions { logits: LogitsMode::All, hidden_states: true, routing: true };
+    let opts = ForwardOptions {
+        logits: LogitsMode::All,
+        hidden_states: true,
+        routing: true,
+    };
     let outs = model.forward(&mut batch, &opts).unwrap();
     for (tag, out) in [("a", &outs[0]), ("b", &outs[1])] {
-        assert_close(&format!("{name} logits.{tag}"), out.logits.data(), r.t(&format!("logits.{tag}")), TOL);
+        assert_close(
+            &format!("{name} logits.{tag}"),
+            out.logits.data(),
+            r.t(&format!("logits.{tag}")),
+            TOL,
+        );
         assert_eq!(out.hidden_states.len(), cfg.num_hidden_layers + 1);
         for (i, h) in out.hidden_states.iter().enumerate() {
-            assert_close(&format!("{name} hidden.{tag}.{i}"), h.data(), r.t(&format!("hidden.{tag}.{i}")), TOL);
+            assert_close(
+                &format!("{name} hidden.{tag}.{i}"),
+                h.data(),
+                r.t(&format!("hidden.{tag}.{i}")),
+                TOL,
+            );
         }
         let routing = out.routing.as_ref().unwrap();
         for l in 0..cfg.num_hidden_layers {
             let want = r.t(&format!("router.{tag}.{l}"));
-            assert_close(&format!("{name} router.{tag}.{l}"), routing.router_logits[l].data(), want, TOL);
+            assert_close(
+                &format!("{name} router.{tag}.{l}"),
+                routing.router_logits[l].data(),
+                want,
+                TOL,
+            );
             let hf_topk = topk_from_logits(want, cfg.num_experts, cfg.num_experts_per_tok);
-            assert_eq!(routing.experts[l], hf_topk, "{name} top-k experts differ at layer {l} ({tag})");
+            assert_eq!(
+                routing.experts[l], hf_topk,
+                "{name} top-k experts differ at layer {l} ({tag})"
+            );
         }
     }
     assert_eq!(sa.len(), a.len());
@@ -45,7 +67,10 @@ fn check_decode_and_resume(name: &str) {
     let a = &r.ids["ids.a"];
     let t = a.len();
     let k = r.meta["decode_k"].as_u64().unwrap() as usize;
-    let (rr, rc) = (r.meta["resume_r"].as_u64().unwrap() as usize, r.meta["resume_c"].as_u64().unwrap() as usize);
+    let (rr, rc) = (
+        r.meta["resume_r"].as_u64().unwrap() as usize,
+        r.meta["resume_c"].as_u64().unwrap() as usize,
+    );
     let v = model.config().vocab_size;
 
     // Prefill K, then decode one token at a time through the caches.
@@ -53,15 +78,30 @@ fn check_decode_and_resume(name: &str) {
     let mut chunks = vec![k];
     chunks.extend(std::iter::repeat_n(1, t - k));
     let got = run_chunks(&model, &mut st, a, &chunks);
-    assert_close(&format!("{name} decode vs HF decode"), &got[k * v..], r.t("decode.logits"), TOL);
-    assert_close(&format!("{name} decode vs HF full"), &got[k * v..], r.rows("logits.a", k), TOL);
+    assert_close(
+        &format!("{name} decode vs HF decode"),
+        &got[k * v..],
+        r.t("decode.logits"),
+        TOL,
+    );
+    assert_close(
+        &format!("{name} decode vs HF full"),
+        &got[k * v..],
+        r.rows("logits.a", k),
+        TOL,
+    );
 
     // Prefill R, a multi-token chunk through the caches, then single tokens.
     let mut st = model.new_state();
     let mut chunks = vec![rr, rc];
     chunks.extend(std::iter::repeat_n(1, t - rr - rc));
     let got = run_chunks(&model, &mut st, a, &chunks);
-    assert_close(&format!("{name} resume vs HF resume"), &got[rr * v..], r.t("resume.logits"), TOL);
+    assert_close(
+        &format!("{name} resume vs HF resume"),
+        &got[rr * v..],
+        r.t("resume.logits"),
+        TOL,
+    );
 }
 
 #[test]
@@ -102,5 +142,8 @@ fn bf16_weights_within_bf16_compute_tolerance() {
     let out = full(&model, &r.ids["ids.a"]);
     let hf_gap = max_abs_err(r.t("logits.a"), r.t("bf16.logits.a"));
     let ours = max_abs_err(out.logits.data(), r.t("bf16.logits.a"));
-    assert!(ours <= 1.1 * hf_gap + 1e-3, "bf16: ours {ours} vs HF f32-vs-bf16 gap {hf_gap}");
+    assert!(
+        ours <= 1.1 * hf_gap + 1e-3,
+        "bf16: ours {ours} vs HF f32-vs-bf16 gap {hf_gap}"
+    );
 }

@@ -37,13 +37,20 @@ pub struct GatedDeltaNet {
 impl GatedDeltaNet {
     pub fn load(ck: &mut Checkpoint, p: &str, c: &ModelConfig) -> Result<Self> {
         let h = c.hidden_size;
-        let (conv_dim, vd, hv, k) = (c.gdn_conv_dim(), c.gdn_value_dim(), c.linear_num_value_heads, c.linear_conv_kernel_dim);
+        let (conv_dim, vd, hv, k) = (
+            c.gdn_conv_dim(),
+            c.gdn_value_dim(),
+            c.linear_num_value_heads,
+            c.linear_conv_kernel_dim,
+        );
         Ok(GatedDeltaNet {
             in_proj_qkv: ck.get(&format!("{p}in_proj_qkv.weight"), &[conv_dim, h])?,
             in_proj_z: ck.get(&format!("{p}in_proj_z.weight"), &[vd, h])?,
             in_proj_b: ck.get(&format!("{p}in_proj_b.weight"), &[hv, h])?,
             in_proj_a: ck.get(&format!("{p}in_proj_a.weight"), &[hv, h])?,
-            conv: ck.get(&format!("{p}conv1d.weight"), &[conv_dim, 1, k])?.reshape(vec![conv_dim, k]),
+            conv: ck
+                .get(&format!("{p}conv1d.weight"), &[conv_dim, 1, k])?
+                .reshape(vec![conv_dim, k]),
             dt_bias: ck.get(&format!("{p}dt_bias"), &[hv])?,
             a_log: ck.get(&format!("{p}A_log"), &[hv])?,
             norm: ck.get(&format!("{p}norm.weight"), &[c.linear_value_head_dim])?,
@@ -122,14 +129,24 @@ impl GatedDeltaNet {
                 let (start, len, h) = (*start, *len, *h);
                 let khd = h / ratio;
                 let gather = |off: usize, d: usize| -> Vec<f32> {
-                    (start..start + len).flat_map(|t| qkv[t * conv_dim + off..t * conv_dim + off + d].iter().copied()).collect()
+                    (start..start + len)
+                        .flat_map(|t| qkv[t * conv_dim + off..t * conv_dim + off + d].iter().copied())
+                        .collect()
                 };
                 let q = gather(khd * dk, dk);
                 let k = gather(key_dim + khd * dk, dk);
                 let v = gather(2 * key_dim + h * dv, dv);
                 let bt: Vec<f32> = (start..start + len).map(|t| beta[t * vh + h]).collect();
                 let gt: Vec<f32> = (start..start + len).map(|t| g[t * vh + h]).collect();
-                let inp = DeltaInput { q: &q, k: &k, v: &v, beta: &bt, g: &gt, dk, dv };
+                let inp = DeltaInput {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                    beta: &bt,
+                    g: &gt,
+                    dk,
+                    dv,
+                };
                 if len == 1 {
                     recurrent_delta_rule(&inp, st)
                 } else {
@@ -192,7 +209,11 @@ pub fn recurrent_delta_rule(x: &DeltaInput<'_>, state: &mut [f32]) -> Vec<f32> {
     let mut out = vec![0.0; steps * dv];
     let mut m = vec![0.0; dv];
     for t in 0..steps {
-        let (qt, kt, vt) = (&x.q[t * dk..(t + 1) * dk], &x.k[t * dk..(t + 1) * dk], &x.v[t * dv..(t + 1) * dv]);
+        let (qt, kt, vt) = (
+            &x.q[t * dk..(t + 1) * dk],
+            &x.k[t * dk..(t + 1) * dk],
+            &x.v[t * dv..(t + 1) * dv],
+        );
         let decay = x.g[t].exp();
         m.fill(0.0);
         for (i, row) in state.chunks_exact_mut(dv).enumerate() {
@@ -320,7 +341,15 @@ mod tests {
         let beta: Vec<f32> = (0..t).map(|_| rng.random_range(0.0..1.0)).collect();
         let g: Vec<f32> = (0..t).map(|_| -rng.random_range(0.0..0.5)).collect();
         let s0: Vec<f32> = (0..dk * dv).map(|_| rng.random_range(-0.5..0.5)).collect();
-        let inp = DeltaInput { q: &q, k: &k, v: &v, beta: &beta, g: &g, dk, dv };
+        let inp = DeltaInput {
+            q: &q,
+            k: &k,
+            v: &v,
+            beta: &beta,
+            g: &g,
+            dk,
+            dv,
+        };
         let (mut s1, mut s2) = (s0.clone(), s0.clone());
         let o1 = recurrent_delta_rule(&inp, &mut s1);
         let o2 = chunked_delta_rule(&inp, &mut s2, CHUNK);
