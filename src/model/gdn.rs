@@ -8,7 +8,7 @@ use super::checkpoint::Checkpoint;
 use super::config::ModelConfig;
 use super::error::Result;
 use super::state::GdnState;
-use crate::tensor::cpu::{axpy, dot, l2_normalize, matmul_t, rms_norm_gated, sigmoid, silu, softplus};
+use crate::tensor::cpu::{axpy, dot, l2_normalize, matmul_t, rms_norm_gated, sigmoid, silu, simd_fn, softplus};
 use crate::tensor::Tensor;
 use rayon::prelude::*;
 
@@ -95,7 +95,7 @@ impl GatedDeltaNet {
         for seg in segs.iter_mut() {
             let rows = &mixed[seg.start * conv_dim..(seg.start + seg.len) * conv_dim];
             let out = &mut qkv[seg.start * conv_dim..(seg.start + seg.len) * conv_dim];
-            self.causal_conv(rows, seg.len, &mut seg.state.conv, out);
+            causal_conv(rows, seg.len, self.conv.data(), self.kernel, &mut seg.state.conv, out);
         }
         for row in qkv.chunks_exact_mut(conv_dim) {
             let (qk, _) = row.split_at_mut(2 * key_dim);
@@ -166,24 +166,27 @@ impl GatedDeltaNet {
         matmul_t(&o, n, val_dim, self.out_proj.data(), hidden, &mut y, true);
         y
     }
+}
 
-    /// Depthwise causal conv (kernel K, no bias) + SiLU over `len` rows, continuing from and
-    /// updating the conv cache (the last K-1 input rows).
-    fn causal_conv(&self, rows: &[f32], len: usize, cache: &mut Vec<f32>, out: &mut [f32]) {
-        let cd = self.conv.rows();
-        let k = self.kernel;
-        let w = self.conv.data();
+simd_fn! {
+    /// Depthwise causal conv (`w [C, K]`, no bias) + SiLU over `len` rows `[len, C]`, continuing
+    /// from and updating the conv cache (the last K-1 input rows).
+    fn causal_conv(rows: &[f32], len: usize, w: &[f32], k: usize, cache: &mut [f32], out: &mut [f32]) {
+        let cd = w.len() / k;
         let mut inp = Vec::with_capacity((k - 1 + len) * cd);
         inp.extend_from_slice(cache);
         inp.extend_from_slice(rows);
         for t in 0..len {
             let o = &mut out[t * cd..(t + 1) * cd];
-            for (c, oc) in o.iter_mut().enumerate() {
-                let mut s = 0.0;
-                for j in 0..k {
-                    s += w[c * k + j] * inp[(t + j) * cd + c];
+            o.fill(0.0);
+            for j in 0..k {
+                let src = &inp[(t + j) * cd..(t + j + 1) * cd];
+                for ((oc, x), c) in o.iter_mut().zip(src).zip(0..) {
+                    *oc += w[c * k + j] * x;
                 }
-                *oc = silu(s);
+            }
+            for oc in o.iter_mut() {
+                *oc = silu(*oc);
             }
         }
         cache.copy_from_slice(&inp[len * cd..]);
@@ -202,6 +205,7 @@ pub struct DeltaInput<'a> {
     pub dv: usize,
 }
 
+simd_fn! {
 /// Recurrent form, one step at a time; `state` is `S [dk, dv]`. Returns `[T, dv]`.
 pub fn recurrent_delta_rule(x: &DeltaInput<'_>, state: &mut [f32]) -> Vec<f32> {
     let (dk, dv) = (x.dk, x.dv);
@@ -233,7 +237,9 @@ pub fn recurrent_delta_rule(x: &DeltaInput<'_>, state: &mut [f32]) -> Vec<f32> {
     }
     out
 }
+}
 
+simd_fn! {
 /// Chunked (WY / UT-transform) form over chunks of `chunk` steps, as HF's
 /// `torch_chunk_gated_delta_rule`; starts from and updates `state`. Returns `[T, dv]`.
 pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -> Vec<f32> {
@@ -318,6 +324,7 @@ pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -
         c0 += l;
     }
     out
+}
 }
 
 #[cfg(test)]
