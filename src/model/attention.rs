@@ -104,7 +104,18 @@ impl Attention {
             .map(|&(s, h)| {
                 let (start, len, pos, cache) = segs_ro[s];
                 let q_rows = &q[start * hq * hd..(start + len) * hq * hd];
-                attend_head(q_rows, hq * hd, h * hd, pos, &cache.k, &cache.v, hkv * hd, (h / group) * hd, hd, scale)
+                attend_head(
+                    q_rows,
+                    hq * hd,
+                    h * hd,
+                    pos,
+                    &cache.k,
+                    &cache.v,
+                    hkv * hd,
+                    (h / group) * hd,
+                    hd,
+                    scale,
+                )
             })
             .collect();
         let mut o = vec![0.0; n * hq * hd];
