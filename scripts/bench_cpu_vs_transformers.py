@@ -114,6 +114,7 @@ def main():
     model.save_pretrained(args.dir)
     print(f"model: {n_params / 1e6:.1f}M params -> {args.dir}", file=sys.stderr)
 
+    load_before = os.getloadavg()[0]
     env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads), CARGO_TARGET_DIR=os.environ.get("CARGO_TARGET_DIR", "/work/target"))
     res = subprocess.run(["cargo", "bench", "--bench", "model_cpu", "--", args.dir, "--prefill", str(PREFILL),
                           "--decode-steps", str(STEPS), "--prompt", str(PROMPT)],
@@ -121,7 +122,9 @@ def main():
     if res.returncode != 0:
         sys.exit(res.stderr[-3000:])
     ours = json.loads([l for l in res.stdout.splitlines() if l.startswith("{")][-1])
+    load_mid = os.getloadavg()[0]
     hf = bench_hf(model)
+    load_after = os.getloadavg()[0]
 
     peak, mhz, isa = nominal_peak(args.threads)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
@@ -138,6 +141,8 @@ def main():
         f"- transformers {__import__('transformers').__version__}, torch {torch.__version__}; ours: "
         "`cargo bench --bench model_cpu` (release)",
         f"- decode: {STEPS} steps after a {PROMPT}-token prompt per sequence; best of 2 runs each",
+        f"- 1-min load average (the machine is shared): {load_before:.1f} before ours, {load_mid:.1f} before "
+        f"transformers, {load_after:.1f} after",
         "",
         "| measure | execcritic | transformers | ratio |",
         "|---|---|---|---|",
@@ -153,9 +158,9 @@ def main():
                      f"x 2 FMA units). Decode GEMV bandwidth (ours): {ours['gemv_gb_s']:.1f} GB/s.")
     report = "\n".join(lines) + "\n"
     print(report)
-    if args.write:
-        with open(args.write, "w") as f:
-            f.write(report)
+    if args.write:  # append: the file keeps every run (shared machines make single runs noisy)
+        with open(args.write, "a") as f:
+            f.write(("\n" if os.path.exists(args.write) and os.path.getsize(args.write) else "") + report)
 
 
 if __name__ == "__main__":
