@@ -4,6 +4,7 @@
 
 use super::sampler::{Sampled, Sampler, SamplingParams};
 use crate::model::tokenizer::{IncrementalDecoder, Tokenizer};
+use std::time::{Duration, Instant};
 
 /// What a caller asks the engine for.
 #[derive(Debug, Clone)]
@@ -88,6 +89,16 @@ pub struct Completion {
     pub routing: Option<RoutingRecord>,
     /// Logits row of each sampled position (only with `return_logits`).
     pub logits: Vec<Vec<f32>>,
+    pub timing: Timing,
+}
+
+/// Wall-clock time of a request inside the engine (shared with whatever it was batched with).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Timing {
+    /// From admission to the first sampled token (reading the prompt).
+    pub prefill: Duration,
+    /// From the first sampled token to the last.
+    pub decode: Duration,
 }
 
 /// One request in flight.
@@ -109,6 +120,8 @@ pub(crate) struct Sequence<S> {
     pub logits: Vec<Vec<f32>>,
     pub routing: Option<RoutingRecord>,
     pub finish: Option<FinishReason>,
+    admitted: Instant,
+    first_token: Option<Instant>,
 }
 
 impl<S> Sequence<S> {
@@ -149,6 +162,8 @@ impl<S> Sequence<S> {
             logits: Vec::new(),
             routing,
             finish: None,
+            admitted: Instant::now(),
+            first_token: None,
         }
     }
 
@@ -179,6 +194,7 @@ impl<S> Sequence<S> {
     /// rules. Returns the sampled token.
     pub fn sample(&mut self, logits: Vec<f32>, tok: &Tokenizer) -> Sampled {
         let s = self.sampler.sample(&logits);
+        self.first_token.get_or_insert_with(Instant::now);
         if self.request.return_logits {
             self.logits.push(logits);
         }
@@ -232,6 +248,11 @@ impl<S> Sequence<S> {
     }
 
     pub fn into_completion(self) -> (Completion, S, Vec<u32>) {
+        let first = self.first_token.unwrap_or(self.admitted);
+        let timing = Timing {
+            prefill: first - self.admitted,
+            decode: first.elapsed(),
+        };
         let completion = Completion {
             prompt_tokens: self.request.prompt.len(),
             cached_tokens: self.cached_tokens,
@@ -242,6 +263,7 @@ impl<S> Sequence<S> {
             finish: self.finish.unwrap_or(FinishReason::Length),
             routing: self.routing,
             logits: self.logits,
+            timing,
         };
         let mut consumed = self.tokens;
         consumed.truncate(self.fed);
