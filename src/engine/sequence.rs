@@ -134,7 +134,12 @@ impl<S> Sequence<S> {
         stop_ids: &[u32],
         top_k: usize,
     ) -> Self {
-        let mut stops: Vec<u32> = stop_ids
+        let default_stops = if request.sampling.ignore_eos {
+            &[][..]
+        } else {
+            stop_ids
+        };
+        let mut stops: Vec<u32> = default_stops
             .iter()
             .chain(&request.sampling.stop_token_ids)
             .copied()
