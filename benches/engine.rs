@@ -81,10 +81,13 @@ fn engine_decode(c: &mut Criterion) {
                         temperature: 1.0,
                         seed: Some(i as u64),
                         max_tokens: tokens,
-                        ignore_eos: true,
                         ..Default::default()
                     };
-                    core.add(Request::new(prompt.clone(), sampling)).unwrap();
+                    core.add(Request {
+                        ignore_eos: true,
+                        ..Request::new(prompt.clone(), sampling)
+                    })
+                    .unwrap();
                 }
                 core.run_to_completion()
             })

@@ -36,8 +36,6 @@ pub struct SamplingParams {
     pub stop_token_ids: Vec<u32>,
     /// Stop strings: generation ends once the text contains one; the text is cut before it.
     pub stop: Vec<String>,
-    /// Ignore the tokenizer's stop ids (`stop_token_ids` still apply); for benchmarks.
-    pub ignore_eos: bool,
 }
 
 impl Default for SamplingParams {
@@ -50,7 +48,6 @@ impl Default for SamplingParams {
             max_tokens: 256,
             stop_token_ids: Vec::new(),
             stop: Vec::new(),
-            ignore_eos: false,
         }
     }
 }
