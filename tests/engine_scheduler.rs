@@ -539,3 +539,54 @@ fn tokenizer_stop_ids_end_generation_unless_ignored() {
     assert_eq!(c.token_ids, [996, 997, 998, 999, 1000, 0, 1, 2, 3, 4]);
     assert_eq!(c.finish, FinishReason::Length);
 }
+
+/// A failing model step fails the requests in that batch (with the model's error) and leaves
+/// the engine usable.
+#[test]
+fn model_failure_fails_the_batch_not_the_engine() {
+    struct Flaky(CountingModel, AtomicUsize);
+    impl DecoderModel for Flaky {
+        type State = Vec<u32>;
+        fn new_state(&self) -> Vec<u32> {
+            Vec::new()
+        }
+        fn vocab_size(&self) -> usize {
+            VOCAB
+        }
+        fn experts_per_token(&self) -> usize {
+            TOP_K
+        }
+        fn step(
+            &self,
+            b: &mut [StepInput<'_, Vec<u32>>],
+            r: bool,
+        ) -> Result<Vec<StepOutput>, EngineError> {
+            match self.1.fetch_add(1, Ordering::SeqCst) {
+                2 => Err(EngineError::Model("device lost".into())),
+                3 => Ok(Vec::new()),
+                _ => self.0.step(b, r),
+            }
+        }
+    }
+    let model = Arc::new(Flaky(CountingModel::default(), AtomicUsize::new(0)));
+    let mut c = EngineCore::new(model, Arc::new(tokenizer()), config(4, 64, 8)).unwrap();
+    c.add(Request::new(prompt(1, 3), SamplingParams::greedy(10)))
+        .unwrap();
+    c.add(Request::new(prompt(2, 3), SamplingParams::greedy(10)))
+        .unwrap();
+    let done = c.run_to_completion();
+    assert_eq!(done.len(), 2);
+    assert!(done
+        .iter()
+        .all(|(_, r)| matches!(r, Err(EngineError::Model(m)) if m == "device lost")));
+    c.add(Request::new(prompt(3, 3), SamplingParams::greedy(10)))
+        .unwrap();
+    let done = c.run_to_completion();
+    assert!(matches!(&done[0].1, Err(EngineError::Model(m)) if m.contains("returned 0 outputs")));
+    c.add(Request::new(prompt(3, 3), SamplingParams::greedy(4)))
+        .unwrap();
+    assert_eq!(
+        c.run_to_completion()[0].1.as_ref().unwrap().token_ids.len(),
+        4
+    );
+}

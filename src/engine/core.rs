@@ -166,8 +166,22 @@ impl<M: DecoderModel> EngineCore<M> {
             }
             self.model.step(&mut inputs, routing)
         };
+        let vocab = self.model.vocab_size();
         let outputs = match result {
-            Ok(outputs) => outputs,
+            Ok(outputs)
+                if outputs.len() == batch.len()
+                    && outputs.iter().all(|o| o.logits.len() == vocab) =>
+            {
+                outputs
+            }
+            Ok(outputs) => {
+                let e = EngineError::Model(format!(
+                    "the model returned {} outputs for {} sequences (or logits of the wrong size)",
+                    outputs.len(),
+                    batch.len()
+                ));
+                return self.fail(&batch, e);
+            }
             Err(e) => return self.fail(&batch, e),
         };
         // Advance the states; sequences with nothing left pending get a token, sampled in
