@@ -5,9 +5,10 @@
 //! `cargo bench --bench engine`
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use execcritic::engine::sampler::argmax;
 use execcritic::engine::{EngineConfig, EngineCore, Request, Sampler, SamplingParams};
 use execcritic::model::tokenizer::Tokenizer;
-use execcritic::model::Model;
+use execcritic::model::{ForwardOptions, Model, SeqInput, SeqState};
 use rand::{Rng, SeedableRng};
 use std::path::Path;
 use std::sync::Arc;
@@ -92,6 +93,31 @@ fn engine_decode(c: &mut Criterion) {
                 core.run_to_completion()
             })
         });
+        // The same work as bare Model::forward calls with argmax: the engine's overhead is the gap.
+        g.bench_with_input(
+            BenchmarkId::new("bare_forward", batch),
+            &batch,
+            |b, &batch| {
+                b.iter(|| {
+                    let mut states: Vec<SeqState> = (0..batch).map(|_| model.new_state()).collect();
+                    let mut next: Vec<Vec<u32>> = vec![prompt.clone(); batch];
+                    let opts = ForwardOptions::default();
+                    for _ in 0..tokens {
+                        let mut inputs: Vec<SeqInput<'_>> = next
+                            .iter()
+                            .zip(states.iter_mut())
+                            .map(|(t, s)| SeqInput::new(t, s))
+                            .collect();
+                        let outs = model.forward(&mut inputs, &opts).unwrap();
+                        next = outs
+                            .iter()
+                            .map(|o| vec![argmax(o.logits.data()) as u32])
+                            .collect();
+                    }
+                    next
+                })
+            },
+        );
     }
     g.finish();
 }
