@@ -89,7 +89,7 @@ fn batched_and_chunked_generation_equal_one_at_a_time() {
     assert!(reqs[2].prompt.len() > 64, "{}", reqs[2].prompt.len());
     let alone: Vec<Completion> = reqs
         .iter()
-        .map(|r| run(&mut core(dir.path(), sched(1, 4096, 4096)), &[r.clone()]).remove(0))
+        .map(|r| run(&mut core(dir.path(), sched(1, 4096, 4096)), std::slice::from_ref(r)).remove(0))
         .collect();
     for s in [sched(8, 4096, 4096), sched(8, 40, 16)] {
         let together = run(&mut core(dir.path(), s), &reqs);
