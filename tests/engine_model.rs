@@ -89,7 +89,13 @@ fn batched_and_chunked_generation_equal_one_at_a_time() {
     assert!(reqs[2].prompt.len() > 64, "{}", reqs[2].prompt.len());
     let alone: Vec<Completion> = reqs
         .iter()
-        .map(|r| run(&mut core(dir.path(), sched(1, 4096, 4096)), std::slice::from_ref(r)).remove(0))
+        .map(|r| {
+            run(
+                &mut core(dir.path(), sched(1, 4096, 4096)),
+                std::slice::from_ref(r),
+            )
+            .remove(0)
+        })
         .collect();
     for s in [sched(8, 4096, 4096), sched(8, 40, 16)] {
         let together = run(&mut core(dir.path(), s), &reqs);
@@ -196,4 +202,46 @@ fn chat_through_the_async_engine() {
         }))
         .unwrap();
     assert_eq!(again.completion.token_ids, out.completion.token_ids);
+}
+
+/// Two agent turns through `Engine::chat` with a conversation id: the second turn reuses the
+/// cached state (at least the first turn's prompt) and generates exactly what a fresh engine
+/// generates for the whole conversation.
+#[test]
+fn chat_conversation_resumes_from_cache() {
+    let dir = model_dir();
+    let engine = Engine::load(dir.path(), EngineConfig::default()).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let sampling = SamplingParams {
+        temperature: 1.0,
+        seed: Some(9),
+        max_tokens: 12,
+        ..Default::default()
+    };
+    let mut messages = vec![
+        Message::system("You fix bugs."),
+        Message::user("Run the tests."),
+    ];
+    let mut req = ChatRequest::new(messages.clone(), sampling.clone());
+    req.conversation = Some("episode".into());
+    let first = rt.block_on(engine.chat(req)).unwrap();
+    messages.push(Message::assistant(first.completion.text.clone()));
+    messages.push(Message::tool("2 passed, 1 failed"));
+    let mut req = ChatRequest::new(messages.clone(), sampling.clone());
+    req.conversation = Some("episode".into());
+    let second = rt.block_on(engine.chat(req)).unwrap();
+    // The first prompt ends `<think>` `\n`; the re-rendered turn continues `<think>` `\n\n` …
+    // (a different token after `<think>`), so the engine resumes from the snapshot taken right
+    // after `<think>`: all of the first prompt but its last token is reused.
+    assert_eq!(second.completion.cached_tokens, first.completion.prompt_tokens - 1);
+    let fresh_engine = Engine::load(dir.path(), EngineConfig::default()).unwrap();
+    let fresh = rt
+        .block_on(fresh_engine.chat(ChatRequest::new(messages, sampling)))
+        .unwrap();
+    assert_eq!(fresh.completion.cached_tokens, 0);
+    assert_eq!(second.prompt, fresh.prompt);
+    assert_eq!(second.completion.token_ids, fresh.completion.token_ids);
 }

@@ -590,3 +590,27 @@ fn model_failure_fails_the_batch_not_the_engine() {
         4
     );
 }
+
+/// A conversation's turn-boundary snapshot sits right after the prompt's last added token, so a
+/// next prompt that re-tokenises the text after it differently still resumes there.
+#[test]
+fn turn_boundary_snapshot_after_last_added_token() {
+    let mut c = core(config(4, 64, 2));
+    let sampling = SamplingParams::greedy(3);
+    let turn1 = vec![5, 6, 999, 40, 1022, 7, 8];
+    c.add(Request::new(turn1, sampling.clone()).in_conversation("c"))
+        .unwrap();
+    c.run_to_completion();
+    let turn2: Vec<u32> = vec![5, 6, 999, 40, 1022, 9, 9, 9];
+    c.add(
+        Request::new(turn2.clone(), sampling.clone())
+            .in_conversation("c")
+            .with_logits(),
+    )
+    .unwrap();
+    let resumed = by_id(c.run_to_completion()).remove(0);
+    assert_eq!(resumed.cached_tokens, 5);
+    let fresh = solo(&Request::new(turn2, sampling).with_logits());
+    assert_same(&resumed, &fresh);
+    assert_eq!(resumed.logits, fresh.logits);
+}

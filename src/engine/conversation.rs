@@ -7,7 +7,9 @@
 //! re-rendered conversation, whose tokens for the assistant turn may differ from the sampled ones
 //! (the template normalises whitespace, drops reasoning, or the text tokenises differently).
 //! Gated DeltaNet states cannot be rewound, so the engine also snapshots the state at the turn
-//! boundary, right after the prompt was read. Each conversation keeps these two snapshots; the
+//! boundary: right after the prompt's last added token (`<think>` of the generation prompt, or
+//! `<|im_start|>`), where text is split before BPE and the next, re-rendered prompt is sure to
+//! tokenise the same way. Each conversation keeps these two snapshots; the
 //! next request resumes from the longest one whose tokens are a strict prefix of its prompt, and
 //! prefills from scratch when none is. Conversations are evicted least-recently-used beyond a
 //! capacity, or dropped explicitly.

@@ -46,7 +46,7 @@ pub struct EngineCore<M: DecoderModel> {
 /// A running sequence plus its turn-boundary snapshot (conversations only).
 struct Running<S> {
     seq: Sequence<S>,
-    prompt_snapshot: Option<Snapshot<S>>,
+    boundary_snapshot: Option<Snapshot<S>>,
 }
 
 impl<M: DecoderModel> EngineCore<M> {
@@ -191,14 +191,14 @@ impl<M: DecoderModel> EngineCore<M> {
             let r = &mut self.running[i];
             r.seq.fed += n;
             r.seq.record_routing(out.experts);
-            if !r.seq.pending().is_empty() {
-                continue; // more prompt to read
-            }
-            if r.seq.fed == r.seq.request.prompt.len() && r.seq.request.conversation.is_some() {
-                r.prompt_snapshot = Some(Snapshot {
-                    tokens: r.seq.tokens.clone(),
+            if r.seq.snapshot_at == Some(r.seq.fed) {
+                r.boundary_snapshot = Some(Snapshot {
+                    tokens: r.seq.tokens[..r.seq.fed].to_vec(),
                     state: r.seq.state.clone(),
                 });
+            }
+            if r.seq.fed < r.seq.tokens.len() {
+                continue; // more prompt to read
             }
             logits[i] = Some(out.logits);
         }
@@ -227,7 +227,7 @@ impl<M: DecoderModel> EngineCore<M> {
                 }
                 None => (self.model.new_state(), 0),
             };
-            let seq = Sequence::new(
+            let mut seq = Sequence::new(
                 id,
                 request,
                 state,
@@ -235,11 +235,25 @@ impl<M: DecoderModel> EngineCore<M> {
                 self.tokenizer.stop_ids(),
                 self.model.experts_per_token(),
             );
+            if seq.request.conversation.is_some() {
+                seq.snapshot_at = Some(self.turn_boundary(&seq.request.prompt, cached));
+            }
             self.running.push(Running {
                 seq,
-                prompt_snapshot: None,
+                boundary_snapshot: None,
             });
         }
+    }
+
+    /// Where to snapshot a conversation's prompt: right after its last added token (for a chat
+    /// prompt, the `<think>` or `</think>` of the generation prompt, else `<|im_start|>`), the
+    /// last point the next turn's re-rendered, re-tokenised prompt is sure to share; the end of
+    /// the prompt when no added token follows the cached prefix.
+    fn turn_boundary(&self, prompt: &[u32], cached: usize) -> usize {
+        prompt[cached..]
+            .iter()
+            .rposition(|&t| self.tokenizer.is_added_token(t))
+            .map_or(prompt.len(), |i| cached + i + 1)
     }
 
     fn fail(&mut self, batch: &[(usize, usize)], err: EngineError) -> Vec<Finished> {
@@ -262,12 +276,13 @@ impl<M: DecoderModel> EngineCore<M> {
             }
             let Running {
                 seq,
-                prompt_snapshot,
+                boundary_snapshot,
             } = self.running.remove(i);
             let (id, conversation) = (seq.id, seq.request.conversation.clone());
             let (completion, state, consumed) = seq.into_completion();
             if let Some(conv) = conversation {
-                let mut snapshots: Vec<Snapshot<M::State>> = prompt_snapshot.into_iter().collect();
+                let mut snapshots: Vec<Snapshot<M::State>> =
+                    boundary_snapshot.into_iter().collect();
                 if snapshots
                     .first()
                     .is_none_or(|s| s.tokens.len() < consumed.len())

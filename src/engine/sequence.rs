@@ -113,6 +113,8 @@ pub(crate) struct Sequence<S> {
     pub tokens: Vec<u32>,
     /// How many of `tokens` the state has consumed.
     pub fed: usize,
+    /// Prompt position at which to stop reading and snapshot the state (conversations only).
+    pub snapshot_at: Option<usize>,
     pub cached_tokens: usize,
     sampler: Sampler,
     decoder: IncrementalDecoder,
@@ -161,6 +163,7 @@ impl<S> Sequence<S> {
             request,
             state,
             fed: cached,
+            snapshot_at: None,
             cached_tokens: cached,
             decoder: IncrementalDecoder::new(false),
             stop_ids: stops,
@@ -175,9 +178,13 @@ impl<S> Sequence<S> {
         }
     }
 
-    /// Tokens not yet consumed by the state (the prompt remainder, or the last sampled token).
+    /// Tokens to forward next: the prompt remainder (up to the snapshot point while before it),
+    /// or the last sampled token.
     pub fn pending(&self) -> &[u32] {
-        &self.tokens[self.fed..]
+        match self.snapshot_at {
+            Some(at) if self.fed < at => &self.tokens[self.fed..at],
+            _ => &self.tokens[self.fed..],
+        }
     }
 
     /// Still reading its prompt (more than the last sampled token is pending).

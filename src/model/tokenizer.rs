@@ -39,6 +39,8 @@ pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     stop_ids: Vec<u32>,
     eos_token: Option<String>,
+    /// Ids of added tokens (`<|im_start|>`, `<think>`, …), sorted.
+    added_ids: Vec<u32>,
 }
 
 impl Tokenizer {
@@ -55,10 +57,13 @@ impl Tokenizer {
             path: path.clone(),
             message: e.to_string(),
         })?;
+        let mut added_ids: Vec<u32> = inner.get_added_tokens_decoder().keys().copied().collect();
+        added_ids.sort_unstable();
         let mut tok = Tokenizer {
             inner,
             stop_ids: Vec::new(),
             eos_token: None,
+            added_ids,
         };
         let tokenizer_config = read_json(&dir.join("tokenizer_config.json"))?;
         tok.eos_token = tokenizer_config
@@ -98,6 +103,13 @@ impl Tokenizer {
     /// The text of one id, if it exists.
     pub fn id_token(&self, id: u32) -> Option<String> {
         self.inner.id_to_token(id)
+    }
+
+    /// True for added tokens (`<|im_start|>`, `<think>`, `<tool_call>`, …): text is split at them
+    /// before BPE, so a token sequence can always be cut right after one and re-tokenised text
+    /// after it starts afresh.
+    pub fn is_added_token(&self, id: u32) -> bool {
+        self.added_ids.binary_search(&id).is_ok()
     }
 
     /// Ids that end a generation (see the module docs).
