@@ -236,7 +236,10 @@ fn chat_conversation_resumes_from_cache() {
     // The first prompt ends `<think>` `\n`; the re-rendered turn continues `<think>` `\n\n` …
     // (a different token after `<think>`), so the engine resumes from the snapshot taken right
     // after `<think>`: all of the first prompt but its last token is reused.
-    assert_eq!(second.completion.cached_tokens, first.completion.prompt_tokens - 1);
+    assert_eq!(
+        second.completion.cached_tokens,
+        first.completion.prompt_tokens - 1
+    );
     let fresh_engine = Engine::load(dir.path(), EngineConfig::default()).unwrap();
     let fresh = rt
         .block_on(fresh_engine.chat(ChatRequest::new(messages, sampling)))
