@@ -6,6 +6,7 @@
 
 pub mod attention;
 pub mod batch;
+pub mod chat;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
@@ -14,6 +15,8 @@ pub mod moe;
 pub mod qwen35;
 pub mod rope;
 pub mod state;
+pub mod tokenizer;
+pub mod toolcall;
 
 pub use batch::{ForwardOptions, LogitsMode, Routing, SeqInput, SeqOutput};
 pub use config::{LayerType, ModelConfig};
