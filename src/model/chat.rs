@@ -1,0 +1,1 @@
+//! Chat rendering (placeholder, filled below).

@@ -1,0 +1,1 @@
+//! Tokenizer (placeholder, filled below).
