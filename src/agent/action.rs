@@ -1,11 +1,11 @@
 //! Turning a completion into the one bash command it asks for.
 //!
 //! Accepted forms, in order: a tool call the backend already parsed (OpenAI `tool_calls`);
-//! Qwen3.5 XML tool calls in the text (`<tool_call><function=bash><parameter=command>…`), also the
-//! JSON form `<tool_call>{"name": "bash", "arguments": {...}}</tool_call>`; as a fallback, a single
-//! fenced ```bash block. Exactly one call per response; anything else is a format error whose
+//! Qwen3.5 XML tool calls in the text (`<tool_call><function=bash><parameter=command>…`, parsed by
+//! `model::toolcall`); as a fallback, a single fenced ```bash block. Exactly one call per response; anything else is a format error whose
 //! message is shown to the model. Thinking (`<think>…</think>`) is split off and kept separately.
 
+use crate::model::toolcall::{self, ParseOptions};
 use crate::policy::{Completion, ToolCall};
 use serde_json::Value;
 
@@ -41,61 +41,61 @@ pub struct ParsedResponse {
     pub action: Result<BashAction, FormatError>,
 }
 
-/// Split thinking from content: `<think>R</think>C` (the opening tag may be absent because the
-/// chat template opens it in the prompt).
-pub fn split_thinking(text: &str) -> (Option<String>, String) {
-    match text.find("</think>") {
-        Some(end) => {
-            let head = &text[..end];
-            let head = head.trim_start().strip_prefix("<think>").unwrap_or(head);
-            let rest = &text[end + "</think>".len()..];
-            (Some(head.trim().to_string()), rest.trim_start().to_string())
-        }
-        None => (None, text.to_string()),
-    }
-}
-
-/// Parse a completion. `turn` numbers synthetic tool-call ids.
-pub fn parse_response(completion: &Completion, turn: usize) -> ParsedResponse {
-    let (think, visible) = split_thinking(&completion.text);
-    let reasoning = completion.reasoning.clone().or(think);
-
+/// Parse a completion. `turn` numbers the tool-call ids of calls parsed from text; `tools` are
+/// the tool schemas of the request (they type the arguments).
+pub fn parse_response(completion: &Completion, turn: usize, tools: &[Value]) -> ParsedResponse {
     if !completion.tool_calls.is_empty() {
-        let action = single_bash(&completion.tool_calls);
+        // The backend parsed the calls itself (OpenAI server with a tool parser).
+        let (reasoning, content) = match toolcall::parse_assistant(&completion.text, &[], ParseOptions::default()) {
+            Ok(t) => (t.reasoning, t.content),
+            Err(_) => (None, completion.text.clone()),
+        };
         return ParsedResponse {
-            content: visible,
-            reasoning,
+            content,
+            reasoning: completion.reasoning.clone().or(reasoning),
             tool_calls: completion.tool_calls.clone(),
-            action,
+            action: single_bash(&completion.tool_calls),
         };
     }
-
-    let (content, xml_calls) = extract_xml_calls(&visible, turn);
-    match xml_calls {
+    match toolcall::parse_assistant(&completion.text, tools, ParseOptions::default()) {
         Err(e) => ParsedResponse {
-            content: visible,
-            reasoning,
+            content: completion.text.clone(),
+            reasoning: completion.reasoning.clone(),
             tool_calls: Vec::new(),
-            action: Err(e),
+            action: Err(FormatError(format!("Malformed tool call: {}.", e.reason))),
         },
-        Ok(calls) if !calls.is_empty() => {
-            let action = single_bash(&calls);
+        Ok(t) if t.reasoning_truncated => ParsedResponse {
+            content: String::new(),
+            reasoning: t.reasoning,
+            tool_calls: Vec::new(),
+            action: Err(FormatError(
+                "The response ended inside <think> without an answer or a tool call.".into(),
+            )),
+        },
+        Ok(t) if !t.tool_calls.is_empty() => {
+            let calls: Vec<ToolCall> = t
+                .tool_calls
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| ToolCall {
+                    id: format!("call_{turn}_{i}"),
+                    name: c.name,
+                    arguments: Value::Object(c.arguments),
+                })
+                .collect();
             ParsedResponse {
-                content,
-                reasoning,
+                action: single_bash(&calls),
+                content: t.content,
+                reasoning: completion.reasoning.clone().or(t.reasoning),
                 tool_calls: calls,
-                action,
             }
         }
-        Ok(_) => {
-            let action = fenced_bash(&visible);
-            ParsedResponse {
-                content: visible,
-                reasoning,
-                tool_calls: Vec::new(),
-                action,
-            }
-        }
+        Ok(t) => ParsedResponse {
+            action: fenced_bash(&t.content),
+            content: t.content,
+            reasoning: completion.reasoning.clone().or(t.reasoning),
+            tool_calls: Vec::new(),
+        },
     }
 }
 
@@ -123,72 +123,6 @@ fn single_bash(calls: &[ToolCall]) -> Result<BashAction, FormatError> {
             "The bash tool call needs one string parameter `command`.".into(),
         )),
     }
-}
-
-/// Extract `<tool_call>…</tool_call>` blocks. Returns the content without them and the calls.
-fn extract_xml_calls(text: &str, turn: usize) -> (String, Result<Vec<ToolCall>, FormatError>) {
-    let mut calls = Vec::new();
-    let mut content = String::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("<tool_call>") {
-        content.push_str(&rest[..start]);
-        let body_start = start + "<tool_call>".len();
-        let (body, next) = match rest[body_start..].find("</tool_call>") {
-            Some(end) => (&rest[body_start..body_start + end], &rest[body_start + end + "</tool_call>".len()..]),
-            // A generation cut at the stop token may lack the closing tag.
-            None => (&rest[body_start..], ""),
-        };
-        match parse_call_body(body, format!("call_{turn}_{}", calls.len())) {
-            Ok(call) => calls.push(call),
-            Err(e) => return (text.to_string(), Err(e)),
-        }
-        rest = next;
-    }
-    content.push_str(rest);
-    (content.trim().to_string(), Ok(calls))
-}
-
-fn parse_call_body(body: &str, id: String) -> Result<ToolCall, FormatError> {
-    let body = body.trim();
-    if body.starts_with('{') {
-        let v: Value = serde_json::from_str(body)
-            .map_err(|e| FormatError(format!("The tool call is not valid JSON: {e}")))?;
-        let name = v.get("name").and_then(Value::as_str).unwrap_or("").to_string();
-        let arguments = match v.get("arguments") {
-            Some(Value::String(s)) => serde_json::from_str(s).unwrap_or(Value::Null),
-            Some(a) => a.clone(),
-            None => Value::Null,
-        };
-        return Ok(ToolCall { id, name, arguments });
-    }
-    let name = body
-        .strip_prefix("<function=")
-        .and_then(|r| r.split_once('>'))
-        .map(|(n, _)| n.trim().to_string())
-        .ok_or_else(|| {
-            FormatError("Malformed tool call: expected <function=bash> inside <tool_call>.".into())
-        })?;
-    let mut arguments = serde_json::Map::new();
-    let mut rest = body;
-    while let Some(p) = rest.find("<parameter=") {
-        let after = &rest[p + "<parameter=".len()..];
-        let (pname, value_and_rest) = after.split_once('>').ok_or_else(|| {
-            FormatError("Malformed tool call: unterminated <parameter=...> tag.".into())
-        })?;
-        let end = value_and_rest.find("</parameter>").ok_or_else(|| {
-            FormatError(format!("Malformed tool call: parameter {pname:?} lacks </parameter>."))
-        })?;
-        let raw = &value_and_rest[..end];
-        let value = raw.strip_prefix('\n').unwrap_or(raw);
-        let value = value.strip_suffix('\n').unwrap_or(value);
-        arguments.insert(pname.trim().to_string(), Value::String(value.to_string()));
-        rest = &value_and_rest[end + "</parameter>".len()..];
-    }
-    Ok(ToolCall {
-        id,
-        name,
-        arguments: Value::Object(arguments),
-    })
 }
 
 /// The fallback: exactly one fenced block labelled bash/sh (or unlabelled).
@@ -237,7 +171,7 @@ mod tests {
     #[test]
     fn qwen_xml_call_with_thinking() {
         let c = text("<think>look first</think>\nLet me list.\n<tool_call>\n<function=bash>\n<parameter=command>\nls -la\n</parameter>\n</function>\n</tool_call>");
-        let p = parse_response(&c, 3);
+        let p = parse_response(&c, 3, &crate::agent::tool::bash_tools());
         assert_eq!(p.reasoning.as_deref(), Some("look first"));
         assert_eq!(p.content, "Let me list.");
         let a = p.action.unwrap();
@@ -247,15 +181,15 @@ mod tests {
     }
 
     #[test]
-    fn json_form_and_multiline_command() {
-        let c = text(r#"<tool_call>{"name": "bash", "arguments": {"command": "cat <<'E' > f\nx\nE"}}</tool_call>"#);
-        assert_eq!(parse_response(&c, 0).action.unwrap().command, "cat <<'E' > f\nx\nE");
+    fn multiline_command() {
+        let c = text("<tool_call>\n<function=bash>\n<parameter=command>\ncat <<'E' > f\nx\nE\n</parameter>\n</function>\n</tool_call>");
+        assert_eq!(parse_response(&c, 0, &crate::agent::tool::bash_tools()).action.unwrap().command, "cat <<'E' > f\nx\nE");
     }
 
     #[test]
     fn fenced_fallback() {
         let c = text("I will run:\n```bash\npytest -q\n```\n");
-        let a = parse_response(&c, 0).action.unwrap();
+        let a = parse_response(&c, 0, &crate::agent::tool::bash_tools()).action.unwrap();
         assert_eq!(a.command, "pytest -q");
         assert_eq!(a.form, CallForm::Fenced);
     }
@@ -270,8 +204,9 @@ mod tests {
             "<tool_call><function=bash><parameter=cmd>ls</parameter></function></tool_call>",
             "<tool_call><function=bash><parameter=command>ls</function></tool_call>",
             "<tool_call>{not json}</tool_call>",
+            "<think>never closed",
         ] {
-            assert!(parse_response(&text(t), 0).action.is_err(), "{t}");
+            assert!(parse_response(&text(t), 0, &crate::agent::tool::bash_tools()).action.is_err(), "{t}");
         }
     }
 
@@ -286,7 +221,7 @@ mod tests {
             }],
             ..Completion::default()
         };
-        let a = parse_response(&c, 0).action.unwrap();
+        let a = parse_response(&c, 0, &crate::agent::tool::bash_tools()).action.unwrap();
         assert_eq!(a.form, CallForm::ToolCall { id: "abc".into() });
     }
 }

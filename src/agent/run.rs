@@ -220,9 +220,10 @@ impl<'a> Agent<'a> {
         if let Some(stop) = self.stop_reason() {
             return Ok(TurnOutcome::Stopped(stop));
         }
+        let request_tools = bash_tools();
         let request = ChatRequest {
             messages: self.messages.clone(),
-            tools: bash_tools(),
+            tools: request_tools.clone(),
             sampling: self.sampling.clone(),
         };
         let t0 = Instant::now();
@@ -233,7 +234,7 @@ impl<'a> Agent<'a> {
         self.stats.usage.prompt_tokens += completion.usage.prompt_tokens;
         self.stats.usage.completion_tokens += completion.usage.completion_tokens;
 
-        let parsed = parse_response(&completion, self.stats.turns);
+        let parsed = parse_response(&completion, self.stats.turns, &request_tools);
         let assistant = ChatMessage {
             role: Role::Assistant,
             content: parsed.content,

@@ -1,1 +1,3 @@
 //! Episode layer: the Test episode, the Repair controller and the paper's rewards.
+
+pub mod rewards;
