@@ -1,0 +1,421 @@
+//! One task instance: the SWE-bench schema plus this project's extensions (`repo_path`,
+//! `environment_setup`, `test_cmd`, `runner`, `image`, `candidates`), parsed field by field so
+//! that every unknown or malformed field is reported with the instance and field name.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::error::TaskError;
+use super::git;
+
+/// How the repository's tests are run and their output parsed.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Runner {
+    /// `python -m pytest -rA <node ids>`; ids `tests/test_x.py::test_y`.
+    Pytest,
+    /// Django-style `tests/runtests.py --verbosity 2 <labels>`; ids `test_name (module.Class)`.
+    Django,
+    /// sympy `bin/test -C --verbose`; ids are bare test function names.
+    Sympy,
+}
+
+impl Runner {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runner::Pytest => "pytest",
+            Runner::Django => "django",
+            Runner::Sympy => "sympy",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Runner> {
+        match s {
+            "pytest" => Some(Runner::Pytest),
+            "django" => Some(Runner::Django),
+            "sympy" => Some(Runner::Sympy),
+            _ => None,
+        }
+    }
+
+    /// The official grading command prefix used when a task gives no `test_cmd`.
+    pub fn default_test_cmd(self) -> &'static str {
+        match self {
+            Runner::Pytest => "python -m pytest -rA",
+            Runner::Django => {
+                "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1"
+            }
+            Runner::Sympy => "bin/test -C --verbose",
+        }
+    }
+}
+
+/// A labelled candidate patch: `resolved` says whether official grading resolves it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Candidate {
+    pub patch: String,
+    pub resolved: bool,
+}
+
+/// Shell commands run once per environment inside the sandbox at the workspace path, with
+/// network; the result is cached under `cache_key` (tests later run without network).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvironmentSetup {
+    pub commands: Vec<String>,
+    pub cache_key: String,
+}
+
+/// A task instance (SWE-bench fields + extensions). Serialises back to the same JSON schema.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TaskInstance {
+    pub instance_id: String,
+    pub repo: String,
+    pub base_commit: String,
+    /// Gold patch (hidden from agents).
+    pub patch: String,
+    /// Official test patch (hidden from agents).
+    pub test_patch: String,
+    pub problem_statement: String,
+    pub hints_text: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(rename = "FAIL_TO_PASS")]
+    pub fail_to_pass: Vec<String>,
+    #[serde(rename = "PASS_TO_PASS")]
+    pub pass_to_pass: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment_setup_commit: Option<String>,
+    /// SWE-bench Verified difficulty bucket, kept as given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub difficulty: Option<String>,
+    /// Local git repository (bare or not) holding `base_commit`; relative paths in a task file
+    /// are resolved against the file's directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repo_path: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment_setup: Option<EnvironmentSetup>,
+    pub test_cmd: String,
+    pub runner: Runner,
+    pub image: String,
+    pub candidates: Vec<Candidate>,
+}
+
+/// Every field a task record may carry; anything else is an error.
+pub const KNOWN_FIELDS: &[&str] = &[
+    "instance_id",
+    "repo",
+    "base_commit",
+    "patch",
+    "test_patch",
+    "problem_statement",
+    "hints_text",
+    "created_at",
+    "version",
+    "FAIL_TO_PASS",
+    "PASS_TO_PASS",
+    "environment_setup_commit",
+    "difficulty",
+    "repo_path",
+    "environment_setup",
+    "test_cmd",
+    "runner",
+    "image",
+    "candidates",
+];
+
+/// The SWE-bench image name rule: `swebench/sweb.eval.x86_64.<id, "__" → "_1776_">:latest`
+/// (lower-cased, as Docker requires).
+pub fn default_image(instance_id: &str) -> String {
+    format!(
+        "swebench/sweb.eval.x86_64.{}:latest",
+        instance_id.to_lowercase().replace("__", "_1776_")
+    )
+}
+
+impl TaskInstance {
+    /// Parse one record. `base_dir` resolves a relative `repo_path` (the task file's directory).
+    pub fn from_json(value: Value, base_dir: Option<&Path>) -> Result<TaskInstance, TaskError> {
+        let Value::Object(obj) = value else {
+            return Err(TaskError::field(
+                "<unknown>",
+                "<record>",
+                "expected a JSON object",
+            ));
+        };
+        let id = match obj.get("instance_id") {
+            Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+            Some(Value::String(_)) => {
+                return Err(TaskError::field(
+                    "<unknown>",
+                    "instance_id",
+                    "must not be empty",
+                ))
+            }
+            Some(other) => {
+                return Err(TaskError::field(
+                    "<unknown>",
+                    "instance_id",
+                    format!("expected a string, got {}", kind(other)),
+                ))
+            }
+            None => return Err(TaskError::field("<unknown>", "instance_id", "missing")),
+        };
+        if let Some(unknown) = obj.keys().find(|k| !KNOWN_FIELDS.contains(&k.as_str())) {
+            return Err(TaskError::field(
+                &id,
+                unknown,
+                format!("unknown field (known fields: {})", KNOWN_FIELDS.join(", ")),
+            ));
+        }
+        let f = Fields { id: &id, obj: &obj };
+        let repo = f.required_string("repo")?;
+        let base_commit = f.required_string("base_commit")?;
+        if base_commit.len() < 7 || !base_commit.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(TaskError::field(
+                &id,
+                "base_commit",
+                "expected a hexadecimal commit id",
+            ));
+        }
+        let repo_path = f.optional_string("repo_path")?.map(|p| {
+            let p = PathBuf::from(p);
+            match base_dir {
+                Some(dir) if p.is_relative() => dir.join(p),
+                _ => p,
+            }
+        });
+        let runner = match f.optional_string("runner")? {
+            Some(s) => Runner::parse(&s).ok_or_else(|| {
+                TaskError::field(
+                    &id,
+                    "runner",
+                    format!("`{s}` is not one of pytest, django, sympy"),
+                )
+            })?,
+            None => infer_runner(&repo, repo_path.as_deref(), &base_commit),
+        };
+        let test_cmd = match f.optional_string("test_cmd")? {
+            Some(cmd) if cmd.trim().is_empty() => {
+                return Err(TaskError::field(&id, "test_cmd", "must not be empty"))
+            }
+            Some(cmd) => cmd,
+            None => runner.default_test_cmd().to_string(),
+        };
+        let image = f
+            .optional_string("image")?
+            .unwrap_or_else(|| default_image(&id));
+        Ok(TaskInstance {
+            repo,
+            base_commit,
+            patch: f.required_string("patch")?,
+            test_patch: f.required_string("test_patch")?,
+            problem_statement: f.required_string("problem_statement")?,
+            hints_text: f.optional_string("hints_text")?.unwrap_or_default(),
+            created_at: f.optional_string("created_at")?,
+            version: f.optional_string_or_number("version")?,
+            fail_to_pass: f.test_list("FAIL_TO_PASS")?,
+            pass_to_pass: f.test_list("PASS_TO_PASS")?,
+            environment_setup_commit: f.optional_string("environment_setup_commit")?,
+            difficulty: f.optional_string("difficulty")?,
+            repo_path,
+            environment_setup: f.environment_setup()?,
+            test_cmd,
+            runner,
+            image,
+            candidates: f.candidates()?,
+            instance_id: id,
+        })
+    }
+
+    /// The record as SWE-bench-style JSON (the same schema [`TaskInstance::from_json`] reads).
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).expect("TaskInstance serialises to JSON")
+    }
+}
+
+/// Runner inference: Django-style if the repository has `tests/runtests.py` at Base or is
+/// django/django, sympy for sympy/sympy, pytest otherwise.
+fn infer_runner(repo: &str, repo_path: Option<&Path>, base_commit: &str) -> Runner {
+    if repo.eq_ignore_ascii_case("django/django") {
+        return Runner::Django;
+    }
+    if repo.eq_ignore_ascii_case("sympy/sympy") {
+        return Runner::Sympy;
+    }
+    if let Some(path) = repo_path {
+        let spec = format!("{base_commit}:tests/runtests.py");
+        if git::succeeds(path, &["cat-file", "-e", &spec]) {
+            return Runner::Django;
+        }
+    }
+    Runner::Pytest
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Field accessors that turn every type error into a [`TaskError::Field`].
+struct Fields<'a> {
+    id: &'a str,
+    obj: &'a Map<String, Value>,
+}
+
+impl Fields<'_> {
+    fn err(&self, field: &str, message: impl Into<String>) -> TaskError {
+        TaskError::field(self.id, field, message)
+    }
+
+    fn required_string(&self, field: &str) -> Result<String, TaskError> {
+        self.optional_string(field)?
+            .ok_or_else(|| self.err(field, "missing"))
+    }
+
+    /// Absent or null → None.
+    fn optional_string(&self, field: &str) -> Result<Option<String>, TaskError> {
+        match self.obj.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(self.err(field, format!("expected a string, got {}", kind(other)))),
+        }
+    }
+
+    fn optional_string_or_number(&self, field: &str) -> Result<Option<String>, TaskError> {
+        match self.obj.get(field) {
+            Some(Value::Number(n)) => Ok(Some(n.to_string())),
+            _ => self.optional_string(field),
+        }
+    }
+
+    /// A list of test ids, given as a JSON list or as a JSON-encoded string of a list.
+    fn test_list(&self, field: &str) -> Result<Vec<String>, TaskError> {
+        let value = match self.obj.get(field) {
+            None => return Err(self.err(field, "missing")),
+            Some(Value::String(s)) => serde_json::from_str::<Value>(s).map_err(|e| {
+                self.err(
+                    field,
+                    format!("string is not a JSON-encoded list of test ids: {e}"),
+                )
+            })?,
+            Some(v) => v.clone(),
+        };
+        let Value::Array(items) = value else {
+            return Err(self.err(
+                field,
+                format!("expected a list of test ids, got {}", kind(&value)),
+            ));
+        };
+        items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Value::String(s) if !s.trim().is_empty() => Ok(s),
+                Value::String(_) => Err(self.err(field, format!("entry {i} is empty"))),
+                other => Err(self.err(
+                    field,
+                    format!("entry {i}: expected a string, got {}", kind(&other)),
+                )),
+            })
+            .collect()
+    }
+
+    fn environment_setup(&self) -> Result<Option<EnvironmentSetup>, TaskError> {
+        const FIELD: &str = "environment_setup";
+        let obj = match self.obj.get(FIELD) {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Object(o)) => o,
+            Some(other) => {
+                return Err(self.err(FIELD, format!("expected an object, got {}", kind(other))))
+            }
+        };
+        if let Some(k) = obj.keys().find(|k| *k != "commands" && *k != "cache_key") {
+            return Err(self.err(
+                &format!("{FIELD}.{k}"),
+                "unknown field (known: commands, cache_key)",
+            ));
+        }
+        let commands: Vec<String> = match obj.get("commands") {
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::String(s) => Ok(s.clone()),
+                    other => Err(self.err(
+                        &format!("{FIELD}.commands"),
+                        format!("entry {i}: expected a string, got {}", kind(other)),
+                    )),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(other) => {
+                return Err(self.err(
+                    &format!("{FIELD}.commands"),
+                    format!("expected a list, got {}", kind(other)),
+                ))
+            }
+            None => return Err(self.err(&format!("{FIELD}.commands"), "missing")),
+        };
+        let cache_key = match obj.get("cache_key") {
+            Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+            Some(Value::String(_)) => {
+                return Err(self.err(&format!("{FIELD}.cache_key"), "must not be empty"))
+            }
+            Some(other) => {
+                return Err(self.err(
+                    &format!("{FIELD}.cache_key"),
+                    format!("expected a string, got {}", kind(other)),
+                ))
+            }
+            // Default key: the repository and the exact commands.
+            None => {
+                use sha2::{Digest, Sha256};
+                let mut h = Sha256::new();
+                h.update(
+                    self.obj
+                        .get("repo")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .as_bytes(),
+                );
+                for c in &commands {
+                    h.update([0u8]);
+                    h.update(c.as_bytes());
+                }
+                hex::encode(&h.finalize()[..8])
+            }
+        };
+        Ok(Some(EnvironmentSetup {
+            commands,
+            cache_key,
+        }))
+    }
+
+    fn candidates(&self) -> Result<Vec<Candidate>, TaskError> {
+        match self.obj.get("candidates") {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    Candidate::deserialize(v)
+                        .map_err(|e| self.err(&format!("candidates[{i}]"), e.to_string()))
+                })
+                .collect(),
+            Some(other) => Err(self.err(
+                "candidates",
+                format!("expected a list, got {}", kind(other)),
+            )),
+        }
+    }
+}

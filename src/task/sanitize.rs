@@ -1,0 +1,307 @@
+//! History sanitisation for the Test agent (harness-semantics §8): the workspace must not reach
+//! the fix. Remove remotes and every ref but HEAD's branch, expire the reflog, prune; then verify
+//! the post-conditions and record them in a [`SanitizationStatus`] that is persisted per run.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::error::TaskError;
+use super::git;
+
+/// What sanitisation left behind, checked after the fact. `verified` is true only when every
+/// post-condition holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SanitizationStatus {
+    /// HEAD's branch (the only ref allowed to remain).
+    pub branch: String,
+    /// Commit HEAD resolves to (must be the task's Base).
+    pub head: String,
+    pub head_is_base: bool,
+    /// Remotes left (must be none).
+    pub remotes: Vec<String>,
+    /// Refs left (must be exactly `refs/heads/<branch>`).
+    pub refs: Vec<String>,
+    /// Reflog entries left (must be 0).
+    pub reflog_entries: usize,
+    /// Objects `git fsck --unreachable --no-reflogs` reports (must be 0).
+    pub unreachable_objects: usize,
+    /// Commit objects in the store vs reachable from HEAD (must be equal).
+    pub commits_in_store: usize,
+    pub commits_reachable: usize,
+    /// Whether `objects/info/alternates` borrows objects from another store (must be false).
+    pub alternates: bool,
+    /// Post-gold file versions that were looked up in the store.
+    pub gold_blobs_checked: usize,
+    /// Files whose gold (fixed) version is still present in the store (must be empty).
+    pub gold_reachable: Vec<String>,
+    /// Whether the gold patch could be checked at all (false → not verified).
+    pub gold_checked: bool,
+    pub verified: bool,
+}
+
+impl SanitizationStatus {
+    /// The post-conditions that do not hold, as readable sentences.
+    pub fn failures(&self) -> Vec<String> {
+        let mut f = Vec::new();
+        if !self.head_is_base {
+            f.push(format!("HEAD is {} and not the Base commit", self.head));
+        }
+        if !self.remotes.is_empty() {
+            f.push(format!("remotes left: {}", self.remotes.join(", ")));
+        }
+        if self.refs != [format!("refs/heads/{}", self.branch)] {
+            f.push(format!(
+                "refs other than HEAD's branch left: {}",
+                self.refs.join(", ")
+            ));
+        }
+        if self.reflog_entries != 0 {
+            f.push(format!("{} reflog entries left", self.reflog_entries));
+        }
+        if self.unreachable_objects != 0 {
+            f.push(format!(
+                "{} unreachable objects left",
+                self.unreachable_objects
+            ));
+        }
+        if self.commits_in_store != self.commits_reachable {
+            f.push(format!(
+                "{} commits in the store but {} reachable from HEAD",
+                self.commits_in_store, self.commits_reachable
+            ));
+        }
+        if self.alternates {
+            f.push("the object store borrows from alternates".into());
+        }
+        if !self.gold_checked {
+            f.push(
+                "the gold patch does not apply at Base, so its absence could not be checked".into(),
+            );
+        }
+        if !self.gold_reachable.is_empty() {
+            f.push(format!(
+                "the fixed version of {} is in the store",
+                self.gold_reachable.join(", ")
+            ));
+        }
+        f
+    }
+}
+
+/// Sanitise the repository at `repo` (HEAD already at `base_commit` on its branch) and verify.
+/// `gold_patch` (may be empty) is the fix whose post-image must not be reachable.
+pub fn sanitize(
+    repo: &Path,
+    base_commit: &str,
+    gold_patch: &str,
+) -> Result<SanitizationStatus, TaskError> {
+    let branch = git::run(repo, &["symbolic-ref", "--short", "HEAD"])?;
+    // Record the gold post-image blob ids first: `apply --cached` writes them as loose objects
+    // into the store, and the prune below must delete them again (checked afterwards).
+    let gold = gold_blobs(repo, gold_patch)?;
+
+    for remote in git::run(repo, &["remote"])?
+        .lines()
+        .filter(|l| !l.is_empty())
+    {
+        git::run(repo, &["remote", "remove", remote])?;
+    }
+    let keep = format!("refs/heads/{branch}");
+    for r in git::run(repo, &["for-each-ref", "--format=%(refname)"])?.lines() {
+        if !r.is_empty() && r != keep {
+            git::run(repo, &["update-ref", "--no-deref", "-d", r])?;
+        }
+    }
+    let git_dir = std::path::PathBuf::from(git::run(repo, &["rev-parse", "--absolute-git-dir"])?);
+    for f in [
+        "ORIG_HEAD",
+        "FETCH_HEAD",
+        "MERGE_HEAD",
+        "CHERRY_PICK_HEAD",
+        "REVERT_HEAD",
+        "objects/info/alternates",
+    ] {
+        let p = git_dir.join(f);
+        if p.exists() {
+            std::fs::remove_file(&p).map_err(|e| TaskError::io(&p, e))?;
+        }
+    }
+    git::run(repo, &["worktree", "prune"])?;
+    git::run(
+        repo,
+        &[
+            "reflog",
+            "expire",
+            "--expire=now",
+            "--expire-unreachable=now",
+            "--all",
+        ],
+    )?;
+    git::run(
+        repo,
+        &["-c", "gc.cruftPacks=false", "gc", "--prune=now", "--quiet"],
+    )?;
+
+    verify(repo, &git_dir, &branch, base_commit, gold)
+}
+
+fn verify(
+    repo: &Path,
+    git_dir: &Path,
+    branch: &str,
+    base_commit: &str,
+    gold: Option<Vec<(String, String)>>,
+) -> Result<SanitizationStatus, TaskError> {
+    let head = git::run(repo, &["rev-parse", "HEAD"])?;
+    let base =
+        git::run(repo, &["rev-parse", &format!("{base_commit}^{{commit}}")]).unwrap_or_default();
+    let remotes: Vec<String> = lines(&git::run(repo, &["remote"])?);
+    let refs = lines(&git::run(repo, &["for-each-ref", "--format=%(refname)"])?);
+    let reflog_entries = count_reflog_entries(&git_dir.join("logs"))?;
+    let fsck = git::run(
+        repo,
+        &["fsck", "--unreachable", "--no-reflogs", "--no-progress"],
+    )?;
+    let unreachable_objects = fsck
+        .lines()
+        .filter(|l| l.starts_with("unreachable "))
+        .count();
+    let all = git::run(
+        repo,
+        &[
+            "cat-file",
+            "--batch-all-objects",
+            "--batch-check=%(objecttype)",
+        ],
+    )?;
+    let commits_in_store = all.lines().filter(|l| *l == "commit").count();
+    let commits_reachable: usize = git::run(repo, &["rev-list", "--count", "HEAD"])?
+        .parse()
+        .unwrap_or(0);
+    let alternates = git_dir.join("objects/info/alternates").exists();
+
+    let (gold_checked, gold_blobs_checked, gold_reachable) = match gold {
+        None => (false, 0, Vec::new()),
+        Some(blobs) => {
+            let reachable: Vec<String> = blobs
+                .iter()
+                .filter(|(_, blob)| git::succeeds(repo, &["cat-file", "-e", blob]))
+                .map(|(path, _)| path.clone())
+                .collect();
+            (true, blobs.len(), reachable)
+        }
+    };
+    let mut status = SanitizationStatus {
+        branch: branch.to_string(),
+        head_is_base: !base.is_empty() && head == base,
+        head,
+        remotes,
+        refs,
+        reflog_entries,
+        unreachable_objects,
+        commits_in_store,
+        commits_reachable,
+        alternates,
+        gold_blobs_checked,
+        gold_reachable,
+        gold_checked,
+        verified: false,
+    };
+    status.verified = status.failures().is_empty();
+    Ok(status)
+}
+
+/// (path, blob id) of every file version the gold patch creates that Base's tree does not already
+/// hold. `None` when the patch does not apply at HEAD. Empty patch → nothing to check.
+fn gold_blobs(repo: &Path, gold_patch: &str) -> Result<Option<Vec<(String, String)>>, TaskError> {
+    if gold_patch.trim().is_empty() {
+        return Ok(Some(Vec::new()));
+    }
+    let scratch = tempfile::tempdir().map_err(|e| TaskError::io(std::env::temp_dir(), e))?;
+    let index = scratch.path().join("index");
+    let with_index = |args: &[&str], input: Option<&[u8]>| -> Result<String, TaskError> {
+        let mut cmd = git::command(repo);
+        cmd.env("GIT_INDEX_FILE", &index).args(args);
+        match input {
+            None => {
+                let out = git::output(cmd, repo)?;
+                Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+            }
+            Some(bytes) => {
+                let patch = scratch.path().join("gold.patch");
+                std::fs::write(&patch, bytes).map_err(|e| TaskError::io(&patch, e))?;
+                cmd.arg(&patch);
+                let out = git::output(cmd, repo)?;
+                Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+            }
+        }
+    };
+    with_index(&["read-tree", "HEAD"], None)?;
+    // Patches stored without their final newline are common; git apply rejects them as corrupt.
+    let mut patch = gold_patch.to_string();
+    if !patch.ends_with('\n') {
+        patch.push('\n');
+    }
+    if with_index(
+        &["apply", "--cached", "--whitespace=nowarn"],
+        Some(patch.as_bytes()),
+    )
+    .is_err()
+    {
+        return Ok(None);
+    }
+    let base_blobs: HashSet<String> =
+        git::run(repo, &["ls-tree", "-r", "--format=%(objectname)", "HEAD"])?
+            .lines()
+            .map(str::to_string)
+            .collect();
+    // `:old_mode new_mode old_sha new_sha status\tpath`
+    let raw = with_index(
+        &[
+            "diff-index",
+            "--cached",
+            "--no-renames",
+            "--abbrev=40",
+            "HEAD",
+        ],
+        None,
+    )?;
+    let mut blobs = Vec::new();
+    for line in raw.lines() {
+        let Some((meta, path)) = line.split_once('\t') else {
+            continue;
+        };
+        let fields: Vec<&str> = meta.split_whitespace().collect();
+        if let Some(new) = fields.get(3) {
+            if !new.chars().all(|c| c == '0') && !base_blobs.contains(*new) {
+                blobs.push((path.to_string(), new.to_string()));
+            }
+        }
+    }
+    Ok(Some(blobs))
+}
+
+fn lines(s: &str) -> Vec<String> {
+    s.lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn count_reflog_entries(logs: &Path) -> Result<usize, TaskError> {
+    if !logs.exists() {
+        return Ok(0);
+    }
+    let mut n = 0;
+    for entry in walkdir::WalkDir::new(logs) {
+        let entry = entry.map_err(|e| TaskError::io(logs, e.into()))?;
+        if entry.file_type().is_file() {
+            let text = std::fs::read_to_string(entry.path())
+                .map_err(|e| TaskError::io(entry.path(), e))?;
+            n += text.lines().filter(|l| !l.trim().is_empty()).count();
+        }
+    }
+    Ok(n)
+}
