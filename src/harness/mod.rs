@@ -9,3 +9,10 @@ pub mod sandbox;
 
 pub use error::HarnessError;
 pub use sandbox::{ExecOutput, Purpose, Sandbox, SandboxConfig, SandboxKind, SandboxLimits};
+pub mod bundle;
+pub mod diff;
+pub mod selector;
+pub mod validate;
+
+pub use bundle::{Bundle, BundleError, FrozenBundle, TestContract};
+pub use validate::{Rejection, RejectionKind, TestPlan};
