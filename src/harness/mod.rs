@@ -16,3 +16,17 @@ pub mod validate;
 
 pub use bundle::{Bundle, BundleError, FrozenBundle, TestContract};
 pub use validate::{Rejection, RejectionKind, TestPlan};
+pub mod classify;
+pub mod execute;
+pub mod feedback;
+pub mod gate;
+pub mod grade;
+pub mod logparse;
+
+pub use classify::{BaseCategory, FailureKind, GateStatus};
+pub use gate::{
+    audit, balanced_accuracy, check_candidate, check_candidate_in, export_source_diff,
+    open_sandbox, open_sandbox_with, qualify, AuditRecord, GateVerdict, Qualification,
+};
+pub use grade::{grade, load_predictions, GradeResult, Prediction};
+pub use logparse::TestStatus;
