@@ -40,7 +40,7 @@ CONTRACT = {
     "issue_evidence": ["issue: is_number('-40'), is_number('1250.75') and is_number('1e3') all return False; they should count as numbers"],
     "alternative_hypotheses": ["only the table alignment should change, not is_number: rejected, the issue names is_number directly"],
     "non_assertions": ["the exact rendered table layout", "behaviour for malformed strings such as '1.2.3'"],
-    "test_nodes": [NODE],
+    "test_nodes": [f"tests/test_cells.py::{NODE}"],
 }
 
 
