@@ -13,3 +13,5 @@ pub use instance::{default_image, Candidate, EnvironmentSetup, Runner, TaskInsta
 pub use load::{find_task, load_tasks, parse_tasks, write_tasks};
 pub use sanitize::SanitizationStatus;
 pub use workspace::{materialize, Workspace};
+pub mod suite;
+pub use suite::{bundled_suite, pypi_suite};

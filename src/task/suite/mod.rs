@@ -1,0 +1,128 @@
+//! Task suites shipped with execcritic. The bundled default suite (three small Python projects
+//! written for this repository, embedded in the binary) and the PyPI suite (a published sdist,
+//! fetched at set-up by `scripts/fetch-pypi-suite.sh`, with bug-introducing patches written here)
+//! are built into git repositories under the cache directory on first use.
+
+pub mod builder;
+pub mod cache;
+pub mod spec;
+
+use std::path::{Path, PathBuf};
+
+use include_dir::{include_dir, Dir};
+use sha2::{Digest, Sha256};
+
+use crate::task::error::TaskError;
+
+pub use builder::build_suite;
+pub use cache::cache_dir;
+
+static BUNDLED: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/tests/fixtures/suites/bundled");
+static PYPI: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/tests/fixtures/suites/pypi");
+
+/// The bundled default suite: builds (once) and returns the path of its `tasks.jsonl`.
+pub fn bundled_suite() -> Result<PathBuf, TaskError> {
+    bundled_suite_in(&cache_dir())
+}
+
+/// [`bundled_suite`] with an explicit cache directory.
+pub fn bundled_suite_in(cache: &Path) -> Result<PathBuf, TaskError> {
+    let mut hash = cache::ContentHash::new("bundled");
+    for (path, bytes) in embedded_files(&BUNDLED) {
+        hash.add(&path, bytes);
+    }
+    let key = format!("bundled-{}", hash.hex16());
+    cache::get_or_build(&cache.join("suites"), &key, |out| {
+        let spec = extract(&BUNDLED)?;
+        build_suite(spec.path(), None, out)
+    })
+}
+
+/// Where `scripts/fetch-pypi-suite.sh` puts sdists (`<name>-<version>.tar.gz`) and their
+/// unpacked trees (`<name>-<version>/`).
+pub fn pypi_source_dir(cache: &Path) -> PathBuf {
+    cache.join("pypi")
+}
+
+/// The PyPI suite: needs its pinned sdist fetched (and sha256-verified) by
+/// `scripts/fetch-pypi-suite.sh`; otherwise [`TaskError::SuiteNotFetched`].
+pub fn pypi_suite() -> Result<PathBuf, TaskError> {
+    pypi_suite_in(&cache_dir())
+}
+
+/// [`pypi_suite`] with an explicit cache directory.
+pub fn pypi_suite_in(cache: &Path) -> Result<PathBuf, TaskError> {
+    let spec = extract(&PYPI)?;
+    let suite: spec::SuiteSpec = spec::read_toml("pypi", &spec.path().join("suite.toml"))?;
+    let sources = pypi_source_dir(cache);
+    let mut hash = cache::ContentHash::new(&suite.name);
+    for (path, bytes) in embedded_files(&PYPI) {
+        hash.add(&path, bytes);
+    }
+    for project in &suite.projects {
+        let p: spec::ProjectSpec =
+            spec::read_toml(&suite.name, &spec.path().join(project).join("project.toml"))?;
+        let Some(up) = p.upstream else { continue };
+        let stem = format!("{}-{}", up.name, up.version);
+        let not_fetched = |why: String| TaskError::SuiteNotFetched {
+            suite: suite.name.clone(),
+            message: format!(
+                "{why}; run scripts/fetch-pypi-suite.sh (EXECCRITIC_CACHE={})",
+                cache.display()
+            ),
+        };
+        let archive = sources.join(format!("{stem}.tar.gz"));
+        let bytes = std::fs::read(&archive)
+            .map_err(|_| not_fetched(format!("{} is missing", archive.display())))?;
+        let digest = hex::encode(Sha256::digest(&bytes));
+        if !digest.eq_ignore_ascii_case(&up.sha256) {
+            return Err(TaskError::Suite {
+                suite: suite.name.clone(),
+                message: format!(
+                    "{} has sha256 {digest}, expected {}",
+                    archive.display(),
+                    up.sha256
+                ),
+            });
+        }
+        let tree = sources.join(&stem);
+        if !tree.is_dir() {
+            return Err(not_fetched(format!("{} is not unpacked", tree.display())));
+        }
+        hash.add(&stem, digest.as_bytes());
+        hash.add_tree(&tree)?;
+    }
+    let key = format!("{}-{}", suite.name, hash.hex16());
+    cache::get_or_build(&cache.join("suites"), &key, |out| {
+        build_suite(spec.path(), Some(&sources), out)
+    })
+}
+
+/// Every embedded file as (relative path, bytes), in a stable order.
+fn embedded_files(dir: &'static Dir<'static>) -> Vec<(String, &'static [u8])> {
+    fn walk(dir: &'static Dir<'static>, out: &mut Vec<(String, &'static [u8])>) {
+        for f in dir.files() {
+            out.push((f.path().to_string_lossy().into_owned(), f.contents()));
+        }
+        for d in dir.dirs() {
+            walk(d, out);
+        }
+    }
+    let mut files = Vec::new();
+    walk(dir, &mut files);
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    files
+}
+
+/// Write an embedded suite spec to a temporary directory.
+fn extract(dir: &'static Dir<'static>) -> Result<tempfile::TempDir, TaskError> {
+    let tmp = tempfile::tempdir().map_err(|e| TaskError::io(std::env::temp_dir(), e))?;
+    for (path, bytes) in embedded_files(dir) {
+        let dest = tmp.path().join(&path);
+        if let Some(parent) = dest.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| TaskError::io(parent, e))?;
+        }
+        std::fs::write(&dest, bytes).map_err(|e| TaskError::io(&dest, e))?;
+    }
+    Ok(tmp)
+}

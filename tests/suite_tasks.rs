@@ -1,0 +1,303 @@
+//! Verification of the bundled task suites without the harness: for every task, in a clone at
+//! Base, run the project's test runner directly (pytest, or the Django-style
+//! `tests/runtests.py`) on
+//! - Base + official tests: every FAIL_TO_PASS test fails, every PASS_TO_PASS test passes;
+//! - Base + gold + official tests: all pass;
+//! - Base + each labelled candidate + official tests: all pass iff the candidate is `resolved`.
+//!
+//! Needs `python3` with pytest on the host (`scripts/ci-deps-suite.sh`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use execcritic::task::suite::{bundled_suite_in, pypi_suite_in};
+use execcritic::task::{load_tasks, materialize, Runner, TaskError, TaskInstance};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Passed,
+    Failed,
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?} in {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn apply(dir: &Path, patch: &str, what: &str) {
+    let file = dir.join(format!(".{what}.patch"));
+    std::fs::write(&file, patch).unwrap();
+    let out = Command::new("git")
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .args(["apply", "--whitespace=nowarn"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    std::fs::remove_file(&file).unwrap();
+    assert!(
+        out.status.success(),
+        "{what} does not apply: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn reset(dir: &Path) {
+    git(dir, &["checkout", "--quiet", "--force", "HEAD"]);
+    git(dir, &["clean", "--quiet", "-fdx"]);
+}
+
+/// Django-style id `test_name (module.Class)` → runner label `module.Class.test_name`.
+fn django_label(id: &str) -> String {
+    let (name, rest) = id.split_once(" (").expect("django-style test id");
+    format!("{}.{name}", rest.trim_end_matches(')'))
+}
+
+/// Run the given tests with the task's runner; statuses of the ids that were reported.
+fn run_tests(task: &TaskInstance, dir: &Path, ids: &[String]) -> BTreeMap<String, Outcome> {
+    let mut cmd;
+    match task.runner {
+        Runner::Pytest => {
+            cmd = Command::new("python3");
+            cmd.args(["-m", "pytest", "-rA", "-p", "no:cacheprovider"])
+                .args(ids);
+        }
+        Runner::Django => {
+            cmd = Command::new("python3");
+            cmd.args(["tests/runtests.py", "--verbosity", "2"])
+                .args(ids.iter().map(|i| django_label(i)));
+        }
+        Runner::Sympy => panic!("no sympy-runner task in the bundled suites"),
+    }
+    let out = cmd
+        .current_dir(dir)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("python3 runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut statuses = BTreeMap::new();
+    for line in text.lines() {
+        match task.runner {
+            Runner::Pytest => {
+                for (prefix, outcome) in [
+                    ("PASSED ", Outcome::Passed),
+                    ("FAILED ", Outcome::Failed),
+                    ("ERROR ", Outcome::Failed),
+                ] {
+                    if let Some(rest) = line.strip_prefix(prefix) {
+                        let id = rest.split(" - ").next().unwrap().trim();
+                        statuses.insert(id.to_string(), outcome);
+                    }
+                }
+            }
+            Runner::Django => {
+                if let Some((id, status)) = line.split_once(" ... ") {
+                    let outcome = if status.trim() == "ok" {
+                        Outcome::Passed
+                    } else {
+                        Outcome::Failed
+                    };
+                    statuses.insert(id.trim().to_string(), outcome);
+                }
+            }
+            Runner::Sympy => unreachable!(),
+        }
+    }
+    statuses
+}
+
+/// Whether every listed test passed.
+fn all_pass(statuses: &BTreeMap<String, Outcome>, ids: &[String]) -> bool {
+    ids.iter()
+        .all(|id| statuses.get(id) == Some(&Outcome::Passed))
+}
+
+fn verify_task(task: &TaskInstance, scratch: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    let dir = scratch.join(&task.instance_id);
+    materialize(task, &dir, false).unwrap();
+    let ids: Vec<String> = task
+        .fail_to_pass
+        .iter()
+        .chain(&task.pass_to_pass)
+        .cloned()
+        .collect();
+    let id = &task.instance_id;
+
+    apply(&dir, &task.test_patch, "test");
+    let base = run_tests(task, &dir, &ids);
+    for t in &task.fail_to_pass {
+        match base.get(t) {
+            Some(Outcome::Failed) => {}
+            other => problems.push(format!(
+                "{id}: F2P {t} on Base: {other:?} (expected a failure)"
+            )),
+        }
+    }
+    for t in &task.pass_to_pass {
+        if base.get(t) != Some(&Outcome::Passed) {
+            problems.push(format!("{id}: P2P {t} on Base: {:?}", base.get(t)));
+        }
+    }
+
+    reset(&dir);
+    apply(&dir, &task.patch, "gold");
+    apply(&dir, &task.test_patch, "test");
+    let gold = run_tests(task, &dir, &ids);
+    for t in &ids {
+        if gold.get(t) != Some(&Outcome::Passed) {
+            problems.push(format!("{id}: {t} with gold: {:?}", gold.get(t)));
+        }
+    }
+
+    for (i, c) in task.candidates.iter().enumerate() {
+        reset(&dir);
+        apply(&dir, &c.patch, "candidate");
+        apply(&dir, &task.test_patch, "test");
+        let got = all_pass(&run_tests(task, &dir, &ids), &ids);
+        if got != c.resolved {
+            problems.push(format!(
+                "{id}: candidate {i} resolves={got}, labelled resolved={}",
+                c.resolved
+            ));
+        }
+    }
+    problems
+}
+
+fn require_pytest() {
+    let ok = Command::new("python3")
+        .args(["-m", "pytest", "--version"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "python3 with pytest is required: run scripts/ci-deps-suite.sh"
+    );
+}
+
+fn verify_suite(tasks: &[TaskInstance]) {
+    require_pytest();
+    let scratch = tempfile::tempdir().unwrap();
+    let problems: Vec<String> = tasks
+        .iter()
+        .flat_map(|t| verify_task(t, scratch.path()))
+        .collect();
+    assert!(
+        problems.is_empty(),
+        "suite verification failed:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn bundled_suite_tasks_behave_as_recorded() {
+    let cache = tempfile::tempdir().unwrap();
+    let tasks = load_tasks(&bundled_suite_in(cache.path()).unwrap()).unwrap();
+    verify_suite(&tasks);
+    let projects: std::collections::BTreeSet<&str> =
+        tasks.iter().map(|t| t.repo.as_str()).collect();
+    assert!(tasks.len() >= 10, "{} tasks", tasks.len());
+    assert!(projects.len() >= 3, "{projects:?}");
+    assert!(tasks.iter().any(|t| t.runner == Runner::Django));
+    for t in &tasks {
+        assert!(
+            !t.fail_to_pass.is_empty() && !t.pass_to_pass.is_empty(),
+            "{}",
+            t.instance_id
+        );
+        assert!(
+            t.candidates.iter().filter(|c| !c.resolved).count() >= 2,
+            "{}",
+            t.instance_id
+        );
+    }
+}
+
+#[test]
+fn bundled_suite_is_deterministic_and_safe_to_build_concurrently() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let first = bundled_suite_in(a.path()).unwrap();
+    // Two concurrent first uses of the same cache directory.
+    let root = b.path().to_path_buf();
+    let handles: Vec<_> = (0..2)
+        .map(|_| {
+            let root = root.clone();
+            std::thread::spawn(move || bundled_suite_in(&root).unwrap())
+        })
+        .collect();
+    let paths: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(paths[0], paths[1]);
+    assert_eq!(
+        std::fs::read(&first).unwrap(),
+        std::fs::read(&paths[0]).unwrap()
+    );
+    // No build directories are left behind.
+    let leftovers: Vec<_> = std::fs::read_dir(b.path().join("suites"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+}
+
+#[test]
+fn sanitised_bundled_workspaces_hide_the_fix() {
+    let cache = tempfile::tempdir().unwrap();
+    let tasks = load_tasks(&bundled_suite_in(cache.path()).unwrap()).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    for t in &tasks {
+        let ws = materialize(t, &scratch.path().join(&t.instance_id), true).unwrap();
+        let status = ws.sanitization.unwrap();
+        assert!(
+            status.verified,
+            "{}: {:?}",
+            t.instance_id,
+            status.failures()
+        );
+        assert!(status.gold_blobs_checked > 0, "{}", t.instance_id);
+        // The upstream repository does contain later commits (the fixes): they are gone.
+        let upstream_commits = Command::new("git")
+            .args(["rev-list", "--count", "--all"])
+            .current_dir(t.repo_path.as_ref().unwrap())
+            .output()
+            .unwrap();
+        let upstream: usize = String::from_utf8_lossy(&upstream_commits.stdout)
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(upstream > status.commits_reachable, "{}", t.instance_id);
+    }
+}
+
+#[test]
+fn pypi_suite_tasks_behave_as_recorded() {
+    let cache = execcritic::task::suite::cache_dir();
+    let tasks_file = match pypi_suite_in(&cache) {
+        Ok(path) => path,
+        Err(TaskError::SuiteNotFetched { message, .. }) => {
+            eprintln!("SKIPPED pypi_suite_tasks_behave_as_recorded: {message}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let tasks = load_tasks(&tasks_file).unwrap();
+    assert!(tasks.len() >= 2);
+    verify_suite(&tasks);
+}
