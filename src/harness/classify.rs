@@ -222,7 +222,11 @@ pub fn base_category(r: &RunRecord, nodes: &[String]) -> BaseCategory {
         return EmptyOutput;
     }
     if n_fail == st.len() && r.rc.is_some_and(|c| c != 0) {
-        return AssertionFailureClean;
+        return if all_assertions(r, nodes) {
+            AssertionFailureClean
+        } else {
+            OtherFailure
+        };
     }
     if n_fail > 0 {
         return PartialPass;
@@ -244,6 +248,22 @@ fn is_assertion(reason: Option<&String>, out: &str) -> bool {
                 || out.contains("\nE   assert")
         }
     }
+}
+
+/// Every FAILED declared node failed on an assertion (not another exception).
+fn all_assertions(r: &RunRecord, nodes: &[String]) -> bool {
+    r.node_statuses(nodes)
+        .iter()
+        .filter(|(_, s)| *s == Some(TestStatus::Failed))
+        .all(|(n, _)| {
+            let reason = r
+                .parsed
+                .reasons
+                .iter()
+                .find(|(k, _)| *k == n || k.starts_with(n.as_str()))
+                .map(|(_, v)| v);
+            is_assertion(reason, &r.output)
+        })
 }
 
 /// Repair-gate failure kind of a run. A pass needs rc 0, every declared node PASSED (no

@@ -153,7 +153,9 @@ pub async fn run_tests(
 ) -> Result<RunRecord, HarnessError> {
     let nonce: u64 = rand::rng().random();
     let marker = format!("__EXECCRITIC_RC_{nonce:016x}__=");
-    let script = format!("{command}\necho \"\"; echo \"{marker}$?\"");
+    let script = format!(
+        "{command}\n__execcritic_rc=$?; printf '\\n%s%d\\n' '{marker}' \"$__execcritic_rc\""
+    );
     let out = sb.exec(&script, timeout).await?;
     let mut rc = None;
     let mut kept = Vec::new();

@@ -122,3 +122,53 @@ pub fn diff_against_base(changes: &[(&str, &str)]) -> String {
     git(&ws, &["add", "-A"]);
     git(&ws, &["diff", "--cached"]) + "\n"
 }
+
+pub const CONTRACT: &str = r#"{"entrypoint": "calc.add", "trigger": "add(2, 3)", "expected_output": "5",
+ "issue_evidence": ["add subtracts"], "alternative_hypotheses": ["none"], "non_assertions": ["sub unchanged"],
+ "test_nodes": ["tests/test_calc.py::test_add"]}"#;
+
+pub fn contract_with_nodes(nodes: &[&str]) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(CONTRACT).unwrap();
+    v["test_nodes"] = serde_json::json!(nodes);
+    v.to_string()
+}
+
+/// The official test file: adds `test_add`.
+pub fn official_test_file() -> String {
+    format!(
+        "{}\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+        TEST_BASE.replace("from calc import sub", "from calc import add, sub")
+    )
+}
+
+/// A tests/test_calc.py whose new test has `body` (indented 4) as its body.
+pub fn test_file_with(body: &str) -> String {
+    format!(
+        "{}\n\ndef test_add():\n{}\n",
+        TEST_BASE.replace("from calc import sub", "from calc import add, sub"),
+        body
+    )
+}
+
+pub const WRONG_PATCH: &str = "diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n+++ b/calc/__init__.py\n@@ -1,5 +1,5 @@\n def add(a, b):\n-    return a - b\n+    return a * b\n \n \n def sub(a, b):\n";
+
+/// The fixture as a task instance (gold fix, official test patch, labelled candidates).
+pub fn fixture_task() -> execcritic::task::TaskInstance {
+    let f = fixture();
+    let test_patch = diff_against_base(&[("tests/test_calc.py", &official_test_file())]);
+    let v = serde_json::json!({
+        "instance_id": "calc__calc-1",
+        "repo": "calc/calc",
+        "base_commit": f.base,
+        "patch": f.gold_patch,
+        "test_patch": test_patch,
+        "problem_statement": "add() subtracts instead of adding",
+        "FAIL_TO_PASS": ["tests/test_calc.py::test_add"],
+        "PASS_TO_PASS": ["tests/test_calc.py::test_sub"],
+        "repo_path": f.dir,
+        "runner": "pytest",
+        "test_cmd": "python3 -m pytest -rA -p no:cacheprovider",
+        "candidates": [{"patch": f.gold_patch, "resolved": true}, {"patch": WRONG_PATCH, "resolved": false}, {"patch": "", "resolved": false}],
+    });
+    execcritic::task::TaskInstance::from_json(v, None).expect("fixture task parses")
+}
