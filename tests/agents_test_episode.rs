@@ -39,7 +39,7 @@ async fn bundle_accepted_first_time() {
     assert_eq!(verdicts(&r.record), ["accepted"]);
     let b = r.bundle.expect("frozen bundle");
     assert_eq!(b.bundle.test_command, good_command(""));
-    assert!(b.bundle.test_patch.contains("def test_is_number_accepts_signed_strings(text):"));
+    assert!(b.bundle.test_patch.contains("def test_signed():"));
     assert_eq!(b.bundle.contract.test_nodes, vec![node("")]);
     assert_eq!(r.record.stats.turns, 3);
     assert_eq!(r.trajectory.events("submission").count(), 1);
@@ -160,7 +160,7 @@ async fn eight_concurrent_episodes_without_cross_talk() {
             // Each episode leaves a private marker and lists /tmp and the test file's new nodes.
             let mut turns = vec![call(&format!("echo {k} > /tmp/episode_{k} && ls /tmp | grep episode_"))];
             turns.extend(good_test_script(&suffix));
-            turns.insert(2, call("grep -c 'def test_is_number_accepts_signed_strings' tests/test_cells.py"));
+            turns.insert(2, call("grep -c 'def test_signed' tests/test_cells.py"));
             policy(&turns)
         })
         .collect();

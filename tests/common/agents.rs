@@ -34,7 +34,7 @@ pub fn policy(turns: &[String]) -> ScriptedPolicy {
 
 /// The test function's name.
 pub fn name(suffix: &str) -> String {
-    format!("test_is_number_accepts_signed_strings{suffix}")
+    format!("test_signed{suffix}")
 }
 
 /// Its exact node id (what the contract declares and the command selects).
@@ -45,7 +45,7 @@ pub fn node(suffix: &str) -> String {
 /// Append a regression test (failing on Base) named `node(suffix)`.
 pub fn add_test(suffix: &str) -> String {
     format!(
-        "cd /testbed && cat >> tests/test_cells.py <<'EOF'\n\n\n@pytest.mark.parametrize(\"text\", [\"-40\", \"1250.75\", \"1e3\"])\ndef {}(text):\n    assert is_number(text)\nEOF",
+        "cd /testbed && cat >> tests/test_cells.py <<'EOF'\n\n\ndef {}():\n    for text in [\"-40\", \"1250.75\", \"1e3\"]:\n        assert is_number(text), text\nEOF",
         name(suffix)
     )
 }
@@ -118,7 +118,7 @@ pub async fn bundle() -> &'static FrozenBundle {
         .get_or_init(|| async {
             let t = task(INSTANCE);
             let n = node("");
-            let patch = "diff --git a/tests/test_cells.py b/tests/test_cells.py\n--- a/tests/test_cells.py\n+++ b/tests/test_cells.py\n@@ -10,6 +10,11 @@ def test_is_number_accepts_ints_and_floats():\n     assert is_number(\" 7 \")\n \n \n+@pytest.mark.parametrize(\"text\", [\"-40\", \"1250.75\", \"1e3\"])\n+def test_is_number_accepts_signed_strings(text):\n+    assert is_number(text)\n+\n+\n def test_is_number_rejects_text_and_bools():\n     assert not is_number(\"abc\")\n     assert not is_number(\"\")\n";
+            let patch = "diff --git a/tests/test_cells.py b/tests/test_cells.py\n--- a/tests/test_cells.py\n+++ b/tests/test_cells.py\n@@ -10,6 +10,11 @@ def test_is_number_accepts_ints_and_floats():\n     assert is_number(\" 7 \")\n \n \n+def test_signed():\n+    for text in [\"-40\", \"1250.75\", \"1e3\"]:\n+        assert is_number(text), text\n+\n+\n def test_is_number_rejects_text_and_bools():\n     assert not is_number(\"abc\")\n     assert not is_number(\"\")\n";
             let b = Bundle::from_parts(patch, &good_command(""), &contract(&[&n])).expect("bundle parts");
             match harness::qualify(&t, &b, SandboxKind::Local).await.expect("qualify") {
                 Qualification::Accepted(f) => f,
