@@ -23,7 +23,7 @@ def call(cmd, thinking=None):
     return turn
 
 
-NODE = "test_signed_decimal_and_exponent_strings"
+NODE = "test_signed_numbers"
 TEST_ADD = f'''cd /testbed && cat >> tests/test_cells.py <<'EOF'
 
 
@@ -108,3 +108,19 @@ for name, turns in [("demo_test.jsonl", demo_test), ("demo_repair.jsonl", demo_r
         for t in turns:
             f.write(json.dumps(t) + "\n")
     print(f"wrote {OUT / name} ({len(turns)} turns)")
+
+# The revision-loop benchmark script: per episode, Round 0 submits the partial fix, then five
+# revision rounds each make a new (still failing) candidate and CHECK it; three episodes.
+bench = []
+for episode in range(3):
+    bench += [call(FIX_PARTIAL), call(EXPORT), call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat /tmp/fix.patch")]
+    for k in range(1, 6):
+        bench += [
+            call(f"cd /testbed && echo '# revision {k}' >> tablefmt/cells.py"),
+            call(EXPORT),
+            call("echo COMPLETE_TASK_AND_CHECK_CANDIDATE_PATCH && cat /tmp/fix.patch"),
+        ]
+with open(OUT / "bench_tablefmt1.jsonl", "w") as f:
+    for t in bench:
+        f.write(json.dumps(t) + "\n")
+print(f"wrote {OUT / 'bench_tablefmt1.jsonl'} ({len(bench)} turns)")

@@ -125,6 +125,9 @@ pub enum BenchCommand {
         revision_rounds: usize,
         #[arg(long, default_value_t = 40)]
         revision_turns: usize,
+        /// Use this bundle directory for every instance instead of the Oracle bundle.
+        #[arg(long)]
+        bundle: Option<PathBuf>,
         /// Write the per-round measurements as JSON here.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -182,7 +185,7 @@ pub fn gen_test(a: GenTestArgs) -> anyhow::Result<ExitCode> {
     }
     println!("{}", serde_json::to_string(&result.record.outcome)?);
     for s in &result.record.submissions {
-        println!("  submission {} (turn {}): {}", s.attempt, s.turn, serde_json::to_string(&s.verdict)?);
+        println!("  submission {} (turn {}): {}", s.attempt, s.turn, s.verdict.describe());
     }
     println!("trajectory: {}", a.out.join("trajectory.jsonl").display());
     Ok(match result.record.outcome {
@@ -272,7 +275,7 @@ fn print_repair(r: &RepairRecord) {
             match (&c.verdict, c.unchanged) {
                 (_, true) => println!("    check at turn {}: unchanged candidate, gate not rerun", c.turn),
                 (Some(v), _) => println!(
-                    "    {}check at turn {}: {:?} ({}), gate {} ms, test {} ms",
+                    "    {}check at turn {}: {} ({}), gate {} ms, test {} ms",
                     if c.forced { "forced " } else { "" },
                     c.turn,
                     v.status,
@@ -315,7 +318,7 @@ pub fn demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
     test.trajectory.write_jsonl(&out.join("test/trajectory.jsonl"))?;
     write_json(&out.join("test/record.json"), &test.record)?;
     for s in &test.record.submissions {
-        println!("  submission {} at turn {}: {}", s.attempt, s.turn, serde_json::to_string(&s.verdict)?);
+        println!("  submission {} at turn {}: {}", s.attempt, s.turn, s.verdict.describe());
     }
     println!("  outcome: {}", serde_json::to_string(&test.record.outcome)?);
     if let Some(b) = &test.bundle {
@@ -358,6 +361,7 @@ pub fn bench(c: BenchCommand) -> anyhow::Result<ExitCode> {
             round0_turns,
             revision_rounds,
             revision_turns,
+            bundle,
             out,
         } => {
             let all = load_tasks(&tasks)?;
@@ -378,6 +382,10 @@ pub fn bench(c: BenchCommand) -> anyhow::Result<ExitCode> {
                     ..RepairConfig::default()
                 },
                 repeat,
+                bundle: match &bundle {
+                    Some(dir) => Some(Bundle::read_dir(dir).with_context(|| format!("reading bundle {}", dir.display()))?),
+                    None => None,
+                },
             };
             let report = runtime()?.block_on(bench_revision_loop(&selected, policy.as_ref(), &config))?;
             println!("{}", report.render());

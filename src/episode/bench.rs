@@ -16,6 +16,8 @@ pub struct BenchConfig {
     pub repair: RepairConfig,
     /// Episodes per task.
     pub repeat: usize,
+    /// A bundle to use for every task instead of its Oracle bundle.
+    pub bundle: Option<Bundle>,
 }
 
 /// One round's measurements.
@@ -110,16 +112,16 @@ pub fn oracle_bundle(task: &TaskInstance) -> Result<Bundle, String> {
     if task.fail_to_pass.is_empty() {
         return Err("no FAIL_TO_PASS tests".into());
     }
-    let selectors: Vec<String> = task.fail_to_pass.iter().map(|t| shell_quote(t)).collect();
-    let command = format!("{} {}", task.test_cmd, selectors.join(" "));
+    // Exact node ids, parameters dropped (a node id selects all its parameter cases).
     let mut nodes: Vec<String> = Vec::new();
     for t in &task.fail_to_pass {
-        let name = t.rsplit("::").next().unwrap_or(t);
-        let name = name.split('[').next().unwrap_or(name).to_string();
-        if !nodes.contains(&name) {
-            nodes.push(name);
+        let id = t.split('[').next().unwrap_or(t).to_string();
+        if !nodes.contains(&id) {
+            nodes.push(id);
         }
     }
+    let selectors: Vec<String> = nodes.iter().map(|t| shell_quote(t)).collect();
+    let command = format!("{} {}", task.test_cmd, selectors.join(" "));
     let contract = serde_json::json!({
         "entrypoint": "official FAIL_TO_PASS tests",
         "trigger": "the issue",
@@ -142,7 +144,7 @@ pub async fn bench_revision_loop(
     let mut per_check = Vec::new();
     let mut skipped = Vec::new();
     for task in tasks {
-        let bundle = match oracle_bundle(task) {
+        let bundle = match config.bundle.clone().map_or_else(|| oracle_bundle(task), Ok) {
             Ok(b) => b,
             Err(e) => {
                 skipped.push(format!("{}: {e}", task.instance_id));

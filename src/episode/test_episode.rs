@@ -287,6 +287,20 @@ async fn judge_submission(
     })
 }
 
+impl SubmissionVerdict {
+    /// One line for people.
+    pub fn describe(&self) -> String {
+        match self {
+            SubmissionVerdict::Accepted { hash } => format!("qualified (bundle sha256 {})", &hash[..hash.len().min(12)]),
+            SubmissionVerdict::MissingFile { path } => format!("rejected: {path} is missing"),
+            SubmissionVerdict::Rejected { kind, message } => format!("rejected ({kind}): {message}"),
+            SubmissionVerdict::BaseGateFailed { category, .. } => {
+                format!("Base gate failed: {category} (only a clean assertion failure qualifies)")
+            }
+        }
+    }
+}
+
 fn rejection_feedback(v: &SubmissionVerdict) -> String {
     match v {
         SubmissionVerdict::Accepted { .. } => String::new(),
