@@ -19,25 +19,75 @@ pub struct LogitsArgs {
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
+    /// Hugging Face model folder (config.json, safetensors, tokenizer.json, chat template).
     #[arg(long)]
     pub model: PathBuf,
+    /// The prompt: rendered as one user turn with the folder's chat template, if it has one.
     #[arg(long)]
     pub prompt: String,
     #[arg(long, default_value_t = 128)]
     pub max_tokens: usize,
+    /// 0 = greedy.
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f32,
     #[arg(long, default_value_t = 1.0)]
     pub top_p: f32,
+    /// 0 = no top-k restriction.
     #[arg(long, default_value_t = 0)]
     pub top_k: usize,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Feed the prompt text as is, without the chat template.
+    #[arg(long)]
+    pub raw: bool,
+    /// Render the chat with enable_thinking=false (empty think block).
+    #[arg(long)]
+    pub no_thinking: bool,
 }
 
 pub fn logits(_a: LogitsArgs) -> anyhow::Result<ExitCode> {
     anyhow::bail!("`logits` is not built yet")
 }
-pub fn generate(_a: GenerateArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`generate` is not built yet")
+/// Load the model folder into the engine, generate one completion, print it (stdout) and the
+/// token counts and speeds (stderr).
+pub fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
+    use crate::engine::{Engine, EngineConfig, Request, SamplingParams};
+    use crate::model::chat::{ChatOptions, Message};
+    use anyhow::Context;
+
+    let t0 = std::time::Instant::now();
+    let engine = Engine::load(&a.model, EngineConfig::default())
+        .with_context(|| format!("loading {}", a.model.display()))?;
+    let load_secs = t0.elapsed().as_secs_f64();
+    let prompt = match engine.template() {
+        Some(_) if !a.raw => {
+            let opts = ChatOptions {
+                add_generation_prompt: true,
+                enable_thinking: a.no_thinking.then_some(false),
+            };
+            engine.render_chat(&[Message::user(a.prompt.clone())], &[], opts)?.1
+        }
+        _ => engine.tokenizer().encode(&a.prompt)?,
+    };
+    let sampling = SamplingParams {
+        temperature: a.temperature,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        seed: Some(a.seed),
+        max_tokens: a.max_tokens,
+        ..Default::default()
+    };
+    let c = engine.submit(Request::new(prompt, sampling)).wait()?;
+    println!("{}", c.text);
+    let (pre, dec) = (c.timing.prefill.as_secs_f64(), c.timing.decode.as_secs_f64());
+    let n = c.token_ids.len();
+    eprintln!(
+        "[load {load_secs:.2} s | prompt {} tokens in {pre:.3} s ({:.1} tok/s) | completion {n} tokens, \
+         decode {:.1} tok/s | finish {:?}]",
+        c.prompt_tokens,
+        c.prompt_tokens as f64 / pre.max(1e-9),
+        n.saturating_sub(1) as f64 / dec.max(1e-9),
+        c.finish
+    );
+    Ok(ExitCode::SUCCESS)
 }

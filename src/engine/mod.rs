@@ -1,3 +1,32 @@
 //! Engine layer: batched generation over the model — continuous batching, per-sequence caches
 //! (attention KV, Gated DeltaNet conv/recurrent state), sampling with log-probabilities, routing
 //! records.
+//!
+//! * [`backend`]: the model interface the engine drives ([`DecoderModel`], implemented by
+//!   [`crate::model::Model`]).
+//! * [`sampler`]: greedy / temperature / top-k / top-p sampling with seeded ChaCha generators and
+//!   the policy log-probability of every sampled token.
+//! * [`sequence`]: requests, completions and per-sequence bookkeeping (stop tokens and strings).
+//! * [`scheduler`]: which decode tokens and prefill chunks go into the next step.
+//! * [`conversation`]: per-conversation state snapshots, so a new turn reads only its suffix.
+//! * [`core`]: the synchronous step loop; [`service`]: the async front-end on its own thread;
+//!   [`chat`]: render → generate → parse for chat messages.
+
+pub mod backend;
+pub mod chat;
+pub mod conversation;
+pub mod core;
+pub mod error;
+pub mod sampler;
+pub mod scheduler;
+pub mod sequence;
+pub mod service;
+
+pub use backend::{DecoderModel, StepInput, StepOutput};
+pub use chat::{ChatCompletion, ChatRequest};
+pub use core::{EngineConfig, EngineCore};
+pub use error::EngineError;
+pub use sampler::{Sampled, Sampler, SamplingParams};
+pub use scheduler::SchedulerConfig;
+pub use sequence::{Completion, FinishReason, Request, RoutingRecord, Timing};
+pub use service::{Engine, PendingCompletion};

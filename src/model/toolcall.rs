@@ -53,7 +53,7 @@
 use serde_json::{Map, Value};
 
 /// One tool call: the function name and its decoded arguments (in the order written).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ToolCall {
     pub name: String,
     pub arguments: Map<String, Value>,

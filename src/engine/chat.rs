@@ -1,0 +1,89 @@
+//! Chat on the engine: render messages with the model's chat template, generate, and split the
+//! completion into reasoning, content and tool calls with the Qwen3.5 parser.
+
+use super::error::EngineError;
+use super::sampler::SamplingParams;
+use super::sequence::{Completion, Request};
+use super::service::Engine;
+use crate::model::chat::{ChatOptions, Message};
+use crate::model::toolcall::{parse_assistant, AssistantTurn, ParseOptions, ToolCallError};
+use serde_json::Value;
+
+/// A chat turn to generate.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    pub messages: Vec<Message>,
+    /// Tool definitions (OpenAI form), rendered into the system turn and used to type arguments.
+    pub tools: Vec<Value>,
+    /// `enable_thinking` etc.; a generation prompt is always added.
+    pub options: ChatOptions,
+    pub sampling: SamplingParams,
+    /// Keep and reuse the model state of this conversation between turns.
+    pub conversation: Option<String>,
+    pub routing: bool,
+}
+
+impl ChatRequest {
+    pub fn new(messages: Vec<Message>, sampling: SamplingParams) -> Self {
+        ChatRequest {
+            messages,
+            tools: Vec::new(),
+            options: ChatOptions {
+                add_generation_prompt: true,
+                enable_thinking: None,
+            },
+            sampling,
+            conversation: None,
+            routing: false,
+        }
+    }
+}
+
+/// A generated assistant turn.
+#[derive(Debug, Clone)]
+pub struct ChatCompletion {
+    /// The rendered prompt text.
+    pub prompt: String,
+    pub completion: Completion,
+    /// The completion split into reasoning / content / tool calls, or why a tool call is malformed.
+    pub turn: Result<AssistantTurn, ToolCallError>,
+}
+
+impl Engine {
+    /// Render a conversation with the chat template and tokenize it.
+    pub fn render_chat(
+        &self,
+        messages: &[Message],
+        tools: &[Value],
+        options: ChatOptions,
+    ) -> Result<(String, Vec<u32>), EngineError> {
+        let template = self
+            .template()
+            .ok_or_else(|| EngineError::Chat("the model folder has no chat template".into()))?;
+        let text = template.render(messages, tools, options)?;
+        let ids = self.tokenizer().encode(&text)?;
+        Ok((text, ids))
+    }
+
+    /// Generate the next assistant turn of a conversation.
+    pub async fn chat(&self, request: ChatRequest) -> Result<ChatCompletion, EngineError> {
+        let options = ChatOptions {
+            add_generation_prompt: true,
+            ..request.options
+        };
+        let (prompt, ids) = self.render_chat(&request.messages, &request.tools, options)?;
+        let mut r = Request::new(ids, request.sampling);
+        r.conversation = request.conversation;
+        r.routing = request.routing;
+        let completion = self.submit(r).await?;
+        let opts = ParseOptions {
+            prompt_opened_think: prompt.ends_with("<think>\n"),
+        };
+        let turn = parse_assistant(&completion.text, &request.tools, opts);
+        Ok(ChatCompletion {
+            prompt,
+            completion,
+            turn,
+        })
+    }
+}

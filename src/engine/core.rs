@@ -1,0 +1,262 @@
+//! `EngineCore`: the synchronous generation loop. Requests wait in a queue, are admitted into the
+//! running set, and every [`EngineCore::step`] forwards one batch chosen by the scheduler, samples
+//! a token for every sequence whose pending tokens are all consumed, and retires finished
+//! sequences (storing their states in the conversation cache).
+
+use super::backend::{DecoderModel, StepInput};
+use super::conversation::{ConversationCache, Snapshot};
+use super::error::EngineError;
+use super::scheduler::{plan, Pending, SchedulerConfig};
+use super::sequence::{Completion, Request, Sequence};
+use crate::model::tokenizer::Tokenizer;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// Engine settings.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineConfig {
+    pub scheduler: SchedulerConfig,
+    /// Conversations whose states are kept (least recently used evicted).
+    pub max_conversations: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            scheduler: SchedulerConfig::default(),
+            max_conversations: 256,
+        }
+    }
+}
+
+/// A finished request: its id and its completion or error.
+pub type Finished = (u64, Result<Completion, EngineError>);
+
+pub struct EngineCore<M: DecoderModel> {
+    model: Arc<M>,
+    tokenizer: Arc<Tokenizer>,
+    config: EngineConfig,
+    waiting: VecDeque<(u64, Request)>,
+    running: Vec<Running<M::State>>,
+    conversations: ConversationCache<M::State>,
+    next_id: u64,
+}
+
+/// A running sequence plus its turn-boundary snapshot (conversations only).
+struct Running<S> {
+    seq: Sequence<S>,
+    prompt_snapshot: Option<Snapshot<S>>,
+}
+
+impl<M: DecoderModel> EngineCore<M> {
+    pub fn new(
+        model: Arc<M>,
+        tokenizer: Arc<Tokenizer>,
+        config: EngineConfig,
+    ) -> Result<Self, EngineError> {
+        let s = &config.scheduler;
+        if s.max_running == 0 || s.prefill_chunk == 0 || s.max_batch_tokens <= s.max_running {
+            return Err(EngineError::BadRequest(format!(
+                "scheduler limits need max_running >= 1, prefill_chunk >= 1 and max_batch_tokens > max_running: {s:?}"
+            )));
+        }
+        Ok(EngineCore {
+            model,
+            tokenizer,
+            conversations: ConversationCache::new(config.max_conversations),
+            config,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            next_id: 0,
+        })
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// Queue a request; returns its id.
+    pub fn add(&mut self, request: Request) -> Result<u64, EngineError> {
+        request.sampling.validate()?;
+        if request.prompt.is_empty() {
+            return Err(EngineError::BadRequest("empty prompt".into()));
+        }
+        let vocab = self.model.vocab_size();
+        if let Some(&t) = request.prompt.iter().find(|&&t| t as usize >= vocab) {
+            return Err(EngineError::BadRequest(format!(
+                "prompt token {t} is outside the vocabulary ({vocab})"
+            )));
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.waiting.push_back((id, request));
+        Ok(id)
+    }
+
+    /// True while requests are waiting or running.
+    pub fn has_work(&self) -> bool {
+        !self.waiting.is_empty() || !self.running.is_empty()
+    }
+
+    /// Number of sequences in flight.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Drop a conversation's cached states.
+    pub fn forget_conversation(&mut self, id: &str) {
+        self.conversations.forget(id);
+    }
+
+    /// Number of conversations with cached states.
+    pub fn cached_conversations(&self) -> usize {
+        self.conversations.len()
+    }
+
+    /// Fail every waiting and running request (used at shutdown).
+    pub fn abort_all(&mut self, err: EngineError) -> Vec<Finished> {
+        let mut out: Vec<Finished> = self
+            .waiting
+            .drain(..)
+            .map(|(id, _)| (id, Err(err.clone())))
+            .collect();
+        out.extend(self.running.drain(..).map(|r| (r.seq.id, Err(err.clone()))));
+        out
+    }
+
+    /// Run until every queued request has finished.
+    pub fn run_to_completion(&mut self) -> Vec<Finished> {
+        let mut done = Vec::new();
+        while self.has_work() {
+            done.extend(self.step());
+        }
+        done
+    }
+
+    /// Admit waiting requests, forward one scheduled batch, sample, retire finished sequences.
+    pub fn step(&mut self) -> Vec<Finished> {
+        self.admit();
+        let pending: Vec<Pending> = self
+            .running
+            .iter()
+            .map(|r| Pending {
+                tokens: r.seq.pending().len(),
+                prefill: r.seq.in_prefill(),
+            })
+            .collect();
+        let batch = plan(&pending, &self.config.scheduler);
+        if batch.is_empty() {
+            return Vec::new();
+        }
+        let routing = batch
+            .iter()
+            .any(|&(i, _)| self.running[i].seq.request.routing);
+        let result = {
+            let mut chosen = batch.iter().peekable();
+            let mut inputs = Vec::with_capacity(batch.len());
+            for (i, r) in self.running.iter_mut().enumerate() {
+                if let Some(&(_, n)) = chosen.next_if(|(j, _)| *j == i) {
+                    let seq = &mut r.seq;
+                    inputs.push(StepInput {
+                        tokens: &seq.tokens[seq.fed..seq.fed + n],
+                        state: &mut seq.state,
+                    });
+                }
+            }
+            self.model.step(&mut inputs, routing)
+        };
+        let outputs = match result {
+            Ok(outputs) => outputs,
+            Err(e) => return self.fail(&batch, e),
+        };
+        for (&(i, n), out) in batch.iter().zip(outputs) {
+            let r = &mut self.running[i];
+            r.seq.fed += n;
+            r.seq.record_routing(out.experts);
+            if !r.seq.pending().is_empty() {
+                continue; // more prompt to read
+            }
+            if r.seq.fed == r.seq.request.prompt.len() && r.seq.request.conversation.is_some() {
+                r.prompt_snapshot = Some(Snapshot {
+                    tokens: r.seq.tokens.clone(),
+                    state: r.seq.state.clone(),
+                });
+            }
+            r.seq.sample(out.logits, &self.tokenizer);
+        }
+        self.retire()
+    }
+
+    fn admit(&mut self) {
+        while self.running.len() < self.config.scheduler.max_running {
+            let Some((id, request)) = self.waiting.pop_front() else {
+                break;
+            };
+            let resumed = request
+                .conversation
+                .as_deref()
+                .and_then(|c| self.conversations.take(c, &request.prompt));
+            let (state, cached) = match resumed {
+                Some(s) => {
+                    let n = s.tokens.len();
+                    (s.state, n)
+                }
+                None => (self.model.new_state(), 0),
+            };
+            let seq = Sequence::new(
+                id,
+                request,
+                state,
+                cached,
+                self.tokenizer.stop_ids(),
+                self.model.experts_per_token(),
+            );
+            self.running.push(Running {
+                seq,
+                prompt_snapshot: None,
+            });
+        }
+    }
+
+    fn fail(&mut self, batch: &[(usize, usize)], err: EngineError) -> Vec<Finished> {
+        let mut out = Vec::new();
+        for &(i, _) in batch.iter().rev() {
+            let r = self.running.remove(i);
+            out.push((r.seq.id, Err(err.clone())));
+        }
+        out.reverse();
+        out
+    }
+
+    fn retire(&mut self) -> Vec<Finished> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].seq.finish.is_none() {
+                i += 1;
+                continue;
+            }
+            let Running {
+                seq,
+                prompt_snapshot,
+            } = self.running.remove(i);
+            let (id, conversation) = (seq.id, seq.request.conversation.clone());
+            let (completion, state, consumed) = seq.into_completion();
+            if let Some(conv) = conversation {
+                let mut snapshots: Vec<Snapshot<M::State>> = prompt_snapshot.into_iter().collect();
+                if snapshots
+                    .first()
+                    .is_none_or(|s| s.tokens.len() < consumed.len())
+                {
+                    snapshots.push(Snapshot {
+                        tokens: consumed,
+                        state,
+                    });
+                }
+                self.conversations.store(conv, snapshots);
+            }
+            out.push((id, Ok(completion)));
+        }
+        out
+    }
+}

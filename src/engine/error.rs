@@ -1,0 +1,39 @@
+//! `EngineError`: why a generation request failed (bad request, model failure, tokenizer or chat
+//! template failure, or the engine thread being gone).
+
+use crate::model::chat::ChatError;
+use crate::model::tokenizer::TokenizerError;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EngineError {
+    #[error("invalid request: {0}")]
+    BadRequest(String),
+    #[error("model forward failed: {0}")]
+    Model(String),
+    #[error("loading the model failed: {0}")]
+    Load(String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("chat template: {0}")]
+    Chat(String),
+    #[error("the engine has shut down")]
+    Shutdown,
+}
+
+impl From<crate::model::ModelError> for EngineError {
+    fn from(e: crate::model::ModelError) -> Self {
+        EngineError::Model(e.to_string())
+    }
+}
+
+impl From<TokenizerError> for EngineError {
+    fn from(e: TokenizerError) -> Self {
+        EngineError::Tokenizer(e.to_string())
+    }
+}
+
+impl From<ChatError> for EngineError {
+    fn from(e: ChatError) -> Self {
+        EngineError::Chat(e.to_string())
+    }
+}
