@@ -30,7 +30,12 @@ fn request(text: &str, seed: u64) -> ChatRequest {
     ChatRequest {
         messages: vec![ChatMessage::system("sys"), ChatMessage::user(text)],
         tools: execcritic::agent::tool::bash_tools(),
-        sampling: SamplingParams { temperature: 1.0, max_tokens: 12, seed: Some(seed), ..SamplingParams::default() },
+        sampling: SamplingParams {
+            temperature: 1.0,
+            max_tokens: 12,
+            seed: Some(seed),
+            ..SamplingParams::default()
+        },
     }
 }
 
@@ -39,14 +44,23 @@ async fn engine_policy_completes_batches_with_logprobs() {
     let dir = model_dir();
     let spec: PolicySpec = format!("engine:{}", dir.path().display()).parse().unwrap();
     let policy = open_policy(&spec).expect("engine policy");
-    let reqs = [request("list the files", 1), request("list the files", 1), request("something else", 2)];
+    let reqs = [
+        request("list the files", 1),
+        request("list the files", 1),
+        request("something else", 2),
+    ];
     let out = policy.complete(&reqs).await.unwrap();
     assert_eq!(out.len(), 3);
     for c in &out {
         let ids = c.token_ids.as_ref().unwrap();
         assert!(!ids.is_empty() && ids.len() <= 12);
         assert_eq!(c.logprobs.as_ref().unwrap().len(), ids.len());
-        assert!(c.logprobs.as_ref().unwrap().iter().all(|l| l.is_finite() && *l <= 0.0));
+        assert!(c
+            .logprobs
+            .as_ref()
+            .unwrap()
+            .iter()
+            .all(|l| l.is_finite() && *l <= 0.0));
         assert_eq!(c.usage.completion_tokens as usize, ids.len());
         assert!(c.usage.prompt_tokens > 0);
     }
@@ -61,12 +75,25 @@ async fn agent_loop_runs_on_the_engine() {
     let task = {
         let path = execcritic::task::bundled_suite().unwrap();
         let all = execcritic::task::load_tasks(&path).unwrap();
-        execcritic::task::find_task(&all, "tablefmt__tablefmt-1").unwrap().clone()
+        execcritic::task::find_task(&all, "tablefmt__tablefmt-1")
+            .unwrap()
+            .clone()
     };
-    let sb = harness::open_sandbox(SandboxKind::Local, &task, Purpose::TestAgent).await.unwrap();
+    let sb = harness::open_sandbox(SandboxKind::Local, &task, Purpose::TestAgent)
+        .await
+        .unwrap();
     let shell = SandboxShell(sb.as_ref());
-    let limits = AgentLimits { step_limit: 10, wall_limit: Duration::from_secs(300), command_timeout: Duration::from_secs(10), max_format_errors: 3 };
-    let sampling = SamplingParams { max_tokens: 8, seed: Some(7), ..SamplingParams::default() };
+    let limits = AgentLimits {
+        step_limit: 10,
+        wall_limit: Duration::from_secs(300),
+        command_timeout: Duration::from_secs(10),
+        max_format_errors: 3,
+    };
+    let sampling = SamplingParams {
+        max_tokens: 8,
+        seed: Some(7),
+        ..SamplingParams::default()
+    };
     let mut agent = Agent::new(&policy, &shell, "test", &task.instance_id, limits, sampling);
     agent.push(ChatMessage::system("You are a test agent."));
     agent.push(ChatMessage::user("Run ls."));

@@ -19,8 +19,12 @@ async fn serve(responses: Vec<(u16, Value)>) -> (String, Arc<Mutex<Vec<Value>>>)
     tokio::spawn(async move {
         let mut responses = responses.into_iter();
         loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
-            let (status, body) = responses.next().unwrap_or((500, json!({"error": "script over"})));
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let (status, body) = responses
+                .next()
+                .unwrap_or((500, json!({"error": "script over"})));
             let mut reader = BufReader::new(stream);
             let mut len = 0usize;
             let mut path = String::new();
@@ -62,7 +66,11 @@ fn request(text: &str) -> ChatRequest {
     ChatRequest {
         messages: vec![ChatMessage::system("sys"), ChatMessage::user(text)],
         tools: execcritic::agent::tool::bash_tools(),
-        sampling: SamplingParams { temperature: 0.6, logprobs: true, ..SamplingParams::default() },
+        sampling: SamplingParams {
+            temperature: 0.6,
+            logprobs: true,
+            ..SamplingParams::default()
+        },
     }
 }
 
@@ -96,7 +104,13 @@ async fn completion_roundtrip_with_tool_calls_and_retry() {
     assert_eq!(out.reasoning.as_deref(), Some("thinking"));
     assert_eq!(out.tool_calls.len(), 1);
     assert_eq!(out.tool_calls[0].arguments, json!({"command": "ls"}));
-    assert_eq!(out.usage, Usage { prompt_tokens: 11, completion_tokens: 7 });
+    assert_eq!(
+        out.usage,
+        Usage {
+            prompt_tokens: 11,
+            completion_tokens: 7
+        }
+    );
     assert_eq!(out.logprobs, Some(vec![-0.5, -1.25]));
     assert_eq!(out.finish_reason.as_deref(), Some("tool_calls"));
 
@@ -117,7 +131,10 @@ async fn batch_is_answered_in_order() {
     let (url, _) = serve(vec![mk("one"), mk("two")]).await;
     let policy = fast(&url);
     // Sent concurrently; the server answers in arrival order, so check the set and the count.
-    let out = policy.complete(&[request("a"), request("b")]).await.unwrap();
+    let out = policy
+        .complete(&[request("a"), request("b")])
+        .await
+        .unwrap();
     let mut texts: Vec<_> = out.iter().map(|c| c.text.clone()).collect();
     texts.sort();
     assert_eq!(texts, vec!["one", "two"]);
@@ -127,7 +144,10 @@ async fn batch_is_answered_in_order() {
 async fn client_error_is_not_retried() {
     let (url, seen) = serve(vec![(400, json!({"error": "bad model"}))]).await;
     let err = complete_one(&fast(&url), request("x")).await.unwrap_err();
-    assert!(matches!(err, PolicyError::Http { status: 400, .. }), "{err}");
+    assert!(
+        matches!(err, PolicyError::Http { status: 400, .. }),
+        "{err}"
+    );
     assert_eq!(seen.lock().unwrap().len(), 1);
 }
 
@@ -148,23 +168,44 @@ async fn unreachable_server_is_infra_error() {
     let err = complete_one(&fast(&format!("http://127.0.0.1:{port}")), request("x"))
         .await
         .unwrap_err();
-    assert!(matches!(err, PolicyError::Unreachable { attempts: 3, .. }), "{err}");
+    assert!(
+        matches!(err, PolicyError::Unreachable { attempts: 3, .. }),
+        "{err}"
+    );
 }
 
 #[tokio::test]
 async fn scripted_policy_replays_and_runs_out() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("s.jsonl");
-    std::fs::write(&p, "{\"content\": \"a\"}\n\n{\"content\": \"b\", \"reasoning_content\": \"r\"}\n").unwrap();
+    std::fs::write(
+        &p,
+        "{\"content\": \"a\"}\n\n{\"content\": \"b\", \"reasoning_content\": \"r\"}\n",
+    )
+    .unwrap();
     let spec: PolicySpec = format!("scripted:{}", p.display()).parse().unwrap();
     let policy = open_policy(&spec).unwrap();
-    assert_eq!(complete_one(policy.as_ref(), request("1")).await.unwrap().text, "a");
+    assert_eq!(
+        complete_one(policy.as_ref(), request("1"))
+            .await
+            .unwrap()
+            .text,
+        "a"
+    );
     let b = complete_one(policy.as_ref(), request("2")).await.unwrap();
     assert_eq!((b.text.as_str(), b.reasoning.as_deref()), ("b", Some("r")));
-    let err = complete_one(policy.as_ref(), request("3")).await.unwrap_err();
-    assert!(matches!(err, PolicyError::ScriptExhausted { served: 2, .. }), "{err}");
+    let err = complete_one(policy.as_ref(), request("3"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, PolicyError::ScriptExhausted { served: 2, .. }),
+        "{err}"
+    );
 
     std::fs::write(&p, "{\"text\": \"wrong key\"}\n").unwrap();
-    assert!(matches!(ScriptedPolicy::from_file(&p), Err(PolicyError::Script { .. })));
+    assert!(matches!(
+        ScriptedPolicy::from_file(&p),
+        Err(PolicyError::Script { .. })
+    ));
     assert!(open_policy(&"engine:/nonexistent".parse().unwrap()).is_err());
 }

@@ -14,12 +14,23 @@ use std::time::Duration;
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"])
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "commit.gpgsign=false",
+        ])
         .args(args)
         .current_dir(dir)
         .output()
         .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -64,15 +75,26 @@ async fn observations_timeouts_guard_and_markers() {
         serde_json::json!({"content": "Running it:\n```bash\necho hi > /tmp/x && cat /tmp/x\n```"}).to_string(),
         call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat a.py"),
     ]);
-    let mut agent = Agent::new(&policy, &shell, "test", "inst-1", limits(10), SamplingParams::default())
-        .with_history_guard();
+    let mut agent = Agent::new(
+        &policy,
+        &shell,
+        "test",
+        "inst-1",
+        limits(10),
+        SamplingParams::default(),
+    )
+    .with_history_guard();
     agent.push(ChatMessage::system("sys"));
     agent.push(ChatMessage::user("task"));
 
     assert!(matches!(agent.step().await.unwrap(), TurnOutcome::Observed));
     let obs = &agent.messages().last().unwrap();
     assert_eq!(obs.role, Role::Tool);
-    assert!(obs.content.contains("<returncode>0</returncode>") && obs.content.contains("x = 1"), "{}", obs.content);
+    assert!(
+        obs.content.contains("<returncode>0</returncode>") && obs.content.contains("x = 1"),
+        "{}",
+        obs.content
+    );
 
     assert!(matches!(agent.step().await.unwrap(), TurnOutcome::Observed));
     let long = &agent.messages().last().unwrap().content;
@@ -81,14 +103,26 @@ async fn observations_timeouts_guard_and_markers() {
 
     assert!(matches!(agent.step().await.unwrap(), TurnOutcome::Observed));
     let timed = &agent.messages().last().unwrap().content;
-    assert!(timed.contains("<returncode>timeout</returncode>") && !timed.contains("never"), "{timed}");
+    assert!(
+        timed.contains("<returncode>timeout</returncode>") && !timed.contains("never"),
+        "{timed}"
+    );
 
     assert!(matches!(agent.step().await.unwrap(), TurnOutcome::Refused));
-    assert!(agent.messages().last().unwrap().content.contains("gold-free boundary"));
+    assert!(agent
+        .messages()
+        .last()
+        .unwrap()
+        .content
+        .contains("gold-free boundary"));
 
     assert!(matches!(agent.step().await.unwrap(), TurnOutcome::Observed));
     let fenced = agent.messages().last().unwrap();
-    assert_eq!(fenced.role, Role::User, "fenced-block observations are user messages");
+    assert_eq!(
+        fenced.role,
+        Role::User,
+        "fenced-block observations are user messages"
+    );
     assert!(fenced.content.contains("hi"));
 
     match agent.step().await.unwrap() {
@@ -102,13 +136,25 @@ async fn observations_timeouts_guard_and_markers() {
     let (_, traj, stats) = agent.finish(serde_json::json!({"done": true}));
     assert_eq!(stats.turns, 6);
     // Thinking is kept in the trajectory, separate from the content.
-    let first = traj.messages().into_iter().find(|m| m.role == Role::Assistant).unwrap();
-    assert_eq!(first.reasoning_content.as_deref(), Some("plan: look around"));
+    let first = traj
+        .messages()
+        .into_iter()
+        .find(|m| m.role == Role::Assistant)
+        .unwrap();
+    assert_eq!(
+        first.reasoning_content.as_deref(),
+        Some("plan: look around")
+    );
     let commands: Vec<_> = traj
         .entries
         .iter()
         .filter_map(|e| match e {
-            Entry::Command { command, timed_out, refused, .. } => Some((command.clone(), *timed_out, refused.is_some())),
+            Entry::Command {
+                command,
+                timed_out,
+                refused,
+                ..
+            } => Some((command.clone(), *timed_out, refused.is_some())),
             _ => None,
         })
         .collect();
@@ -133,7 +179,14 @@ async fn three_format_errors_in_a_row_end_the_run() {
         r#"{"content": "```bash\nls\n```\n```bash\npwd\n```"}"#.to_string(),
         call("never reached"),
     ]);
-    let mut agent = Agent::new(&policy, &shell, "test", "inst-2", limits(10), SamplingParams::default());
+    let mut agent = Agent::new(
+        &policy,
+        &shell,
+        "test",
+        "inst-2",
+        limits(10),
+        SamplingParams::default(),
+    );
     agent.push(ChatMessage::user("task"));
     let mut outcomes = Vec::new();
     loop {
@@ -142,14 +195,38 @@ async fn three_format_errors_in_a_row_end_the_run() {
                 outcomes.push(format!("stop:{s:?}"));
                 break;
             }
-            o => outcomes.push(format!("{o:?}").split_whitespace().next().unwrap().to_string()),
+            o => outcomes.push(
+                format!("{o:?}")
+                    .split_whitespace()
+                    .next()
+                    .unwrap()
+                    .to_string(),
+            ),
         }
     }
-    assert_eq!(outcomes, ["FormatError", "Observed", "FormatError", "FormatError", "FormatError", "stop:FormatErrors"]);
-    let errors: Vec<_> = agent.messages().iter().filter(|m| m.content.starts_with("Tool call error:")).collect();
+    assert_eq!(
+        outcomes,
+        [
+            "FormatError",
+            "Observed",
+            "FormatError",
+            "FormatError",
+            "FormatError",
+            "stop:FormatErrors"
+        ]
+    );
+    let errors: Vec<_> = agent
+        .messages()
+        .iter()
+        .filter(|m| m.content.starts_with("Tool call error:"))
+        .collect();
     assert_eq!(errors.len(), 4);
     assert!(errors[2].content.contains("Unknown tool \"python\""));
-    assert_eq!(errors[2].role, Role::Tool, "a parsed-but-invalid call is answered as its tool response");
+    assert_eq!(
+        errors[2].role,
+        Role::Tool,
+        "a parsed-but-invalid call is answered as its tool response"
+    );
     assert_eq!(agent.stats().format_errors, 4);
     assert_eq!(policy.served(), 5);
 }
@@ -159,16 +236,32 @@ async fn turn_limit_and_exhausted_script() {
     let sb = sandbox();
     let shell = SandboxShell(&sb);
     let policy = script(&[call("true"), call("true"), call("true")]);
-    let mut agent = Agent::new(&policy, &shell, "test", "inst-3", limits(2), SamplingParams::default());
+    let mut agent = Agent::new(
+        &policy,
+        &shell,
+        "test",
+        "inst-3",
+        limits(2),
+        SamplingParams::default(),
+    );
     agent.push(ChatMessage::user("task"));
     agent.step().await.unwrap();
     agent.step().await.unwrap();
-    assert!(matches!(agent.step().await.unwrap(), TurnOutcome::Stopped(Stop::StepLimit)));
+    assert!(matches!(
+        agent.step().await.unwrap(),
+        TurnOutcome::Stopped(Stop::StepLimit)
+    ));
     agent.grant_turns(5);
     agent.step().await.unwrap();
     // The script is exhausted: an infrastructure error, not a model turn.
     assert!(matches!(agent.step().await, Err(AgentError::Policy(_))));
     // The shell really is the sandbox: /tmp persists between commands, files land in /testbed.
-    let out = sb.exec("echo y > /tmp/p && cat /tmp/p && pwd", Duration::from_secs(10)).await.unwrap();
+    let out = sb
+        .exec(
+            "echo y > /tmp/p && cat /tmp/p && pwd",
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
     assert_eq!(out.output, "y\n/testbed\n");
 }

@@ -25,7 +25,11 @@ async fn run(turns: &[String], cfg: RepairConfig, inputs: RepairInputs) -> Repai
     let b = bundle().await;
     let p = policy(turns);
     let r = run_repair(&t, Some(b), &p, &cfg, inputs).await;
-    assert!(!matches!(r.record.terminal, TerminalReason::InfraError { .. }), "{:?}", r.record.terminal);
+    assert!(
+        !matches!(r.record.terminal, TerminalReason::InfraError { .. }),
+        "{:?}",
+        r.record.terminal
+    );
     r
 }
 
@@ -53,7 +57,12 @@ fn has_message(r: &RepairResult, needle: &str) -> bool {
 
 #[tokio::test]
 async fn pass_at_round_0() {
-    let r = run(&[call(FIX_FULL), call(EXPORT), call(SUBMIT_FIX)], config(5, 40), RepairInputs::default()).await;
+    let r = run(
+        &[call(FIX_FULL), call(EXPORT), call(SUBMIT_FIX)],
+        config(5, 40),
+        RepairInputs::default(),
+    )
+    .await;
     assert_eq!(r.record.terminal, TerminalReason::PassAtRound0);
     assert_eq!(statuses(&r.record), vec![vec!["pass"]]);
     assert_eq!(r.record.rounds[0].turns, 3);
@@ -65,7 +74,12 @@ async fn pass_at_round_0() {
 #[tokio::test]
 async fn pass_after_revision() {
     let mut turns = round0_partial();
-    turns.extend([call("cd /testbed && git diff"), call(FIX_FULL), call(EXPORT), call(CHECK_FIX)]);
+    turns.extend([
+        call("cd /testbed && git diff"),
+        call(FIX_FULL),
+        call(EXPORT),
+        call(CHECK_FIX),
+    ]);
     let r = run(&turns, config(5, 40), RepairInputs::default()).await;
     assert_eq!(r.record.terminal, TerminalReason::Pass);
     assert_eq!(statuses(&r.record), vec![vec!["hard_fail"], vec!["pass"]]);
@@ -73,22 +87,46 @@ async fn pass_after_revision() {
     assert_eq!(r.record.rounds[1].turns, 4);
     assert_eq!(r.record.terminal_round, 1);
     // The revision prompt carried the gate's envelope; the pass notice ended the conversation.
-    assert!(has_message(&r, "<failing_test_output>\ntest_execution_contract:"));
-    assert!(r.messages.last().unwrap().content.starts_with("The hidden generated-test CHECK passed"));
+    assert!(has_message(
+        &r,
+        "<failing_test_output>\ntest_execution_contract:"
+    ));
+    assert!(r
+        .messages
+        .last()
+        .unwrap()
+        .content
+        .starts_with("The hidden generated-test CHECK passed"));
     // The retained conversation: Round 0's system message is still the first message.
     assert_eq!(r.messages[0].role, Role::System);
-    assert_eq!(r.messages.iter().filter(|m| m.role == Role::System).count(), 1);
+    assert_eq!(
+        r.messages.iter().filter(|m| m.role == Role::System).count(),
+        1
+    );
 }
 
 #[tokio::test]
 async fn unchanged_check_does_not_rerun_the_gate() {
     let mut turns = round0_partial();
-    turns.extend([call(EXPORT), call(CHECK_FIX), call(FIX_FULL), call(EXPORT), call(CHECK_FIX)]);
+    turns.extend([
+        call(EXPORT),
+        call(CHECK_FIX),
+        call(FIX_FULL),
+        call(EXPORT),
+        call(CHECK_FIX),
+    ]);
     let r = run(&turns, config(5, 40), RepairInputs::default()).await;
     assert_eq!(r.record.terminal, TerminalReason::Pass);
-    assert_eq!(statuses(&r.record), vec![vec!["hard_fail"], vec!["unchanged", "pass"]]);
+    assert_eq!(
+        statuses(&r.record),
+        vec![vec!["hard_fail"], vec!["unchanged", "pass"]]
+    );
     assert_eq!(r.record.gate_runs(), 2);
-    assert_eq!(r.record.rounds.len(), 2, "the unchanged CHECK consumed no round");
+    assert_eq!(
+        r.record.rounds.len(),
+        2,
+        "the unchanged CHECK consumed no round"
+    );
     assert!(has_message(&r, "did not make a new source-code change"));
 }
 
@@ -100,7 +138,11 @@ async fn final_submit_with_failing_gate() {
     assert_eq!(r.record.terminal, TerminalReason::FinalSubmit);
     assert_eq!(r.record.rounds[1].end, RoundEnd::FinalSubmit);
     assert!(r.record.terminal_patch.contains("# attempt 1"));
-    let g = r.record.terminal_gate.as_ref().expect("the submitted patch's gate result is recorded");
+    let g = r
+        .record
+        .terminal_gate
+        .as_ref()
+        .expect("the submitted patch's gate result is recorded");
     assert_eq!(g.status, "hard_fail");
 }
 
@@ -115,10 +157,24 @@ async fn exhaustion_force_submits_the_latest_candidate() {
     assert_eq!(r.record.rounds.len(), 6);
     assert!(statuses(&r.record).iter().all(|s| s == &vec!["hard_fail"]));
     assert_eq!(r.record.terminal_round, 5);
-    assert!(r.record.terminal_patch.contains("# attempt 5"), "the latest, not an earlier candidate");
-    assert!(r.messages.last().unwrap().content.contains("after the fifth feedback-guided revision"));
+    assert!(
+        r.record.terminal_patch.contains("# attempt 5"),
+        "the latest, not an earlier candidate"
+    );
+    assert!(r
+        .messages
+        .last()
+        .unwrap()
+        .content
+        .contains("after the fifth feedback-guided revision"));
     // Follow-ups after rounds 1-4 use the paper's follow-up message.
-    assert_eq!(r.messages.iter().filter(|m| m.content.contains("<updated_failing_test_output>")).count(), 4);
+    assert_eq!(
+        r.messages
+            .iter()
+            .filter(|m| m.content.contains("<updated_failing_test_output>"))
+            .count(),
+        4
+    );
 }
 
 #[tokio::test]
@@ -135,11 +191,21 @@ async fn forced_check_at_the_turn_limit() {
     let ends: Vec<_> = r.record.rounds.iter().map(|r| r.end).collect();
     assert_eq!(
         ends,
-        vec![RoundEnd::Submitted, RoundEnd::ForcedCheckUnchanged, RoundEnd::ForcedCheck, RoundEnd::ForcedCheck]
+        vec![
+            RoundEnd::Submitted,
+            RoundEnd::ForcedCheckUnchanged,
+            RoundEnd::ForcedCheck,
+            RoundEnd::ForcedCheck
+        ]
     );
     assert_eq!(
         statuses(&r.record),
-        vec![vec!["hard_fail"], vec!["unchanged"], vec!["forced:hard_fail"], vec!["forced:pass"]]
+        vec![
+            vec!["hard_fail"],
+            vec!["unchanged"],
+            vec!["forced:hard_fail"],
+            vec!["forced:pass"]
+        ]
     );
     assert!(r.record.rounds[1..].iter().all(|r| r.turns == 2));
 }
@@ -147,27 +213,54 @@ async fn forced_check_at_the_turn_limit() {
 #[tokio::test]
 async fn unappliable_patch_gets_the_recovery_prompt() {
     let bad = "diff --git a/tablefmt/cells.py b/tablefmt/cells.py\n--- a/tablefmt/cells.py\n+++ b/tablefmt/cells.py\n@@ -8,3 +8,3 @@\n-    this line is not in the file\n+    neither is this\n     return False\n";
-    let turns = [call("cd /testbed && git status --short && git diff"), call(FIX_FULL), call(EXPORT), call(SUBMIT_FIX)];
-    let inputs = RepairInputs { provided_patch: Some(bad.to_string()), seed_messages: None };
+    let turns = [
+        call("cd /testbed && git status --short && git diff"),
+        call(FIX_FULL),
+        call(EXPORT),
+        call(SUBMIT_FIX),
+    ];
+    let inputs = RepairInputs {
+        provided_patch: Some(bad.to_string()),
+        seed_messages: None,
+    };
     let r = run(&turns, config(5, 40), inputs).await;
     assert_eq!(r.record.terminal, TerminalReason::Pass);
     let kinds: Vec<_> = r.record.rounds.iter().map(|r| r.kind).collect();
     assert_eq!(kinds, vec![RoundKind::Provided, RoundKind::Recovery]);
     // Fallback path: the careful-engineer system message, then the recovery prompt.
-    assert!(r.messages[0].content.starts_with("You are a careful software engineer"));
-    assert!(r.messages[1].content.contains("could NOT be applied by the harness"));
-    assert!(r.messages[1].content.contains("<failed_patch_apply_diagnostics>"));
+    assert!(r.messages[0]
+        .content
+        .starts_with("You are a careful software engineer"));
+    assert!(r.messages[1]
+        .content
+        .contains("could NOT be applied by the harness"));
+    assert!(r.messages[1]
+        .content
+        .contains("<failed_patch_apply_diagnostics>"));
     // The workspace was at clean Base: the first observation shows an empty status and diff.
-    assert!(r.messages[3].content.contains("<returncode>0</returncode>\n<output>\n</output>"), "{}", r.messages[3].content);
+    assert!(
+        r.messages[3]
+            .content
+            .contains("<returncode>0</returncode>\n<output>\n</output>"),
+        "{}",
+        r.messages[3].content
+    );
 }
 
 #[tokio::test]
 async fn operational_error_is_inconclusive_and_grants_no_budget() {
     let mut turns = round0_partial();
     // Round 1: the candidate breaks the module's syntax: the test cannot be collected.
-    turns.extend([call("cd /testbed && echo 'def broken(:' >> tablefmt/cells.py"), call(EXPORT), call(CHECK_FIX)]);
+    turns.extend([
+        call("cd /testbed && echo 'def broken(:' >> tablefmt/cells.py"),
+        call(EXPORT),
+        call(CHECK_FIX),
+    ]);
     let r = run(&turns, config(1, 40), RepairInputs::default()).await;
-    assert_eq!(statuses(&r.record), vec![vec!["hard_fail"], vec!["inconclusive"]]);
+    assert_eq!(
+        statuses(&r.record),
+        vec![vec!["hard_fail"], vec!["inconclusive"]]
+    );
     // One revision round was allowed; the inconclusive check did not add another.
     assert_eq!(r.record.terminal, TerminalReason::Exhausted);
     assert_eq!(r.record.rounds.len(), 2);
@@ -185,8 +278,16 @@ async fn test_file_edits_are_excluded_from_the_candidate() {
     ];
     let r = run(&turns, config(5, 40), RepairInputs::default()).await;
     let p = &r.record.terminal_patch;
-    assert!(p.contains("tablefmt/cells.py") && p.contains("tablefmt/extra.py") && p.contains("# staged edit"), "{p}");
-    assert!(!p.contains("tests/"), "test files are never part of the candidate: {p}");
+    assert!(
+        p.contains("tablefmt/cells.py")
+            && p.contains("tablefmt/extra.py")
+            && p.contains("# staged edit"),
+        "{p}"
+    );
+    assert!(
+        !p.contains("tests/"),
+        "test files are never part of the candidate: {p}"
+    );
     assert_eq!(r.record.terminal, TerminalReason::PassAtRound0);
 }
 
@@ -220,12 +321,26 @@ async fn seeded_conversation_is_retained() {
         ChatMessage::user("Round-0 issue message"),
         ChatMessage::assistant("I fixed negative numbers."),
     ];
-    let turns = [call("cd /testbed && git diff --stat"), call(FIX_FULL), call(EXPORT), call(CHECK_FIX)];
-    let inputs = RepairInputs { provided_patch: Some(partial.to_string()), seed_messages: Some(seed.clone()) };
+    let turns = [
+        call("cd /testbed && git diff --stat"),
+        call(FIX_FULL),
+        call(EXPORT),
+        call(CHECK_FIX),
+    ];
+    let inputs = RepairInputs {
+        provided_patch: Some(partial.to_string()),
+        seed_messages: Some(seed.clone()),
+    };
     let r = run(&turns, config(5, 40), inputs).await;
     assert_eq!(r.record.terminal, TerminalReason::Pass);
     assert_eq!(&r.messages[..3], &seed[..]);
-    assert!(r.messages[3].content.starts_with("You are fixing a bug. A previous patch attempt is ALREADY APPLIED"));
+    assert!(r.messages[3]
+        .content
+        .starts_with("You are fixing a bug. A previous patch attempt is ALREADY APPLIED"));
     // p0 really was applied in the workspace.
-    assert!(r.messages[5].content.contains("tablefmt/cells.py | 2 +-"), "{}", r.messages[5].content);
+    assert!(
+        r.messages[5].content.contains("tablefmt/cells.py | 2 +-"),
+        "{}",
+        r.messages[5].content
+    );
 }

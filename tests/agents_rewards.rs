@@ -12,7 +12,15 @@ fn balanced_accuracy_table() {
         (&[c(true, true), c(false, false)], 1.0),
         (&[c(true, false), c(false, true)], 0.0),
         (&[c(true, true), c(true, false), c(false, false)], 0.75),
-        (&[c(true, true), c(false, false), c(false, false), c(false, true)], 0.5 * (1.0 + 2.0 / 3.0)),
+        (
+            &[
+                c(true, true),
+                c(false, false),
+                c(false, false),
+                c(false, true),
+            ],
+            0.5 * (1.0 + 2.0 / 3.0),
+        ),
         // Single-class pools: the absent class's recall is 0, so BA <= 0.5.
         (&[c(true, true), c(true, true)], 0.5),
         (&[c(false, false)], 0.5),
@@ -34,7 +42,13 @@ fn test_reward_every_tier() {
     };
     let perfect = vec![c(true, true), c(false, false)];
     // BA = 0.875: positives 1/1, negatives 3/4.
-    let good = vec![c(true, true), c(false, false), c(false, false), c(false, false), c(false, true)];
+    let good = vec![
+        c(true, true),
+        c(false, false),
+        c(false, false),
+        c(false, false),
+        c(false, true),
+    ];
     let weak = vec![c(true, false), c(false, false)]; // 0.5
     let cases = [
         (TestAudit::NoValidSubmission, Reward::Value(-0.2)),
@@ -46,7 +60,10 @@ fn test_reward_every_tier() {
         (audited(true, true, good), Reward::Value(0.5)),
         (audited(true, true, perfect), Reward::Value(1.0)),
         // Single-class pool can never exceed the 0.2 tier.
-        (audited(true, true, vec![c(true, true), c(true, true)]), Reward::Value(0.2)),
+        (
+            audited(true, true, vec![c(true, true), c(true, true)]),
+            Reward::Value(0.2),
+        ),
         (audited(true, true, vec![]), Reward::Value(0.2)),
     ];
     for (audit, want) in cases {
@@ -58,16 +75,30 @@ fn test_reward_every_tier() {
 fn ba_boundaries() {
     // Exactly 0.8 is the 0.5 tier: TPR 1.0, TNR 0.6.
     let mut cands = vec![c(true, true)];
-    cands.extend([c(false, false), c(false, false), c(false, false), c(false, true), c(false, true)]);
+    cands.extend([
+        c(false, false),
+        c(false, false),
+        c(false, false),
+        c(false, true),
+        c(false, true),
+    ]);
     assert!((balanced_accuracy(&cands) - 0.8).abs() < 1e-12);
-    let a = TestAudit::Audited { base_clean_fail: true, gold_pass: true, candidates: cands };
+    let a = TestAudit::Audited {
+        base_clean_fail: true,
+        gold_pass: true,
+        candidates: cands,
+    };
     assert_eq!(test_reward(&a), Reward::Value(0.5));
 }
 
 #[test]
 fn repair_reward_every_tier() {
     use RepairTerminal::*;
-    let v = |s, o, r| Valid { selected_test_pass: s, official_pass: o, round: r };
+    let v = |s, o, r| Valid {
+        selected_test_pass: s,
+        official_pass: o,
+        round: r,
+    };
     let cases = [
         (InvalidPatch, Reward::Value(0.0)),
         (OperationalError, Reward::Masked),
@@ -88,13 +119,31 @@ fn repair_reward_every_tier() {
 #[test]
 fn length_penalty_within_tier() {
     use Reward::*;
-    let rewards = [Value(1.0), Value(1.0), Value(1.0), Value(0.5), Value(0.5), Value(-0.2), Value(0.0), Masked];
+    let rewards = [
+        Value(1.0),
+        Value(1.0),
+        Value(1.0),
+        Value(0.5),
+        Value(0.5),
+        Value(-0.2),
+        Value(0.0),
+        Masked,
+    ];
     let turns = [10, 18, 19, 30, 39, 100, 100, 100];
     let group: Vec<(Reward, usize)> = rewards.iter().copied().zip(turns).collect();
     let got = apply_length_penalty(&group);
     assert_eq!(
         got,
-        vec![Value(1.0), Value(1.0), Value(0.5), Value(0.5), Value(0.25), Value(-0.2), Value(0.0), Masked]
+        vec![
+            Value(1.0),
+            Value(1.0),
+            Value(0.5),
+            Value(0.5),
+            Value(0.25),
+            Value(-0.2),
+            Value(0.0),
+            Masked
+        ]
     );
 }
 
@@ -123,6 +172,7 @@ fn candidate_pool_dedup_cap_balance() {
     assert_eq!(chosen.len(), CANDIDATE_CAP);
     // All three positives are kept (balanced), no duplicate text, no empty patch.
     assert_eq!(chosen.iter().filter(|&&i| refs[i].1).count(), 3);
-    let texts: std::collections::HashSet<&str> = chosen.iter().map(|&i| refs[i].0.trim_end()).collect();
+    let texts: std::collections::HashSet<&str> =
+        chosen.iter().map(|&i| refs[i].0.trim_end()).collect();
     assert_eq!(texts.len(), CANDIDATE_CAP);
 }

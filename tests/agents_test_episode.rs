@@ -35,7 +35,11 @@ async fn bundle_accepted_first_time() {
     let t = task(INSTANCE);
     let p = policy(&good_test_script(""));
     let r = run_test_episode(&t, &p, &config(10)).await;
-    assert!(matches!(r.record.outcome, TestOutcome::Qualified { .. }), "{:?}", r.record);
+    assert!(
+        matches!(r.record.outcome, TestOutcome::Qualified { .. }),
+        "{:?}",
+        r.record
+    );
     assert_eq!(verdicts(&r.record), ["accepted"]);
     let b = r.bundle.expect("frozen bundle");
     assert_eq!(b.bundle.test_command, good_command(""));
@@ -63,7 +67,11 @@ async fn rejected_then_accepted_with_feedback() {
     assert_eq!(v[1], "accepted");
     assert!(matches!(r.record.outcome, TestOutcome::Qualified { .. }));
     // The rejection reached the agent before its second submission.
-    let rejected = r.messages.iter().find(|m| m.content.contains("rejected submission 1 of at most 5")).expect("feedback");
+    let rejected = r
+        .messages
+        .iter()
+        .find(|m| m.content.contains("rejected submission 1 of at most 5"))
+        .expect("feedback");
     assert!(rejected.content.contains("<rejection>"));
 }
 
@@ -71,13 +79,18 @@ async fn rejected_then_accepted_with_feedback() {
 async fn five_rejections_end_in_base_gate_failure() {
     let t = task(INSTANCE);
     let n = node("");
-    let mut turns = vec![call(&add_test("")), call(&prepare("python -m pytest -rA tests/test_cells.py", &[&n]))];
+    let mut turns = vec![
+        call(&add_test("")),
+        call(&prepare("python -m pytest -rA tests/test_cells.py", &[&n])),
+    ];
     turns.extend(std::iter::repeat_n(call(SUBMIT_TEST), 6));
     let p = policy(&turns);
     let r = run_test_episode(&t, &p, &config(20)).await;
     assert_eq!(r.record.outcome, TestOutcome::BaseGateFailure);
     assert_eq!(r.record.submissions.len(), 5);
-    assert!(verdicts(&r.record).iter().all(|v| v.starts_with("rejected:")));
+    assert!(verdicts(&r.record)
+        .iter()
+        .all(|v| v.starts_with("rejected:")));
     assert!(r.bundle.is_none());
     assert_eq!(p.served(), 7, "the sixth submission is never requested");
 }
@@ -87,7 +100,10 @@ async fn base_passes_is_not_qualified() {
     let t = task(INSTANCE);
     let p = policy(&[
         call(&add_passing_test()),
-        call(&prepare("python -m pytest -rA tests/test_cells.py::test_is_number_plain_digits", &["tests/test_cells.py::test_is_number_plain_digits"])),
+        call(&prepare(
+            "python -m pytest -rA tests/test_cells.py::test_is_number_plain_digits",
+            &["tests/test_cells.py::test_is_number_plain_digits"],
+        )),
         call(SUBMIT_TEST),
     ]);
     let mut c = config(10);
@@ -112,38 +128,85 @@ async fn missing_files_no_submission_and_format_errors() {
     assert_eq!(r.record.outcome, TestOutcome::NoSubmission);
     assert_eq!(r.record.stop, Some(Stop::StepLimit));
 
-    let p = policy(&[prose("I think the test should go in tests/test_cells.py."), prose("Done."), prose("Submitted.")]);
+    let p = policy(&[
+        prose("I think the test should go in tests/test_cells.py."),
+        prose("Done."),
+        prose("Submitted."),
+    ]);
     let r = run_test_episode(&t, &p, &config(10)).await;
     assert_eq!(r.record.outcome, TestOutcome::NoSubmission);
     assert_eq!(r.record.stop, Some(Stop::FormatErrors));
     assert_eq!(r.record.stats.format_errors, 3);
-    assert_eq!(r.messages.iter().filter(|m| m.content.starts_with("Tool call error:")).count(), 3);
+    assert_eq!(
+        r.messages
+            .iter()
+            .filter(|m| m.content.starts_with("Tool call error:"))
+            .count(),
+        3
+    );
 }
 
 #[tokio::test]
 async fn fix_commit_unreachable_and_history_commands_refused() {
     let t = task(INSTANCE);
     // The fix commits of this task (and later ones) exist in the source repository...
-    let repo = t.repo_path.clone().expect("bundled tasks carry a repo path");
+    let repo = t
+        .repo_path
+        .clone()
+        .expect("bundled tasks carry a repo path");
     let out = std::process::Command::new("git")
         .args(["rev-list", "--all", &format!("^{}", t.base_commit)])
         .current_dir(&repo)
         .output()
         .unwrap();
-    let future: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
-    assert!(!future.is_empty(), "the suite's repository holds the fix commits");
+    let future: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert!(
+        !future.is_empty(),
+        "the suite's repository holds the fix commits"
+    );
     // ...but not inside the Test agent's sandbox, even without the guard.
-    let sb = harness::open_sandbox(SandboxKind::Local, &t, Purpose::TestAgent).await.unwrap();
+    let sb = harness::open_sandbox(SandboxKind::Local, &t, Purpose::TestAgent)
+        .await
+        .unwrap();
     for sha in &future {
-        let o = sb.exec(&format!("git cat-file -e {sha}^{{commit}}"), Duration::from_secs(30)).await.unwrap();
-        assert_ne!(o.exit_code, Some(0), "fix commit {sha} reachable in the sandbox");
+        let o = sb
+            .exec(
+                &format!("git cat-file -e {sha}^{{commit}}"),
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap();
+        assert_ne!(
+            o.exit_code,
+            Some(0),
+            "fix commit {sha} reachable in the sandbox"
+        );
     }
-    let all = sb.exec("git rev-list --all --reflog | sort", Duration::from_secs(30)).await.unwrap();
-    let base_hist = sb.exec("git rev-list HEAD | sort", Duration::from_secs(30)).await.unwrap();
-    assert_eq!(all.output, base_hist.output, "only Base's history is in the sandbox");
+    let all = sb
+        .exec(
+            "git rev-list --all --reflog | sort",
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+    let base_hist = sb
+        .exec("git rev-list HEAD | sort", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(
+        all.output, base_hist.output,
+        "only Base's history is in the sandbox"
+    );
 
     // And the agent's history-inspecting commands are refused without running.
-    let mut turns = vec![call("git log --all --oneline"), call(&format!("git show {}", future[0])), call("cat .git/packed-refs")];
+    let mut turns = vec![
+        call("git log --all --oneline"),
+        call(&format!("git show {}", future[0])),
+        call("cat .git/packed-refs"),
+    ];
     turns.extend(good_test_script(""));
     let p = policy(&turns);
     let r = run_test_episode(&t, &p, &config(10)).await;
@@ -158,23 +221,43 @@ async fn eight_concurrent_episodes_without_cross_talk() {
         .map(|k| {
             let suffix = format!("_ep{k}");
             // Each episode leaves a private marker and lists /tmp and the test file's new nodes.
-            let mut turns = vec![call(&format!("echo {k} > /tmp/episode_{k} && ls /tmp | grep episode_"))];
+            let mut turns = vec![call(&format!(
+                "echo {k} > /tmp/episode_{k} && ls /tmp | grep episode_"
+            ))];
             turns.extend(good_test_script(&suffix));
             turns.insert(2, call("grep -c 'def test_signed' tests/test_cells.py"));
             policy(&turns)
         })
         .collect();
     let c = config(10);
-    let runs = futures_util::future::join_all(policies.iter().map(|p| run_test_episode(&t, p, &c))).await;
+    let runs =
+        futures_util::future::join_all(policies.iter().map(|p| run_test_episode(&t, p, &c))).await;
     let mut hashes = std::collections::HashSet::new();
     for (k, r) in runs.iter().enumerate() {
-        assert!(matches!(r.record.outcome, TestOutcome::Qualified { .. }), "episode {k}: {:?}", r.record);
+        assert!(
+            matches!(r.record.outcome, TestOutcome::Qualified { .. }),
+            "episode {k}: {:?}",
+            r.record
+        );
         let b = r.bundle.as_ref().unwrap();
         assert_eq!(b.bundle.contract.test_nodes, vec![node(&format!("_ep{k}"))]);
         assert!(hashes.insert(b.hash.clone()));
         // Its sandbox saw only its own marker and only its own new test.
-        let obs: Vec<_> = r.messages.iter().filter(|m| m.role == execcritic::policy::Role::Tool).collect();
-        assert!(obs[0].content.contains(&format!("episode_{k}")) && obs[0].content.matches("episode_").count() == 1, "{}", obs[0].content);
-        assert!(obs[2].content.contains("<output>\n1\n"), "{}", obs[2].content);
+        let obs: Vec<_> = r
+            .messages
+            .iter()
+            .filter(|m| m.role == execcritic::policy::Role::Tool)
+            .collect();
+        assert!(
+            obs[0].content.contains(&format!("episode_{k}"))
+                && obs[0].content.matches("episode_").count() == 1,
+            "{}",
+            obs[0].content
+        );
+        assert!(
+            obs[2].content.contains("<output>\n1\n"),
+            "{}",
+            obs[2].content
+        );
     }
 }

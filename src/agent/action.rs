@@ -46,10 +46,11 @@ pub struct ParsedResponse {
 pub fn parse_response(completion: &Completion, turn: usize, tools: &[Value]) -> ParsedResponse {
     if !completion.tool_calls.is_empty() {
         // The backend parsed the calls itself (OpenAI server with a tool parser).
-        let (reasoning, content) = match toolcall::parse_assistant(&completion.text, &[], ParseOptions::default()) {
-            Ok(t) => (t.reasoning, t.content),
-            Err(_) => (None, completion.text.clone()),
-        };
+        let (reasoning, content) =
+            match toolcall::parse_assistant(&completion.text, &[], ParseOptions::default()) {
+                Ok(t) => (t.reasoning, t.content),
+                Err(_) => (None, completion.text.clone()),
+            };
         return ParsedResponse {
             content,
             reasoning: completion.reasoning.clone().or(reasoning),
@@ -116,7 +117,9 @@ fn single_bash(calls: &[ToolCall]) -> Result<BashAction, FormatError> {
     match call.arguments.get("command") {
         Some(Value::String(c)) if !c.trim().is_empty() => Ok(BashAction {
             command: c.clone(),
-            form: CallForm::ToolCall { id: call.id.clone() },
+            form: CallForm::ToolCall {
+                id: call.id.clone(),
+            },
         }),
         Some(Value::String(_)) => Err(FormatError("The bash `command` parameter is empty.".into())),
         _ => Err(FormatError(
@@ -176,20 +179,33 @@ mod tests {
         assert_eq!(p.content, "Let me list.");
         let a = p.action.unwrap();
         assert_eq!(a.command, "ls -la");
-        assert_eq!(a.form, CallForm::ToolCall { id: "call_3_0".into() });
+        assert_eq!(
+            a.form,
+            CallForm::ToolCall {
+                id: "call_3_0".into()
+            }
+        );
         assert_eq!(p.tool_calls.len(), 1);
     }
 
     #[test]
     fn multiline_command() {
         let c = text("<tool_call>\n<function=bash>\n<parameter=command>\ncat <<'E' > f\nx\nE\n</parameter>\n</function>\n</tool_call>");
-        assert_eq!(parse_response(&c, 0, &crate::agent::tool::bash_tools()).action.unwrap().command, "cat <<'E' > f\nx\nE");
+        assert_eq!(
+            parse_response(&c, 0, &crate::agent::tool::bash_tools())
+                .action
+                .unwrap()
+                .command,
+            "cat <<'E' > f\nx\nE"
+        );
     }
 
     #[test]
     fn fenced_fallback() {
         let c = text("I will run:\n```bash\npytest -q\n```\n");
-        let a = parse_response(&c, 0, &crate::agent::tool::bash_tools()).action.unwrap();
+        let a = parse_response(&c, 0, &crate::agent::tool::bash_tools())
+            .action
+            .unwrap();
         assert_eq!(a.command, "pytest -q");
         assert_eq!(a.form, CallForm::Fenced);
     }
@@ -221,7 +237,9 @@ mod tests {
             }],
             ..Completion::default()
         };
-        let a = parse_response(&c, 0, &crate::agent::tool::bash_tools()).action.unwrap();
+        let a = parse_response(&c, 0, &crate::agent::tool::bash_tools())
+            .action
+            .unwrap();
         assert_eq!(a.form, CallForm::ToolCall { id: "abc".into() });
     }
 }

@@ -6,8 +6,20 @@
 //! `ls-files`, `grep`, `rm`, `mv`, `restore`/`checkout -- <paths>`, `clean`, `--version`).
 
 const ALLOWED_GIT: &[&str] = &[
-    "status", "add", "diff", "apply", "ls-files", "grep", "rm", "mv", "restore", "checkout",
-    "clean", "--version", "version", "help",
+    "status",
+    "add",
+    "diff",
+    "apply",
+    "ls-files",
+    "grep",
+    "rm",
+    "mv",
+    "restore",
+    "checkout",
+    "clean",
+    "--version",
+    "version",
+    "help",
 ];
 
 /// Git global options that take a separate value.
@@ -16,9 +28,9 @@ const GIT_OPTS_WITH_VALUE: &[&str] = &["-C", "-c", "--git-dir", "--work-tree", "
 /// `Some(reason)` when `command` would cross the gold-free boundary.
 pub fn history_guard(command: &str) -> Option<String> {
     for segment in split_segments(command) {
-        let Some(words) = shlex::split(&segment).or_else(|| Some(segment.split_whitespace().map(str::to_string).collect())) else {
-            continue;
-        };
+        // Unbalanced quotes (shlex fails): fall back to whitespace words.
+        let words = shlex::split(&segment)
+            .unwrap_or_else(|| segment.split_whitespace().map(str::to_string).collect());
         if let Some(reason) = check_words(&words) {
             return Some(format!(
                 "{reason} The gold-free boundary forbids inspecting git history, refs or `.git` \
@@ -62,14 +74,20 @@ fn split_segments(command: &str) -> Vec<String> {
         }
     }
     segments.push(cur);
-    segments.into_iter().filter(|s| !s.trim().is_empty()).collect()
+    segments
+        .into_iter()
+        .filter(|s| !s.trim().is_empty())
+        .collect()
 }
 
 fn check_words(words: &[String]) -> Option<String> {
     // `.git` internals through any command (cat .git/HEAD, ls .git/refs, cd .git).
     for (i, w) in words.iter().enumerate() {
         let prev = if i > 0 { words[i - 1].as_str() } else { "" };
-        let excluding = matches!(prev, "-path" | "-wholename" | "-ipath" | "--exclude-dir" | "-name");
+        let excluding = matches!(
+            prev,
+            "-path" | "-wholename" | "-ipath" | "--exclude-dir" | "-name"
+        );
         if is_git_internal_path(w) && !excluding {
             return Some(format!("`{w}` is inside `.git`."));
         }
@@ -82,7 +100,12 @@ fn check_words(words: &[String]) -> Option<String> {
         if base == "git" {
             return check_git(&words[i + 1..]);
         }
-        if w.contains('=') || matches!(w, "env" | "command" | "sudo" | "time" | "nice" | "xargs" | "exec") {
+        if w.contains('=')
+            || matches!(
+                w,
+                "env" | "command" | "sudo" | "time" | "nice" | "xargs" | "exec"
+            )
+        {
             i += 1;
             continue;
         }
@@ -94,10 +117,7 @@ fn check_words(words: &[String]) -> Option<String> {
 fn is_git_internal_path(w: &str) -> bool {
     let w = w.trim_matches(|c| c == '\'' || c == '"');
     let w = w.strip_prefix("./").unwrap_or(w);
-    w == ".git"
-        || w.starts_with(".git/")
-        || w.ends_with("/.git")
-        || w.contains("/.git/")
+    w == ".git" || w.starts_with(".git/") || w.ends_with("/.git") || w.contains("/.git/")
 }
 
 fn check_git(args: &[String]) -> Option<String> {
@@ -114,7 +134,7 @@ fn check_git(args: &[String]) -> Option<String> {
         }
         break;
     }
-    let Some(sub) = args.get(i) else { return None };
+    let sub = args.get(i)?;
     let rest = &args[i + 1..];
     if !ALLOWED_GIT.contains(&sub.as_str()) {
         return Some(format!("`git {sub}` is not allowed."));

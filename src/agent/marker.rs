@@ -48,7 +48,10 @@ pub fn detect(output: &str, markers: &[Marker]) -> Option<MarkerHit> {
     }
     // Leading noise: the marker must be unambiguous — exactly one occurrence of any marker text
     // in the whole output, on a line of its own.
-    let occurrences: usize = markers.iter().map(|m| output.matches(m.text()).count()).sum();
+    let occurrences: usize = markers
+        .iter()
+        .map(|m| output.matches(m.text()).count())
+        .sum();
     if occurrences != 1 {
         return None;
     }
@@ -75,7 +78,11 @@ mod tests {
 
     #[test]
     fn marker_first() {
-        let h = detect("COMPLETE_TASK_AND_CHECK_CANDIDATE_PATCH\ndiff --git a b\n", BOTH).unwrap();
+        let h = detect(
+            "COMPLETE_TASK_AND_CHECK_CANDIDATE_PATCH\ndiff --git a b\n",
+            BOTH,
+        )
+        .unwrap();
         assert_eq!(h.marker, Marker::Check);
         assert_eq!(h.payload, "diff --git a b\n");
         assert!(!h.leading_noise);
@@ -83,7 +90,11 @@ mod tests {
 
     #[test]
     fn unambiguous_noise_is_tolerated() {
-        let h = detect("bash: warning: setlocale\nCOMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\npatch\n", BOTH).unwrap();
+        let h = detect(
+            "bash: warning: setlocale\nCOMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\npatch\n",
+            BOTH,
+        )
+        .unwrap();
         assert!(h.leading_noise);
         assert_eq!(h.payload, "patch\n");
     }
@@ -91,8 +102,16 @@ mod tests {
     #[test]
     fn ambiguous_or_absent() {
         assert!(detect("noise\nCOMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n+ COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n", BOTH).is_none());
-        assert!(detect("grep found COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT in file\n", BOTH).is_none());
+        assert!(detect(
+            "grep found COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT in file\n",
+            BOTH
+        )
+        .is_none());
         assert!(detect("", BOTH).is_none());
-        assert!(detect("COMPLETE_TASK_AND_CHECK_CANDIDATE_PATCH\n", &[Marker::Submit]).is_none());
+        assert!(detect(
+            "COMPLETE_TASK_AND_CHECK_CANDIDATE_PATCH\n",
+            &[Marker::Submit]
+        )
+        .is_none());
     }
 }

@@ -15,8 +15,14 @@ pub fn truncate_head_tail(text: &str) -> String {
     if n < TRUNCATE_AT {
         return text.to_string();
     }
-    let head_end = text.char_indices().nth(KEEP_EACH_END).map_or(text.len(), |(i, _)| i);
-    let tail_start = text.char_indices().nth(n - KEEP_EACH_END).map_or(text.len(), |(i, _)| i);
+    let head_end = text
+        .char_indices()
+        .nth(KEEP_EACH_END)
+        .map_or(text.len(), |(i, _)| i);
+    let tail_start = text
+        .char_indices()
+        .nth(n - KEEP_EACH_END)
+        .map_or(text.len(), |(i, _)| i);
     format!(
         "{}\n<elided_chars>\n{} characters elided\n</elided_chars>\n{}",
         &text[..head_end],
@@ -35,7 +41,9 @@ pub fn render_output(out: &ShellOutput, timeout_secs: u64) -> String {
              (with every process it started). Avoid long-running or interactive commands.\n</warning>\n"
         ));
     } else {
-        let rc = out.exit_code.map_or_else(|| "signal".to_string(), |c| c.to_string());
+        let rc = out
+            .exit_code
+            .map_or_else(|| "signal".to_string(), |c| c.to_string());
         s.push_str(&format!("<returncode>{rc}</returncode>\n"));
     }
     if out.truncated {
@@ -67,7 +75,12 @@ mod tests {
 
     #[test]
     fn long_output_keeps_head_and_tail() {
-        let s = format!("{}{}{}", "h".repeat(5_000), "m".repeat(2_345), "t".repeat(5_000));
+        let s = format!(
+            "{}{}{}",
+            "h".repeat(5_000),
+            "m".repeat(2_345),
+            "t".repeat(5_000)
+        );
         let t = truncate_head_tail(&s);
         assert!(t.starts_with(&"h".repeat(5_000)));
         assert!(t.ends_with(&"t".repeat(5_000)));

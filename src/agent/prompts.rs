@@ -287,7 +287,10 @@ mod tests {
 
     #[test]
     fn renders_both_placeholder_styles_without_reexpansion() {
-        let s = render("a {{ task }} b {feedback} c {other}", &[("task", "T {feedback}"), ("feedback", "F")]);
+        let s = render(
+            "a {{ task }} b {feedback} c {other}",
+            &[("task", "T {feedback}"), ("feedback", "F")],
+        );
         assert_eq!(s, "a T {feedback} b F c {other}");
     }
 

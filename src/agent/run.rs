@@ -11,7 +11,9 @@ use super::prompts::{render, FORMAT_ERROR};
 use super::shell::{Shell, ShellError, ShellOutput};
 use super::tool::bash_tools;
 use super::trajectory::{Entry, Trajectory, TRAJECTORY_SCHEMA};
-use crate::policy::{complete_one, ChatMessage, ChatRequest, Policy, PolicyError, Role, SamplingParams, Usage};
+use crate::policy::{
+    complete_one, ChatMessage, ChatRequest, Policy, PolicyError, Role, SamplingParams, Usage,
+};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Limits of one agent run.
@@ -290,8 +292,14 @@ impl<'a> Agent<'a> {
             }
         }
 
-        let remaining = self.limits.wall_limit.saturating_sub(self.started.elapsed());
-        let timeout = self.limits.command_timeout.min(remaining.max(Duration::from_secs(1)));
+        let remaining = self
+            .limits
+            .wall_limit
+            .saturating_sub(self.started.elapsed());
+        let timeout = self
+            .limits
+            .command_timeout
+            .min(remaining.max(Duration::from_secs(1)));
         let output = self.shell.run(&action.command, timeout).await?;
         self.stats.tool_time += output.duration;
         self.trajectory.push(Entry::Command {
@@ -320,7 +328,10 @@ impl<'a> Agent<'a> {
     }
 
     /// Close the trajectory with the outcome and totals and hand back messages and trajectory.
-    pub fn finish(mut self, outcome: serde_json::Value) -> (Vec<ChatMessage>, Trajectory, AgentStats) {
+    pub fn finish(
+        mut self,
+        outcome: serde_json::Value,
+    ) -> (Vec<ChatMessage>, Trajectory, AgentStats) {
         self.trajectory.push(Entry::Footer {
             outcome,
             turns: self.stats.turns,

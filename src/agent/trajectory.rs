@@ -217,7 +217,10 @@ mod tests {
         t.push(Entry::Message {
             turn: 1,
             message: call("c1"),
-            usage: Some(Usage { prompt_tokens: 3, completion_tokens: 4 }),
+            usage: Some(Usage {
+                prompt_tokens: 3,
+                completion_tokens: 4,
+            }),
             model_ms: Some(5),
         });
         t.push(Entry::Event {
@@ -235,7 +238,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.jsonl");
         std::fs::write(&p, "{\"type\":\"nope\"}\n").unwrap();
-        assert!(matches!(Trajectory::read_jsonl(&p), Err(TrajectoryError::Parse { line: 1, .. })));
+        assert!(matches!(
+            Trajectory::read_jsonl(&p),
+            Err(TrajectoryError::Parse { line: 1, .. })
+        ));
     }
 
     #[test]

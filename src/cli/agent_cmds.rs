@@ -1,9 +1,9 @@
 //! CLI commands of the agents: `gen-test`, `repair`, `demo`, `bench revision-loop`.
 
 use crate::agent::Trajectory;
+use crate::episode::bench::{bench_revision_loop, BenchConfig};
 use crate::episode::repair::{run_repair, RepairConfig, RepairInputs, RepairRecord};
 use crate::episode::test_episode::{run_test_episode, TestEpisodeConfig, TestOutcome};
-use crate::episode::bench::{bench_revision_loop, BenchConfig};
 use crate::harness::{self, Bundle, FrozenBundle, Qualification, SandboxKind};
 use crate::policy::{open_policy, Policy, PolicySpec, ScriptedPolicy};
 use crate::task::{find_task, load_tasks, TaskInstance};
@@ -142,7 +142,8 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 fn load_task(tasks: &Path, id: &str) -> anyhow::Result<TaskInstance> {
-    let all = load_tasks(tasks).with_context(|| format!("loading tasks from {}", tasks.display()))?;
+    let all =
+        load_tasks(tasks).with_context(|| format!("loading tasks from {}", tasks.display()))?;
     Ok(find_task(&all, id)?.clone())
 }
 
@@ -178,14 +179,22 @@ pub fn gen_test(a: GenTestArgs) -> anyhow::Result<ExitCode> {
     let config = test_config(&a);
     let result = runtime()?.block_on(run_test_episode(&task, policy.as_ref(), &config));
     std::fs::create_dir_all(&a.out)?;
-    result.trajectory.write_jsonl(&a.out.join("trajectory.jsonl"))?;
+    result
+        .trajectory
+        .write_jsonl(&a.out.join("trajectory.jsonl"))?;
     write_json(&a.out.join("record.json"), &result.record)?;
     if let Some(b) = &result.bundle {
-        b.store(&a.out.join("bundle")).context("writing the qualified bundle")?;
+        b.store(&a.out.join("bundle"))
+            .context("writing the qualified bundle")?;
     }
     println!("{}", serde_json::to_string(&result.record.outcome)?);
     for s in &result.record.submissions {
-        println!("  submission {} (turn {}): {}", s.attempt, s.turn, s.verdict.describe());
+        println!(
+            "  submission {} (turn {}): {}",
+            s.attempt,
+            s.turn,
+            s.verdict.describe()
+        );
     }
     println!("trajectory: {}", a.out.join("trajectory.jsonl").display());
     Ok(match result.record.outcome {
@@ -201,11 +210,14 @@ async fn qualified_bundle(
     dir: &Path,
     kind: SandboxKind,
 ) -> anyhow::Result<Option<FrozenBundle>> {
-    let bundle = Bundle::read_dir(dir).with_context(|| format!("reading bundle {}", dir.display()))?;
+    let bundle =
+        Bundle::read_dir(dir).with_context(|| format!("reading bundle {}", dir.display()))?;
     match harness::qualify(task, &bundle, kind).await? {
         Qualification::Accepted(f) => Ok(Some(f)),
         other => {
-            eprintln!("note: the bundle does not qualify on Base ({other:?}); Round-0 patch is forwarded");
+            eprintln!(
+                "note: the bundle does not qualify on Base ({other:?}); Round-0 patch is forwarded"
+            );
             Ok(None)
         }
     }
@@ -230,10 +242,14 @@ fn repair_config(rounds: (usize, usize, usize), budget: &BudgetArgs) -> RepairCo
 pub fn repair(a: RepairArgs) -> anyhow::Result<ExitCode> {
     let task = load_task(&a.tasks, &a.instance)?;
     let policy = policy_from(&a.policy)?;
-    let config = repair_config((a.round0_turns, a.revision_rounds, a.revision_turns), &a.budget);
+    let config = repair_config(
+        (a.round0_turns, a.revision_rounds, a.revision_turns),
+        &a.budget,
+    );
     let mut inputs = RepairInputs::default();
     if let Some(p) = &a.patch {
-        inputs.provided_patch = Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?);
+        inputs.provided_patch =
+            Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?);
     }
     if let Some(t) = &a.seed_trajectory {
         let traj = Trajectory::read_jsonl(t)?;
@@ -244,18 +260,38 @@ pub fn repair(a: RepairArgs) -> anyhow::Result<ExitCode> {
         Some(dir) => rt.block_on(qualified_bundle(&task, dir, config.sandbox))?,
         None => None,
     };
-    let result = rt.block_on(run_repair(&task, bundle.as_ref(), policy.as_ref(), &config, inputs));
+    let result = rt.block_on(run_repair(
+        &task,
+        bundle.as_ref(),
+        policy.as_ref(),
+        &config,
+        inputs,
+    ));
     std::fs::create_dir_all(&a.out)?;
-    result.trajectory.write_jsonl(&a.out.join("trajectory.jsonl"))?;
+    result
+        .trajectory
+        .write_jsonl(&a.out.join("trajectory.jsonl"))?;
     write_json(&a.out.join("record.json"), &result.record)?;
     std::fs::write(a.out.join("final.patch"), &result.record.terminal_patch)?;
     print_repair(&result.record);
     if a.grade {
-        let g = rt.block_on(harness::grade(&task, &result.record.terminal_patch, config.sandbox))?;
+        let g = rt.block_on(harness::grade(
+            &task,
+            &result.record.terminal_patch,
+            config.sandbox,
+        ))?;
         write_json(&a.out.join("grade.json"), &g)?;
-        println!("official grading: {}", if g.resolved { "RESOLVED" } else { "not resolved" });
+        println!(
+            "official grading: {}",
+            if g.resolved {
+                "RESOLVED"
+            } else {
+                "not resolved"
+            }
+        );
     }
-    if let crate::episode::repair::TerminalReason::InfraError { message } = &result.record.terminal {
+    if let crate::episode::repair::TerminalReason::InfraError { message } = &result.record.terminal
+    {
         bail!("infrastructure error: {message}");
     }
     Ok(ExitCode::SUCCESS)
@@ -273,7 +309,10 @@ fn print_repair(r: &RepairRecord) {
         );
         for c in &round.checks {
             match (&c.verdict, c.unchanged) {
-                (_, true) => println!("    check at turn {}: unchanged candidate, gate not rerun", c.turn),
+                (_, true) => println!(
+                    "    check at turn {}: unchanged candidate, gate not rerun",
+                    c.turn
+                ),
                 (Some(v), _) => println!(
                     "    {}check at turn {}: {} ({}), gate {} ms, test {} ms",
                     if c.forced { "forced " } else { "" },
@@ -287,7 +326,10 @@ fn print_repair(r: &RepairRecord) {
             }
         }
     }
-    println!("  terminal: {:?} (candidate of round {})", r.terminal, r.terminal_round);
+    println!(
+        "  terminal: {:?} (candidate of round {})",
+        r.terminal, r.terminal_round
+    );
 }
 
 /// Scripted policies of the demo, embedded so `execcritic demo` needs no files.
@@ -314,20 +356,38 @@ pub fn demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
 
     println!("\n[1] Test episode (scripted policy: demo_test.jsonl)");
     let test_policy = ScriptedPolicy::from_jsonl("demo_test.jsonl (embedded)", DEMO_TEST_SCRIPT)?;
-    let test = rt.block_on(run_test_episode(&task, &test_policy, &TestEpisodeConfig::default()));
-    test.trajectory.write_jsonl(&out.join("test/trajectory.jsonl"))?;
+    let test = rt.block_on(run_test_episode(
+        &task,
+        &test_policy,
+        &TestEpisodeConfig::default(),
+    ));
+    test.trajectory
+        .write_jsonl(&out.join("test/trajectory.jsonl"))?;
     write_json(&out.join("test/record.json"), &test.record)?;
     for s in &test.record.submissions {
-        println!("  submission {} at turn {}: {}", s.attempt, s.turn, s.verdict.describe());
+        println!(
+            "  submission {} at turn {}: {}",
+            s.attempt,
+            s.turn,
+            s.verdict.describe()
+        );
     }
-    println!("  outcome: {}", serde_json::to_string(&test.record.outcome)?);
+    println!(
+        "  outcome: {}",
+        serde_json::to_string(&test.record.outcome)?
+    );
     if let Some(b) = &test.bundle {
         b.store(&out.join("test/bundle"))?;
-        println!("  bundle: {}  (command: {})", out.join("test/bundle").display(), b.bundle.test_command);
+        println!(
+            "  bundle: {}  (command: {})",
+            out.join("test/bundle").display(),
+            b.bundle.test_command
+        );
     }
 
     println!("\n[2] Repair: Round 0, gate, revision rounds (scripted policy: demo_repair.jsonl)");
-    let repair_policy = ScriptedPolicy::from_jsonl("demo_repair.jsonl (embedded)", DEMO_REPAIR_SCRIPT)?;
+    let repair_policy =
+        ScriptedPolicy::from_jsonl("demo_repair.jsonl (embedded)", DEMO_REPAIR_SCRIPT)?;
     let result = rt.block_on(run_repair(
         &task,
         test.bundle.as_ref(),
@@ -335,7 +395,9 @@ pub fn demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
         &RepairConfig::default(),
         RepairInputs::default(),
     ));
-    result.trajectory.write_jsonl(&out.join("repair/trajectory.jsonl"))?;
+    result
+        .trajectory
+        .write_jsonl(&out.join("repair/trajectory.jsonl"))?;
     write_json(&out.join("repair/record.json"), &result.record)?;
     print_repair(&result.record);
     println!("  terminal patch:");
@@ -344,11 +406,26 @@ pub fn demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
     }
 
     println!("\n[3] Official grading (FAIL_TO_PASS + PASS_TO_PASS of the hidden official tests)");
-    let g = rt.block_on(harness::grade(&task, &result.record.terminal_patch, SandboxKind::Local))?;
+    let g = rt.block_on(harness::grade(
+        &task,
+        &result.record.terminal_patch,
+        SandboxKind::Local,
+    ))?;
     write_json(&out.join("grade.json"), &g)?;
-    println!("  official result: {}", if g.resolved { "RESOLVED" } else { "NOT RESOLVED" });
+    println!(
+        "  official result: {}",
+        if g.resolved {
+            "RESOLVED"
+        } else {
+            "NOT RESOLVED"
+        }
+    );
     println!("\nRecords and trajectories: {}", out.display());
-    Ok(if g.resolved { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if g.resolved {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 pub fn bench(c: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -383,11 +460,15 @@ pub fn bench(c: BenchCommand) -> anyhow::Result<ExitCode> {
                 },
                 repeat,
                 bundle: match &bundle {
-                    Some(dir) => Some(Bundle::read_dir(dir).with_context(|| format!("reading bundle {}", dir.display()))?),
+                    Some(dir) => Some(
+                        Bundle::read_dir(dir)
+                            .with_context(|| format!("reading bundle {}", dir.display()))?,
+                    ),
                     None => None,
                 },
             };
-            let report = runtime()?.block_on(bench_revision_loop(&selected, policy.as_ref(), &config))?;
+            let report =
+                runtime()?.block_on(bench_revision_loop(&selected, policy.as_ref(), &config))?;
             println!("{}", report.render());
             if let Some(p) = out {
                 write_json(&p, &report)?;

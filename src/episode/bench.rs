@@ -48,7 +48,11 @@ pub struct Summary {
 impl Summary {
     pub fn of(values: &[u64]) -> Summary {
         if values.is_empty() {
-            return Summary { n: 0, median_ms: 0.0, p90_ms: 0.0 };
+            return Summary {
+                n: 0,
+                median_ms: 0.0,
+                p90_ms: 0.0,
+            };
         }
         let mut v = values.to_vec();
         v.sort_unstable();
@@ -59,7 +63,11 @@ impl Summary {
             (v[n / 2 - 1] + v[n / 2]) as f64 / 2.0
         };
         let rank = ((0.9 * n as f64).ceil() as usize).clamp(1, n);
-        Summary { n, median_ms: median, p90_ms: v[rank - 1] as f64 }
+        Summary {
+            n,
+            median_ms: median,
+            p90_ms: v[rank - 1] as f64,
+        }
     }
 }
 
@@ -98,7 +106,10 @@ impl BenchReport {
             ("round wall", self.round_wall),
             ("overhead per CHECK", self.overhead_per_check),
         ] {
-            s.push_str(&format!("{name:<28}{:>8}{:>12.1}{:>12.1}\n", m.n, m.median_ms, m.p90_ms));
+            s.push_str(&format!(
+                "{name:<28}{:>8}{:>12.1}{:>12.1}\n",
+                m.n, m.median_ms, m.p90_ms
+            ));
         }
         for k in &self.skipped {
             s.push_str(&format!("skipped: {k}\n"));
@@ -144,7 +155,11 @@ pub async fn bench_revision_loop(
     let mut per_check = Vec::new();
     let mut skipped = Vec::new();
     for task in tasks {
-        let bundle = match config.bundle.clone().map_or_else(|| oracle_bundle(task), Ok) {
+        let bundle = match config
+            .bundle
+            .clone()
+            .map_or_else(|| oracle_bundle(task), Ok)
+        {
             Ok(b) => b,
             Err(e) => {
                 skipped.push(format!("{}: {e}", task.instance_id));
@@ -154,18 +169,35 @@ pub async fn bench_revision_loop(
         let frozen = match harness::qualify(task, &bundle, config.repair.sandbox).await? {
             Qualification::Accepted(f) => f,
             other => {
-                skipped.push(format!("{}: oracle bundle does not qualify: {other:?}", task.instance_id));
+                skipped.push(format!(
+                    "{}: oracle bundle does not qualify: {other:?}",
+                    task.instance_id
+                ));
                 continue;
             }
         };
         for episode in 0..config.repeat.max(1) {
-            let r = run_repair(task, Some(&frozen), policy, &config.repair, RepairInputs::default()).await;
+            let r = run_repair(
+                task,
+                Some(&frozen),
+                policy,
+                &config.repair,
+                RepairInputs::default(),
+            )
+            .await;
             if let TerminalReason::InfraError { message } = &r.record.terminal {
-                skipped.push(format!("{} episode {episode}: infrastructure error: {message}", task.instance_id));
+                skipped.push(format!(
+                    "{} episode {episode}: infrastructure error: {message}",
+                    task.instance_id
+                ));
                 continue;
             }
             for round in &r.record.rounds {
-                let gated: Vec<_> = round.checks.iter().filter(|c| c.verdict.is_some()).collect();
+                let gated: Vec<_> = round
+                    .checks
+                    .iter()
+                    .filter(|c| c.verdict.is_some())
+                    .collect();
                 per_check.extend(gated.iter().map(|c| c.overhead_ms));
                 rounds.push(RoundSample {
                     instance_id: task.instance_id.clone(),
@@ -174,7 +206,11 @@ pub async fn bench_revision_loop(
                     turns: round.turns,
                     model_ms: round.model_ms,
                     tool_ms: round.tool_ms,
-                    harness_ms: gated.iter().filter_map(|c| c.verdict.as_ref()).map(|v| v.test_ms).sum(),
+                    harness_ms: gated
+                        .iter()
+                        .filter_map(|c| c.verdict.as_ref())
+                        .map(|v| v.test_ms)
+                        .sum(),
                     controller_ms: round.checks.iter().map(|c| c.overhead_ms).sum(),
                     wall_ms: round.wall_ms,
                     gate_runs: gated.len(),

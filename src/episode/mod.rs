@@ -16,5 +16,9 @@ pub mod sandbox_shell;
 pub mod test_episode;
 pub mod timed_sandbox;
 
-pub use repair::{run_repair, RepairConfig, RepairInputs, RepairRecord, RepairResult, TerminalReason};
-pub use test_episode::{run_test_episode, TestEpisodeConfig, TestEpisodeRecord, TestEpisodeResult, TestOutcome};
+pub use repair::{
+    run_repair, RepairConfig, RepairInputs, RepairRecord, RepairResult, TerminalReason,
+};
+pub use test_episode::{
+    run_test_episode, TestEpisodeConfig, TestEpisodeRecord, TestEpisodeResult, TestOutcome,
+};

@@ -14,15 +14,17 @@
 //! budget: the round is spent like any non-passing check.
 
 use super::sandbox_shell::SandboxShell;
+use super::timed_sandbox::TimedSandbox;
+use crate::agent::action::CallForm;
 use crate::agent::observation::{render_output, truncate_head_tail};
 use crate::agent::prompts::{
     render, REPAIR_EXHAUSTED_NOTICE, REPAIR_FALLBACK_SYSTEM, REPAIR_FOLLOWUP, REPAIR_PASS_NOTICE,
     REPAIR_RECOVERY, REPAIR_REVISION, REPAIR_SYSTEM, REPAIR_UNCHANGED, ROUND0_INSTANCE,
 };
-use crate::agent::action::CallForm;
 use crate::agent::{Agent, AgentLimits, AgentStats, Marker, Stop, Trajectory, TurnOutcome};
-use super::timed_sandbox::TimedSandbox;
-use crate::harness::{self, FailureKind, FrozenBundle, GateStatus, GateVerdict, Purpose, Sandbox, SandboxKind};
+use crate::harness::{
+    self, FailureKind, FrozenBundle, GateStatus, GateVerdict, Purpose, Sandbox, SandboxKind,
+};
 use crate::policy::{ChatMessage, Policy, SamplingParams};
 use crate::task::TaskInstance;
 use serde::{Deserialize, Serialize};
@@ -168,7 +170,9 @@ pub enum TerminalReason {
     FormatErrors,
     WallTime,
     /// Sandbox, harness or policy failure; the latest candidate is kept.
-    InfraError { message: String },
+    InfraError {
+        message: String,
+    },
 }
 
 /// The complete record of one repair episode.
@@ -217,7 +221,10 @@ fn ms(d: Duration) -> u64 {
 enum GateOutcome {
     Verdict(GateVerdict, CheckRecord),
     /// The candidate could not be applied onto Base.
-    Unappliable { diagnostics: String, check: CheckRecord },
+    Unappliable {
+        diagnostics: String,
+        check: CheckRecord,
+    },
 }
 
 struct Controller<'a> {
@@ -239,7 +246,8 @@ struct Controller<'a> {
 impl<'a> Controller<'a> {
     async fn export(&self) -> Result<(String, Duration), harness::HarnessError> {
         let t0 = Instant::now();
-        let diff = harness::export_source_diff(self.sandbox, &self.task.base_commit, &self.exclude).await?;
+        let diff = harness::export_source_diff(self.sandbox, &self.task.base_commit, &self.exclude)
+            .await?;
         Ok((diff, t0.elapsed()))
     }
 
@@ -261,7 +269,8 @@ impl<'a> Controller<'a> {
         }
         let sb = self.gate_sandbox.as_ref().expect("opened above");
         sb.clear();
-        let verdict = harness::check_candidate_in(sb, bundle, candidate, harness::gate::TEST_TIMEOUT).await?;
+        let verdict =
+            harness::check_candidate_in(sb, bundle, candidate, harness::gate::TEST_TIMEOUT).await?;
         let gate = t0.elapsed();
         let test_ms = ms(sb.time_of(&bundle.plan.command.activated));
         let record = VerdictRecord {
@@ -338,8 +347,15 @@ pub async fn run_repair(
         command_timeout: config.command_timeout,
         max_format_errors: config.max_format_errors,
     };
-    let mut agent = Agent::new(policy, &shell, "repair", &task.instance_id, limits, config.sampling.clone())
-        .with_markers(&[Marker::Submit, Marker::Check]);
+    let mut agent = Agent::new(
+        policy,
+        &shell,
+        "repair",
+        &task.instance_id,
+        limits,
+        config.sampling.clone(),
+    )
+    .with_markers(&[Marker::Submit, Marker::Check]);
     let exclude = bundle.map(|b| b.plan.paths.clone()).unwrap_or_default();
     let mut ctl = Controller {
         task,
@@ -359,7 +375,8 @@ pub async fn run_repair(
         "terminal",
         serde_json::json!({ "terminal": &terminal, "round": ctl.latest_round, "patch_sha256": sha256(&ctl.latest) }),
     );
-    let (messages, trajectory, stats) = agent.finish(serde_json::to_value(&terminal).unwrap_or_default());
+    let (messages, trajectory, stats) =
+        agent.finish(serde_json::to_value(&terminal).unwrap_or_default());
     RepairResult {
         record: RepairRecord {
             instance_id: task.instance_id.clone(),
@@ -421,12 +438,20 @@ impl RoundStart {
 }
 
 /// The controller's decision procedure; returns the terminal reason (terminal patch in `ctl`).
-async fn drive(ctl: &mut Controller<'_>, agent: &mut Agent<'_>, inputs: RepairInputs) -> TerminalReason {
+async fn drive(
+    ctl: &mut Controller<'_>,
+    agent: &mut Agent<'_>,
+    inputs: RepairInputs,
+) -> TerminalReason {
     macro_rules! infra {
         ($e:expr) => {
             match $e {
                 Ok(v) => v,
-                Err(e) => return TerminalReason::InfraError { message: e.to_string() },
+                Err(e) => {
+                    return TerminalReason::InfraError {
+                        message: e.to_string(),
+                    }
+                }
             }
         };
     }
@@ -445,9 +470,20 @@ async fn drive(ctl: &mut Controller<'_>, agent: &mut Agent<'_>, inputs: RepairIn
         match apply_in_workspace(ctl.sandbox, &p0).await {
             Ok(None) => {}
             Ok(Some(diag)) => recovery_diagnostics = Some(diag),
-            Err(e) => return TerminalReason::InfraError { message: e.to_string() },
+            Err(e) => {
+                return TerminalReason::InfraError {
+                    message: e.to_string(),
+                }
+            }
         }
-        ctl.rounds.push(start.close(agent, 0, RoundKind::Provided, RoundEnd::Provided, &p0, Vec::new()));
+        ctl.rounds.push(start.close(
+            agent,
+            0,
+            RoundKind::Provided,
+            RoundEnd::Provided,
+            &p0,
+            Vec::new(),
+        ));
     } else {
         if seeded {
             for m in inputs.seed_messages.unwrap_or_default() {
@@ -457,14 +493,20 @@ async fn drive(ctl: &mut Controller<'_>, agent: &mut Agent<'_>, inputs: RepairIn
             agent.push(ChatMessage::system(REPAIR_SYSTEM));
             agent.push(ChatMessage::user(render(
                 ROUND0_INSTANCE,
-                &[("task", &issue), ("step_limit", &ctl.config.round0_turns.to_string())],
+                &[
+                    ("task", &issue),
+                    ("step_limit", &ctl.config.round0_turns.to_string()),
+                ],
             )));
         }
         agent.grant_turns(ctl.config.round0_turns);
         let end = loop {
             match infra!(agent.step().await) {
                 TurnOutcome::Marker { form, output, .. } => {
-                    agent.observe(&form, render_output(&output, ctl.config.command_timeout.as_secs()));
+                    agent.observe(
+                        &form,
+                        render_output(&output, ctl.config.command_timeout.as_secs()),
+                    );
                     break RoundEnd::Submitted;
                 }
                 TurnOutcome::Stopped(Stop::StepLimit) => break RoundEnd::TurnLimit,
@@ -475,7 +517,8 @@ async fn drive(ctl: &mut Controller<'_>, agent: &mut Agent<'_>, inputs: RepairIn
         };
         let (p0, _) = infra!(ctl.export().await);
         ctl.latest = p0.clone();
-        ctl.rounds.push(start.close(agent, 0, RoundKind::Initial, end, &p0, Vec::new()));
+        ctl.rounds
+            .push(start.close(agent, 0, RoundKind::Initial, end, &p0, Vec::new()));
         match end {
             RoundEnd::FormatErrors => return TerminalReason::FormatErrors,
             RoundEnd::WallTime => return TerminalReason::WallTime,
@@ -522,7 +565,10 @@ async fn drive(ctl: &mut Controller<'_>, agent: &mut Agent<'_>, inputs: RepairIn
             render(REPAIR_RECOVERY, &[("task", &issue), ("diagnostics", &diag)])
         } else if round == 1 {
             kind = RoundKind::Revision;
-            render(REPAIR_REVISION, &[("task", &issue), ("feedback", &feedback)])
+            render(
+                REPAIR_REVISION,
+                &[("task", &issue), ("feedback", &feedback)],
+            )
         } else {
             kind = RoundKind::Revision;
             render(REPAIR_FOLLOWUP, &[("feedback", &feedback)])
@@ -545,23 +591,37 @@ async fn drive(ctl: &mut Controller<'_>, agent: &mut Agent<'_>, inputs: RepairIn
         // Turns of the round until a gated check, a submission or a stop.
         let (end, verdict, form) = loop {
             let (forced, form) = match infra!(agent.step().await) {
-                TurnOutcome::Marker { hit, form, .. } if hit.marker == Marker::Check || kind == RoundKind::Recovery => (false, Some(form)),
+                TurnOutcome::Marker { hit, form, .. }
+                    if hit.marker == Marker::Check || kind == RoundKind::Recovery =>
+                {
+                    (false, Some(form))
+                }
                 TurnOutcome::Marker { form, .. } => {
                     // FINAL-SUBMIT.
                     let (cand, export) = infra!(ctl.export().await);
                     ctl.latest = cand.clone();
                     ctl.latest_round = round;
-                    if ctl.last_checked.as_ref().map(|(s, _)| s.as_str()) != Some(sha256(&cand).as_str()) {
+                    if ctl.last_checked.as_ref().map(|(s, _)| s.as_str())
+                        != Some(sha256(&cand).as_str())
+                    {
                         // Record the gate result of the submitted patch (does not change the decision).
                         match infra!(ctl.gate(&cand, export, agent.turns(), false).await) {
-                            GateOutcome::Verdict(_, c) | GateOutcome::Unappliable { check: c, .. } => {
+                            GateOutcome::Verdict(_, c)
+                            | GateOutcome::Unappliable { check: c, .. } => {
                                 agent.event("gate", serde_json::to_value(&c).unwrap_or_default());
                                 checks.push(c)
                             }
                         }
                     }
                     agent.observe(&form, "FINAL-SUBMIT received: the current candidate is the final source patch. Repair is complete.".to_string());
-                    ctl.rounds.push(start.close(agent, round, kind, RoundEnd::FinalSubmit, &cand, checks));
+                    ctl.rounds.push(start.close(
+                        agent,
+                        round,
+                        kind,
+                        RoundEnd::FinalSubmit,
+                        &cand,
+                        checks,
+                    ));
                     return TerminalReason::FinalSubmit;
                 }
                 TurnOutcome::Stopped(Stop::StepLimit) => (true, None),
@@ -570,10 +630,13 @@ async fn drive(ctl: &mut Controller<'_>, agent: &mut Agent<'_>, inputs: RepairIn
                     ctl.latest = cand.clone();
                     ctl.latest_round = round;
                     let (end, reason) = match stop {
-                        Stop::FormatErrors => (RoundEnd::FormatErrors, TerminalReason::FormatErrors),
+                        Stop::FormatErrors => {
+                            (RoundEnd::FormatErrors, TerminalReason::FormatErrors)
+                        }
                         _ => (RoundEnd::WallTime, TerminalReason::WallTime),
                     };
-                    ctl.rounds.push(start.close(agent, round, kind, end, &cand, checks));
+                    ctl.rounds
+                        .push(start.close(agent, round, kind, end, &cand, checks));
                     return reason;
                 }
                 _ => continue,
@@ -595,7 +658,10 @@ async fn drive(ctl: &mut Controller<'_>, agent: &mut Agent<'_>, inputs: RepairIn
                     gate_ms: 0,
                     overhead_ms: ms(export),
                 };
-                agent.event("unchanged_check", serde_json::to_value(&check).unwrap_or_default());
+                agent.event(
+                    "unchanged_check",
+                    serde_json::to_value(&check).unwrap_or_default(),
+                );
                 checks.push(check);
                 if let Some(form) = form {
                     agent.observe(&form, REPAIR_UNCHANGED.to_string());
@@ -615,11 +681,20 @@ async fn drive(ctl: &mut Controller<'_>, agent: &mut Agent<'_>, inputs: RepairIn
                             Some(f) => agent.observe(f, REPAIR_PASS_NOTICE.to_string()),
                             None => agent.push(ChatMessage::user(REPAIR_PASS_NOTICE)),
                         }
-                        let end = if forced { RoundEnd::ForcedCheck } else { RoundEnd::Check };
-                        ctl.rounds.push(start.close(agent, round, kind, end, &cand, checks));
+                        let end = if forced {
+                            RoundEnd::ForcedCheck
+                        } else {
+                            RoundEnd::Check
+                        };
+                        ctl.rounds
+                            .push(start.close(agent, round, kind, end, &cand, checks));
                         return TerminalReason::Pass;
                     }
-                    let end = if forced { RoundEnd::ForcedCheck } else { RoundEnd::Check };
+                    let end = if forced {
+                        RoundEnd::ForcedCheck
+                    } else {
+                        RoundEnd::Check
+                    };
                     break (end, rec, form);
                 }
                 GateOutcome::Unappliable { diagnostics, check } => {
@@ -628,13 +703,18 @@ async fn drive(ctl: &mut Controller<'_>, agent: &mut Agent<'_>, inputs: RepairIn
                     checks.push(check);
                     infra!(ctl.sandbox.reset().await);
                     recovery_diagnostics = Some(diagnostics);
-                    let end = if forced { RoundEnd::ForcedCheck } else { RoundEnd::Check };
+                    let end = if forced {
+                        RoundEnd::ForcedCheck
+                    } else {
+                        RoundEnd::Check
+                    };
                     break (end, rec, form);
                 }
             }
         };
         let cand = ctl.latest.clone();
-        ctl.rounds.push(start.close(agent, round, kind, end, &cand, checks));
+        ctl.rounds
+            .push(start.close(agent, round, kind, end, &cand, checks));
         if last_round {
             match &form {
                 Some(f) => agent.observe(f, REPAIR_EXHAUSTED_NOTICE.to_string()),
@@ -658,7 +738,9 @@ async fn apply_in_workspace(
     if patch.trim().is_empty() {
         return Ok(None);
     }
-    sandbox.put_file("/tmp/execcritic_p0.patch", patch.as_bytes()).await?;
+    sandbox
+        .put_file("/tmp/execcritic_p0.patch", patch.as_bytes())
+        .await?;
     let out = sandbox
         .exec(
             "git apply --whitespace=nowarn /tmp/execcritic_p0.patch 2>&1 || git apply --3way /tmp/execcritic_p0.patch 2>&1",

@@ -185,7 +185,11 @@ pub fn select_candidates(patches: &[(&str, bool)]) -> Vec<usize> {
     let mut seen = std::collections::HashSet::new();
     let (mut pos, mut neg) = (Vec::new(), Vec::new());
     for (i, (patch, correct)) in patches.iter().enumerate() {
-        let norm: String = patch.lines().map(|l| l.trim_end()).collect::<Vec<_>>().join("\n");
+        let norm: String = patch
+            .lines()
+            .map(|l| l.trim_end())
+            .collect::<Vec<_>>()
+            .join("\n");
         if norm.trim().is_empty() || !seen.insert(norm) {
             continue;
         }

@@ -43,7 +43,9 @@ pub async fn read_sandbox_file(
 ) -> Result<Option<Vec<u8>>, crate::harness::HarnessError> {
     let quoted = crate::harness::sandbox::shell_quote(path);
     let t = Duration::from_secs(60);
-    let probe = sandbox.exec(&format!("test -f {quoted} && echo present"), t).await?;
+    let probe = sandbox
+        .exec(&format!("test -f {quoted} && echo present"), t)
+        .await?;
     if probe.output.trim() != "present" {
         return Ok(None);
     }

@@ -158,7 +158,11 @@ pub async fn run_test_episode(
     let outcome = loop {
         let turn = match agent.step().await {
             Ok(t) => t,
-            Err(e) => break TestOutcome::InfraError { message: e.to_string() },
+            Err(e) => {
+                break TestOutcome::InfraError {
+                    message: e.to_string(),
+                }
+            }
         };
         match turn {
             TurnOutcome::Observed | TurnOutcome::FormatError => {}
@@ -178,7 +182,11 @@ pub async fn run_test_episode(
                 let qualify_ms = t0.elapsed().as_millis() as u64;
                 let (verdict, frozen) = match judged {
                     Ok(v) => v,
-                    Err(e) => break TestOutcome::InfraError { message: e.to_string() },
+                    Err(e) => {
+                        break TestOutcome::InfraError {
+                            message: e.to_string(),
+                        }
+                    }
                 };
                 let record = SubmissionRecord {
                     attempt,
@@ -187,7 +195,10 @@ pub async fn run_test_episode(
                     verdict: verdict.clone(),
                     qualify_ms,
                 };
-                agent.event("submission", serde_json::to_value(&record).unwrap_or_default());
+                agent.event(
+                    "submission",
+                    serde_json::to_value(&record).unwrap_or_default(),
+                );
                 submissions.push(record);
                 if let Some(frozen) = frozen {
                     agent.observe(
@@ -247,7 +258,12 @@ async fn judge_submission(
         match read_sandbox_file(sandbox, path).await? {
             Some(bytes) => files.push(String::from_utf8_lossy(&bytes).into_owned()),
             None => {
-                return Ok((SubmissionVerdict::MissingFile { path: path.to_string() }, None));
+                return Ok((
+                    SubmissionVerdict::MissingFile {
+                        path: path.to_string(),
+                    },
+                    None,
+                ));
             }
         }
     }
@@ -291,9 +307,13 @@ impl SubmissionVerdict {
     /// One line for people.
     pub fn describe(&self) -> String {
         match self {
-            SubmissionVerdict::Accepted { hash } => format!("qualified (bundle sha256 {})", &hash[..hash.len().min(12)]),
+            SubmissionVerdict::Accepted { hash } => {
+                format!("qualified (bundle sha256 {})", &hash[..hash.len().min(12)])
+            }
             SubmissionVerdict::MissingFile { path } => format!("rejected: {path} is missing"),
-            SubmissionVerdict::Rejected { kind, message } => format!("rejected ({kind}): {message}"),
+            SubmissionVerdict::Rejected { kind, message } => {
+                format!("rejected ({kind}): {message}")
+            }
             SubmissionVerdict::BaseGateFailed { category, .. } => {
                 format!("Base gate failed: {category} (only a clean assertion failure qualifies)")
             }

@@ -2,8 +2,8 @@
 //! gate call into the test command's own runtime (harness time) and everything else (controller
 //! overhead) without the harness having to report it.
 
-use crate::harness::{ExecOutput, Sandbox};
 use crate::harness::sandbox::SandboxFuture;
+use crate::harness::{ExecOutput, Sandbox};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -66,4 +66,3 @@ impl Sandbox for TimedSandbox {
         self.inner.base_commit()
     }
 }
-

@@ -19,9 +19,8 @@ pub struct EnginePolicy {
 impl EnginePolicy {
     /// Load the model folder and start the engine thread.
     pub fn open(model_dir: &Path) -> Result<Self, PolicyError> {
-        let engine = Engine::load(model_dir, EngineConfig::default()).map_err(|e| {
-            PolicyError::Engine(format!("loading {}: {e}", model_dir.display()))
-        })?;
+        let engine = Engine::load(model_dir, EngineConfig::default())
+            .map_err(|e| PolicyError::Engine(format!("loading {}: {e}", model_dir.display())))?;
         if engine.template().is_none() {
             return Err(PolicyError::Engine(format!(
                 "{} has no chat template; the agents need one to render chats",
@@ -70,7 +69,10 @@ fn to_engine_request(req: &ChatRequest) -> engine::ChatRequest {
         stop_token_ids: Vec::new(),
         stop: Vec::new(),
     };
-    let mut r = engine::ChatRequest::new(req.messages.iter().map(to_model_message).collect(), sampling);
+    let mut r = engine::ChatRequest::new(
+        req.messages.iter().map(to_model_message).collect(),
+        sampling,
+    );
     r.tools = req.tools.clone();
     r
 }
@@ -83,11 +85,15 @@ fn split(prompt: &str, text: &str) -> (Option<String>, String) {
             let head = head.strip_prefix("<think>").unwrap_or(head);
             (
                 Some(head.trim_matches('\n').to_string()),
-                text[end + "</think>".len()..].trim_start_matches('\n').to_string(),
+                text[end + "</think>".len()..]
+                    .trim_start_matches('\n')
+                    .to_string(),
             )
         }
         // The prompt opened <think> and generation never closed it: all reasoning, no answer.
-        None if prompt.ends_with("<think>\n") => (Some(text.trim_matches('\n').to_string()), String::new()),
+        None if prompt.ends_with("<think>\n") => {
+            (Some(text.trim_matches('\n').to_string()), String::new())
+        }
         None => (None, text.to_string()),
     }
 }
@@ -98,7 +104,9 @@ impl Policy for EnginePolicy {
         requests: &'a [ChatRequest],
     ) -> BoxFuture<'a, Result<Vec<Completion>, PolicyError>> {
         Box::pin(async move {
-            let calls = requests.iter().map(|r| self.engine.chat(to_engine_request(r)));
+            let calls = requests
+                .iter()
+                .map(|r| self.engine.chat(to_engine_request(r)));
             let results = futures_util::future::join_all(calls).await;
             results
                 .into_iter()
@@ -140,8 +148,14 @@ mod tests {
 
     #[test]
     fn reasoning_split() {
-        assert_eq!(split("x<think>\n", "plan\n</think>\n\nls"), (Some("plan".into()), "ls".into()));
-        assert_eq!(split("x<think>\n", "unfinished"), (Some("unfinished".into()), String::new()));
+        assert_eq!(
+            split("x<think>\n", "plan\n</think>\n\nls"),
+            (Some("plan".into()), "ls".into())
+        );
+        assert_eq!(
+            split("x<think>\n", "unfinished"),
+            (Some("unfinished".into()), String::new())
+        );
         assert_eq!(split("x", "answer"), (None, "answer".into()));
     }
 }

@@ -2,7 +2,9 @@
 //! teacher). Requests of a batch are sent concurrently; connection failures, timeouts, HTTP 429 and
 //! 5xx are retried with exponential backoff; an unreachable server is an infrastructure error.
 
-use super::{BoxFuture, ChatMessage, ChatRequest, Completion, Policy, PolicyError, Role, ToolCall, Usage};
+use super::{
+    BoxFuture, ChatMessage, ChatRequest, Completion, Policy, PolicyError, Role, ToolCall, Usage,
+};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -117,7 +119,10 @@ impl HttpPolicy {
                             body: text.chars().take(2000).collect(),
                         });
                     }
-                    last_reason = format!("HTTP {status}: {}", text.chars().take(500).collect::<String>());
+                    last_reason = format!(
+                        "HTTP {status}: {}",
+                        text.chars().take(500).collect::<String>()
+                    );
                 }
             }
             if attempt < attempts {
@@ -172,8 +177,14 @@ fn parse_response(url: &str, text: &str) -> Result<Completion, PolicyError> {
         .get("choices")
         .and_then(|c| c.get(0))
         .ok_or_else(|| bad("no choices[0]".into()))?;
-    let msg = choice.get("message").ok_or_else(|| bad("no choices[0].message".into()))?;
-    let text = msg.get("content").and_then(Value::as_str).unwrap_or("").to_string();
+    let msg = choice
+        .get("message")
+        .ok_or_else(|| bad("no choices[0].message".into()))?;
+    let text = msg
+        .get("content")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     let reasoning = msg
         .get("reasoning_content")
         .or_else(|| msg.get("reasoning"))
@@ -182,12 +193,20 @@ fn parse_response(url: &str, text: &str) -> Result<Completion, PolicyError> {
     let mut tool_calls = Vec::new();
     if let Some(calls) = msg.get("tool_calls").and_then(Value::as_array) {
         for (i, c) in calls.iter().enumerate() {
-            let f = c.get("function").ok_or_else(|| bad("tool call without function".into()))?;
-            let name = f.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+            let f = c
+                .get("function")
+                .ok_or_else(|| bad("tool call without function".into()))?;
+            let name = f
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
             // Arguments arrive as a JSON string; keep unparsable ones as a string so the agent
             // loop can answer with a format error instead of failing the episode.
             let arguments = match f.get("arguments") {
-                Some(Value::String(s)) => serde_json::from_str(s).unwrap_or(Value::String(s.clone())),
+                Some(Value::String(s)) => {
+                    serde_json::from_str(s).unwrap_or(Value::String(s.clone()))
+                }
                 Some(other) => other.clone(),
                 None => Value::Null,
             };
@@ -196,14 +215,21 @@ fn parse_response(url: &str, text: &str) -> Result<Completion, PolicyError> {
                 .and_then(Value::as_str)
                 .map(str::to_string)
                 .unwrap_or_else(|| format!("call_{i}"));
-            tool_calls.push(ToolCall { id, name, arguments });
+            tool_calls.push(ToolCall {
+                id,
+                name,
+                arguments,
+            });
         }
     }
     let usage = v
         .get("usage")
         .map(|u| Usage {
             prompt_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
-            completion_tokens: u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0),
+            completion_tokens: u
+                .get("completion_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
         })
         .unwrap_or_default();
     let logprobs = choice
@@ -245,6 +271,9 @@ impl Policy for HttpPolicy {
     }
 
     fn describe(&self) -> String {
-        format!("http:{} (model {})", self.config.endpoint, self.config.model)
+        format!(
+            "http:{} (model {})",
+            self.config.endpoint, self.config.model
+        )
     }
 }

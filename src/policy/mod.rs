@@ -34,9 +34,17 @@ pub enum PolicyError {
     #[error("scripted policy {source_name} ran out of responses after {served} assistant turns")]
     ScriptExhausted { source_name: String, served: usize },
     #[error("policy server {url} unreachable after {attempts} attempts: {reason}")]
-    Unreachable { url: String, attempts: u32, reason: String },
+    Unreachable {
+        url: String,
+        attempts: u32,
+        reason: String,
+    },
     #[error("policy server {url} answered HTTP {status}: {body}")]
-    Http { url: String, status: u16, body: String },
+    Http {
+        url: String,
+        status: u16,
+        body: String,
+    },
     #[error("policy server {url} sent an unusable response: {reason}")]
     BadResponse { url: String, reason: String },
     #[error("engine policy: {0}")]

@@ -10,7 +10,10 @@ use std::str::FromStr;
 pub enum PolicySpec {
     Scripted(PathBuf),
     /// Base URL (or full endpoint) and the model name sent to the server (default `default`).
-    Http { url: String, model: String },
+    Http {
+        url: String,
+        model: String,
+    },
     Engine(PathBuf),
 }
 
@@ -57,7 +60,9 @@ pub fn open_policy(spec: &PolicySpec) -> Result<Box<dyn Policy>, PolicyError> {
         PolicySpec::Scripted(path) => Ok(Box::new(ScriptedPolicy::from_file(path)?)),
         PolicySpec::Http { url, model } => {
             let mut config = HttpPolicyConfig::for_url(url, model);
-            config.api_key = std::env::var("OPENAI_API_KEY").ok().filter(|k| !k.is_empty());
+            config.api_key = std::env::var("OPENAI_API_KEY")
+                .ok()
+                .filter(|k| !k.is_empty());
             Ok(Box::new(HttpPolicy::new(config)?))
         }
         PolicySpec::Engine(dir) => Ok(Box::new(EnginePolicy::open(dir)?)),
@@ -75,7 +80,9 @@ mod tests {
             PolicySpec::Scripted("a/b.jsonl".into())
         );
         assert_eq!(
-            "http:http://127.0.0.1:8000/v1#Qwen/Qwen3.5".parse::<PolicySpec>().unwrap(),
+            "http:http://127.0.0.1:8000/v1#Qwen/Qwen3.5"
+                .parse::<PolicySpec>()
+                .unwrap(),
             PolicySpec::Http {
                 url: "http://127.0.0.1:8000/v1".into(),
                 model: "Qwen/Qwen3.5".into()
@@ -99,6 +106,9 @@ mod tests {
         let e = |u| HttpPolicyConfig::for_url(u, "m").endpoint;
         assert_eq!(e("http://h:1"), "http://h:1/v1/chat/completions");
         assert_eq!(e("http://h:1/v1/"), "http://h:1/v1/chat/completions");
-        assert_eq!(e("http://h:1/v1/chat/completions"), "http://h:1/v1/chat/completions");
+        assert_eq!(
+            e("http://h:1/v1/chat/completions"),
+            "http://h:1/v1/chat/completions"
+        );
     }
 }

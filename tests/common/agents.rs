@@ -85,7 +85,11 @@ pub const SUBMIT_TEST: &str = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat
 /// A complete, qualifying Test-agent script.
 pub fn good_test_script(suffix: &str) -> Vec<String> {
     let n = node(suffix);
-    vec![call(&add_test(suffix)), call(&prepare(&good_command(suffix), &[&n])), call(SUBMIT_TEST)]
+    vec![
+        call(&add_test(suffix)),
+        call(&prepare(&good_command(suffix), &[&n])),
+        call(SUBMIT_TEST),
+    ]
 }
 
 // ---- Repair agent ----------------------------------------------------------------------------
@@ -101,7 +105,8 @@ pub fn touch_source(k: usize) -> String {
     format!("cd /testbed && echo '# attempt {k}' >> tablefmt/cells.py")
 }
 
-pub const EXPORT: &str = "cd /testbed && git add -AN && git diff --no-color -- tablefmt > /tmp/fix.patch";
+pub const EXPORT: &str =
+    "cd /testbed && git add -AN && git diff --no-color -- tablefmt > /tmp/fix.patch";
 pub const SUBMIT_FIX: &str = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat /tmp/fix.patch";
 pub const CHECK_FIX: &str = "echo COMPLETE_TASK_AND_CHECK_CANDIDATE_PATCH && cat /tmp/fix.patch";
 
