@@ -83,6 +83,10 @@ pub struct BenchReport {
     pub harness: Summary,
     pub controller: Summary,
     pub overhead_per_check: Summary,
+    /// The two parts of the overhead per gated CHECK: exporting the candidate from the agent's
+    /// workspace, and the gate call minus the test command.
+    pub export_per_check: Summary,
+    pub gate_overhead_per_check: Summary,
     pub round_wall: Summary,
 }
 
@@ -105,6 +109,8 @@ impl BenchReport {
             ("controller overhead", self.controller),
             ("round wall", self.round_wall),
             ("overhead per CHECK", self.overhead_per_check),
+            ("  export of the candidate", self.export_per_check),
+            ("  gate minus test command", self.gate_overhead_per_check),
         ] {
             s.push_str(&format!(
                 "{name:<28}{:>8}{:>12.1}{:>12.1}\n",
@@ -153,6 +159,8 @@ pub async fn bench_revision_loop(
 ) -> Result<BenchReport, harness::HarnessError> {
     let mut rounds = Vec::new();
     let mut per_check = Vec::new();
+    let mut export_ms = Vec::new();
+    let mut gate_over_ms = Vec::new();
     let mut skipped = Vec::new();
     for task in tasks {
         let bundle = match config
@@ -199,6 +207,11 @@ pub async fn bench_revision_loop(
                     .filter(|c| c.verdict.is_some())
                     .collect();
                 per_check.extend(gated.iter().map(|c| c.overhead_ms));
+                export_ms.extend(gated.iter().map(|c| c.export_ms));
+                gate_over_ms.extend(gated.iter().map(|c| {
+                    c.gate_ms
+                        .saturating_sub(c.verdict.as_ref().map_or(0, |v| v.test_ms))
+                }));
                 rounds.push(RoundSample {
                     instance_id: task.instance_id.clone(),
                     episode,
@@ -226,6 +239,8 @@ pub async fn bench_revision_loop(
         controller: col(|r| r.controller_ms),
         round_wall: col(|r| r.wall_ms),
         overhead_per_check: Summary::of(&per_check),
+        export_per_check: Summary::of(&export_ms),
+        gate_overhead_per_check: Summary::of(&gate_over_ms),
         check_overhead_ms: per_check,
         skipped,
         rounds,
