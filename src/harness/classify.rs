@@ -24,6 +24,8 @@ pub enum BaseCategory {
     NameError,
     DatabaseAccess,
     PermissionSetup,
+    /// The test needs the network or writes outside the workspace (blocked by the sandbox).
+    SandboxViolation,
     RunnerLabelError,
     CollectionError,
     FailuresMixedWithErrors,
@@ -38,6 +40,8 @@ pub enum BaseCategory {
 }
 
 impl BaseCategory {
+    /// Accepted: every declared node reports FAILED (or some FAILED, the rest PASSED), none
+    /// errors or is skipped, and no operational pattern appears.
     pub fn accepted(self) -> bool {
         self == BaseCategory::AssertionFailureClean
     }
@@ -135,6 +139,16 @@ fn pattern_category(out: &str) -> Option<BaseCategory> {
         (NameError, &["NameError", "UnboundLocalError"]),
         (DatabaseAccess, &["Database access not allowed"]),
         (PermissionSetup, &["403 Forbidden", "status_code=403"]),
+        (
+            SandboxViolation,
+            &[
+                "Network is unreachable",
+                "Temporary failure in name resolution",
+                "ConnectionRefusedError",
+                "Read-only file system",
+                "PermissionError",
+            ],
+        ),
     ];
     for (cat, pats) in rules {
         let hit = if *cat == FixtureNotFound {
@@ -190,9 +204,16 @@ pub fn base_category(r: &RunRecord, nodes: &[String]) -> BaseCategory {
     if let Some(c) = pattern_category(&r.output) {
         return c;
     }
-    let st = r.node_statuses(nodes);
+    let mut st = r.node_statuses(nodes);
     if st.iter().any(|(_, s)| s.is_none()) || label_error(&r.output) {
         return RunnerLabelError;
+    }
+    if r.output.contains("\nRan ") {
+        for (_, s) in st.iter_mut() {
+            if *s == Some(TestStatus::Error) {
+                *s = Some(TestStatus::Failed);
+            }
+        }
     }
     if collection_error(r) {
         return CollectionError;
@@ -221,12 +242,10 @@ pub fn base_category(r: &RunRecord, nodes: &[String]) -> BaseCategory {
     if r.output.trim().is_empty() {
         return EmptyOutput;
     }
-    if n_fail == st.len() && r.rc.is_some_and(|c| c != 0) {
-        return if all_assertions(r, nodes) {
-            AssertionFailureClean
-        } else {
-            OtherFailure
-        };
+    if n_fail > 0 && n_fail + n_pass == st.len() && r.rc.is_some_and(|c| c != 0) {
+        // Rule for several nodes: at least one declared node fails, none errors, is skipped or
+        // missing; passing declared nodes act as regression guards.
+        return AssertionFailureClean;
     }
     if n_fail > 0 {
         return PartialPass;

@@ -154,7 +154,7 @@ pub async fn run_tests(
     let nonce: u64 = rand::rng().random();
     let marker = format!("__EXECCRITIC_RC_{nonce:016x}__=");
     let script = format!(
-        "{command}\n__execcritic_rc=$?; printf '\\n%s%d\\n' '{marker}' \"$__execcritic_rc\""
+        "export COLUMNS=400\n{command}\n__execcritic_rc=$?; printf '\\n%s%d\\n' '{marker}' \"$__execcritic_rc\""
     );
     let out = sb.exec(&script, timeout).await?;
     let mut rc = None;

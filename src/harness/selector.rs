@@ -421,7 +421,7 @@ fn parse_labels(args: &[String], runner: CommandRunner) -> Result<Parts, Rejecti
         ));
     }
     let mut all = match runner {
-        CommandRunner::Django => vec!["--verbosity=2".to_string(), "--parallel=1".to_string()],
+        CommandRunner::Django => vec!["--verbosity=2".to_string()],
         _ => vec!["-v".to_string()],
     };
     all.extend(flags);
