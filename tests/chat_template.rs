@@ -218,3 +218,35 @@ fn rendered_tool_calls_parse_back() {
         assert_eq!(parsed.reasoning, msg.reasoning_content);
     }
 }
+
+/// The next turn's prompt extends the previous prompt + the assistant's completion text + the
+/// stop token, so the engine can resume a conversation from its cached state.
+#[test]
+fn next_turn_prompt_extends_prompt_and_completion() {
+    let t = template();
+    let tools = [bash_tool()];
+    let mut conv = vec![
+        Message::system("You are helpful."),
+        Message::user("Fix the bug."),
+    ];
+    let prompt1 = t.render(&conv, &tools, GEN).unwrap();
+    let completion = "Look first.\n</think>\n\nI will list.\n\n<tool_call>\n<function=bash>\n<parameter=command>\nls -la\n</parameter>\n<parameter=timeout>\n5\n</parameter>\n</function>\n</tool_call>";
+    let turn = parse_assistant(
+        completion,
+        &tools,
+        ParseOptions {
+            prompt_opened_think: true,
+        },
+    )
+    .unwrap();
+    conv.push(
+        Message::assistant(turn.content)
+            .with_reasoning(turn.reasoning.unwrap())
+            .with_tool_calls(turn.tool_calls),
+    );
+    conv.push(Message::tool("a.py"));
+    let prompt2 = t.render(&conv, &tools, GEN).unwrap();
+    let head = format!("{prompt1}{completion}<|im_end|>");
+    assert!(prompt2.starts_with(&head), "{prompt2}");
+    assert_eq!(&prompt2[head.len()..], "\n<|im_start|>user\n<tool_response>\na.py\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n");
+}

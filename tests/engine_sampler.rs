@@ -159,3 +159,46 @@ fn invalid_settings_are_rejected() {
     .is_err());
     assert!(params(0.0, 3, 0.5, 0).validate().is_ok());
 }
+
+/// The nucleus found by the sampler (which sorts only a growing head) equals the one of a full
+/// sort, also when it holds more than the first head of candidates.
+#[test]
+fn nucleus_matches_a_full_sort() {
+    for (seed, top_k, top_p, t) in [
+        (1, 0, 0.1, 1.0),
+        (2, 0, 0.9, 3.0),
+        (3, 0, 0.999, 5.0),
+        (4, 1000, 0.95, 4.0),
+        (5, 3, 0.2, 1.0),
+    ] {
+        let logits = random_logits(seed, 3000);
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        if top_k > 0 {
+            order.truncate(top_k);
+        }
+        let scaled: Vec<f32> = order.iter().map(|&i| logits[i] / t).collect();
+        let probs: Vec<f64> = log_softmax(&scaled)
+            .iter()
+            .map(|&l| (l as f64).exp())
+            .collect();
+        let mut cum = 0.0;
+        let n = probs
+            .iter()
+            .position(|p| {
+                cum += p;
+                cum >= top_p as f64
+            })
+            .map_or(probs.len(), |i| i + 1);
+        let got = Sampler::new(params(t, top_k, top_p, 0)).support(&logits);
+        assert_eq!(
+            got.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            order[..n],
+            "seed {seed}"
+        );
+        let mass: f64 = probs[..n].iter().sum();
+        for ((_, p), q) in got.iter().zip(&probs) {
+            assert!((p - q / mass).abs() < 1e-9);
+        }
+    }
+}

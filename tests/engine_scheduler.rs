@@ -16,8 +16,8 @@ const VOCAB: usize = 1024;
 const LAYERS: usize = 3;
 const TOP_K: usize = 2;
 
-/// Logits: pseudo-random noise keyed by the whole history, plus a bonus for `last + 1`, so
-/// greedy decoding counts upwards. Experts of a token: a function of (layer, position, token).
+/// Logits: pseudo-random noise keyed by the whole history, plus a bonus for `last + 1` (mod 1001),
+/// so greedy decoding counts upwards (through `<|im_end|>` = 1000). Experts of a token: a function of (layer, position, token).
 #[derive(Default)]
 struct CountingModel {
     forwarded: AtomicUsize,
@@ -65,7 +65,7 @@ impl DecoderModel for CountingModel {
             let logits = (0..VOCAB)
                 .map(|v| {
                     let noise = (mix(h ^ v as u64) >> 40) as f32 / (1u64 << 24) as f32;
-                    noise + if v == (last + 1) % 900 { 3.0 } else { 0.0 }
+                    noise + if v == (last + 1) % 1001 { 3.0 } else { 0.0 }
                 })
                 .collect();
             let experts = routing.then(|| {
@@ -213,7 +213,7 @@ fn batched_generation_equals_one_at_a_time() {
     let last = *reqs[0].prompt.last().unwrap();
     assert_eq!(
         alone[0].token_ids,
-        (1..=12).map(|i| (last + i) % 900).collect::<Vec<_>>()
+        (1..=12).map(|i| (last + i) % 1001).collect::<Vec<_>>()
     );
 }
 
@@ -520,4 +520,73 @@ fn engine_batches_requests_in_flight_together() {
     let steps = model.steps.load(Ordering::SeqCst);
     assert_eq!(model.max_batch.load(Ordering::SeqCst), n as usize);
     assert!(steps < 2 * 41, "steps = {steps}");
+}
+
+#[test]
+fn tokenizer_stop_ids_end_generation_unless_ignored() {
+    let p = vec![17, 995];
+    let c = solo(&Request::new(p.clone(), SamplingParams::greedy(10)));
+    assert_eq!(c.token_ids, [996, 997, 998, 999, 1000]);
+    assert_eq!(c.finish, FinishReason::StopToken(1000));
+    assert_eq!(
+        c.text,
+        tokenizer().decode(&[996, 997, 998, 999], false).unwrap()
+    );
+    let c = solo(&Request {
+        ignore_eos: true,
+        ..Request::new(p, SamplingParams::greedy(10))
+    });
+    assert_eq!(c.token_ids, [996, 997, 998, 999, 1000, 0, 1, 2, 3, 4]);
+    assert_eq!(c.finish, FinishReason::Length);
+}
+
+/// A failing model step fails the requests in that batch (with the model's error) and leaves
+/// the engine usable.
+#[test]
+fn model_failure_fails_the_batch_not_the_engine() {
+    struct Flaky(CountingModel, AtomicUsize);
+    impl DecoderModel for Flaky {
+        type State = Vec<u32>;
+        fn new_state(&self) -> Vec<u32> {
+            Vec::new()
+        }
+        fn vocab_size(&self) -> usize {
+            VOCAB
+        }
+        fn experts_per_token(&self) -> usize {
+            TOP_K
+        }
+        fn step(
+            &self,
+            b: &mut [StepInput<'_, Vec<u32>>],
+            r: bool,
+        ) -> Result<Vec<StepOutput>, EngineError> {
+            match self.1.fetch_add(1, Ordering::SeqCst) {
+                2 => Err(EngineError::Model("device lost".into())),
+                3 => Ok(Vec::new()),
+                _ => self.0.step(b, r),
+            }
+        }
+    }
+    let model = Arc::new(Flaky(CountingModel::default(), AtomicUsize::new(0)));
+    let mut c = EngineCore::new(model, Arc::new(tokenizer()), config(4, 64, 8)).unwrap();
+    c.add(Request::new(prompt(1, 3), SamplingParams::greedy(10)))
+        .unwrap();
+    c.add(Request::new(prompt(2, 3), SamplingParams::greedy(10)))
+        .unwrap();
+    let done = c.run_to_completion();
+    assert_eq!(done.len(), 2);
+    assert!(done
+        .iter()
+        .all(|(_, r)| matches!(r, Err(EngineError::Model(m)) if m == "device lost")));
+    c.add(Request::new(prompt(3, 3), SamplingParams::greedy(10)))
+        .unwrap();
+    let done = c.run_to_completion();
+    assert!(matches!(&done[0].1, Err(EngineError::Model(m)) if m.contains("returned 0 outputs")));
+    c.add(Request::new(prompt(3, 3), SamplingParams::greedy(4)))
+        .unwrap();
+    assert_eq!(
+        c.run_to_completion()[0].1.as_ref().unwrap().token_ids.len(),
+        4
+    );
 }

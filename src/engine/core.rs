@@ -9,6 +9,7 @@ use super::error::EngineError;
 use super::scheduler::{plan, Pending, SchedulerConfig};
 use super::sequence::{Completion, Request, Sequence};
 use crate::model::tokenizer::Tokenizer;
+use rayon::prelude::*;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -165,10 +166,27 @@ impl<M: DecoderModel> EngineCore<M> {
             }
             self.model.step(&mut inputs, routing)
         };
+        let vocab = self.model.vocab_size();
         let outputs = match result {
-            Ok(outputs) => outputs,
+            Ok(outputs)
+                if outputs.len() == batch.len()
+                    && outputs.iter().all(|o| o.logits.len() == vocab) =>
+            {
+                outputs
+            }
+            Ok(outputs) => {
+                let e = EngineError::Model(format!(
+                    "the model returned {} outputs for {} sequences (or logits of the wrong size)",
+                    outputs.len(),
+                    batch.len()
+                ));
+                return self.fail(&batch, e);
+            }
             Err(e) => return self.fail(&batch, e),
         };
+        // Advance the states; sequences with nothing left pending get a token, sampled in
+        // parallel (each sequence has its own generator, so the order does not matter).
+        let mut logits: Vec<Option<Vec<f32>>> = vec![None; self.running.len()];
         for (&(i, n), out) in batch.iter().zip(outputs) {
             let r = &mut self.running[i];
             r.seq.fed += n;
@@ -182,8 +200,14 @@ impl<M: DecoderModel> EngineCore<M> {
                     state: r.seq.state.clone(),
                 });
             }
-            r.seq.sample(out.logits, &self.tokenizer);
+            logits[i] = Some(out.logits);
         }
+        let tokenizer = &*self.tokenizer;
+        self.running.par_iter_mut().zip(logits).for_each(|(r, l)| {
+            if let Some(l) = l {
+                r.seq.sample(l, tokenizer);
+            }
+        });
         self.retire()
     }
 

@@ -2,7 +2,8 @@
 //!
 //! Order of operations (as in vLLM/HF): divide by the temperature, keep the `top_k` largest
 //! (ties broken towards the lower id), softmax, keep the smallest set of most likely tokens whose
-//! probability reaches `top_p`, renormalise, draw. Temperature 0 is greedy (argmax, lowest id on
+//! probability reaches `top_p`, renormalise, draw by inverse CDF (over the kept tokens most likely
+//! first; over the whole vocabulary in id order when nothing is truncated). Temperature 0 is greedy (argmax, lowest id on
 //! ties). Each request has its own ChaCha20 generator seeded from its seed, and a token costs
 //! exactly one uniform draw, so a seeded request reproduces its tokens whatever else is batched
 //! with it (given the same logits).
@@ -123,9 +124,12 @@ impl Sampler {
                 sampling_logprob: 0.0,
             };
         }
-        let support = self.support(logits);
         let u: f64 = self.rng.random();
-        // Draw by the cumulative distribution over the support, most likely first.
+        if self.params.top_k == 0 && self.params.top_p >= 1.0 {
+            return self.draw_untruncated(logits, u, policy);
+        }
+        let support = self.support(logits);
+        // Draw by the cumulative distribution over the support, in its order.
         let mut acc = 0.0;
         let mut chosen = support.last().copied().unwrap_or((0, 1.0));
         for &(t, p) in &support {
@@ -142,38 +146,76 @@ impl Sampler {
         }
     }
 
-    /// The sampling distribution: `(token, probability)` pairs, most likely first, summing to 1.
+    /// The whole-vocabulary draw of [`Sampler::support`]'s untruncated case, without building the
+    /// support list: one pass for the weights, one to find where `u` falls, in id order.
+    fn draw_untruncated(&self, logits: &[f32], u: f64, policy: impl Fn(usize) -> f32) -> Sampled {
+        let inv_t = 1.0 / self.params.temperature;
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let weights: Vec<f32> = logits.iter().map(|&l| ((l - max) * inv_t).exp()).collect();
+        let total: f64 = weights.iter().map(|&w| w as f64).sum();
+        let target = u * total;
+        let mut acc = 0.0;
+        let mut token = weights.iter().rposition(|&w| w > 0.0).unwrap_or(0);
+        for (i, &w) in weights.iter().enumerate() {
+            acc += w as f64;
+            if target < acc {
+                token = i;
+                break;
+            }
+        }
+        Sampled {
+            token: token as u32,
+            logprob: policy(token),
+            sampling_logprob: (weights[token] as f64 / total).ln() as f32,
+        }
+    }
+
+    /// The sampling distribution: `(token, probability)` pairs summing to 1 — most likely first
+    /// when top-k or top-p truncates, in id order otherwise (no sort of the whole vocabulary).
     pub fn support(&self, logits: &[f32]) -> Vec<(usize, f64)> {
         let t = self.params.temperature.max(f32::MIN_POSITIVE) as f64;
-        let mut order: Vec<usize> = (0..logits.len()).collect();
         let by_value = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
+        let mut order: Vec<usize> = (0..logits.len()).collect();
         let k = self.params.top_k;
         if k > 0 && k < order.len() {
             order.select_nth_unstable_by(k - 1, by_value);
             order.truncate(k);
+            order.sort_unstable_by(by_value);
         }
-        order.sort_unstable_by(by_value);
-        let max = logits[order[0]] as f64 / t;
-        let weights: Vec<f64> = order
+        let max = order
+            .iter()
+            .map(|&i| logits[i])
+            .fold(f32::NEG_INFINITY, f32::max) as f64
+            / t;
+        let total: f64 = order
             .iter()
             .map(|&i| (logits[i] as f64 / t - max).exp())
-            .collect();
-        let total: f64 = weights.iter().sum();
-        let mut support = Vec::with_capacity(order.len());
-        let mut cum = 0.0;
-        for (&i, w) in order.iter().zip(&weights) {
-            let p = w / total;
-            support.push((i, p));
-            cum += p;
-            if cum >= self.params.top_p as f64 {
-                break;
+            .sum();
+        let prob = |i: usize| (logits[i] as f64 / t - max).exp() / total;
+        let top_p = self.params.top_p as f64;
+        if top_p >= 1.0 {
+            return order.into_iter().map(|i| (i, prob(i))).collect();
+        }
+        // The nucleus: sort a growing head of the candidates until it holds top_p of the mass.
+        let mut head = order.len().min(256);
+        let kept = loop {
+            if head < order.len() {
+                order.select_nth_unstable_by(head - 1, by_value);
             }
-        }
-        let kept: f64 = support.iter().map(|(_, p)| p).sum();
-        for (_, p) in &mut support {
-            *p /= kept;
-        }
-        support
+            order[..head].sort_unstable_by(by_value);
+            let mut cum = 0.0;
+            let found = order[..head].iter().position(|&i| {
+                cum += prob(i);
+                cum >= top_p
+            });
+            match found {
+                Some(pos) => break pos + 1,
+                None if head == order.len() => break head,
+                None => head = order.len().min(head * 8),
+            }
+        };
+        let mass: f64 = order[..kept].iter().map(|&i| prob(i)).sum();
+        order[..kept].iter().map(|&i| (i, prob(i) / mass)).collect()
     }
 }
 
@@ -188,13 +230,18 @@ pub fn argmax(xs: &[f32]) -> usize {
     best
 }
 
-/// `log Σ exp(x)` in f64.
+/// `log Σ exp(x)`: f32 exponentials of `x - max`, summed in f64.
 pub fn log_sum_exp(xs: &[f32]) -> f64 {
     let max = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
     if !max.is_finite() {
         return max;
     }
-    max + xs.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln()
+    let maxf = max as f32;
+    max + xs
+        .iter()
+        .map(|&x| (x - maxf).exp() as f64)
+        .sum::<f64>()
+        .ln()
 }
 
 /// `log_softmax(xs)` in f32 (computed in f64).

@@ -19,6 +19,8 @@ pub struct Request {
     pub routing: bool,
     /// Return the full logits row of every sampled position (large; for tests and debugging).
     pub return_logits: bool,
+    /// Ignore the tokenizer's stop ids (`sampling.stop_token_ids` still apply); for benchmarks.
+    pub ignore_eos: bool,
 }
 
 impl Request {
@@ -29,6 +31,7 @@ impl Request {
             conversation: None,
             routing: false,
             return_logits: false,
+            ignore_eos: false,
         }
     }
     pub fn in_conversation(mut self, id: impl Into<String>) -> Self {
@@ -134,7 +137,12 @@ impl<S> Sequence<S> {
         stop_ids: &[u32],
         top_k: usize,
     ) -> Self {
-        let mut stops: Vec<u32> = stop_ids
+        let default_stops = if request.ignore_eos {
+            &[][..]
+        } else {
+            stop_ids
+        };
+        let mut stops: Vec<u32> = default_stops
             .iter()
             .chain(&request.sampling.stop_token_ids)
             .copied()
