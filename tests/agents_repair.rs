@@ -97,6 +97,13 @@ async fn pass_after_revision() {
         .unwrap()
         .content
         .starts_with("The hidden generated-test CHECK passed"));
+    // Timings of every gated check are consistent: overhead = export + gate - test command.
+    for c in r.record.rounds.iter().flat_map(|r| &r.checks) {
+        let v = c.verdict.as_ref().unwrap();
+        assert!(v.test_ms > 0 && v.test_ms <= c.gate_ms, "{c:?}");
+        assert_eq!(c.overhead_ms, c.export_ms + c.gate_ms - v.test_ms);
+    }
+    assert!(r.record.rounds.iter().all(|r| r.wall_ms >= r.tool_ms));
     // The retained conversation: Round 0's system message is still the first message.
     assert_eq!(r.messages[0].role, Role::System);
     assert_eq!(

@@ -227,13 +227,62 @@ enum GateOutcome {
     },
 }
 
+/// The gate sandbox: still opening, or ready.
+enum GateSandbox {
+    None,
+    Opening(tokio::task::JoinHandle<Result<Box<dyn Sandbox>, harness::HarnessError>>),
+    Ready(TimedSandbox),
+}
+
+impl GateSandbox {
+    /// Start opening a gate sandbox for `task` in the background.
+    fn open(kind: SandboxKind, task: &TaskInstance) -> Self {
+        let task = task.clone();
+        GateSandbox::Opening(tokio::spawn(async move {
+            harness::open_sandbox(kind, &task, Purpose::Gate).await
+        }))
+    }
+
+    /// The ready sandbox, waiting for (or starting) its opening.
+    async fn ready(
+        &mut self,
+        kind: SandboxKind,
+        task: &TaskInstance,
+    ) -> Result<&TimedSandbox, harness::HarnessError> {
+        if matches!(self, GateSandbox::None) {
+            *self = GateSandbox::open(kind, task);
+        }
+        if let GateSandbox::Opening(handle) = self {
+            let sb = handle.await.map_err(|e| {
+                harness::HarnessError::Other(format!("opening the gate sandbox: {e}"))
+            })??;
+            *self = GateSandbox::Ready(TimedSandbox::new(sb));
+        }
+        match self {
+            GateSandbox::Ready(sb) => Ok(sb),
+            _ => Err(harness::HarnessError::Other(
+                "gate sandbox unavailable".into(),
+            )),
+        }
+    }
+}
+
+impl Drop for GateSandbox {
+    fn drop(&mut self) {
+        if let GateSandbox::Opening(handle) = self {
+            handle.abort();
+        }
+    }
+}
+
 struct Controller<'a> {
     task: &'a TaskInstance,
     config: &'a RepairConfig,
     bundle: Option<&'a FrozenBundle>,
     sandbox: &'a dyn Sandbox,
-    /// The gate's own sandbox (opened at the first check, reset before and after every check).
-    gate_sandbox: Option<TimedSandbox>,
+    /// The gate's own sandbox, reset before and after every check. It is opened in the
+    /// background while Round 0 runs, so the first check does not wait for it.
+    gate_sandbox: GateSandbox,
     exclude: Vec<String>,
     rounds: Vec<RoundRecord>,
     /// Latest candidate and its sha (the last exported one).
@@ -263,11 +312,10 @@ impl<'a> Controller<'a> {
             harness::HarnessError::Other("the gate needs a qualified bundle".into())
         })?;
         let t0 = Instant::now();
-        if self.gate_sandbox.is_none() {
-            let sb = harness::open_sandbox(self.config.sandbox, self.task, Purpose::Gate).await?;
-            self.gate_sandbox = Some(TimedSandbox::new(sb));
-        }
-        let sb = self.gate_sandbox.as_ref().expect("opened above");
+        let sb = self
+            .gate_sandbox
+            .ready(self.config.sandbox, self.task)
+            .await?;
         sb.clear();
         let verdict =
             harness::check_candidate_in(sb, bundle, candidate, harness::gate::TEST_TIMEOUT).await?;
@@ -362,7 +410,10 @@ pub async fn run_repair(
         config,
         bundle,
         sandbox: sandbox.as_ref(),
-        gate_sandbox: None,
+        gate_sandbox: match bundle {
+            Some(_) => GateSandbox::open(config.sandbox, task),
+            None => GateSandbox::None,
+        },
         exclude,
         rounds: Vec::new(),
         latest: String::new(),
