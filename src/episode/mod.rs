@@ -1,1 +1,24 @@
 //! Episode layer: the Test episode, the Repair controller and the paper's rewards.
+//!
+//! - [`test_episode`]: Learn to Test (§3.1, B.3.1) — the Test agent writes a bundle, the harness
+//!   qualifies it; at most five submissions.
+//! - [`repair`]: Test to Improve (§3.2, B.1, B.3.2) — Round 0, the gate, revision rounds, CHECK /
+//!   FINAL-SUBMIT, forced checks, recovery, force-submission.
+//! - [`rewards`]: eq. 5–6 and the GRPO group utilities.
+//! - [`bench`]: the revision-loop benchmark (time split per round).
+//! - [`sandbox_shell`], [`timed_sandbox`]: a harness sandbox as the agent's shell; a sandbox
+//!   wrapper timing the gate's test command.
+
+pub mod bench;
+pub mod repair;
+pub mod rewards;
+pub mod sandbox_shell;
+pub mod test_episode;
+pub mod timed_sandbox;
+
+pub use repair::{
+    run_repair, RepairConfig, RepairInputs, RepairRecord, RepairResult, TerminalReason,
+};
+pub use test_episode::{
+    run_test_episode, TestEpisodeConfig, TestEpisodeRecord, TestEpisodeResult, TestOutcome,
+};

@@ -1,0 +1,41 @@
+//! Errors of the harness layer. `HarnessError` is an infrastructure failure (never a verdict);
+//! bundle problems are `Rejection`s (see `validate`), not errors.
+
+use std::path::PathBuf;
+
+/// An infrastructure failure: the harness could not produce a valid execution. Callers must
+/// never turn one of these into a behavioural verdict.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    #[error(
+        "bubblewrap (`bwrap`) is not installed or not on PATH; the local sandbox refuses to run \
+         unsandboxed. Install it with `apt-get install bubblewrap` (Debian/Ubuntu) or \
+         `dnf install bubblewrap` (Fedora), or use `--sandbox docker`"
+    )]
+    BubblewrapMissing,
+    #[error("sandbox start failed: {0}")]
+    SandboxStart(String),
+    #[error("sandbox I/O error at {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("sandbox reset failed: {0}")]
+    Reset(String),
+    #[error("docker: {0}")]
+    Docker(String),
+    #[error("task preparation failed: {0}")]
+    Task(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl HarnessError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        HarnessError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! Executing a check inside a sandbox: the patch-apply chain (`git apply` → `git apply --3way`
+//! → `patch -p1 --fuzz`, restoring the tree between attempts) and running a test command with
+//! its exit code captured after a unique nonce marker, then parsing the log.
+
+use super::error::HarnessError;
+use super::logparse::{parse_log, ParsedLog, TestStatus};
+use super::sandbox::{shell_quote, Sandbox};
+use super::selector::CommandRunner;
+use rand::Rng;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const GIT_ID: &str =
+    "git -c user.name=execcritic -c user.email=harness@execcritic -c commit.gpgsign=false";
+
+/// How a patch was applied, or why it could not be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApplyOutcome {
+    Applied { method: &'static str },
+    Failed { diagnostics: String },
+}
+
+/// Apply `patch` to the sandbox's working tree (on top of whatever is there). Between attempts
+/// the tree is restored to the snapshot taken before the first attempt.
+pub async fn apply_patch(
+    sb: &dyn Sandbox,
+    patch: &str,
+    name: &str,
+) -> Result<ApplyOutcome, HarnessError> {
+    if patch.trim().is_empty() {
+        return Ok(ApplyOutcome::Applied { method: "empty" });
+    }
+    let file = format!("/tmp/.execcritic/{name}.patch");
+    let mut body = patch.to_string();
+    if !body.ends_with('\n') {
+        body.push('\n');
+    }
+    sb.put_file(&file, body.as_bytes()).await?;
+    let t = Duration::from_secs(120);
+    let snap = sb
+        .exec(
+            &format!(
+                "git add -A && {GIT_ID} commit -q --allow-empty --no-verify -m execcritic-snapshot"
+            ),
+            t,
+        )
+        .await?;
+    if !snap.success() {
+        return Err(HarnessError::Other(format!(
+            "snapshot before applying {name} failed: {}",
+            snap.output
+        )));
+    }
+    let f = shell_quote(&file);
+    let attempts: [(&'static str, String); 3] = [
+        ("git apply", format!("git apply --whitespace=nowarn {f}")),
+        (
+            "git apply --3way",
+            format!("git apply --3way --whitespace=nowarn {f}"),
+        ),
+        (
+            "patch --fuzz",
+            format!(
+                "patch -p1 --batch --forward --fuzz=3 --no-backup-if-mismatch -r /dev/null -i {f}"
+            ),
+        ),
+    ];
+    let mut diagnostics = String::new();
+    for (method, cmd) in attempts {
+        let out = sb.exec(&cmd, t).await?;
+        if out.success() {
+            return Ok(ApplyOutcome::Applied { method });
+        }
+        diagnostics.push_str(&format!("$ {method}\n{}\n", out.output.trim_end()));
+        let restore = sb
+            .exec("git reset -q --hard HEAD && git clean -q -fd", t)
+            .await?;
+        if !restore.success() {
+            return Err(HarnessError::Other(format!(
+                "restoring after a failed apply: {}",
+                restore.output
+            )));
+        }
+    }
+    Ok(ApplyOutcome::Failed {
+        diagnostics: bound_tail(&diagnostics, 12_000),
+    })
+}
+
+/// Keep the last `max` characters.
+pub fn bound_tail(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max {
+        return s.to_string();
+    }
+    s.chars().skip(n - max).collect()
+}
+
+/// The result of running a test command.
+#[derive(Clone, Debug)]
+pub struct RunRecord {
+    /// Exit code read from the nonce marker (`None` if the marker is missing).
+    pub rc: Option<i32>,
+    pub marker_found: bool,
+    /// Set from the sandbox's own timeout flag (never from the output text).
+    pub timed_out: bool,
+    /// Bounded output with the marker line removed.
+    pub output: String,
+    pub parsed: ParsedLog,
+    pub command: String,
+    pub duration: Duration,
+    pub log_path: Option<PathBuf>,
+}
+
+impl RunRecord {
+    /// Status of each declared node; a parametrised pytest node aggregates its instances (worst
+    /// status); `None` when the runner did not report it.
+    pub fn node_statuses(&self, nodes: &[String]) -> Vec<(String, Option<TestStatus>)> {
+        nodes
+            .iter()
+            .map(|n| {
+                let mut st: Option<TestStatus> = None;
+                for (id, s) in &self.parsed.statuses {
+                    let matches =
+                        id == n || (id.starts_with(n.as_str()) && id[n.len()..].starts_with('['));
+                    if matches && st.is_none_or(|cur| worse(*s, cur)) {
+                        st = Some(*s);
+                    }
+                }
+                (n.clone(), st)
+            })
+            .collect()
+    }
+}
+
+fn worse(a: TestStatus, b: TestStatus) -> bool {
+    let r = |s: TestStatus| match s {
+        TestStatus::Passed => 0,
+        TestStatus::Skipped | TestStatus::XFail => 1,
+        TestStatus::XPass => 2,
+        TestStatus::Failed => 3,
+        TestStatus::Error => 4,
+    };
+    r(a) > r(b)
+}
+
+/// Run `command` in the sandbox, reading its exit code from a nonce marker, and parse the log.
+pub async fn run_tests(
+    sb: &dyn Sandbox,
+    runner: CommandRunner,
+    command: &str,
+    timeout: Duration,
+) -> Result<RunRecord, HarnessError> {
+    let nonce: u64 = rand::rng().random();
+    let marker = format!("__EXECCRITIC_RC_{nonce:016x}__=");
+    let script = format!(
+        "export COLUMNS=400\n{command}\n__execcritic_rc=$?; printf '\\n%s%d\\n' '{marker}' \"$__execcritic_rc\""
+    );
+    let out = sb.exec(&script, timeout).await?;
+    let mut rc = None;
+    let mut kept = Vec::new();
+    for line in out.output.lines() {
+        if let Some(v) = line.strip_prefix(&marker) {
+            rc = v.trim().parse::<i32>().ok();
+        } else {
+            kept.push(line);
+        }
+    }
+    let output = kept.join("\n");
+    let parsed = parse_log(runner, &output);
+    Ok(RunRecord {
+        rc: if out.timed_out { None } else { rc },
+        marker_found: rc.is_some(),
+        timed_out: out.timed_out,
+        output,
+        parsed,
+        command: command.to_string(),
+        duration: out.duration,
+        log_path: out.log_path,
+    })
+}

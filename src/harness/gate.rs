@@ -1,0 +1,424 @@
+//! The gates: opening task sandboxes, qualification (validation + Base gate), the offline Gold
+//! audit (Base-to-Gold Q), the candidate gate (fresh Base + complete source patch + frozen
+//! bundle) with its feedback envelope, balanced accuracy over labelled candidates, and the
+//! export of a sandbox's complete Base-relative source diff.
+
+use super::bundle::{Bundle, FrozenBundle};
+use super::classify::{base_category, failure_kind, BaseCategory, FailureKind, GateStatus};
+use super::diff::{is_test_path, parse_patch};
+use super::error::HarnessError;
+use super::execute::{apply_patch, bound_tail, run_tests, ApplyOutcome, RunRecord};
+use super::feedback::{hide_test_source, render, EnvelopeInput};
+use super::logparse::TestStatus;
+use super::sandbox::local::LocalSandbox;
+use super::sandbox::{shell_quote, Purpose, Sandbox, SandboxConfig, SandboxKind};
+use super::validate::Rejection;
+use crate::task::TaskInstance;
+use std::path::Path;
+use std::time::Duration;
+
+/// Test timeout of a gate run (harness-semantics §1: 240 s).
+pub const TEST_TIMEOUT: Duration = Duration::from_secs(240);
+/// Bound of the Base-gate feedback tail.
+pub const BASE_TAIL: usize = 1500;
+
+/// Open a fresh sandbox holding `task`'s repository at Base (history sanitised for the Test
+/// agent).
+pub async fn open_sandbox(
+    kind: SandboxKind,
+    task: &TaskInstance,
+    purpose: Purpose,
+) -> Result<Box<dyn Sandbox>, HarnessError> {
+    open_sandbox_with(kind, task, purpose, &SandboxConfig::default()).await
+}
+
+pub async fn open_sandbox_with(
+    kind: SandboxKind,
+    task: &TaskInstance,
+    purpose: Purpose,
+    config: &SandboxConfig,
+) -> Result<Box<dyn Sandbox>, HarnessError> {
+    match kind {
+        SandboxKind::Local => {
+            let t = task.clone();
+            let sanitize = purpose.sanitize_history();
+            let populate = Box::new(move |ws: &Path| -> Result<String, HarnessError> {
+                crate::task::materialize(&t, ws, sanitize)
+                    .map(|w| w.base_commit)
+                    .map_err(|e| HarnessError::Task(e.to_string()))
+            });
+            let config = config.clone();
+            let sb = tokio::task::spawn_blocking(move || LocalSandbox::open(populate, &config))
+                .await
+                .map_err(|e| HarnessError::Other(format!("sandbox setup task: {e}")))??;
+            Ok(Box::new(sb))
+        }
+        SandboxKind::Docker => Err(HarnessError::Docker(
+            "the docker sandbox is not available in this build; use `--sandbox local`".into(),
+        )),
+    }
+}
+
+/// Outcome of qualification.
+#[derive(Clone, Debug)]
+pub enum Qualification {
+    Accepted(FrozenBundle),
+    Rejected(Rejection),
+    BaseGateFailed {
+        category: BaseCategory,
+        tail: String,
+    },
+}
+
+/// Run the bundle on the sandbox's current tree: apply the test patch, run the command.
+/// `Err(kind)` for a structural failure (test patch does not apply).
+async fn run_bundle(
+    sb: &dyn Sandbox,
+    frozen: &FrozenBundle,
+    timeout: Duration,
+) -> Result<Result<RunRecord, (FailureKind, String)>, HarnessError> {
+    match apply_patch(sb, &frozen.bundle.test_patch, "test").await? {
+        ApplyOutcome::Applied { .. } => {}
+        ApplyOutcome::Failed { diagnostics } => {
+            return Ok(Err((FailureKind::TestPatchApplyFailure, diagnostics)))
+        }
+    }
+    let plan = &frozen.plan;
+    Ok(Ok(run_tests(
+        sb,
+        plan.command.runner,
+        &plan.command.activated,
+        timeout,
+    )
+    .await?))
+}
+
+/// Base gate on a sandbox at clean Base.
+pub async fn base_gate(
+    sb: &dyn Sandbox,
+    frozen: &FrozenBundle,
+    timeout: Duration,
+) -> Result<(BaseCategory, String), HarnessError> {
+    sb.reset().await?;
+    let (cat, out) = match run_bundle(sb, frozen, timeout).await? {
+        Ok(r) => (base_category(&r, &frozen.plan.nodes), r.output),
+        Err((_, diag)) => (
+            BaseCategory::HarnessException,
+            format!("test.patch does not apply on Base:\n{diag}"),
+        ),
+    };
+    sb.reset().await?;
+    Ok((cat, bound_tail(&out, BASE_TAIL)))
+}
+
+/// Validation, then the Base gate. `Accepted` only for a clean assertion failure on Base.
+pub async fn qualify(
+    task: &TaskInstance,
+    bundle: &Bundle,
+    kind: SandboxKind,
+) -> Result<Qualification, HarnessError> {
+    let frozen = match FrozenBundle::freeze(bundle.clone()) {
+        Ok(f) => f,
+        Err(r) => return Ok(Qualification::Rejected(r)),
+    };
+    let sb = open_sandbox(kind, task, Purpose::Gate).await?;
+    qualify_in(sb.as_ref(), frozen).await
+}
+
+/// Base gate of an already frozen bundle in a given sandbox.
+pub async fn qualify_in(
+    sb: &dyn Sandbox,
+    frozen: FrozenBundle,
+) -> Result<Qualification, HarnessError> {
+    let (category, tail) = base_gate(sb, &frozen, TEST_TIMEOUT).await?;
+    Ok(if category.accepted() {
+        Qualification::Accepted(frozen)
+    } else {
+        Qualification::BaseGateFailed { category, tail }
+    })
+}
+
+/// Verdict of the candidate gate.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GateVerdict {
+    pub status: GateStatus,
+    pub failure_kind: FailureKind,
+    /// The feedback envelope (≤ 6,000 characters).
+    pub feedback: String,
+    pub rc: Option<i32>,
+    pub failed_test_names: Vec<String>,
+    pub timeout_detected: bool,
+    /// Patch-apply diagnostics (≤ 12,000 characters) when the source patch did not apply.
+    pub apply_diagnostics: Option<String>,
+}
+
+/// Candidate gate in a fresh sandbox.
+pub async fn check_candidate(
+    task: &TaskInstance,
+    frozen: &FrozenBundle,
+    source_patch: &str,
+    kind: SandboxKind,
+) -> Result<GateVerdict, HarnessError> {
+    let sb = open_sandbox(kind, task, Purpose::Gate).await?;
+    check_candidate_in(sb.as_ref(), frozen, source_patch, TEST_TIMEOUT).await
+}
+
+/// Candidate gate on a sandbox (reset to clean Base first and after).
+pub async fn check_candidate_in(
+    sb: &dyn Sandbox,
+    frozen: &FrozenBundle,
+    source_patch: &str,
+    timeout: Duration,
+) -> Result<GateVerdict, HarnessError> {
+    let plan = &frozen.plan;
+    let mut env = EnvelopeInput {
+        runner_command: frozen.bundle.test_command.clone(),
+        test_filename: plan.paths.first().cloned().unwrap_or_default(),
+        n_tests: plan.nodes.len(),
+        activated_command: Some(plan.command.activated.clone()),
+        command_sanitized: plan.command_sanitized,
+        removed_command_flags: plan.command.removed_flags.clone(),
+        counts: serde_json::json!({}),
+        ..Default::default()
+    };
+    let verdict = |env: &mut EnvelopeInput,
+                   kind: FailureKind,
+                   rc,
+                   failed: Vec<String>,
+                   timeout_detected,
+                   diag: Option<String>| {
+        let status = kind.gate_status();
+        env.gate_status = status.as_str().into();
+        env.gate_reason = kind.name();
+        env.passed = status == GateStatus::Pass;
+        env.failed_test_names = failed.clone();
+        env.inconclusive_infra = status == GateStatus::Inconclusive;
+        env.blocked_by_harness = matches!(
+            kind,
+            FailureKind::HiddenTestPathsDirtied
+                | FailureKind::BundleModified
+                | FailureKind::PatchApplyFailure
+                | FailureKind::TestPatchApplyFailure
+                | FailureKind::HarnessException
+        );
+        env.rc = rc;
+        env.timeout_detected = timeout_detected;
+        GateVerdict {
+            status,
+            failure_kind: kind,
+            feedback: render(env),
+            rc,
+            failed_test_names: failed,
+            timeout_detected,
+            apply_diagnostics: diag,
+        }
+    };
+    if !frozen.intact() {
+        env.raw_output = "the frozen bundle's content no longer matches its hash".into();
+        return Ok(verdict(
+            &mut env,
+            FailureKind::BundleModified,
+            None,
+            vec![],
+            false,
+            None,
+        ));
+    }
+    // A candidate touching the bundle's files (or any test path) is not a behavioural verdict.
+    if !source_patch.trim().is_empty() {
+        match parse_patch(source_patch) {
+            Ok(files) => {
+                let touched: Vec<String> = files
+                    .iter()
+                    .flat_map(|f| f.paths().map(str::to_string).collect::<Vec<_>>())
+                    .filter(|p| plan.paths.contains(p) || is_test_path(p))
+                    .collect();
+                if !touched.is_empty() {
+                    env.raw_output = format!(
+                        "the candidate patch touches test paths: {}",
+                        touched.join(", ")
+                    );
+                    return Ok(verdict(
+                        &mut env,
+                        FailureKind::HiddenTestPathsDirtied,
+                        None,
+                        vec![],
+                        false,
+                        None,
+                    ));
+                }
+            }
+            Err(m) => {
+                env.raw_output = format!("the candidate patch cannot be parsed: {m}");
+                return Ok(verdict(
+                    &mut env,
+                    FailureKind::PatchApplyFailure,
+                    None,
+                    vec![],
+                    false,
+                    Some(m),
+                ));
+            }
+        }
+    }
+    sb.reset().await?;
+    if let ApplyOutcome::Failed { diagnostics } = apply_patch(sb, source_patch, "candidate").await?
+    {
+        env.raw_output = bound_tail(&diagnostics, 2000);
+        sb.reset().await?;
+        return Ok(verdict(
+            &mut env,
+            FailureKind::PatchApplyFailure,
+            None,
+            vec![],
+            false,
+            Some(diagnostics),
+        ));
+    }
+    let run = run_bundle(sb, frozen, timeout).await?;
+    sb.reset().await?;
+    let r = match run {
+        Ok(r) => r,
+        Err((kind, diag)) => {
+            env.raw_output = bound_tail(&diag, 2000);
+            return Ok(verdict(&mut env, kind, None, vec![], false, Some(diag)));
+        }
+    };
+    let kind = failure_kind(&r, &plan.nodes);
+    let failed: Vec<String> = r
+        .node_statuses(&plan.nodes)
+        .into_iter()
+        .filter(|(_, s)| *s != Some(TestStatus::Passed))
+        .map(|(n, _)| n)
+        .collect();
+    env.counts = serde_json::to_value(&r.parsed.counts).unwrap_or_default();
+    env.raw_output = hide_test_source(&r.output, &frozen.bundle.test_patch);
+    Ok(verdict(&mut env, kind, r.rc, failed, r.timed_out, None))
+}
+
+/// Gold verdict of the offline audit.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct AuditRecord {
+    pub base_category: String,
+    pub gold_status: String,
+    pub gold_failure_kind: String,
+    /// Base-to-Gold indicator: clean Base failure and valid Gold pass.
+    pub q: bool,
+    /// Balanced accuracy over labelled candidates, when the task has any.
+    pub balanced_accuracy: Option<f64>,
+    /// A candidate check was operationally invalid (the BA is then not a clean measurement).
+    pub candidate_infra_error: bool,
+}
+
+/// Offline Gold audit: Base gate and Gold check on independently reset states, then the
+/// labelled candidates (predicted resolved iff the gate passes).
+pub async fn audit(
+    task: &TaskInstance,
+    frozen: &FrozenBundle,
+    kind: SandboxKind,
+) -> Result<AuditRecord, HarnessError> {
+    let sb = open_sandbox(kind, task, Purpose::Gate).await?;
+    let (cat, _) = base_gate(sb.as_ref(), frozen, TEST_TIMEOUT).await?;
+    let gold = check_candidate_in(sb.as_ref(), frozen, &task.patch, TEST_TIMEOUT).await?;
+    let q = cat.accepted() && gold.status == GateStatus::Pass;
+    let mut labels = Vec::new();
+    let mut infra = false;
+    for c in &task.candidates {
+        let v = check_candidate_in(sb.as_ref(), frozen, &c.patch, TEST_TIMEOUT).await?;
+        infra |= v.status == GateStatus::Inconclusive
+            && v.failure_kind != FailureKind::HiddenTestPathsDirtied;
+        labels.push((c.resolved, v.status == GateStatus::Pass));
+    }
+    Ok(AuditRecord {
+        base_category: cat.name(),
+        gold_status: gold.status.as_str().into(),
+        gold_failure_kind: gold.failure_kind.name(),
+        q,
+        balanced_accuracy: if labels.is_empty() {
+            None
+        } else {
+            Some(balanced_accuracy(&labels))
+        },
+        candidate_infra_error: infra,
+    })
+}
+
+/// BA = ½(TPR + TNR) over (actually resolved, predicted pass) pairs; an absent class has
+/// recall 0 (so a single-class pool gives BA ≤ 0.5).
+pub fn balanced_accuracy(labels: &[(bool, bool)]) -> f64 {
+    let recall = |class: bool| {
+        let n = labels.iter().filter(|(y, _)| *y == class).count();
+        if n == 0 {
+            return 0.0;
+        }
+        labels
+            .iter()
+            .filter(|(y, p)| *y == class && *p == class)
+            .count() as f64
+            / n as f64
+    };
+    0.5 * (recall(true) + recall(false))
+}
+
+/// The complete Base-relative source diff of the sandbox's working tree: new files included
+/// (intent-to-add), staged edits included, test paths and `exclude` paths left out.
+pub async fn export_source_diff(
+    sb: &dyn Sandbox,
+    base_commit: &str,
+    exclude: &[String],
+) -> Result<String, HarnessError> {
+    let t = Duration::from_secs(120);
+    let add = sb.exec("git add --intent-to-add . 2>&1", t).await?;
+    if !add.success() {
+        return Err(HarnessError::Other(format!(
+            "registering new files: {}",
+            add.output
+        )));
+    }
+    let names = sb
+        .exec(
+            &format!(
+                "git diff --name-only --no-renames {}",
+                shell_quote(base_commit)
+            ),
+            t,
+        )
+        .await?;
+    if !names.success() {
+        return Err(HarnessError::Other(format!(
+            "listing changed files: {}",
+            names.output
+        )));
+    }
+    let files: Vec<String> = names
+        .output
+        .lines()
+        .map(str::to_string)
+        .filter(|p| !p.is_empty() && !is_test_path(p) && !exclude.contains(p))
+        .collect();
+    if files.is_empty() {
+        return Ok(String::new());
+    }
+    let args: Vec<String> = files.iter().map(|f| shell_quote(f)).collect();
+    let out = sb
+        .exec(
+            &format!(
+                "git diff --no-color --no-ext-diff --binary --no-renames {} -- {}",
+                shell_quote(base_commit),
+                args.join(" ")
+            ),
+            t,
+        )
+        .await?;
+    if !out.success() || out.truncated {
+        return Err(HarnessError::Other(format!(
+            "exporting the diff failed (truncated: {})",
+            out.truncated
+        )));
+    }
+    let mut d = out.output;
+    if !d.is_empty() && !d.ends_with('\n') {
+        d.push('\n');
+    }
+    Ok(d)
+}

@@ -1,0 +1,193 @@
+//! Official grading (SWE-bench semantics, v5 hardening): fresh sandbox, model patch, files
+//! touched by the official test patch reset to Base, test patch applied, the repository's test
+//! command run on the test files; resolved iff every FAIL_TO_PASS and PASS_TO_PASS test passes
+//! (a skipped F2P test fails). A run with no parsed result and no sign the suite ran is an
+//! `error_kind`, not a verdict. Predictions are read and results written in SWE-bench format.
+
+use super::diff::parse_patch;
+use super::error::HarnessError;
+use super::execute::{apply_patch, run_tests, ApplyOutcome};
+use super::gate::open_sandbox;
+use super::logparse::TestStatus;
+use super::sandbox::{shell_quote, Purpose, SandboxKind};
+use super::selector::{canonical_label, CommandRunner};
+use crate::task::{Runner, TaskInstance};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+/// Timeout of an official test run.
+pub const GRADE_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// One prediction (SWE-bench format).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prediction {
+    pub instance_id: String,
+    #[serde(default)]
+    pub model_name_or_path: String,
+    #[serde(default)]
+    pub model_patch: Option<String>,
+}
+
+/// Result of grading one instance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GradeResult {
+    pub instance_id: String,
+    pub resolved: bool,
+    /// Outcome of every F2P/P2P test (`PASSED`, `FAILED`, …, `MISSING`).
+    pub tests: BTreeMap<String, String>,
+    /// Set when the instance could not be graded (never a behavioural verdict).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<String>,
+}
+
+/// Read predictions from a JSON list or JSONL file.
+pub fn load_predictions(path: &Path) -> Result<Vec<Prediction>, HarnessError> {
+    let text = std::fs::read_to_string(path).map_err(|e| HarnessError::io(path, e))?;
+    let bad = |m: String| HarnessError::Other(format!("{}: {m}", path.display()));
+    if text.trim_start().starts_with('[') {
+        return serde_json::from_str(&text)
+            .map_err(|e| bad(format!("invalid predictions JSON: {e}")));
+    }
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| serde_json::from_str(l).map_err(|e| bad(format!("line {}: {e}", i + 1))))
+        .collect()
+}
+
+fn runner_of(task: &TaskInstance) -> CommandRunner {
+    match task.runner {
+        Runner::Pytest => CommandRunner::Pytest,
+        Runner::Django => CommandRunner::Django,
+        Runner::Sympy => CommandRunner::Sympy,
+    }
+}
+
+fn canon(runner: CommandRunner, id: &str) -> String {
+    match runner {
+        CommandRunner::Django | CommandRunner::Unittest => canonical_label(id),
+        _ => id.to_string(),
+    }
+}
+
+/// The official command: `test_cmd` + the test files (Django: dotted labels).
+pub fn official_command(task: &TaskInstance, test_files: &[String]) -> String {
+    let targets: Vec<String> = test_files
+        .iter()
+        .map(|f| match task.runner {
+            Runner::Django => f
+                .trim_start_matches("tests/")
+                .trim_end_matches(".py")
+                .replace('/', "."),
+            _ => f.clone(),
+        })
+        .map(|t| shell_quote(&t))
+        .collect();
+    format!("{} {}", task.test_cmd, targets.join(" "))
+}
+
+fn error(task: &TaskInstance, kind: &str) -> GradeResult {
+    GradeResult {
+        instance_id: task.instance_id.clone(),
+        resolved: false,
+        tests: BTreeMap::new(),
+        error_kind: Some(kind.into()),
+    }
+}
+
+/// Grade one model patch.
+pub async fn grade(
+    task: &TaskInstance,
+    model_patch: &str,
+    kind: SandboxKind,
+) -> Result<GradeResult, HarnessError> {
+    let files = match parse_patch(&task.test_patch) {
+        Ok(f) => f,
+        Err(_) => return Ok(error(task, "test_patch_unparseable")),
+    };
+    let sb = open_sandbox(kind, task, Purpose::Grading).await?;
+    let sb = sb.as_ref();
+    sb.reset().await?;
+    if !model_patch.trim().is_empty() {
+        if let ApplyOutcome::Failed { .. } = apply_patch(sb, model_patch, "model").await? {
+            return Ok(GradeResult {
+                error_kind: Some("patch_apply_failed".into()),
+                ..error(task, "")
+            });
+        }
+    }
+    // Reset the files the test patch touches to their Base version.
+    let base = shell_quote(sb.base_commit());
+    let mut reset = Vec::new();
+    for p in files
+        .iter()
+        .flat_map(|f| f.paths().map(str::to_string).collect::<Vec<_>>())
+    {
+        let q = shell_quote(&p);
+        reset.push(format!("if git cat-file -e {base}:{q} 2>/dev/null; then git checkout -q {base} -- {q}; else rm -rf -- {q}; fi"));
+    }
+    if !reset.is_empty() {
+        let out = sb
+            .exec(&reset.join(" && "), Duration::from_secs(120))
+            .await?;
+        if !out.success() {
+            return Err(HarnessError::Other(format!(
+                "resetting test files: {}",
+                out.output
+            )));
+        }
+    }
+    if let ApplyOutcome::Failed { .. } = apply_patch(sb, &task.test_patch, "official-tests").await?
+    {
+        return Ok(error(task, "test_patch_apply_failed"));
+    }
+    let test_files: Vec<String> = files
+        .iter()
+        .filter_map(|f| f.new_path.clone())
+        .filter(|p| p.ends_with(".py"))
+        .collect();
+    let runner = runner_of(task);
+    let cmd = official_command(task, &test_files);
+    let r = run_tests(sb, runner, &cmd, GRADE_TIMEOUT).await?;
+    sb.reset().await?;
+    if r.timed_out {
+        return Ok(error(task, "timeout"));
+    }
+    if !r.marker_found {
+        return Ok(error(task, "no_exit_code"));
+    }
+    if r.parsed.statuses.is_empty() && !r.parsed.summary_seen {
+        return Ok(error(task, "no_test_results"));
+    }
+    let statuses: BTreeMap<String, TestStatus> = r
+        .parsed
+        .statuses
+        .iter()
+        .map(|(k, v)| (canon(runner, k), *v))
+        .collect();
+    let mut tests = BTreeMap::new();
+    let mut resolved = true;
+    for id in task.fail_to_pass.iter().chain(task.pass_to_pass.iter()) {
+        let st = statuses.get(&canon(runner, id)).copied();
+        resolved &= st == Some(TestStatus::Passed);
+        let name = match st {
+            Some(s) => serde_json::to_value(s)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            None => "MISSING".into(),
+        };
+        tests.insert(id.clone(), name);
+    }
+    if task.fail_to_pass.is_empty() && task.pass_to_pass.is_empty() {
+        return Ok(error(task, "no_f2p_p2p_tests"));
+    }
+    Ok(GradeResult {
+        instance_id: task.instance_id.clone(),
+        resolved,
+        tests,
+        error_kind: None,
+    })
+}

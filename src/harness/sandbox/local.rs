@@ -1,0 +1,481 @@
+//! The `local` sandbox: bubblewrap. Read-only host root, the workspace bound writable at
+//! `/testbed`, a private writable `/tmp`, host home directories masked, every namespace
+//! unshared (no network), `--die-with-parent`, rlimits (address space, processes, file size)
+//! and a distinct unprivileged host uid per sandbox so the process limit really binds (the
+//! kernel exempts root from RLIMIT_NPROC). A timeout SIGKILLs bubblewrap's process group; the
+//! pid namespace takes every process inside down with it.
+
+use super::capture::Capture;
+use super::{reset_command, ExecOutput, SandboxConfig, SandboxFuture, SandboxLimits, WORKDIR};
+use crate::harness::error::HarnessError;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Fills an empty directory with the repository and returns its Base commit.
+pub type Populate = Box<dyn Fn(&Path) -> Result<String, HarnessError> + Send + Sync>;
+
+static NEXT_UID: AtomicU32 = AtomicU32::new(0);
+
+/// A bubblewrap sandbox over a private host directory.
+pub struct LocalSandbox {
+    root: tempfile::TempDir,
+    base_commit: String,
+    uid: Option<u32>,
+    limits: SandboxLimits,
+    log_dir: PathBuf,
+    populate: Populate,
+    counter: AtomicU64,
+    bwrap: PathBuf,
+    /// Masked home directories and the toolchain directories under them bound back:
+    /// (mask, [(in-sandbox path, host source path)]).
+    masks: Vec<(PathBuf, Vec<(PathBuf, PathBuf)>)>,
+    /// Root only: (host dir, staging dir inside the sandbox root) bind-mounted in a private
+    /// mount namespace before dropping to the sandbox uid, so bwrap can reach them.
+    staged: Vec<(std::ffi::CString, std::ffi::CString)>,
+    /// Host top-level entries bound read-only (path, symlink target when a symlink).
+    root_entries: Vec<(PathBuf, Option<PathBuf>)>,
+}
+
+impl LocalSandbox {
+    /// Create a sandbox whose workspace is filled by `populate`.
+    pub fn open(populate: Populate, config: &SandboxConfig) -> Result<Self, HarnessError> {
+        let bwrap = find_on_path("bwrap").ok_or(HarnessError::BubblewrapMissing)?;
+        let root = tempfile::Builder::new()
+            .prefix("execcritic-sbx-")
+            .tempdir()
+            .map_err(|e| HarnessError::io(std::env::temp_dir(), e))?;
+        let uid = if unsafe { libc::geteuid() } == 0 {
+            let n = NEXT_UID.fetch_add(1, Ordering::Relaxed);
+            Some(200_000 + (std::process::id() % 20_000) * 100 + n % 100)
+        } else {
+            None
+        };
+        let log_dir = match &config.log_dir {
+            Some(d) => d.clone(),
+            None => root.path().join("logs"),
+        };
+        std::fs::create_dir_all(&log_dir).map_err(|e| HarnessError::io(&log_dir, e))?;
+        let workspace = root.path().join("testbed");
+        std::fs::create_dir_all(&workspace).map_err(|e| HarnessError::io(&workspace, e))?;
+        let base_commit = populate(&workspace)?;
+        let (masks, staged) = home_masks(root.path(), uid.is_some())?;
+        let sb = LocalSandbox {
+            root,
+            base_commit,
+            uid,
+            limits: config.limits.clone(),
+            log_dir,
+            populate,
+            counter: AtomicU64::new(0),
+            bwrap,
+            masks,
+            staged,
+            root_entries: root_entries(),
+        };
+        std::fs::create_dir_all(sb.tmp_dir()).map_err(|e| HarnessError::io(sb.tmp_dir(), e))?;
+        sb.chown_tree(sb.root.path())?;
+        Ok(sb)
+    }
+
+    /// Host path of the workspace (mounted at `/testbed`).
+    pub fn workspace(&self) -> PathBuf {
+        self.root.path().join("testbed")
+    }
+
+    fn tmp_dir(&self) -> PathBuf {
+        self.root.path().join("tmp")
+    }
+
+    /// (Re)create workspace and /tmp from scratch.
+    fn rebuild(&self) -> Result<(), HarnessError> {
+        for d in [self.workspace(), self.tmp_dir()] {
+            if d.exists() {
+                std::fs::remove_dir_all(&d).map_err(|e| HarnessError::io(&d, e))?;
+            }
+            std::fs::create_dir_all(&d).map_err(|e| HarnessError::io(&d, e))?;
+        }
+        let base = (self.populate)(&self.workspace())?;
+        if base != self.base_commit {
+            return Err(HarnessError::Reset(format!(
+                "recreated workspace is at {base}, expected {}",
+                self.base_commit
+            )));
+        }
+        self.chown_tree(&self.workspace())?;
+        self.chown_tree(&self.tmp_dir())?;
+        Ok(())
+    }
+
+    fn chown_tree(&self, dir: &Path) -> Result<(), HarnessError> {
+        let Some(uid) = self.uid else { return Ok(()) };
+        for entry in walkdir::WalkDir::new(dir) {
+            let entry = entry.map_err(|e| HarnessError::Other(format!("walking {dir:?}: {e}")))?;
+            std::os::unix::fs::lchown(entry.path(), Some(uid), Some(uid))
+                .map_err(|e| HarnessError::io(entry.path(), e))?;
+        }
+        Ok(())
+    }
+
+    fn bwrap_command(&self, command: &str) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new(&self.bwrap);
+        c.env_clear();
+        for key in ["PATH", "LANG", "LC_ALL", "PYENV_ROOT", "PYENV_VERSION"] {
+            if let Ok(v) = std::env::var(key) {
+                c.env(key, v);
+            }
+        }
+        c.env("HOME", "/tmp")
+            .env("TMPDIR", "/tmp")
+            .env("PYTHONDONTWRITEBYTECODE", "1");
+        if std::env::var_os("PYENV_ROOT").is_none() {
+            if let Some(home) = std::env::var_os("HOME") {
+                let p = Path::new(&home).join(".pyenv");
+                if p.is_dir() {
+                    c.env("PYENV_ROOT", p);
+                }
+            }
+        }
+        c.args(["--unshare-all", "--die-with-parent", "--new-session"]);
+        // The sandbox root is bwrap's tmpfs with the host's top-level directories bound
+        // read-only (so /testbed can be created), then remounted read-only.
+        for (name, link) in &self.root_entries {
+            match link {
+                Some(target) => c.arg("--symlink").arg(target).arg(name),
+                None => c.arg("--ro-bind").arg(name).arg(name),
+            };
+        }
+        c.args(["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/run"]);
+        for (mask, keep) in &self.masks {
+            c.arg("--tmpfs").arg(mask);
+            for (k, src) in keep {
+                c.arg("--ro-bind").arg(src).arg(k);
+            }
+        }
+        c.arg("--bind").arg(self.workspace()).arg(WORKDIR);
+        c.arg("--bind").arg(self.tmp_dir()).arg("/tmp");
+        c.args([
+            "--remount-ro",
+            "/",
+            "--hostname",
+            "sandbox",
+            "--chdir",
+            WORKDIR,
+        ]);
+        c.args(["--", "/bin/bash", "-c", command]);
+        c
+    }
+
+    async fn run(&self, command: &str, timeout: Duration) -> Result<ExecOutput, HarnessError> {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let log_path = self.log_dir.join(format!("exec-{n:04}.log"));
+        let (rd, wr) =
+            nix::unistd::pipe().map_err(|e| HarnessError::SandboxStart(format!("pipe: {e}")))?;
+        let wr2 = wr
+            .try_clone()
+            .map_err(|e| HarnessError::SandboxStart(format!("pipe: {e}")))?;
+        let mut cmd = self.bwrap_command(command);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(wr))
+            .stderr(Stdio::from(wr2));
+        cmd.process_group(0).kill_on_drop(true);
+        let limits = self.limits.clone();
+        let uid = self.uid;
+        let staged = self.staged.clone();
+        // SAFETY: only async-signal-safe syscalls (unshare, mount, setrlimit, setgroups, setgid,
+        // setuid) on data prepared before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                stage_binds(&staged)?;
+                apply_limits(&limits, uid)
+            });
+        }
+        let start = Instant::now();
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| HarnessError::SandboxStart(format!("spawning bwrap: {e}")))?;
+        drop(cmd); // close our copies of the pipe's write end
+        let pgid = child.id().map(|p| p as i32);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let cap = self.limits.output_cap;
+        let log_cap = self.limits.log_cap;
+        let log_for_thread = log_path.clone();
+        std::thread::spawn(move || {
+            let mut capture = match Capture::new(cap, Some(&log_for_thread), log_cap) {
+                Ok(c) => c,
+                Err(_) => Capture::new(cap, None, 0).expect("no file involved"),
+            };
+            capture.drain_from(std::fs::File::from(rd));
+            let _ = tx.send(capture.finish());
+        });
+        let (status, timed_out) = match tokio::time::timeout(timeout, child.wait()).await {
+            Ok(s) => (
+                Some(s.map_err(|e| HarnessError::SandboxStart(format!("waiting: {e}")))?),
+                false,
+            ),
+            Err(_) => {
+                if let Some(pg) = pgid {
+                    let _ = nix::sys::signal::killpg(
+                        nix::unistd::Pid::from_raw(pg),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                let _ = child.kill().await;
+                (None, true)
+            }
+        };
+        let duration = start.elapsed();
+        let (output, truncated) = match tokio::time::timeout(Duration::from_secs(10), rx).await {
+            Ok(Ok(r)) => r,
+            _ => {
+                return Err(HarnessError::Other(
+                    "sandbox output stream did not close after the command ended".into(),
+                ))
+            }
+        };
+        let exit_code = status.and_then(|s| s.code());
+        if exit_code.is_none() && !timed_out {
+            return Err(HarnessError::Other(format!(
+                "bubblewrap was killed by a signal ({:?}); no result",
+                status
+            )));
+        }
+        if !timed_out && exit_code == Some(1) && output.starts_with("bwrap: ") {
+            return Err(HarnessError::SandboxStart(output.trim().to_string()));
+        }
+        Ok(ExecOutput {
+            exit_code,
+            output,
+            truncated,
+            timed_out,
+            duration,
+            log_path: Some(log_path),
+        })
+    }
+}
+
+impl super::Sandbox for LocalSandbox {
+    fn exec<'a>(&'a self, command: &'a str, timeout: Duration) -> SandboxFuture<'a, ExecOutput> {
+        Box::pin(self.run(command, timeout))
+    }
+
+    fn reset(&self) -> SandboxFuture<'_, ()> {
+        Box::pin(async move {
+            let cmd = reset_command(&self.base_commit);
+            for _ in 0..2 {
+                if let Ok(out) = self.run(&cmd, Duration::from_secs(120)).await {
+                    if out.success() {
+                        return clear_dir(&self.tmp_dir());
+                    }
+                }
+            }
+            self.rebuild()
+                .map_err(|e| HarnessError::Reset(format!("reset failed and recreate failed: {e}")))
+        })
+    }
+
+    fn put_file<'a>(&'a self, path: &'a str, contents: &'a [u8]) -> SandboxFuture<'a, ()> {
+        Box::pin(async move {
+            let host = self.host_path(path)?;
+            if let Some(parent) = host.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| HarnessError::io(parent, e))?;
+                self.chown_tree(parent)?;
+            }
+            std::fs::write(&host, contents).map_err(|e| HarnessError::io(&host, e))?;
+            self.chown_tree(&host)
+        })
+    }
+
+    fn base_commit(&self) -> &str {
+        &self.base_commit
+    }
+}
+
+impl LocalSandbox {
+    /// Map an absolute in-sandbox path under /testbed or /tmp to its host path.
+    fn host_path(&self, path: &str) -> Result<PathBuf, HarnessError> {
+        let p = Path::new(path);
+        let (base, rest) = if let Ok(r) = p.strip_prefix(WORKDIR) {
+            (self.workspace(), r)
+        } else if let Ok(r) = p.strip_prefix("/tmp") {
+            (self.tmp_dir(), r)
+        } else {
+            return Err(HarnessError::Other(format!(
+                "put_file: {path} is outside /testbed and /tmp"
+            )));
+        };
+        if rest
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            return Err(HarnessError::Other(format!(
+                "put_file: {path} is not a plain path"
+            )));
+        }
+        Ok(base.join(rest))
+    }
+}
+
+fn clear_dir(dir: &Path) -> Result<(), HarnessError> {
+    for entry in std::fs::read_dir(dir).map_err(|e| HarnessError::io(dir, e))? {
+        let p = entry.map_err(|e| HarnessError::io(dir, e))?.path();
+        let r = if p.is_dir() && !p.is_symlink() {
+            std::fs::remove_dir_all(&p)
+        } else {
+            std::fs::remove_file(&p)
+        };
+        r.map_err(|e| HarnessError::io(&p, e))?;
+    }
+    Ok(())
+}
+
+/// rlimits and the unprivileged uid, applied between fork and exec of bubblewrap.
+fn apply_limits(limits: &SandboxLimits, uid: Option<u32>) -> std::io::Result<()> {
+    use nix::sys::resource::{setrlimit, Resource};
+    let set = |r, v: u64| setrlimit(r, v, v).map_err(std::io::Error::from);
+    set(Resource::RLIMIT_AS, limits.memory_bytes)?;
+    set(Resource::RLIMIT_NPROC, limits.max_procs)?;
+    set(Resource::RLIMIT_FSIZE, limits.max_file_bytes)?;
+    set(Resource::RLIMIT_CORE, 0)?;
+    if let Some(uid) = uid {
+        // SAFETY: plain syscalls on integers.
+        let check = |rc: libc::c_int| {
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        };
+        unsafe {
+            check(libc::setgroups(0, std::ptr::null()))?;
+            check(libc::setgid(uid))?;
+            check(libc::setuid(uid))?;
+        }
+    }
+    Ok(())
+}
+
+/// Root only: private mount namespace with the toolchain directories bind-mounted into the
+/// sandbox's own (uid-owned) directory.
+fn stage_binds(staged: &[(std::ffi::CString, std::ffi::CString)]) -> std::io::Result<()> {
+    if staged.is_empty() {
+        return Ok(());
+    }
+    let check = |rc: libc::c_int| {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    // SAFETY: syscalls on NUL-terminated strings prepared before the fork.
+    unsafe {
+        check(libc::unshare(libc::CLONE_NEWNS))?;
+        check(libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ))?;
+        for (src, dst) in staged {
+            check(libc::mount(
+                src.as_ptr(),
+                dst.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            ))?;
+        }
+    }
+    Ok(())
+}
+
+/// Home directories are masked with an empty tmpfs (they may hold credentials, and the
+/// sandbox uid cannot traverse them); toolchain directories on PATH under them (e.g. pyenv)
+/// are bound back read-only. As root they are first staged into the sandbox's directory.
+#[allow(clippy::type_complexity)]
+fn home_masks(
+    root: &Path,
+    stage: bool,
+) -> Result<
+    (
+        Vec<(PathBuf, Vec<(PathBuf, PathBuf)>)>,
+        Vec<(std::ffi::CString, std::ffi::CString)>,
+    ),
+    HarnessError,
+> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::env::var("PATH").unwrap_or_default();
+    let mut masks = vec![PathBuf::from("/root")];
+    if let Ok(rd) = std::fs::read_dir("/home") {
+        masks.extend(rd.flatten().map(|e| e.path()));
+    }
+    let mut out = Vec::new();
+    let mut staged = Vec::new();
+    for m in masks {
+        if !m.is_dir() {
+            continue;
+        }
+        let mut keep: Vec<(PathBuf, PathBuf)> = Vec::new();
+        for entry in path.split(':') {
+            let Ok(rest) = Path::new(entry).strip_prefix(&m) else {
+                continue;
+            };
+            let Some(first) = rest.components().next() else {
+                continue;
+            };
+            let k = m.join(first);
+            if !k.is_dir() || keep.iter().any(|(p, _)| *p == k) {
+                continue;
+            }
+            let src = if stage {
+                let dst = root.join("hostbind").join(staged.len().to_string());
+                std::fs::create_dir_all(&dst).map_err(|e| HarnessError::io(&dst, e))?;
+                let cs = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).ok();
+                if let (Some(a), Some(b)) = (cs(&k), cs(&dst)) {
+                    staged.push((a, b));
+                }
+                dst
+            } else {
+                k.clone()
+            };
+            keep.push((k, src));
+        }
+        out.push((m, keep));
+    }
+    Ok((out, staged))
+}
+
+/// Top-level host directories to expose read-only (everything but the ones the sandbox
+/// provides itself).
+fn root_entries() -> Vec<(PathBuf, Option<PathBuf>)> {
+    const OWN: &[&str] = &["proc", "dev", "tmp", "run", "testbed", "root", "home"];
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        if OWN.iter().any(|o| name == *o) {
+            continue;
+        }
+        let path = e.path();
+        match std::fs::read_link(&path) {
+            Ok(target) => out.push((path, Some(target))),
+            Err(_) if path.is_dir() => out.push((path, None)),
+            Err(_) => {}
+        }
+    }
+    out.sort();
+    out
+}
+
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+}

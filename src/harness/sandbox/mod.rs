@@ -1,0 +1,134 @@
+//! Sandboxes behind one trait: `local` (bubblewrap) and `docker` (bollard). A sandbox owns a
+//! workspace mounted at `/testbed`, runs bash command lines in it under resource limits with a
+//! wall-clock timeout that kills every process it started, and captures bounded output.
+
+pub mod capture;
+// pub mod docker;
+pub mod local;
+
+use super::error::HarnessError;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::time::Duration;
+
+// pub use docker::DockerSandbox;
+pub use local::LocalSandbox;
+
+/// The in-sandbox path of the repository under test.
+pub const WORKDIR: &str = "/testbed";
+
+/// Resource limits applied to every command run in a sandbox.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxLimits {
+    /// Address-space (local) / memory cgroup (docker) limit.
+    pub memory_bytes: u64,
+    /// Maximum number of processes/threads.
+    pub max_procs: u64,
+    /// Largest file a command may write.
+    pub max_file_bytes: u64,
+    /// Bytes of output kept in memory per command (head + tail).
+    pub output_cap: usize,
+    /// Bytes of output streamed to the on-disk log per command.
+    pub log_cap: u64,
+}
+
+impl Default for SandboxLimits {
+    fn default() -> Self {
+        SandboxLimits {
+            memory_bytes: 4 << 30,
+            max_procs: 256,
+            max_file_bytes: 1 << 30,
+            output_cap: 64 * 1024,
+            log_cap: 64 << 20,
+        }
+    }
+}
+
+/// Result of one command. A timeout is a result (`timed_out`), not an error.
+#[derive(Clone, Debug)]
+pub struct ExecOutput {
+    /// Exit code; `None` when killed by a signal (e.g. on timeout).
+    pub exit_code: Option<i32>,
+    /// stdout and stderr interleaved, bounded to `SandboxLimits::output_cap` (head + tail).
+    pub output: String,
+    pub truncated: bool,
+    pub timed_out: bool,
+    pub duration: Duration,
+    /// Full log on disk (capped at `SandboxLimits::log_cap`), when a log directory was given.
+    pub log_path: Option<PathBuf>,
+}
+
+impl ExecOutput {
+    pub fn success(&self) -> bool {
+        self.exit_code == Some(0) && !self.timed_out
+    }
+}
+
+/// Boxed future returned by the object-safe `Sandbox` methods.
+pub type SandboxFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, HarnessError>> + Send + 'a>>;
+
+/// An isolated execution environment holding one task's repository at `/testbed`.
+pub trait Sandbox: Send + Sync {
+    /// Run a bash command line with `/testbed` as working directory. The timeout kills the
+    /// whole process tree; it is reported as `timed_out`, not as an error. `Err` only for
+    /// infrastructure failures.
+    fn exec<'a>(&'a self, command: &'a str, timeout: Duration) -> SandboxFuture<'a, ExecOutput>;
+    /// Put the working tree back to the clean Base commit (`git reset --hard` + `git clean
+    /// -fdx`), recreating the workspace if that fails.
+    fn reset(&self) -> SandboxFuture<'_, ()>;
+    /// Write a file at an absolute in-sandbox path (used to hand patches to the sandbox).
+    fn put_file<'a>(&'a self, path: &'a str, contents: &'a [u8]) -> SandboxFuture<'a, ()>;
+    /// The in-sandbox working directory (`/testbed`).
+    fn workdir(&self) -> &str {
+        WORKDIR
+    }
+    /// The Base commit the sandbox resets to.
+    fn base_commit(&self) -> &str;
+}
+
+/// Which sandbox implementation to use.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxKind {
+    Local,
+    Docker,
+}
+
+/// Why a sandbox is opened: the Test agent gets sanitised git history (gold-free boundary);
+/// gates and grading get the plain Base checkout.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    TestAgent,
+    RepairAgent,
+    Gate,
+    Grading,
+}
+
+impl Purpose {
+    pub fn sanitize_history(self) -> bool {
+        matches!(self, Purpose::TestAgent)
+    }
+}
+
+/// Options shared by both sandbox kinds.
+#[derive(Clone, Debug, Default)]
+pub struct SandboxConfig {
+    pub limits: SandboxLimits,
+    /// Where full per-command logs go; `None` keeps them in the sandbox's private directory
+    /// (removed with the sandbox).
+    pub log_dir: Option<PathBuf>,
+}
+
+/// Shell-quote one word for bash (single quotes).
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Reset command run inside a sandbox: back to the Base commit with no untracked files.
+pub(crate) fn reset_command(base_commit: &str) -> String {
+    format!(
+        "git reset -q --hard {b} && git clean -q -fdx && test \"$(git rev-parse HEAD)\" = \"$(git rev-parse {b}^{{commit}})\"",
+        b = shell_quote(base_commit)
+    )
+}

@@ -1,0 +1,253 @@
+//! Fail-closed bundle validation, before anything runs (harness-semantics §2, stricter): patch
+//! paths, the one-line command and its exact selectors, the contract, and the binding between
+//! declared nodes, selected nodes and the test functions the patch adds. Every failure is a
+//! typed `Rejection` with a stable message the Test agent can act on.
+
+use super::bundle::Bundle;
+use super::diff::{is_test_path, parse_patch, FileChange};
+use super::selector::{canonical_label, parse_command, pytest_node, CommandRunner, ParsedCommand};
+
+/// Why a bundle was rejected. The `code` strings are stable.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectionKind {
+    EmptyPatch,
+    MalformedPatch,
+    AbsolutePath,
+    PathTraversal,
+    GitPath,
+    DeletedFile,
+    RenamedFile,
+    SymlinkOrBinary,
+    NonTestPath,
+    MissingCommand,
+    MultiLineCommand,
+    ShellSyntax,
+    UnknownRunner,
+    UnsupportedFlag,
+    SelectorNotExact,
+    MissingContract,
+    MalformedContract,
+    DuplicateNode,
+    NodeNotSelected,
+    SelectedNotDeclared,
+    UndeclaredTest,
+}
+
+impl RejectionKind {
+    pub fn code(self) -> &'static str {
+        match self {
+            RejectionKind::EmptyPatch => "empty_patch",
+            RejectionKind::MalformedPatch => "malformed_patch",
+            RejectionKind::AbsolutePath => "absolute_path",
+            RejectionKind::PathTraversal => "path_traversal",
+            RejectionKind::GitPath => "git_path",
+            RejectionKind::DeletedFile => "deleted_file",
+            RejectionKind::RenamedFile => "renamed_file",
+            RejectionKind::SymlinkOrBinary => "symlink_or_binary",
+            RejectionKind::NonTestPath => "non_test_path",
+            RejectionKind::MissingCommand => "missing_command",
+            RejectionKind::MultiLineCommand => "multi_line_command",
+            RejectionKind::ShellSyntax => "shell_syntax",
+            RejectionKind::UnknownRunner => "unknown_runner",
+            RejectionKind::UnsupportedFlag => "unsupported_flag",
+            RejectionKind::SelectorNotExact => "selector_not_exact",
+            RejectionKind::MissingContract => "missing_contract",
+            RejectionKind::MalformedContract => "malformed_contract",
+            RejectionKind::DuplicateNode => "duplicate_node",
+            RejectionKind::NodeNotSelected => "node_not_selected",
+            RejectionKind::SelectedNotDeclared => "selected_not_declared",
+            RejectionKind::UndeclaredTest => "undeclared_test",
+        }
+    }
+}
+
+/// A bundle rejection: kind + human-readable message.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Rejection {
+    pub kind: RejectionKind,
+    pub message: String,
+}
+
+impl Rejection {
+    pub fn new(kind: RejectionKind, message: impl Into<String>) -> Self {
+        Rejection {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rejected ({}): {}", self.kind.code(), self.message)
+    }
+}
+
+impl std::error::Error for Rejection {}
+
+/// What validation establishes about a bundle: how to run it and which nodes it binds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TestPlan {
+    pub command: ParsedCommand,
+    /// Canonical declared nodes (== selected nodes).
+    pub nodes: Vec<String>,
+    /// Every path the test patch touches.
+    pub paths: Vec<String>,
+    pub command_sanitized: bool,
+}
+
+/// Check every patch path: relative, no `..`, not under `.git`, test-like, no deletion, rename,
+/// symlink or binary.
+pub fn check_patch_paths(files: &[FileChange]) -> Result<Vec<String>, Rejection> {
+    let mut paths = Vec::new();
+    for f in files {
+        for p in f.paths() {
+            let r = |k, m: &str| Err(Rejection::new(k, format!("test.patch: `{p}` {m}")));
+            if p.starts_with('/') {
+                return r(RejectionKind::AbsolutePath, "is an absolute path");
+            }
+            if p.split('/').any(|c| c == "..") {
+                return r(RejectionKind::PathTraversal, "contains a `..` component");
+            }
+            if p.split('/').any(|c| c.eq_ignore_ascii_case(".git")) {
+                return r(RejectionKind::GitPath, "is inside .git");
+            }
+            if p.is_empty() || p.split('/').any(|c| c.is_empty() || c == ".") {
+                return r(
+                    RejectionKind::MalformedPatch,
+                    "is not a plain relative path",
+                );
+            }
+            if !is_test_path(p) {
+                return r(RejectionKind::NonTestPath, "is not a test file; a Test bundle may only add or change tests, conftest.py and test data");
+            }
+            if !paths.iter().any(|q| q == p) {
+                paths.push(p.to_string());
+            }
+        }
+        let first = f.paths().next().unwrap_or("?");
+        if f.deleted {
+            return Err(Rejection::new(
+                RejectionKind::DeletedFile,
+                format!("test.patch: deletes `{first}`; a Test bundle may not delete files"),
+            ));
+        }
+        if f.renamed {
+            return Err(Rejection::new(
+                RejectionKind::RenamedFile,
+                format!("test.patch: renames or copies `{first}`; not allowed"),
+            ));
+        }
+        if f.symlink || f.binary {
+            return Err(Rejection::new(
+                RejectionKind::SymlinkOrBinary,
+                format!("test.patch: `{first}` is a symlink or binary change; not allowed"),
+            ));
+        }
+    }
+    Ok(paths)
+}
+
+fn canonical_node(runner: CommandRunner, n: &str) -> Result<String, Rejection> {
+    match runner {
+        CommandRunner::Pytest => pytest_node(n.trim()).map_err(|r| {
+            Rejection::new(
+                RejectionKind::MalformedContract,
+                format!(
+                    "test_nodes: {}",
+                    r.message.trim_start_matches("test_command: ")
+                ),
+            )
+        }),
+        CommandRunner::Django | CommandRunner::Unittest => Ok(canonical_label(n)),
+        CommandRunner::Sympy => Ok(n.trim().rsplit("::").next().unwrap_or(n).to_string()),
+    }
+}
+
+/// Whether a declared node names test function `name` defined in `file`.
+fn node_covers(runner: CommandRunner, node: &str, file: &str, name: &str) -> bool {
+    match runner {
+        CommandRunner::Pytest => {
+            let (path, rest) = node.split_once("::").unwrap_or(("", node));
+            let func = rest.rsplit("::").next().unwrap_or(rest);
+            let func = func.split('[').next().unwrap_or(func);
+            path == file && func == name
+        }
+        CommandRunner::Django | CommandRunner::Unittest => {
+            let module = file.trim_end_matches(".py").replace('/', ".");
+            let parts: Vec<&str> = node.rsplitn(3, '.').collect();
+            parts.len() == 3
+                && parts[0] == name
+                && (module == parts[2] || module.ends_with(&format!(".{}", parts[2])))
+        }
+        CommandRunner::Sympy => node == name,
+    }
+}
+
+/// Validate a parsed bundle. `Ok` carries the run plan.
+pub fn validate(bundle: &Bundle) -> Result<TestPlan, Rejection> {
+    let files = parse_patch(&bundle.test_patch)
+        .map_err(|m| Rejection::new(RejectionKind::MalformedPatch, format!("test.patch: {m}")))?;
+    let paths = check_patch_paths(&files)?;
+    let mut command = parse_command(&bundle.test_command)?;
+    let runner = command.runner;
+    let mut declared = Vec::new();
+    for n in &bundle.contract.test_nodes {
+        let c = canonical_node(runner, n)?;
+        if declared.contains(&c) {
+            return Err(Rejection::new(
+                RejectionKind::DuplicateNode,
+                format!("test_nodes: `{n}` is declared twice"),
+            ));
+        }
+        declared.push(c);
+    }
+    let mut selected: Vec<String> = Vec::new();
+    for n in &command.nodes {
+        if selected.contains(n) {
+            return Err(Rejection::new(
+                RejectionKind::DuplicateNode,
+                format!("test_command: `{n}` is selected twice"),
+            ));
+        }
+        selected.push(n.clone());
+    }
+    for d in &declared {
+        if !selected.contains(d) {
+            return Err(Rejection::new(
+                RejectionKind::NodeNotSelected,
+                format!("test_nodes: `{d}` is declared but not selected by test_command"),
+            ));
+        }
+    }
+    for s in &selected {
+        if !declared.contains(s) {
+            return Err(Rejection::new(
+                RejectionKind::SelectedNotDeclared,
+                format!("test_command: `{s}` is selected but not declared in test_nodes"),
+            ));
+        }
+    }
+    for f in &files {
+        let Some(file) = f.new_path.as_deref() else {
+            continue;
+        };
+        for t in &f.added_tests {
+            if !declared.iter().any(|d| node_covers(runner, d, file, t)) {
+                return Err(Rejection::new(
+                    RejectionKind::UndeclaredTest,
+                    format!("test.patch adds `{t}` in `{file}` but no declared test node names it"),
+                ));
+            }
+        }
+    }
+    let sanitized = !command.removed_flags.is_empty();
+    command.nodes = selected;
+    Ok(TestPlan {
+        command,
+        nodes: declared,
+        paths,
+        command_sanitized: sanitized,
+    })
+}

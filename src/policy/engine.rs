@@ -1,0 +1,161 @@
+//! `engine:MODEL_DIR` — the embedded Qwen3.5-MoE engine as a policy. Chats are rendered with the
+//! checkpoint's own chat template (tools included), generated with continuous batching (all
+//! requests of a batch are submitted together), and returned with token ids and policy
+//! log-probabilities. Reasoning is split off here (the template may open `<think>` in the prompt);
+//! the agent loop parses the tool call from the answer text.
+
+use super::{BoxFuture, ChatMessage, ChatRequest, Completion, Policy, PolicyError, Role, Usage};
+use crate::engine::{self, Engine, EngineConfig, FinishReason};
+use crate::model::chat::{Message, Role as ModelRole};
+use crate::model::toolcall::ToolCall as ModelToolCall;
+use std::path::{Path, PathBuf};
+
+/// The embedded engine serving one model directory (weights, tokenizer, chat template).
+pub struct EnginePolicy {
+    model_dir: PathBuf,
+    engine: Engine,
+}
+
+impl EnginePolicy {
+    /// Load the model folder and start the engine thread.
+    pub fn open(model_dir: &Path) -> Result<Self, PolicyError> {
+        let engine = Engine::load(model_dir, EngineConfig::default())
+            .map_err(|e| PolicyError::Engine(format!("loading {}: {e}", model_dir.display())))?;
+        if engine.template().is_none() {
+            return Err(PolicyError::Engine(format!(
+                "{} has no chat template; the agents need one to render chats",
+                model_dir.display()
+            )));
+        }
+        Ok(EnginePolicy {
+            model_dir: model_dir.to_path_buf(),
+            engine,
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+fn to_model_message(m: &ChatMessage) -> Message {
+    let role = match m.role {
+        Role::System => ModelRole::System,
+        Role::User => ModelRole::User,
+        Role::Assistant => ModelRole::Assistant,
+        Role::Tool => ModelRole::Tool,
+    };
+    let mut out = Message::new(role, m.content.clone());
+    out.reasoning_content = m.reasoning_content.clone();
+    out.tool_calls = m
+        .tool_calls
+        .iter()
+        .map(|c| ModelToolCall {
+            name: c.name.clone(),
+            arguments: c.arguments.as_object().cloned().unwrap_or_default(),
+        })
+        .collect();
+    out
+}
+
+fn to_engine_request(req: &ChatRequest) -> engine::ChatRequest {
+    let s = &req.sampling;
+    let sampling = engine::SamplingParams {
+        temperature: s.temperature,
+        top_k: if s.top_k > 0 { s.top_k as usize } else { 0 },
+        top_p: s.top_p,
+        seed: s.seed,
+        max_tokens: s.max_tokens as usize,
+        stop_token_ids: Vec::new(),
+        stop: Vec::new(),
+    };
+    let mut r = engine::ChatRequest::new(
+        req.messages.iter().map(to_model_message).collect(),
+        sampling,
+    );
+    r.tools = req.tools.clone();
+    r
+}
+
+/// Split the raw completion into (reasoning, answer) the way the chat template produced it.
+fn split(prompt: &str, text: &str) -> (Option<String>, String) {
+    match text.find("</think>") {
+        Some(end) => {
+            let head = text[..end].trim_start();
+            let head = head.strip_prefix("<think>").unwrap_or(head);
+            (
+                Some(head.trim_matches('\n').to_string()),
+                text[end + "</think>".len()..]
+                    .trim_start_matches('\n')
+                    .to_string(),
+            )
+        }
+        // The prompt opened <think> and generation never closed it: all reasoning, no answer.
+        None if prompt.ends_with("<think>\n") => {
+            (Some(text.trim_matches('\n').to_string()), String::new())
+        }
+        None => (None, text.to_string()),
+    }
+}
+
+impl Policy for EnginePolicy {
+    fn complete<'a>(
+        &'a self,
+        requests: &'a [ChatRequest],
+    ) -> BoxFuture<'a, Result<Vec<Completion>, PolicyError>> {
+        Box::pin(async move {
+            let calls = requests
+                .iter()
+                .map(|r| self.engine.chat(to_engine_request(r)));
+            let results = futures_util::future::join_all(calls).await;
+            results
+                .into_iter()
+                .map(|r| {
+                    let chat = r.map_err(|e| PolicyError::Engine(e.to_string()))?;
+                    let c = chat.completion;
+                    let (reasoning, text) = split(&chat.prompt, &c.text);
+                    Ok(Completion {
+                        text,
+                        reasoning,
+                        tool_calls: Vec::new(),
+                        usage: Usage {
+                            prompt_tokens: c.prompt_tokens as u64,
+                            completion_tokens: c.token_ids.len() as u64,
+                        },
+                        finish_reason: Some(
+                            match c.finish {
+                                FinishReason::Length => "length",
+                                _ => "stop",
+                            }
+                            .to_string(),
+                        ),
+                        token_ids: Some(c.token_ids),
+                        logprobs: Some(c.logprobs),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!("engine:{}", self.model_dir.display())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split;
+
+    #[test]
+    fn reasoning_split() {
+        assert_eq!(
+            split("x<think>\n", "plan\n</think>\n\nls"),
+            (Some("plan".into()), "ls".into())
+        );
+        assert_eq!(
+            split("x<think>\n", "unfinished"),
+            (Some("unfinished".into()), String::new())
+        );
+        assert_eq!(split("x", "answer"), (None, "answer".into()));
+    }
+}

@@ -1,0 +1,188 @@
+//! The agent commands end to end through the binary: `demo` (scripted policies, real sandboxes,
+//! official grading), `gen-test` then `repair --bundle --grade` with the scripted policy files, and
+//! `bench revision-loop`. Also bad input: an unknown policy kind is a clear error.
+
+use std::path::Path;
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_execcritic"))
+}
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/scripted")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn demo_runs_both_agents_and_grades() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin()
+        .args(["demo", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("SCRIPTED policies"), "{text}");
+    assert!(
+        text.contains("submission 1 at turn 5: rejected (selector_not_exact)"),
+        "{text}"
+    );
+    assert!(text.contains("submission 2 at turn 7: qualified"), "{text}");
+    assert!(text.contains("check at turn 4: hard_fail"), "{text}");
+    assert!(text.contains("check at turn 8: pass"), "{text}");
+    assert!(text.contains("official result: RESOLVED"), "{text}");
+    for f in [
+        "test/trajectory.jsonl",
+        "test/record.json",
+        "test/bundle/test.patch",
+        "repair/record.json",
+        "grade.json",
+    ] {
+        assert!(dir.path().join(f).exists(), "{f}");
+    }
+}
+
+#[test]
+fn gen_test_then_repair_with_grading() {
+    let tasks = execcritic::task::bundled_suite().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gen = dir.path().join("gen");
+    let out = bin()
+        .args([
+            "gen-test",
+            "--instance",
+            "tablefmt__tablefmt-1",
+            "--max-turns",
+            "10",
+            "--tasks",
+        ])
+        .arg(&tasks)
+        .arg("--policy")
+        .arg(format!("scripted:{}", fixture("demo_test.jsonl")))
+        .arg("--out")
+        .arg(&gen)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bundle = gen.join("bundle");
+    assert!(bundle.join("test_command").exists() && bundle.join("bundle.sha256").exists());
+    let traj = execcritic::agent::Trajectory::read_jsonl(&gen.join("trajectory.jsonl")).unwrap();
+    assert_eq!(traj.events("submission").count(), 2);
+
+    let rep = dir.path().join("repair");
+    let out = bin()
+        .args([
+            "repair",
+            "--instance",
+            "tablefmt__tablefmt-1",
+            "--grade",
+            "--tasks",
+        ])
+        .arg(&tasks)
+        .arg("--policy")
+        .arg(format!("scripted:{}", fixture("demo_repair.jsonl")))
+        .arg("--bundle")
+        .arg(&bundle)
+        .arg("--out")
+        .arg(&rep)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("official grading: RESOLVED"), "{text}");
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(rep.join("record.json")).unwrap()).unwrap();
+    assert_eq!(record["terminal"]["reason"], "pass");
+    assert_eq!(record["rounds"].as_array().unwrap().len(), 2);
+    assert!(std::fs::read_to_string(rep.join("final.patch"))
+        .unwrap()
+        .contains("float(value)"));
+
+    // The bench on the same bundle: every round measured, overhead reported.
+    let report = dir.path().join("bench.json");
+    let out = bin()
+        .args([
+            "bench",
+            "revision-loop",
+            "--instance",
+            "tablefmt__tablefmt-1",
+            "--tasks",
+        ])
+        .arg(&tasks)
+        .arg("--policy")
+        .arg(format!("scripted:{}", fixture("demo_repair.jsonl")))
+        .arg("--bundle")
+        .arg(&bundle)
+        .arg("--out")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["rounds"].as_array().unwrap().len(), 2);
+    assert_eq!(r["overhead_per_check"]["n"], 2);
+}
+
+#[test]
+fn bad_policy_spec_is_a_clear_error() {
+    let out = bin()
+        .args([
+            "gen-test",
+            "--tasks",
+            "/nonexistent.jsonl",
+            "--instance",
+            "x",
+            "--policy",
+            "magic:1",
+            "--out",
+            "/tmp/x",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("error: "), "{err}");
+    let out = bin()
+        .args([
+            "repair",
+            "--instance",
+            "tablefmt__tablefmt-1",
+            "--policy",
+            "engine:/nonexistent",
+            "--out",
+            "/tmp/x",
+            "--tasks",
+        ])
+        .arg(execcritic::task::bundled_suite().unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("engine policy: loading /nonexistent"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,171 @@
+//! Gates on a real sandbox over a real pytest repository: qualification, adversarial test
+//! bundles (each classified as rejected/inconclusive/fail, never pass), the candidate gate and
+//! its feedback envelope, the Gold audit and official grading.
+
+mod harness_support;
+
+use execcritic::harness::gate::{base_gate, check_candidate_in, qualify_in};
+use execcritic::harness::{
+    audit, grade, open_sandbox, BaseCategory, Bundle, FailureKind, FrozenBundle, GateStatus,
+    Purpose, Qualification, SandboxKind,
+};
+use harness_support::*;
+use std::time::Duration;
+
+const NODE: &str = "tests/test_calc.py::test_add";
+
+fn frozen_with(files: &[(&str, &str)], nodes: &[&str]) -> FrozenBundle {
+    let patch = diff_against_base(files);
+    let cmd = format!("python3 -m pytest {}", nodes.join(" "));
+    FrozenBundle::freeze(Bundle::from_parts(&patch, &cmd, &contract_with_nodes(nodes)).unwrap())
+        .unwrap()
+}
+
+fn official() -> FrozenBundle {
+    frozen_with(&[("tests/test_calc.py", &official_test_file())], &[NODE])
+}
+
+fn host_snapshot() -> String {
+    let f = fixture();
+    git(&f.dir, &["status", "--porcelain", "--ignored"]) + &git(&f.dir, &["rev-parse", "HEAD"])
+}
+
+#[tokio::test]
+async fn base_gate_accepts_clean_failure_and_classifies_adversarial_tests() {
+    let before = host_snapshot();
+    let task = fixture_task();
+    let sb = open_sandbox(SandboxKind::Local, &task, Purpose::Gate)
+        .await
+        .unwrap();
+    let sb = sb.as_ref();
+    match qualify_in(sb, official()).await.unwrap() {
+        Qualification::Accepted(f) => assert_eq!(f.plan.nodes, vec![NODE]),
+        other => panic!("official tests not accepted: {other:?}"),
+    }
+    let t = Duration::from_secs(8);
+    let cases: Vec<(&str, String, Option<BaseCategory>)> = vec![
+        ("passes on base", test_file_with("    assert sub(2, 2) == 0"), Some(BaseCategory::Passed)),
+        ("import error", test_file_with("    from calc import not_there\n    assert not_there()"), Some(BaseCategory::ImportNameMissing)),
+        ("module missing", format!("import nonexistent_mod\n{}", test_file_with("    assert True")), Some(BaseCategory::ModuleNotFound)),
+        ("infinite loop", test_file_with("    while True:\n        pass"), Some(BaseCategory::Timeout)),
+        ("fork bomb", test_file_with("    import os\n    while True:\n        try:\n            os.fork()\n        except OSError:\n            pass"), None),
+        ("100 MB output", test_file_with("    import sys\n    for _ in range(100):\n        sys.stdout.write('y' * 1_000_000)\n    assert add(2, 3) == 5"), Some(BaseCategory::AssertionFailureClean)),
+        ("network", test_file_with("    import socket\n    socket.create_connection(('1.1.1.1', 80), timeout=3)\n    assert True"), None),
+        ("write outside", test_file_with("    open('/usr/execcritic-escape', 'w').write('x')\n    assert True"), None),
+    ];
+    for (name, file, expect) in cases {
+        let f = frozen_with(&[("tests/test_calc.py", &file)], &[NODE]);
+        let (cat, tail) = base_gate(sb, &f, t).await.unwrap();
+        assert!(tail.chars().count() <= 1500, "{name}");
+        match expect {
+            Some(c) => assert_eq!(cat, c, "{name}: {tail}"),
+            None => assert!(!cat.accepted() || name == "fork bomb", "{name}: {cat:?}"),
+        }
+        if name != "100 MB output" {
+            assert!(!cat.accepted(), "{name} accepted");
+        }
+    }
+    // A conftest that prints a fake PASSED line and exits non-zero never passes.
+    let conftest = "import os, atexit\nprint('PASSED tests/test_calc.py::test_add')\natexit.register(lambda: os._exit(3))\n";
+    let f = frozen_with(
+        &[
+            ("tests/test_calc.py", &official_test_file()),
+            ("tests/conftest.py", conftest),
+        ],
+        &[NODE],
+    );
+    let v = check_candidate_in(sb, &f, &fixture().gold_patch, t)
+        .await
+        .unwrap();
+    assert_ne!(v.status, GateStatus::Pass, "{}", v.feedback);
+    assert!(!std::path::Path::new("/usr/execcritic-escape").exists());
+    assert_eq!(host_snapshot(), before, "host repository changed");
+}
+
+#[tokio::test]
+async fn candidate_gate_and_feedback() {
+    let task = fixture_task();
+    let sb = open_sandbox(SandboxKind::Local, &task, Purpose::Gate)
+        .await
+        .unwrap();
+    let sb = sb.as_ref();
+    let f = official();
+    let t = Duration::from_secs(60);
+    let gold = check_candidate_in(sb, &f, &fixture().gold_patch, t)
+        .await
+        .unwrap();
+    assert_eq!(gold.status, GateStatus::Pass, "{}", gold.feedback);
+    let wrong = check_candidate_in(sb, &f, WRONG_PATCH, t).await.unwrap();
+    assert_eq!(wrong.status, GateStatus::HardFail);
+    assert_eq!(wrong.failure_kind, FailureKind::AssertionFailure);
+    assert_eq!(wrong.failed_test_names, vec![NODE]);
+    assert!(wrong.feedback.chars().count() <= 6000);
+    assert!(
+        wrong.feedback.contains("gate_status: hard_fail")
+            && wrong.feedback.contains("<raw_test_output_tail>")
+    );
+    // the assertion line of the hidden test is not echoed
+    assert!(
+        !wrong.feedback.contains("assert add(2, 3) == 5"),
+        "{}",
+        wrong.feedback
+    );
+    let empty = check_candidate_in(sb, &f, "", t).await.unwrap();
+    assert_eq!(empty.status, GateStatus::HardFail);
+    // a candidate touching the bundle's files is inconclusive (structural)
+    let touch = diff_against_base(&[("tests/test_calc.py", &official_test_file())]);
+    let v = check_candidate_in(sb, &f, &touch, t).await.unwrap();
+    assert_eq!(
+        (v.status, v.failure_kind),
+        (
+            GateStatus::Inconclusive,
+            FailureKind::HiddenTestPathsDirtied
+        )
+    );
+    // an unappliable candidate
+    let v = check_candidate_in(
+        sb,
+        &f,
+        &WRONG_PATCH.replace("return a - b\n+", "return zzz\n+"),
+        t,
+    )
+    .await
+    .unwrap();
+    assert_eq!(v.failure_kind, FailureKind::PatchApplyFailure);
+    // an infinite loop in the source is a timeout (inconclusive), detected from the sandbox flag
+    let hang = WRONG_PATCH.replace("+    return a * b", "+    while True:\n+        pass");
+    let hang = hang.replace("@@ -1,5 +1,5 @@", "@@ -1,5 +1,6 @@");
+    let v = check_candidate_in(sb, &f, &hang, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        (v.status, v.failure_kind, v.timeout_detected),
+        (GateStatus::Inconclusive, FailureKind::Timeout, true)
+    );
+}
+
+#[tokio::test]
+async fn audit_and_official_grading() {
+    let task = fixture_task();
+    let rec = audit(&task, &official(), SandboxKind::Local).await.unwrap();
+    assert!(rec.q, "{rec:?}");
+    assert_eq!(rec.balanced_accuracy, Some(1.0));
+    let g = grade(&task, &task.patch, SandboxKind::Local).await.unwrap();
+    assert!(g.resolved && g.error_kind.is_none(), "{g:?}");
+    assert_eq!(g.tests[NODE], "PASSED");
+    let g = grade(&task, "", SandboxKind::Local).await.unwrap();
+    assert!(!g.resolved);
+    assert_eq!(g.tests[NODE], "FAILED");
+    for c in &task.candidates {
+        let g = grade(&task, &c.patch, SandboxKind::Local).await.unwrap();
+        assert_eq!(g.resolved, c.resolved, "{g:?}");
+    }
+}
+
+#[test]
+fn balanced_accuracy_absent_class_is_zero_recall() {
+    use execcritic::harness::balanced_accuracy;
+    assert_eq!(balanced_accuracy(&[(true, true), (false, false)]), 1.0);
+    assert_eq!(balanced_accuracy(&[(true, true), (true, true)]), 0.5);
+    assert_eq!(balanced_accuracy(&[(true, false), (false, false)]), 0.5);
+}

@@ -1,0 +1,216 @@
+//! Adversarial bundles rejected by validation before anything runs (harness-semantics §2).
+
+mod harness_support;
+
+use execcritic::harness::{Bundle, FrozenBundle, RejectionKind, SandboxKind};
+use harness_support::*;
+
+const NODE: &str = "tests/test_calc.py::test_add";
+
+fn good_patch() -> String {
+    diff_against_base(&[("tests/test_calc.py", &official_test_file())])
+}
+
+fn kind_of(patch: &str, command: &str, contract: &str) -> RejectionKind {
+    match Bundle::from_parts(patch, command, contract) {
+        Err(r) => r.kind,
+        Ok(b) => {
+            FrozenBundle::freeze(b)
+                .expect_err("bundle must be rejected")
+                .kind
+        }
+    }
+}
+
+#[test]
+fn good_bundle_validates() {
+    let b = Bundle::from_parts(
+        &good_patch(),
+        &format!("python3 -m pytest --no-header {NODE}\n"),
+        CONTRACT,
+    )
+    .unwrap();
+    let f = FrozenBundle::freeze(b).unwrap();
+    assert_eq!(f.plan.nodes, vec![NODE]);
+    assert!(f.plan.command_sanitized);
+    assert_eq!(f.plan.command.removed_flags, vec!["--no-header"]);
+    assert_eq!(f.hash.len(), 64);
+}
+
+#[test]
+fn patch_path_attacks_are_rejected() {
+    let cmd = format!("pytest {NODE}");
+    let p = good_patch();
+    let traversal = p.replace("tests/test_calc.py", "tests/../../etc/test_x.py");
+    assert_eq!(
+        kind_of(&traversal, &cmd, CONTRACT),
+        RejectionKind::PathTraversal
+    );
+    let absolute = "--- /etc/tests/test_x.py\n+++ /etc/tests/test_x.py\n@@ -1 +1 @@\n-a\n+b\n";
+    assert_eq!(
+        kind_of(absolute, &cmd, CONTRACT),
+        RejectionKind::AbsolutePath
+    );
+    let git = p.replace("tests/test_calc.py", ".git/hooks/tests/test_x.py");
+    assert_eq!(kind_of(&git, &cmd, CONTRACT), RejectionKind::GitPath);
+    let deleted = "diff --git a/tests/test_calc.py b/tests/test_calc.py\ndeleted file mode 100644\n--- a/tests/test_calc.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-x\n";
+    assert_eq!(kind_of(deleted, &cmd, CONTRACT), RejectionKind::DeletedFile);
+    let source = p.replace("tests/test_calc.py", "calc/__init__.py");
+    assert_eq!(kind_of(&source, &cmd, CONTRACT), RejectionKind::NonTestPath);
+    assert_eq!(kind_of("  \n", &cmd, CONTRACT), RejectionKind::EmptyPatch);
+    assert_eq!(
+        kind_of("not a diff\n", &cmd, CONTRACT),
+        RejectionKind::MalformedPatch
+    );
+}
+
+#[test]
+fn command_attacks_are_rejected() {
+    let p = good_patch();
+    for c in [
+        format!("pytest {NODE}; touch /tmp/pwned"),
+        format!("pytest {NODE} && touch /tmp/pwned"),
+        format!("pytest $(echo {NODE})"),
+        format!("pytest {NODE} > /tmp/out"),
+        format!("pytest {NODE} | tee x"),
+        format!("pytest `echo {NODE}`"),
+    ] {
+        assert_eq!(kind_of(&p, &c, CONTRACT), RejectionKind::ShellSyntax, "{c}");
+    }
+    assert_eq!(
+        kind_of(&p, "pytest tests/test_calc.py", CONTRACT),
+        RejectionKind::SelectorNotExact
+    );
+    assert_eq!(
+        kind_of(&p, "pytest tests/test_calc.py -k test_add", CONTRACT),
+        RejectionKind::SelectorNotExact
+    );
+    assert_eq!(
+        kind_of(&p, "pytest tests", CONTRACT),
+        RejectionKind::SelectorNotExact
+    );
+    assert_eq!(
+        kind_of(&p, &format!("pytest {NODE}\npytest {NODE}"), CONTRACT),
+        RejectionKind::MultiLineCommand
+    );
+    assert_eq!(kind_of(&p, "", CONTRACT), RejectionKind::MissingCommand);
+}
+
+#[test]
+fn binding_and_contract_attacks_are_rejected() {
+    let p = good_patch();
+    let cmd = format!("pytest {NODE}");
+    // undeclared added test
+    let two = diff_against_base(&[(
+        "tests/test_calc.py",
+        &(official_test_file() + "\n\ndef test_extra():\n    assert False\n"),
+    )]);
+    assert_eq!(kind_of(&two, &cmd, CONTRACT), RejectionKind::UndeclaredTest);
+    // duplicates
+    assert_eq!(
+        kind_of(&p, &cmd, &contract_with_nodes(&[NODE, NODE])),
+        RejectionKind::DuplicateNode
+    );
+    assert_eq!(
+        kind_of(&p, &format!("pytest {NODE} {NODE}"), CONTRACT),
+        RejectionKind::DuplicateNode
+    );
+    // declared but not selected / selected but not declared
+    assert_eq!(
+        kind_of(
+            &p,
+            &cmd,
+            &contract_with_nodes(&[NODE, "tests/test_calc.py::test_sub"])
+        ),
+        RejectionKind::NodeNotSelected
+    );
+    assert_eq!(
+        kind_of(
+            &p,
+            &format!("pytest {NODE} tests/test_calc.py::test_sub"),
+            CONTRACT
+        ),
+        RejectionKind::SelectedNotDeclared
+    );
+    // malformed JSON / missing or empty fields / unknown fields
+    assert_eq!(
+        kind_of(&p, &cmd, "{not json"),
+        RejectionKind::MalformedContract
+    );
+    assert_eq!(kind_of(&p, &cmd, "[]"), RejectionKind::MalformedContract);
+    assert_eq!(
+        kind_of(
+            &p,
+            &cmd,
+            &CONTRACT.replace("\"trigger\": \"add(2, 3)\"", "\"trigger\": \"\"")
+        ),
+        RejectionKind::MalformedContract
+    );
+    assert_eq!(
+        kind_of(&p, &cmd, &contract_with_nodes(&[])),
+        RejectionKind::MalformedContract
+    );
+    assert_eq!(
+        kind_of(
+            &p,
+            &cmd,
+            &CONTRACT.replace("{\"entrypoint\"", "{\"extra\": 1, \"entrypoint\"")
+        ),
+        RejectionKind::MalformedContract
+    );
+}
+
+#[test]
+fn bundle_dir_round_trip_and_missing_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Bundle::from_parts(&good_patch(), &format!("pytest {NODE}"), CONTRACT).unwrap();
+    b.write_dir(dir.path()).unwrap();
+    assert_eq!(Bundle::read_dir(dir.path()).unwrap(), b);
+    std::fs::remove_file(dir.path().join("test_contract.json")).unwrap();
+    match Bundle::read_dir(dir.path()) {
+        Err(execcritic::harness::BundleError::Rejected(r)) => {
+            assert_eq!(r.kind, RejectionKind::MissingContract)
+        }
+        other => panic!("{other:?}"),
+    }
+    // frozen bundles are stored read-only and bound to their hash
+    let f = FrozenBundle::freeze(b).unwrap();
+    let store = dir.path().join("frozen");
+    f.store(&store).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(store.join("bundle.sha256"))
+            .unwrap()
+            .trim(),
+        f.hash
+    );
+    let mut tampered = f.clone();
+    tampered.bundle.test_command.push_str(" -x");
+    assert!(!tampered.intact());
+}
+
+#[tokio::test]
+async fn qualify_rejects_before_running() {
+    let task = fixture_task();
+    let pwned = std::path::Path::new("/tmp/execcritic-pwned");
+    for (cmd, kind) in [
+        (
+            format!("pytest {NODE}; touch {}", pwned.display()),
+            RejectionKind::ShellSyntax,
+        ),
+        (
+            "pytest tests/test_calc.py".to_string(),
+            RejectionKind::SelectorNotExact,
+        ),
+    ] {
+        let b = Bundle::from_parts(&good_patch(), &cmd, CONTRACT).unwrap();
+        // Rejected without opening a sandbox: the docker kind (unavailable) would otherwise error.
+        match execcritic::harness::qualify(&task, &b, SandboxKind::Docker)
+            .await
+            .unwrap()
+        {
+            execcritic::harness::Qualification::Rejected(r) => assert_eq!(r.kind, kind),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(!pwned.exists());
+}
