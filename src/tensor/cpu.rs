@@ -26,7 +26,11 @@ pub fn matmul_t(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, out: &mut [f
         return;
     }
     let threads = if parallel { rayon::current_num_threads() } else { 1 };
-    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    let par = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
     // SAFETY: pointers and strides describe the checked slices above: dst m×n row-major,
     // lhs m×k row-major, rhs = wᵀ (k×n) read from w (n×k row-major).
     unsafe {
