@@ -1,5 +1,7 @@
 //! CLI commands of training: `grads`, `train sft`, `train grpo`.
 
+use crate::train::{TapeOptions, TrainModel};
+use anyhow::Context;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,6 +14,9 @@ pub struct GradsArgs {
     pub ids: String,
     #[arg(long)]
     pub out: PathBuf,
+    /// Recompute each layer's activations in the backward instead of keeping them.
+    #[arg(long)]
+    pub recompute: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -28,8 +33,31 @@ pub enum TrainCommand {
     },
 }
 
-pub fn grads(_a: GradsArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`grads` is not built yet")
+/// `execcritic grads`: mean next-token NLL of `--ids` and the gradient of every parameter,
+/// written under its Hugging Face name.
+pub fn grads(a: GradsArgs) -> anyhow::Result<ExitCode> {
+    let ids: Vec<u32> = a
+        .ids
+        .split(',')
+        .map(|s| {
+            s.trim()
+                .parse::<u32>()
+                .with_context(|| format!("--ids: {s:?} is not a token id"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let model =
+        TrainModel::load(&a.model).with_context(|| format!("loading {}", a.model.display()))?;
+    let (loss, grads) = model.nll_gradients(
+        &ids,
+        TapeOptions {
+            recompute: a.recompute,
+        },
+    )?;
+    grads
+        .save(&model.store, &a.out)
+        .with_context(|| format!("writing {}", a.out.display()))?;
+    println!("{}", serde_json::json!({ "loss": loss }));
+    Ok(ExitCode::SUCCESS)
 }
 pub fn train(_c: TrainCommand) -> anyhow::Result<ExitCode> {
     anyhow::bail!("`train` is not built yet")
