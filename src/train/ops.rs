@@ -216,7 +216,7 @@ mod tests {
 
     fn vals(n: usize, seed: u32) -> Vec<f32> {
         (0..n)
-            .map(|i| (((i as u32 * 2654435761u32 ^ seed) >> 8) % 1000) as f32 / 500.0 - 1.0)
+            .map(|i| ((((i as u32).wrapping_mul(2654435761u32) ^ seed) >> 8) % 1000) as f32 / 500.0 - 1.0)
             .collect()
     }
 
