@@ -77,6 +77,7 @@ fn grpo_loss_gradient_masks_and_denominator() {
             old_logprobs: &old,
             ref_logprobs: None,
             advantage: a,
+            routing: None,
         })
         .collect();
     // 4 active samples × 2 trained tokens; the zero-advantage ones are out of the denominator.

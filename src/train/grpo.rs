@@ -44,6 +44,9 @@ pub struct GrpoSample<'a> {
     /// Reference-policy log-probabilities (only read when `kl_coef > 0`).
     pub ref_logprobs: Option<&'a [f32]>,
     pub advantage: f32,
+    /// Routing replay: the rollout's experts per layer `[T · top_k]`, used by the training
+    /// forward instead of the router's top-k (so recomputed log-probabilities match the rollout).
+    pub routing: Option<&'a [Vec<u32>]>,
 }
 
 /// Per-token loss and `d loss / d logp` of the clipped objective plus the k3 KL term.

@@ -8,13 +8,16 @@
 //!   per-layer activation recomputation, routing replay.
 //! - [`loss`] (cross-entropy / SFT) and [`grpo`] (clipped policy loss): pure functions of logits.
 
+pub mod checkpoint;
 pub mod error;
 pub mod grpo;
 pub mod layers;
 pub mod loss;
 pub mod network;
 pub mod ops;
+pub mod optim;
 pub mod params;
+pub mod trainer;
 
 pub use error::TrainError;
 pub use network::{Tape, TapeOptions, TrainModel};

@@ -4,7 +4,7 @@
 
 use super::error::{Result, TrainError};
 use crate::model::checkpoint::Checkpoint;
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -134,28 +134,30 @@ impl Grads {
 }
 
 /// Write f32 tensors `name → (shape, data)` to a safetensors file, atomically (temp + rename).
-pub fn write_safetensors(
-    path: &Path,
-    tensors: &BTreeMap<String, (Vec<usize>, &[f32])>,
-) -> Result<()> {
-    let werr = |msg: String| TrainError::Write {
-        path: path.to_path_buf(),
-        msg,
+pub fn write_safetensors(path: &Path, tensors: &BTreeMap<String, (Vec<usize>, &[f32])>) -> Result<()> {
+    write_safetensors_as(path, tensors, DType::F32)
+}
+
+/// As [`write_safetensors`], storing the values as `dtype` (bf16/f16 rounded to nearest even).
+pub fn write_safetensors_as(path: &Path, tensors: &BTreeMap<String, (Vec<usize>, &[f32])>, dtype: DType) -> Result<()> {
+    let werr = |msg: String| TrainError::Write { path: path.to_path_buf(), msg };
+    let encode = |d: &[f32]| -> Vec<u8> {
+        match dtype {
+            DType::F32 => d.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            DType::BF16 => d.iter().flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes()).collect(),
+            DType::F16 => d.iter().flat_map(|v| half::f16::from_f32(*v).to_bits().to_le_bytes()).collect(),
+        }
     };
-    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
-        .iter()
-        .map(|(n, (s, d))| {
-            (
-                n.clone(),
-                s.clone(),
-                d.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            )
-        })
-        .collect();
+    let st_dtype = match dtype {
+        DType::F32 => safetensors::Dtype::F32,
+        DType::BF16 => safetensors::Dtype::BF16,
+        DType::F16 => safetensors::Dtype::F16,
+    };
+    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors.iter().map(|(n, (s, d))| (n.clone(), s.clone(), encode(d))).collect();
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bytes
         .iter()
         .map(|(n, s, b)| {
-            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b)
+            safetensors::tensor::TensorView::new(st_dtype, s.clone(), b)
                 .map(|v| (n.clone(), v))
                 .map_err(|e| werr(e.to_string()))
         })
