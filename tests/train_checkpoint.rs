@@ -89,3 +89,31 @@ fn bf16_source_is_saved_as_bf16() {
     }
     assert!(load_optimizer(&ck, &back.store).is_err(), "no optimizer state was saved");
 }
+
+#[test]
+fn train_sft_cli_writes_checkpoints_and_rejects_bad_configs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let model = std::fs::canonicalize("models/tiny-qwen35").unwrap();
+    let lines: Vec<String> = batch().iter().map(|e| serde_json::to_string(e).unwrap()).collect();
+    std::fs::write(d.join("data.jsonl"), lines.join("\n")).unwrap();
+    std::fs::write(
+        d.join("sft.toml"),
+        format!("model = {:?}\ndata = \"data.jsonl\"\nout = \"out\"\nsteps = 2\nbatch_size = 1\nsave_every = 1\n[optimizer]\nlr = 1e-4\n[schedule]\nkind = \"cosine\"\ntotal_steps = 2\nwarmup_steps = 0\nmin_ratio = 0.1\n", model.to_str().unwrap()),
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_execcritic");
+    let o = std::process::Command::new(bin).args(["train", "sft", "--config"]).arg(d.join("sft.toml")).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let steps: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(steps.len(), 2);
+    // Cosine over 2 steps from 1e-4 to 1e-5: factor 1 at step 0, (1 + 0.1)/2 at step 1.
+    assert!((steps[0]["lr"].as_f64().unwrap() - 1e-4).abs() < 1e-9);
+    assert!((steps[1]["lr"].as_f64().unwrap() - 5.5e-5).abs() < 1e-9);
+    for f in ["step-1", "step-2", "final"] {
+        assert!(d.join("out").join(f).join("model.safetensors.index.json").exists(), "{f}");
+    }
+    std::fs::write(d.join("bad.toml"), "model = \"x\"\nsteps = 1\n").unwrap();
+    let o = std::process::Command::new(bin).args(["train", "sft", "--config"]).arg(d.join("bad.toml")).output().unwrap();
+    assert!(!o.status.success());
+}

@@ -1,5 +1,6 @@
 //! CLI commands of training: `grads`, `train sft`, `train grpo`.
 
+use crate::train::sft_run::{run_sft, SftConfig};
 use crate::train::{TapeOptions, TrainModel};
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -59,6 +60,18 @@ pub fn grads(a: GradsArgs) -> anyhow::Result<ExitCode> {
     println!("{}", serde_json::json!({ "loss": loss }));
     Ok(ExitCode::SUCCESS)
 }
-pub fn train(_c: TrainCommand) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`train` is not built yet")
+/// `execcritic train sft|grpo --config FILE.toml`.
+pub fn train(c: TrainCommand) -> anyhow::Result<ExitCode> {
+    match c {
+        TrainCommand::Sft { config } => {
+            let cfg = SftConfig::from_file(&config)?;
+            let fin = run_sft(&cfg, |r| println!("{}", serde_json::to_string(r).unwrap_or_default()))?;
+            eprintln!("saved {}", fin.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        TrainCommand::Grpo { .. } => anyhow::bail!(
+            "`train grpo` needs the rollout pipeline (engine sampling + episodes + rewards), which is not wired yet; \
+             the GRPO loss and update are available as execcritic::train::trainer::Trainer::grpo_step"
+        ),
+    }
 }

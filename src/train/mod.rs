@@ -17,6 +17,7 @@ pub mod network;
 pub mod ops;
 pub mod optim;
 pub mod params;
+pub mod sft_run;
 pub mod trainer;
 
 pub use error::TrainError;
