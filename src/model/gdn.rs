@@ -8,7 +8,9 @@ use super::checkpoint::Checkpoint;
 use super::config::ModelConfig;
 use super::error::Result;
 use super::state::GdnState;
-use crate::tensor::cpu::{axpy, dot, l2_normalize, matmul_t, rms_norm_gated, sigmoid, silu, softplus};
+use crate::tensor::cpu::{
+    axpy, gemm_strided, l2_normalize, matmul_t, rms_norm_gated, sigmoid, silu, simd_fn, softplus,
+};
 use crate::tensor::Tensor;
 use rayon::prelude::*;
 
@@ -95,7 +97,7 @@ impl GatedDeltaNet {
         for seg in segs.iter_mut() {
             let rows = &mixed[seg.start * conv_dim..(seg.start + seg.len) * conv_dim];
             let out = &mut qkv[seg.start * conv_dim..(seg.start + seg.len) * conv_dim];
-            self.causal_conv(rows, seg.len, &mut seg.state.conv, out);
+            causal_conv(rows, seg.len, self.conv.data(), self.kernel, &mut seg.state.conv, out);
         }
         for row in qkv.chunks_exact_mut(conv_dim) {
             let (qk, _) = row.split_at_mut(2 * key_dim);
@@ -166,24 +168,27 @@ impl GatedDeltaNet {
         matmul_t(&o, n, val_dim, self.out_proj.data(), hidden, &mut y, true);
         y
     }
+}
 
-    /// Depthwise causal conv (kernel K, no bias) + SiLU over `len` rows, continuing from and
-    /// updating the conv cache (the last K-1 input rows).
-    fn causal_conv(&self, rows: &[f32], len: usize, cache: &mut Vec<f32>, out: &mut [f32]) {
-        let cd = self.conv.rows();
-        let k = self.kernel;
-        let w = self.conv.data();
+simd_fn! {
+    /// Depthwise causal conv (`w [C, K]`, no bias) + SiLU over `len` rows `[len, C]`, continuing
+    /// from and updating the conv cache (the last K-1 input rows).
+    fn causal_conv(rows: &[f32], len: usize, w: &[f32], k: usize, cache: &mut [f32], out: &mut [f32]) {
+        let cd = w.len() / k;
         let mut inp = Vec::with_capacity((k - 1 + len) * cd);
         inp.extend_from_slice(cache);
         inp.extend_from_slice(rows);
         for t in 0..len {
             let o = &mut out[t * cd..(t + 1) * cd];
-            for (c, oc) in o.iter_mut().enumerate() {
-                let mut s = 0.0;
-                for j in 0..k {
-                    s += w[c * k + j] * inp[(t + j) * cd + c];
+            o.fill(0.0);
+            for j in 0..k {
+                let src = &inp[(t + j) * cd..(t + j + 1) * cd];
+                for ((oc, x), c) in o.iter_mut().zip(src).zip(0..) {
+                    *oc += w[c * k + j] * x;
                 }
-                *oc = silu(s);
+            }
+            for oc in o.iter_mut() {
+                *oc = silu(*oc);
             }
         }
         cache.copy_from_slice(&inp[len * cd..]);
@@ -202,6 +207,7 @@ pub struct DeltaInput<'a> {
     pub dv: usize,
 }
 
+simd_fn! {
 /// Recurrent form, one step at a time; `state` is `S [dk, dv]`. Returns `[T, dv]`.
 pub fn recurrent_delta_rule(x: &DeltaInput<'_>, state: &mut [f32]) -> Vec<f32> {
     let (dk, dv) = (x.dk, x.dv);
@@ -233,7 +239,9 @@ pub fn recurrent_delta_rule(x: &DeltaInput<'_>, state: &mut [f32]) -> Vec<f32> {
     }
     out
 }
+}
 
+simd_fn! {
 /// Chunked (WY / UT-transform) form over chunks of `chunk` steps, as HF's
 /// `torch_chunk_gated_delta_rule`; starts from and updates `state`. Returns `[T, dv]`.
 pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -> Vec<f32> {
@@ -253,71 +261,59 @@ pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -
             acc += x.g[c0 + i];
             gam[i] = acc;
         }
+        let eg: Vec<f32> = gam.iter().map(|g| g.exp()).collect();
+        // Gram matrices K·Kᵀ and Q·Kᵀ of the chunk.
+        let (mut kk, mut qk) = (vec![0.0f32; l * l], vec![0.0f32; l * l]);
+        gemm_strided((l, l, dk), k, (dk, 1), k, (1, dk), &mut kk, false);
+        gemm_strided((l, l, dk), q, (dk, 1), k, (1, dk), &mut qk, false);
         // L_ij = β_i (k_i·k_j) Γ_ij strictly below the diagonal. U = (I+L)⁻¹(β v) and
         // W = (I+L)⁻¹(β e^γ k) by forward substitution (as HF's unitriangular solve):
-        // U_i = β_i v_i − Σ_{j<i} L_ij U_j.
+        // U_i = β_i v_i − Σ_{j<i} L_ij U_j. `wq` holds [W; e^γ ⊙ Q] for one product with S.
         let mut u = vec![0.0f32; l * dv];
-        let mut w = vec![0.0f32; l * dk];
+        let mut wq = vec![0.0f32; 2 * l * dk];
         for i in 0..l {
-            let ki = &k[i * dk..(i + 1) * dk];
-            let (cu, cw) = (beta[i], beta[i] * gam[i].exp());
+            let (cu, cw) = (beta[i], beta[i] * eg[i]);
             for d in 0..dv {
                 u[i * dv + d] = cu * v[i * dv + d];
             }
             for d in 0..dk {
-                w[i * dk + d] = cw * ki[d];
+                wq[i * dk + d] = cw * k[i * dk + d];
+                wq[(l + i) * dk + d] = eg[i] * q[i * dk + d];
             }
             for j in 0..i {
-                let lij = beta[i] * dot(ki, &k[j * dk..(j + 1) * dk]) * (gam[i] - gam[j]).exp();
+                let lij = beta[i] * kk[i * l + j] * (gam[i] - gam[j]).exp();
                 let (head, tail) = u.split_at_mut(i * dv);
                 axpy(-lij, &head[j * dv..(j + 1) * dv], &mut tail[..dv]);
-                let (head, tail) = w.split_at_mut(i * dk);
+                let (head, tail) = wq.split_at_mut(i * dk);
                 axpy(-lij, &head[j * dk..(j + 1) * dk], &mut tail[..dk]);
             }
         }
-        // Vn = U − W·S ; O = (e^γ q)·S + P·Vn
-        let mut vn = u;
+        // [W·S; (e^γ q)·S], then Vn = U − W·S and O = (e^γ q)·S + P·Vn with
+        // P_ij = (q_i·k_j) Γ_ij (j ≤ i).
+        let mut ws = vec![0.0f32; 2 * l * dv];
+        gemm_strided((2 * l, dv, dk), &wq, (dk, 1), state, (dv, 1), &mut ws, false);
+        let (w_s, mut o) = (ws[..l * dv].to_vec(), ws[l * dv..].to_vec());
+        let vn: Vec<f32> = u.iter().zip(&w_s).map(|(a, b)| a - b).collect();
+        let mut pm = vec![0.0f32; l * l];
         for i in 0..l {
-            let vi = &mut vn[i * dv..(i + 1) * dv];
-            let oi = &mut out[(c0 + i) * dv..(c0 + i + 1) * dv];
-            let eg = gam[i].exp();
-            for a_ in 0..dk {
-                let srow = &state[a_ * dv..(a_ + 1) * dv];
-                let (cw, cq) = (w[i * dk + a_], q[i * dk + a_] * eg);
-                for ((vv, oo), s) in vi.iter_mut().zip(oi.iter_mut()).zip(srow) {
-                    *vv -= cw * s;
-                    *oo += cq * s;
-                }
-            }
-        }
-        for i in 0..l {
-            let qi = &q[i * dk..(i + 1) * dk];
             for j in 0..=i {
-                let p = dot(qi, &k[j * dk..(j + 1) * dk]) * (gam[i] - gam[j]).exp();
-                let (src, dst) = (j * dv, (c0 + i) * dv);
-                for d in 0..dv {
-                    out[dst + d] += p * vn[src + d];
-                }
+                pm[i * l + j] = qk[i * l + j] * (gam[i] - gam[j]).exp();
             }
         }
-        // S = e^{γ_last} S + Σ_i e^{γ_last − γ_i} k_i ⊗ Vn_i
+        gemm_strided((l, dv, l), &pm, (l, 1), &vn, (dv, 1), &mut o, true);
+        out[c0 * dv..(c0 + l) * dv].copy_from_slice(&o);
+        // S = e^{γ_last} S + (e^{γ_last − γ} ⊙ K)ᵀ·Vn
         let glast = gam[l - 1];
         let total = glast.exp();
         for s in state.iter_mut() {
             *s *= total;
         }
-        for i in 0..l {
-            let c = (glast - gam[i]).exp();
-            for a_ in 0..dk {
-                let kc = c * k[i * dk + a_];
-                for (s, vv) in state[a_ * dv..(a_ + 1) * dv].iter_mut().zip(&vn[i * dv..(i + 1) * dv]) {
-                    *s += kc * vv;
-                }
-            }
-        }
+        let kd: Vec<f32> = (0..l * dk).map(|x| k[x] * (glast - gam[x / dk]).exp()).collect();
+        gemm_strided((dk, dv, l), &kd, (1, dk), &vn, (dv, 1), state, true);
         c0 += l;
     }
     out
+}
 }
 
 #[cfg(test)]

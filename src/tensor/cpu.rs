@@ -4,9 +4,49 @@
 
 use rayon::prelude::*;
 
+/// True when the CPU has AVX2 and FMA (checked once, cached by std).
+#[inline]
+pub fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Define a function whose body is compiled twice — for the baseline target and with AVX2+FMA
+/// enabled — and dispatched at run time. Use it for leaf kernels (closures inside the body, e.g.
+/// rayon tasks, do not inherit the features); helpers they call must be `#[inline(always)]`.
+macro_rules! simd_fn {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($a:ident : $t:ty),* $(,)?) $(-> $r:ty)? $body:block) => {
+        $(#[$m])* $vis fn $name($($a: $t),*) $(-> $r)? {
+            #[inline(always)]
+            fn inner($($a: $t),*) $(-> $r)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($a: $t),*) $(-> $r)? { inner($($a),*) }
+                if $crate::tensor::cpu::has_avx2() {
+                    // SAFETY: the CPU supports the enabled features (checked above).
+                    return unsafe { avx2($($a),*) };
+                }
+            }
+            inner($($a),*)
+        }
+    };
+}
+pub(crate) use simd_fn;
+
 /// Below this many rows of `x`, `matmul_t` uses the row-parallel dot-product kernel (decode);
 /// above it, the packed `gemm` kernel (prefill).
 const SMALL_M: usize = 8;
+
+/// Below this many multiply-adds a few-row product stays on one thread: waking the pool costs
+/// more than it saves (measured with benches/model_cpu.rs on 2 threads).
+const PARALLEL_MIN_MACS: usize = 1 << 20;
 
 /// `out[m, n] = x[m, k] · w[n, k]ᵀ` (PyTorch `nn.Linear` layout), overwriting `out`.
 /// `parallel` = false keeps the call on the current thread (used inside outer parallel loops).
@@ -22,7 +62,7 @@ pub fn matmul_t(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, out: &mut [f
         return;
     }
     if m <= SMALL_M {
-        matmul_t_rows(x, m, k, w, n, out, parallel);
+        matmul_t_rows(x, m, k, w, n, out, parallel && m * n * k >= PARALLEL_MIN_MACS);
         return;
     }
     let threads = if parallel { rayon::current_num_threads() } else { 1 };
@@ -58,42 +98,173 @@ pub fn matmul_t(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, out: &mut [f
     }
 }
 
-/// Few-row kernel: each output column `j` is `m` dot products against weight row `j`, so every
-/// weight row is read once for all rows of `x` (decode is weight-bandwidth bound).
-fn matmul_t_rows(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, out: &mut [f32], parallel: bool) {
-    const BLOCK: usize = 64;
-    // Column blocks computed independently, written into a transposed scratch then scattered.
-    let nb = n.div_ceil(BLOCK);
-    let compute_block = |jb: usize| -> Vec<f32> {
-        let j0 = jb * BLOCK;
-        let j1 = (j0 + BLOCK).min(n);
-        let mut res = vec![0.0f32; (j1 - j0) * m];
-        for j in j0..j1 {
-            let wr = &w[j * k..(j + 1) * k];
-            for (r, xr) in x.chunks_exact(k).enumerate() {
-                res[(j - j0) * m + r] = dot(xr, wr);
-            }
+/// `c[m, n] = a·b` (or `+=` with `accumulate`) for `a` `[m, k]` and `b` `[k, n]` given by element
+/// strides (row, column), `c` row-major. Single-threaded: for small products inside parallel tasks.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_strided(
+    (m, n, k): (usize, usize, usize),
+    a: &[f32],
+    (a_rs, a_cs): (usize, usize),
+    b: &[f32],
+    (b_rs, b_cs): (usize, usize),
+    c: &mut [f32],
+    accumulate: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert_eq!(c.len(), m * n, "gemm_strided: c");
+    if k == 0 {
+        if !accumulate {
+            c.fill(0.0);
         }
+        return;
+    }
+    assert!((m - 1) * a_rs + (k - 1) * a_cs < a.len(), "gemm_strided: a");
+    assert!((k - 1) * b_rs + (n - 1) * b_cs < b.len(), "gemm_strided: b");
+    // SAFETY: the bounds of every accessed element were checked above.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.as_ptr(),
+            a_cs as isize,
+            a_rs as isize,
+            b.as_ptr(),
+            b_cs as isize,
+            b_rs as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+/// Few-row kernel: each output column `j` is `m` dot products against weight row `j`, so every
+/// weight row is read once for all rows of `x` (decode is weight-bandwidth bound). Column
+/// blocks run in parallel.
+fn matmul_t_rows(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, out: &mut [f32], parallel: bool) {
+    const BLOCK: usize = 128;
+    let nb = n.div_ceil(BLOCK);
+    let compute = |jb: usize| -> Vec<f32> {
+        let (j0, j1) = (jb * BLOCK, ((jb + 1) * BLOCK).min(n));
+        let mut res = vec![0.0f32; (j1 - j0) * m];
+        rows_block(x, m, k, &w[j0 * k..j1 * k], &mut res);
         res
     };
-    let blocks: Vec<Vec<f32>> = if parallel {
-        (0..nb).into_par_iter().map(compute_block).collect()
+    let blocks: Vec<Vec<f32>> = if parallel && nb > 1 {
+        (0..nb).into_par_iter().map(compute).collect()
     } else {
-        (0..nb).map(compute_block).collect()
+        (0..nb).map(compute).collect()
     };
     for (jb, res) in blocks.iter().enumerate() {
         let j0 = jb * BLOCK;
-        let cnt = res.len() / m;
-        for jj in 0..cnt {
-            for r in 0..m {
-                out[r * n + j0 + jj] = res[jj * m + r];
+        for (jj, col) in res.chunks_exact(m).enumerate() {
+            for (r, v) in col.iter().enumerate() {
+                out[r * n + j0 + jj] = *v;
             }
         }
     }
 }
 
+/// `res[j·m + r] = x[r]·w[j]` for the weight rows `w` (`[rows, k]`) and `m` rows of `x`.
+fn rows_block(x: &[f32], m: usize, k: usize, w: &[f32], res: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2+FMA present; the kernel reads only inside `x`, `w` and writes `res`.
+        unsafe { fma::rows_block(x, m, k, w, res) };
+        return;
+    }
+    for (j, wr) in w.chunks_exact(k).enumerate() {
+        for (r, xr) in x.chunks_exact(k).take(m).enumerate() {
+            res[j * m + r] = dot(xr, wr);
+        }
+    }
+}
+
+/// AVX2+FMA register-tiled few-row kernel: tiles of 2 rows of `x` × 4 weight rows, 8 lanes.
+#[cfg(target_arch = "x86_64")]
+mod fma {
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn rows_block(x: &[f32], m: usize, k: usize, w: &[f32], res: &mut [f32]) {
+        let nrows = w.len() / k;
+        let mut j = 0;
+        while j < nrows {
+            let jn = if nrows - j >= 4 { 4 } else { 1 };
+            let mut r = 0;
+            while r < m {
+                let rn = if m - r >= 2 { 2 } else { 1 };
+                let (xp, wp) = (x.as_ptr().add(r * k), w.as_ptr().add(j * k));
+                match (rn, jn) {
+                    (2, 4) => store(&tile::<2, 4>(xp, wp, k), res, j, r, m),
+                    (1, 4) => store(&tile::<1, 4>(xp, wp, k), res, j, r, m),
+                    (2, _) => store(&tile::<2, 1>(xp, wp, k), res, j, r, m),
+                    _ => store(&tile::<1, 1>(xp, wp, k), res, j, r, m),
+                }
+                r += rn;
+            }
+            j += jn;
+        }
+    }
+
+    #[inline(always)]
+    fn store<const R: usize, const J: usize>(t: &[[f32; J]; R], res: &mut [f32], j: usize, r: usize, m: usize) {
+        for (rr, row) in t.iter().enumerate() {
+            for (jj, v) in row.iter().enumerate() {
+                res[(j + jj) * m + r + rr] = *v;
+            }
+        }
+    }
+
+    /// Dot products of R rows at `x` with J rows at `w` (row stride `k`).
+    #[inline(always)]
+    unsafe fn tile<const R: usize, const J: usize>(x: *const f32, w: *const f32, k: usize) -> [[f32; J]; R] {
+        let mut acc = [[_mm256_setzero_ps(); J]; R];
+        let k8 = k / 8 * 8;
+        let mut c = 0;
+        while c < k8 {
+            let mut wv = [_mm256_setzero_ps(); J];
+            for (jj, v) in wv.iter_mut().enumerate() {
+                *v = _mm256_loadu_ps(w.add(jj * k + c));
+            }
+            for (rr, a) in acc.iter_mut().enumerate() {
+                let xv = _mm256_loadu_ps(x.add(rr * k + c));
+                for (jj, v) in wv.iter().enumerate() {
+                    a[jj] = _mm256_fmadd_ps(xv, *v, a[jj]);
+                }
+            }
+            c += 8;
+        }
+        let mut out = [[0.0f32; J]; R];
+        for rr in 0..R {
+            for jj in 0..J {
+                let v = acc[rr][jj];
+                let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+                let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+                let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+                let mut t = _mm_cvtss_f32(s);
+                for cc in k8..k {
+                    t += *x.add(rr * k + cc) * *w.add(jj * k + cc);
+                }
+                out[rr][jj] = t;
+            }
+        }
+        out
+    }
+}
+
 /// Dot product with 8 independent accumulators (vectorises without `-ffast-math`).
-#[inline]
+#[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; 8];
     let ca = a.chunks_exact(8);
@@ -112,7 +283,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// `y += a·x`.
-#[inline]
+#[inline(always)]
 pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
     for (yi, xi) in y.iter_mut().zip(x) {
         *yi += a * xi;
@@ -155,12 +326,12 @@ pub fn l2_normalize(x: &mut [f32], eps: f32, scale: f32) {
     }
 }
 
-#[inline]
+#[inline(always)]
 pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
-#[inline]
+#[inline(always)]
 pub fn silu(x: f32) -> f32 {
     x * sigmoid(x)
 }
@@ -176,6 +347,7 @@ pub fn softplus(x: f32) -> f32 {
 }
 
 /// In-place numerically stable softmax of one row.
+#[inline(always)]
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0.0;
@@ -217,6 +389,19 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn gemm_strided_with_transposed_operands() {
+        let (m, n, k) = (3, 5, 4);
+        let a: Vec<f32> = (0..m * k).map(|i| i as f32 * 0.5 - 2.0).collect(); // [m,k] row-major
+        let bt: Vec<f32> = (0..n * k).map(|i| (i % 7) as f32 - 3.0).collect(); // [n,k] = bᵀ
+        let want = naive(&a, m, k, &bt, n);
+        let mut c = vec![1.0; m * n];
+        gemm_strided((m, n, k), &a, (k, 1), &bt, (1, k), &mut c, false);
+        assert_eq!(c, want);
+        gemm_strided((m, n, k), &a, (k, 1), &bt, (1, k), &mut c, true);
+        assert!(c.iter().zip(&want).all(|(x, y)| (x - 2.0 * y).abs() < 1e-4));
     }
 
     #[test]
