@@ -4,12 +4,12 @@
 //! resumes, and a bf16 source model is saved back as bf16.
 
 use execcritic::model::{ForwardOptions, LogitsMode, Model, SeqInput};
+use execcritic::tensor::DType;
 use execcritic::train::checkpoint::{load_optimizer, save, source_dtype};
 use execcritic::train::grpo::GrpoConfig;
 use execcritic::train::optim::{AdamW, AdamWConfig, Schedule};
 use execcritic::train::trainer::{SftExample, Trainer};
 use execcritic::train::{TapeOptions, TrainModel};
-use execcritic::tensor::DType;
 use std::path::Path;
 
 fn trainer(dir: &Path, lr: f32) -> Trainer {
@@ -41,7 +41,10 @@ fn sft_steps_then_checkpoint_roundtrip() {
     let tmp = tempfile::tempdir().unwrap();
     let ck = tmp.path().join("step-5");
     save(&ck, src, &tr.model.store, Some(&tr.opt), 400_000).unwrap();
-    let shards = std::fs::read_dir(&ck).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("model-")).count();
+    let shards = std::fs::read_dir(&ck)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("model-"))
+        .count();
     assert!(shards >= 3, "small shard size gives several shards ({shards})");
     assert!(ck.join("model.safetensors.index.json").exists() && ck.join("config.json").exists());
     // Saving again over the same folder replaces it atomically.
@@ -52,7 +55,9 @@ fn sft_steps_then_checkpoint_roundtrip() {
     let tape = tr.model.forward(ids, None, TapeOptions::default()).unwrap();
     let m = Model::load(&ck).unwrap();
     let mut st = m.new_state();
-    let out = m.forward(&mut [SeqInput::new(ids, &mut st)], &ForwardOptions { logits: LogitsMode::All, ..Default::default() }).unwrap();
+    let out = m
+        .forward(&mut [SeqInput::new(ids, &mut st)], &ForwardOptions { logits: LogitsMode::All, ..Default::default() })
+        .unwrap();
     let max = out[0].logits.data().iter().zip(&tape.logits).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
     assert!(max < 1e-4, "engine vs trained logits: {max}");
 
@@ -64,7 +69,13 @@ fn sft_steps_then_checkpoint_roundtrip() {
     let opt = load_optimizer(&ck, &back.store).unwrap();
     assert_eq!(opt.step, 4);
     assert_eq!(opt.m, tr.opt.m);
-    let mut resumed = Trainer { model: back, opt, schedule: Schedule::Constant, tape: TapeOptions { recompute: true }, grpo: GrpoConfig::default() };
+    let mut resumed = Trainer {
+        model: back,
+        opt,
+        schedule: Schedule::Constant,
+        tape: TapeOptions { recompute: true },
+        grpo: GrpoConfig::default(),
+    };
     let a = tr.sft_step(&b).unwrap();
     let r = resumed.sft_step(&b).unwrap();
     assert_eq!(a.loss, r.loss);
@@ -103,9 +114,11 @@ fn train_sft_cli_writes_checkpoints_and_rejects_bad_configs() {
     )
     .unwrap();
     let bin = env!("CARGO_BIN_EXE_execcritic");
-    let o = std::process::Command::new(bin).args(["train", "sft", "--config"]).arg(d.join("sft.toml")).output().unwrap();
+    let o =
+        std::process::Command::new(bin).args(["train", "sft", "--config"]).arg(d.join("sft.toml")).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let steps: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let steps: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(steps.len(), 2);
     // Cosine over 2 steps from 1e-4 to 1e-5: factor 1 at step 0, (1 + 0.1)/2 at step 1.
     assert!((steps[0]["lr"].as_f64().unwrap() - 1e-4).abs() < 1e-9);
@@ -114,6 +127,7 @@ fn train_sft_cli_writes_checkpoints_and_rejects_bad_configs() {
         assert!(d.join("out").join(f).join("model.safetensors.index.json").exists(), "{f}");
     }
     std::fs::write(d.join("bad.toml"), "model = \"x\"\nsteps = 1\n").unwrap();
-    let o = std::process::Command::new(bin).args(["train", "sft", "--config"]).arg(d.join("bad.toml")).output().unwrap();
+    let o =
+        std::process::Command::new(bin).args(["train", "sft", "--config"]).arg(d.join("bad.toml")).output().unwrap();
     assert!(!o.status.success());
 }

@@ -34,7 +34,8 @@ fn grpo_raises_mean_reward_on_a_toy_task() {
     let model = TrainModel::load(Path::new("models/tiny-qwen35")).unwrap();
     let v = model.cfg.vocab_size;
     let opt = AdamW::new(AdamWConfig { lr: 3e-3, ..Default::default() }, &model.store);
-    let mut tr = Trainer { model, opt, schedule: Schedule::Constant, tape: TapeOptions::default(), grpo: GrpoConfig::default() };
+    let mut tr =
+        Trainer { model, opt, schedule: Schedule::Constant, tape: TapeOptions::default(), grpo: GrpoConfig::default() };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
     let reward = |t: u32| if t % 8 == 0 { 1.0f32 } else { 0.0 };
     let mut curve = Vec::new();
@@ -44,7 +45,12 @@ fn grpo_raises_mean_reward_on_a_toy_task() {
         for &p in &PROMPTS {
             let tape = tr.model.forward(&[1, p], None, TapeOptions::default()).unwrap();
             let lp = log_softmax_row(&tape.logits[v..2 * v]);
-            let group: Vec<(u32, f32)> = (0..GROUP).map(|_| { let t = sample(&mut rng, &lp); (t, reward(t)) }).collect();
+            let group: Vec<(u32, f32)> = (0..GROUP)
+                .map(|_| {
+                    let t = sample(&mut rng, &lp);
+                    (t, reward(t))
+                })
+                .collect();
             let mean = group.iter().map(|g| g.1).sum::<f32>() / GROUP as f32;
             for (t, r) in group {
                 seqs.push((vec![1, p, t], vec![0.0, 0.0, lp[t as usize]], r - mean));
@@ -62,7 +68,14 @@ fn grpo_raises_mean_reward_on_a_toy_task() {
         let mask = [false, false, true];
         let batch: Vec<GrpoSample<'_>> = seqs
             .iter()
-            .map(|(ids, old, a)| GrpoSample { ids, train_mask: &mask, old_logprobs: old, ref_logprobs: None, advantage: *a, routing: None })
+            .map(|(ids, old, a)| GrpoSample {
+                ids,
+                train_mask: &mask,
+                old_logprobs: old,
+                ref_logprobs: None,
+                advantage: *a,
+                routing: None,
+            })
             .collect();
         // On-policy: the training forward recomputes the rollout's log-probabilities.
         if step == 0 {

@@ -6,12 +6,7 @@
 use execcritic::train::grpo::{grpo_denominator, grpo_loss, token_term, GrpoConfig, GrpoSample};
 use execcritic::train::loss::{log_softmax_row, sft_denominator, sft_loss};
 
-const CFG: GrpoConfig = GrpoConfig {
-    clip_low: 0.2,
-    clip_high: 0.28,
-    kl_coef: 0.0,
-    mask_zero_advantage: true,
-};
+const CFG: GrpoConfig = GrpoConfig { clip_low: 0.2, clip_high: 0.28, kl_coef: 0.0, mask_zero_advantage: true };
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-5
@@ -39,10 +34,7 @@ fn clipped_objective_by_hand() {
     let (_, g, c) = token_term(&CFG, lr(1.25), 0.0, None, 1.0);
     assert!(!c && close(g as f64, -1.25));
     // k3 KL: zero at the reference, and e^{d} − d − 1 with d = ref − logp otherwise.
-    let kl = GrpoConfig {
-        kl_coef: 0.1,
-        ..CFG
-    };
+    let kl = GrpoConfig { kl_coef: 0.1, ..CFG };
     let (l, g, _) = token_term(&kl, -1.0, -1.0, Some(-1.0), 0.0);
     assert!(close(l, 0.0) && close(g as f64, 0.0));
     let (l, g, _) = token_term(&kl, -1.0, -1.0, Some(-2.0), 0.0);
@@ -59,9 +51,7 @@ fn grpo_loss_gradient_masks_and_denominator() {
     let v = 4;
     let ids = [0u32, 2, 1, 3];
     let mask = [false, false, true, true]; // token 1 is prompt / tool output
-    let logits: Vec<f32> = (0..ids.len() * v)
-        .map(|i| ((i * 7 % 5) as f32 - 2.0) * 0.4)
-        .collect();
+    let logits: Vec<f32> = (0..ids.len() * v).map(|i| ((i * 7 % 5) as f32 - 2.0) * 0.4).collect();
     // Rollout logprobs: token 2 at ratio 1 (inside), token 3 at ratio 1.5 (clipped for A>0).
     let mut old = vec![0.0f32; ids.len()];
     old[2] = logprob(&logits, v, 2, ids[2]);
@@ -82,10 +72,7 @@ fn grpo_loss_gradient_masks_and_denominator() {
         .collect();
     // 4 active samples × 2 trained tokens; the zero-advantage ones are out of the denominator.
     assert_eq!(grpo_denominator(&CFG, &samples), 8);
-    let keep = GrpoConfig {
-        mask_zero_advantage: false,
-        ..CFG
-    };
+    let keep = GrpoConfig { mask_zero_advantage: false, ..CFG };
     assert_eq!(grpo_denominator(&keep, &samples), 12);
 
     let s = &samples[0];
@@ -96,10 +83,7 @@ fn grpo_loss_gradient_masks_and_denominator() {
     // Rows 0 (predicts a prompt token) and 2 (clipped token) carry no gradient.
     assert!(out.dlogits[..v].iter().all(|&g| g == 0.0));
     assert!(out.dlogits[2 * v..3 * v].iter().all(|&g| g == 0.0));
-    assert!(
-        out.dlogits[3 * v..].iter().all(|&g| g == 0.0),
-        "the last row predicts nothing"
-    );
+    assert!(out.dlogits[3 * v..].iter().all(|&g| g == 0.0), "the last row predicts nothing");
     // Row 1 by hand: −A/denom · (onehot − softmax).
     let lp = log_softmax_row(&logits[v..2 * v]);
     for j in 0..v {
@@ -115,31 +99,16 @@ fn grpo_loss_gradient_masks_and_denominator() {
         let (mut lp_, mut lm) = (logits.clone(), logits.clone());
         lp_[i] += h;
         lm[i] -= h;
-        let fd = (grpo_loss(&CFG, &lp_, v, s, 8.0).unwrap().loss
-            - grpo_loss(&CFG, &lm, v, s, 8.0).unwrap().loss)
+        let fd = (grpo_loss(&CFG, &lp_, v, s, 8.0).unwrap().loss - grpo_loss(&CFG, &lm, v, s, 8.0).unwrap().loss)
             / (2.0 * h as f64);
-        assert!(
-            (fd - out.dlogits[i] as f64).abs() < 1e-4,
-            "dlogits[{i}]: {fd} vs {}",
-            out.dlogits[i]
-        );
+        assert!((fd - out.dlogits[i] as f64).abs() < 1e-4, "dlogits[{i}]: {fd} vs {}", out.dlogits[i]);
     }
     // Zero-advantage sample: nothing, and it does not count tokens.
     let z = grpo_loss(&CFG, &logits, v, &samples[4], 8.0).unwrap();
     assert!(z.loss == 0.0 && z.tokens == 0 && z.dlogits.iter().all(|&g| g == 0.0));
     // Bad inputs are errors.
     assert!(grpo_loss(&CFG, &logits[..v], v, s, 8.0).is_err());
-    assert!(grpo_loss(
-        &GrpoConfig {
-            kl_coef: 0.1,
-            ..CFG
-        },
-        &logits,
-        v,
-        s,
-        8.0
-    )
-    .is_err());
+    assert!(grpo_loss(&GrpoConfig { kl_coef: 0.1, ..CFG }, &logits, v, s, 8.0).is_err());
     assert!(grpo_loss(&CFG, &logits, v, s, 0.0).is_err());
 }
 
@@ -157,9 +126,6 @@ fn sft_trains_assistant_tokens_only_with_batch_denominator() {
     // Uniform logits: every trained token costs ln 3; batch loss is their mean.
     assert!(close(oa.loss + ob.loss, (3f64).ln()));
     assert_eq!((oa.tokens, ob.tokens), (2, 1));
-    assert!(
-        oa.dlogits[..v].iter().all(|&g| g == 0.0),
-        "row 0 predicts a user token"
-    );
+    assert!(oa.dlogits[..v].iter().all(|&g| g == 0.0), "row 0 predicts a user token");
     assert!(ob.dlogits[v..].iter().all(|&g| g == 0.0));
 }

@@ -40,21 +40,14 @@ pub fn grads(a: GradsArgs) -> anyhow::Result<ExitCode> {
     let ids: Vec<u32> = a
         .ids
         .split(',')
-        .map(|s| {
-            s.trim()
-                .parse::<u32>()
-                .with_context(|| format!("--ids: {s:?} is not a token id"))
-        })
+        .map(|s| s.trim().parse::<u32>().with_context(|| format!("--ids: {s:?} is not a token id")))
         .collect::<anyhow::Result<_>>()?;
-    let model =
-        TrainModel::load(&a.model).with_context(|| format!("loading {}", a.model.display()))?;
+    let model = TrainModel::load(&a.model).with_context(|| format!("loading {}", a.model.display()))?;
     let t0 = std::time::Instant::now();
     let (loss, grads) = model.nll_gradients(&ids, TapeOptions { recompute: a.recompute })?;
     let secs = t0.elapsed().as_secs_f64();
     eprintln!("forward+backward: {secs:.3} s, {:.1} tokens/s", ids.len() as f64 / secs);
-    grads
-        .save(&model.store, &a.out)
-        .with_context(|| format!("writing {}", a.out.display()))?;
+    grads.save(&model.store, &a.out).with_context(|| format!("writing {}", a.out.display()))?;
     println!("{}", serde_json::json!({ "loss": loss }));
     Ok(ExitCode::SUCCESS)
 }

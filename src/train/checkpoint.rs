@@ -38,7 +38,8 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
 pub fn source_dtype(source: &Path) -> Result<DType> {
     let p = source.join("config.json");
     let text = std::fs::read_to_string(&p).map_err(io(&p))?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| TrainError::BadInput(format!("{}: {e}", p.display())))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| TrainError::BadInput(format!("{}: {e}", p.display())))?;
     let name = v.get("dtype").or_else(|| v.get("torch_dtype")).and_then(|d| d.as_str()).unwrap_or("float32");
     Ok(match name {
         "bfloat16" => DType::BF16,
@@ -82,8 +83,13 @@ pub fn save(dir: &Path, source: &Path, store: &ParamStore, opt: Option<&AdamW>, 
     let mut weight_map = serde_json::Map::new();
     for (si, members) in shards.iter().enumerate() {
         let file = format!("model-{:05}-of-{:05}.safetensors", si + 1, n);
-        let map: BTreeMap<String, (Vec<usize>, &[f32])> =
-            members.iter().map(|&i| { let p = &store.params[i]; (p.name.clone(), (p.shape.clone(), &p.data[..])) }).collect();
+        let map: BTreeMap<String, (Vec<usize>, &[f32])> = members
+            .iter()
+            .map(|&i| {
+                let p = &store.params[i];
+                (p.name.clone(), (p.shape.clone(), &p.data[..]))
+            })
+            .collect();
         write_safetensors_as(&tmp.join(&file), &map, dtype)?;
         for &i in members {
             weight_map.insert(store.params[i].name.clone(), file.clone().into());
@@ -123,12 +129,15 @@ pub fn save(dir: &Path, source: &Path, store: &ParamStore, opt: Option<&AdamW>, 
 pub fn load_optimizer(dir: &Path, store: &ParamStore) -> Result<AdamW> {
     let sp = dir.join("trainer_state.json");
     let text = std::fs::read_to_string(&sp).map_err(io(&sp))?;
-    let st: serde_json::Value = serde_json::from_str(&text).map_err(|e| TrainError::BadInput(format!("{}: {e}", sp.display())))?;
+    let st: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| TrainError::BadInput(format!("{}: {e}", sp.display())))?;
     let step = st["step"].as_u64().ok_or_else(|| TrainError::BadInput(format!("{}: no step", sp.display())))?;
-    let cfg: AdamWConfig = serde_json::from_value(st["adamw"].clone()).map_err(|e| TrainError::BadInput(format!("{}: {e}", sp.display())))?;
+    let cfg: AdamWConfig = serde_json::from_value(st["adamw"].clone())
+        .map_err(|e| TrainError::BadInput(format!("{}: {e}", sp.display())))?;
     let op = dir.join("optimizer.safetensors");
     let bytes = std::fs::read(&op).map_err(io(&op))?;
-    let sf = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| TrainError::BadInput(format!("{}: {e}", op.display())))?;
+    let sf = safetensors::SafeTensors::deserialize(&bytes)
+        .map_err(|e| TrainError::BadInput(format!("{}: {e}", op.display())))?;
     let read = |name: &str, len: usize| -> Result<Vec<f32>> {
         let t = sf.tensor(name).map_err(|_| TrainError::BadInput(format!("{}: missing {name}", op.display())))?;
         if t.dtype() != safetensors::Dtype::F32 || t.data().len() != len * 4 {

@@ -9,10 +9,7 @@ pub enum TrainError {
     #[error(transparent)]
     Model(#[from] ModelError),
     #[error("cannot access {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("invalid training input: {0}")]
     BadInput(String),
     #[error("cannot write safetensors {path}: {msg}")]

@@ -22,12 +22,7 @@ pub struct GrpoConfig {
 
 impl Default for GrpoConfig {
     fn default() -> Self {
-        GrpoConfig {
-            clip_low: 0.2,
-            clip_high: 0.28,
-            kl_coef: 0.0,
-            mask_zero_advantage: true,
-        }
+        GrpoConfig { clip_low: 0.2, clip_high: 0.28, kl_coef: 0.0, mask_zero_advantage: true }
     }
 }
 
@@ -51,21 +46,11 @@ pub struct GrpoSample<'a> {
 
 /// Per-token loss and `d loss / d logp` of the clipped objective plus the k3 KL term.
 /// Returns `(loss, dloss_dlogp, clipped)`.
-pub fn token_term(
-    cfg: &GrpoConfig,
-    logp: f32,
-    old: f32,
-    reference: Option<f32>,
-    adv: f32,
-) -> (f64, f32, bool) {
+pub fn token_term(cfg: &GrpoConfig, logp: f32, old: f32, reference: Option<f32>, adv: f32) -> (f64, f32, bool) {
     let ratio = (logp - old).exp();
     let clipped = ratio.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high);
     let (un, cl) = (ratio * adv, clipped * adv);
-    let (mut loss, mut grad, was_clipped) = if un <= cl {
-        (-un as f64, -un, false)
-    } else {
-        (-cl as f64, 0.0, true)
-    };
+    let (mut loss, mut grad, was_clipped) = if un <= cl { (-un as f64, -un, false) } else { (-cl as f64, 0.0, true) };
     if cfg.kl_coef != 0.0 {
         if let Some(r) = reference {
             let d = r - logp;
@@ -83,22 +68,12 @@ pub fn is_active(cfg: &GrpoConfig, s: &GrpoSample<'_>) -> bool {
 
 /// Token denominator of a batch: trained tokens (positions `1..T`) of the active samples.
 pub fn grpo_denominator(cfg: &GrpoConfig, batch: &[GrpoSample<'_>]) -> usize {
-    batch
-        .iter()
-        .filter(|s| is_active(cfg, s))
-        .map(|s| s.train_mask.iter().skip(1).filter(|&&b| b).count())
-        .sum()
+    batch.iter().filter(|s| is_active(cfg, s)).map(|s| s.train_mask.iter().skip(1).filter(|&&b| b).count()).sum()
 }
 
 /// Loss of one sample given the training forward's `logits [T, vocab]`, with `denom` from
 /// [`grpo_denominator`]. `LossOut::tokens` counts its trained tokens (0 when masked).
-pub fn grpo_loss(
-    cfg: &GrpoConfig,
-    logits: &[f32],
-    v: usize,
-    s: &GrpoSample<'_>,
-    denom: f64,
-) -> Result<LossOut> {
+pub fn grpo_loss(cfg: &GrpoConfig, logits: &[f32], v: usize, s: &GrpoSample<'_>, denom: f64) -> Result<LossOut> {
     let n = s.ids.len();
     if n < 2 || logits.len() != n * v || s.train_mask.len() != n || s.old_logprobs.len() != n {
         return Err(TrainError::BadInput(format!(
@@ -109,30 +84,18 @@ pub fn grpo_loss(
         )));
     }
     if s.ref_logprobs.is_some_and(|r| r.len() != n) {
-        return Err(TrainError::BadInput(
-            "reference logprobs length differs from the tokens".into(),
-        ));
+        return Err(TrainError::BadInput("reference logprobs length differs from the tokens".into()));
     }
     if cfg.kl_coef != 0.0 && s.ref_logprobs.is_none() {
-        return Err(TrainError::BadInput(
-            "kl_coef > 0 needs reference logprobs".into(),
-        ));
+        return Err(TrainError::BadInput("kl_coef > 0 needs reference logprobs".into()));
     }
     if denom <= 0.0 {
-        return Err(TrainError::BadInput(
-            "loss denominator must be positive".into(),
-        ));
+        return Err(TrainError::BadInput("loss denominator must be positive".into()));
     }
     if let Some(&t) = s.ids.iter().find(|&&t| t as usize >= v) {
-        return Err(TrainError::BadInput(format!(
-            "token id {t} is outside the vocabulary (size {v})"
-        )));
+        return Err(TrainError::BadInput(format!("token id {t} is outside the vocabulary (size {v})")));
     }
-    let mut out = LossOut {
-        loss: 0.0,
-        dlogits: vec![0.0; logits.len()],
-        tokens: 0,
-    };
+    let mut out = LossOut { loss: 0.0, dlogits: vec![0.0; logits.len()], tokens: 0 };
     if !is_active(cfg, s) {
         return Ok(out);
     }
@@ -143,13 +106,7 @@ pub fn grpo_loss(
         let row = &logits[(t - 1) * v..t * v];
         let lp = log_softmax_row(row);
         let y = s.ids[t] as usize;
-        let (l, g, _) = token_term(
-            cfg,
-            lp[y],
-            s.old_logprobs[t],
-            s.ref_logprobs.map(|r| r[t]),
-            s.advantage,
-        );
+        let (l, g, _) = token_term(cfg, lp[y], s.old_logprobs[t], s.ref_logprobs.map(|r| r[t]), s.advantage);
         out.loss += l / denom;
         // d logp_y / d logits = onehot(y) − softmax.
         let scale = g / denom as f32;

@@ -25,28 +25,18 @@ pub fn log_softmax_row(row: &[f32]) -> Vec<f32> {
 /// Log-probability of `ids[t+1]` under row `t`, for `t` in `0..T-1`.
 pub fn next_token_logprobs(logits: &[f32], v: usize, ids: &[u32]) -> Result<Vec<f32>> {
     check(logits, v, ids)?;
-    Ok((0..ids.len() - 1)
-        .map(|t| log_softmax_row(&logits[t * v..(t + 1) * v])[ids[t + 1] as usize])
-        .collect())
+    Ok((0..ids.len() - 1).map(|t| log_softmax_row(&logits[t * v..(t + 1) * v])[ids[t + 1] as usize]).collect())
 }
 
 fn check(logits: &[f32], v: usize, ids: &[u32]) -> Result<()> {
     if ids.len() < 2 {
-        return Err(TrainError::BadInput(
-            "a sequence needs at least 2 tokens for a next-token loss".into(),
-        ));
+        return Err(TrainError::BadInput("a sequence needs at least 2 tokens for a next-token loss".into()));
     }
     if logits.len() != ids.len() * v {
-        return Err(TrainError::BadInput(format!(
-            "logits have {} values, expected {}×{v}",
-            logits.len(),
-            ids.len()
-        )));
+        return Err(TrainError::BadInput(format!("logits have {} values, expected {}×{v}", logits.len(), ids.len())));
     }
     if let Some(&t) = ids.iter().find(|&&t| t as usize >= v) {
-        return Err(TrainError::BadInput(format!(
-            "token id {t} is outside the vocabulary (size {v})"
-        )));
+        return Err(TrainError::BadInput(format!("token id {t} is outside the vocabulary (size {v})")));
     }
     Ok(())
 }
@@ -63,25 +53,13 @@ pub fn add_nll_grad(row: &[f32], target: usize, scale: f32, out: &mut [f32]) {
 /// Next-token cross-entropy of one sequence: position `t` predicts `ids[t+1]`, trained when
 /// `train_mask[t+1]` (so the mask is per token: true on assistant tokens). The loss is
 /// `Σ −log p / denom`; `denom` = trained tokens of the whole batch (see [`sft_denominator`]).
-pub fn sft_loss(
-    logits: &[f32],
-    v: usize,
-    ids: &[u32],
-    train_mask: &[bool],
-    denom: f64,
-) -> Result<LossOut> {
+pub fn sft_loss(logits: &[f32], v: usize, ids: &[u32], train_mask: &[bool], denom: f64) -> Result<LossOut> {
     check(logits, v, ids)?;
     if train_mask.len() != ids.len() {
-        return Err(TrainError::BadInput(format!(
-            "mask has {} entries for {} tokens",
-            train_mask.len(),
-            ids.len()
-        )));
+        return Err(TrainError::BadInput(format!("mask has {} entries for {} tokens", train_mask.len(), ids.len())));
     }
     if denom <= 0.0 {
-        return Err(TrainError::BadInput(
-            "loss denominator must be positive".into(),
-        ));
+        return Err(TrainError::BadInput("loss denominator must be positive".into()));
     }
     let mut dlogits = vec![0.0; logits.len()];
     let (mut loss, mut tokens) = (0.0f64, 0);
@@ -92,27 +70,15 @@ pub fn sft_loss(
         let row = &logits[t * v..(t + 1) * v];
         let y = ids[t + 1] as usize;
         loss -= log_softmax_row(row)[y] as f64;
-        add_nll_grad(
-            row,
-            y,
-            (1.0 / denom) as f32,
-            &mut dlogits[t * v..(t + 1) * v],
-        );
+        add_nll_grad(row, y, (1.0 / denom) as f32, &mut dlogits[t * v..(t + 1) * v]);
         tokens += 1;
     }
-    Ok(LossOut {
-        loss: loss / denom,
-        dlogits,
-        tokens,
-    })
+    Ok(LossOut { loss: loss / denom, dlogits, tokens })
 }
 
 /// Trained tokens of a batch of masks (targets are tokens `1..T` of each sequence).
 pub fn sft_denominator(masks: &[&[bool]]) -> usize {
-    masks
-        .iter()
-        .map(|m| m.iter().skip(1).filter(|&&b| b).count())
-        .sum()
+    masks.iter().map(|m| m.iter().skip(1).filter(|&&b| b).count()).sum()
 }
 
 /// Mean next-token negative log-likelihood over every position (what `execcritic grads` uses).
@@ -134,17 +100,11 @@ mod tests {
         let z: f64 = (1f64).exp() + (2f64).exp() + (3f64).exp();
         assert!((out.loss - (z.ln() - 3.0)).abs() < 1e-6);
         assert_eq!(out.tokens, 1);
-        assert!(
-            out.dlogits[..3].iter().all(|&g| g == 0.0),
-            "masked position has no gradient"
-        );
+        assert!(out.dlogits[..3].iter().all(|&g| g == 0.0), "masked position has no gradient");
         let p: Vec<f64> = [1.0f64, 2.0, 3.0].iter().map(|x| x.exp() / z).collect();
         assert!((out.dlogits[3] as f64 - p[0]).abs() < 1e-6);
         assert!((out.dlogits[5] as f64 - (p[2] - 1.0)).abs() < 1e-6);
-        assert!(
-            out.dlogits[6..].iter().all(|&g| g == 0.0),
-            "the last row predicts nothing"
-        );
+        assert!(out.dlogits[6..].iter().all(|&g| g == 0.0), "the last row predicts nothing");
         // Uniform row: loss ln 3 per token; mean over both positions.
         let all = mean_nll(&logits, 3, &ids).unwrap();
         assert!((all.loss - ((3f64).ln() + z.ln() - 3.0) / 2.0).abs() < 1e-6);

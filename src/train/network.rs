@@ -90,31 +90,14 @@ impl TrainModel {
             let p = format!("layers.{i}.");
             let input_norm = ps.load(&mut ck, &format!("{p}input_layernorm.weight"), &[h])?;
             let mixer = match lt {
-                LayerType::Full => MixerW::Attention(load_attention(
-                    &mut ck,
-                    &mut ps,
-                    &format!("{p}self_attn."),
-                    &cfg,
-                )?),
-                LayerType::Linear => MixerW::Gdn(load_gdn(
-                    &mut ck,
-                    &mut ps,
-                    &format!("{p}linear_attn."),
-                    &cfg,
-                )?),
+                LayerType::Full => {
+                    MixerW::Attention(load_attention(&mut ck, &mut ps, &format!("{p}self_attn."), &cfg)?)
+                }
+                LayerType::Linear => MixerW::Gdn(load_gdn(&mut ck, &mut ps, &format!("{p}linear_attn."), &cfg)?),
             };
-            let post_norm = ps.load(
-                &mut ck,
-                &format!("{p}post_attention_layernorm.weight"),
-                &[h],
-            )?;
+            let post_norm = ps.load(&mut ck, &format!("{p}post_attention_layernorm.weight"), &[h])?;
             let moe = load_moe(&mut ck, &mut ps, &format!("{p}mlp."), &cfg)?;
-            layers.push(LayerW {
-                input_norm,
-                post_norm,
-                mixer,
-                moe,
-            });
+            layers.push(LayerW { input_norm, post_norm, mixer, moe });
         }
         let norm = ps.load(&mut ck, "norm.weight", &[h])?;
         let head = if cfg.tie_word_embeddings {
@@ -124,40 +107,24 @@ impl TrainModel {
             ps.push("lm_head.weight".into(), &t)
         };
         let rope = Rope::new(cfg.rotary_dim, cfg.rope_theta);
-        Ok(TrainModel {
-            cfg,
-            store: ps,
-            embed,
-            layers,
-            norm,
-            head,
-            rope,
-        })
+        Ok(TrainModel { cfg, store: ps, embed, layers, norm, head, rope })
     }
 
     /// Training forward of one sequence (positions `0..T`, fresh state). `forced`: per layer
     /// `[T · top_k]` expert indices to replay instead of the router's top-k.
-    pub fn forward(
-        &self,
-        ids: &[u32],
-        forced: Option<&[Vec<u32>]>,
-        opts: TapeOptions,
-    ) -> Result<Tape> {
+    pub fn forward(&self, ids: &[u32], forced: Option<&[Vec<u32>]>, opts: TapeOptions) -> Result<Tape> {
         let c = &self.cfg;
         let (h, v, n) = (c.hidden_size, c.vocab_size, ids.len());
         if n == 0 {
             return Err(TrainError::BadInput("empty sequence".into()));
         }
         if let Some(&t) = ids.iter().find(|&&t| t as usize >= v) {
-            return Err(TrainError::BadInput(format!(
-                "token id {t} is outside the vocabulary (size {v})"
-            )));
+            return Err(TrainError::BadInput(format!("token id {t} is outside the vocabulary (size {v})")));
         }
         if let Some(f) = forced {
             let want = n * c.num_experts_per_tok;
             if f.len() != self.layers.len()
-                || f.iter()
-                    .any(|l| l.len() != want || l.iter().any(|&e| e as usize >= c.num_experts))
+                || f.iter().any(|l| l.len() != want || l.iter().any(|&e| e as usize >= c.num_experts))
             {
                 return Err(TrainError::BadInput(format!(
                     "forced experts need {} layers of {want} indices < {}",
@@ -167,10 +134,8 @@ impl TrainModel {
             }
         }
         let emb = self.store.get(self.embed);
-        let mut x: Vec<f32> = ids
-            .iter()
-            .flat_map(|&t| emb[t as usize * h..(t as usize + 1) * h].iter().copied())
-            .collect();
+        let mut x: Vec<f32> =
+            ids.iter().flat_map(|&t| emb[t as usize * h..(t as usize + 1) * h].iter().copied()).collect();
         let mut layers = Vec::with_capacity(self.layers.len());
         let mut experts = Vec::with_capacity(self.layers.len());
         for (li, lw) in self.layers.iter().enumerate() {
@@ -178,31 +143,15 @@ impl TrainModel {
             let (out, saved) = self.layer_forward(lw, &x, fl.as_deref());
             experts.push(saved.moe.chosen.clone());
             let input = std::mem::replace(&mut x, out);
-            layers.push(LayerTape {
-                input,
-                saved: (!opts.recompute).then_some(saved),
-                forced: fl,
-            });
+            layers.push(LayerTape { input, saved: (!opts.recompute).then_some(saved), forced: fl });
         }
         let mut normed = x.clone();
         rms_norm_1p(&mut normed, self.store.get(self.norm), c.rms_norm_eps);
         let logits = linear(&normed, n, h, self.store.get(self.head), v);
-        Ok(Tape {
-            ids: ids.to_vec(),
-            layers,
-            last: x,
-            normed,
-            logits,
-            experts,
-        })
+        Ok(Tape { ids: ids.to_vec(), layers, last: x, normed, logits, experts })
     }
 
-    fn layer_forward(
-        &self,
-        lw: &LayerW,
-        x: &[f32],
-        forced: Option<&[u32]>,
-    ) -> (Vec<f32>, LayerSaved) {
+    fn layer_forward(&self, lw: &LayerW, x: &[f32], forced: Option<&[u32]>) -> (Vec<f32>, LayerSaved) {
         let (c, ps) = (&self.cfg, &self.store);
         let n = x.len() / c.hidden_size;
         let mut u = x.to_vec();
@@ -225,38 +174,17 @@ impl TrainModel {
         (out, LayerSaved { mixer, mid, moe })
     }
 
-    fn layer_backward(
-        &self,
-        lw: &LayerW,
-        input: &[f32],
-        s: &LayerSaved,
-        dout: &[f32],
-        gr: &mut Grads,
-    ) -> Vec<f32> {
+    fn layer_backward(&self, lw: &LayerW, input: &[f32], s: &LayerSaved, dout: &[f32], gr: &mut Grads) -> Vec<f32> {
         let (c, ps) = (&self.cfg, &self.store);
         let du = lw.moe.backward(ps, &s.moe, dout, gr);
-        let dn = rms_norm_1p_backward(
-            &s.mid,
-            ps.get(lw.post_norm),
-            c.rms_norm_eps,
-            &du,
-            gr.get_mut(lw.post_norm),
-        );
+        let dn = rms_norm_1p_backward(&s.mid, ps.get(lw.post_norm), c.rms_norm_eps, &du, gr.get_mut(lw.post_norm));
         let dmid: Vec<f32> = dout.iter().zip(&dn).map(|(a, b)| a + b).collect();
         let du = match (&lw.mixer, &s.mixer) {
-            (MixerW::Attention(a), MixerSaved::Attention(sv)) => {
-                a.backward(ps, &self.rope, sv, &dmid, gr)
-            }
+            (MixerW::Attention(a), MixerSaved::Attention(sv)) => a.backward(ps, &self.rope, sv, &dmid, gr),
             (MixerW::Gdn(g), MixerSaved::Gdn(sv)) => g.backward(ps, sv, &dmid, gr),
             _ => unreachable!("a layer's tape always matches its mixer"),
         };
-        let dn = rms_norm_1p_backward(
-            input,
-            ps.get(lw.input_norm),
-            c.rms_norm_eps,
-            &du,
-            gr.get_mut(lw.input_norm),
-        );
+        let dn = rms_norm_1p_backward(input, ps.get(lw.input_norm), c.rms_norm_eps, &du, gr.get_mut(lw.input_norm));
         dmid.iter().zip(&dn).map(|(a, b)| a + b).collect()
     }
 
@@ -266,29 +194,12 @@ impl TrainModel {
         let c = &self.cfg;
         let (h, v, n) = (c.hidden_size, c.vocab_size, tape.ids.len());
         if dlogits.len() != n * v {
-            return Err(TrainError::BadInput(format!(
-                "dlogits has {} values, expected {}",
-                dlogits.len(),
-                n * v
-            )));
+            return Err(TrainError::BadInput(format!("dlogits has {} values, expected {}", dlogits.len(), n * v)));
         }
         let ps = &self.store;
-        let dnormed = linear_backward(
-            dlogits,
-            &tape.normed,
-            n,
-            h,
-            ps.get(self.head),
-            v,
-            gr.get_mut(self.head),
-        );
-        let mut dx = rms_norm_1p_backward(
-            &tape.last,
-            ps.get(self.norm),
-            c.rms_norm_eps,
-            &dnormed,
-            gr.get_mut(self.norm),
-        );
+        let dnormed = linear_backward(dlogits, &tape.normed, n, h, ps.get(self.head), v, gr.get_mut(self.head));
+        let mut dx =
+            rms_norm_1p_backward(&tape.last, ps.get(self.norm), c.rms_norm_eps, &dnormed, gr.get_mut(self.norm));
         for (lw, lt) in self.layers.iter().zip(&tape.layers).rev() {
             dx = match &lt.saved {
                 Some(s) => self.layer_backward(lw, &lt.input, s, &dx, gr),
@@ -308,18 +219,8 @@ impl TrainModel {
     }
 }
 
-fn load_attention(
-    ck: &mut Checkpoint,
-    ps: &mut ParamStore,
-    p: &str,
-    c: &ModelConfig,
-) -> Result<AttentionW> {
-    let (h, hq, hkv, hd) = (
-        c.hidden_size,
-        c.num_attention_heads,
-        c.num_key_value_heads,
-        c.head_dim,
-    );
+fn load_attention(ck: &mut Checkpoint, ps: &mut ParamStore, p: &str, c: &ModelConfig) -> Result<AttentionW> {
+    let (h, hq, hkv, hd) = (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim);
     Ok(AttentionW {
         q_proj: ps.load(ck, &format!("{p}q_proj.weight"), &[hq * hd * 2, h])?,
         k_proj: ps.load(ck, &format!("{p}k_proj.weight"), &[hkv * hd, h])?,
@@ -337,12 +238,7 @@ fn load_attention(
 
 fn load_gdn(ck: &mut Checkpoint, ps: &mut ParamStore, p: &str, c: &ModelConfig) -> Result<GdnW> {
     let h = c.hidden_size;
-    let (cd, vd, hv, k) = (
-        c.gdn_conv_dim(),
-        c.gdn_value_dim(),
-        c.linear_num_value_heads,
-        c.linear_conv_kernel_dim,
-    );
+    let (cd, vd, hv, k) = (c.gdn_conv_dim(), c.gdn_value_dim(), c.linear_num_value_heads, c.linear_conv_kernel_dim);
     Ok(GdnW {
         in_proj_qkv: ps.load(ck, &format!("{p}in_proj_qkv.weight"), &[cd, h])?,
         in_proj_z: ps.load(ck, &format!("{p}in_proj_z.weight"), &[vd, h])?,
@@ -364,12 +260,7 @@ fn load_gdn(ck: &mut Checkpoint, ps: &mut ParamStore, p: &str, c: &ModelConfig) 
 }
 
 fn load_moe(ck: &mut Checkpoint, ps: &mut ParamStore, p: &str, c: &ModelConfig) -> Result<MoeW> {
-    let (h, e, i, is) = (
-        c.hidden_size,
-        c.num_experts,
-        c.moe_intermediate_size,
-        c.shared_expert_intermediate_size,
-    );
+    let (h, e, i, is) = (c.hidden_size, c.num_experts, c.moe_intermediate_size, c.shared_expert_intermediate_size);
     let fused = format!("{p}experts.gate_up_proj");
     let experts = if ck.contains(&fused) {
         // Fused `[E, 2I, H]` / `[E, H, I]` tensors become per-expert parameters under the

@@ -15,19 +15,11 @@ pub struct View<'a> {
 impl<'a> View<'a> {
     /// Row-major `[rows, cols]`.
     pub fn rows(data: &'a [f32], cols: usize) -> Self {
-        View {
-            data,
-            rs: cols as isize,
-            cs: 1,
-        }
+        View { data, rs: cols as isize, cs: 1 }
     }
     /// The transpose of a row-major `[rows, cols]` matrix.
     pub fn t(data: &'a [f32], cols: usize) -> Self {
-        View {
-            data,
-            rs: 1,
-            cs: cols as isize,
-        }
+        View { data, rs: 1, cs: cols as isize }
     }
 }
 
@@ -43,19 +35,11 @@ pub fn gemm(m: usize, n: usize, k: usize, a: View<'_>, b: View<'_>, c: &mut [f32
         }
         return;
     }
-    let span =
-        |v: &View<'_>, r: usize, cc: usize| (r - 1) as isize * v.rs + (cc - 1) as isize * v.cs;
-    assert!(
-        span(&a, m, k) < a.data.len() as isize && span(&b, k, n) < b.data.len() as isize,
-        "gemm: operand"
-    );
+    let span = |v: &View<'_>, r: usize, cc: usize| (r - 1) as isize * v.rs + (cc - 1) as isize * v.cs;
+    assert!(span(&a, m, k) < a.data.len() as isize && span(&b, k, n) < b.data.len() as isize, "gemm: operand");
     let work = m * n * k;
     let threads = rayon::current_num_threads();
-    let par = if work > 1 << 18 && threads > 1 {
-        gemm::Parallelism::Rayon(threads)
-    } else {
-        gemm::Parallelism::None
-    };
+    let par = if work > 1 << 18 && threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
     // SAFETY: the strides above address only elements inside the checked slices; c is m×n
     // row-major and does not alias a or b (distinct borrows).
     unsafe {
@@ -91,15 +75,7 @@ pub fn linear(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32> {
 }
 
 /// Linear backward: accumulates `dw[n, k] += dyᵀ · x` and returns `dx[m, k] = dy · w`.
-pub fn linear_backward(
-    dy: &[f32],
-    x: &[f32],
-    m: usize,
-    k: usize,
-    w: &[f32],
-    n: usize,
-    dw: &mut [f32],
-) -> Vec<f32> {
+pub fn linear_backward(dy: &[f32], x: &[f32], m: usize, k: usize, w: &[f32], n: usize, dw: &mut [f32]) -> Vec<f32> {
     gemm(n, k, m, View::t(dy, n), View::rows(x, k), dw, true);
     let mut dx = vec![0.0; m * k];
     gemm(m, k, n, View::rows(dy, n), View::rows(w, k), &mut dx, false);
@@ -124,21 +100,11 @@ fn rms_core_backward(x: &[f32], r: f32, gn: &[f32], dx: &mut [f32]) {
 
 /// Backward of the zero-centred RMSNorm `y = x̂·(1+w)` over rows of `x` (width `w.len()`):
 /// accumulates `dw` and returns `dx`.
-pub fn rms_norm_1p_backward(
-    x: &[f32],
-    w: &[f32],
-    eps: f32,
-    dy: &[f32],
-    dw: &mut [f32],
-) -> Vec<f32> {
+pub fn rms_norm_1p_backward(x: &[f32], w: &[f32], eps: f32, dy: &[f32], dw: &mut [f32]) -> Vec<f32> {
     let d = w.len();
     let mut dx = vec![0.0; x.len()];
     let mut gn = vec![0.0; d];
-    for ((xr, dyr), dxr) in x
-        .chunks_exact(d)
-        .zip(dy.chunks_exact(d))
-        .zip(dx.chunks_exact_mut(d))
-    {
+    for ((xr, dyr), dxr) in x.chunks_exact(d).zip(dy.chunks_exact(d)).zip(dx.chunks_exact_mut(d)) {
         let r = inv_rms(xr, eps);
         for i in 0..d {
             dw[i] += dyr[i] * xr[i] * r;
@@ -163,12 +129,7 @@ pub fn rms_norm_gated_backward(
     let mut dx = vec![0.0; x.len()];
     let mut dz = vec![0.0; x.len()];
     let mut gn = vec![0.0; d];
-    for (row, ((xr, zr), dyr)) in x
-        .chunks_exact(d)
-        .zip(z.chunks_exact(d))
-        .zip(dy.chunks_exact(d))
-        .enumerate()
-    {
+    for (row, ((xr, zr), dyr)) in x.chunks_exact(d).zip(z.chunks_exact(d)).zip(dy.chunks_exact(d)).enumerate() {
         let r = inv_rms(xr, eps);
         for i in 0..d {
             let xh = xr[i] * r;
@@ -186,10 +147,7 @@ pub fn rms_norm_gated_backward(
 pub fn l2_normalize_backward(x: &[f32], eps: f32, scale: f32, dy: &[f32]) -> Vec<f32> {
     let r = 1.0 / (x.iter().map(|v| v * v).sum::<f32>() + eps).sqrt();
     let xdy: f32 = x.iter().zip(dy).map(|(a, b)| a * b).sum();
-    x.iter()
-        .zip(dy)
-        .map(|(xi, g)| scale * (r * g - r * r * r * xi * xdy))
-        .collect()
+    x.iter().zip(dy).map(|(xi, g)| scale * (r * g - r * r * r * xi * xdy)).collect()
 }
 
 /// `d SiLU(z) / dz = σ(z)(1 + z(1 − σ(z)))`.
@@ -215,9 +173,7 @@ mod tests {
     use crate::tensor::cpu::{l2_normalize, rms_norm_1p, rms_norm_gated};
 
     fn vals(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| ((((i as u32).wrapping_mul(2654435761u32) ^ seed) >> 8) % 1000) as f32 / 500.0 - 1.0)
-            .collect()
+        (0..n).map(|i| ((((i as u32).wrapping_mul(2654435761u32) ^ seed) >> 8) % 1000) as f32 / 500.0 - 1.0).collect()
     }
 
     /// Central finite difference of `f` (a scalar of a vector) at `x` along coordinate `i`.
@@ -274,14 +230,8 @@ mod tests {
         };
         let (dx, dz) = rms_norm_gated_backward(&x, &z, &w, 1e-6, &dy, &mut dw);
         for i in 0..2 * d {
-            assert!(
-                (dx[i] as f64 - fd(&|v| fg(v, &z), &x, i)).abs() < 2e-3,
-                "gated dx[{i}]"
-            );
-            assert!(
-                (dz[i] as f64 - fd(&|v| fg(&x, v), &z, i)).abs() < 2e-3,
-                "gated dz[{i}]"
-            );
+            assert!((dx[i] as f64 - fd(&|v| fg(v, &z), &x, i)).abs() < 2e-3, "gated dx[{i}]");
+            assert!((dz[i] as f64 - fd(&|v| fg(&x, v), &z, i)).abs() < 2e-3, "gated dz[{i}]");
         }
         let fl = |xx: &[f32]| {
             let mut y = xx.to_vec();
@@ -290,10 +240,7 @@ mod tests {
         };
         let dx = l2_normalize_backward(&x[..d], 1e-6, 0.5, &dy[..d]);
         for i in 0..d {
-            assert!(
-                (dx[i] as f64 - fd(&fl, &x[..d], i)).abs() < 2e-3,
-                "l2 dx[{i}]"
-            );
+            assert!((dx[i] as f64 - fd(&fl, &x[..d], i)).abs() < 2e-3, "l2 dx[{i}]");
         }
     }
 }

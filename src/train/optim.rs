@@ -30,7 +30,11 @@ impl Default for AdamWConfig {
 pub enum Schedule {
     Constant,
     /// Linear warm-up over `warmup_steps`, then cosine from 1 to `min_ratio` at `total_steps`.
-    Cosine { total_steps: u64, warmup_steps: u64, min_ratio: f32 },
+    Cosine {
+        total_steps: u64,
+        warmup_steps: u64,
+        min_ratio: f32,
+    },
 }
 
 impl Schedule {

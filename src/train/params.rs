@@ -28,11 +28,7 @@ pub struct ParamStore {
 impl ParamStore {
     /// Add a parameter copied from `t` under `name`.
     pub fn push(&mut self, name: String, t: &Tensor) -> Pid {
-        self.params.push(Param {
-            name,
-            shape: t.shape().to_vec(),
-            data: t.data().to_vec(),
-        });
+        self.params.push(Param { name, shape: t.shape().to_vec(), data: t.data().to_vec() });
         Pid(self.params.len() - 1)
     }
 
@@ -65,21 +61,12 @@ impl ParamStore {
 
     /// Zero gradients for every parameter.
     pub fn zero_grads(&self) -> Grads {
-        Grads(
-            self.params
-                .iter()
-                .map(|p| vec![0.0; p.data.len()])
-                .collect(),
-        )
+        Grads(self.params.iter().map(|p| vec![0.0; p.data.len()]).collect())
     }
 
     /// Save the parameters to one safetensors file (f32).
     pub fn save(&self, path: &Path) -> Result<()> {
-        let map = self
-            .params
-            .iter()
-            .map(|p| (p.name.clone(), (p.shape.clone(), &p.data[..])))
-            .collect();
+        let map = self.params.iter().map(|p| (p.name.clone(), (p.shape.clone(), &p.data[..]))).collect();
         write_safetensors(path, &map)
     }
 }
@@ -113,22 +100,12 @@ impl Grads {
 
     /// Global L2 norm over every gradient (in f64).
     pub fn global_norm(&self) -> f64 {
-        self.0
-            .iter()
-            .flatten()
-            .map(|g| (*g as f64) * (*g as f64))
-            .sum::<f64>()
-            .sqrt()
+        self.0.iter().flatten().map(|g| (*g as f64) * (*g as f64)).sum::<f64>().sqrt()
     }
 
     /// Write the gradients under the store's parameter names.
     pub fn save(&self, store: &ParamStore, path: &Path) -> Result<()> {
-        let map = store
-            .params
-            .iter()
-            .zip(&self.0)
-            .map(|(p, g)| (p.name.clone(), (p.shape.clone(), &g[..])))
-            .collect();
+        let map = store.params.iter().zip(&self.0).map(|(p, g)| (p.name.clone(), (p.shape.clone(), &g[..]))).collect();
         write_safetensors(path, &map)
     }
 }
@@ -153,7 +130,8 @@ pub fn write_safetensors_as(path: &Path, tensors: &BTreeMap<String, (Vec<usize>,
         DType::BF16 => safetensors::Dtype::BF16,
         DType::F16 => safetensors::Dtype::F16,
     };
-    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors.iter().map(|(n, (s, d))| (n.clone(), s.clone(), encode(d))).collect();
+    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> =
+        tensors.iter().map(|(n, (s, d))| (n.clone(), s.clone(), encode(d))).collect();
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bytes
         .iter()
         .map(|(n, s, b)| {
@@ -163,25 +141,11 @@ pub fn write_safetensors_as(path: &Path, tensors: &BTreeMap<String, (Vec<usize>,
         })
         .collect::<Result<_>>()?;
     let data = safetensors::serialize(views, None).map_err(|e| werr(e.to_string()))?;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|source| TrainError::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    std::io::Write::write_all(&mut tmp, &data).map_err(|source| TrainError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    tmp.as_file().sync_all().map_err(|source| TrainError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    tmp.persist(path).map_err(|e| TrainError::Io {
-        path: path.to_path_buf(),
-        source: e.error,
-    })?;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp =
+        tempfile::NamedTempFile::new_in(dir).map_err(|source| TrainError::Io { path: dir.to_path_buf(), source })?;
+    std::io::Write::write_all(&mut tmp, &data).map_err(|source| TrainError::Io { path: path.to_path_buf(), source })?;
+    tmp.as_file().sync_all().map_err(|source| TrainError::Io { path: path.to_path_buf(), source })?;
+    tmp.persist(path).map_err(|e| TrainError::Io { path: path.to_path_buf(), source: e.error })?;
     Ok(())
 }

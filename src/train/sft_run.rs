@@ -46,7 +46,8 @@ pub struct SftConfig {
 impl SftConfig {
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|source| TrainError::Io { path: path.into(), source })?;
-        let mut c: SftConfig = toml::from_str(&text).map_err(|e| TrainError::BadInput(format!("{}: {e}", path.display())))?;
+        let mut c: SftConfig =
+            toml::from_str(&text).map_err(|e| TrainError::BadInput(format!("{}: {e}", path.display())))?;
         // Relative paths are relative to the config file's folder.
         let base = path.parent().unwrap_or(Path::new("."));
         for p in [&mut c.model, &mut c.data, &mut c.out] {
@@ -69,9 +70,14 @@ pub fn read_examples(path: &Path) -> Result<Vec<SftExample>> {
     let text = std::fs::read_to_string(path).map_err(|source| TrainError::Io { path: path.into(), source })?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let e: SftExample = serde_json::from_str(line).map_err(|e| TrainError::BadInput(format!("{}:{}: {e}", path.display(), i + 1)))?;
+        let e: SftExample = serde_json::from_str(line)
+            .map_err(|e| TrainError::BadInput(format!("{}:{}: {e}", path.display(), i + 1)))?;
         if e.ids.len() != e.mask.len() || e.ids.len() < 2 {
-            return Err(TrainError::BadInput(format!("{}:{}: ids and mask must have the same length ≥ 2", path.display(), i + 1)));
+            return Err(TrainError::BadInput(format!(
+                "{}:{}: ids and mask must have the same length ≥ 2",
+                path.display(),
+                i + 1
+            )));
         }
         out.push(e);
     }
@@ -90,7 +96,13 @@ pub fn run_sft(c: &SftConfig, mut on_step: impl FnMut(&StepReport)) -> Result<Pa
         Some(r) => load_optimizer(r, &model.store)?,
         None => AdamW::new(c.optimizer, &model.store),
     };
-    let mut tr = Trainer { model, opt, schedule: c.schedule, tape: TapeOptions { recompute: c.recompute }, grpo: GrpoConfig::default() };
+    let mut tr = Trainer {
+        model,
+        opt,
+        schedule: c.schedule,
+        tape: TapeOptions { recompute: c.recompute },
+        grpo: GrpoConfig::default(),
+    };
     let shard = c.shard_bytes.unwrap_or(SHARD_BYTES);
     let mut cursor = (tr.opt.step as usize * c.batch_size) % data.len();
     while tr.opt.step < c.steps {

@@ -45,23 +45,13 @@ impl AttentionW {
                 sin.iter_mut().for_each(|s| *s = -*s);
             }
             for h in 0..heads {
-                Rope::apply(
-                    &mut t_rows[(t * heads + h) * hd..(t * heads + h + 1) * hd],
-                    &cos,
-                    &sin,
-                );
+                Rope::apply(&mut t_rows[(t * heads + h) * hd..(t * heads + h + 1) * hd], &cos, &sin);
             }
         }
     }
 
     /// One sequence of `n` tokens at positions `0..n`; returns `[n, hidden]`.
-    pub fn forward(
-        &self,
-        ps: &ParamStore,
-        x: Vec<f32>,
-        n: usize,
-        rope: &Rope,
-    ) -> (Vec<f32>, AttentionSaved) {
+    pub fn forward(&self, ps: &ParamStore, x: Vec<f32>, n: usize, rope: &Rope) -> (Vec<f32>, AttentionSaved) {
         let (hs, hq, hkv, hd) = (self.hidden, self.heads, self.kv_heads, self.head_dim);
         let qg = linear(&x, n, hs, ps.get(self.q_proj), hq * hd * 2);
         let k_raw = linear(&x, n, hs, ps.get(self.k_proj), hkv * hd);
@@ -78,33 +68,16 @@ impl AttentionW {
         rms_norm_1p(&mut k, ps.get(self.k_norm), self.eps);
         self.rope_all(rope, &mut q, hq, n, false);
         self.rope_all(rope, &mut k, hkv, n, false);
-        let outs: Vec<Vec<f32>> = (0..hq)
-            .into_par_iter()
-            .map(|h| self.head_forward(&q, &k, &v, n, h))
-            .collect();
+        let outs: Vec<Vec<f32>> = (0..hq).into_par_iter().map(|h| self.head_forward(&q, &k, &v, n, h)).collect();
         let mut o = vec![0.0; n * hq * hd];
         for (h, out) in outs.iter().enumerate() {
             for t in 0..n {
-                o[(t * hq + h) * hd..(t * hq + h + 1) * hd]
-                    .copy_from_slice(&out[t * hd..(t + 1) * hd]);
+                o[(t * hq + h) * hd..(t * hq + h + 1) * hd].copy_from_slice(&out[t * hd..(t + 1) * hd]);
             }
         }
         let og: Vec<f32> = o.iter().zip(&gate).map(|(a, g)| a * sigmoid(*g)).collect();
         let y = linear(&og, n, hq * hd, ps.get(self.o_proj), hs);
-        (
-            y,
-            AttentionSaved {
-                x,
-                n,
-                q_raw,
-                k_raw,
-                q,
-                k,
-                v,
-                gate,
-                o,
-            },
-        )
+        (y, AttentionSaved { x, n, q_raw, k_raw, q, k, v, gate, o })
     }
 
     /// Causal softmax probabilities of query row `i` of head `h` (length `i+1`).
@@ -113,9 +86,8 @@ impl AttentionW {
         let kvh = h / (hq / hkv);
         let scale = 1.0 / (hd as f32).sqrt();
         let qi = &q[(i * hq + h) * hd..(i * hq + h + 1) * hd];
-        let mut p: Vec<f32> = (0..=i)
-            .map(|j| dot(qi, &k[(j * hkv + kvh) * hd..(j * hkv + kvh + 1) * hd]) * scale)
-            .collect();
+        let mut p: Vec<f32> =
+            (0..=i).map(|j| dot(qi, &k[(j * hkv + kvh) * hd..(j * hkv + kvh + 1) * hd]) * scale).collect();
         softmax(&mut p);
         p
     }
@@ -137,12 +109,7 @@ impl AttentionW {
     }
 
     /// Per head: `(dq [n, hd], dk [n, hd], dv [n, hd])` given `do [N, Hq, hd]` (before the gate).
-    fn head_backward(
-        &self,
-        s: &AttentionSaved,
-        d_o: &[f32],
-        h: usize,
-    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    fn head_backward(&self, s: &AttentionSaved, d_o: &[f32], h: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let (n, hq, hkv, hd) = (s.n, self.heads, self.kv_heads, self.head_dim);
         let kvh = h / (hq / hkv);
         let scale = 1.0 / (hd as f32).sqrt();
@@ -150,9 +117,8 @@ impl AttentionW {
         for i in 0..n {
             let p = self.probs(&s.q, &s.k, h, i);
             let doi = &d_o[(i * hq + h) * hd..(i * hq + h + 1) * hd];
-            let dp: Vec<f32> = (0..=i)
-                .map(|j| dot(doi, &s.v[(j * hkv + kvh) * hd..(j * hkv + kvh + 1) * hd]))
-                .collect();
+            let dp: Vec<f32> =
+                (0..=i).map(|j| dot(doi, &s.v[(j * hkv + kvh) * hd..(j * hkv + kvh + 1) * hd])).collect();
             let pdp = dot(&p, &dp);
             let qi = &s.q[(i * hq + h) * hd..(i * hq + h + 1) * hd];
             for j in 0..=i {
@@ -169,29 +135,10 @@ impl AttentionW {
     }
 
     /// Accumulates the weight gradients, returns `dx [n, hidden]`.
-    pub fn backward(
-        &self,
-        ps: &ParamStore,
-        rope: &Rope,
-        s: &AttentionSaved,
-        dy: &[f32],
-        gr: &mut Grads,
-    ) -> Vec<f32> {
+    pub fn backward(&self, ps: &ParamStore, rope: &Rope, s: &AttentionSaved, dy: &[f32], gr: &mut Grads) -> Vec<f32> {
         let (hs, hq, hkv, hd, n) = (self.hidden, self.heads, self.kv_heads, self.head_dim, s.n);
-        let og: Vec<f32> =
-            s.o.iter()
-                .zip(&s.gate)
-                .map(|(a, g)| a * sigmoid(*g))
-                .collect();
-        let dog = linear_backward(
-            dy,
-            &og,
-            n,
-            hq * hd,
-            ps.get(self.o_proj),
-            hs,
-            gr.get_mut(self.o_proj),
-        );
+        let og: Vec<f32> = s.o.iter().zip(&s.gate).map(|(a, g)| a * sigmoid(*g)).collect();
+        let dog = linear_backward(dy, &og, n, hq * hd, ps.get(self.o_proj), hs, gr.get_mut(self.o_proj));
         let mut d_o = vec![0.0; n * hq * hd];
         let mut dgate = vec![0.0; n * hq * hd];
         for i in 0..n * hq * hd {
@@ -199,10 +146,7 @@ impl AttentionW {
             d_o[i] = dog[i] * sg;
             dgate[i] = dog[i] * s.o[i] * sg * (1.0 - sg);
         }
-        let per_head: Vec<_> = (0..hq)
-            .into_par_iter()
-            .map(|h| self.head_backward(s, &d_o, h))
-            .collect();
+        let per_head: Vec<_> = (0..hq).into_par_iter().map(|h| self.head_backward(s, &d_o, h)).collect();
         let mut dq = vec![0.0; n * hq * hd];
         let mut dk = vec![0.0; n * hkv * hd];
         let mut dv = vec![0.0; n * hkv * hd];
@@ -218,34 +162,14 @@ impl AttentionW {
         }
         self.rope_all(rope, &mut dq, hq, n, true);
         self.rope_all(rope, &mut dk, hkv, n, true);
-        let dq_raw = rms_norm_1p_backward(
-            &s.q_raw,
-            ps.get(self.q_norm),
-            self.eps,
-            &dq,
-            gr.get_mut(self.q_norm),
-        );
-        let dk_raw = rms_norm_1p_backward(
-            &s.k_raw,
-            ps.get(self.k_norm),
-            self.eps,
-            &dk,
-            gr.get_mut(self.k_norm),
-        );
+        let dq_raw = rms_norm_1p_backward(&s.q_raw, ps.get(self.q_norm), self.eps, &dq, gr.get_mut(self.q_norm));
+        let dk_raw = rms_norm_1p_backward(&s.k_raw, ps.get(self.k_norm), self.eps, &dk, gr.get_mut(self.k_norm));
         let mut dqg = vec![0.0; n * hq * hd * 2];
         for r in 0..n * hq {
             dqg[r * 2 * hd..r * 2 * hd + hd].copy_from_slice(&dq_raw[r * hd..(r + 1) * hd]);
             dqg[r * 2 * hd + hd..(r + 1) * 2 * hd].copy_from_slice(&dgate[r * hd..(r + 1) * hd]);
         }
-        let mut dx = linear_backward(
-            &dqg,
-            &s.x,
-            n,
-            hs,
-            ps.get(self.q_proj),
-            hq * hd * 2,
-            gr.get_mut(self.q_proj),
-        );
+        let mut dx = linear_backward(&dqg, &s.x, n, hs, ps.get(self.q_proj), hq * hd * 2, gr.get_mut(self.q_proj));
         for (dpart, w) in [(&dk_raw, self.k_proj), (&dv, self.v_proj)] {
             let d = linear_backward(dpart, &s.x, n, hs, ps.get(w), hkv * hd, gr.get_mut(w));
             dx.iter_mut().zip(&d).for_each(|(a, b)| *a += b);

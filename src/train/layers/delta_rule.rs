@@ -84,11 +84,7 @@ pub fn backward(x: &DeltaInput<'_>, starts: &[Vec<f32>], dout: &[f32]) -> DeltaG
         }
         for i in (0..l).rev() {
             let t = c0 + i;
-            let (qt, kt, vt) = (
-                &x.q[t * dk..(t + 1) * dk],
-                &x.k[t * dk..(t + 1) * dk],
-                &x.v[t * dv..(t + 1) * dv],
-            );
+            let (qt, kt, vt) = (&x.q[t * dk..(t + 1) * dk], &x.k[t * dk..(t + 1) * dk], &x.v[t * dv..(t + 1) * dv]);
             let s_t = &states[(i + 1) * dk * dv..(i + 2) * dk * dv];
             let s_prev = &states[i * dk * dv..(i + 1) * dk * dv];
             let dot_ = &dout[t * dv..(t + 1) * dv];

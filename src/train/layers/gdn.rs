@@ -6,8 +6,7 @@ use super::delta_rule::{self, DeltaGrads};
 use crate::model::gdn::DeltaInput;
 use crate::tensor::cpu::{l2_normalize, rms_norm_gated, sigmoid, silu, softplus};
 use crate::train::ops::{
-    l2_normalize_backward, linear, linear_backward, rms_norm_gated_backward, silu_grad,
-    softplus_grad,
+    l2_normalize_backward, linear, linear_backward, rms_norm_gated_backward, silu_grad, softplus_grad,
 };
 use crate::train::params::{Grads, ParamStore, Pid};
 use rayon::prelude::*;
@@ -59,15 +58,7 @@ struct HeadSaved {
 
 impl HeadSaved {
     fn input(&self, dk: usize, dv: usize) -> DeltaInput<'_> {
-        DeltaInput {
-            q: &self.q,
-            k: &self.k,
-            v: &self.v,
-            beta: &self.beta,
-            g: &self.g,
-            dk,
-            dv,
-        }
+        DeltaInput { q: &self.q, k: &self.k, v: &self.v, beta: &self.beta, g: &self.g, dk, dv }
     }
 }
 
@@ -101,11 +92,7 @@ impl GdnW {
         }
         let beta: Vec<f32> = b.iter().map(|v| sigmoid(*v)).collect();
         let (al, dt) = (ps.get(self.a_log), ps.get(self.dt_bias));
-        let g: Vec<f32> = a
-            .iter()
-            .enumerate()
-            .map(|(i, v)| -al[i % vh].exp() * softplus(v + dt[i % vh]))
-            .collect();
+        let g: Vec<f32> = a.iter().enumerate().map(|(i, v)| -al[i % vh].exp() * softplus(v + dt[i % vh])).collect();
         let q_scale = 1.0 / (dk as f32).sqrt();
         let ratio = vh / self.kh;
         let (heads, outs): (Vec<HeadSaved>, Vec<Vec<f32>>) = (0..vh)
@@ -115,10 +102,7 @@ impl GdnW {
                 let gather = |off: usize, d: usize, scale: Option<f32>| -> Vec<f32> {
                     let mut r: Vec<f32> = Vec::with_capacity(n * d);
                     for t in 0..n {
-                        let mut row: Vec<f32> = pre[t * cd + off..t * cd + off + d]
-                            .iter()
-                            .map(|p| silu(*p))
-                            .collect();
+                        let mut row: Vec<f32> = pre[t * cd + off..t * cd + off + d].iter().map(|p| silu(*p)).collect();
                         if let Some(s) = scale {
                             l2_normalize(&mut row, 1e-6, s);
                         }
@@ -142,29 +126,13 @@ impl GdnW {
         let mut o = vec![0.0; n * val];
         for (h, out) in outs.iter().enumerate() {
             for t in 0..n {
-                o[t * val + h * dv..t * val + (h + 1) * dv]
-                    .copy_from_slice(&out[t * dv..(t + 1) * dv]);
+                o[t * val + h * dv..t * val + (h + 1) * dv].copy_from_slice(&out[t * dv..(t + 1) * dv]);
             }
         }
         let mut on = o.clone();
         rms_norm_gated(&mut on, &z, ps.get(self.norm), self.eps);
         let y = linear(&on, n, val, ps.get(self.out_proj), hs);
-        (
-            y,
-            GdnSaved {
-                x,
-                n,
-                mixed,
-                pre,
-                heads,
-                a,
-                beta,
-                g,
-                z,
-                o,
-                on,
-            },
-        )
+        (y, GdnSaved { x, n, mixed, pre, heads, a, beta, g, z, o, on })
     }
 
     /// Accumulates every weight gradient (projections, conv, A_log, dt_bias, norm); returns
@@ -172,33 +140,13 @@ impl GdnW {
     pub fn backward(&self, ps: &ParamStore, s: &GdnSaved, dy: &[f32], gr: &mut Grads) -> Vec<f32> {
         let (hs, vh, dk, dv, kk, n) = (self.hidden, self.vh, self.dk, self.dv, self.kernel, s.n);
         let (key, val, cd) = self.dims();
-        let d_on = linear_backward(
-            dy,
-            &s.on,
-            n,
-            val,
-            ps.get(self.out_proj),
-            hs,
-            gr.get_mut(self.out_proj),
-        );
-        let (d_o, dz) = rms_norm_gated_backward(
-            &s.o,
-            &s.z,
-            ps.get(self.norm),
-            self.eps,
-            &d_on,
-            gr.get_mut(self.norm),
-        );
+        let d_on = linear_backward(dy, &s.on, n, val, ps.get(self.out_proj), hs, gr.get_mut(self.out_proj));
+        let (d_o, dz) = rms_norm_gated_backward(&s.o, &s.z, ps.get(self.norm), self.eps, &d_on, gr.get_mut(self.norm));
         let per_head: Vec<DeltaGrads> = (0..vh)
             .into_par_iter()
             .map(|h| {
-                let doh: Vec<f32> = (0..n)
-                    .flat_map(|t| {
-                        d_o[t * val + h * dv..t * val + (h + 1) * dv]
-                            .iter()
-                            .copied()
-                    })
-                    .collect();
+                let doh: Vec<f32> =
+                    (0..n).flat_map(|t| d_o[t * val + h * dv..t * val + (h + 1) * dv].iter().copied()).collect();
                 delta_rule::backward(&s.heads[h].input(dk, dv), &s.heads[h].starts, &doh)
             })
             .collect();
@@ -210,17 +158,14 @@ impl GdnW {
             for khd in 0..self.kh {
                 let mut dqh = vec![0.0f32; dk];
                 let mut dkh = vec![0.0f32; dk];
-                for h in khd * ratio..(khd + 1) * ratio {
+                for ph in &per_head[khd * ratio..(khd + 1) * ratio] {
                     for d in 0..dk {
-                        dqh[d] += per_head[h].dq[t * dk + d];
-                        dkh[d] += per_head[h].dk[t * dk + d];
+                        dqh[d] += ph.dq[t * dk + d];
+                        dkh[d] += ph.dk[t * dk + d];
                     }
                 }
                 for (off, dh, scale) in [(khd * dk, &dqh, q_scale), (key + khd * dk, &dkh, 1.0)] {
-                    let raw: Vec<f32> = s.pre[t * cd + off..t * cd + off + dk]
-                        .iter()
-                        .map(|p| silu(*p))
-                        .collect();
+                    let raw: Vec<f32> = s.pre[t * cd + off..t * cd + off + dk].iter().map(|p| silu(*p)).collect();
                     let dr = l2_normalize_backward(&raw, 1e-6, scale, dh);
                     dact[t * cd + off..t * cd + off + dk].copy_from_slice(&dr);
                 }
@@ -230,11 +175,7 @@ impl GdnW {
                 dact[off..off + dv].copy_from_slice(&ph.dv[t * dv..(t + 1) * dv]);
             }
         }
-        let dpre: Vec<f32> = dact
-            .iter()
-            .zip(&s.pre)
-            .map(|(d, p)| d * silu_grad(*p))
-            .collect();
+        let dpre: Vec<f32> = dact.iter().zip(&s.pre).map(|(d, p)| d * silu_grad(*p)).collect();
         let w = ps.get(self.conv).to_vec();
         let mut dmixed = vec![0.0f32; n * cd];
         {
@@ -269,28 +210,10 @@ impl GdnW {
                 d_dt[h] += da[i];
             }
         }
-        gr.get_mut(self.a_log)
-            .iter_mut()
-            .zip(&d_alog)
-            .for_each(|(a, b)| *a += b);
-        gr.get_mut(self.dt_bias)
-            .iter_mut()
-            .zip(&d_dt)
-            .for_each(|(a, b)| *a += b);
-        let mut dx = linear_backward(
-            &dmixed,
-            &s.x,
-            n,
-            hs,
-            ps.get(self.in_proj_qkv),
-            cd,
-            gr.get_mut(self.in_proj_qkv),
-        );
-        for (dpart, wp, rows) in [
-            (&dz, self.in_proj_z, val),
-            (&db, self.in_proj_b, vh),
-            (&da, self.in_proj_a, vh),
-        ] {
+        gr.get_mut(self.a_log).iter_mut().zip(&d_alog).for_each(|(a, b)| *a += b);
+        gr.get_mut(self.dt_bias).iter_mut().zip(&d_dt).for_each(|(a, b)| *a += b);
+        let mut dx = linear_backward(&dmixed, &s.x, n, hs, ps.get(self.in_proj_qkv), cd, gr.get_mut(self.in_proj_qkv));
+        for (dpart, wp, rows) in [(&dz, self.in_proj_z, val), (&db, self.in_proj_b, vh), (&da, self.in_proj_a, vh)] {
             let d = linear_backward(dpart, &s.x, n, hs, ps.get(wp), rows, gr.get_mut(wp));
             dx.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
         }

@@ -17,6 +17,14 @@ pub struct MoeW {
     pub hidden: usize,
 }
 
+/// One active expert's call: its (token, slot) rows, saved activations, outputs `[rows, hidden]`.
+struct ExpertRun {
+    expert: usize,
+    rows: Vec<(usize, usize)>,
+    saved: FfnSaved,
+    y: Vec<f32>,
+}
+
 pub struct MoeSaved {
     x: Vec<f32>,
     n: usize,
@@ -25,8 +33,7 @@ pub struct MoeSaved {
     /// Chosen experts and their renormalised weights `[N, k]`.
     pub chosen: Vec<u32>,
     weights: Vec<f32>,
-    /// Per expert: its (token, slot) rows, saved activations, outputs `[rows, hidden]`.
-    expert_runs: Vec<(usize, Vec<(usize, usize)>, FfnSaved, Vec<f32>)>,
+    expert_runs: Vec<ExpertRun>,
     shared: FfnSaved,
     shared_out: Vec<f32>,
     shared_gate: Vec<f32>,
@@ -35,13 +42,7 @@ pub struct MoeSaved {
 impl MoeW {
     /// `forced[t·k..]`: replayed expert indices per token (routing replay), else the router's
     /// top-k (descending probability, ties to the lower index, as the inference forward).
-    pub fn forward(
-        &self,
-        ps: &ParamStore,
-        x: Vec<f32>,
-        n: usize,
-        forced: Option<&[u32]>,
-    ) -> (Vec<f32>, MoeSaved) {
+    pub fn forward(&self, ps: &ParamStore, x: Vec<f32>, n: usize, forced: Option<&[u32]>) -> (Vec<f32>, MoeSaved) {
         let (hd, ne, k) = (self.hidden, self.experts.len(), self.top_k);
         let mut p = linear(&x, n, hd, ps.get(self.router), ne);
         let mut chosen = vec![0u32; n * k];
@@ -53,9 +54,7 @@ impl MoeW {
                 Some(f) => f[t * k..(t + 1) * k].to_vec(),
                 None => {
                     let mut order: Vec<u32> = (0..ne as u32).collect();
-                    order.sort_by(|&a, &b| {
-                        pt[b as usize].total_cmp(&pt[a as usize]).then(a.cmp(&b))
-                    });
+                    order.sort_by(|&a, &b| pt[b as usize].total_cmp(&pt[a as usize]).then(a.cmp(&b)));
                     order.truncate(k);
                     order
                 }
@@ -74,9 +73,7 @@ impl MoeW {
         }
         let (shared_out, shared) = self.shared.forward(ps, x.clone(), n);
         let sg = ps.get(self.shared_gate);
-        let shared_gate: Vec<f32> = (0..n)
-            .map(|t| sigmoid(dot(&x[t * hd..(t + 1) * hd], sg)))
-            .collect();
+        let shared_gate: Vec<f32> = (0..n).map(|t| sigmoid(dot(&x[t * hd..(t + 1) * hd], sg))).collect();
         let mut out = vec![0.0; n * hd];
         for t in 0..n {
             for i in 0..hd {
@@ -88,10 +85,7 @@ impl MoeW {
             if rows.is_empty() {
                 continue;
             }
-            let xs: Vec<f32> = rows
-                .iter()
-                .flat_map(|&(t, _)| x[t * hd..(t + 1) * hd].iter().copied())
-                .collect();
+            let xs: Vec<f32> = rows.iter().flat_map(|&(t, _)| x[t * hd..(t + 1) * hd].iter().copied()).collect();
             let (y, saved) = self.experts[e].forward(ps, xs, rows.len());
             for (r, &(t, j)) in rows.iter().enumerate() {
                 let w = weights[t * k + j];
@@ -99,22 +93,9 @@ impl MoeW {
                     out[t * hd + i] += w * y[r * hd + i];
                 }
             }
-            expert_runs.push((e, rows, saved, y));
+            expert_runs.push(ExpertRun { expert: e, rows, saved, y });
         }
-        (
-            out,
-            MoeSaved {
-                x,
-                n,
-                p,
-                chosen,
-                weights,
-                expert_runs,
-                shared,
-                shared_out,
-                shared_gate,
-            },
-        )
+        (out, MoeSaved { x, n, p, chosen, weights, expert_runs, shared, shared_out, shared_gate })
     }
 
     /// Accumulates every weight gradient (router, experts, shared expert and its gate);
@@ -124,7 +105,7 @@ impl MoeW {
         let mut dx = vec![0.0; n * hd];
         // Routed experts: d(weight) per (token, slot), and each expert's backward.
         let mut dw = vec![0.0f32; n * k];
-        for (e, rows, saved, y) in &s.expert_runs {
+        for ExpertRun { expert: e, rows, saved, y } in &s.expert_runs {
             let mut dye = vec![0.0; rows.len() * hd];
             for (r, &(t, j)) in rows.iter().enumerate() {
                 let dyt = &dy[t * hd..(t + 1) * hd];
@@ -156,24 +137,13 @@ impl MoeW {
                 dlogits[t * ne + e] = pt[e] * (dp[e] - pdp);
             }
         }
-        let dxr = linear_backward(
-            &dlogits,
-            &s.x,
-            n,
-            hd,
-            ps.get(self.router),
-            ne,
-            gr.get_mut(self.router),
-        );
+        let dxr = linear_backward(&dlogits, &s.x, n, hd, ps.get(self.router), ne, gr.get_mut(self.router));
         dx.iter_mut().zip(&dxr).for_each(|(a, b)| *a += b);
         // Shared expert and its sigmoid gate.
         let mut dshared = vec![0.0; n * hd];
         let sg = ps.get(self.shared_gate).to_vec();
         for t in 0..n {
-            let (dyt, ft) = (
-                &dy[t * hd..(t + 1) * hd],
-                &s.shared_out[t * hd..(t + 1) * hd],
-            );
+            let (dyt, ft) = (&dy[t * hd..(t + 1) * hd], &s.shared_out[t * hd..(t + 1) * hd]);
             let g = s.shared_gate[t];
             let dlogit = dot(dyt, ft) * g * (1.0 - g);
             let dsg = gr.get_mut(self.shared_gate);
