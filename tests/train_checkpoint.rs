@@ -15,7 +15,7 @@ use std::path::Path;
 fn trainer(dir: &Path, lr: f32) -> Trainer {
     let model = TrainModel::load(dir).unwrap();
     let opt = AdamW::new(AdamWConfig { lr, ..Default::default() }, &model.store);
-    Trainer { model, opt, schedule: Schedule::Constant, tape: TapeOptions::default(), grpo: GrpoConfig::default() }
+    Trainer { model, opt, schedule: Schedule::Constant, tape: TapeOptions::default(), grpo: GrpoConfig::default(), lora: None }
 }
 
 fn batch() -> Vec<SftExample> {
@@ -75,6 +75,7 @@ fn sft_steps_then_checkpoint_roundtrip() {
         schedule: Schedule::Constant,
         tape: TapeOptions { recompute: true },
         grpo: GrpoConfig::default(),
+        lora: None,
     };
     let a = tr.sft_step(&b).unwrap();
     let r = resumed.sft_step(&b).unwrap();

@@ -35,7 +35,7 @@ fn grpo_raises_mean_reward_on_a_toy_task() {
     let v = model.cfg.vocab_size;
     let opt = AdamW::new(AdamWConfig { lr: 3e-3, ..Default::default() }, &model.store);
     let mut tr =
-        Trainer { model, opt, schedule: Schedule::Constant, tape: TapeOptions::default(), grpo: GrpoConfig::default() };
+        Trainer { model, opt, schedule: Schedule::Constant, tape: TapeOptions::default(), grpo: GrpoConfig::default(), lora: None };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
     let reward = |t: u32| if t % 8 == 0 { 1.0f32 } else { 0.0 };
     let mut curve = Vec::new();

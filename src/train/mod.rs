@@ -12,6 +12,7 @@ pub mod checkpoint;
 pub mod error;
 pub mod grpo;
 pub mod layers;
+pub mod lora;
 pub mod loss;
 pub mod network;
 pub mod ops;

@@ -102,6 +102,7 @@ pub fn run_sft(c: &SftConfig, mut on_step: impl FnMut(&StepReport)) -> Result<Pa
         schedule: c.schedule,
         tape: TapeOptions { recompute: c.recompute },
         grpo: GrpoConfig::default(),
+        lora: None,
     };
     let shard = c.shard_bytes.unwrap_or(SHARD_BYTES);
     let mut cursor = (tr.opt.step as usize * c.batch_size) % data.len();

@@ -5,9 +5,11 @@
 
 use super::error::{Result, TrainError};
 use super::grpo::{grpo_denominator, grpo_loss, GrpoConfig, GrpoSample};
+use super::lora::Lora;
 use super::loss::{sft_denominator, sft_loss};
 use super::network::{TapeOptions, TrainModel};
 use super::optim::{AdamW, Schedule, StepStats};
+use super::params::Grads;
 use serde::{Deserialize, Serialize};
 
 /// One supervised sequence: token ids and, per token, whether it is trained (assistant).
@@ -33,6 +35,8 @@ pub struct Trainer {
     pub schedule: Schedule,
     pub tape: TapeOptions,
     pub grpo: GrpoConfig,
+    /// When set, only the adapters train (`opt` must then be built over `lora.adapters`).
+    pub lora: Option<Lora>,
 }
 
 impl Trainer {
@@ -53,7 +57,7 @@ impl Trainer {
             loss += out.loss;
             tokens += out.tokens;
         }
-        let stats = self.opt.step(&mut self.model.store, &mut grads, &self.schedule);
+        let stats = self.update(grads);
         Ok(StepReport { step: self.opt.step, loss, tokens, stats })
     }
 
@@ -77,7 +81,20 @@ impl Trainer {
             loss += out.loss;
             tokens += out.tokens;
         }
-        let stats = self.opt.step(&mut self.model.store, &mut grads, &self.schedule);
+        let stats = self.update(grads);
         Ok(Some(StepReport { step: self.opt.step, loss, tokens, stats }))
+    }
+
+    /// Clip + AdamW on the model's parameters, or on the LoRA adapters (then merged back).
+    fn update(&mut self, mut grads: Grads) -> StepStats {
+        match &mut self.lora {
+            None => self.opt.step(&mut self.model.store, &mut grads, &self.schedule),
+            Some(lora) => {
+                let mut g = lora.project(&grads);
+                let stats = self.opt.step(&mut lora.adapters, &mut g, &self.schedule);
+                lora.apply(&mut self.model.store);
+                stats
+            }
+        }
     }
 }
