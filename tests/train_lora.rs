@@ -103,3 +103,28 @@ fn lora_sft_trains_only_adapters_and_merges_on_save() {
     assert!(max < 1e-4, "merged checkpoint logits differ by {max}");
     assert!(Lora::new(LoraConfig { targets: vec!["nope".into()], ..cfg() }, &tr.model.store).is_err());
 }
+
+#[test]
+fn train_sft_cli_with_lora_writes_a_merged_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let model = std::fs::canonicalize("models/tiny-qwen35").unwrap();
+    let ids: Vec<u32> = (0..16u32).map(|i| (i * 37 + 5) % 1024).collect();
+    let ex = SftExample { mask: (0..16).map(|i| i >= 4).collect(), ids };
+    std::fs::write(d.join("data.jsonl"), serde_json::to_string(&ex).unwrap()).unwrap();
+    let toml = format!(
+        "model = {:?}\ndata = \"data.jsonl\"\nout = \"out\"\nsteps = 1\nbatch_size = 1\n[optimizer]\nlr = 1e-2\n\
+         [lora]\nrank = 2\nalpha = 4.0\ntargets = [\"self_attn.q_proj\"]\n",
+        model.to_str().unwrap()
+    );
+    std::fs::write(d.join("sft.toml"), toml).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_execcritic"))
+        .args(["train", "sft", "--config"])
+        .arg(d.join("sft.toml"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let fin = d.join("out/final");
+    assert!(fin.join("model.safetensors.index.json").exists() && !fin.join("optimizer.safetensors").exists());
+    Model::load(&fin).unwrap();
+}

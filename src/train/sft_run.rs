@@ -7,6 +7,7 @@
 use super::checkpoint::{load_optimizer, save, SHARD_BYTES};
 use super::error::{Result, TrainError};
 use super::grpo::GrpoConfig;
+use super::lora::{Lora, LoraConfig};
 use super::network::{TapeOptions, TrainModel};
 use super::optim::{AdamW, AdamWConfig, Schedule};
 use super::trainer::{SftExample, StepReport, Trainer};
@@ -41,6 +42,9 @@ pub struct SftConfig {
     pub schedule: Schedule,
     #[serde(default)]
     pub shard_bytes: Option<usize>,
+    /// Train LoRA adapters only (checkpoints hold the merged weights, no optimizer state).
+    #[serde(default)]
+    pub lora: Option<LoraConfig>,
 }
 
 impl SftConfig {
@@ -57,6 +61,9 @@ impl SftConfig {
         }
         if let Some(r) = c.resume.as_mut().filter(|r| r.is_relative()) {
             *r = base.join(&*r);
+        }
+        if c.lora.is_some() && c.resume.is_some() {
+            return Err(TrainError::BadInput(format!("{}: resume is not supported with lora", path.display())));
         }
         if c.batch_size == 0 || c.steps == 0 {
             return Err(TrainError::BadInput(format!("{}: steps and batch_size must be > 0", path.display())));
@@ -92,9 +99,11 @@ pub fn run_sft(c: &SftConfig, mut on_step: impl FnMut(&StepReport)) -> Result<Pa
     let data = read_examples(&c.data)?;
     let start = c.resume.as_deref().unwrap_or(&c.model);
     let model = TrainModel::load(start)?;
-    let opt = match &c.resume {
-        Some(r) => load_optimizer(r, &model.store)?,
-        None => AdamW::new(c.optimizer, &model.store),
+    let lora = c.lora.clone().map(|l| Lora::new(l, &model.store)).transpose()?;
+    let opt = match (&c.resume, &lora) {
+        (_, Some(l)) => AdamW::new(c.optimizer, &l.adapters),
+        (Some(r), None) => load_optimizer(r, &model.store)?,
+        (None, None) => AdamW::new(c.optimizer, &model.store),
     };
     let mut tr = Trainer {
         model,
@@ -102,7 +111,7 @@ pub fn run_sft(c: &SftConfig, mut on_step: impl FnMut(&StepReport)) -> Result<Pa
         schedule: c.schedule,
         tape: TapeOptions { recompute: c.recompute },
         grpo: GrpoConfig::default(),
-        lora: None,
+        lora,
     };
     let shard = c.shard_bytes.unwrap_or(SHARD_BYTES);
     let mut cursor = (tr.opt.step as usize * c.batch_size) % data.len();
@@ -112,10 +121,11 @@ pub fn run_sft(c: &SftConfig, mut on_step: impl FnMut(&StepReport)) -> Result<Pa
         let rep = tr.sft_step(&batch)?;
         on_step(&rep);
         if c.save_every > 0 && rep.step % c.save_every == 0 {
-            save(&c.out.join(format!("step-{}", rep.step)), &c.model, &tr.model.store, Some(&tr.opt), shard)?;
+            let opt = tr.lora.is_none().then_some(&tr.opt);
+            save(&c.out.join(format!("step-{}", rep.step)), &c.model, &tr.model.store, opt, shard)?;
         }
     }
     let fin = c.out.join("final");
-    save(&fin, &c.model, &tr.model.store, Some(&tr.opt), shard)?;
+    save(&fin, &c.model, &tr.model.store, tr.lora.is_none().then_some(&tr.opt), shard)?;
     Ok(fin)
 }
