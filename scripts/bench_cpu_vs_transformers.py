@@ -132,7 +132,7 @@ def main():
     rows = [("prefill 512 tokens (tok/s)", "prefill_tok_s"), ("decode batch 1 (tok/s)", "decode_b1_tok_s"),
             ("decode batch 8 (tok/s)", "decode_b8_tok_s"), ("GEMM 512x2048x4096 (GFLOP/s)", "gemm_gflops")]
     lines = [
-        "# CPU engine vs transformers (eager), same weights, same threads",
+        "## Run: CPU engine vs transformers (eager), same weights, same threads",
         "",
         f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}, commit `{commit}`",
         f"- machine: {cpu}, {os.cpu_count()} vCPUs, {platform.system()} {platform.release()}; threads used: {args.threads}",

@@ -149,7 +149,8 @@ impl ModelConfig {
                 self.rotary_dim, self.head_dim
             ));
         }
-        if !(self.rms_norm_eps > 0.0) || !(self.rope_theta > 0.0) {
+        if self.rms_norm_eps.is_nan() || self.rms_norm_eps <= 0.0 || self.rope_theta.is_nan() || self.rope_theta <= 0.0
+        {
             return err("rms_norm_eps and rope_theta must be positive".into());
         }
         Ok(())

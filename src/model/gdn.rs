@@ -255,12 +255,13 @@ pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -
         let k = &x.k[c0 * dk..(c0 + l) * dk];
         let v = &x.v[c0 * dv..(c0 + l) * dv];
         let beta = &x.beta[c0..c0 + l];
-        let mut gam = vec![0.0f32; l];
-        let mut acc = 0.0;
-        for i in 0..l {
-            acc += x.g[c0 + i];
-            gam[i] = acc;
-        }
+        let gam: Vec<f32> = x.g[c0..c0 + l]
+            .iter()
+            .scan(0.0f32, |acc, g| {
+                *acc += g;
+                Some(*acc)
+            })
+            .collect();
         let eg: Vec<f32> = gam.iter().map(|g| g.exp()).collect();
         // Gram matrices K·Kᵀ and Q·Kᵀ of the chunk.
         let (mut kk, mut qk) = (vec![0.0f32; l * l], vec![0.0f32; l * l]);
