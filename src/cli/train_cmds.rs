@@ -1,5 +1,8 @@
 //! CLI commands of training: `grads`, `train sft`, `train grpo`.
 
+use crate::train::sft_run::{run_sft, SftConfig};
+use crate::train::{TapeOptions, TrainModel};
+use anyhow::Context;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,6 +15,9 @@ pub struct GradsArgs {
     pub ids: String,
     #[arg(long)]
     pub out: PathBuf,
+    /// Recompute each layer's activations in the backward instead of keeping them.
+    #[arg(long)]
+    pub recompute: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -28,9 +34,35 @@ pub enum TrainCommand {
     },
 }
 
-pub fn grads(_a: GradsArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`grads` is not built yet")
+/// `execcritic grads`: mean next-token NLL of `--ids` and the gradient of every parameter,
+/// written under its Hugging Face name.
+pub fn grads(a: GradsArgs) -> anyhow::Result<ExitCode> {
+    let ids: Vec<u32> = a
+        .ids
+        .split(',')
+        .map(|s| s.trim().parse::<u32>().with_context(|| format!("--ids: {s:?} is not a token id")))
+        .collect::<anyhow::Result<_>>()?;
+    let model = TrainModel::load(&a.model).with_context(|| format!("loading {}", a.model.display()))?;
+    let t0 = std::time::Instant::now();
+    let (loss, grads) = model.nll_gradients(&ids, TapeOptions { recompute: a.recompute })?;
+    let secs = t0.elapsed().as_secs_f64();
+    eprintln!("forward+backward: {secs:.3} s, {:.1} tokens/s", ids.len() as f64 / secs);
+    grads.save(&model.store, &a.out).with_context(|| format!("writing {}", a.out.display()))?;
+    println!("{}", serde_json::json!({ "loss": loss }));
+    Ok(ExitCode::SUCCESS)
 }
-pub fn train(_c: TrainCommand) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`train` is not built yet")
+/// `execcritic train sft|grpo --config FILE.toml`.
+pub fn train(c: TrainCommand) -> anyhow::Result<ExitCode> {
+    match c {
+        TrainCommand::Sft { config } => {
+            let cfg = SftConfig::from_file(&config)?;
+            let fin = run_sft(&cfg, |r| println!("{}", serde_json::to_string(r).unwrap_or_default()))?;
+            eprintln!("saved {}", fin.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        TrainCommand::Grpo { .. } => anyhow::bail!(
+            "`train grpo` needs the rollout pipeline (engine sampling + episodes + rewards), which is not wired yet; \
+             the GRPO loss and update are available as execcritic::train::trainer::Trainer::grpo_step"
+        ),
+    }
 }

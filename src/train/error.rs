@@ -1,0 +1,19 @@
+//! `TrainError`: every way a training computation can fail on bad input (model loading, token
+//! ids, loss inputs of mismatched sizes, checkpoint I/O), each naming the offending item.
+
+use crate::model::ModelError;
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error("cannot access {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("invalid training input: {0}")]
+    BadInput(String),
+    #[error("cannot write safetensors {path}: {msg}")]
+    Write { path: PathBuf, msg: String },
+}
+
+pub type Result<T> = std::result::Result<T, TrainError>;

@@ -1,0 +1,9 @@
+//! Per-layer forward/backward pairs of the training path: each `forward` returns its output and
+//! the activations its `backward` needs (a per-layer tape); each `backward` accumulates its
+//! weight gradients into [`crate::train::params::Grads`] and returns the input gradient.
+
+pub mod attention;
+pub mod delta_rule;
+pub mod ffn;
+pub mod gdn;
+pub mod moe;

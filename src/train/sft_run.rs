@@ -1,0 +1,131 @@
+//! `train sft` runs: a TOML config (model, JSONL data of token ids + assistant masks, optimizer,
+//! schedule, steps, batch size, checkpointing), the update loop over the data in order
+//! (wrapping around), one JSON line of metrics per step, and HF checkpoints with optimizer state
+//! (`<out>/step-<n>` every `save_every` steps and `<out>/final`). `resume` continues from a
+//! checkpoint written by a previous run.
+
+use super::checkpoint::{load_optimizer, save, SHARD_BYTES};
+use super::error::{Result, TrainError};
+use super::grpo::GrpoConfig;
+use super::lora::{Lora, LoraConfig};
+use super::network::{TapeOptions, TrainModel};
+use super::optim::{AdamW, AdamWConfig, Schedule};
+use super::trainer::{SftExample, StepReport, Trainer};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+fn default_schedule() -> Schedule {
+    Schedule::Constant
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SftConfig {
+    /// Hugging Face model folder to start from.
+    pub model: PathBuf,
+    /// JSONL, one `{"ids": [...], "mask": [...]}` per line (mask true on assistant tokens).
+    pub data: PathBuf,
+    /// Output folder for checkpoints.
+    pub out: PathBuf,
+    pub steps: u64,
+    pub batch_size: usize,
+    #[serde(default)]
+    pub save_every: u64,
+    #[serde(default)]
+    pub recompute: bool,
+    /// Continue from this checkpoint (weights and optimizer state).
+    #[serde(default)]
+    pub resume: Option<PathBuf>,
+    #[serde(default)]
+    pub optimizer: AdamWConfig,
+    #[serde(default = "default_schedule")]
+    pub schedule: Schedule,
+    #[serde(default)]
+    pub shard_bytes: Option<usize>,
+    /// Train LoRA adapters only (checkpoints hold the merged weights, no optimizer state).
+    #[serde(default)]
+    pub lora: Option<LoraConfig>,
+}
+
+impl SftConfig {
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| TrainError::Io { path: path.into(), source })?;
+        let mut c: SftConfig =
+            toml::from_str(&text).map_err(|e| TrainError::BadInput(format!("{}: {e}", path.display())))?;
+        // Relative paths are relative to the config file's folder.
+        let base = path.parent().unwrap_or(Path::new("."));
+        for p in [&mut c.model, &mut c.data, &mut c.out] {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+        if let Some(r) = c.resume.as_mut().filter(|r| r.is_relative()) {
+            *r = base.join(&*r);
+        }
+        if c.lora.is_some() && c.resume.is_some() {
+            return Err(TrainError::BadInput(format!("{}: resume is not supported with lora", path.display())));
+        }
+        if c.batch_size == 0 || c.steps == 0 {
+            return Err(TrainError::BadInput(format!("{}: steps and batch_size must be > 0", path.display())));
+        }
+        Ok(c)
+    }
+}
+
+/// Read SFT examples from JSONL, checking lengths.
+pub fn read_examples(path: &Path) -> Result<Vec<SftExample>> {
+    let text = std::fs::read_to_string(path).map_err(|source| TrainError::Io { path: path.into(), source })?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let e: SftExample = serde_json::from_str(line)
+            .map_err(|e| TrainError::BadInput(format!("{}:{}: {e}", path.display(), i + 1)))?;
+        if e.ids.len() != e.mask.len() || e.ids.len() < 2 {
+            return Err(TrainError::BadInput(format!(
+                "{}:{}: ids and mask must have the same length ≥ 2",
+                path.display(),
+                i + 1
+            )));
+        }
+        out.push(e);
+    }
+    if out.is_empty() {
+        return Err(TrainError::BadInput(format!("{}: no examples", path.display())));
+    }
+    Ok(out)
+}
+
+/// Run the configured SFT; `on_step` sees each step's report. Returns the final checkpoint path.
+pub fn run_sft(c: &SftConfig, mut on_step: impl FnMut(&StepReport)) -> Result<PathBuf> {
+    let data = read_examples(&c.data)?;
+    let start = c.resume.as_deref().unwrap_or(&c.model);
+    let model = TrainModel::load(start)?;
+    let lora = c.lora.clone().map(|l| Lora::new(l, &model.store)).transpose()?;
+    let opt = match (&c.resume, &lora) {
+        (_, Some(l)) => AdamW::new(c.optimizer, &l.adapters),
+        (Some(r), None) => load_optimizer(r, &model.store)?,
+        (None, None) => AdamW::new(c.optimizer, &model.store),
+    };
+    let mut tr = Trainer {
+        model,
+        opt,
+        schedule: c.schedule,
+        tape: TapeOptions { recompute: c.recompute },
+        grpo: GrpoConfig::default(),
+        lora,
+    };
+    let shard = c.shard_bytes.unwrap_or(SHARD_BYTES);
+    let mut cursor = (tr.opt.step as usize * c.batch_size) % data.len();
+    while tr.opt.step < c.steps {
+        let batch: Vec<SftExample> = (0..c.batch_size).map(|i| data[(cursor + i) % data.len()].clone()).collect();
+        cursor = (cursor + c.batch_size) % data.len();
+        let rep = tr.sft_step(&batch)?;
+        on_step(&rep);
+        if c.save_every > 0 && rep.step % c.save_every == 0 {
+            let opt = tr.lora.is_none().then_some(&tr.opt);
+            save(&c.out.join(format!("step-{}", rep.step)), &c.model, &tr.model.store, opt, shard)?;
+        }
+    }
+    let fin = c.out.join("final");
+    save(&fin, &c.model, &tr.model.store, tr.lora.is_none().then_some(&tr.opt), shard)?;
+    Ok(fin)
+}
