@@ -1,2 +1,14 @@
 //! Tensor layer: the `Tensor` type and its backends (CPU reference; CUDA behind the `cuda`
 //! feature). Owns storage dtypes (f32, bf16, f16) and the numeric kernels the model uses.
+//!
+//! The CPU backend is deliberately small: a [`Tensor`] is a contiguous row-major f32 buffer that
+//! is either owned or borrowed in place from a memory-mapped checkpoint ([`Storage`]); the ops in
+//! [`cpu`] work on plain `&[f32]` slices with explicit dimensions. A CUDA backend mirrors the
+//! same op list (one function per op) on device buffers.
+
+pub mod cpu;
+pub mod dtype;
+pub mod storage;
+
+pub use dtype::DType;
+pub use storage::{Storage, Tensor};

@@ -1,0 +1,143 @@
+//! Gated full attention (`Qwen3_5MoeAttention`): q/gate projection with per-head interleave,
+//! (1+w) q/k RMSNorm, partial RoPE, grouped-query causal attention over the KV cache, sigmoid
+//! output gate, output projection.
+
+use super::checkpoint::Checkpoint;
+use super::config::ModelConfig;
+use super::error::Result;
+use super::rope::Rope;
+use super::state::KvCache;
+use crate::tensor::cpu::{dot, matmul_t, rms_norm_1p, sigmoid, softmax};
+use crate::tensor::Tensor;
+use rayon::prelude::*;
+
+pub struct Attention {
+    q_proj: Tensor,
+    k_proj: Tensor,
+    v_proj: Tensor,
+    o_proj: Tensor,
+    q_norm: Tensor,
+    k_norm: Tensor,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    eps: f32,
+}
+
+/// One sequence's slice of the batch for a mixer layer.
+pub struct Segment<'a, S> {
+    /// First row of this sequence in the batch matrices.
+    pub start: usize,
+    pub len: usize,
+    /// Position of the first token (tokens already in the cache).
+    pub pos: usize,
+    pub state: &'a mut S,
+}
+
+impl Attention {
+    pub fn load(ck: &mut Checkpoint, p: &str, c: &ModelConfig) -> Result<Self> {
+        let (h, hq, hkv, hd) = (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        Ok(Attention {
+            q_proj: ck.get(&format!("{p}q_proj.weight"), &[hq * hd * 2, h])?,
+            k_proj: ck.get(&format!("{p}k_proj.weight"), &[hkv * hd, h])?,
+            v_proj: ck.get(&format!("{p}v_proj.weight"), &[hkv * hd, h])?,
+            o_proj: ck.get(&format!("{p}o_proj.weight"), &[h, hq * hd])?,
+            q_norm: ck.get(&format!("{p}q_norm.weight"), &[hd])?,
+            k_norm: ck.get(&format!("{p}k_norm.weight"), &[hd])?,
+            heads: hq,
+            kv_heads: hkv,
+            head_dim: hd,
+            eps: c.rms_norm_eps,
+        })
+    }
+
+    /// `x`: normed input rows `[N, hidden]` of the whole batch; returns `[N, hidden]`.
+    pub fn forward(&self, x: &[f32], n: usize, segs: &mut [Segment<'_, KvCache>], rope: &Rope) -> Vec<f32> {
+        let hidden = self.o_proj.rows();
+        let (hq, hkv, hd) = (self.heads, self.kv_heads, self.head_dim);
+        let mut qg = vec![0.0; n * hq * hd * 2];
+        let mut k = vec![0.0; n * hkv * hd];
+        let mut v = vec![0.0; n * hkv * hd];
+        matmul_t(x, n, hidden, self.q_proj.data(), hq * hd * 2, &mut qg, true);
+        matmul_t(x, n, hidden, self.k_proj.data(), hkv * hd, &mut k, true);
+        matmul_t(x, n, hidden, self.v_proj.data(), hkv * hd, &mut v, true);
+
+        // Split query / gate (per-head interleave), q/k norm, RoPE.
+        let mut q = vec![0.0; n * hq * hd];
+        let mut gate = vec![0.0; n * hq * hd];
+        for t in 0..n {
+            for h in 0..hq {
+                let src = &qg[(t * hq + h) * 2 * hd..(t * hq + h + 1) * 2 * hd];
+                q[(t * hq + h) * hd..(t * hq + h + 1) * hd].copy_from_slice(&src[..hd]);
+                gate[(t * hq + h) * hd..(t * hq + h + 1) * hd].copy_from_slice(&src[hd..]);
+            }
+        }
+        rms_norm_1p(&mut q, self.q_norm.data(), self.eps);
+        rms_norm_1p(&mut k, self.k_norm.data(), self.eps);
+        for seg in segs.iter() {
+            for i in 0..seg.len {
+                let t = seg.start + i;
+                let (cos, sin) = rope.cos_sin(seg.pos + i);
+                for h in 0..hq {
+                    Rope::apply(&mut q[(t * hq + h) * hd..(t * hq + h + 1) * hd], &cos, &sin);
+                }
+                for h in 0..hkv {
+                    Rope::apply(&mut k[(t * hkv + h) * hd..(t * hkv + h + 1) * hd], &cos, &sin);
+                }
+            }
+        }
+        // Append to caches.
+        for seg in segs.iter_mut() {
+            let r = seg.start * hkv * hd..(seg.start + seg.len) * hkv * hd;
+            seg.state.k.extend_from_slice(&k[r.clone()]);
+            seg.state.v.extend_from_slice(&v[r]);
+        }
+
+        // Attention per (sequence, head), read-only over the caches.
+        let group = hq / hkv;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let work: Vec<(usize, usize)> = (0..segs.len()).flat_map(|s| (0..hq).map(move |h| (s, h))).collect();
+        let segs_ro: Vec<(usize, usize, usize, &KvCache)> =
+            segs.iter().map(|s| (s.start, s.len, s.pos, &*s.state)).collect();
+        let outs: Vec<Vec<f32>> = work
+            .par_iter()
+            .map(|&(s, h)| {
+                let (start, len, pos, cache) = segs_ro[s];
+                let kvh = h / group;
+                let total = pos + len;
+                let mut out = vec![0.0; len * hd];
+                let mut scores = vec![0.0; total];
+                for i in 0..len {
+                    let qi = &q[((start + i) * hq + h) * hd..((start + i) * hq + h + 1) * hd];
+                    let visible = pos + i + 1;
+                    for (j, sc) in scores[..visible].iter_mut().enumerate() {
+                        *sc = dot(qi, &cache.k[(j * hkv + kvh) * hd..(j * hkv + kvh + 1) * hd]) * scale;
+                    }
+                    softmax(&mut scores[..visible]);
+                    let o = &mut out[i * hd..(i + 1) * hd];
+                    for (j, &p) in scores[..visible].iter().enumerate() {
+                        let vj = &cache.v[(j * hkv + kvh) * hd..(j * hkv + kvh + 1) * hd];
+                        for (oo, vv) in o.iter_mut().zip(vj) {
+                            *oo += p * vv;
+                        }
+                    }
+                }
+                out
+            })
+            .collect();
+        let mut o = vec![0.0; n * hq * hd];
+        for (&(s, h), out) in work.iter().zip(&outs) {
+            let (start, len, _, _) = segs_ro[s];
+            for i in 0..len {
+                let dst = ((start + i) * hq + h) * hd;
+                o[dst..dst + hd].copy_from_slice(&out[i * hd..(i + 1) * hd]);
+            }
+        }
+        for (oo, g) in o.iter_mut().zip(&gate) {
+            *oo *= sigmoid(*g);
+        }
+        let mut y = vec![0.0; n * hidden];
+        matmul_t(&o, n, hq * hd, self.o_proj.data(), hidden, &mut y, true);
+        y
+    }
+}

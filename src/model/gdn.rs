@@ -1,0 +1,346 @@
+//! Gated DeltaNet (`Qwen3_5MoeGatedDeltaNet`): projections, causal depthwise conv + SiLU with a
+//! conv cache, decay/beta gates (A_log, dt_bias), L2-normalised q/k, the delta rule in its chunked
+//! prefill form and its recurrent decode form (same math, exposed separately so they can be
+//! checked against each other), and the gated RMSNorm before the output projection.
+
+use super::attention::Segment;
+use super::checkpoint::Checkpoint;
+use super::config::ModelConfig;
+use super::error::Result;
+use super::state::GdnState;
+use crate::tensor::cpu::{dot, l2_normalize, matmul_t, rms_norm_gated, sigmoid, silu, softplus};
+use crate::tensor::Tensor;
+use rayon::prelude::*;
+
+/// Chunk length of the chunked delta rule (as HF's `torch_chunk_gated_delta_rule`).
+pub const CHUNK: usize = 64;
+
+pub struct GatedDeltaNet {
+    in_proj_qkv: Tensor,
+    in_proj_z: Tensor,
+    in_proj_b: Tensor,
+    in_proj_a: Tensor,
+    /// `[conv_dim, K]`
+    conv: Tensor,
+    dt_bias: Tensor,
+    a_log: Tensor,
+    norm: Tensor,
+    out_proj: Tensor,
+    kh: usize,
+    vh: usize,
+    dk: usize,
+    dv: usize,
+    kernel: usize,
+    eps: f32,
+}
+
+impl GatedDeltaNet {
+    pub fn load(ck: &mut Checkpoint, p: &str, c: &ModelConfig) -> Result<Self> {
+        let h = c.hidden_size;
+        let (conv_dim, vd, hv, k) = (c.gdn_conv_dim(), c.gdn_value_dim(), c.linear_num_value_heads, c.linear_conv_kernel_dim);
+        Ok(GatedDeltaNet {
+            in_proj_qkv: ck.get(&format!("{p}in_proj_qkv.weight"), &[conv_dim, h])?,
+            in_proj_z: ck.get(&format!("{p}in_proj_z.weight"), &[vd, h])?,
+            in_proj_b: ck.get(&format!("{p}in_proj_b.weight"), &[hv, h])?,
+            in_proj_a: ck.get(&format!("{p}in_proj_a.weight"), &[hv, h])?,
+            conv: ck.get(&format!("{p}conv1d.weight"), &[conv_dim, 1, k])?.reshape(vec![conv_dim, k]),
+            dt_bias: ck.get(&format!("{p}dt_bias"), &[hv])?,
+            a_log: ck.get(&format!("{p}A_log"), &[hv])?,
+            norm: ck.get(&format!("{p}norm.weight"), &[c.linear_value_head_dim])?,
+            out_proj: ck.get(&format!("{p}out_proj.weight"), &[h, vd])?,
+            kh: c.linear_num_key_heads,
+            vh: hv,
+            dk: c.linear_key_head_dim,
+            dv: c.linear_value_head_dim,
+            kernel: k,
+            eps: c.rms_norm_eps,
+        })
+    }
+
+    /// A zeroed state for a new sequence.
+    pub fn new_state(c: &ModelConfig) -> GdnState {
+        GdnState {
+            conv: vec![0.0; (c.linear_conv_kernel_dim - 1) * c.gdn_conv_dim()],
+            recurrent: vec![0.0; c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim],
+        }
+    }
+
+    /// `x`: normed input rows `[N, hidden]` of the whole batch; returns `[N, hidden]`.
+    /// Segments of one token use the recurrent form, longer ones the chunked form; both start
+    /// from the segment's state and leave it updated.
+    pub fn forward(&self, x: &[f32], n: usize, segs: &mut [Segment<'_, GdnState>]) -> Vec<f32> {
+        let hidden = self.out_proj.rows();
+        let (kh, vh, dk, dv) = (self.kh, self.vh, self.dk, self.dv);
+        let (key_dim, val_dim) = (kh * dk, vh * dv);
+        let conv_dim = 2 * key_dim + val_dim;
+        let mut mixed = vec![0.0; n * conv_dim];
+        let mut z = vec![0.0; n * val_dim];
+        let mut b = vec![0.0; n * vh];
+        let mut a = vec![0.0; n * vh];
+        matmul_t(x, n, hidden, self.in_proj_qkv.data(), conv_dim, &mut mixed, true);
+        matmul_t(x, n, hidden, self.in_proj_z.data(), val_dim, &mut z, true);
+        matmul_t(x, n, hidden, self.in_proj_b.data(), vh, &mut b, true);
+        matmul_t(x, n, hidden, self.in_proj_a.data(), vh, &mut a, true);
+
+        // Causal conv + SiLU per sequence, then split, L2-normalise and compute the gates.
+        let q_scale = 1.0 / (dk as f32).sqrt();
+        let mut qkv = vec![0.0; n * conv_dim];
+        for seg in segs.iter_mut() {
+            let rows = &mixed[seg.start * conv_dim..(seg.start + seg.len) * conv_dim];
+            let out = &mut qkv[seg.start * conv_dim..(seg.start + seg.len) * conv_dim];
+            self.causal_conv(rows, seg.len, &mut seg.state.conv, out);
+        }
+        for row in qkv.chunks_exact_mut(conv_dim) {
+            let (qk, _) = row.split_at_mut(2 * key_dim);
+            let (q, k) = qk.split_at_mut(key_dim);
+            for hq in q.chunks_exact_mut(dk) {
+                l2_normalize(hq, 1e-6, q_scale);
+            }
+            for hk in k.chunks_exact_mut(dk) {
+                l2_normalize(hk, 1e-6, 1.0);
+            }
+        }
+        let beta: Vec<f32> = b.iter().map(|&x| sigmoid(x)).collect();
+        let (a_log, dt_bias) = (self.a_log.data(), self.dt_bias.data());
+        let g: Vec<f32> = a
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| -a_log[i % vh].exp() * softplus(x + dt_bias[i % vh]))
+            .collect();
+
+        // Delta rule per (sequence, value head); each work item owns its head's state.
+        let ratio = vh / kh;
+        let mut work: Vec<(usize, usize, usize, &mut [f32])> = Vec::new();
+        for seg in segs.iter_mut() {
+            for (h, st) in seg.state.recurrent.chunks_exact_mut(dk * dv).enumerate() {
+                work.push((seg.start, seg.len, h, st));
+            }
+        }
+        let outs: Vec<Vec<f32>> = work
+            .par_iter_mut()
+            .map(|(start, len, h, st)| {
+                let (start, len, h) = (*start, *len, *h);
+                let khd = h / ratio;
+                let gather = |off: usize, d: usize| -> Vec<f32> {
+                    (start..start + len).flat_map(|t| qkv[t * conv_dim + off..t * conv_dim + off + d].iter().copied()).collect()
+                };
+                let q = gather(khd * dk, dk);
+                let k = gather(key_dim + khd * dk, dk);
+                let v = gather(2 * key_dim + h * dv, dv);
+                let bt: Vec<f32> = (start..start + len).map(|t| beta[t * vh + h]).collect();
+                let gt: Vec<f32> = (start..start + len).map(|t| g[t * vh + h]).collect();
+                let inp = DeltaInput { q: &q, k: &k, v: &v, beta: &bt, g: &gt, dk, dv };
+                if len == 1 {
+                    recurrent_delta_rule(&inp, st)
+                } else {
+                    chunked_delta_rule(&inp, st, CHUNK)
+                }
+            })
+            .collect();
+        let mut o = vec![0.0; n * val_dim];
+        for ((start, len, h, _), out) in work.iter().zip(&outs) {
+            for i in 0..*len {
+                let dst = (start + i) * val_dim + h * dv;
+                o[dst..dst + dv].copy_from_slice(&out[i * dv..(i + 1) * dv]);
+            }
+        }
+        rms_norm_gated(&mut o, &z, self.norm.data(), self.eps);
+        let mut y = vec![0.0; n * hidden];
+        matmul_t(&o, n, val_dim, self.out_proj.data(), hidden, &mut y, true);
+        y
+    }
+
+    /// Depthwise causal conv (kernel K, no bias) + SiLU over `len` rows, continuing from and
+    /// updating the conv cache (the last K-1 input rows).
+    fn causal_conv(&self, rows: &[f32], len: usize, cache: &mut Vec<f32>, out: &mut [f32]) {
+        let cd = self.conv.rows();
+        let k = self.kernel;
+        let w = self.conv.data();
+        let mut inp = Vec::with_capacity((k - 1 + len) * cd);
+        inp.extend_from_slice(cache);
+        inp.extend_from_slice(rows);
+        for t in 0..len {
+            let o = &mut out[t * cd..(t + 1) * cd];
+            for (c, oc) in o.iter_mut().enumerate() {
+                let mut s = 0.0;
+                for j in 0..k {
+                    s += w[c * k + j] * inp[(t + j) * cd + c];
+                }
+                *oc = silu(s);
+            }
+        }
+        cache.copy_from_slice(&inp[len * cd..]);
+    }
+}
+
+/// Inputs of the delta rule for one value head over T steps: `q` (L2-normalised and scaled by
+/// dk^-½), `k` (L2-normalised) `[T, dk]`, `v` `[T, dv]`, `beta` and log-decay `g` `[T]`.
+pub struct DeltaInput<'a> {
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub beta: &'a [f32],
+    pub g: &'a [f32],
+    pub dk: usize,
+    pub dv: usize,
+}
+
+/// Recurrent form, one step at a time; `state` is `S [dk, dv]`. Returns `[T, dv]`.
+pub fn recurrent_delta_rule(x: &DeltaInput<'_>, state: &mut [f32]) -> Vec<f32> {
+    let (dk, dv) = (x.dk, x.dv);
+    let steps = x.beta.len();
+    let mut out = vec![0.0; steps * dv];
+    let mut m = vec![0.0; dv];
+    for t in 0..steps {
+        let (qt, kt, vt) = (&x.q[t * dk..(t + 1) * dk], &x.k[t * dk..(t + 1) * dk], &x.v[t * dv..(t + 1) * dv]);
+        let decay = x.g[t].exp();
+        m.fill(0.0);
+        for (i, row) in state.chunks_exact_mut(dv).enumerate() {
+            for (s, mm) in row.iter_mut().zip(m.iter_mut()) {
+                *s *= decay;
+                *mm += *s * kt[i];
+            }
+        }
+        let delta: Vec<f32> = vt.iter().zip(&m).map(|(v, mm)| x.beta[t] * (v - mm)).collect();
+        let o = &mut out[t * dv..(t + 1) * dv];
+        for (i, row) in state.chunks_exact_mut(dv).enumerate() {
+            for ((s, d), oo) in row.iter_mut().zip(&delta).zip(o.iter_mut()) {
+                *s += kt[i] * d;
+                *oo += *s * qt[i];
+            }
+        }
+    }
+    out
+}
+
+/// Chunked (WY / UT-transform) form over chunks of `chunk` steps, as HF's
+/// `torch_chunk_gated_delta_rule`; starts from and updates `state`. Returns `[T, dv]`.
+pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -> Vec<f32> {
+    let (dk, dv) = (x.dk, x.dv);
+    let steps = x.beta.len();
+    let mut out = vec![0.0; steps * dv];
+    let mut c0 = 0;
+    while c0 < steps {
+        let l = chunk.min(steps - c0);
+        let q = &x.q[c0 * dk..(c0 + l) * dk];
+        let k = &x.k[c0 * dk..(c0 + l) * dk];
+        let v = &x.v[c0 * dv..(c0 + l) * dv];
+        let beta = &x.beta[c0..c0 + l];
+        let mut gam = vec![0.0f32; l];
+        let mut acc = 0.0;
+        for i in 0..l {
+            acc += x.g[c0 + i];
+            gam[i] = acc;
+        }
+        // A = -(β_i k_i·k_j Γ_ij) strictly below the diagonal, then T = (I + A')⁻¹ by the same
+        // row recursion as HF; stored in `a` (unit diagonal implicit).
+        let mut a = vec![0.0f32; l * l];
+        for i in 0..l {
+            for j in 0..i {
+                a[i * l + j] = -beta[i] * dot(&k[i * dk..(i + 1) * dk], &k[j * dk..(j + 1) * dk]) * (gam[i] - gam[j]).exp();
+            }
+        }
+        for i in 1..l {
+            let row: Vec<f32> = a[i * l..i * l + i].to_vec();
+            for j in 0..i {
+                let mut s = row[j];
+                for (m, &r) in row.iter().enumerate().skip(j + 1) {
+                    s += r * a[m * l + j];
+                }
+                a[i * l + j] = s;
+            }
+        }
+        // U = T·(β v), W = T·(β e^γ k)
+        let mut u = vec![0.0f32; l * dv];
+        let mut w = vec![0.0f32; l * dk];
+        for i in 0..l {
+            for j in 0..=i {
+                let tij = if i == j { 1.0 } else { a[i * l + j] };
+                if tij == 0.0 {
+                    continue;
+                }
+                let cu = tij * beta[j];
+                let cw = cu * gam[j].exp();
+                for (uu, vv) in u[i * dv..(i + 1) * dv].iter_mut().zip(&v[j * dv..(j + 1) * dv]) {
+                    *uu += cu * vv;
+                }
+                for (ww, kk) in w[i * dk..(i + 1) * dk].iter_mut().zip(&k[j * dk..(j + 1) * dk]) {
+                    *ww += cw * kk;
+                }
+            }
+        }
+        // Vn = U − W·S ; O = (e^γ q)·S + P·Vn
+        let mut vn = u;
+        for i in 0..l {
+            let vi = &mut vn[i * dv..(i + 1) * dv];
+            let oi = &mut out[(c0 + i) * dv..(c0 + i + 1) * dv];
+            let eg = gam[i].exp();
+            for a_ in 0..dk {
+                let srow = &state[a_ * dv..(a_ + 1) * dv];
+                let (cw, cq) = (w[i * dk + a_], q[i * dk + a_] * eg);
+                for ((vv, oo), s) in vi.iter_mut().zip(oi.iter_mut()).zip(srow) {
+                    *vv -= cw * s;
+                    *oo += cq * s;
+                }
+            }
+        }
+        for i in 0..l {
+            let qi = &q[i * dk..(i + 1) * dk];
+            for j in 0..=i {
+                let p = dot(qi, &k[j * dk..(j + 1) * dk]) * (gam[i] - gam[j]).exp();
+                let (src, dst) = (j * dv, (c0 + i) * dv);
+                for d in 0..dv {
+                    out[dst + d] += p * vn[src + d];
+                }
+            }
+        }
+        // S = e^{γ_last} S + Σ_i e^{γ_last − γ_i} k_i ⊗ Vn_i
+        let glast = gam[l - 1];
+        let total = glast.exp();
+        for s in state.iter_mut() {
+            *s *= total;
+        }
+        for i in 0..l {
+            let c = (glast - gam[i]).exp();
+            for a_ in 0..dk {
+                let kc = c * k[i * dk + a_];
+                for (s, vv) in state[a_ * dv..(a_ + 1) * dv].iter_mut().zip(&vn[i * dv..(i + 1) * dv]) {
+                    *s += kc * vv;
+                }
+            }
+        }
+        c0 += l;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn chunked_equals_recurrent_across_chunks_and_with_initial_state() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let (t, dk, dv) = (150, 16, 12);
+        let mut q: Vec<f32> = (0..t * dk).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let mut k: Vec<f32> = (0..t * dk).map(|_| rng.random_range(-1.0..1.0)).collect();
+        for r in q.chunks_exact_mut(dk) {
+            l2_normalize(r, 1e-6, 0.25);
+        }
+        for r in k.chunks_exact_mut(dk) {
+            l2_normalize(r, 1e-6, 1.0);
+        }
+        let v: Vec<f32> = (0..t * dv).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let beta: Vec<f32> = (0..t).map(|_| rng.random_range(0.0..1.0)).collect();
+        let g: Vec<f32> = (0..t).map(|_| -rng.random_range(0.0..0.5)).collect();
+        let s0: Vec<f32> = (0..dk * dv).map(|_| rng.random_range(-0.5..0.5)).collect();
+        let inp = DeltaInput { q: &q, k: &k, v: &v, beta: &beta, g: &g, dk, dv };
+        let (mut s1, mut s2) = (s0.clone(), s0.clone());
+        let o1 = recurrent_delta_rule(&inp, &mut s1);
+        let o2 = chunked_delta_rule(&inp, &mut s2, CHUNK);
+        let max = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        assert!(max(&o1, &o2) < 1e-4, "outputs differ by {}", max(&o1, &o2));
+        assert!(max(&s1, &s2) < 1e-4, "states differ by {}", max(&s1, &s2));
+    }
+}
