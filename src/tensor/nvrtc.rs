@@ -217,22 +217,34 @@ fn check(call: &'static str, code: c_int) -> Result<(), NvrtcError> {
 /// Locate libnvrtc: `$EXECCRITIC_NVRTC`, then `nvidia/*/lib/libnvrtc.so*` under Python's
 /// site-packages (the PyPI wheel, or the copy PyTorch depends on), then the CUDA toolkit dirs.
 pub fn find_library() -> Result<PathBuf, NvrtcError> {
-    if let Some(p) = std::env::var_os(NVRTC_ENV) {
+    find_cuda_library("nvrtc", NVRTC_ENV)
+}
+
+/// Locate `lib<stem>.so*`: `$env` (a file path) first, then the NVIDIA wheels in Python's
+/// site-packages, then the CUDA toolkit dirs. The CUDA backend also uses it for cuBLAS(Lt) on
+/// hosts where those only exist inside PyTorch's wheels. (`libcublas.so*` does not match
+/// `libcublasLt.so*`: the prefix ends in ".so".)
+pub fn find_cuda_library(stem: &str, env: &str) -> Result<PathBuf, NvrtcError> {
+    if let Some(p) = std::env::var_os(env) {
         let p = PathBuf::from(p);
         return if p.is_file() {
             Ok(p)
         } else {
             Err(NvrtcError::NotFound(format!(
-                "{NVRTC_ENV}={} is not a file",
+                "{env}={} is not a file",
                 p.display()
             )))
         };
     }
+    let prefix = format!("lib{stem}.so");
     let mut dirs: Vec<PathBuf> = python_site_dirs()
         .into_iter()
         .flat_map(|sp| {
             let nv = sp.join("nvidia");
-            let mut v = vec![nv.join("cuda_nvrtc/lib")];
+            let mut v = vec![
+                nv.join(format!("cuda_{stem}/lib")),
+                nv.join(format!("{}/lib", stem.to_lowercase())),
+            ];
             if let Ok(rd) = std::fs::read_dir(&nv) {
                 v.extend(rd.flatten().map(|e| e.path().join("lib")));
             }
@@ -257,7 +269,7 @@ pub fn find_library() -> Result<PathBuf, NvrtcError> {
             .filter(|p| {
                 p.file_name()
                     .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("libnvrtc.so"))
+                    .is_some_and(|n| n.starts_with(&prefix))
             })
             .collect();
         hits.sort();
