@@ -10,6 +10,7 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod dtype;
+pub mod expert_parallel;
 pub mod kernels;
 pub mod nvrtc;
 pub mod storage;
