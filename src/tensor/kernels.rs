@@ -12,6 +12,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("gdn", include_str!("../../kernels/gdn.cu")),
     ("moe", include_str!("../../kernels/moe.cu")),
     ("sample", include_str!("../../kernels/sample.cu")),
+    ("init", include_str!("../../kernels/init.cu")),
 ];
 
 /// The full compile unit of one kernel file.

@@ -9,6 +9,7 @@
 //! cudarc touches it, so a machine without a GPU gets [`CudaError::NoDevice`], not a panic.
 
 pub mod device;
+pub mod forward;
 pub mod gemm;
 pub mod ops;
 

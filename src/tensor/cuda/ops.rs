@@ -872,3 +872,16 @@ pub fn sample_tokens(
         logprob
     )
 }
+
+// ---------------------------------------------------------------- initialisation
+
+/// Uniform random bf16 in `[lo, hi)` from a counter hash of (seed, index), on device.
+pub fn fill_uniform_bf16(gpu: &Gpu, x: &mut Bf, seed: u64, lo: f32, hi: f32) -> Result<()> {
+    let n = x.len();
+    launch!(gpu, "fill_uniform_bf16", cfg((n.div_ceil(256).min(65535 * 8), 1, 1), 256, 0), x, &(n as i64), &seed, &lo, &hi)
+}
+
+pub fn fill_f32(gpu: &Gpu, x: &mut F32, v: f32) -> Result<()> {
+    let n = x.len();
+    launch!(gpu, "fill_f32", stride_cfg(n), x, &(n as i64), &v)
+}
