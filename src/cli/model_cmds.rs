@@ -35,8 +35,33 @@ pub struct GenerateArgs {
     pub seed: u64,
 }
 
-pub fn logits(_a: LogitsArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`logits` is not built yet")
+/// `execcritic logits`: print `{"logits": [[...], ...]}`, one row per input position.
+pub fn logits(a: LogitsArgs) -> anyhow::Result<ExitCode> {
+    use anyhow::Context;
+    use crate::model::{ForwardOptions, LogitsMode, Model, SeqInput};
+    let ids: Vec<u32> = a
+        .ids
+        .split(',')
+        .map(|s| s.trim().parse::<u32>().with_context(|| format!("--ids: {s:?} is not a token id")))
+        .collect::<anyhow::Result<_>>()?;
+    if ids.is_empty() {
+        anyhow::bail!("--ids is empty");
+    }
+    let model = Model::load(&a.model).with_context(|| format!("loading model from {}", a.model.display()))?;
+    // Prefill the first K tokens in one step, then one token per step through the caches.
+    let k = a.decode_after.unwrap_or(ids.len()).clamp(1, ids.len());
+    let mut chunks = vec![&ids[..k]];
+    chunks.extend(ids[k..].chunks(1));
+    let mut state = model.new_state();
+    let opts = ForwardOptions { logits: LogitsMode::All, ..Default::default() };
+    let mut rows: Vec<Vec<f32>> = Vec::with_capacity(ids.len());
+    for chunk in chunks {
+        let out = model.forward(&mut [SeqInput::new(chunk, &mut state)], &opts)?;
+        let v = model.config().vocab_size;
+        rows.extend(out[0].logits.data().chunks_exact(v).map(<[f32]>::to_vec));
+    }
+    println!("{}", serde_json::json!({ "logits": rows }));
+    Ok(ExitCode::SUCCESS)
 }
 pub fn generate(_a: GenerateArgs) -> anyhow::Result<ExitCode> {
     anyhow::bail!("`generate` is not built yet")

@@ -7,7 +7,7 @@ use super::config::ModelConfig;
 use super::error::Result;
 use super::rope::Rope;
 use super::state::KvCache;
-use crate::tensor::cpu::{dot, matmul_t, rms_norm_1p, sigmoid, softmax};
+use crate::tensor::cpu::{axpy, dot, matmul_t, rms_norm_1p, sigmoid, simd_fn, softmax};
 use crate::tensor::Tensor;
 use rayon::prelude::*;
 
@@ -103,26 +103,8 @@ impl Attention {
             .par_iter()
             .map(|&(s, h)| {
                 let (start, len, pos, cache) = segs_ro[s];
-                let kvh = h / group;
-                let total = pos + len;
-                let mut out = vec![0.0; len * hd];
-                let mut scores = vec![0.0; total];
-                for i in 0..len {
-                    let qi = &q[((start + i) * hq + h) * hd..((start + i) * hq + h + 1) * hd];
-                    let visible = pos + i + 1;
-                    for (j, sc) in scores[..visible].iter_mut().enumerate() {
-                        *sc = dot(qi, &cache.k[(j * hkv + kvh) * hd..(j * hkv + kvh + 1) * hd]) * scale;
-                    }
-                    softmax(&mut scores[..visible]);
-                    let o = &mut out[i * hd..(i + 1) * hd];
-                    for (j, &p) in scores[..visible].iter().enumerate() {
-                        let vj = &cache.v[(j * hkv + kvh) * hd..(j * hkv + kvh + 1) * hd];
-                        for (oo, vv) in o.iter_mut().zip(vj) {
-                            *oo += p * vv;
-                        }
-                    }
-                }
-                out
+                let q_rows = &q[start * hq * hd..(start + len) * hq * hd];
+                attend_head(q_rows, hq * hd, h * hd, pos, &cache.k, &cache.v, hkv * hd, (h / group) * hd, hd, scale)
             })
             .collect();
         let mut o = vec![0.0; n * hq * hd];
@@ -139,5 +121,41 @@ impl Attention {
         let mut y = vec![0.0; n * hidden];
         matmul_t(&o, n, hq * hd, self.o_proj.data(), hidden, &mut y, true);
         y
+    }
+}
+
+simd_fn! {
+    /// Causal attention of one query head: rows `i` of `q` (`q[i·q_stride + q_off..][..hd]`, the
+    /// query at position `pos + i`) over cache rows `0..=pos+i` of one KV head
+    /// (`k/v[j·kv_stride + kv_off..][..hd]`). Returns `[rows, hd]`.
+    #[allow(clippy::too_many_arguments)]
+    fn attend_head(
+        q: &[f32],
+        q_stride: usize,
+        q_off: usize,
+        pos: usize,
+        k: &[f32],
+        v: &[f32],
+        kv_stride: usize,
+        kv_off: usize,
+        hd: usize,
+        scale: f32,
+    ) -> Vec<f32> {
+        let len = q.len() / q_stride;
+        let mut out = vec![0.0; len * hd];
+        let mut scores = vec![0.0; pos + len];
+        for i in 0..len {
+            let qi = &q[i * q_stride + q_off..i * q_stride + q_off + hd];
+            let visible = pos + i + 1;
+            for (j, sc) in scores[..visible].iter_mut().enumerate() {
+                *sc = dot(qi, &k[j * kv_stride + kv_off..j * kv_stride + kv_off + hd]) * scale;
+            }
+            softmax(&mut scores[..visible]);
+            let o = &mut out[i * hd..(i + 1) * hd];
+            for (j, &p) in scores[..visible].iter().enumerate() {
+                axpy(p, &v[j * kv_stride + kv_off..j * kv_stride + kv_off + hd], o);
+            }
+        }
+        out
     }
 }

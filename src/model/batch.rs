@@ -18,7 +18,11 @@ pub struct SeqInput<'a> {
 
 impl<'a> SeqInput<'a> {
     pub fn new(tokens: &'a [u32], state: &'a mut SeqState) -> Self {
-        SeqInput { tokens, state, forced_experts: None }
+        SeqInput {
+            tokens,
+            state,
+            forced_experts: None,
+        }
     }
 }
 

@@ -35,18 +35,27 @@ impl Checkpoint {
         let index = dir.join("model.safetensors.index.json");
         let single = dir.join("model.safetensors");
         let files: Vec<PathBuf> = if index.exists() {
-            let text = std::fs::read_to_string(&index).map_err(|source| ModelError::Io { path: index.clone(), source })?;
+            let text = std::fs::read_to_string(&index).map_err(|source| ModelError::Io {
+                path: index.clone(),
+                source,
+            })?;
             let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| ModelError::Safetensors {
                 path: index.clone(),
                 msg: format!("index is not JSON: {e}"),
             })?;
-            let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| ModelError::Safetensors {
-                path: index.clone(),
-                msg: "index has no weight_map object".into(),
-            })?;
+            let map = v
+                .get("weight_map")
+                .and_then(|m| m.as_object())
+                .ok_or_else(|| ModelError::Safetensors {
+                    path: index.clone(),
+                    msg: "index has no weight_map object".into(),
+                })?;
             let names: BTreeSet<&str> = map.values().filter_map(|f| f.as_str()).collect();
             if names.is_empty() {
-                return Err(ModelError::Safetensors { path: index, msg: "weight_map lists no files".into() });
+                return Err(ModelError::Safetensors {
+                    path: index,
+                    msg: "weight_map lists no files".into(),
+                });
             }
             names.into_iter().map(|n| dir.join(n)).collect()
         } else if single.exists() {
@@ -58,11 +67,19 @@ impl Checkpoint {
         let mut maps = Vec::new();
         let mut entries = HashMap::new();
         for (fi, path) in files.iter().enumerate() {
-            let file = std::fs::File::open(path).map_err(|source| ModelError::Io { path: path.clone(), source })?;
+            let file = std::fs::File::open(path).map_err(|source| ModelError::Io {
+                path: path.clone(),
+                source,
+            })?;
             // SAFETY: the checkpoint is opened read-only; it must not be modified while mapped.
-            let map = unsafe { Mmap::map(&file) }.map_err(|source| ModelError::Io { path: path.clone(), source })?;
-            let st = SafeTensors::deserialize(&map)
-                .map_err(|e| ModelError::Safetensors { path: path.clone(), msg: e.to_string() })?;
+            let map = unsafe { Mmap::map(&file) }.map_err(|source| ModelError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            let st = SafeTensors::deserialize(&map).map_err(|e| ModelError::Safetensors {
+                path: path.clone(),
+                msg: e.to_string(),
+            })?;
             let base = map.as_ptr() as usize;
             for (name, view) in st.iter() {
                 let dtype = match view.dtype() {
@@ -91,7 +108,12 @@ impl Checkpoint {
         } else {
             "model."
         };
-        Ok(Checkpoint { maps, entries, prefix, used: BTreeSet::new() })
+        Ok(Checkpoint {
+            maps,
+            entries,
+            prefix,
+            used: BTreeSet::new(),
+        })
     }
 
     /// Full name of a decoder tensor given without prefix (`layers.0.mlp.gate.weight`).
@@ -117,14 +139,21 @@ impl Checkpoint {
 
     /// Tensor with this exact full name (e.g. `lm_head.weight`), checked against `shape`.
     pub fn get_exact(&mut self, full: &str, shape: &[usize]) -> Result<Tensor> {
-        let e = self.entries.get(full).ok_or_else(|| ModelError::MissingTensor(full.to_string()))?;
+        let e = self
+            .entries
+            .get(full)
+            .ok_or_else(|| ModelError::MissingTensor(full.to_string()))?;
         if e.shape != shape {
-            return Err(ModelError::ShapeMismatch { name: full.to_string(), expected: shape.to_vec(), found: e.shape.clone() });
+            return Err(ModelError::ShapeMismatch {
+                name: full.to_string(),
+                expected: shape.to_vec(),
+                found: e.shape.clone(),
+            });
         }
-        let dtype = e
-            .dtype
-            .clone()
-            .map_err(|d| ModelError::UnsupportedDtype { name: full.to_string(), dtype: d })?;
+        let dtype = e.dtype.clone().map_err(|d| ModelError::UnsupportedDtype {
+            name: full.to_string(),
+            dtype: d,
+        })?;
         let numel: usize = shape.iter().product();
         if e.nbytes != numel * dtype.size() {
             return Err(ModelError::Safetensors {
@@ -134,8 +163,9 @@ impl Checkpoint {
         }
         let map = &self.maps[e.file];
         let storage = match dtype {
-            DType::F32 => Storage::mapped(map.clone(), e.byte_offset, numel)
-                .unwrap_or_else(|| Storage::owned(DType::F32.decode_to_f32(&map[e.byte_offset..e.byte_offset + e.nbytes]))),
+            DType::F32 => Storage::mapped(map.clone(), e.byte_offset, numel).unwrap_or_else(|| {
+                Storage::owned(DType::F32.decode_to_f32(&map[e.byte_offset..e.byte_offset + e.nbytes]))
+            }),
             d => Storage::owned(d.decode_to_f32(&map[e.byte_offset..e.byte_offset + e.nbytes])),
         };
         self.used.insert(full.to_string());

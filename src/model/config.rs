@@ -52,7 +52,10 @@ impl ModelConfig {
     /// Read `dir/config.json`.
     pub fn from_dir(dir: &Path) -> Result<Self> {
         let path = dir.join("config.json");
-        let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io { path: path.clone(), source })?;
+        let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io {
+            path: path.clone(),
+            source,
+        })?;
         Self::from_json_str(&text, &path)
     }
 
@@ -71,7 +74,10 @@ impl ModelConfig {
             "qwen3_5_moe_text" => (&root, None),
             _ => return Err(ModelError::UnsupportedModelType(mt)),
         };
-        let f = Fields { v: text_cfg, path: path.to_path_buf() };
+        let f = Fields {
+            v: text_cfg,
+            path: path.to_path_buf(),
+        };
         let cfg = f.build(mt, top_tie)?;
         cfg.validate(path)?;
         Ok(cfg)
@@ -138,7 +144,10 @@ impl ModelConfig {
             ));
         }
         if self.rotary_dim % 2 != 0 || self.rotary_dim > self.head_dim {
-            return err(format!("rotary dim {} must be even and at most head_dim {}", self.rotary_dim, self.head_dim));
+            return err(format!(
+                "rotary dim {} must be even and at most head_dim {}",
+                self.rotary_dim, self.head_dim
+            ));
         }
         if !(self.rms_norm_eps > 0.0) || !(self.rope_theta > 0.0) {
             return err("rms_norm_eps and rope_theta must be positive".into());
@@ -148,7 +157,10 @@ impl ModelConfig {
 }
 
 fn cfg_err(path: &Path, msg: String) -> ModelError {
-    ModelError::Config { path: path.to_path_buf(), msg }
+    ModelError::Config {
+        path: path.to_path_buf(),
+        msg,
+    }
 }
 
 /// Typed field access on the text config object, with errors naming the field.
@@ -171,12 +183,16 @@ impl Fields<'_> {
         }
     }
     fn usize(&self, name: &str) -> Result<usize> {
-        self.opt_usize(name)?.ok_or_else(|| self.err(format!("missing field {name}")))
+        self.opt_usize(name)?
+            .ok_or_else(|| self.err(format!("missing field {name}")))
     }
     fn opt_f64_in(&self, obj: Option<&Value>, name: &str) -> Result<Option<f64>> {
         match obj.and_then(|o| o.get(name)) {
             None | Some(Value::Null) => Ok(None),
-            Some(x) => x.as_f64().map(Some).ok_or_else(|| self.err(format!("{name} must be a number, got {x}"))),
+            Some(x) => x
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| self.err(format!("{name} must be a number, got {x}"))),
         }
     }
     fn token_ids(&self, name: &str) -> Result<Vec<u32>> {
@@ -184,9 +200,16 @@ impl Fields<'_> {
             None | Some(Value::Null) => Ok(vec![]),
             Some(Value::Array(a)) => a
                 .iter()
-                .map(|x| x.as_u64().map(|n| n as u32).ok_or_else(|| self.err(format!("{name} must hold integers"))))
+                .map(|x| {
+                    x.as_u64()
+                        .map(|n| n as u32)
+                        .ok_or_else(|| self.err(format!("{name} must hold integers")))
+                })
                 .collect(),
-            Some(x) => x.as_u64().map(|n| vec![n as u32]).ok_or_else(|| self.err(format!("{name} must be an integer"))),
+            Some(x) => x
+                .as_u64()
+                .map(|n| vec![n as u32])
+                .ok_or_else(|| self.err(format!("{name} must be an integer"))),
         }
     }
 
@@ -219,13 +242,26 @@ impl Fields<'_> {
                     return Err(self.err("full_attention_interval must be positive".into()));
                 }
                 (0..num_hidden_layers)
-                    .map(|i| if (i + 1) % interval == 0 { LayerType::Full } else { LayerType::Linear })
+                    .map(|i| {
+                        if (i + 1) % interval == 0 {
+                            LayerType::Full
+                        } else {
+                            LayerType::Linear
+                        }
+                    })
                     .collect()
             }
             Some(x) => return Err(self.err(format!("layer_types must be a list, got {x}"))),
         };
-        let rope = self.v.get("rope_parameters").or_else(|| self.v.get("rope_scaling")).filter(|v| v.is_object());
-        if let Some(rt) = rope.and_then(|r| r.get("rope_type").or_else(|| r.get("type"))).and_then(Value::as_str) {
+        let rope = self
+            .v
+            .get("rope_parameters")
+            .or_else(|| self.v.get("rope_scaling"))
+            .filter(|v| v.is_object());
+        if let Some(rt) = rope
+            .and_then(|r| r.get("rope_type").or_else(|| r.get("type")))
+            .and_then(Value::as_str)
+        {
             if rt != "default" {
                 return Err(self.err(format!("rope_type {rt:?} is not supported (only default)")));
             }
@@ -244,7 +280,11 @@ impl Fields<'_> {
         let mrope_section = match rope.and_then(|r| r.get("mrope_section")) {
             Some(Value::Array(a)) => Some(
                 a.iter()
-                    .map(|x| x.as_u64().map(|n| n as usize).ok_or_else(|| self.err("mrope_section must hold integers".into())))
+                    .map(|x| {
+                        x.as_u64()
+                            .map(|n| n as usize)
+                            .ok_or_else(|| self.err("mrope_section must hold integers".into()))
+                    })
                     .collect::<Result<Vec<_>>>()?,
             ),
             _ => None,
@@ -305,9 +345,13 @@ mod tests {
     fn flat_and_nested_agree() {
         let flat = parse(&text_cfg()).unwrap();
         assert_eq!(flat.rotary_dim, 8);
-        assert_eq!(flat.layer_types, vec![LayerType::Linear, LayerType::Linear, LayerType::Linear, LayerType::Full]);
+        assert_eq!(
+            flat.layer_types,
+            vec![LayerType::Linear, LayerType::Linear, LayerType::Linear, LayerType::Full]
+        );
         assert_eq!(flat.eos_token_ids, vec![5, 6]);
-        let nested = serde_json::json!({"model_type": "qwen3_5_moe", "tie_word_embeddings": true, "text_config": text_cfg()});
+        let nested =
+            serde_json::json!({"model_type": "qwen3_5_moe", "tie_word_embeddings": true, "text_config": text_cfg()});
         let n = parse(&nested).unwrap();
         assert!(n.tie_word_embeddings && !flat.tie_word_embeddings);
         assert_eq!(n.hidden_size, flat.hidden_size);

@@ -18,7 +18,11 @@ pub enum ModelError {
     #[error("missing tensor {0}")]
     MissingTensor(String),
     #[error("tensor {name} has shape {found:?}, expected {expected:?}")]
-    ShapeMismatch { name: String, expected: Vec<usize>, found: Vec<usize> },
+    ShapeMismatch {
+        name: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
     #[error("tensor {name} has dtype {dtype}, expected F32, BF16 or F16")]
     UnsupportedDtype { name: String, dtype: String },
     #[error("token id {token} is outside the vocabulary (size {vocab})")]

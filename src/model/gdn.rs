@@ -8,7 +8,7 @@ use super::checkpoint::Checkpoint;
 use super::config::ModelConfig;
 use super::error::Result;
 use super::state::GdnState;
-use crate::tensor::cpu::{dot, l2_normalize, matmul_t, rms_norm_gated, sigmoid, silu, softplus};
+use crate::tensor::cpu::{axpy, dot, l2_normalize, matmul_t, rms_norm_gated, sigmoid, silu, simd_fn, softplus};
 use crate::tensor::Tensor;
 use rayon::prelude::*;
 
@@ -37,13 +37,20 @@ pub struct GatedDeltaNet {
 impl GatedDeltaNet {
     pub fn load(ck: &mut Checkpoint, p: &str, c: &ModelConfig) -> Result<Self> {
         let h = c.hidden_size;
-        let (conv_dim, vd, hv, k) = (c.gdn_conv_dim(), c.gdn_value_dim(), c.linear_num_value_heads, c.linear_conv_kernel_dim);
+        let (conv_dim, vd, hv, k) = (
+            c.gdn_conv_dim(),
+            c.gdn_value_dim(),
+            c.linear_num_value_heads,
+            c.linear_conv_kernel_dim,
+        );
         Ok(GatedDeltaNet {
             in_proj_qkv: ck.get(&format!("{p}in_proj_qkv.weight"), &[conv_dim, h])?,
             in_proj_z: ck.get(&format!("{p}in_proj_z.weight"), &[vd, h])?,
             in_proj_b: ck.get(&format!("{p}in_proj_b.weight"), &[hv, h])?,
             in_proj_a: ck.get(&format!("{p}in_proj_a.weight"), &[hv, h])?,
-            conv: ck.get(&format!("{p}conv1d.weight"), &[conv_dim, 1, k])?.reshape(vec![conv_dim, k]),
+            conv: ck
+                .get(&format!("{p}conv1d.weight"), &[conv_dim, 1, k])?
+                .reshape(vec![conv_dim, k]),
             dt_bias: ck.get(&format!("{p}dt_bias"), &[hv])?,
             a_log: ck.get(&format!("{p}A_log"), &[hv])?,
             norm: ck.get(&format!("{p}norm.weight"), &[c.linear_value_head_dim])?,
@@ -88,7 +95,7 @@ impl GatedDeltaNet {
         for seg in segs.iter_mut() {
             let rows = &mixed[seg.start * conv_dim..(seg.start + seg.len) * conv_dim];
             let out = &mut qkv[seg.start * conv_dim..(seg.start + seg.len) * conv_dim];
-            self.causal_conv(rows, seg.len, &mut seg.state.conv, out);
+            causal_conv(rows, seg.len, self.conv.data(), self.kernel, &mut seg.state.conv, out);
         }
         for row in qkv.chunks_exact_mut(conv_dim) {
             let (qk, _) = row.split_at_mut(2 * key_dim);
@@ -122,14 +129,24 @@ impl GatedDeltaNet {
                 let (start, len, h) = (*start, *len, *h);
                 let khd = h / ratio;
                 let gather = |off: usize, d: usize| -> Vec<f32> {
-                    (start..start + len).flat_map(|t| qkv[t * conv_dim + off..t * conv_dim + off + d].iter().copied()).collect()
+                    (start..start + len)
+                        .flat_map(|t| qkv[t * conv_dim + off..t * conv_dim + off + d].iter().copied())
+                        .collect()
                 };
                 let q = gather(khd * dk, dk);
                 let k = gather(key_dim + khd * dk, dk);
                 let v = gather(2 * key_dim + h * dv, dv);
                 let bt: Vec<f32> = (start..start + len).map(|t| beta[t * vh + h]).collect();
                 let gt: Vec<f32> = (start..start + len).map(|t| g[t * vh + h]).collect();
-                let inp = DeltaInput { q: &q, k: &k, v: &v, beta: &bt, g: &gt, dk, dv };
+                let inp = DeltaInput {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                    beta: &bt,
+                    g: &gt,
+                    dk,
+                    dv,
+                };
                 if len == 1 {
                     recurrent_delta_rule(&inp, st)
                 } else {
@@ -149,24 +166,27 @@ impl GatedDeltaNet {
         matmul_t(&o, n, val_dim, self.out_proj.data(), hidden, &mut y, true);
         y
     }
+}
 
-    /// Depthwise causal conv (kernel K, no bias) + SiLU over `len` rows, continuing from and
-    /// updating the conv cache (the last K-1 input rows).
-    fn causal_conv(&self, rows: &[f32], len: usize, cache: &mut Vec<f32>, out: &mut [f32]) {
-        let cd = self.conv.rows();
-        let k = self.kernel;
-        let w = self.conv.data();
+simd_fn! {
+    /// Depthwise causal conv (`w [C, K]`, no bias) + SiLU over `len` rows `[len, C]`, continuing
+    /// from and updating the conv cache (the last K-1 input rows).
+    fn causal_conv(rows: &[f32], len: usize, w: &[f32], k: usize, cache: &mut [f32], out: &mut [f32]) {
+        let cd = w.len() / k;
         let mut inp = Vec::with_capacity((k - 1 + len) * cd);
         inp.extend_from_slice(cache);
         inp.extend_from_slice(rows);
         for t in 0..len {
             let o = &mut out[t * cd..(t + 1) * cd];
-            for (c, oc) in o.iter_mut().enumerate() {
-                let mut s = 0.0;
-                for j in 0..k {
-                    s += w[c * k + j] * inp[(t + j) * cd + c];
+            o.fill(0.0);
+            for j in 0..k {
+                let src = &inp[(t + j) * cd..(t + j + 1) * cd];
+                for ((oc, x), c) in o.iter_mut().zip(src).zip(0..) {
+                    *oc += w[c * k + j] * x;
                 }
-                *oc = silu(s);
+            }
+            for oc in o.iter_mut() {
+                *oc = silu(*oc);
             }
         }
         cache.copy_from_slice(&inp[len * cd..]);
@@ -185,6 +205,7 @@ pub struct DeltaInput<'a> {
     pub dv: usize,
 }
 
+simd_fn! {
 /// Recurrent form, one step at a time; `state` is `S [dk, dv]`. Returns `[T, dv]`.
 pub fn recurrent_delta_rule(x: &DeltaInput<'_>, state: &mut [f32]) -> Vec<f32> {
     let (dk, dv) = (x.dk, x.dv);
@@ -192,7 +213,11 @@ pub fn recurrent_delta_rule(x: &DeltaInput<'_>, state: &mut [f32]) -> Vec<f32> {
     let mut out = vec![0.0; steps * dv];
     let mut m = vec![0.0; dv];
     for t in 0..steps {
-        let (qt, kt, vt) = (&x.q[t * dk..(t + 1) * dk], &x.k[t * dk..(t + 1) * dk], &x.v[t * dv..(t + 1) * dv]);
+        let (qt, kt, vt) = (
+            &x.q[t * dk..(t + 1) * dk],
+            &x.k[t * dk..(t + 1) * dk],
+            &x.v[t * dv..(t + 1) * dv],
+        );
         let decay = x.g[t].exp();
         m.fill(0.0);
         for (i, row) in state.chunks_exact_mut(dv).enumerate() {
@@ -212,7 +237,9 @@ pub fn recurrent_delta_rule(x: &DeltaInput<'_>, state: &mut [f32]) -> Vec<f32> {
     }
     out
 }
+}
 
+simd_fn! {
 /// Chunked (WY / UT-transform) form over chunks of `chunk` steps, as HF's
 /// `torch_chunk_gated_delta_rule`; starts from and updates `state`. Returns `[T, dv]`.
 pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -> Vec<f32> {
@@ -232,41 +259,26 @@ pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -
             acc += x.g[c0 + i];
             gam[i] = acc;
         }
-        // A = -(β_i k_i·k_j Γ_ij) strictly below the diagonal, then T = (I + A')⁻¹ by the same
-        // row recursion as HF; stored in `a` (unit diagonal implicit).
-        let mut a = vec![0.0f32; l * l];
-        for i in 0..l {
-            for j in 0..i {
-                a[i * l + j] = -beta[i] * dot(&k[i * dk..(i + 1) * dk], &k[j * dk..(j + 1) * dk]) * (gam[i] - gam[j]).exp();
-            }
-        }
-        for i in 1..l {
-            let row: Vec<f32> = a[i * l..i * l + i].to_vec();
-            for j in 0..i {
-                let mut s = row[j];
-                for (m, &r) in row.iter().enumerate().skip(j + 1) {
-                    s += r * a[m * l + j];
-                }
-                a[i * l + j] = s;
-            }
-        }
-        // U = T·(β v), W = T·(β e^γ k)
+        // L_ij = β_i (k_i·k_j) Γ_ij strictly below the diagonal. U = (I+L)⁻¹(β v) and
+        // W = (I+L)⁻¹(β e^γ k) by forward substitution (as HF's unitriangular solve):
+        // U_i = β_i v_i − Σ_{j<i} L_ij U_j.
         let mut u = vec![0.0f32; l * dv];
         let mut w = vec![0.0f32; l * dk];
         for i in 0..l {
-            for j in 0..=i {
-                let tij = if i == j { 1.0 } else { a[i * l + j] };
-                if tij == 0.0 {
-                    continue;
-                }
-                let cu = tij * beta[j];
-                let cw = cu * gam[j].exp();
-                for (uu, vv) in u[i * dv..(i + 1) * dv].iter_mut().zip(&v[j * dv..(j + 1) * dv]) {
-                    *uu += cu * vv;
-                }
-                for (ww, kk) in w[i * dk..(i + 1) * dk].iter_mut().zip(&k[j * dk..(j + 1) * dk]) {
-                    *ww += cw * kk;
-                }
+            let ki = &k[i * dk..(i + 1) * dk];
+            let (cu, cw) = (beta[i], beta[i] * gam[i].exp());
+            for d in 0..dv {
+                u[i * dv + d] = cu * v[i * dv + d];
+            }
+            for d in 0..dk {
+                w[i * dk + d] = cw * ki[d];
+            }
+            for j in 0..i {
+                let lij = beta[i] * dot(ki, &k[j * dk..(j + 1) * dk]) * (gam[i] - gam[j]).exp();
+                let (head, tail) = u.split_at_mut(i * dv);
+                axpy(-lij, &head[j * dv..(j + 1) * dv], &mut tail[..dv]);
+                let (head, tail) = w.split_at_mut(i * dk);
+                axpy(-lij, &head[j * dk..(j + 1) * dk], &mut tail[..dk]);
             }
         }
         // Vn = U − W·S ; O = (e^γ q)·S + P·Vn
@@ -313,6 +325,7 @@ pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -
     }
     out
 }
+}
 
 #[cfg(test)]
 mod tests {
@@ -335,7 +348,15 @@ mod tests {
         let beta: Vec<f32> = (0..t).map(|_| rng.random_range(0.0..1.0)).collect();
         let g: Vec<f32> = (0..t).map(|_| -rng.random_range(0.0..0.5)).collect();
         let s0: Vec<f32> = (0..dk * dv).map(|_| rng.random_range(-0.5..0.5)).collect();
-        let inp = DeltaInput { q: &q, k: &k, v: &v, beta: &beta, g: &g, dk, dv };
+        let inp = DeltaInput {
+            q: &q,
+            k: &k,
+            v: &v,
+            beta: &beta,
+            g: &g,
+            dk,
+            dv,
+        };
         let (mut s1, mut s2) = (s0.clone(), s0.clone());
         let o1 = recurrent_delta_rule(&inp, &mut s1);
         let o2 = chunked_delta_rule(&inp, &mut s2, CHUNK);

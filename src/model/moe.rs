@@ -51,7 +51,12 @@ pub struct RouteRecord {
 
 impl Moe {
     pub fn load(ck: &mut Checkpoint, p: &str, c: &ModelConfig) -> Result<Self> {
-        let (h, e, i, is) = (c.hidden_size, c.num_experts, c.moe_intermediate_size, c.shared_expert_intermediate_size);
+        let (h, e, i, is) = (
+            c.hidden_size,
+            c.num_experts,
+            c.moe_intermediate_size,
+            c.shared_expert_intermediate_size,
+        );
         let fused = format!("{p}experts.gate_up_proj");
         let experts = if ck.contains(&fused) {
             let gu = ck.get(&fused, &[e, 2 * i, h])?;
@@ -59,7 +64,11 @@ impl Moe {
             (0..e)
                 .map(|x| {
                     let g = gu.index0(x);
-                    Ffn { gate: g.narrow0(0, i), up: g.narrow0(i, i), down: down.index0(x) }
+                    Ffn {
+                        gate: g.narrow0(0, i),
+                        up: g.narrow0(i, i),
+                        down: down.index0(x),
+                    }
                 })
                 .collect()
         } else {
@@ -137,7 +146,10 @@ impl Moe {
             .par_iter()
             .map(|&e| {
                 let rows = &rows_of[e];
-                let xs: Vec<f32> = rows.iter().flat_map(|&(t, _)| x[t * hidden..(t + 1) * hidden].iter().copied()).collect();
+                let xs: Vec<f32> = rows
+                    .iter()
+                    .flat_map(|&(t, _)| x[t * hidden..(t + 1) * hidden].iter().copied())
+                    .collect();
                 self.experts[e].forward(&xs, rows.len(), inner_parallel)
             })
             .collect();
@@ -151,9 +163,19 @@ impl Moe {
         }
         for (&e, y) in active.iter().zip(&results) {
             for (r, &(t, w)) in rows_of[e].iter().enumerate() {
-                axpy(w, &y[r * hidden..(r + 1) * hidden], &mut out[t * hidden..(t + 1) * hidden]);
+                axpy(
+                    w,
+                    &y[r * hidden..(r + 1) * hidden],
+                    &mut out[t * hidden..(t + 1) * hidden],
+                );
             }
         }
-        (out, RouteRecord { logits, experts: chosen })
+        (
+            out,
+            RouteRecord {
+                logits,
+                experts: chosen,
+            },
+        )
     }
 }

@@ -73,7 +73,14 @@ impl Model {
             ck.get_exact("lm_head.weight", &[v, h])?
         };
         let rope = Rope::new(cfg.rotary_dim, cfg.rope_theta);
-        Ok(Model { cfg, embed, layers, norm, lm_head, rope })
+        Ok(Model {
+            cfg,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            rope,
+        })
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -101,7 +108,14 @@ impl Model {
         let c = &self.cfg;
         let (h, k) = (c.hidden_size, c.num_experts_per_tok);
         let lens: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
-        let starts: Vec<usize> = lens.iter().scan(0, |acc, &l| { let s = *acc; *acc += l; Some(s) }).collect();
+        let starts: Vec<usize> = lens
+            .iter()
+            .scan(0, |acc, &l| {
+                let s = *acc;
+                *acc += l;
+                Some(s)
+            })
+            .collect();
         let n: usize = lens.iter().sum();
         let pos0: Vec<usize> = batch.iter().map(|s| s.state.len).collect();
 
@@ -144,10 +158,15 @@ impl Model {
             rms_norm_1p(&mut u, layer.post_norm.data(), c.rms_norm_eps);
             let forced: Option<Vec<u32>> = if batch.iter().any(|s| s.forced_experts.is_some()) {
                 // Sequences without forced routing keep the router's choice: mark with u32::MAX.
-                Some(batch.iter().flat_map(|s| match s.forced_experts {
-                    Some(f) => f[li].clone(),
-                    None => vec![u32::MAX; s.tokens.len() * k],
-                }).collect())
+                Some(
+                    batch
+                        .iter()
+                        .flat_map(|s| match s.forced_experts {
+                            Some(f) => f[li].clone(),
+                            None => vec![u32::MAX; s.tokens.len() * k],
+                        })
+                        .collect(),
+                )
             } else {
                 None
             };
@@ -172,7 +191,10 @@ impl Model {
             LogitsMode::Last => starts.iter().zip(&lens).map(|(s, l)| s + l - 1).collect(),
             LogitsMode::None => vec![],
         };
-        let mut y: Vec<f32> = rows.iter().flat_map(|&r| x[r * h..(r + 1) * h].iter().copied()).collect();
+        let mut y: Vec<f32> = rows
+            .iter()
+            .flat_map(|&r| x[r * h..(r + 1) * h].iter().copied())
+            .collect();
         rms_norm_1p(&mut y, self.norm.data(), c.rms_norm_eps);
         let v = c.vocab_size;
         let mut logits = vec![0.0; rows.len() * v];
@@ -187,14 +209,30 @@ impl Model {
                 LogitsMode::Last => 1,
                 LogitsMode::None => 0,
             };
-            let lg = Tensor::new(vec![nrows, v], logits[row_cursor * v..(row_cursor + nrows) * v].to_vec());
+            let lg = Tensor::new(
+                vec![nrows, v],
+                logits[row_cursor * v..(row_cursor + nrows) * v].to_vec(),
+            );
             row_cursor += nrows;
-            let hidden_states = hidden_rec.iter().map(|hs| Tensor::new(vec![len, h], hs[st * h..(st + len) * h].to_vec())).collect();
+            let hidden_states = hidden_rec
+                .iter()
+                .map(|hs| Tensor::new(vec![len, h], hs[st * h..(st + len) * h].to_vec()))
+                .collect();
             let routing = opts.routing.then(|| Routing {
-                router_logits: routing_rec.iter().map(|(l, _)| Tensor::new(vec![len, ne], l[st * ne..(st + len) * ne].to_vec())).collect(),
-                experts: routing_rec.iter().map(|(_, e)| e[st * k..(st + len) * k].to_vec()).collect(),
+                router_logits: routing_rec
+                    .iter()
+                    .map(|(l, _)| Tensor::new(vec![len, ne], l[st * ne..(st + len) * ne].to_vec()))
+                    .collect(),
+                experts: routing_rec
+                    .iter()
+                    .map(|(_, e)| e[st * k..(st + len) * k].to_vec())
+                    .collect(),
             });
-            outs.push(SeqOutput { logits: lg, hidden_states, routing });
+            outs.push(SeqOutput {
+                logits: lg,
+                hidden_states,
+                routing,
+            });
         }
         Ok(outs)
     }
@@ -223,10 +261,15 @@ impl Model {
                 return Err(ModelError::BadInput(format!("sequence {i} has no tokens")));
             }
             if let Some(&t) = s.tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
-                return Err(ModelError::TokenOutOfRange { token: t, vocab: c.vocab_size });
+                return Err(ModelError::TokenOutOfRange {
+                    token: t,
+                    vocab: c.vocab_size,
+                });
             }
             if !self.state_fits(s.state) {
-                return Err(ModelError::BadInput(format!("sequence {i}: state is not from this model")));
+                return Err(ModelError::BadInput(format!(
+                    "sequence {i}: state is not from this model"
+                )));
             }
             if let Some(f) = s.forced_experts {
                 let want = s.tokens.len() * c.num_experts_per_tok;
@@ -239,10 +282,14 @@ impl Model {
                 for l in f {
                     for tok in l.chunks_exact(c.num_experts_per_tok) {
                         if tok.iter().any(|&e| e as usize >= c.num_experts) {
-                            return Err(ModelError::BadInput(format!("sequence {i}: forced expert index out of range")));
+                            return Err(ModelError::BadInput(format!(
+                                "sequence {i}: forced expert index out of range"
+                            )));
                         }
                         if (1..tok.len()).any(|a| tok[..a].contains(&tok[a])) {
-                            return Err(ModelError::BadInput(format!("sequence {i}: forced experts repeat an index")));
+                            return Err(ModelError::BadInput(format!(
+                                "sequence {i}: forced experts repeat an index"
+                            )));
                         }
                     }
                 }

@@ -18,7 +18,11 @@ impl Rope {
 
     /// `(cos, sin)` of the `rotary_dim/2` angles at position `pos`.
     pub fn cos_sin(&self, pos: usize) -> (Vec<f32>, Vec<f32>) {
-        self.inv_freq.iter().map(|f| ((pos as f32) * f).cos()).zip(self.inv_freq.iter().map(|f| ((pos as f32) * f).sin())).unzip()
+        self.inv_freq
+            .iter()
+            .map(|f| ((pos as f32) * f).cos())
+            .zip(self.inv_freq.iter().map(|f| ((pos as f32) * f).sin()))
+            .unzip()
     }
 
     /// Rotate one head vector in place with precomputed `cos`/`sin` (`rotary_dim/2` each).

@@ -4,6 +4,42 @@
 
 use rayon::prelude::*;
 
+/// True when the CPU has AVX2 and FMA (checked once, cached by std).
+#[inline]
+pub fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Define a function whose body is compiled twice — for the baseline target and with AVX2+FMA
+/// enabled — and dispatched at run time. Use it for leaf kernels (closures inside the body, e.g.
+/// rayon tasks, do not inherit the features); helpers they call must be `#[inline(always)]`.
+macro_rules! simd_fn {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($a:ident : $t:ty),* $(,)?) $(-> $r:ty)? $body:block) => {
+        $(#[$m])* $vis fn $name($($a: $t),*) $(-> $r)? {
+            #[inline(always)]
+            fn inner($($a: $t),*) $(-> $r)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($a: $t),*) $(-> $r)? { inner($($a),*) }
+                if $crate::tensor::cpu::has_avx2() {
+                    // SAFETY: the CPU supports the enabled features (checked above).
+                    return unsafe { avx2($($a),*) };
+                }
+            }
+            inner($($a),*)
+        }
+    };
+}
+pub(crate) use simd_fn;
+
 /// Below this many rows of `x`, `matmul_t` uses the row-parallel dot-product kernel (decode);
 /// above it, the packed `gemm` kernel (prefill).
 const SMALL_M: usize = 8;
@@ -26,7 +62,11 @@ pub fn matmul_t(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, out: &mut [f
         return;
     }
     let threads = if parallel { rayon::current_num_threads() } else { 1 };
-    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    let par = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
     // SAFETY: pointers and strides describe the checked slices above: dst m×n row-major,
     // lhs m×k row-major, rhs = wᵀ (k×n) read from w (n×k row-major).
     unsafe {
@@ -55,41 +95,42 @@ pub fn matmul_t(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, out: &mut [f
 }
 
 /// Few-row kernel: each output column `j` is `m` dot products against weight row `j`, so every
-/// weight row is read once for all rows of `x` (decode is weight-bandwidth bound).
+/// weight row is read once for all rows of `x` (decode is weight-bandwidth bound). Column
+/// blocks run in parallel.
 fn matmul_t_rows(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, out: &mut [f32], parallel: bool) {
-    const BLOCK: usize = 64;
-    // Column blocks computed independently, written into a transposed scratch then scattered.
+    const BLOCK: usize = 128;
     let nb = n.div_ceil(BLOCK);
-    let compute_block = |jb: usize| -> Vec<f32> {
-        let j0 = jb * BLOCK;
-        let j1 = (j0 + BLOCK).min(n);
+    let compute = |jb: usize| -> Vec<f32> {
+        let (j0, j1) = (jb * BLOCK, ((jb + 1) * BLOCK).min(n));
         let mut res = vec![0.0f32; (j1 - j0) * m];
-        for j in j0..j1 {
-            let wr = &w[j * k..(j + 1) * k];
-            for (r, xr) in x.chunks_exact(k).enumerate() {
-                res[(j - j0) * m + r] = dot(xr, wr);
-            }
-        }
+        rows_block(x, m, k, &w[j0 * k..j1 * k], &mut res);
         res
     };
-    let blocks: Vec<Vec<f32>> = if parallel {
-        (0..nb).into_par_iter().map(compute_block).collect()
-    } else {
-        (0..nb).map(compute_block).collect()
-    };
+    let blocks: Vec<Vec<f32>> =
+        if parallel && nb > 1 { (0..nb).into_par_iter().map(compute).collect() } else { (0..nb).map(compute).collect() };
     for (jb, res) in blocks.iter().enumerate() {
         let j0 = jb * BLOCK;
-        let cnt = res.len() / m;
-        for jj in 0..cnt {
-            for r in 0..m {
-                out[r * n + j0 + jj] = res[jj * m + r];
+        for (jj, col) in res.chunks_exact(m).enumerate() {
+            for (r, v) in col.iter().enumerate() {
+                out[r * n + j0 + jj] = *v;
+            }
+        }
+    }
+}
+
+simd_fn! {
+    /// `res[j·m + r] = x[r]·w[j]` for the weight rows `w` (`[rows, k]`) and `m` rows of `x`.
+    fn rows_block(x: &[f32], m: usize, k: usize, w: &[f32], res: &mut [f32]) {
+        for (j, wr) in w.chunks_exact(k).enumerate() {
+            for (r, xr) in x.chunks_exact(k).take(m).enumerate() {
+                res[j * m + r] = dot(xr, wr);
             }
         }
     }
 }
 
 /// Dot product with 8 independent accumulators (vectorises without `-ffast-math`).
-#[inline]
+#[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; 8];
     let ca = a.chunks_exact(8);
@@ -108,7 +149,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// `y += a·x`.
-#[inline]
+#[inline(always)]
 pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
     for (yi, xi) in y.iter_mut().zip(x) {
         *yi += a * xi;
@@ -151,12 +192,12 @@ pub fn l2_normalize(x: &mut [f32], eps: f32, scale: f32) {
     }
 }
 
-#[inline]
+#[inline(always)]
 pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
-#[inline]
+#[inline(always)]
 pub fn silu(x: f32) -> f32 {
     x * sigmoid(x)
 }
@@ -172,6 +213,7 @@ pub fn softplus(x: f32) -> f32 {
 }
 
 /// In-place numerically stable softmax of one row.
+#[inline(always)]
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0.0;

@@ -48,9 +48,15 @@ mod tests {
         let x = [1.5f32, -2.25, 0.0];
         let f32b: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
         assert_eq!(DType::F32.decode_to_f32(&f32b), x);
-        let bb: Vec<u8> = x.iter().flat_map(|v| bf16::from_f32(*v).to_bits().to_le_bytes()).collect();
+        let bb: Vec<u8> = x
+            .iter()
+            .flat_map(|v| bf16::from_f32(*v).to_bits().to_le_bytes())
+            .collect();
         assert_eq!(DType::BF16.decode_to_f32(&bb), x);
-        let hb: Vec<u8> = x.iter().flat_map(|v| f16::from_f32(*v).to_bits().to_le_bytes()).collect();
+        let hb: Vec<u8> = x
+            .iter()
+            .flat_map(|v| f16::from_f32(*v).to_bits().to_le_bytes())
+            .collect();
         assert_eq!(DType::F16.decode_to_f32(&hb), x);
     }
 }

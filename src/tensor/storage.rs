@@ -10,7 +10,11 @@ use std::sync::Arc;
 enum Buffer {
     Owned(Vec<f32>),
     /// f32 data read in place from a mapped checkpoint file (byte offset into the map).
-    Mapped { map: Arc<Mmap>, byte_offset: usize, len: usize },
+    Mapped {
+        map: Arc<Mmap>,
+        byte_offset: usize,
+        len: usize,
+    },
 }
 
 impl Buffer {
@@ -38,7 +42,11 @@ pub struct Storage {
 impl Storage {
     pub fn owned(v: Vec<f32>) -> Self {
         let len = v.len();
-        Storage { buf: Arc::new(Buffer::Owned(v)), offset: 0, len }
+        Storage {
+            buf: Arc::new(Buffer::Owned(v)),
+            offset: 0,
+            len,
+        }
     }
 
     /// Borrow `len` f32 values at `byte_offset` of `map` in place. Returns `None` when the
@@ -48,7 +56,11 @@ impl Storage {
         if end > map.len() || (map.as_ptr() as usize + byte_offset) % 4 != 0 {
             return None;
         }
-        Some(Storage { buf: Arc::new(Buffer::Mapped { map, byte_offset, len }), offset: 0, len })
+        Some(Storage {
+            buf: Arc::new(Buffer::Mapped { map, byte_offset, len }),
+            offset: 0,
+            len,
+        })
     }
 
     pub fn as_slice(&self) -> &[f32] {
@@ -72,7 +84,10 @@ impl Tensor {
     /// Wrap `data` with `shape`; panics only on an internal size bug (callers check sizes).
     pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Self {
         assert_eq!(shape.iter().product::<usize>(), data.len(), "tensor size mismatch");
-        Tensor { shape, storage: Storage::owned(data) }
+        Tensor {
+            shape,
+            storage: Storage::owned(data),
+        }
     }
 
     pub fn from_storage(shape: Vec<usize>, storage: Storage) -> Self {
@@ -134,6 +149,9 @@ impl Tensor {
     /// Same data, new shape with the same element count.
     pub fn reshape(&self, shape: Vec<usize>) -> Tensor {
         assert_eq!(shape.iter().product::<usize>(), self.storage.len);
-        Tensor { shape, storage: self.storage.clone() }
+        Tensor {
+            shape,
+            storage: self.storage.clone(),
+        }
     }
 }

@@ -1,0 +1,111 @@
+//! CPU engine benchmark (harness = false): prefill and batched decode throughput of the forward
+//! pass on a Hugging Face model folder, and the GFLOP/s of the large-GEMM kernel. Prints one JSON
+//! object; scripts/bench_cpu_vs_transformers.py runs it next to transformers on the same weights.
+//!
+//! `cargo bench --bench model_cpu -- DIR [--prefill 512] [--decode-steps 32] [--prompt 64]`
+//! Threads: `RAYON_NUM_THREADS` (the script sets the same count for torch).
+
+use execcritic::model::{ForwardOptions, LogitsMode, Model, SeqInput};
+use execcritic::tensor::cpu::matmul_t;
+use std::time::Instant;
+
+fn arg(args: &[String], name: &str, default: usize) -> usize {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn tokens(n: usize, seed: u32, vocab: usize) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed.wrapping_mul(40503)) >> 7) % vocab as u32)
+        .collect()
+}
+
+fn best_of<F: FnMut() -> f64>(runs: usize, mut f: F) -> f64 {
+    (0..runs).map(|_| f()).fold(f64::INFINITY, f64::min)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let Some(dir) = args.first().filter(|a| !a.starts_with("--")) else {
+        eprintln!("usage: cargo bench --bench model_cpu -- MODEL_DIR [--prefill N] [--decode-steps N] [--prompt N]");
+        return;
+    };
+    let (prefill, steps, prompt) = (
+        arg(&args, "--prefill", 512),
+        arg(&args, "--decode-steps", 32),
+        arg(&args, "--prompt", 64),
+    );
+    let model = Model::load(std::path::Path::new(dir)).expect("load model");
+    let vocab = model.config().vocab_size;
+    let last = ForwardOptions {
+        logits: LogitsMode::Last,
+        ..Default::default()
+    };
+
+    // Prefill: one sequence of `prefill` tokens.
+    let ids = tokens(prefill, 1, vocab);
+    let prefill_s = best_of(2, || {
+        let mut st = model.new_state();
+        let t = Instant::now();
+        model.forward(&mut [SeqInput::new(&ids, &mut st)], &last).unwrap();
+        t.elapsed().as_secs_f64()
+    });
+
+    // Decode: `b` sequences with a `prompt`-token prefill (untimed), then `steps` batched steps.
+    let mut decode = Vec::new();
+    for b in [1usize, 8] {
+        let secs = best_of(2, || {
+            let prompts: Vec<Vec<u32>> = (0..b).map(|i| tokens(prompt, 10 + i as u32, vocab)).collect();
+            let mut states: Vec<_> = (0..b).map(|_| model.new_state()).collect();
+            for (p, st) in prompts.iter().zip(states.iter_mut()) {
+                model.forward(&mut [SeqInput::new(p, st)], &last).unwrap();
+            }
+            let steps_ids = tokens(steps * b, 99, vocab);
+            let t = Instant::now();
+            for s in 0..steps {
+                let mut batch: Vec<SeqInput<'_>> = states
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, st)| SeqInput::new(&steps_ids[s * b + i..s * b + i + 1], st))
+                    .collect();
+                model.forward(&mut batch, &last).unwrap();
+            }
+            t.elapsed().as_secs_f64()
+        });
+        decode.push((b, (b * steps) as f64 / secs));
+    }
+
+    // Large GEMM: x[512, 2048] · W[4096, 2048]ᵀ.
+    let (m, k, n) = (512usize, 2048usize, 4096usize);
+    let x: Vec<f32> = (0..m * k).map(|i| (i % 17) as f32 * 0.01).collect();
+    let w: Vec<f32> = (0..n * k).map(|i| (i % 13) as f32 * 0.01).collect();
+    let mut out = vec![0.0f32; m * n];
+    let gemm_s = best_of(3, || {
+        let t = Instant::now();
+        matmul_t(&x, m, k, &w, n, &mut out, true);
+        t.elapsed().as_secs_f64()
+    });
+    // Decode-shaped GEMV: one row against the same weight (memory bound).
+    let gemv_s = best_of(5, || {
+        let t = Instant::now();
+        matmul_t(&x[..k], 1, k, &w, n, &mut out[..n], true);
+        t.elapsed().as_secs_f64()
+    });
+
+    let json = serde_json::json!({
+        "threads": rayon::current_num_threads(),
+        "prefill_tokens": prefill,
+        "prefill_tok_s": prefill as f64 / prefill_s,
+        "decode_steps": steps,
+        "decode_prompt": prompt,
+        "decode_b1_tok_s": decode[0].1,
+        "decode_b8_tok_s": decode[1].1,
+        "gemm_shape": [m, k, n],
+        "gemm_gflops": 2.0 * (m * n * k) as f64 / gemm_s / 1e9,
+        "gemv_gb_s": (n * k * 4) as f64 / gemv_s / 1e9,
+    });
+    println!("{json}");
+}
