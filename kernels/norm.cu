@@ -65,3 +65,10 @@ extern "C" __global__ void gated_rms_norm(const bf16* __restrict__ o, const bf16
         out[base + i] = f2bf(y * siluf_(bf2f(z[base + i])));
     }
 }
+
+// dst[r, :] = src[rows[r], :] (e.g. the last token of each sequence before the head). grid = R, block = 256
+extern "C" __global__ void gather_rows(const bf16* __restrict__ src, const int* __restrict__ rows,
+                                       bf16* __restrict__ dst, int d) {
+    long long r = blockIdx.x, s = rows[r];
+    for (int i = threadIdx.x; i < d; i += blockDim.x) dst[r * d + i] = src[s * d + i];
+}

@@ -74,7 +74,10 @@ impl Source<'_> {
     fn bf(&mut self, gpu: &Gpu, name: &str, shape: &[usize]) -> Result<Bf> {
         match self {
             Source::Ckpt(ck) => {
-                let t = ck.get(name, shape).map_err(|e| CudaError::Shape { op: "load", msg: e.to_string() })?;
+                let t = ck.get(name, shape).map_err(|e| CudaError::Shape {
+                    op: "load",
+                    msg: e.to_string(),
+                })?;
                 gpu.upload(&to_bf16_bits(t.data()))
             }
             Source::Random { seed, next } => {
@@ -82,7 +85,11 @@ impl Source<'_> {
                 let mut x = gpu.zeros::<u16>(n)?;
                 // uniform(±1/sqrt(fan_in)) keeps activations O(1); norm weights small around 0
                 let fan_in = *shape.last().unwrap_or(&1) as f32;
-                let s = if shape.len() == 1 { 0.1 } else { 1.0 / fan_in.sqrt() };
+                let s = if shape.len() == 1 {
+                    0.1
+                } else {
+                    1.0 / fan_in.sqrt()
+                };
                 *next += 1;
                 ops::fill_uniform_bf16(gpu, &mut x, *seed ^ next.wrapping_mul(0x9e37_79b9), -s, s)?;
                 Ok(x)
@@ -92,7 +99,10 @@ impl Source<'_> {
     fn f32s(&mut self, gpu: &Gpu, name: &str, n: usize, random_value: f32) -> Result<F32> {
         match self {
             Source::Ckpt(ck) => {
-                let t = ck.get(name, &[n]).map_err(|e| CudaError::Shape { op: "load", msg: e.to_string() })?;
+                let t = ck.get(name, &[n]).map_err(|e| CudaError::Shape {
+                    op: "load",
+                    msg: e.to_string(),
+                })?;
                 gpu.upload(t.data())
             }
             Source::Random { .. } => {
@@ -116,7 +126,10 @@ pub struct CudaModel {
 impl CudaModel {
     /// Upload a Hugging Face folder's weights (fused or per-expert MoE layouts).
     pub fn load(gpu: &Gpu, dir: &Path) -> Result<CudaModel> {
-        let err = |e: crate::model::ModelError| CudaError::Shape { op: "load", msg: e.to_string() };
+        let err = |e: crate::model::ModelError| CudaError::Shape {
+            op: "load",
+            msg: e.to_string(),
+        };
         let cfg = ModelConfig::from_dir(dir).map_err(err)?;
         let mut ck = Checkpoint::open(dir).map_err(err)?;
         Self::build(gpu, cfg, Source::Ckpt(&mut ck))
@@ -149,7 +162,12 @@ impl CudaModel {
                 }
                 LayerType::Linear => {
                     let g = format!("{p}linear_attn.");
-                    let (cd, vd, hv, k) = (c.gdn_conv_dim(), c.gdn_value_dim(), c.linear_num_value_heads, c.linear_conv_kernel_dim);
+                    let (cd, vd, hv, k) = (
+                        c.gdn_conv_dim(),
+                        c.gdn_value_dim(),
+                        c.linear_num_value_heads,
+                        c.linear_conv_kernel_dim,
+                    );
                     MixerW::Gdn(GdnW {
                         qkv: src.bf(gpu, &format!("{g}in_proj_qkv.weight"), &[cd, h])?,
                         z: src.bf(gpu, &format!("{g}in_proj_z.weight"), &[vd, h])?,
@@ -158,7 +176,11 @@ impl CudaModel {
                         conv: src.bf(gpu, &format!("{g}conv1d.weight"), &[cd, 1, k])?,
                         dt_bias: src.f32s(gpu, &format!("{g}dt_bias"), hv, 1.0)?,
                         a_log: src.f32s(gpu, &format!("{g}A_log"), hv, 0.0)?,
-                        norm: src.bf(gpu, &format!("{g}norm.weight"), &[c.linear_value_head_dim])?,
+                        norm: src.bf(
+                            gpu,
+                            &format!("{g}norm.weight"),
+                            &[c.linear_value_head_dim],
+                        )?,
                         out: src.bf(gpu, &format!("{g}out_proj.weight"), &[h, vd])?,
                     })
                 }
@@ -174,32 +196,64 @@ impl CudaModel {
         let lm_head = match (&mut src, c.tie_word_embeddings) {
             (_, true) => embed.try_clone()?,
             (Source::Ckpt(ck), false) => {
-                let t = ck.get_exact("lm_head.weight", &[v, h]).map_err(|e| CudaError::Shape { op: "load", msg: e.to_string() })?;
+                let t = ck
+                    .get_exact("lm_head.weight", &[v, h])
+                    .map_err(|e| CudaError::Shape {
+                        op: "load",
+                        msg: e.to_string(),
+                    })?;
                 gpu.upload(&to_bf16_bits(t.data()))?
             }
             (s, false) => s.bf(gpu, "lm_head.weight", &[v, h])?,
         };
-        Ok(CudaModel { cfg, embed, layers, norm, lm_head })
+        Ok(CudaModel {
+            cfg,
+            embed,
+            layers,
+            norm,
+            lm_head,
+        })
     }
 
     fn load_moe(gpu: &Gpu, c: &ModelConfig, src: &mut Source<'_>, p: &str) -> Result<MoeW> {
-        let (h, e, i, is) = (c.hidden_size, c.num_experts, c.moe_intermediate_size, c.shared_expert_intermediate_size);
+        let (h, e, i, is) = (
+            c.hidden_size,
+            c.num_experts,
+            c.moe_intermediate_size,
+            c.shared_expert_intermediate_size,
+        );
         let fused = format!("{p}experts.gate_up_proj");
         let (gate_up, down) = match &mut *src {
             Source::Ckpt(ck) if !ck.contains(&fused) => {
                 // per-expert tensors: concatenate [gate; up] per expert on the host
-                let (mut gu, mut dn) = (Vec::with_capacity(e * 2 * i * h), Vec::with_capacity(e * h * i));
+                let (mut gu, mut dn) = (
+                    Vec::with_capacity(e * 2 * i * h),
+                    Vec::with_capacity(e * h * i),
+                );
                 for x in 0..e {
                     for part in ["gate_proj", "up_proj"] {
-                        let t = ck.get(&format!("{p}experts.{x}.{part}.weight"), &[i, h]).map_err(|e| CudaError::Shape { op: "load", msg: e.to_string() })?;
+                        let t = ck
+                            .get(&format!("{p}experts.{x}.{part}.weight"), &[i, h])
+                            .map_err(|e| CudaError::Shape {
+                                op: "load",
+                                msg: e.to_string(),
+                            })?;
                         gu.extend(to_bf16_bits(t.data()));
                     }
-                    let t = ck.get(&format!("{p}experts.{x}.down_proj.weight"), &[h, i]).map_err(|e| CudaError::Shape { op: "load", msg: e.to_string() })?;
+                    let t = ck
+                        .get(&format!("{p}experts.{x}.down_proj.weight"), &[h, i])
+                        .map_err(|e| CudaError::Shape {
+                            op: "load",
+                            msg: e.to_string(),
+                        })?;
                     dn.extend(to_bf16_bits(t.data()));
                 }
                 (gpu.upload(&gu)?, gpu.upload(&dn)?)
             }
-            s => (s.bf(gpu, &fused, &[e, 2 * i, h])?, s.bf(gpu, &format!("{p}experts.down_proj"), &[e, h, i])?),
+            s => (
+                s.bf(gpu, &fused, &[e, 2 * i, h])?,
+                s.bf(gpu, &format!("{p}experts.down_proj"), &[e, h, i])?,
+            ),
         };
         Ok(MoeW {
             router: src.bf(gpu, &format!("{p}gate.weight"), &[e, h])?,
@@ -263,12 +317,35 @@ struct Scratch {
 }
 
 impl CudaState {
-    pub fn new(gpu: &Gpu, cfg: &ModelConfig, slots: usize, max_len: usize, max_tokens: usize) -> Result<CudaState> {
+    pub fn new(
+        gpu: &Gpu,
+        cfg: &ModelConfig,
+        slots: usize,
+        max_len: usize,
+        max_tokens: usize,
+    ) -> Result<CudaState> {
         let c = cfg;
         let t = max_tokens;
-        let (h, hq, hkv, hd) = (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim);
-        let (hk, hv, dk, dv, cd, vd) = (c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim, c.gdn_conv_dim(), c.gdn_value_dim());
-        let (e, k, i, is) = (c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size, c.shared_expert_intermediate_size);
+        let (h, hq, hkv, hd) = (
+            c.hidden_size,
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            c.head_dim,
+        );
+        let (hk, hv, dk, dv, cd, vd) = (
+            c.linear_num_key_heads,
+            c.linear_num_value_heads,
+            c.linear_key_head_dim,
+            c.linear_value_head_dim,
+            c.gdn_conv_dim(),
+            c.gdn_value_dim(),
+        );
+        let (e, k, i, is) = (
+            c.num_experts,
+            c.num_experts_per_tok,
+            c.moe_intermediate_size,
+            c.shared_expert_intermediate_size,
+        );
         let mut kv = vec![];
         let mut gdn = vec![];
         for lt in &c.layer_types {
@@ -279,7 +356,15 @@ impl CudaState {
                 }
                 LayerType::Linear => {
                     kv.push(None);
-                    gdn.push(Some(GdnPool::new(gpu, slots, cd, c.linear_conv_kernel_dim, hv, dk, dv)?));
+                    gdn.push(Some(GdnPool::new(
+                        gpu,
+                        slots,
+                        cd,
+                        c.linear_conv_kernel_dim,
+                        hv,
+                        dk,
+                        dv,
+                    )?));
                 }
             }
         }
@@ -321,7 +406,14 @@ impl CudaState {
             sgate: z(t)?,
             logits: f(t * c.vocab_size)?,
         };
-        Ok(CudaState { kv, gdn, lens: vec![0; slots], max_len, max_tokens, s })
+        Ok(CudaState {
+            kv,
+            gdn,
+            lens: vec![0; slots],
+            max_len,
+            max_tokens,
+            s,
+        })
     }
 
     /// Forget a slot's tokens (its pools are overwritten from position 0 on reuse; the GDN
@@ -334,8 +426,14 @@ impl CudaState {
             let rec_per = p.rec.len() / p.slots;
             let zc = vec![0.0f32; conv_per];
             let zr = vec![0.0f32; rec_per];
-            gpu.stream.memcpy_htod(&zc, &mut p.conv.slice_mut(slot * conv_per..(slot + 1) * conv_per))?;
-            gpu.stream.memcpy_htod(&zr, &mut p.rec.slice_mut(slot * rec_per..(slot + 1) * rec_per))?;
+            gpu.stream.memcpy_htod(
+                &zc,
+                &mut p.conv.slice_mut(slot * conv_per..(slot + 1) * conv_per),
+            )?;
+            gpu.stream.memcpy_htod(
+                &zr,
+                &mut p.rec.slice_mut(slot * rec_per..(slot + 1) * rec_per),
+            )?;
         }
         Ok(())
     }
@@ -344,7 +442,32 @@ impl CudaState {
 impl CudaModel {
     /// One step over a batch: `seqs[b] = (slot, tokens)`; the tokens are appended to the slot's
     /// caches. Returns fp32 logits `[T, vocab]` for every input row (packed in batch order).
-    pub fn forward(&self, gpu: &Gpu, st: &mut CudaState, seqs: &[(usize, &[u32])]) -> Result<Vec<f32>> {
+    pub fn forward(
+        &self,
+        gpu: &Gpu,
+        st: &mut CudaState,
+        seqs: &[(usize, &[u32])],
+    ) -> Result<Vec<f32>> {
+        self.step(gpu, st, seqs, true)
+    }
+
+    /// As [`Self::forward`] but only the last row of each sequence gets logits: `[B, vocab]`.
+    pub fn forward_last(
+        &self,
+        gpu: &Gpu,
+        st: &mut CudaState,
+        seqs: &[(usize, &[u32])],
+    ) -> Result<Vec<f32>> {
+        self.step(gpu, st, seqs, false)
+    }
+
+    fn step(
+        &self,
+        gpu: &Gpu,
+        st: &mut CudaState,
+        seqs: &[(usize, &[u32])],
+        all_rows: bool,
+    ) -> Result<Vec<f32>> {
         let c = &self.cfg;
         let bad = |msg: String| Err(CudaError::Shape { op: "forward", msg });
         let t: usize = seqs.iter().map(|(_, x)| x.len()).sum();
@@ -352,14 +475,22 @@ impl CudaModel {
             return bad(format!("{t} tokens per call (1..={})", st.max_tokens));
         }
         let mut seen = vec![false; st.lens.len()];
-        let (mut ids, mut pos, mut slot_of_tok, mut cu, mut slots, mut lens_after) = (vec![], vec![], vec![], vec![0i32], vec![], vec![]);
+        let (mut ids, mut pos, mut slot_of_tok, mut cu, mut slots, mut lens_after) =
+            (vec![], vec![], vec![], vec![0i32], vec![], vec![]);
         for (slot, toks) in seqs {
             if *slot >= st.lens.len() || seen[*slot] || toks.is_empty() {
-                return bad(format!("slot {slot} out of range, repeated or with no tokens"));
+                return bad(format!(
+                    "slot {slot} out of range, repeated or with no tokens"
+                ));
             }
             seen[*slot] = true;
             if st.lens[*slot] + toks.len() > st.max_len {
-                return bad(format!("slot {slot}: {} + {} tokens exceed max_len {}", st.lens[*slot], toks.len(), st.max_len));
+                return bad(format!(
+                    "slot {slot}: {} + {} tokens exceed max_len {}",
+                    st.lens[*slot],
+                    toks.len(),
+                    st.max_len
+                ));
             }
             for (j, &tk) in toks.iter().enumerate() {
                 if tk as usize >= c.vocab_size {
@@ -376,31 +507,98 @@ impl CudaModel {
         let b = seqs.len();
         let decode = seqs.iter().all(|(_, x)| x.len() == 1);
         let max_len_now = lens_after.iter().copied().max().unwrap_or(1) as usize;
-        let (d_ids, d_pos, d_sot, d_cu, d_slots, d_lens) =
-            (gpu.upload(&ids)?, gpu.upload(&pos)?, gpu.upload(&slot_of_tok)?, gpu.upload(&cu)?, gpu.upload(&slots)?, gpu.upload(&lens_after)?);
+        let (d_ids, d_pos, d_sot, d_cu, d_slots, d_lens) = (
+            gpu.upload(&ids)?,
+            gpu.upload(&pos)?,
+            gpu.upload(&slot_of_tok)?,
+            gpu.upload(&cu)?,
+            gpu.upload(&slots)?,
+            gpu.upload(&lens_after)?,
+        );
         let (h, eps) = (c.hidden_size, c.rms_norm_eps);
         let s = &mut st.s;
         ops::embedding(gpu, &self.embed, c.vocab_size, h, &d_ids, t, &mut s.resid)?;
         let mut first = true;
         for (li, layer) in self.layers.iter().enumerate() {
-            ops::add_rms_norm_1p(gpu, &mut s.resid, if first { None } else { Some(&s.delta) }, &layer.in_norm, &mut s.xn, t, h, eps)?;
+            ops::add_rms_norm_1p(
+                gpu,
+                &mut s.resid,
+                if first { None } else { Some(&s.delta) },
+                &layer.in_norm,
+                &mut s.xn,
+                t,
+                h,
+                eps,
+            )?;
             first = false;
             match &layer.mixer {
                 MixerW::Gdn(w) => {
                     let pool = st.gdn[li].as_mut().expect("GDN pool for a linear layer");
-                    let (hk, hv, dk, dv, cd, vd, kk) = (c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim, c.gdn_conv_dim(), c.gdn_value_dim(), c.linear_conv_kernel_dim);
+                    let (hk, hv, dk, dv, cd, vd, kk) = (
+                        c.linear_num_key_heads,
+                        c.linear_num_value_heads,
+                        c.linear_key_head_dim,
+                        c.linear_value_head_dim,
+                        c.gdn_conv_dim(),
+                        c.gdn_value_dim(),
+                        c.linear_conv_kernel_dim,
+                    );
                     linear(gpu, &s.xn, t, h, &w.qkv, cd, &mut s.big)?;
                     linear(gpu, &s.xn, t, h, &w.z, vd, &mut s.z)?;
                     linear(gpu, &s.xn, t, h, &w.b, hv, &mut s.bb)?;
                     linear(gpu, &s.xn, t, h, &w.a, hv, &mut s.aa)?;
-                    ops::causal_conv(gpu, &s.big, pool, &w.conv, &mut s.conv_y, &d_cu, &d_slots, b, t, cd, kk)?;
-                    ops::gdn_gates(gpu, &s.bb, &s.aa, &w.a_log, &w.dt_bias, &mut s.beta, &mut s.g, t, hv)?;
-                    ops::gdn_qkv_prep(gpu, &s.conv_y, &mut s.qn, &mut s.kn, &mut s.vv, t, hk, hv, dk, dv)?;
-                    let x = DeltaBufs { qn: &s.qn, kn: &s.kn, v: &s.vv, beta: &s.beta, g: &s.g, hk, hv, dk, dv };
+                    ops::causal_conv(
+                        gpu,
+                        &s.big,
+                        pool,
+                        &w.conv,
+                        &mut s.conv_y,
+                        &d_cu,
+                        &d_slots,
+                        b,
+                        t,
+                        cd,
+                        kk,
+                    )?;
+                    ops::gdn_gates(
+                        gpu,
+                        &s.bb,
+                        &s.aa,
+                        &w.a_log,
+                        &w.dt_bias,
+                        &mut s.beta,
+                        &mut s.g,
+                        t,
+                        hv,
+                    )?;
+                    ops::gdn_qkv_prep(
+                        gpu, &s.conv_y, &mut s.qn, &mut s.kn, &mut s.vv, t, hk, hv, dk, dv,
+                    )?;
+                    let x = DeltaBufs {
+                        qn: &s.qn,
+                        kn: &s.kn,
+                        v: &s.vv,
+                        beta: &s.beta,
+                        g: &s.g,
+                        hk,
+                        hv,
+                        dk,
+                        dv,
+                    };
                     if decode {
                         ops::gdn_recurrent(gpu, &x, pool, &d_slots, b, &mut s.o)?;
                     } else {
-                        ops::gdn_chunked(gpu, &x, pool, &mut s.delta_scratch, &d_cu, &d_slots, b, t, &mut s.o)?;
+                        ops::gdn_chunked(
+                            gpu,
+                            &x,
+                            pool,
+                            &mut s.delta_scratch,
+                            &d_cu,
+                            &d_slots,
+                            b,
+                            t,
+                            &mut s.o,
+                        )?;
                     }
                     ops::gated_rms_norm(gpu, &s.o, &s.z, &w.norm, &mut s.on, t, hv, dv, eps)?;
                     linear(gpu, &s.on, t, vd, &w.out, h, &mut s.delta)?;
@@ -414,12 +612,46 @@ impl CudaModel {
                     linear(gpu, &s.xn, t, h, &w.v, hkv * hd, &mut s.v)?;
                     ops::head_rms_norm_1p(gpu, &mut s.q, &w.q_norm, t, hq, hd, hq * hd, eps)?;
                     ops::head_rms_norm_1p(gpu, &mut s.k, &w.k_norm, t, hkv, hd, hkv * hd, eps)?;
-                    ops::rope_partial(gpu, &mut s.q, &d_pos, t, hq, hd, c.rotary_dim, c.rope_theta as f32, true)?;
-                    ops::rope_partial(gpu, &mut s.k, &d_pos, t, hkv, hd, c.rotary_dim, c.rope_theta as f32, true)?;
-                    let idx = KvIndex { cache_pos: &d_pos, slot_of_tok: &d_sot };
+                    ops::rope_partial(
+                        gpu,
+                        &mut s.q,
+                        &d_pos,
+                        t,
+                        hq,
+                        hd,
+                        c.rotary_dim,
+                        c.rope_theta as f32,
+                        true,
+                    )?;
+                    ops::rope_partial(
+                        gpu,
+                        &mut s.k,
+                        &d_pos,
+                        t,
+                        hkv,
+                        hd,
+                        c.rotary_dim,
+                        c.rope_theta as f32,
+                        true,
+                    )?;
+                    let idx = KvIndex {
+                        cache_pos: &d_pos,
+                        slot_of_tok: &d_sot,
+                    };
                     ops::kv_append(gpu, &s.k, &s.v, pool, &idx, t)?;
                     if decode {
-                        ops::attn_decode(gpu, &s.q, pool, &d_lens, &d_slots, b, hq, max_len_now, &mut s.dec, &mut s.att)?;
+                        ops::attn_decode(
+                            gpu,
+                            &s.q,
+                            pool,
+                            &d_lens,
+                            &d_slots,
+                            b,
+                            hq,
+                            max_len_now,
+                            &mut s.dec,
+                            &mut s.att,
+                        )?;
                     } else {
                         ops::attn_prefill(gpu, &s.q, pool, &idx, &mut s.att, t, hq)?;
                     }
@@ -427,34 +659,117 @@ impl CudaModel {
                     linear(gpu, &s.att, t, hq * hd, &w.o, h, &mut s.delta)?;
                 }
             }
-            ops::add_rms_norm_1p(gpu, &mut s.resid, Some(&s.delta), &layer.post_norm, &mut s.xn, t, h, eps)?;
+            ops::add_rms_norm_1p(
+                gpu,
+                &mut s.resid,
+                Some(&s.delta),
+                &layer.post_norm,
+                &mut s.xn,
+                t,
+                h,
+                eps,
+            )?;
             self.moe(gpu, &layer.moe, s, t)?;
         }
-        ops::add_rms_norm_1p(gpu, &mut s.resid, Some(&s.delta), &self.norm, &mut s.xn, t, h, eps)?;
-        linear(gpu, &s.xn, t, h, &self.lm_head, c.vocab_size, &mut s.logits)?;
+        ops::add_rms_norm_1p(
+            gpu,
+            &mut s.resid,
+            Some(&s.delta),
+            &self.norm,
+            &mut s.xn,
+            t,
+            h,
+            eps,
+        )?;
+        let rows = if all_rows {
+            linear(gpu, &s.xn, t, h, &self.lm_head, c.vocab_size, &mut s.logits)?;
+            t
+        } else {
+            let last: Vec<i32> = cu[1..].iter().map(|e| e - 1).collect();
+            ops::gather_rows(gpu, &s.xn, &gpu.upload(&last)?, &mut s.delta, b, h)?;
+            linear(
+                gpu,
+                &s.delta,
+                b,
+                h,
+                &self.lm_head,
+                c.vocab_size,
+                &mut s.logits,
+            )?;
+            b
+        };
         for (slot, toks) in seqs {
             st.lens[*slot] += toks.len();
         }
-        let all = gpu.download(&s.logits)?;
-        Ok(all[..t * c.vocab_size].to_vec())
+        let n = rows * c.vocab_size;
+        Ok(gpu.stream.clone_dtoh(&s.logits.slice(0..n))?)
+    }
+
+    /// Run only layer `layer`'s MoE on the first `t` rows of the scratch (whatever they hold):
+    /// the MoE-layer benchmark. Enqueues without synchronising.
+    pub fn moe_layer_only(
+        &self,
+        gpu: &Gpu,
+        st: &mut CudaState,
+        layer: usize,
+        t: usize,
+    ) -> Result<()> {
+        if t == 0 || t > st.max_tokens || layer >= self.layers.len() {
+            return Err(CudaError::Shape {
+                op: "moe_layer_only",
+                msg: format!("t={t} layer={layer}"),
+            });
+        }
+        self.moe(gpu, &self.layers[layer].moe, &mut st.s, t)
     }
 
     /// MoE of the normed rows `s.xn` into `s.delta`.
     fn moe(&self, gpu: &Gpu, w: &MoeW, s: &mut Scratch, t: usize) -> Result<()> {
         let c = &self.cfg;
-        let (h, e, k, i, is) = (c.hidden_size, c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size, c.shared_expert_intermediate_size);
+        let (h, e, k, i, is) = (
+            c.hidden_size,
+            c.num_experts,
+            c.num_experts_per_tok,
+            c.moe_intermediate_size,
+            c.shared_expert_intermediate_size,
+        );
         let pairs = t * k;
         linear(gpu, &s.xn, t, h, &w.router, e, &mut s.router)?;
         ops::router_topk(gpu, &s.router, &mut s.idx, &mut s.wts, None, t, e, k)?;
         ops::moe_group(gpu, &s.idx, pairs, e, &mut s.groups)?;
-        ops::grouped_gemm(gpu, &s.xn, &w.gate_up, &mut s.gu, &s.groups, true, k, e, 2 * i, h, pairs, pairs)?;
+        ops::grouped_gemm(
+            gpu,
+            &s.xn,
+            &w.gate_up,
+            &mut s.gu,
+            &s.groups,
+            true,
+            k,
+            e,
+            2 * i,
+            h,
+            pairs,
+            pairs,
+        )?;
         ops::swiglu(gpu, &s.gu, &mut s.act, pairs, i)?;
-        ops::grouped_gemm(gpu, &s.act, &w.down, &mut s.y, &s.groups, false, k, e, h, i, pairs, pairs)?;
+        ops::grouped_gemm(
+            gpu, &s.act, &w.down, &mut s.y, &s.groups, false, k, e, h, i, pairs, pairs,
+        )?;
         linear(gpu, &s.xn, t, h, &w.s_gate, is, &mut s.sg_a)?;
         linear(gpu, &s.xn, t, h, &w.s_up, is, &mut s.sg_b)?;
         ops::silu_mul(gpu, &s.sg_a, &s.sg_b, &mut s.act, t * is)?;
         linear(gpu, &s.act, t, is, &w.s_down, h, &mut s.shared)?;
         linear(gpu, &s.xn, t, h, &w.s_gate_w, 1, &mut s.sgate)?;
-        ops::moe_combine(gpu, &s.y, &s.groups, &s.wts, Some((&s.shared, &s.sgate)), &mut s.delta, t, h, k)
+        ops::moe_combine(
+            gpu,
+            &s.y,
+            &s.groups,
+            &s.wts,
+            Some((&s.shared, &s.sgate)),
+            &mut s.delta,
+            t,
+            h,
+            k,
+        )
     }
 }

@@ -166,6 +166,29 @@ pub fn gated_rms_norm(
     )
 }
 
+/// `dst[r] = src[rows[r]]` for `r < n` rows of width `d`.
+pub fn gather_rows(
+    gpu: &Gpu,
+    src: &Bf,
+    rows: &I32,
+    dst: &mut Bf,
+    n: usize,
+    d: usize,
+) -> Result<()> {
+    need("gather_rows", rows.len() >= n && dst.len() >= n * d, || {
+        "sizes".into()
+    })?;
+    launch!(
+        gpu,
+        "gather_rows",
+        cfg((n, 1, 1), 256, 0),
+        src,
+        rows,
+        dst,
+        &(d as i32)
+    )
+}
+
 // ---------------------------------------------------------------- gated attention
 
 pub fn split_q_gate(
@@ -878,7 +901,16 @@ pub fn sample_tokens(
 /// Uniform random bf16 in `[lo, hi)` from a counter hash of (seed, index), on device.
 pub fn fill_uniform_bf16(gpu: &Gpu, x: &mut Bf, seed: u64, lo: f32, hi: f32) -> Result<()> {
     let n = x.len();
-    launch!(gpu, "fill_uniform_bf16", cfg((n.div_ceil(256).min(65535 * 8), 1, 1), 256, 0), x, &(n as i64), &seed, &lo, &hi)
+    launch!(
+        gpu,
+        "fill_uniform_bf16",
+        cfg((n.div_ceil(256).min(65535 * 8), 1, 1), 256, 0),
+        x,
+        &(n as i64),
+        &seed,
+        &lo,
+        &hi
+    )
 }
 
 pub fn fill_f32(gpu: &Gpu, x: &mut F32, v: f32) -> Result<()> {
