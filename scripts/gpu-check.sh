@@ -7,22 +7,23 @@
 #       dynamic loading) and copies them to gpu-bin/ (carry that folder to the host).
 #   On the GPU host:              bash scripts/gpu-check.sh [--dry-run]
 #       finds libnvrtc/libcublas (EXECCRITIC_NVRTC, else NVIDIA wheels beside PyTorch), runs
-#       the NVRTC compile check for the present GPU, then every op-parity test with the GPU
-#       mandatory, and writes $OUT/gpu-check.json. --dry-run checks binaries, flags and paths
-#       and writes the plan without touching the GPU.
-#
-# Not yet in this script (the pieces do not exist yet, see docs/cuda.md): whole-model parity
-# of a CUDA forward against the CPU reference, and the full-size Qwen3.5-35B-A3B benchmark.
-# They are reported as "not_built" in the JSON so a reader cannot mistake them for passes.
+#       the NVRTC compile check, every op-parity test and the whole-model parity tests on the
+#       fixtures (models/) with the GPU mandatory, then the full-size Qwen3.5-35B-A3B benchmark
+#       on random weights generated on the GPU; writes $OUT/gpu-check.json (+ cuda-bench.json
+#       and the logs). --dry-run checks binaries, flags and paths and writes the plan without
+#       touching the GPU. --no-bench skips the benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=gpu-bin
 OUT="${OUT:-$PWD/gpu-check-out}"
 mode=run
+bench=1
+TESTS="cuda_nvrtc cuda_ops cuda_model"
 for a in "$@"; do
   case "$a" in
     --build) mode=build ;;
     --dry-run) mode=dry ;;
+    --no-bench) bench=0 ;;
     -h|--help) sed -n 2,20p "$0"; exit 0 ;;
     *) echo "gpu-check: unknown flag $a" >&2; exit 2 ;;
   esac
@@ -31,7 +32,7 @@ done
 if [ "$mode" = build ]; then
   export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
   mkdir -p "$BIN"
-  for t in cuda_nvrtc cuda_ops; do
+  for t in $TESTS; do
     exe=$(cargo test --release --features cuda --test "$t" --no-run --message-format=json 2>/dev/null \
       | python3 -c 'import sys,json
 for l in sys.stdin:
@@ -47,7 +48,7 @@ fi
 
 mkdir -p "$OUT"
 fail() { echo "gpu-check: $*" >&2; exit 1; }
-for t in cuda_nvrtc cuda_ops; do
+for t in $TESTS; do
   [ -x "$BIN/$t" ] || fail "missing $BIN/$t (run 'bash scripts/gpu-check.sh --build' on a machine with Rust first)"
 done
 # libnvrtc / libcublas: explicit env, else the NVIDIA wheels next to torch
@@ -66,34 +67,50 @@ export EXECCRITIC_CUBLAS="${EXECCRITIC_CUBLAS:-$(find_lib cublas)}"
 export EXECCRITIC_CUBLASLT="${EXECCRITIC_CUBLASLT:-$(find_lib cublasLt)}"
 [ -f "$EXECCRITIC_NVRTC" ] || fail "libnvrtc not found (set EXECCRITIC_NVRTC)"
 for v in EXECCRITIC_CUBLAS EXECCRITIC_CUBLASLT; do [ -f "${!v}" ] || unset "$v"; done
+[ -d models/tiny-qwen35 ] || fail "fixtures models/tiny-qwen35* missing from the tree"
+export EXECCRITIC_MODELS="$PWD/models"
 gpu_name=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
 commit=$(cat "$BIN/COMMIT" 2>/dev/null || echo unknown)
 
 if [ "$mode" = dry ]; then
-  "$BIN/cuda_ops" --list >/dev/null || fail "$BIN/cuda_ops does not run"
+  listing=""
+  for t in $TESTS; do
+    "$BIN/$t" --list >/dev/null || fail "$BIN/$t does not run"
+    listing="$listing $("$BIN/$t" --list --include-ignored 2>/dev/null | grep ': test' | sed "s/: test//;s/^/$t::/" | tr '\n' ' ')"
+  done
   python3 - "$OUT/gpu-check.json" <<PY
 import json, sys
 json.dump({"mode": "dry-run", "commit": "$commit", "gpu": "${gpu_name:-none visible}",
   "nvrtc": "$EXECCRITIC_NVRTC", "cublas": "${EXECCRITIC_CUBLAS:-loader path}",
-  "tests": "$("$BIN/cuda_ops" --list 2>/dev/null | grep ': test' | sed 's/: test//' | tr '\n' ' ')".split(),
-  "model_parity": "not_built", "full_size_benchmark": "not_built"}, open(sys.argv[1], "w"), indent=1)
+  "models": "$EXECCRITIC_MODELS", "bench": $bench, "tests": "$listing".split()},
+  open(sys.argv[1], "w"), indent=1)
 PY
   echo "gpu-check: dry run ok; plan in $OUT/gpu-check.json"
   exit 0
 fi
 
 export EXECCRITIC_REQUIRE_GPU=1
-rc_nvrtc=0; "$BIN/cuda_nvrtc" --test-threads=1 >"$OUT/cuda_nvrtc.log" 2>&1 || rc_nvrtc=$?
-rc_ops=0; "$BIN/cuda_ops" --test-threads=1 >"$OUT/cuda_ops.log" 2>&1 || rc_ops=$?
-python3 - "$OUT" "$rc_nvrtc" "$rc_ops" <<PY
-import json, re, sys
-out, rn, ro = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+declare -A rc
+for t in $TESTS; do
+  rc[$t]=0
+  "$BIN/$t" --test-threads=1 >"$OUT/$t.log" 2>&1 || rc[$t]=$?
+done
+rc_bench=skipped
+if [ "$bench" = 1 ]; then
+  rc_bench=0
+  OUT="$OUT" "$BIN/cuda_model" --ignored full_size_benchmark --nocapture --test-threads=1 >"$OUT/bench.log" 2>&1 || rc_bench=$?
+fi
+python3 - "$OUT" "${rc[cuda_nvrtc]}" "${rc[cuda_ops]}" "${rc[cuda_model]}" "$rc_bench" <<PY
+import json, os, re, sys
+out = sys.argv[1]
 def results(log):
     return {m.group(1): m.group(2) for m in re.finditer(r"^test (\S+) \.\.\. (\w+)", open(f"{out}/{log}").read(), re.M)}
-json.dump({"mode": "run", "commit": "$commit", "gpu": "$gpu_name",
-  "nvrtc": "$EXECCRITIC_NVRTC", "nvrtc_compile": {"rc": rn, "tests": results("cuda_nvrtc.log")},
-  "op_parity": {"rc": ro, "tests": results("cuda_ops.log")},
-  "model_parity": "not_built", "full_size_benchmark": "not_built"}, open(f"{out}/gpu-check.json", "w"), indent=1)
+bench = json.load(open(f"{out}/cuda-bench.json")) if os.path.exists(f"{out}/cuda-bench.json") else None
+json.dump({"mode": "run", "commit": "$commit", "gpu": "$gpu_name", "nvrtc": "$EXECCRITIC_NVRTC",
+  "nvrtc_compile": {"rc": int(sys.argv[2]), "tests": results("cuda_nvrtc.log")},
+  "op_parity": {"rc": int(sys.argv[3]), "tests": results("cuda_ops.log")},
+  "model_parity": {"rc": int(sys.argv[4]), "tests": results("cuda_model.log")},
+  "full_size_benchmark": {"rc": sys.argv[5], "result": bench}}, open(f"{out}/gpu-check.json", "w"), indent=1)
 PY
-echo "gpu-check: nvrtc rc=$rc_nvrtc, op parity rc=$rc_ops; results in $OUT/gpu-check.json"
-[ "$rc_nvrtc" = 0 ] && [ "$rc_ops" = 0 ]
+echo "gpu-check: nvrtc rc=${rc[cuda_nvrtc]} ops rc=${rc[cuda_ops]} model rc=${rc[cuda_model]} bench rc=$rc_bench; $OUT/gpu-check.json"
+[ "${rc[cuda_nvrtc]}" = 0 ] && [ "${rc[cuda_ops]}" = 0 ] && [ "${rc[cuda_model]}" = 0 ] && { [ "$rc_bench" = 0 ] || [ "$rc_bench" = skipped ]; }
