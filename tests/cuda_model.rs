@@ -7,10 +7,10 @@
 //! `EXECCRITIC_REQUIRE_GPU=1`.
 #![cfg(feature = "cuda")]
 
-use std::path::PathBuf;
 use execcritic::model::{ForwardOptions, LogitsMode, Model, ModelConfig, SeqInput};
 use execcritic::tensor::cuda::forward::{CudaModel, CudaState};
 use execcritic::tensor::cuda::Gpu;
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// Fixture folder: `$EXECCRITIC_MODELS/<name>` (the GPU host runs a prebuilt binary from another
@@ -29,19 +29,32 @@ fn fixture_ids(name: &str, key: &str) -> Vec<u32> {
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let t = st.tensor(key).unwrap();
     assert_eq!(t.dtype(), safetensors::Dtype::I64);
-    t.data().chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32).collect()
+    t.data()
+        .chunks_exact(8)
+        .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32)
+        .collect()
 }
 
 fn max_abs_err(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()))
+    a.iter()
+        .zip(b)
+        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()))
 }
 
 /// CPU reference logits of every row of one sequence.
 fn cpu_logits(cpu: &Model, toks: &[u32]) -> Vec<f32> {
     let mut s = cpu.new_state();
-    let opts = ForwardOptions { logits: LogitsMode::All, ..Default::default() };
-    cpu.forward(&mut [SeqInput::new(toks, &mut s)], &opts).unwrap().remove(0).logits.data().to_vec()
+    let opts = ForwardOptions {
+        logits: LogitsMode::All,
+        ..Default::default()
+    };
+    cpu.forward(&mut [SeqInput::new(toks, &mut s)], &opts)
+        .unwrap()
+        .remove(0)
+        .logits
+        .data()
+        .to_vec()
 }
 
 fn gpu() -> Option<Gpu> {
@@ -85,8 +98,18 @@ fn fixtures_prefill_batch_matches_cpu_reference() {
         let mut st = CudaState::new(&g, &m.cfg, 2, 256, 256).unwrap();
         // both sequences in one packed batch (different lengths)
         let logits = m.forward(&g, &mut st, &[(0, &a), (1, &b)]).unwrap();
-        close_rel(&format!("{name} logits.a"), &logits[..a.len() * v], &cpu_logits(&cpu, &a), REL);
-        close_rel(&format!("{name} logits.b"), &logits[a.len() * v..], &cpu_logits(&cpu, &b), REL);
+        close_rel(
+            &format!("{name} logits.a"),
+            &logits[..a.len() * v],
+            &cpu_logits(&cpu, &a),
+            REL,
+        );
+        close_rel(
+            &format!("{name} logits.b"),
+            &logits[a.len() * v..],
+            &cpu_logits(&cpu, &b),
+            REL,
+        );
     }
 }
 

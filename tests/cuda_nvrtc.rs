@@ -17,7 +17,13 @@ fn nvrtc() -> Option<&'static Nvrtc> {
 
 #[test]
 fn every_kernel_file_is_embedded() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
+    // the crate's kernels/, or ./kernels when a prebuilt binary runs elsewhere (gpu-check.sh)
+    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
+    let dir = if built.is_dir() {
+        built
+    } else {
+        std::path::PathBuf::from("kernels")
+    };
     let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .flatten()
