@@ -140,15 +140,14 @@ impl Nvrtc {
             .map_err(|_| NvrtcError::Input(format!("{name}: source contains NUL")))?;
         let cname =
             CString::new(name).map_err(|_| NvrtcError::Input("name contains NUL".into()))?;
-        let mut opts: Vec<CString> = vec![
-            format!("--gpu-architecture={arch}"),
-            "--std=c++17".into(),
-            "--use_fast_math".into(),
-        ]
-        .into_iter()
-        .chain(extra_opts.iter().map(|s| s.to_string()))
-        .map(|s| CString::new(s).map_err(|_| NvrtcError::Input("option contains NUL".into())))
-        .collect::<Result<_, _>>()?;
+        let mut opts: Vec<CString> =
+            vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()]
+                .into_iter()
+                .chain(extra_opts.iter().map(|s| s.to_string()))
+                .map(|s| {
+                    CString::new(s).map_err(|_| NvrtcError::Input("option contains NUL".into()))
+                })
+                .collect::<Result<_, _>>()?;
         opts.shrink_to_fit();
         let optp: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
         let mut prog: Prog = std::ptr::null_mut();

@@ -33,11 +33,7 @@ pub type Result<T> = std::result::Result<T, CudaError>;
 /// panics when the library is missing), then asks the driver for the device count.
 pub fn probe() -> Result<usize> {
     let names = ["libcuda.so.1", "libcuda.so"];
-    let found = names.iter().any(|n| {
-        let c = std::ffi::CString::new(*n).expect("no NUL");
-        // SAFETY: dlopen by soname; the handle stays open (cudarc opens the same library).
-        !unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) }.is_null()
-    });
+    let found = names.iter().any(|n| dlopen_global(n.as_bytes()));
     if !found {
         return Err(CudaError::NoDevice(
             "libcuda.so.1 (the NVIDIA driver) is not installed".into(),
@@ -51,20 +47,43 @@ pub fn probe() -> Result<usize> {
     Ok(n as usize)
 }
 
-/// Load a CUDA library by full path with RTLD_GLOBAL, so cudarc's later load by soname finds
-/// it (hosts with CUDA only inside PyTorch's wheels have no libcublas on the loader path).
-fn preload(stem: &str, env: &str) {
-    if let Ok(p) = find_cuda_library(stem, env) {
-        if let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) {
-            // SAFETY: dlopen of a shared library that is kept loaded.
-            unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-        }
+/// dlopen (RTLD_GLOBAL, kept loaded); true when it loaded.
+fn dlopen_global(name: &[u8]) -> bool {
+    match std::ffi::CString::new(name) {
+        // SAFETY: dlopen of a shared library that stays loaded for the process.
+        Ok(c) => !unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) }.is_null(),
+        Err(_) => false,
     }
 }
 
+/// Make `lib<stem>` loadable for cudarc, which loads by soname and panics when it cannot:
+/// load it by full path first (hosts with CUDA only inside PyTorch's wheels have no libcublas
+/// on the loader path), else check the soname loads; a missing library is a typed error.
+fn preload(stem: &str, env: &str) -> Result<()> {
+    if let Ok(p) = find_cuda_library(stem, env) {
+        if dlopen_global(p.as_os_str().as_encoded_bytes()) {
+            return Ok(());
+        }
+    }
+    let sonames = [
+        format!("lib{stem}.so.13"),
+        format!("lib{stem}.so.12"),
+        format!("lib{stem}.so"),
+    ];
+    if sonames.iter().any(|n| dlopen_global(n.as_bytes())) {
+        return Ok(());
+    }
+    Err(CudaError::NoDevice(format!(
+        "lib{stem} not found (set {env} to its path)"
+    )))
+}
+
+/// (kernel file, PTX) for every kernel file.
+type Modules = Vec<(&'static str, String)>;
+
 /// PTX of every kernel file per architecture, compiled once per process.
-fn ptx_for(arch: &str) -> Result<Vec<(&'static str, String)>> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Vec<(&'static str, String)>>>> = OnceLock::new();
+fn ptx_for(arch: &str) -> Result<Modules> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Modules>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(v) = cache.lock().expect("ptx cache poisoned").get(arch) {
         return Ok(v.clone());
@@ -97,8 +116,8 @@ impl Gpu {
     /// Open device `ordinal`, compile (or reuse) the kernels for its architecture, load them.
     pub fn new(ordinal: usize) -> Result<Gpu> {
         probe()?;
-        preload("cublasLt", "EXECCRITIC_CUBLASLT");
-        preload("cublas", "EXECCRITIC_CUBLAS");
+        preload("cublasLt", "EXECCRITIC_CUBLASLT")?;
+        preload("cublas", "EXECCRITIC_CUBLAS")?;
         let ctx = CudaContext::new(ordinal)?;
         let (maj, min) = ctx.compute_capability()?;
         let arch = format!("compute_{maj}{min}");

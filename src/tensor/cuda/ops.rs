@@ -2,6 +2,7 @@
 //! checks the buffer sizes it is given (a bad size is a [`CudaError::Shape`], never an
 //! out-of-bounds launch) and enqueues the kernel on the GPU's stream without synchronising.
 //! Sequence batches are packed: `cu` holds B+1 token offsets, `slots` the per-sequence cache slot.
+#![allow(clippy::too_many_arguments)] // wrappers mirror the kernels' argument lists
 
 use super::device::{CudaError, Gpu, Result};
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
@@ -368,7 +369,6 @@ impl DecodeScratch {
 }
 
 /// Decode attention, one token per sequence: `lens[b]` visible keys, `max_len_now` the longest.
-#[allow(clippy::too_many_arguments)]
 pub fn attn_decode(
     gpu: &Gpu,
     q: &Bf,
@@ -462,7 +462,6 @@ impl GdnPool {
 }
 
 /// Causal depthwise conv + SiLU over packed sequences (`cu` = B+1 offsets), updating the state.
-#[allow(clippy::too_many_arguments)]
 pub fn causal_conv(
     gpu: &Gpu,
     x: &Bf,
@@ -500,7 +499,6 @@ pub fn causal_conv(
     )
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn gdn_gates(
     gpu: &Gpu,
     bproj: &Bf,
@@ -538,7 +536,6 @@ pub fn gdn_gates(
 }
 
 /// fp32 q̂, k̂ (L2-normalised; q scaled by dk^-½) and v from the conv output.
-#[allow(clippy::too_many_arguments)]
 pub fn gdn_qkv_prep(
     gpu: &Gpu,
     y: &Bf,
@@ -624,7 +621,6 @@ pub fn gdn_recurrent(
 }
 
 /// Chunked delta rule over packed sequences (prefill); `scratch` holds `b·hv·64·(dk+dv)` fp32.
-#[allow(clippy::too_many_arguments)]
 pub fn gdn_chunked(
     gpu: &Gpu,
     x: &DeltaBufs<'_>,
@@ -665,7 +661,6 @@ pub fn gdn_chunked(
 // ---------------------------------------------------------------- MoE
 
 /// Routing on device: `idx`/`wts` `[t, k]`; `forced` replays a recorded routing.
-#[allow(clippy::too_many_arguments)]
 pub fn router_topk(
     gpu: &Gpu,
     logits: &F32,
@@ -760,7 +755,6 @@ pub fn moe_group(gpu: &Gpu, idx: &I32, pairs: usize, e: usize, g: &mut MoeGroups
 
 /// Grouped expert GEMM: rows of group `e` times `w[e]ᵀ` (`w` `[E, n, kd]`). `gather` reads token
 /// rows `x[perm[row] / topk]`; otherwise `x` is already grouped. `max_rows` bounds any group.
-#[allow(clippy::too_many_arguments)]
 pub fn grouped_gemm(
     gpu: &Gpu,
     x: &Bf,
@@ -823,7 +817,6 @@ pub fn silu_mul(gpu: &Gpu, g: &Bf, u: &Bf, act: &mut Bf, n: usize) -> Result<()>
 }
 
 /// `out[t] = Σ_k w·y[row_of_pair] + sigmoid(sg[t])·shared[t]` (shared expert optional).
-#[allow(clippy::too_many_arguments)]
 pub fn moe_combine(
     gpu: &Gpu,
     y: &Bf,
