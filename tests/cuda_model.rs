@@ -172,6 +172,45 @@ fn fixtures_greedy_32_tokens_equal_cpu() {
     }
 }
 
+#[test]
+fn fixture_routing_record_and_replay() {
+    let Some(g) = gpu() else { return };
+    let name = "tiny-qwen35";
+    let m = CudaModel::load(&g, &fixture(name)).unwrap();
+    let (e, k, layers) = (
+        m.cfg.num_experts,
+        m.cfg.num_experts_per_tok,
+        m.cfg.num_hidden_layers,
+    );
+    let a = fixture_ids(name, "ids.a");
+    let mut st = CudaState::new(&g, &m.cfg, 2, 256, 256).unwrap();
+    st.routing = Some(vec![]);
+    let base = m.forward(&g, &mut st, &[(0, &a)]).unwrap();
+    let rec = st.routing.take().unwrap();
+    assert_eq!(rec.len(), layers);
+    assert!(rec
+        .iter()
+        .all(|l| l.len() == a.len() * k && l.iter().all(|&x| x >= 0 && (x as usize) < e)));
+    // replaying the recorded routing reproduces the logits exactly
+    st.forced = Some(rec.clone());
+    let replay = m.forward(&g, &mut st, &[(1, &a)]).unwrap();
+    assert_eq!(
+        replay, base,
+        "replay of the recorded routing changed the logits"
+    );
+    // a different forced routing changes them; a malformed one is an error, not a launch
+    let shifted: Vec<Vec<i32>> = rec
+        .iter()
+        .map(|l| l.iter().map(|&x| (x + 1) % e as i32).collect())
+        .collect();
+    st.reset_slot(&g, 1).unwrap();
+    st.forced = Some(shifted);
+    assert_ne!(m.forward(&g, &mut st, &[(1, &a)]).unwrap(), base);
+    st.reset_slot(&g, 1).unwrap();
+    st.forced = Some(vec![vec![0; 3]]);
+    assert!(m.forward(&g, &mut st, &[(1, &a)]).is_err());
+}
+
 /// The exact text config of Qwen3.5-35B-A3B (shared/reference/qwen35-architecture.md §1).
 fn qwen35_35b_a3b() -> ModelConfig {
     let text = serde_json::json!({

@@ -276,6 +276,12 @@ pub struct CudaState {
     pub lens: Vec<usize>,
     pub max_len: usize,
     max_tokens: usize,
+    /// Set to `Some(vec![])` to record the routing of the next steps: per layer, the `[T · k]`
+    /// chosen experts of that step's packed tokens (costs one device→host copy per layer).
+    pub routing: Option<Vec<Vec<i32>>>,
+    /// Routing replay for the next step: per layer `[T · k]` expert indices used instead of the
+    /// router's top-k (weights are still the router's renormalised probabilities). Consumed.
+    pub forced: Option<Vec<Vec<i32>>>,
     s: Scratch,
 }
 
@@ -412,6 +418,8 @@ impl CudaState {
             lens: vec![0; slots],
             max_len,
             max_tokens,
+            routing: None,
+            forced: None,
             s,
         })
     }
@@ -505,6 +513,20 @@ impl CudaModel {
             lens_after.push((st.lens[*slot] + toks.len()) as i32);
         }
         let b = seqs.len();
+        let forced = st.forced.take();
+        if let Some(f) = &forced {
+            let k = c.num_experts_per_tok;
+            if f.len() != c.num_hidden_layers
+                || f.iter().any(|l| {
+                    l.len() != t * k || l.iter().any(|&e| e < 0 || e as usize >= c.num_experts)
+                })
+            {
+                return bad(format!(
+                    "forced routing must be {} layers of {t}x{k} expert ids < {}",
+                    c.num_hidden_layers, c.num_experts
+                ));
+            }
+        }
         let decode = seqs.iter().all(|(_, x)| x.len() == 1);
         let max_len_now = lens_after.iter().copied().max().unwrap_or(1) as usize;
         let (d_ids, d_pos, d_sot, d_cu, d_slots, d_lens) = (
@@ -669,7 +691,15 @@ impl CudaModel {
                 h,
                 eps,
             )?;
-            self.moe(gpu, &layer.moe, s, t)?;
+            let f = match &forced {
+                Some(f) => Some(gpu.upload(&f[li])?),
+                None => None,
+            };
+            self.moe(gpu, &layer.moe, s, t, f.as_ref())?;
+            if let Some(rec) = st.routing.as_mut() {
+                let n = t * c.num_experts_per_tok;
+                rec.push(gpu.stream.clone_dtoh(&s.idx.slice(0..n))?);
+            }
         }
         ops::add_rms_norm_1p(
             gpu,
@@ -720,11 +750,18 @@ impl CudaModel {
                 msg: format!("t={t} layer={layer}"),
             });
         }
-        self.moe(gpu, &self.layers[layer].moe, &mut st.s, t)
+        self.moe(gpu, &self.layers[layer].moe, &mut st.s, t, None)
     }
 
     /// MoE of the normed rows `s.xn` into `s.delta`.
-    fn moe(&self, gpu: &Gpu, w: &MoeW, s: &mut Scratch, t: usize) -> Result<()> {
+    fn moe(
+        &self,
+        gpu: &Gpu,
+        w: &MoeW,
+        s: &mut Scratch,
+        t: usize,
+        forced: Option<&I32>,
+    ) -> Result<()> {
         let c = &self.cfg;
         let (h, e, k, i, is) = (
             c.hidden_size,
@@ -735,7 +772,7 @@ impl CudaModel {
         );
         let pairs = t * k;
         linear(gpu, &s.xn, t, h, &w.router, e, &mut s.router)?;
-        ops::router_topk(gpu, &s.router, &mut s.idx, &mut s.wts, None, t, e, k)?;
+        ops::router_topk(gpu, &s.router, &mut s.idx, &mut s.wts, forced, t, e, k)?;
         ops::moe_group(gpu, &s.idx, pairs, e, &mut s.groups)?;
         ops::grouped_gemm(
             gpu,
