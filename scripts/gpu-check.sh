@@ -62,7 +62,10 @@ for root in site.getsitepackages() + [site.getusersitepackages()]:
         print(hits[-1]); break
 PY
 }
-export EXECCRITIC_NVRTC="${EXECCRITIC_NVRTC:-$(find_lib nvrtc)}"
+# Prefer the toolkit's NVRTC (its version matches the driver on CUDA images): PTX from a newer
+# NVRTC than the driver knows fails to load (CUDA_ERROR_UNSUPPORTED_PTX_VERSION).
+toolkit_nvrtc=$(ls /usr/local/cuda/lib64/libnvrtc.so* 2>/dev/null | grep -v builtins | sort | tail -1 || true)
+export EXECCRITIC_NVRTC="${EXECCRITIC_NVRTC:-${toolkit_nvrtc:-$(find_lib nvrtc)}}"
 export EXECCRITIC_CUBLAS="${EXECCRITIC_CUBLAS:-$(find_lib cublas)}"
 export EXECCRITIC_CUBLASLT="${EXECCRITIC_CUBLASLT:-$(find_lib cublasLt)}"
 [ -f "$EXECCRITIC_NVRTC" ] || fail "libnvrtc not found (set EXECCRITIC_NVRTC)"

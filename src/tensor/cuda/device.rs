@@ -21,6 +21,8 @@ pub enum CudaError {
     Blas(#[from] cudarc::cublas::result::CublasError),
     #[error(transparent)]
     Nvrtc(#[from] NvrtcError),
+    #[error("loading the PTX of kernels/{file}.cu failed ({msg}); PTX from a libnvrtc newer than the driver cannot load: point EXECCRITIC_NVRTC at the driver's CUDA version")]
+    ModuleLoad { file: String, msg: String },
     #[error("kernel {0} was not compiled into any module")]
     MissingKernel(String),
     #[error("bad arguments to {op}: {msg}")]
@@ -125,7 +127,12 @@ impl Gpu {
         let blas = CudaBlas::new(stream.clone())?;
         let mut funcs = HashMap::new();
         for (name, ptx) in ptx_for(&arch)? {
-            let module = ctx.load_module(Ptx::from_src(ptx))?;
+            let module =
+                ctx.load_module(Ptx::from_src(ptx))
+                    .map_err(|e| CudaError::ModuleLoad {
+                        file: name.to_string(),
+                        msg: e.to_string(),
+                    })?;
             let src = kernels::FILES
                 .iter()
                 .find(|(n, _)| *n == name)
