@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 pub fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("models")
+        .join(name)
 }
 
 /// The reference tensors of a fixture: f32 tensors as (shape, data), ids as u32.
@@ -46,7 +48,10 @@ impl Reference {
                 d => panic!("unexpected dtype {d:?} for {n}"),
             }
         }
-        let meta = serde_json::from_str(&std::fs::read_to_string(dir.join("reference_meta.json")).unwrap()).unwrap();
+        let meta = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("reference_meta.json")).unwrap(),
+        )
+        .unwrap();
         Reference { f32s, ids, meta }
     }
 
@@ -66,7 +71,10 @@ impl Reference {
 
 pub fn max_abs_err(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "length mismatch");
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 #[track_caller]

@@ -7,7 +7,12 @@
 //! same op list (one function per op) on device buffers.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod dtype;
+pub mod expert_parallel;
+pub mod kernels;
+pub mod nvrtc;
 pub mod storage;
 
 pub use dtype::DType;

@@ -1,0 +1,197 @@
+// Gated DeltaNet: causal depthwise conv + SiLU (prefill over a sequence, cached decode update),
+// gates (beta, log-decay g), L2-normalisation of q/k, and the delta rule with an fp32 state:
+// chunked (WY form) for prefill, recurrent for decode. Sequences are packed: tokens of sequence
+// b are rows cu[b]..cu[b+1] of the batch; per-sequence states live in pools indexed by slots[b].
+
+// Causal conv over packed sequences: x [T, C] raw projections, conv state pool [slots, C, K-1]
+// (the previous K-1 inputs, oldest first), w [C, K]. y [T, C] = SiLU(conv). Updates the state
+// to the last K-1 inputs. grid = (ceil(C/128), B), block = 128 (one thread per channel).
+extern "C" __global__ void causal_conv(const bf16* __restrict__ x, float* __restrict__ state,
+                                       const bf16* __restrict__ w, bf16* __restrict__ y,
+                                       const int* __restrict__ cu, const int* __restrict__ slots,
+                                       int C, int K) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
+    if (c >= C) return;
+    float* st = state + ((long long)slots[b] * C + c) * (K - 1);
+    float win[8];  // K <= 8 (checked on the host)
+    for (int j = 0; j < K - 1; j++) win[j] = st[j];
+    float wk[8];
+    for (int j = 0; j < K; j++) wk[j] = bf2f(w[(long long)c * K + j]);
+    for (int t = cu[b]; t < cu[b + 1]; t++) {
+        float xt = bf2f(x[(long long)t * C + c]);
+        win[K - 1] = xt;
+        float s = 0.0f;
+        for (int j = 0; j < K; j++) s += wk[j] * win[j];
+        y[(long long)t * C + c] = f2bf(siluf_(bf2f(f2bf(s))));
+        for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
+    }
+    for (int j = 0; j < K - 1; j++) st[j] = win[j];
+}
+
+// Per token t and value head h: beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias).
+// b, a [T, Hv] bf16; beta, g [T, Hv] f32. grid-stride over T*Hv.
+extern "C" __global__ void gdn_gates(const bf16* __restrict__ bb, const bf16* __restrict__ aa,
+                                     const float* __restrict__ a_log, const float* __restrict__ dt_bias,
+                                     float* __restrict__ beta, float* __restrict__ g, int hv, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        int h = (int)(i % hv);
+        beta[i] = sigmoidf_(bf2f(bb[i]));
+        g[i] = -expf(a_log[h]) * softplusf_(bf2f(aa[i]) + dt_bias[h]);
+    }
+}
+
+// From the conv output y [T, 2*Hk*dk + Hv*dv] write fp32 q̂ = q/|q|·dk^-½, k̂ = k/|k| ([T, Hk, dk])
+// and v ([T, Hv, dv]). grid = (T, Hk), block = 128 (dk <= 1024).
+extern "C" __global__ void gdn_qkv_prep(const bf16* __restrict__ y, float* __restrict__ qn, float* __restrict__ kn,
+                                        float* __restrict__ v, int hk, int hv, int dk, int dv, float eps) {
+    __shared__ float scratch[32];
+    long long t = blockIdx.x;
+    int h = blockIdx.y;
+    int conv = 2 * hk * dk + hv * dv;
+    const bf16* row = y + t * conv;
+    float sq = 0.0f, sk = 0.0f;
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+        float a = bf2f(row[h * dk + i]), b = bf2f(row[hk * dk + h * dk + i]);
+        sq += a * a; sk += b * b;
+    }
+    float rq = rsqrtf(block_sum(sq, scratch) + eps) * rsqrtf((float)dk);
+    float rk = rsqrtf(block_sum(sk, scratch) + eps);
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+        qn[(t * hk + h) * dk + i] = bf2f(row[h * dk + i]) * rq;
+        kn[(t * hk + h) * dk + i] = bf2f(row[hk * dk + h * dk + i]) * rk;
+    }
+    int per = hv / hk;  // this block also copies the value heads h*per .. h*per+per-1
+    for (int i = threadIdx.x; i < per * dv; i += blockDim.x) {
+        int vh = h * per + i / dv, c = i % dv;
+        v[(t * hv + vh) * dv + c] = bf2f(row[2 * hk * dk + vh * dv + c]);
+    }
+}
+
+// Recurrent delta rule for decode (one token per sequence). State pool [slots, Hv, dk, dv] f32.
+// grid = (B, Hv), block = dv threads (one output column each).
+//   S = e^g S;  m = Sᵀk;  δ = β(v - m);  S += k δᵀ;  o = Sᵀq
+extern "C" __global__ void gdn_recurrent(const float* __restrict__ qn, const float* __restrict__ kn,
+                                         const float* __restrict__ v, const float* __restrict__ beta,
+                                         const float* __restrict__ g, float* __restrict__ state,
+                                         bf16* __restrict__ out, const int* __restrict__ slots,
+                                         int hk, int hv, int dk, int dv) {
+    extern __shared__ float sh[];  // q[dk], k[dk]
+    int b = blockIdx.x, h = blockIdx.y, j = threadIdx.x, kh = h / (hv / hk);
+    float* qs = sh; float* ks = sh + dk;
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+        qs[i] = qn[((long long)b * hk + kh) * dk + i];
+        ks[i] = kn[((long long)b * hk + kh) * dk + i];
+    }
+    __syncthreads();
+    if (j >= dv) return;
+    float* S = state + ((long long)slots[b] * hv + h) * dk * dv;
+    float decay = expf(g[(long long)b * hv + h]), bt = beta[(long long)b * hv + h];
+    float m = 0.0f;
+    for (int i = 0; i < dk; i++) { float s = S[i * dv + j] * decay; S[i * dv + j] = s; m += s * ks[i]; }
+    float d = bt * (v[((long long)b * hv + h) * dv + j] - m);
+    float o = 0.0f;
+    for (int i = 0; i < dk; i++) { float s = S[i * dv + j] + ks[i] * d; S[i * dv + j] = s; o += s * qs[i]; }
+    out[((long long)b * hv + h) * dv + j] = f2bf(o);
+}
+
+#define GDN_CHUNK 64
+// Chunked delta rule (prefill), one block per (sequence, value head), chunks processed in order.
+// Per chunk of c <= GDN_CHUNK tokens (local i, j):
+//   γ = cumsum g;  A_ij = β_i (k̂_i·k̂_j) e^{γ_i-γ_j} (j<i);  U = L⁻¹(β V);  W = L⁻¹(β e^γ K̂)
+//   Vn = U - W S;  O_i = e^{γ_i} q̂_i S + Σ_{j<=i} (q̂_i·k̂_j) e^{γ_i-γ_j} Vn_j
+//   S = e^{γ_c-1} S + Σ_j e^{γ_c-1 - γ_j} k̂_j Vn_jᵀ
+// U/W/Vn live in a global scratch [B*Hv, GDN_CHUNK, dk+dv] (fp32). block = 256.
+extern "C" __global__ void gdn_chunked(const float* __restrict__ qn, const float* __restrict__ kn,
+                                       const float* __restrict__ v, const float* __restrict__ beta,
+                                       const float* __restrict__ g, float* __restrict__ state,
+                                       bf16* __restrict__ out, float* __restrict__ scratch,
+                                       const int* __restrict__ cu, const int* __restrict__ slots,
+                                       int hk, int hv, int dk, int dv) {
+    __shared__ float A[GDN_CHUNK][GDN_CHUNK];   // strict lower part: A; later Pm (incl. diagonal)
+    __shared__ float gam[GDN_CHUNK];
+    __shared__ float bet[GDN_CHUNK];
+    int b = blockIdx.x, h = blockIdx.y, kh = h / (hv / hk);
+    int nth = blockDim.x, tid = threadIdx.x;
+    float* S = state + ((long long)slots[b] * hv + h) * dk * dv;
+    float* U = scratch + ((long long)b * hv + h) * GDN_CHUNK * (dk + dv);  // [C, dv]
+    float* W = U + GDN_CHUNK * dv;                                          // [C, dk]
+#define QH(t) (qn + ((long long)(t) * hk + kh) * dk)
+#define KH(t) (kn + ((long long)(t) * hk + kh) * dk)
+#define VV(t) (v + ((long long)(t) * hv + h) * dv)
+    for (int t0 = cu[b]; t0 < cu[b + 1]; t0 += GDN_CHUNK) {
+        int c = min(GDN_CHUNK, cu[b + 1] - t0);
+        if (tid == 0) {
+            float acc = 0.0f;
+            for (int i = 0; i < c; i++) { acc += g[(long long)(t0 + i) * hv + h]; gam[i] = acc; bet[i] = beta[(long long)(t0 + i) * hv + h]; }
+        }
+        __syncthreads();
+        for (int p = tid; p < c * c; p += nth) {
+            int i = p / c, j = p % c;
+            float a = 0.0f;
+            if (j < i) {
+                const float* ki = KH(t0 + i); const float* kj = KH(t0 + j);
+                for (int r = 0; r < dk; r++) a += ki[r] * kj[r];
+                a *= bet[i] * expf(gam[i] - gam[j]);
+            }
+            A[i][j] = a;
+        }
+        __syncthreads();
+        // forward substitution, rows in order; columns in parallel
+        for (int i = 0; i < c; i++) {
+            for (int col = tid; col < dv + dk; col += nth) {
+                float x;
+                if (col < dv) {
+                    x = bet[i] * VV(t0 + i)[col];
+                    for (int j = 0; j < i; j++) x -= A[i][j] * U[j * dv + col];
+                    U[i * dv + col] = x;
+                } else {
+                    int r = col - dv;
+                    x = bet[i] * expf(gam[i]) * KH(t0 + i)[r];
+                    for (int j = 0; j < i; j++) x -= A[i][j] * W[j * dk + r];
+                    W[i * dk + r] = x;
+                }
+            }
+            __syncthreads();
+        }
+        // Vn = U - W S (in place in U)
+        for (int p = tid; p < c * dv; p += nth) {
+            int i = p / dv, col = p % dv;
+            float x = U[i * dv + col];
+            for (int r = 0; r < dk; r++) x -= W[i * dk + r] * S[r * dv + col];
+            U[i * dv + col] = x;
+        }
+        // Pm_ij = (q̂_i·k̂_j) e^{γ_i-γ_j}, j <= i (overwrites A)
+        for (int p = tid; p < c * c; p += nth) {
+            int i = p / c, j = p % c;
+            float a = 0.0f;
+            if (j <= i) {
+                const float* qi = QH(t0 + i); const float* kj = KH(t0 + j);
+                for (int r = 0; r < dk; r++) a += qi[r] * kj[r];
+                a *= expf(gam[i] - gam[j]);
+            }
+            A[i][j] = a;
+        }
+        __syncthreads();
+        for (int p = tid; p < c * dv; p += nth) {
+            int i = p / dv, col = p % dv;
+            const float* qi = QH(t0 + i);
+            float o = 0.0f;
+            for (int r = 0; r < dk; r++) o += qi[r] * S[r * dv + col];
+            o *= expf(gam[i]);
+            for (int j = 0; j <= i; j++) o += A[i][j] * U[j * dv + col];
+            out[((long long)(t0 + i) * hv + h) * dv + col] = f2bf(o);
+        }
+        __syncthreads();
+        float gl = gam[c - 1];
+        for (int p = tid; p < dk * dv; p += nth) {
+            int r = p / dv, col = p % dv;
+            float s = expf(gl) * S[p];
+            for (int j = 0; j < c; j++) s += expf(gl - gam[j]) * KH(t0 + j)[r] * U[j * dv + col];
+            S[p] = s;
+        }
+        __syncthreads();
+    }
+#undef QH
+#undef KH
+#undef VV
+}

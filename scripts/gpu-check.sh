@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# One prepared GPU run of the CUDA backend, for an H200 host with CUDA 13 drivers, PyTorch and
+# transformers, but no Rust toolchain and no network.
+#
+#   On a CPU machine with Rust:   bash scripts/gpu-check.sh --build
+#       builds the release test binaries with `--features cuda` (cudarc's CUDA 13.0 bindings,
+#       dynamic loading) and copies them to gpu-bin/ (carry that folder to the host).
+#   On the GPU host:              bash scripts/gpu-check.sh [--dry-run]
+#       finds libnvrtc/libcublas (EXECCRITIC_NVRTC, else NVIDIA wheels beside PyTorch), runs
+#       the NVRTC compile check, every op-parity test and the whole-model parity tests on the
+#       fixtures (models/) with the GPU mandatory, then the full-size Qwen3.5-35B-A3B benchmark
+#       on random weights generated on the GPU; writes $OUT/gpu-check.json (+ cuda-bench.json
+#       and the logs). --dry-run checks binaries, flags and paths and writes the plan without
+#       touching the GPU. --no-bench skips the benchmark.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=gpu-bin
+OUT="${OUT:-$PWD/gpu-check-out}"
+mode=run
+bench=1
+TESTS="cuda_nvrtc cuda_ops cuda_model"
+for a in "$@"; do
+  case "$a" in
+    --build) mode=build ;;
+    --dry-run) mode=dry ;;
+    --no-bench) bench=0 ;;
+    -h|--help) sed -n 2,20p "$0"; exit 0 ;;
+    *) echo "gpu-check: unknown flag $a" >&2; exit 2 ;;
+  esac
+done
+
+if [ "$mode" = build ]; then
+  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+  mkdir -p "$BIN"
+  for t in $TESTS; do
+    exe=$(cargo test --release --features cuda --test "$t" --no-run --message-format=json 2>/dev/null \
+      | python3 -c 'import sys,json
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]: print(m["executable"])' | tail -1)
+    [ -n "$exe" ] || { echo "gpu-check: could not build test $t" >&2; exit 1; }
+    cp "$exe" "$BIN/$t"
+  done
+  git rev-parse HEAD > "$BIN/COMMIT" 2>/dev/null || echo unknown > "$BIN/COMMIT"
+  echo "gpu-check: built $(ls $BIN | tr '\n' ' ') at $(cat $BIN/COMMIT)"
+  exit 0
+fi
+
+mkdir -p "$OUT"
+fail() { echo "gpu-check: $*" >&2; exit 1; }
+for t in $TESTS; do
+  [ -x "$BIN/$t" ] || fail "missing $BIN/$t (run 'bash scripts/gpu-check.sh --build' on a machine with Rust first)"
+done
+# libnvrtc / libcublas: explicit env, else the NVIDIA wheels next to torch
+find_lib() {  # $1 = stem (nvrtc, cublas, cublasLt)
+  python3 - "$1" <<'PY' 2>/dev/null || true
+import glob, site, sys
+stem = sys.argv[1]
+for root in site.getsitepackages() + [site.getusersitepackages()]:
+    hits = sorted(glob.glob(f"{root}/nvidia/**/lib{stem}.so*", recursive=True))
+    if hits:
+        print(hits[-1]); break
+PY
+}
+# Prefer the toolkit's NVRTC (its version matches the driver on CUDA images): PTX from a newer
+# NVRTC than the driver knows fails to load (CUDA_ERROR_UNSUPPORTED_PTX_VERSION).
+toolkit_nvrtc=$(ls /usr/local/cuda/lib64/libnvrtc.so* 2>/dev/null | grep -v builtins | sort | tail -1 || true)
+export EXECCRITIC_NVRTC="${EXECCRITIC_NVRTC:-${toolkit_nvrtc:-$(find_lib nvrtc)}}"
+export EXECCRITIC_CUBLAS="${EXECCRITIC_CUBLAS:-$(find_lib cublas)}"
+export EXECCRITIC_CUBLASLT="${EXECCRITIC_CUBLASLT:-$(find_lib cublasLt)}"
+[ -f "$EXECCRITIC_NVRTC" ] || fail "libnvrtc not found (set EXECCRITIC_NVRTC)"
+for v in EXECCRITIC_CUBLAS EXECCRITIC_CUBLASLT; do [ -f "${!v}" ] || unset "$v"; done
+[ -d models/tiny-qwen35 ] || fail "fixtures models/tiny-qwen35* missing from the tree"
+export EXECCRITIC_MODELS="$PWD/models"
+gpu_name=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
+commit=$(cat "$BIN/COMMIT" 2>/dev/null || echo unknown)
+
+if [ "$mode" = dry ]; then
+  listing=""
+  for t in $TESTS; do
+    "$BIN/$t" --list >/dev/null || fail "$BIN/$t does not run"
+    listing="$listing $("$BIN/$t" --list --include-ignored 2>/dev/null | grep ': test' | sed "s/: test//;s/^/$t::/" | tr '\n' ' ')"
+  done
+  python3 - "$OUT/gpu-check.json" <<PY
+import json, sys
+json.dump({"mode": "dry-run", "commit": "$commit", "gpu": "${gpu_name:-none visible}",
+  "nvrtc": "$EXECCRITIC_NVRTC", "cublas": "${EXECCRITIC_CUBLAS:-loader path}",
+  "models": "$EXECCRITIC_MODELS", "bench": $bench, "tests": "$listing".split()},
+  open(sys.argv[1], "w"), indent=1)
+PY
+  echo "gpu-check: dry run ok; plan in $OUT/gpu-check.json"
+  exit 0
+fi
+
+export EXECCRITIC_REQUIRE_GPU=1
+declare -A rc
+for t in $TESTS; do
+  rc[$t]=0
+  "$BIN/$t" --test-threads=1 >"$OUT/$t.log" 2>&1 || rc[$t]=$?
+done
+rc_bench=skipped
+if [ "$bench" = 1 ]; then
+  rc_bench=0
+  OUT="$OUT" "$BIN/cuda_model" --ignored full_size_benchmark --nocapture --test-threads=1 >"$OUT/bench.log" 2>&1 || rc_bench=$?
+fi
+python3 - "$OUT" "${rc[cuda_nvrtc]}" "${rc[cuda_ops]}" "${rc[cuda_model]}" "$rc_bench" <<PY
+import json, os, re, sys
+out = sys.argv[1]
+def results(log):
+    return {m.group(1): m.group(2) for m in re.finditer(r"^test (\S+) \.\.\. (\w+)", open(f"{out}/{log}").read(), re.M)}
+bench = json.load(open(f"{out}/cuda-bench.json")) if os.path.exists(f"{out}/cuda-bench.json") else None
+json.dump({"mode": "run", "commit": "$commit", "gpu": "$gpu_name", "nvrtc": "$EXECCRITIC_NVRTC",
+  "nvrtc_compile": {"rc": int(sys.argv[2]), "tests": results("cuda_nvrtc.log")},
+  "op_parity": {"rc": int(sys.argv[3]), "tests": results("cuda_ops.log")},
+  "model_parity": {"rc": int(sys.argv[4]), "tests": results("cuda_model.log")},
+  "full_size_benchmark": {"rc": sys.argv[5], "result": bench}}, open(f"{out}/gpu-check.json", "w"), indent=1)
+PY
+echo "gpu-check: nvrtc rc=${rc[cuda_nvrtc]} ops rc=${rc[cuda_ops]} model rc=${rc[cuda_model]} bench rc=$rc_bench; $OUT/gpu-check.json"
+[ "${rc[cuda_nvrtc]}" = 0 ] && [ "${rc[cuda_ops]}" = 0 ] && [ "${rc[cuda_model]}" = 0 ] && { [ "$rc_bench" = 0 ] || [ "$rc_bench" = skipped ]; }

@@ -1,0 +1,812 @@
+//! The Qwen3.5-MoE forward on one GPU, layer by layer as the CPU model (`model::qwen35`):
+//! embedding → [add + RMSNorm1p → GDN | gated attention → add + RMSNorm1p → MoE] × L → final
+//! norm → head, over a packed batch of sequences that each own a cache slot (KV, conv and
+//! recurrent pools allocated up front for `slots` sequences of up to `max_len` tokens).
+//! Weights are bf16 on device: uploaded from a checkpoint ([`CudaModel::load`]) or generated on
+//! the GPU with the exact shapes of a config ([`CudaModel::random`], for benchmarks).
+
+use super::device::{CudaError, Gpu, Result};
+use super::gemm::linear;
+use super::ops::{self, DecodeScratch, DeltaBufs, GdnPool, KvIndex, KvPool, MoeGroups};
+use super::to_bf16_bits;
+use crate::model::checkpoint::Checkpoint;
+use crate::model::config::{LayerType, ModelConfig};
+use cudarc::driver::CudaSlice;
+use std::path::Path;
+
+type Bf = CudaSlice<u16>;
+type F32 = CudaSlice<f32>;
+type I32 = CudaSlice<i32>;
+
+struct AttnW {
+    q: Bf,
+    k: Bf,
+    v: Bf,
+    o: Bf,
+    q_norm: Bf,
+    k_norm: Bf,
+}
+
+struct GdnW {
+    qkv: Bf,
+    z: Bf,
+    b: Bf,
+    a: Bf,
+    conv: Bf,
+    dt_bias: F32,
+    a_log: F32,
+    norm: Bf,
+    out: Bf,
+}
+
+struct MoeW {
+    router: Bf,
+    /// `[E, 2I, H]`: rows 0..I gate, I..2I up (the fused checkpoint layout).
+    gate_up: Bf,
+    /// `[E, H, I]`
+    down: Bf,
+    s_gate: Bf,
+    s_up: Bf,
+    s_down: Bf,
+    s_gate_w: Bf,
+}
+
+enum MixerW {
+    Attn(AttnW),
+    Gdn(GdnW),
+}
+
+struct LayerW {
+    in_norm: Bf,
+    post_norm: Bf,
+    mixer: MixerW,
+    moe: MoeW,
+}
+
+/// Where weights come from: a checkpoint (f32 on the host, converted to bf16) or a seeded
+/// device-side random fill.
+enum Source<'a> {
+    Ckpt(&'a mut Checkpoint),
+    Random { seed: u64, next: u64 },
+}
+
+impl Source<'_> {
+    fn bf(&mut self, gpu: &Gpu, name: &str, shape: &[usize]) -> Result<Bf> {
+        match self {
+            Source::Ckpt(ck) => {
+                let t = ck.get(name, shape).map_err(|e| CudaError::Shape {
+                    op: "load",
+                    msg: e.to_string(),
+                })?;
+                gpu.upload(&to_bf16_bits(t.data()))
+            }
+            Source::Random { seed, next } => {
+                let n: usize = shape.iter().product();
+                let mut x = gpu.zeros::<u16>(n)?;
+                // uniform(±1/sqrt(fan_in)) keeps activations O(1); norm weights small around 0
+                let fan_in = *shape.last().unwrap_or(&1) as f32;
+                let s = if shape.len() == 1 {
+                    0.1
+                } else {
+                    1.0 / fan_in.sqrt()
+                };
+                *next += 1;
+                ops::fill_uniform_bf16(gpu, &mut x, *seed ^ next.wrapping_mul(0x9e37_79b9), -s, s)?;
+                Ok(x)
+            }
+        }
+    }
+    fn f32s(&mut self, gpu: &Gpu, name: &str, n: usize, random_value: f32) -> Result<F32> {
+        match self {
+            Source::Ckpt(ck) => {
+                let t = ck.get(name, &[n]).map_err(|e| CudaError::Shape {
+                    op: "load",
+                    msg: e.to_string(),
+                })?;
+                gpu.upload(t.data())
+            }
+            Source::Random { .. } => {
+                let mut x = gpu.zeros::<f32>(n)?;
+                ops::fill_f32(gpu, &mut x, random_value)?;
+                Ok(x)
+            }
+        }
+    }
+}
+
+/// Model weights on one GPU.
+pub struct CudaModel {
+    pub cfg: ModelConfig,
+    embed: Bf,
+    layers: Vec<LayerW>,
+    norm: Bf,
+    lm_head: Bf,
+}
+
+impl CudaModel {
+    /// Upload a Hugging Face folder's weights (fused or per-expert MoE layouts).
+    pub fn load(gpu: &Gpu, dir: &Path) -> Result<CudaModel> {
+        let err = |e: crate::model::ModelError| CudaError::Shape {
+            op: "load",
+            msg: e.to_string(),
+        };
+        let cfg = ModelConfig::from_dir(dir).map_err(err)?;
+        let mut ck = Checkpoint::open(dir).map_err(err)?;
+        Self::build(gpu, cfg, Source::Ckpt(&mut ck))
+    }
+
+    /// Random bf16 weights of `cfg`'s exact shapes, generated on the GPU.
+    pub fn random(gpu: &Gpu, cfg: ModelConfig, seed: u64) -> Result<CudaModel> {
+        Self::build(gpu, cfg, Source::Random { seed, next: 0 })
+    }
+
+    fn build(gpu: &Gpu, cfg: ModelConfig, mut src: Source<'_>) -> Result<CudaModel> {
+        let c = &cfg;
+        let (v, h) = (c.vocab_size, c.hidden_size);
+        let embed = src.bf(gpu, "embed_tokens.weight", &[v, h])?;
+        let mut layers = vec![];
+        for (li, lt) in c.layer_types.iter().enumerate() {
+            let p = format!("layers.{li}.");
+            let mixer = match lt {
+                LayerType::Full => {
+                    let (hq, hkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+                    let a = format!("{p}self_attn.");
+                    MixerW::Attn(AttnW {
+                        q: src.bf(gpu, &format!("{a}q_proj.weight"), &[2 * hq * hd, h])?,
+                        k: src.bf(gpu, &format!("{a}k_proj.weight"), &[hkv * hd, h])?,
+                        v: src.bf(gpu, &format!("{a}v_proj.weight"), &[hkv * hd, h])?,
+                        o: src.bf(gpu, &format!("{a}o_proj.weight"), &[h, hq * hd])?,
+                        q_norm: src.bf(gpu, &format!("{a}q_norm.weight"), &[hd])?,
+                        k_norm: src.bf(gpu, &format!("{a}k_norm.weight"), &[hd])?,
+                    })
+                }
+                LayerType::Linear => {
+                    let g = format!("{p}linear_attn.");
+                    let (cd, vd, hv, k) = (
+                        c.gdn_conv_dim(),
+                        c.gdn_value_dim(),
+                        c.linear_num_value_heads,
+                        c.linear_conv_kernel_dim,
+                    );
+                    MixerW::Gdn(GdnW {
+                        qkv: src.bf(gpu, &format!("{g}in_proj_qkv.weight"), &[cd, h])?,
+                        z: src.bf(gpu, &format!("{g}in_proj_z.weight"), &[vd, h])?,
+                        b: src.bf(gpu, &format!("{g}in_proj_b.weight"), &[hv, h])?,
+                        a: src.bf(gpu, &format!("{g}in_proj_a.weight"), &[hv, h])?,
+                        conv: src.bf(gpu, &format!("{g}conv1d.weight"), &[cd, 1, k])?,
+                        dt_bias: src.f32s(gpu, &format!("{g}dt_bias"), hv, 1.0)?,
+                        a_log: src.f32s(gpu, &format!("{g}A_log"), hv, 0.0)?,
+                        norm: src.bf(
+                            gpu,
+                            &format!("{g}norm.weight"),
+                            &[c.linear_value_head_dim],
+                        )?,
+                        out: src.bf(gpu, &format!("{g}out_proj.weight"), &[h, vd])?,
+                    })
+                }
+            };
+            layers.push(LayerW {
+                in_norm: src.bf(gpu, &format!("{p}input_layernorm.weight"), &[h])?,
+                post_norm: src.bf(gpu, &format!("{p}post_attention_layernorm.weight"), &[h])?,
+                mixer,
+                moe: Self::load_moe(gpu, c, &mut src, &format!("{p}mlp."))?,
+            });
+        }
+        let norm = src.bf(gpu, "norm.weight", &[h])?;
+        let lm_head = match (&mut src, c.tie_word_embeddings) {
+            (_, true) => embed.try_clone()?,
+            (Source::Ckpt(ck), false) => {
+                let t = ck
+                    .get_exact("lm_head.weight", &[v, h])
+                    .map_err(|e| CudaError::Shape {
+                        op: "load",
+                        msg: e.to_string(),
+                    })?;
+                gpu.upload(&to_bf16_bits(t.data()))?
+            }
+            (s, false) => s.bf(gpu, "lm_head.weight", &[v, h])?,
+        };
+        Ok(CudaModel {
+            cfg,
+            embed,
+            layers,
+            norm,
+            lm_head,
+        })
+    }
+
+    fn load_moe(gpu: &Gpu, c: &ModelConfig, src: &mut Source<'_>, p: &str) -> Result<MoeW> {
+        let (h, e, i, is) = (
+            c.hidden_size,
+            c.num_experts,
+            c.moe_intermediate_size,
+            c.shared_expert_intermediate_size,
+        );
+        let fused = format!("{p}experts.gate_up_proj");
+        let (gate_up, down) = match &mut *src {
+            Source::Ckpt(ck) if !ck.contains(&fused) => {
+                // per-expert tensors: concatenate [gate; up] per expert on the host
+                let (mut gu, mut dn) = (
+                    Vec::with_capacity(e * 2 * i * h),
+                    Vec::with_capacity(e * h * i),
+                );
+                for x in 0..e {
+                    for part in ["gate_proj", "up_proj"] {
+                        let t = ck
+                            .get(&format!("{p}experts.{x}.{part}.weight"), &[i, h])
+                            .map_err(|e| CudaError::Shape {
+                                op: "load",
+                                msg: e.to_string(),
+                            })?;
+                        gu.extend(to_bf16_bits(t.data()));
+                    }
+                    let t = ck
+                        .get(&format!("{p}experts.{x}.down_proj.weight"), &[h, i])
+                        .map_err(|e| CudaError::Shape {
+                            op: "load",
+                            msg: e.to_string(),
+                        })?;
+                    dn.extend(to_bf16_bits(t.data()));
+                }
+                (gpu.upload(&gu)?, gpu.upload(&dn)?)
+            }
+            s => (
+                s.bf(gpu, &fused, &[e, 2 * i, h])?,
+                s.bf(gpu, &format!("{p}experts.down_proj"), &[e, h, i])?,
+            ),
+        };
+        Ok(MoeW {
+            router: src.bf(gpu, &format!("{p}gate.weight"), &[e, h])?,
+            gate_up,
+            down,
+            s_gate: src.bf(gpu, &format!("{p}shared_expert.gate_proj.weight"), &[is, h])?,
+            s_up: src.bf(gpu, &format!("{p}shared_expert.up_proj.weight"), &[is, h])?,
+            s_down: src.bf(gpu, &format!("{p}shared_expert.down_proj.weight"), &[h, is])?,
+            s_gate_w: src.bf(gpu, &format!("{p}shared_expert_gate.weight"), &[1, h])?,
+        })
+    }
+}
+
+/// Per-sequence caches for `slots` sequences (all allocated up front) and the step scratch for
+/// up to `max_tokens` tokens per forward call.
+pub struct CudaState {
+    kv: Vec<Option<KvPool>>,
+    gdn: Vec<Option<GdnPool>>,
+    /// Tokens already consumed per slot (host copy; the kernels get positions per call).
+    pub lens: Vec<usize>,
+    pub max_len: usize,
+    max_tokens: usize,
+    /// Set to `Some(vec![])` to record the routing of the next steps: per layer, the `[T · k]`
+    /// chosen experts of that step's packed tokens (costs one device→host copy per layer).
+    pub routing: Option<Vec<Vec<i32>>>,
+    /// Routing replay for the next step: per layer `[T · k]` expert indices used instead of the
+    /// router's top-k (weights are still the router's renormalised probabilities). Consumed.
+    pub forced: Option<Vec<Vec<i32>>>,
+    s: Scratch,
+}
+
+struct Scratch {
+    resid: Bf,
+    xn: Bf,
+    delta: Bf,
+    big: Bf,
+    z: Bf,
+    conv_y: Bf,
+    bb: Bf,
+    aa: Bf,
+    beta: F32,
+    g: F32,
+    qn: F32,
+    kn: F32,
+    vv: F32,
+    o: Bf,
+    on: Bf,
+    q: Bf,
+    gate: Bf,
+    k: Bf,
+    v: Bf,
+    att: Bf,
+    dec: DecodeScratch,
+    delta_scratch: F32,
+    router: F32,
+    idx: I32,
+    wts: F32,
+    groups: MoeGroups,
+    gu: Bf,
+    act: Bf,
+    y: Bf,
+    sg_a: Bf,
+    sg_b: Bf,
+    shared: Bf,
+    sgate: Bf,
+    logits: F32,
+}
+
+impl CudaState {
+    pub fn new(
+        gpu: &Gpu,
+        cfg: &ModelConfig,
+        slots: usize,
+        max_len: usize,
+        max_tokens: usize,
+    ) -> Result<CudaState> {
+        let c = cfg;
+        let t = max_tokens;
+        let (h, hq, hkv, hd) = (
+            c.hidden_size,
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            c.head_dim,
+        );
+        let (hk, hv, dk, dv, cd, vd) = (
+            c.linear_num_key_heads,
+            c.linear_num_value_heads,
+            c.linear_key_head_dim,
+            c.linear_value_head_dim,
+            c.gdn_conv_dim(),
+            c.gdn_value_dim(),
+        );
+        let (e, k, i, is) = (
+            c.num_experts,
+            c.num_experts_per_tok,
+            c.moe_intermediate_size,
+            c.shared_expert_intermediate_size,
+        );
+        let mut kv = vec![];
+        let mut gdn = vec![];
+        for lt in &c.layer_types {
+            match lt {
+                LayerType::Full => {
+                    kv.push(Some(KvPool::new(gpu, slots, hkv, max_len, hd)?));
+                    gdn.push(None);
+                }
+                LayerType::Linear => {
+                    kv.push(None);
+                    gdn.push(Some(GdnPool::new(
+                        gpu,
+                        slots,
+                        cd,
+                        c.linear_conv_kernel_dim,
+                        hv,
+                        dk,
+                        dv,
+                    )?));
+                }
+            }
+        }
+        let z = |n: usize| gpu.zeros::<u16>(n);
+        let f = |n: usize| gpu.zeros::<f32>(n);
+        let s = Scratch {
+            resid: z(t * h)?,
+            xn: z(t * h)?,
+            delta: z(t * h)?,
+            big: z(t * (2 * hq * hd).max(cd))?,
+            z: z(t * vd)?,
+            conv_y: z(t * cd)?,
+            bb: z(t * hv)?,
+            aa: z(t * hv)?,
+            beta: f(t * hv)?,
+            g: f(t * hv)?,
+            qn: f(t * hk * dk)?,
+            kn: f(t * hk * dk)?,
+            vv: f(t * hv * dv)?,
+            o: z(t * vd.max(hq * hd))?,
+            on: z(t * vd)?,
+            q: z(t * hq * hd)?,
+            gate: z(t * hq * hd)?,
+            k: z(t * hkv * hd)?,
+            v: z(t * hkv * hd)?,
+            att: z(t * hq * hd)?,
+            dec: DecodeScratch::new(gpu, t, hq, hd, 8)?,
+            delta_scratch: f(slots.min(t) * hv * 64 * (dk + dv))?,
+            router: f(t * e)?,
+            idx: gpu.zeros::<i32>(t * k)?,
+            wts: f(t * k)?,
+            groups: MoeGroups::new(gpu, t * k, e)?,
+            gu: z(t * k * 2 * i)?,
+            act: z(t * k * i)?,
+            y: z(t * k * h)?,
+            sg_a: z(t * is)?,
+            sg_b: z(t * is)?,
+            shared: z(t * h)?,
+            sgate: z(t)?,
+            logits: f(t * c.vocab_size)?,
+        };
+        Ok(CudaState {
+            kv,
+            gdn,
+            lens: vec![0; slots],
+            max_len,
+            max_tokens,
+            routing: None,
+            forced: None,
+            s,
+        })
+    }
+
+    /// Forget a slot's tokens (its pools are overwritten from position 0 on reuse; the GDN
+    /// states are zeroed here).
+    pub fn reset_slot(&mut self, gpu: &Gpu, slot: usize) -> Result<()> {
+        self.lens[slot] = 0;
+        // zero the whole GDN pools' slot regions by zeroing through a host copy of zeros
+        for p in self.gdn.iter_mut().flatten() {
+            let conv_per = p.conv.len() / p.slots;
+            let rec_per = p.rec.len() / p.slots;
+            let zc = vec![0.0f32; conv_per];
+            let zr = vec![0.0f32; rec_per];
+            gpu.stream.memcpy_htod(
+                &zc,
+                &mut p.conv.slice_mut(slot * conv_per..(slot + 1) * conv_per),
+            )?;
+            gpu.stream.memcpy_htod(
+                &zr,
+                &mut p.rec.slice_mut(slot * rec_per..(slot + 1) * rec_per),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl CudaModel {
+    /// One step over a batch: `seqs[b] = (slot, tokens)`; the tokens are appended to the slot's
+    /// caches. Returns fp32 logits `[T, vocab]` for every input row (packed in batch order).
+    pub fn forward(
+        &self,
+        gpu: &Gpu,
+        st: &mut CudaState,
+        seqs: &[(usize, &[u32])],
+    ) -> Result<Vec<f32>> {
+        self.step(gpu, st, seqs, true)
+    }
+
+    /// As [`Self::forward`] but only the last row of each sequence gets logits: `[B, vocab]`.
+    pub fn forward_last(
+        &self,
+        gpu: &Gpu,
+        st: &mut CudaState,
+        seqs: &[(usize, &[u32])],
+    ) -> Result<Vec<f32>> {
+        self.step(gpu, st, seqs, false)
+    }
+
+    fn step(
+        &self,
+        gpu: &Gpu,
+        st: &mut CudaState,
+        seqs: &[(usize, &[u32])],
+        all_rows: bool,
+    ) -> Result<Vec<f32>> {
+        let c = &self.cfg;
+        let bad = |msg: String| Err(CudaError::Shape { op: "forward", msg });
+        let t: usize = seqs.iter().map(|(_, x)| x.len()).sum();
+        if t == 0 || t > st.max_tokens {
+            return bad(format!("{t} tokens per call (1..={})", st.max_tokens));
+        }
+        let mut seen = vec![false; st.lens.len()];
+        let (mut ids, mut pos, mut slot_of_tok, mut cu, mut slots, mut lens_after) =
+            (vec![], vec![], vec![], vec![0i32], vec![], vec![]);
+        for (slot, toks) in seqs {
+            if *slot >= st.lens.len() || seen[*slot] || toks.is_empty() {
+                return bad(format!(
+                    "slot {slot} out of range, repeated or with no tokens"
+                ));
+            }
+            seen[*slot] = true;
+            if st.lens[*slot] + toks.len() > st.max_len {
+                return bad(format!(
+                    "slot {slot}: {} + {} tokens exceed max_len {}",
+                    st.lens[*slot],
+                    toks.len(),
+                    st.max_len
+                ));
+            }
+            for (j, &tk) in toks.iter().enumerate() {
+                if tk as usize >= c.vocab_size {
+                    return bad(format!("token id {tk} >= vocab {}", c.vocab_size));
+                }
+                ids.push(tk as i32);
+                pos.push((st.lens[*slot] + j) as i32);
+                slot_of_tok.push(*slot as i32);
+            }
+            cu.push(cu.last().copied().unwrap_or(0) + toks.len() as i32);
+            slots.push(*slot as i32);
+            lens_after.push((st.lens[*slot] + toks.len()) as i32);
+        }
+        let b = seqs.len();
+        let forced = st.forced.take();
+        if let Some(f) = &forced {
+            let k = c.num_experts_per_tok;
+            if f.len() != c.num_hidden_layers
+                || f.iter().any(|l| {
+                    l.len() != t * k || l.iter().any(|&e| e < 0 || e as usize >= c.num_experts)
+                })
+            {
+                return bad(format!(
+                    "forced routing must be {} layers of {t}x{k} expert ids < {}",
+                    c.num_hidden_layers, c.num_experts
+                ));
+            }
+        }
+        let decode = seqs.iter().all(|(_, x)| x.len() == 1);
+        let max_len_now = lens_after.iter().copied().max().unwrap_or(1) as usize;
+        let (d_ids, d_pos, d_sot, d_cu, d_slots, d_lens) = (
+            gpu.upload(&ids)?,
+            gpu.upload(&pos)?,
+            gpu.upload(&slot_of_tok)?,
+            gpu.upload(&cu)?,
+            gpu.upload(&slots)?,
+            gpu.upload(&lens_after)?,
+        );
+        let (h, eps) = (c.hidden_size, c.rms_norm_eps);
+        let s = &mut st.s;
+        ops::embedding(gpu, &self.embed, c.vocab_size, h, &d_ids, t, &mut s.resid)?;
+        let mut first = true;
+        for (li, layer) in self.layers.iter().enumerate() {
+            ops::add_rms_norm_1p(
+                gpu,
+                &mut s.resid,
+                if first { None } else { Some(&s.delta) },
+                &layer.in_norm,
+                &mut s.xn,
+                t,
+                h,
+                eps,
+            )?;
+            first = false;
+            match &layer.mixer {
+                MixerW::Gdn(w) => {
+                    let pool = st.gdn[li].as_mut().expect("GDN pool for a linear layer");
+                    let (hk, hv, dk, dv, cd, vd, kk) = (
+                        c.linear_num_key_heads,
+                        c.linear_num_value_heads,
+                        c.linear_key_head_dim,
+                        c.linear_value_head_dim,
+                        c.gdn_conv_dim(),
+                        c.gdn_value_dim(),
+                        c.linear_conv_kernel_dim,
+                    );
+                    linear(gpu, &s.xn, t, h, &w.qkv, cd, &mut s.big)?;
+                    linear(gpu, &s.xn, t, h, &w.z, vd, &mut s.z)?;
+                    linear(gpu, &s.xn, t, h, &w.b, hv, &mut s.bb)?;
+                    linear(gpu, &s.xn, t, h, &w.a, hv, &mut s.aa)?;
+                    ops::causal_conv(
+                        gpu,
+                        &s.big,
+                        pool,
+                        &w.conv,
+                        &mut s.conv_y,
+                        &d_cu,
+                        &d_slots,
+                        b,
+                        t,
+                        cd,
+                        kk,
+                    )?;
+                    ops::gdn_gates(
+                        gpu,
+                        &s.bb,
+                        &s.aa,
+                        &w.a_log,
+                        &w.dt_bias,
+                        &mut s.beta,
+                        &mut s.g,
+                        t,
+                        hv,
+                    )?;
+                    ops::gdn_qkv_prep(
+                        gpu, &s.conv_y, &mut s.qn, &mut s.kn, &mut s.vv, t, hk, hv, dk, dv,
+                    )?;
+                    let x = DeltaBufs {
+                        qn: &s.qn,
+                        kn: &s.kn,
+                        v: &s.vv,
+                        beta: &s.beta,
+                        g: &s.g,
+                        hk,
+                        hv,
+                        dk,
+                        dv,
+                    };
+                    if decode {
+                        ops::gdn_recurrent(gpu, &x, pool, &d_slots, b, &mut s.o)?;
+                    } else {
+                        ops::gdn_chunked(
+                            gpu,
+                            &x,
+                            pool,
+                            &mut s.delta_scratch,
+                            &d_cu,
+                            &d_slots,
+                            b,
+                            t,
+                            &mut s.o,
+                        )?;
+                    }
+                    ops::gated_rms_norm(gpu, &s.o, &s.z, &w.norm, &mut s.on, t, hv, dv, eps)?;
+                    linear(gpu, &s.on, t, vd, &w.out, h, &mut s.delta)?;
+                }
+                MixerW::Attn(w) => {
+                    let pool = st.kv[li].as_mut().expect("KV pool for an attention layer");
+                    let (hq, hkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+                    linear(gpu, &s.xn, t, h, &w.q, 2 * hq * hd, &mut s.big)?;
+                    ops::split_q_gate(gpu, &s.big, &mut s.q, &mut s.gate, t, hq, hd)?;
+                    linear(gpu, &s.xn, t, h, &w.k, hkv * hd, &mut s.k)?;
+                    linear(gpu, &s.xn, t, h, &w.v, hkv * hd, &mut s.v)?;
+                    ops::head_rms_norm_1p(gpu, &mut s.q, &w.q_norm, t, hq, hd, hq * hd, eps)?;
+                    ops::head_rms_norm_1p(gpu, &mut s.k, &w.k_norm, t, hkv, hd, hkv * hd, eps)?;
+                    ops::rope_partial(
+                        gpu,
+                        &mut s.q,
+                        &d_pos,
+                        t,
+                        hq,
+                        hd,
+                        c.rotary_dim,
+                        c.rope_theta as f32,
+                        true,
+                    )?;
+                    ops::rope_partial(
+                        gpu,
+                        &mut s.k,
+                        &d_pos,
+                        t,
+                        hkv,
+                        hd,
+                        c.rotary_dim,
+                        c.rope_theta as f32,
+                        true,
+                    )?;
+                    let idx = KvIndex {
+                        cache_pos: &d_pos,
+                        slot_of_tok: &d_sot,
+                    };
+                    ops::kv_append(gpu, &s.k, &s.v, pool, &idx, t)?;
+                    if decode {
+                        ops::attn_decode(
+                            gpu,
+                            &s.q,
+                            pool,
+                            &d_lens,
+                            &d_slots,
+                            b,
+                            hq,
+                            max_len_now,
+                            &mut s.dec,
+                            &mut s.att,
+                        )?;
+                    } else {
+                        ops::attn_prefill(gpu, &s.q, pool, &idx, &mut s.att, t, hq)?;
+                    }
+                    ops::sigmoid_gate_mul(gpu, &mut s.att, &s.gate, t * hq * hd)?;
+                    linear(gpu, &s.att, t, hq * hd, &w.o, h, &mut s.delta)?;
+                }
+            }
+            ops::add_rms_norm_1p(
+                gpu,
+                &mut s.resid,
+                Some(&s.delta),
+                &layer.post_norm,
+                &mut s.xn,
+                t,
+                h,
+                eps,
+            )?;
+            let f = match &forced {
+                Some(f) => Some(gpu.upload(&f[li])?),
+                None => None,
+            };
+            self.moe(gpu, &layer.moe, s, t, f.as_ref())?;
+            if let Some(rec) = st.routing.as_mut() {
+                let n = t * c.num_experts_per_tok;
+                rec.push(gpu.stream.clone_dtoh(&s.idx.slice(0..n))?);
+            }
+        }
+        ops::add_rms_norm_1p(
+            gpu,
+            &mut s.resid,
+            Some(&s.delta),
+            &self.norm,
+            &mut s.xn,
+            t,
+            h,
+            eps,
+        )?;
+        let rows = if all_rows {
+            linear(gpu, &s.xn, t, h, &self.lm_head, c.vocab_size, &mut s.logits)?;
+            t
+        } else {
+            let last: Vec<i32> = cu[1..].iter().map(|e| e - 1).collect();
+            ops::gather_rows(gpu, &s.xn, &gpu.upload(&last)?, &mut s.delta, b, h)?;
+            linear(
+                gpu,
+                &s.delta,
+                b,
+                h,
+                &self.lm_head,
+                c.vocab_size,
+                &mut s.logits,
+            )?;
+            b
+        };
+        for (slot, toks) in seqs {
+            st.lens[*slot] += toks.len();
+        }
+        let n = rows * c.vocab_size;
+        Ok(gpu.stream.clone_dtoh(&s.logits.slice(0..n))?)
+    }
+
+    /// Run only layer `layer`'s MoE on the first `t` rows of the scratch (whatever they hold):
+    /// the MoE-layer benchmark. Enqueues without synchronising.
+    pub fn moe_layer_only(
+        &self,
+        gpu: &Gpu,
+        st: &mut CudaState,
+        layer: usize,
+        t: usize,
+    ) -> Result<()> {
+        if t == 0 || t > st.max_tokens || layer >= self.layers.len() {
+            return Err(CudaError::Shape {
+                op: "moe_layer_only",
+                msg: format!("t={t} layer={layer}"),
+            });
+        }
+        self.moe(gpu, &self.layers[layer].moe, &mut st.s, t, None)
+    }
+
+    /// MoE of the normed rows `s.xn` into `s.delta`.
+    fn moe(
+        &self,
+        gpu: &Gpu,
+        w: &MoeW,
+        s: &mut Scratch,
+        t: usize,
+        forced: Option<&I32>,
+    ) -> Result<()> {
+        let c = &self.cfg;
+        let (h, e, k, i, is) = (
+            c.hidden_size,
+            c.num_experts,
+            c.num_experts_per_tok,
+            c.moe_intermediate_size,
+            c.shared_expert_intermediate_size,
+        );
+        let pairs = t * k;
+        linear(gpu, &s.xn, t, h, &w.router, e, &mut s.router)?;
+        ops::router_topk(gpu, &s.router, &mut s.idx, &mut s.wts, forced, t, e, k)?;
+        ops::moe_group(gpu, &s.idx, pairs, e, &mut s.groups)?;
+        ops::grouped_gemm(
+            gpu,
+            &s.xn,
+            &w.gate_up,
+            &mut s.gu,
+            &s.groups,
+            true,
+            k,
+            e,
+            2 * i,
+            h,
+            pairs,
+            pairs,
+        )?;
+        ops::swiglu(gpu, &s.gu, &mut s.act, pairs, i)?;
+        ops::grouped_gemm(
+            gpu, &s.act, &w.down, &mut s.y, &s.groups, false, k, e, h, i, pairs, pairs,
+        )?;
+        linear(gpu, &s.xn, t, h, &w.s_gate, is, &mut s.sg_a)?;
+        linear(gpu, &s.xn, t, h, &w.s_up, is, &mut s.sg_b)?;
+        ops::silu_mul(gpu, &s.sg_a, &s.sg_b, &mut s.act, t * is)?;
+        linear(gpu, &s.act, t, is, &w.s_down, h, &mut s.shared)?;
+        linear(gpu, &s.xn, t, h, &w.s_gate_w, 1, &mut s.sgate)?;
+        ops::moe_combine(
+            gpu,
+            &s.y,
+            &s.groups,
+            &s.wts,
+            Some((&s.shared, &s.sgate)),
+            &mut s.delta,
+            t,
+            h,
+            k,
+        )
+    }
+}

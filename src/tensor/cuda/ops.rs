@@ -1,0 +1,912 @@
+//! Launch wrappers, one per kernel in `kernels/*.cu`, in the order of the forward pass. Each
+//! checks the buffer sizes it is given (a bad size is a [`CudaError::Shape`], never an
+//! out-of-bounds launch) and enqueues the kernel on the GPU's stream without synchronising.
+//! Sequence batches are packed: `cu` holds B+1 token offsets, `slots` the per-sequence cache slot.
+#![allow(clippy::too_many_arguments)] // wrappers mirror the kernels' argument lists
+
+use super::device::{CudaError, Gpu, Result};
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+type Bf = CudaSlice<u16>;
+type F32 = CudaSlice<f32>;
+type I32 = CudaSlice<i32>;
+const NULL: u64 = 0;
+
+fn need(op: &'static str, ok: bool, msg: impl FnOnce() -> String) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(CudaError::Shape { op, msg: msg() })
+    }
+}
+
+fn cfg(grid: (usize, usize, usize), block: usize, shmem: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (
+            grid.0.max(1) as u32,
+            grid.1.max(1) as u32,
+            grid.2.max(1) as u32,
+        ),
+        block_dim: (block as u32, 1, 1),
+        shared_mem_bytes: shmem as u32,
+    }
+}
+
+/// Grid for a grid-stride elementwise kernel over `n` items.
+fn stride_cfg(n: usize) -> LaunchConfig {
+    cfg((n.div_ceil(256).min(65535), 1, 1), 256, 0)
+}
+
+macro_rules! launch {
+    ($gpu:expr, $name:literal, $cfg:expr, $($arg:expr),+ $(,)?) => {{
+        let f = $gpu.func($name)?;
+        // SAFETY: argument list matches the kernel's signature in kernels/*.cu; buffer sizes
+        // were checked by the caller. One expression, so scalar temporaries outlive the launch.
+        unsafe { $gpu.stream.launch_builder(f)$(.arg($arg))+.launch($cfg) }?;
+        Ok::<(), CudaError>(())
+    }};
+}
+
+// ---------------------------------------------------------------- embedding and norms
+
+/// `out[t] = table[ids[t]]`; `ids` must be validated on the host (a bad id yields NaN rows).
+pub fn embedding(
+    gpu: &Gpu,
+    table: &Bf,
+    vocab: usize,
+    hidden: usize,
+    ids: &I32,
+    t: usize,
+    out: &mut Bf,
+) -> Result<()> {
+    need(
+        "embedding",
+        table.len() >= vocab * hidden && ids.len() >= t && out.len() >= t * hidden,
+        || "sizes".into(),
+    )?;
+    launch!(
+        gpu,
+        "embedding",
+        cfg((t, 1, 1), 256, 0),
+        table,
+        ids,
+        out,
+        &(hidden as i32),
+        &(vocab as i32)
+    )
+}
+
+/// `resid += delta` (if given), then `out = RMSNorm1p(resid; w)` per row.
+pub fn add_rms_norm_1p(
+    gpu: &Gpu,
+    resid: &mut Bf,
+    delta: Option<&Bf>,
+    w: &Bf,
+    out: &mut Bf,
+    rows: usize,
+    d: usize,
+    eps: f32,
+) -> Result<()> {
+    let n = rows * d;
+    need(
+        "add_rms_norm_1p",
+        resid.len() >= n && out.len() >= n && w.len() >= d && delta.is_none_or(|x| x.len() >= n),
+        || format!("rows={rows} d={d}"),
+    )?;
+    let f = gpu.func("add_rms_norm_1p")?;
+    let mut b = gpu.stream.launch_builder(f);
+    b.arg(resid);
+    match delta {
+        Some(x) => b.arg(x),
+        None => b.arg(&NULL),
+    };
+    let d = d as i32;
+    b.arg(w).arg(out).arg(&d).arg(&eps);
+    // SAFETY: matches `add_rms_norm_1p(bf16*, const bf16*, const bf16*, bf16*, int, float)`.
+    unsafe { b.launch(cfg((rows, 1, 1), 256, 0)) }?;
+    Ok(())
+}
+
+/// Per-head RMSNorm1p in place (q_norm / k_norm) on `[rows, heads, hd]` with row stride `stride`.
+pub fn head_rms_norm_1p(
+    gpu: &Gpu,
+    x: &mut Bf,
+    w: &Bf,
+    rows: usize,
+    heads: usize,
+    hd: usize,
+    stride: usize,
+    eps: f32,
+) -> Result<()> {
+    need(
+        "head_rms_norm_1p",
+        x.len() >= rows * stride && stride >= heads * hd && w.len() >= hd,
+        || "sizes".into(),
+    )?;
+    launch!(
+        gpu,
+        "head_rms_norm_1p",
+        cfg((rows, heads, 1), 64, 0),
+        x,
+        w,
+        &(hd as i32),
+        &(stride as i32),
+        &(hd as i32),
+        &eps
+    )
+}
+
+/// GDN output norm over `[t, hv, dv]`: `w·RMSNorm(o)·SiLU(z)`.
+pub fn gated_rms_norm(
+    gpu: &Gpu,
+    o: &Bf,
+    z: &Bf,
+    w: &Bf,
+    out: &mut Bf,
+    t: usize,
+    hv: usize,
+    dv: usize,
+    eps: f32,
+) -> Result<()> {
+    let n = t * hv * dv;
+    need(
+        "gated_rms_norm",
+        o.len() >= n && z.len() >= n && out.len() >= n && w.len() >= dv,
+        || "sizes".into(),
+    )?;
+    launch!(
+        gpu,
+        "gated_rms_norm",
+        cfg((t, hv, 1), 128, 0),
+        o,
+        z,
+        w,
+        out,
+        &(dv as i32),
+        &eps
+    )
+}
+
+/// `dst[r] = src[rows[r]]` for `r < n` rows of width `d`.
+pub fn gather_rows(
+    gpu: &Gpu,
+    src: &Bf,
+    rows: &I32,
+    dst: &mut Bf,
+    n: usize,
+    d: usize,
+) -> Result<()> {
+    need("gather_rows", rows.len() >= n && dst.len() >= n * d, || {
+        "sizes".into()
+    })?;
+    launch!(
+        gpu,
+        "gather_rows",
+        cfg((n, 1, 1), 256, 0),
+        src,
+        rows,
+        dst,
+        &(d as i32)
+    )
+}
+
+// ---------------------------------------------------------------- gated attention
+
+pub fn split_q_gate(
+    gpu: &Gpu,
+    qg: &Bf,
+    q: &mut Bf,
+    gate: &mut Bf,
+    t: usize,
+    hq: usize,
+    hd: usize,
+) -> Result<()> {
+    let n = t * hq * hd;
+    need(
+        "split_q_gate",
+        qg.len() >= 2 * n && q.len() >= n && gate.len() >= n,
+        || "sizes".into(),
+    )?;
+    launch!(
+        gpu,
+        "split_q_gate",
+        cfg((t, 1, 1), 256, 0),
+        qg,
+        q,
+        gate,
+        &(hq as i32),
+        &(hd as i32)
+    )
+}
+
+/// Partial NeoX RoPE in place on `[t, heads, hd]` at positions `pos[t]`.
+pub fn rope_partial(
+    gpu: &Gpu,
+    x: &mut Bf,
+    pos: &I32,
+    t: usize,
+    heads: usize,
+    hd: usize,
+    rot: usize,
+    theta: f32,
+    round_cs: bool,
+) -> Result<()> {
+    need(
+        "rope_partial",
+        x.len() >= t * heads * hd && pos.len() >= t && rot <= hd && rot % 2 == 0 && rot / 2 <= 1024,
+        || "sizes".into(),
+    )?;
+    launch!(
+        gpu,
+        "rope_partial",
+        cfg((t, heads, 1), (rot / 2).div_ceil(32) * 32, 0),
+        x,
+        pos,
+        &(hd as i32),
+        &(rot as i32),
+        &theta,
+        &(round_cs as i32)
+    )
+}
+
+/// Per-token cache geometry for attention: position in the cache and cache slot of each token.
+pub struct KvIndex<'a> {
+    pub cache_pos: &'a I32,
+    pub slot_of_tok: &'a I32,
+}
+
+/// KV cache pool `[slots, hkv, max_len, hd]` for k and v.
+pub struct KvPool {
+    pub k: Bf,
+    pub v: Bf,
+    pub slots: usize,
+    pub hkv: usize,
+    pub max_len: usize,
+    pub hd: usize,
+}
+
+impl KvPool {
+    /// Allocate the whole pool up front.
+    pub fn new(gpu: &Gpu, slots: usize, hkv: usize, max_len: usize, hd: usize) -> Result<KvPool> {
+        let n = slots * hkv * max_len * hd;
+        Ok(KvPool {
+            k: gpu.zeros(n)?,
+            v: gpu.zeros(n)?,
+            slots,
+            hkv,
+            max_len,
+            hd,
+        })
+    }
+}
+
+pub fn kv_append(
+    gpu: &Gpu,
+    k: &Bf,
+    v: &Bf,
+    pool: &mut KvPool,
+    idx: &KvIndex<'_>,
+    t: usize,
+) -> Result<()> {
+    let n = t * pool.hkv * pool.hd;
+    need(
+        "kv_append",
+        k.len() >= n && v.len() >= n && idx.cache_pos.len() >= t && idx.slot_of_tok.len() >= t,
+        || "sizes".into(),
+    )?;
+    launch!(
+        gpu,
+        "kv_append",
+        cfg((t, 1, 1), 256, 0),
+        k,
+        v,
+        &mut pool.k,
+        &mut pool.v,
+        idx.cache_pos,
+        idx.slot_of_tok,
+        &(pool.hkv as i32),
+        &(pool.hd as i32),
+        &(pool.max_len as i32)
+    )
+}
+
+/// Prefill attention of `t` packed query tokens over their sequences' caches (causal by position).
+pub fn attn_prefill(
+    gpu: &Gpu,
+    q: &Bf,
+    pool: &KvPool,
+    idx: &KvIndex<'_>,
+    out: &mut Bf,
+    t: usize,
+    hq: usize,
+) -> Result<()> {
+    let hd = pool.hd;
+    need(
+        "attn_prefill",
+        hd <= 256 && hq % pool.hkv == 0 && q.len() >= t * hq * hd && out.len() >= t * hq * hd,
+        || format!("hd={hd} hq={hq}"),
+    )?;
+    let scale = 1.0 / (hd as f32).sqrt();
+    launch!(
+        gpu,
+        "attn_prefill",
+        cfg((t, hq, 1), 128, 0),
+        q,
+        &pool.k,
+        &pool.v,
+        out,
+        idx.cache_pos,
+        idx.slot_of_tok,
+        &(hq as i32),
+        &(pool.hkv as i32),
+        &(hd as i32),
+        &(pool.max_len as i32),
+        &scale
+    )
+}
+
+/// Scratch for split-KV decode.
+pub struct DecodeScratch {
+    pub acc: F32,
+    pub ml: F32,
+    pub nsplit: usize,
+}
+
+impl DecodeScratch {
+    pub fn new(
+        gpu: &Gpu,
+        max_batch: usize,
+        hq: usize,
+        hd: usize,
+        nsplit: usize,
+    ) -> Result<DecodeScratch> {
+        Ok(DecodeScratch {
+            acc: gpu.zeros(max_batch * hq * nsplit * hd)?,
+            ml: gpu.zeros(max_batch * hq * nsplit * 2)?,
+            nsplit,
+        })
+    }
+}
+
+/// Decode attention, one token per sequence: `lens[b]` visible keys, `max_len_now` the longest.
+pub fn attn_decode(
+    gpu: &Gpu,
+    q: &Bf,
+    pool: &KvPool,
+    lens: &I32,
+    slots: &I32,
+    b: usize,
+    hq: usize,
+    max_len_now: usize,
+    sc: &mut DecodeScratch,
+    out: &mut Bf,
+) -> Result<()> {
+    let hd = pool.hd;
+    let grp = hq / pool.hkv.max(1);
+    need(
+        "attn_decode",
+        hd <= 256
+            && hq % pool.hkv == 0
+            && grp <= 16
+            && q.len() >= b * hq * hd
+            && out.len() >= b * hq * hd
+            && sc.acc.len() >= b * hq * sc.nsplit * hd,
+        || format!("hd={hd} hq={hq} b={b}"),
+    )?;
+    let split_len = max_len_now.div_ceil(sc.nsplit).max(1);
+    let scale = 1.0 / (hd as f32).sqrt();
+    launch!(
+        gpu,
+        "attn_decode_split",
+        cfg((b, pool.hkv, sc.nsplit), 128, 0),
+        q,
+        &pool.k,
+        &pool.v,
+        lens,
+        slots,
+        &mut sc.acc,
+        &mut sc.ml,
+        &(hq as i32),
+        &(pool.hkv as i32),
+        &(hd as i32),
+        &(pool.max_len as i32),
+        &(split_len as i32),
+        &scale
+    )?;
+    launch!(
+        gpu,
+        "attn_decode_combine",
+        cfg((b, hq, 1), 128, 0),
+        &sc.acc,
+        &sc.ml,
+        out,
+        &(hq as i32),
+        &(hd as i32),
+        &(sc.nsplit as i32)
+    )
+}
+
+/// `o *= sigmoid(gate)` over `n` values.
+pub fn sigmoid_gate_mul(gpu: &Gpu, o: &mut Bf, gate: &Bf, n: usize) -> Result<()> {
+    need("sigmoid_gate_mul", o.len() >= n && gate.len() >= n, || {
+        "sizes".into()
+    })?;
+    launch!(gpu, "sigmoid_gate_mul", stride_cfg(n), o, gate, &(n as i64))
+}
+
+// ---------------------------------------------------------------- Gated DeltaNet
+
+/// Per-sequence GDN state pools: conv `[slots, C, K-1]` and recurrent `[slots, hv, dk, dv]` (fp32).
+pub struct GdnPool {
+    pub conv: F32,
+    pub rec: F32,
+    pub slots: usize,
+}
+
+impl GdnPool {
+    pub fn new(
+        gpu: &Gpu,
+        slots: usize,
+        conv_dim: usize,
+        k: usize,
+        hv: usize,
+        dk: usize,
+        dv: usize,
+    ) -> Result<GdnPool> {
+        Ok(GdnPool {
+            conv: gpu.zeros(slots * conv_dim * (k - 1))?,
+            rec: gpu.zeros(slots * hv * dk * dv)?,
+            slots,
+        })
+    }
+}
+
+/// Causal depthwise conv + SiLU over packed sequences (`cu` = B+1 offsets), updating the state.
+pub fn causal_conv(
+    gpu: &Gpu,
+    x: &Bf,
+    pool: &mut GdnPool,
+    w: &Bf,
+    y: &mut Bf,
+    cu: &I32,
+    slots: &I32,
+    b: usize,
+    t: usize,
+    c: usize,
+    k: usize,
+) -> Result<()> {
+    need(
+        "causal_conv",
+        (2..=8).contains(&k)
+            && x.len() >= t * c
+            && y.len() >= t * c
+            && w.len() >= c * k
+            && cu.len() > b,
+        || format!("k={k}"),
+    )?;
+    launch!(
+        gpu,
+        "causal_conv",
+        cfg((c.div_ceil(128), b, 1), 128, 0),
+        x,
+        &mut pool.conv,
+        w,
+        y,
+        cu,
+        slots,
+        &(c as i32),
+        &(k as i32)
+    )
+}
+
+pub fn gdn_gates(
+    gpu: &Gpu,
+    bproj: &Bf,
+    aproj: &Bf,
+    a_log: &F32,
+    dt_bias: &F32,
+    beta: &mut F32,
+    g: &mut F32,
+    t: usize,
+    hv: usize,
+) -> Result<()> {
+    let n = t * hv;
+    need(
+        "gdn_gates",
+        bproj.len() >= n
+            && aproj.len() >= n
+            && beta.len() >= n
+            && g.len() >= n
+            && a_log.len() >= hv,
+        || "sizes".into(),
+    )?;
+    launch!(
+        gpu,
+        "gdn_gates",
+        stride_cfg(n),
+        bproj,
+        aproj,
+        a_log,
+        dt_bias,
+        beta,
+        g,
+        &(hv as i32),
+        &(n as i64)
+    )
+}
+
+/// fp32 q̂, k̂ (L2-normalised; q scaled by dk^-½) and v from the conv output.
+pub fn gdn_qkv_prep(
+    gpu: &Gpu,
+    y: &Bf,
+    qn: &mut F32,
+    kn: &mut F32,
+    v: &mut F32,
+    t: usize,
+    hk: usize,
+    hv: usize,
+    dk: usize,
+    dv: usize,
+) -> Result<()> {
+    need(
+        "gdn_qkv_prep",
+        hv % hk == 0
+            && y.len() >= t * (2 * hk * dk + hv * dv)
+            && qn.len() >= t * hk * dk
+            && kn.len() >= t * hk * dk
+            && v.len() >= t * hv * dv,
+        || "sizes".into(),
+    )?;
+    launch!(
+        gpu,
+        "gdn_qkv_prep",
+        cfg((t, hk, 1), 128, 0),
+        y,
+        qn,
+        kn,
+        v,
+        &(hk as i32),
+        &(hv as i32),
+        &(dk as i32),
+        &(dv as i32),
+        &1e-6f32
+    )
+}
+
+/// Inputs of the delta rule on device (fp32).
+pub struct DeltaBufs<'a> {
+    pub qn: &'a F32,
+    pub kn: &'a F32,
+    pub v: &'a F32,
+    pub beta: &'a F32,
+    pub g: &'a F32,
+    pub hk: usize,
+    pub hv: usize,
+    pub dk: usize,
+    pub dv: usize,
+}
+
+/// Recurrent delta rule, one token per sequence (decode).
+pub fn gdn_recurrent(
+    gpu: &Gpu,
+    x: &DeltaBufs<'_>,
+    pool: &mut GdnPool,
+    slots: &I32,
+    b: usize,
+    out: &mut Bf,
+) -> Result<()> {
+    need(
+        "gdn_recurrent",
+        x.dv <= 1024 && out.len() >= b * x.hv * x.dv && x.qn.len() >= b * x.hk * x.dk,
+        || "sizes".into(),
+    )?;
+    let block = x.dv.div_ceil(32) * 32;
+    launch!(
+        gpu,
+        "gdn_recurrent",
+        cfg((b, x.hv, 1), block, 2 * x.dk * 4),
+        x.qn,
+        x.kn,
+        x.v,
+        x.beta,
+        x.g,
+        &mut pool.rec,
+        out,
+        slots,
+        &(x.hk as i32),
+        &(x.hv as i32),
+        &(x.dk as i32),
+        &(x.dv as i32)
+    )
+}
+
+/// Chunked delta rule over packed sequences (prefill); `scratch` holds `b·hv·64·(dk+dv)` fp32.
+pub fn gdn_chunked(
+    gpu: &Gpu,
+    x: &DeltaBufs<'_>,
+    pool: &mut GdnPool,
+    scratch: &mut F32,
+    cu: &I32,
+    slots: &I32,
+    b: usize,
+    t: usize,
+    out: &mut Bf,
+) -> Result<()> {
+    need(
+        "gdn_chunked",
+        scratch.len() >= b * x.hv * 64 * (x.dk + x.dv) && out.len() >= t * x.hv * x.dv,
+        || "scratch too small".into(),
+    )?;
+    launch!(
+        gpu,
+        "gdn_chunked",
+        cfg((b, x.hv, 1), 256, 0),
+        x.qn,
+        x.kn,
+        x.v,
+        x.beta,
+        x.g,
+        &mut pool.rec,
+        out,
+        scratch,
+        cu,
+        slots,
+        &(x.hk as i32),
+        &(x.hv as i32),
+        &(x.dk as i32),
+        &(x.dv as i32)
+    )
+}
+
+// ---------------------------------------------------------------- MoE
+
+/// Routing on device: `idx`/`wts` `[t, k]`; `forced` replays a recorded routing.
+pub fn router_topk(
+    gpu: &Gpu,
+    logits: &F32,
+    idx: &mut I32,
+    wts: &mut F32,
+    forced: Option<&I32>,
+    t: usize,
+    e: usize,
+    k: usize,
+) -> Result<()> {
+    need(
+        "router_topk",
+        e <= 1024
+            && k <= 32
+            && k <= e
+            && logits.len() >= t * e
+            && idx.len() >= t * k
+            && wts.len() >= t * k,
+        || format!("e={e} k={k}"),
+    )?;
+    let f = gpu.func("router_topk")?;
+    let mut l = gpu.stream.launch_builder(f);
+    l.arg(logits).arg(idx).arg(wts);
+    match forced {
+        Some(x) => l.arg(x),
+        None => l.arg(&NULL),
+    };
+    let (t32, e32, k32) = (t as i32, e as i32, k as i32);
+    l.arg(&t32).arg(&e32).arg(&k32);
+    // SAFETY: matches router_topk's signature; sizes checked above.
+    unsafe { l.launch(cfg((t.div_ceil(4), 1, 1), 128, 0)) }?;
+    Ok(())
+}
+
+/// Grouping of the `t·k` (token, slot) pairs by expert: `offsets [e+1]`, `perm [t·k]` (pair of
+/// each grouped row), `row_of_pair [t·k]`.
+pub struct MoeGroups {
+    pub counts: I32,
+    pub offsets: I32,
+    pub cursor: I32,
+    pub perm: I32,
+    pub row_of_pair: I32,
+}
+
+impl MoeGroups {
+    pub fn new(gpu: &Gpu, max_pairs: usize, e: usize) -> Result<MoeGroups> {
+        Ok(MoeGroups {
+            counts: gpu.zeros(e)?,
+            offsets: gpu.zeros(e + 1)?,
+            cursor: gpu.zeros(e)?,
+            perm: gpu.zeros(max_pairs)?,
+            row_of_pair: gpu.zeros(max_pairs)?,
+        })
+    }
+}
+
+pub fn moe_group(gpu: &Gpu, idx: &I32, pairs: usize, e: usize, g: &mut MoeGroups) -> Result<()> {
+    need(
+        "moe_group",
+        idx.len() >= pairs && g.perm.len() >= pairs && g.counts.len() >= e,
+        || "sizes".into(),
+    )?;
+    gpu.stream.memset_zeros(&mut g.counts)?;
+    launch!(
+        gpu,
+        "moe_count",
+        stride_cfg(pairs),
+        idx,
+        &mut g.counts,
+        &(pairs as i64)
+    )?;
+    launch!(
+        gpu,
+        "moe_scan",
+        cfg((1, 1, 1), 32, 0),
+        &g.counts,
+        &mut g.offsets,
+        &mut g.cursor,
+        &(e as i32)
+    )?;
+    launch!(
+        gpu,
+        "moe_scatter",
+        stride_cfg(pairs),
+        idx,
+        &mut g.cursor,
+        &mut g.perm,
+        &mut g.row_of_pair,
+        &(pairs as i64)
+    )
+}
+
+/// Grouped expert GEMM: rows of group `e` times `w[e]ᵀ` (`w` `[E, n, kd]`). `gather` reads token
+/// rows `x[perm[row] / topk]`; otherwise `x` is already grouped. `max_rows` bounds any group.
+pub fn grouped_gemm(
+    gpu: &Gpu,
+    x: &Bf,
+    w: &Bf,
+    out: &mut Bf,
+    g: &MoeGroups,
+    gather: bool,
+    topk: usize,
+    e: usize,
+    n: usize,
+    kd: usize,
+    max_rows: usize,
+    pairs: usize,
+) -> Result<()> {
+    need(
+        "grouped_gemm",
+        w.len() >= e * n * kd && out.len() >= pairs * n,
+        || "sizes".into(),
+    )?;
+    launch!(
+        gpu,
+        "grouped_gemm",
+        cfg((n.div_ceil(64), max_rows.div_ceil(64), e), 256, 0),
+        x,
+        w,
+        out,
+        &g.offsets,
+        &g.perm,
+        &(gather as i32),
+        &(topk as i32),
+        &(n as i32),
+        &(kd as i32)
+    )
+}
+
+pub fn swiglu(gpu: &Gpu, gu: &Bf, act: &mut Bf, rows: usize, i: usize) -> Result<()> {
+    need(
+        "swiglu",
+        gu.len() >= rows * 2 * i && act.len() >= rows * i,
+        || "sizes".into(),
+    )?;
+    launch!(
+        gpu,
+        "swiglu",
+        stride_cfg(rows * i),
+        gu,
+        act,
+        &(i as i32),
+        &(rows as i64)
+    )
+}
+
+pub fn silu_mul(gpu: &Gpu, g: &Bf, u: &Bf, act: &mut Bf, n: usize) -> Result<()> {
+    need(
+        "silu_mul",
+        g.len() >= n && u.len() >= n && act.len() >= n,
+        || "sizes".into(),
+    )?;
+    launch!(gpu, "silu_mul", stride_cfg(n), g, u, act, &(n as i64))
+}
+
+/// `out[t] = Σ_k w·y[row_of_pair] + sigmoid(sg[t])·shared[t]` (shared expert optional).
+pub fn moe_combine(
+    gpu: &Gpu,
+    y: &Bf,
+    g: &MoeGroups,
+    wts: &F32,
+    shared: Option<(&Bf, &Bf)>,
+    out: &mut Bf,
+    t: usize,
+    h: usize,
+    k: usize,
+) -> Result<()> {
+    need(
+        "moe_combine",
+        y.len() >= t * k * h && out.len() >= t * h && wts.len() >= t * k,
+        || "sizes".into(),
+    )?;
+    let f = gpu.func("moe_combine")?;
+    let mut l = gpu.stream.launch_builder(f);
+    l.arg(y).arg(&g.row_of_pair).arg(wts);
+    match shared {
+        Some((s, sg)) => l.arg(s).arg(sg),
+        None => l.arg(&NULL).arg(&NULL),
+    };
+    let (h32, k32) = (h as i32, k as i32);
+    l.arg(out).arg(&h32).arg(&k32);
+    // SAFETY: matches moe_combine's signature; sizes checked above.
+    unsafe { l.launch(cfg((t, 1, 1), 256, 0)) }?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------- sampling
+
+/// Per-sequence sampling parameters on device.
+pub struct SampleParams {
+    pub temp: F32,
+    pub top_k: I32,
+    pub top_p: F32,
+    pub seed: CudaSlice<u64>,
+    pub step: CudaSlice<u64>,
+}
+
+/// One token (and its log-probability under the temperature-scaled distribution) per row.
+pub fn sample_tokens(
+    gpu: &Gpu,
+    logits: &F32,
+    b: usize,
+    v: usize,
+    p: &SampleParams,
+    token: &mut I32,
+    logprob: &mut F32,
+) -> Result<()> {
+    need(
+        "sample_tokens",
+        logits.len() >= b * v && token.len() >= b && logprob.len() >= b && p.temp.len() >= b,
+        || "sizes".into(),
+    )?;
+    launch!(
+        gpu,
+        "sample_tokens",
+        cfg((b, 1, 1), 1024, 0),
+        logits,
+        &(v as i32),
+        &p.temp,
+        &p.top_k,
+        &p.top_p,
+        &p.seed,
+        &p.step,
+        token,
+        logprob
+    )
+}
+
+// ---------------------------------------------------------------- initialisation
+
+/// Uniform random bf16 in `[lo, hi)` from a counter hash of (seed, index), on device.
+pub fn fill_uniform_bf16(gpu: &Gpu, x: &mut Bf, seed: u64, lo: f32, hi: f32) -> Result<()> {
+    let n = x.len();
+    launch!(
+        gpu,
+        "fill_uniform_bf16",
+        cfg((n.div_ceil(256).min(65535 * 8), 1, 1), 256, 0),
+        x,
+        &(n as i64),
+        &seed,
+        &lo,
+        &hi
+    )
+}
+
+pub fn fill_f32(gpu: &Gpu, x: &mut F32, v: f32) -> Result<()> {
+    let n = x.len();
+    launch!(gpu, "fill_f32", stride_cfg(n), x, &(n as i64), &v)
+}

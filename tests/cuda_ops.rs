@@ -1,0 +1,465 @@
+//! GPU parity of the CUDA ops against the CPU reference (`tensor::cpu`, `model::gdn`,
+//! `model::rope`). Built only with `--features cuda`; every test skips (passes, with a message)
+//! when no CUDA driver/device is present, unless `EXECCRITIC_REQUIRE_GPU=1` (set by
+//! scripts/gpu-check.sh) turns a missing GPU into a failure. Inputs are bf16-representable, so
+//! tolerances only cover fp32 accumulation order and bf16 output rounding (documented in
+//! docs/cuda.md: 1e-2 relative on bf16 outputs, 1e-4 on fp32 states).
+#![cfg(feature = "cuda")]
+
+use execcritic::model::gdn::{chunked_delta_rule, recurrent_delta_rule, DeltaInput};
+use execcritic::model::rope::Rope;
+use execcritic::tensor::cpu;
+use execcritic::tensor::cuda::ops::{
+    self, DeltaBufs, GdnPool, KvIndex, KvPool, MoeGroups, SampleParams,
+};
+use execcritic::tensor::cuda::{from_bf16_bits, gemm, to_bf16_bits, Gpu};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn gpu() -> Option<Gpu> {
+    match Gpu::new(0) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            if std::env::var("EXECCRITIC_REQUIRE_GPU").as_deref() == Ok("1") {
+                panic!("GPU required but unavailable: {e}");
+            }
+            eprintln!("SKIP (no GPU): {e}");
+            None
+        }
+    }
+}
+
+/// Random values rounded to bf16 (so host and device see the same inputs).
+fn rnd(rng: &mut ChaCha8Rng, n: usize, s: f32) -> Vec<f32> {
+    from_bf16_bits(&to_bf16_bits(
+        &(0..n).map(|_| rng.random_range(-s..s)).collect::<Vec<_>>(),
+    ))
+}
+
+fn close(name: &str, got: &[f32], want: &[f32], rel: f32) {
+    assert_eq!(got.len(), want.len(), "{name}: length");
+    let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(1e-6);
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (a - b).abs() <= rel * scale,
+            "{name}[{i}]: gpu {a} vs cpu {b} (scale {scale})"
+        );
+    }
+}
+
+#[test]
+fn linear_and_rms_norm_match_cpu() {
+    let Some(g) = gpu() else { return };
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let (m, k, n) = (5, 96, 130);
+    let (x, w) = (rnd(&mut rng, m * k, 1.0), rnd(&mut rng, n * k, 0.2));
+    let mut want = vec![0.0; m * n];
+    cpu::matmul_t(&x, m, k, &w, n, &mut want, false);
+    let (dx, dw) = (
+        g.upload(&to_bf16_bits(&x)).unwrap(),
+        g.upload(&to_bf16_bits(&w)).unwrap(),
+    );
+    let mut out = g.zeros::<f32>(m * n).unwrap();
+    gemm::linear(&g, &dx, m, k, &dw, n, &mut out).unwrap();
+    close("linear", &g.download(&out).unwrap(), &want, 1e-3);
+
+    let nw = rnd(&mut rng, k, 0.5);
+    let mut want = x.clone();
+    cpu::rms_norm_1p(&mut want, &nw, 1e-6);
+    let mut resid = g.upload(&to_bf16_bits(&x)).unwrap();
+    let mut o = g.zeros::<u16>(m * k).unwrap();
+    ops::add_rms_norm_1p(
+        &g,
+        &mut resid,
+        None,
+        &g.upload(&to_bf16_bits(&nw)).unwrap(),
+        &mut o,
+        m,
+        k,
+        1e-6,
+    )
+    .unwrap();
+    close(
+        "rms_norm_1p",
+        &from_bf16_bits(&g.download(&o).unwrap()),
+        &want,
+        1e-2,
+    );
+}
+
+#[test]
+fn rope_matches_cpu() {
+    let Some(g) = gpu() else { return };
+    let mut rng = ChaCha8Rng::seed_from_u64(2);
+    let (t, heads, hd, rot) = (7, 3, 32, 8);
+    let x = rnd(&mut rng, t * heads * hd, 1.0);
+    let rope = Rope::new(rot, 10000.0);
+    let mut want = x.clone();
+    for ti in 0..t {
+        let (c, s) = rope.cos_sin(ti + 5);
+        for h in 0..heads {
+            Rope::apply(
+                &mut want[(ti * heads + h) * hd..(ti * heads + h + 1) * hd],
+                &c,
+                &s,
+            );
+        }
+    }
+    let mut dx = g.upload(&to_bf16_bits(&x)).unwrap();
+    let pos = g
+        .upload(&(0..t as i32).map(|p| p + 5).collect::<Vec<_>>())
+        .unwrap();
+    ops::rope_partial(&g, &mut dx, &pos, t, heads, hd, rot, 10000.0, false).unwrap();
+    close(
+        "rope",
+        &from_bf16_bits(&g.download(&dx).unwrap()),
+        &want,
+        1e-2,
+    );
+}
+
+#[test]
+fn attention_decode_equals_prefill() {
+    let Some(g) = gpu() else { return };
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let (t, hq, hkv, hd, max_len) = (40, 4, 2, 64, 64);
+    let (q, k, v) = (
+        rnd(&mut rng, t * hq * hd, 1.0),
+        rnd(&mut rng, t * hkv * hd, 1.0),
+        rnd(&mut rng, t * hkv * hd, 1.0),
+    );
+    let mut pool = KvPool::new(&g, 1, hkv, max_len, hd).unwrap();
+    let pos = g.upload(&(0..t as i32).collect::<Vec<_>>()).unwrap();
+    let slot = g.upload(&vec![0i32; t]).unwrap();
+    let idx = KvIndex {
+        cache_pos: &pos,
+        slot_of_tok: &slot,
+    };
+    let (dk, dv) = (
+        g.upload(&to_bf16_bits(&k)).unwrap(),
+        g.upload(&to_bf16_bits(&v)).unwrap(),
+    );
+    ops::kv_append(&g, &dk, &dv, &mut pool, &idx, t).unwrap();
+    let dq = g.upload(&to_bf16_bits(&q)).unwrap();
+    let mut pre = g.zeros::<u16>(t * hq * hd).unwrap();
+    ops::attn_prefill(&g, &dq, &pool, &idx, &mut pre, t, hq).unwrap();
+    let pre = from_bf16_bits(&g.download(&pre).unwrap());
+    // CPU reference: causal softmax attention with GQA
+    let mut want = vec![0.0f32; t * hq * hd];
+    for ti in 0..t {
+        for h in 0..hq {
+            let kh = h / (hq / hkv);
+            let qv = &q[(ti * hq + h) * hd..(ti * hq + h + 1) * hd];
+            let mut s: Vec<f32> = (0..=ti)
+                .map(|j| {
+                    cpu::dot(qv, &k[(j * hkv + kh) * hd..(j * hkv + kh + 1) * hd])
+                        / (hd as f32).sqrt()
+                })
+                .collect();
+            cpu::softmax(&mut s);
+            for (j, p) in s.iter().enumerate() {
+                cpu::axpy(
+                    *p,
+                    &v[(j * hkv + kh) * hd..(j * hkv + kh + 1) * hd],
+                    &mut want[(ti * hq + h) * hd..(ti * hq + h + 1) * hd],
+                );
+            }
+        }
+    }
+    close("attn_prefill", &pre, &want, 2e-2);
+    // decode the last token with split-KV over the same cache: equals the prefill row
+    let mut sc = ops::DecodeScratch::new(&g, 1, hq, hd, 4).unwrap();
+    let lens = g.upload(&[t as i32]).unwrap();
+    let slots = g.upload(&[0i32]).unwrap();
+    let dq1 = g.upload(&to_bf16_bits(&q[(t - 1) * hq * hd..])).unwrap();
+    let mut dec = g.zeros::<u16>(hq * hd).unwrap();
+    ops::attn_decode(&g, &dq1, &pool, &lens, &slots, 1, hq, t, &mut sc, &mut dec).unwrap();
+    close(
+        "attn_decode",
+        &from_bf16_bits(&g.download(&dec).unwrap()),
+        &pre[(t - 1) * hq * hd..],
+        2e-2,
+    );
+}
+
+#[test]
+fn gdn_chunked_and_recurrent_match_cpu() {
+    let Some(g) = gpu() else { return };
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    let (t, hk, hv, dk, dv) = (70, 1, 2, 16, 8);
+    let mut unit = |n: usize, d: usize, s: f32| {
+        let mut v = rnd(&mut rng, n * d, 1.0);
+        for r in v.chunks_mut(d) {
+            cpu::l2_normalize(r, 1e-6, s);
+        }
+        v
+    };
+    let (qn, kn) = (
+        unit(t * hk, dk, 1.0 / (dk as f32).sqrt()),
+        unit(t * hk, dk, 1.0),
+    );
+    let v = rnd(&mut rng, t * hv * dv, 1.0);
+    let beta: Vec<f32> = (0..t * hv).map(|_| rng.random_range(0.1f32..0.9)).collect();
+    let gg: Vec<f32> = (0..t * hv)
+        .map(|_| rng.random_range(-0.5f32..-0.01))
+        .collect();
+    // CPU per value head
+    let mut want = vec![0.0f32; t * hv * dv];
+    for h in 0..hv {
+        let pick = |x: &[f32], heads: usize, d: usize, hh: usize| {
+            (0..t)
+                .flat_map(|i| x[(i * heads + hh) * d..(i * heads + hh + 1) * d].to_vec())
+                .collect::<Vec<f32>>()
+        };
+        let (qh, kh, vh) = (
+            pick(&qn, hk, dk, h / (hv / hk)),
+            pick(&kn, hk, dk, h / (hv / hk)),
+            pick(&v, hv, dv, h),
+        );
+        let (bh, gh) = (pick(&beta, hv, 1, h), pick(&gg, hv, 1, h));
+        let mut s = vec![0.0f32; dk * dv];
+        let o = recurrent_delta_rule(
+            &DeltaInput {
+                q: &qh,
+                k: &kh,
+                v: &vh,
+                beta: &bh,
+                g: &gh,
+                dk,
+                dv,
+            },
+            &mut s,
+        );
+        let mut s2 = vec![0.0f32; dk * dv];
+        let o2 = chunked_delta_rule(
+            &DeltaInput {
+                q: &qh,
+                k: &kh,
+                v: &vh,
+                beta: &bh,
+                g: &gh,
+                dk,
+                dv,
+            },
+            &mut s2,
+            64,
+        );
+        close("cpu chunked vs recurrent", &o2, &o, 1e-4);
+        for i in 0..t {
+            want[(i * hv + h) * dv..(i * hv + h + 1) * dv]
+                .copy_from_slice(&o[i * dv..(i + 1) * dv]);
+        }
+    }
+    let up = |x: &[f32]| g.upload(x).unwrap();
+    let (dq, dk_, dv_, db, dg) = (up(&qn), up(&kn), up(&v), up(&beta), up(&gg));
+    let bufs = DeltaBufs {
+        qn: &dq,
+        kn: &dk_,
+        v: &dv_,
+        beta: &db,
+        g: &dg,
+        hk,
+        hv,
+        dk,
+        dv,
+    };
+    let mut pool = GdnPool::new(&g, 1, 4, 4, hv, dk, dv).unwrap();
+    let mut scratch = g.zeros::<f32>(hv * 64 * (dk + dv)).unwrap();
+    let cu = g.upload(&[0i32, t as i32]).unwrap();
+    let slots = g.upload(&[0i32]).unwrap();
+    let mut out = g.zeros::<u16>(t * hv * dv).unwrap();
+    ops::gdn_chunked(
+        &g,
+        &bufs,
+        &mut pool,
+        &mut scratch,
+        &cu,
+        &slots,
+        1,
+        t,
+        &mut out,
+    )
+    .unwrap();
+    close(
+        "gdn_chunked",
+        &from_bf16_bits(&g.download(&out).unwrap()),
+        &want,
+        2e-2,
+    );
+    // recurrent decode, token by token from a fresh state, equals the chunked prefill
+    let mut pool2 = GdnPool::new(&g, 1, 4, 4, hv, dk, dv).unwrap();
+    let mut got = vec![];
+    for i in 0..t {
+        let up1 = |x: &[f32], d: usize| g.upload(&x[i * d..(i + 1) * d]).unwrap();
+        let (q1, k1, v1, b1, g1) = (
+            up1(&qn, hk * dk),
+            up1(&kn, hk * dk),
+            up1(&v, hv * dv),
+            up1(&beta, hv),
+            up1(&gg, hv),
+        );
+        let b = DeltaBufs {
+            qn: &q1,
+            kn: &k1,
+            v: &v1,
+            beta: &b1,
+            g: &g1,
+            hk,
+            hv,
+            dk,
+            dv,
+        };
+        let mut o = g.zeros::<u16>(hv * dv).unwrap();
+        ops::gdn_recurrent(&g, &b, &mut pool2, &slots, 1, &mut o).unwrap();
+        got.extend(from_bf16_bits(&g.download(&o).unwrap()));
+    }
+    close("gdn_recurrent", &got, &want, 2e-2);
+    close(
+        "gdn state",
+        &g.download(&pool2.rec).unwrap(),
+        &g.download(&pool.rec).unwrap(),
+        1e-4,
+    );
+}
+
+#[test]
+fn moe_routing_grouping_and_combine_match_cpu() {
+    let Some(g) = gpu() else { return };
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let (t, e, k, h, i) = (33, 16, 4, 32, 24);
+    let logits: Vec<f32> = (0..t * e).map(|_| rng.random_range(-3.0f32..3.0)).collect();
+    let x = rnd(&mut rng, t * h, 1.0);
+    let gu = rnd(&mut rng, e * 2 * i * h, 0.3);
+    let down = rnd(&mut rng, e * h * i, 0.3);
+    let dl = g.upload(&logits).unwrap();
+    let (mut idx, mut wts) = (
+        g.zeros::<i32>(t * k).unwrap(),
+        g.zeros::<f32>(t * k).unwrap(),
+    );
+    ops::router_topk(&g, &dl, &mut idx, &mut wts, None, t, e, k).unwrap();
+    let (hidx, hw) = (g.download(&idx).unwrap(), g.download(&wts).unwrap());
+    let mut groups = MoeGroups::new(&g, t * k, e).unwrap();
+    ops::moe_group(&g, &idx, t * k, e, &mut groups).unwrap();
+    let dx = g.upload(&to_bf16_bits(&x)).unwrap();
+    let mut h1 = g.zeros::<u16>(t * k * 2 * i).unwrap();
+    ops::grouped_gemm(
+        &g,
+        &dx,
+        &g.upload(&to_bf16_bits(&gu)).unwrap(),
+        &mut h1,
+        &groups,
+        true,
+        k,
+        e,
+        2 * i,
+        h,
+        t * k,
+        t * k,
+    )
+    .unwrap();
+    let mut act = g.zeros::<u16>(t * k * i).unwrap();
+    ops::swiglu(&g, &h1, &mut act, t * k, i).unwrap();
+    let mut y = g.zeros::<u16>(t * k * h).unwrap();
+    ops::grouped_gemm(
+        &g,
+        &act,
+        &g.upload(&to_bf16_bits(&down)).unwrap(),
+        &mut y,
+        &groups,
+        false,
+        k,
+        e,
+        h,
+        i,
+        t * k,
+        t * k,
+    )
+    .unwrap();
+    let mut out = g.zeros::<u16>(t * h).unwrap();
+    ops::moe_combine(&g, &y, &groups, &wts, None, &mut out, t, h, k).unwrap();
+    let got = from_bf16_bits(&g.download(&out).unwrap());
+    let mut want = vec![0.0f32; t * h];
+    for ti in 0..t {
+        let mut p = logits[ti * e..(ti + 1) * e].to_vec();
+        cpu::softmax(&mut p);
+        let mut order: Vec<usize> = (0..e).collect();
+        order.sort_by(|a, b| p[*b].partial_cmp(&p[*a]).unwrap().then(a.cmp(b)));
+        let top = &order[..k];
+        assert_eq!(
+            &hidx[ti * k..(ti + 1) * k],
+            &top.iter().map(|v| *v as i32).collect::<Vec<_>>()[..],
+            "top-k of token {ti}"
+        );
+        let s: f32 = top.iter().map(|j| p[*j]).sum();
+        for (slot, &ex) in top.iter().enumerate() {
+            assert!((hw[ti * k + slot] - p[ex] / s).abs() < 1e-2, "weight");
+            let mut guv = vec![0.0; 2 * i];
+            cpu::matmul_t(
+                &x[ti * h..(ti + 1) * h],
+                1,
+                h,
+                &gu[ex * 2 * i * h..(ex + 1) * 2 * i * h],
+                2 * i,
+                &mut guv,
+                false,
+            );
+            let a: Vec<f32> = (0..i).map(|c| cpu::silu(guv[c]) * guv[i + c]).collect();
+            let mut yy = vec![0.0; h];
+            cpu::matmul_t(
+                &a,
+                1,
+                i,
+                &down[ex * h * i..(ex + 1) * h * i],
+                h,
+                &mut yy,
+                false,
+            );
+            cpu::axpy(p[ex] / s, &yy, &mut want[ti * h..(ti + 1) * h]);
+        }
+    }
+    close("moe", &got, &want, 3e-2);
+}
+
+#[test]
+fn greedy_sampling_is_argmax_with_logprob() {
+    let Some(g) = gpu() else { return };
+    let (b, v) = (3, 5000);
+    let mut rng = ChaCha8Rng::seed_from_u64(6);
+    let logits: Vec<f32> = (0..b * v).map(|_| rng.random_range(-5.0f32..5.0)).collect();
+    let p = SampleParams {
+        temp: g.upload(&vec![0.0f32; b]).unwrap(),
+        top_k: g.upload(&vec![0i32; b]).unwrap(),
+        top_p: g.upload(&vec![1.0f32; b]).unwrap(),
+        seed: g.upload(&vec![1u64; b]).unwrap(),
+        step: g.upload(&vec![0u64; b]).unwrap(),
+    };
+    let (mut tok, mut lp) = (g.zeros::<i32>(b).unwrap(), g.zeros::<f32>(b).unwrap());
+    ops::sample_tokens(&g, &g.upload(&logits).unwrap(), b, v, &p, &mut tok, &mut lp).unwrap();
+    let (tok, lp) = (g.download(&tok).unwrap(), g.download(&lp).unwrap());
+    for r in 0..b {
+        let row = &logits[r * v..(r + 1) * v];
+        let am = (0..v).fold(0, |m, j| if row[j] > row[m] { j } else { m });
+        assert_eq!(tok[r] as usize, am);
+        let mut sm = row.to_vec();
+        cpu::softmax(&mut sm);
+        assert!((lp[r] - sm[am].ln()).abs() < 1e-3);
+    }
+    // seeded top-k sampling is reproducible and stays inside the top-k set
+    let p2 = SampleParams {
+        temp: g.upload(&vec![1.0f32; b]).unwrap(),
+        top_k: g.upload(&vec![5i32; b]).unwrap(),
+        ..p
+    };
+    let run = || {
+        let (mut t1, mut l1) = (g.zeros::<i32>(b).unwrap(), g.zeros::<f32>(b).unwrap());
+        ops::sample_tokens(&g, &g.upload(&logits).unwrap(), b, v, &p2, &mut t1, &mut l1).unwrap();
+        g.download(&t1).unwrap()
+    };
+    let (a, c) = (run(), run());
+    assert_eq!(a, c);
+    for r in 0..b {
+        let row = &logits[r * v..(r + 1) * v];
+        let rank = row.iter().filter(|x| **x > row[a[r] as usize]).count();
+        assert!(rank < 5, "sampled token outside the top-5");
+    }
+}
