@@ -10,6 +10,7 @@ use super::error::HarnessError;
 use super::execute::{apply_patch, bound_tail, run_tests, ApplyOutcome, RunRecord};
 use super::feedback::{hide_test_source, render, EnvelopeInput};
 use super::logparse::TestStatus;
+use super::sandbox::docker::{DockerSandbox, Populate as DockerPopulate};
 use super::sandbox::local::LocalSandbox;
 use super::sandbox::{shell_quote, Purpose, Sandbox, SandboxConfig, SandboxKind};
 use super::validate::Rejection;
@@ -53,9 +54,28 @@ pub async fn open_sandbox_with(
                 .map_err(|e| HarnessError::Other(format!("sandbox setup task: {e}")))??;
             Ok(Box::new(sb))
         }
-        SandboxKind::Docker => Err(HarnessError::Docker(
-            "the docker sandbox is not available in this build; use `--sandbox local`".into(),
-        )),
+        SandboxKind::Docker => {
+            let image = config
+                .docker_image
+                .clone()
+                .or_else(|| {
+                    std::env::var("EXECCRITIC_DOCKER_IMAGE")
+                        .ok()
+                        .filter(|s| !s.is_empty())
+                })
+                .unwrap_or_else(|| task.image.clone());
+            let populate: Option<DockerPopulate> = task.repo_path.as_ref().map(|_| {
+                let t = task.clone();
+                let sanitize = purpose.sanitize_history();
+                Box::new(move |ws: &Path| -> Result<String, HarnessError> {
+                    crate::task::materialize(&t, ws, sanitize)
+                        .map(|w| w.base_commit)
+                        .map_err(|e| HarnessError::Task(e.to_string()))
+                }) as DockerPopulate
+            });
+            let sb = DockerSandbox::open(&image, populate, &task.base_commit, config).await?;
+            Ok(Box::new(sb))
+        }
     }
 }
 

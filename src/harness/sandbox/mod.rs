@@ -3,7 +3,7 @@
 //! wall-clock timeout that kills every process it started, and captures bounded output.
 
 pub mod capture;
-// pub mod docker;
+pub mod docker;
 pub mod local;
 
 use super::error::HarnessError;
@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 
-// pub use docker::DockerSandbox;
+pub use docker::DockerSandbox;
 pub use local::LocalSandbox;
 
 /// The in-sandbox path of the repository under test.
@@ -118,6 +118,8 @@ pub struct SandboxConfig {
     /// Where full per-command logs go; `None` keeps them in the sandbox's private directory
     /// (removed with the sandbox).
     pub log_dir: Option<PathBuf>,
+    /// Docker image to use instead of the task's `image` (default: `$EXECCRITIC_DOCKER_IMAGE`).
+    pub docker_image: Option<String>,
 }
 
 /// Shell-quote one word for bash (single quotes).
