@@ -169,3 +169,47 @@ fn balanced_accuracy_absent_class_is_zero_recall() {
     assert_eq!(balanced_accuracy(&[(true, true), (true, true)]), 0.5);
     assert_eq!(balanced_accuracy(&[(true, false), (false, false)]), 0.5);
 }
+
+/// The same gates on the docker sandbox (skipped with a message when docker is unavailable).
+#[tokio::test]
+async fn docker_candidate_gate_audit_and_grading() {
+    if !docker_available().await {
+        return;
+    }
+    std::env::set_var("EXECCRITIC_DOCKER_IMAGE", docker_image());
+    let task = fixture_task();
+    let sb = open_sandbox(SandboxKind::Docker, &task, Purpose::Gate)
+        .await
+        .unwrap();
+    let f = official();
+    match qualify_in(sb.as_ref(), f.clone()).await.unwrap() {
+        Qualification::Accepted(_) => {}
+        other => panic!("docker: official tests not accepted: {other:?}"),
+    }
+    let t = Duration::from_secs(60);
+    let wrong = check_candidate_in(sb.as_ref(), &f, WRONG_PATCH, t)
+        .await
+        .unwrap();
+    assert_eq!(
+        (wrong.status, wrong.failure_kind),
+        (GateStatus::HardFail, FailureKind::AssertionFailure)
+    );
+    let hang = WRONG_PATCH
+        .replace("+    return a * b", "+    while True:\n+        pass")
+        .replace("@@ -1,5 +1,5 @@", "@@ -1,5 +1,6 @@");
+    let v = check_candidate_in(sb.as_ref(), &f, &hang, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        (v.status, v.failure_kind),
+        (GateStatus::Inconclusive, FailureKind::Timeout)
+    );
+    let rec = audit(&task, &f, SandboxKind::Docker).await.unwrap();
+    assert!(rec.q && rec.balanced_accuracy == Some(1.0), "{rec:?}");
+    let g = grade(&task, &task.patch, SandboxKind::Docker)
+        .await
+        .unwrap();
+    assert!(g.resolved, "{g:?}");
+    let g = grade(&task, "", SandboxKind::Docker).await.unwrap();
+    assert!(!g.resolved && g.error_kind.is_none(), "{g:?}");
+}
