@@ -220,18 +220,27 @@ async fn docker_candidate_gate_audit_and_grading() {
 async fn export_source_diff_is_complete_and_source_only() {
     use execcritic::harness::export_source_diff;
     let task = fixture_task();
-    let sb = open_sandbox(SandboxKind::Local, &task, Purpose::RepairAgent).await.unwrap();
+    let sb = open_sandbox(SandboxKind::Local, &task, Purpose::RepairAgent)
+        .await
+        .unwrap();
     let sb = sb.as_ref();
     let t = Duration::from_secs(30);
-    let edit = "sed -i 's/return a - b/return a + b/' calc/__init__.py && git add calc/__init__.py \
+    let edit =
+        "sed -i 's/return a - b/return a + b/' calc/__init__.py && git add calc/__init__.py \
                 && sed -i '1i # staged then edited' calc/__init__.py \
                 && printf 'X = 1\\n' > calc/extra.py \
                 && printf 'def test_mine():\\n    pass\\n' > tests/test_mine.py";
     let out = sb.exec(edit, t).await.unwrap();
     assert!(out.success(), "{}", out.output);
     let diff = export_source_diff(sb, sb.base_commit(), &[]).await.unwrap();
-    assert!(diff.contains("calc/__init__.py") && diff.contains("calc/extra.py"), "{diff}");
-    assert!(diff.contains("+# staged then edited") && diff.contains("+    return a + b"), "{diff}");
+    assert!(
+        diff.contains("calc/__init__.py") && diff.contains("calc/extra.py"),
+        "{diff}"
+    );
+    assert!(
+        diff.contains("+# staged then edited") && diff.contains("+    return a + b"),
+        "{diff}"
+    );
     assert!(!diff.contains("tests/test_mine.py"), "{diff}");
     let v = check_candidate_in(sb, &official(), &diff, t).await.unwrap();
     assert_eq!(v.status, GateStatus::Pass, "{}", v.feedback);

@@ -339,8 +339,11 @@ impl DockerSandbox {
         let pidfile = format!("/tmp/.execcritic-exec-{n}.pid");
         let secs = timeout.as_secs().max(1);
         // `timeout` leads its own process group; its pid is recorded so we can kill the group.
+        // `timeout` leads its own process group; when the command ends, whatever it left
+        // running in that group is killed (as the local sandbox's pid namespace does).
         let wrapper = format!(
-            "mkdir -p /tmp && echo $$ > {pidfile}; exec timeout -s KILL {secs} bash -c {}",
+            "timeout -s KILL {secs} bash -c {} & t=$!; echo $t > {pidfile}; wait $t; rc=$?; \
+             for i in 1 2 3; do kill -KILL -- -$t 2>/dev/null || break; sleep 0.05; done; exit $rc",
             shell_quote(command)
         );
         let id = self.id();
@@ -462,6 +465,24 @@ impl DockerSandbox {
             let _ = self.docker.unpause_container(id).await;
         }
         if host_killed {
+            // Wait for docker's init to reap the killed processes (they hold pids until then).
+            for _ in 0..50 {
+                let n = self
+                    .docker
+                    .top_processes(
+                        id,
+                        Some(TopOptions {
+                            ps_args: "-eo pid,args".into(),
+                        }),
+                    )
+                    .await
+                    .map(|t| t.processes.map_or(0, |p| p.len()))
+                    .unwrap_or(0);
+                if n <= 2 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
             return;
         }
         use bollard::exec::{StartExecOptions, StartExecResults};
