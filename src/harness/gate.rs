@@ -82,6 +82,7 @@ pub async fn open_sandbox_with(
 }
 
 /// Outcome of qualification.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Qualification {
     Accepted(FrozenBundle),
