@@ -89,7 +89,7 @@ fn sigkill_leaves_nothing(sandbox: &str) {
     let task = fixture_task();
     std::fs::write(
         dir.path().join("tasks.jsonl"),
-        serde_json::to_string(&task.to_json()).unwrap() + "\n",
+        serde_json::to_string(&task.to_json().unwrap()).unwrap() + "\n",
     )
     .unwrap();
     let token = format!(

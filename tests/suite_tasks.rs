@@ -1,7 +1,8 @@
 //! Verification of the bundled task suites without the harness: for every task, in a clone at
 //! Base, run the project's test runner directly (pytest, or the Django-style
 //! `tests/runtests.py`) on
-//! - Base + official tests: every FAIL_TO_PASS test fails, every PASS_TO_PASS test passes;
+//! - Base + official tests: every FAIL_TO_PASS test fails on an assertion (the only failure the
+//!   harness's Base gate qualifies), every PASS_TO_PASS test passes;
 //! - Base + gold + official tests: all pass;
 //! - Base + each labelled candidate + official tests: all pass iff the candidate is `resolved`.
 //!
@@ -17,7 +18,17 @@ use execcritic::task::{load_tasks, materialize, Runner, TaskError, TaskInstance}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
     Passed,
-    Failed,
+    /// Failed on an assertion (pytest: `assert`/`AssertionError`/`pytest.fail`; unittest: FAIL).
+    AssertionFailed,
+    /// Any other failure: another exception, an error, a skip.
+    Error,
+}
+
+/// How pytest's `-rA` summary reason of a FAILED test reads for an assertion failure.
+fn is_assertion(reason: &str) -> bool {
+    reason.starts_with("assert")
+        || reason.starts_with("AssertionError")
+        || reason.starts_with("Failed:")
 }
 
 fn git(dir: &Path, args: &[&str]) {
@@ -83,6 +94,8 @@ fn run_tests(task: &TaskInstance, dir: &Path, ids: &[String]) -> BTreeMap<String
     let out = cmd
         .current_dir(dir)
         .env("PYTHONDONTWRITEBYTECODE", "1")
+        // pytest cuts summary lines to the terminal width; keep the failure reasons whole.
+        .env("COLUMNS", "10000")
         .output()
         .expect("python3 runs");
     let text = format!(
@@ -94,23 +107,27 @@ fn run_tests(task: &TaskInstance, dir: &Path, ids: &[String]) -> BTreeMap<String
     for line in text.lines() {
         match task.runner {
             Runner::Pytest => {
-                for (prefix, outcome) in [
-                    ("PASSED ", Outcome::Passed),
-                    ("FAILED ", Outcome::Failed),
-                    ("ERROR ", Outcome::Failed),
-                ] {
-                    if let Some(rest) = line.strip_prefix(prefix) {
-                        let id = rest.split(" - ").next().unwrap().trim();
-                        statuses.insert(id.to_string(), outcome);
-                    }
+                if let Some(id) = line.strip_prefix("PASSED ") {
+                    statuses.insert(id.trim().to_string(), Outcome::Passed);
+                } else if let Some(rest) = line.strip_prefix("FAILED ") {
+                    let (id, reason) = rest.split_once(" - ").unwrap_or((rest, ""));
+                    let outcome = if is_assertion(reason) {
+                        Outcome::AssertionFailed
+                    } else {
+                        Outcome::Error
+                    };
+                    statuses.insert(id.trim().to_string(), outcome);
+                } else if let Some(rest) = line.strip_prefix("ERROR ") {
+                    let id = rest.split(" - ").next().unwrap();
+                    statuses.insert(id.trim().to_string(), Outcome::Error);
                 }
             }
             Runner::Django => {
                 if let Some((id, status)) = line.split_once(" ... ") {
-                    let outcome = if status.trim() == "ok" {
-                        Outcome::Passed
-                    } else {
-                        Outcome::Failed
+                    let outcome = match status.trim() {
+                        "ok" => Outcome::Passed,
+                        "FAIL" => Outcome::AssertionFailed,
+                        _ => Outcome::Error,
                     };
                     statuses.insert(id.trim().to_string(), outcome);
                 }
@@ -127,8 +144,50 @@ fn all_pass(statuses: &BTreeMap<String, Outcome>, ids: &[String]) -> bool {
         .all(|id| statuses.get(id) == Some(&Outcome::Passed))
 }
 
-fn verify_task(task: &TaskInstance, scratch: &Path) -> Vec<String> {
+/// Names of the test functions a patch adds (`+def test_x(` / `+    def test_x(`).
+fn added_test_functions(patch: &str) -> Vec<String> {
+    patch
+        .lines()
+        .filter_map(|l| l.strip_prefix('+'))
+        .filter_map(|l| l.trim_start().strip_prefix("def "))
+        .filter(|l| l.starts_with("test"))
+        .filter_map(|l| l.split('(').next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The test function an id names: pytest `path::[Class::]name[param]`, Django `name (mod.Class)`.
+fn test_function(id: &str) -> &str {
+    match id.split_once(" (") {
+        Some((name, _)) => name,
+        None => id.rsplit("::").next().unwrap().split('[').next().unwrap(),
+    }
+}
+
+/// The official tests must qualify as a Test bundle: every test the test patch adds fails on
+/// Base (is FAIL_TO_PASS), and every FAIL_TO_PASS test is one the patch adds or changes.
+fn check_added_tests(task: &TaskInstance) -> Vec<String> {
+    let id = &task.instance_id;
+    let added = added_test_functions(&task.test_patch);
     let mut problems = Vec::new();
+    for name in &added {
+        if !task.fail_to_pass.iter().any(|t| test_function(t) == name) {
+            problems.push(format!("{id}: added test {name} is not FAIL_TO_PASS"));
+        }
+    }
+    for t in &task.pass_to_pass {
+        if added.iter().any(|name| name == test_function(t)) {
+            problems.push(format!("{id}: PASS_TO_PASS {t} is added by the test patch"));
+        }
+    }
+    if added.is_empty() {
+        problems.push(format!("{id}: the test patch adds no test"));
+    }
+    problems
+}
+
+fn verify_task(task: &TaskInstance, scratch: &Path) -> Vec<String> {
+    let mut problems = check_added_tests(task);
     let dir = scratch.join(&task.instance_id);
     materialize(task, &dir, false).unwrap();
     let ids: Vec<String> = task
@@ -143,9 +202,10 @@ fn verify_task(task: &TaskInstance, scratch: &Path) -> Vec<String> {
     let base = run_tests(task, &dir, &ids);
     for t in &task.fail_to_pass {
         match base.get(t) {
-            Some(Outcome::Failed) => {}
+            // The Base gate qualifies only clean assertion failures: so must the official tests.
+            Some(Outcome::AssertionFailed) => {}
             other => problems.push(format!(
-                "{id}: F2P {t} on Base: {other:?} (expected a failure)"
+                "{id}: F2P {t} on Base: {other:?} (expected an assertion failure)"
             )),
         }
     }
@@ -255,6 +315,30 @@ fn bundled_suite_is_deterministic_and_safe_to_build_concurrently() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+}
+
+/// The bundled suite's commits are deterministic across machines: its Base commit ids are
+/// pinned in `tests/fixtures/suites/bundled.lock` (`<instance_id> <base_commit>` per line).
+/// After editing the suite, regenerate it with `EXECCRITIC_UPDATE_SUITE_LOCK=1`.
+#[test]
+fn bundled_suite_base_commits_match_the_lock() {
+    let cache = tempfile::tempdir().unwrap();
+    let tasks = load_tasks(&bundled_suite_in(cache.path()).unwrap()).unwrap();
+    let actual: String = tasks
+        .iter()
+        .map(|t| format!("{} {}\n", t.instance_id, t.base_commit))
+        .collect();
+    let lock = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/suites/bundled.lock");
+    if std::env::var_os("EXECCRITIC_UPDATE_SUITE_LOCK").is_some() {
+        std::fs::write(&lock, &actual).unwrap();
+    }
+    let pinned = std::fs::read_to_string(&lock).unwrap();
+    assert_eq!(
+        actual,
+        pinned,
+        "bundled suite commits differ from {}",
+        lock.display()
+    );
 }
 
 #[test]

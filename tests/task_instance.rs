@@ -83,8 +83,17 @@ fn round_trip_through_json() {
     v["candidates"] = json!([{"patch": "p", "resolved": true}, {"patch": "q", "resolved": false}]);
     v["environment_setup"] = json!({"commands": ["pip install -e ."], "cache_key": "py311"});
     let t = parse(v).unwrap();
-    assert_eq!(parse(t.to_json()).unwrap(), t);
-    assert_eq!(t.to_json()["FAIL_TO_PASS"], json!(t.fail_to_pass));
+    assert_eq!(parse(t.to_json().unwrap()).unwrap(), t);
+    assert_eq!(t.to_json().unwrap()["FAIL_TO_PASS"], json!(t.fail_to_pass));
+}
+
+#[test]
+fn non_utf8_repo_path_is_an_error_not_a_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let mut t = parse(record()).unwrap();
+    t.repo_path = Some(std::ffi::OsStr::from_bytes(b"/tmp/\xff").into());
+    let err = t.to_json().unwrap_err().to_string();
+    assert!(err.contains("field `repo_path`"), "{err}");
 }
 
 #[test]
@@ -361,6 +370,11 @@ fn task_file_errors() {
     assert_eq!(
         err.to_string(),
         "tasks.jsonl: duplicate instance_id astropy__astropy-12907"
+    );
+    let err = parse_tasks("{\"repo\": \"a/b\"}", origin, None).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "instance #0 of tasks.jsonl: field `instance_id`: missing"
     );
     let err = load_tasks(Path::new("/nonexistent/tasks.jsonl")).unwrap_err();
     assert!(

@@ -117,8 +117,7 @@ fn unsanitised_workspace_is_clean_checkout_of_base() {
 fn sanitised_workspace_cannot_reach_other_commits() {
     let f = fixture();
     let dest = f._dir.path().join("ws");
-    // Add reflog entries and an extra local tag in the workspace-to-be by materialising first
-    // without sanitising is not possible; the clone itself brings origin/* refs and tags.
+    // The clone brings origin/* refs for `main` (at the fix) and `side`, and the tag `v1`.
     let ws = materialize(&task(&f), &dest, true).unwrap();
     let status = ws.sanitization.expect("sanitised");
     assert!(status.verified, "{:?}", status.failures());
@@ -185,6 +184,29 @@ fn gold_fix_present_in_base_history_fails_verification() {
 
 fn err_text(s: &execcritic::task::SanitizationStatus) -> String {
     s.failures().join("; ")
+}
+
+#[test]
+fn relative_repo_path_and_destination() {
+    // Paths relative to the current directory: build them from the temp dir's absolute path
+    // with enough `..` to climb from the current directory to the root.
+    let f = fixture();
+    let cwd = std::env::current_dir().unwrap();
+    let up: std::path::PathBuf = cwd.components().skip(1).map(|_| "..").collect();
+    let rel = |p: &Path| up.join(p.strip_prefix("/").unwrap());
+    let mut t = task(&f);
+    t.repo_path = Some(rel(&f.repo));
+    let dest = rel(&f._dir.path().join("nested/ws"));
+    assert!(dest.is_relative());
+    let ws = materialize(&t, &dest, false).unwrap();
+    assert!(ws.path.is_absolute());
+    assert_eq!(
+        ws.path,
+        std::fs::canonicalize(f._dir.path())
+            .unwrap()
+            .join("nested/ws")
+    );
+    assert_eq!(git(&ws.path, &["rev-parse", "HEAD"]), f.base);
 }
 
 #[test]

@@ -81,40 +81,6 @@ pub fn run<S: AsRef<OsStr>>(dir: &Path, args: &[S]) -> Result<String, TaskError>
     Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_string())
 }
 
-/// Run `git <args>` in `dir` with standard input fed from `stdin`.
-pub fn run_with_input<S: AsRef<OsStr>>(
-    dir: &Path,
-    args: &[S],
-    stdin: &[u8],
-) -> Result<String, TaskError> {
-    use std::io::Write;
-    let mut cmd = command(dir);
-    cmd.args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(TaskError::GitMissing)?;
-    {
-        let mut pipe = child.stdin.take().expect("stdin is piped");
-        // A failed write (git exited early) surfaces through the exit status below.
-        let _ = pipe.write_all(stdin);
-    }
-    let out = child.wait_with_output().map_err(TaskError::GitMissing)?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_string())
-    } else {
-        let args: Vec<String> = args
-            .iter()
-            .map(|a| a.as_ref().to_string_lossy().into_owned())
-            .collect();
-        Err(TaskError::Git {
-            args: args.join(" "),
-            dir: dir.to_path_buf(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        })
-    }
-}
-
 /// Whether `git <args>` exits 0 in `dir` (output discarded).
 pub fn succeeds(dir: &Path, args: &[&str]) -> bool {
     let mut cmd = command(dir);

@@ -233,8 +233,15 @@ impl TaskInstance {
     }
 
     /// The record as SWE-bench-style JSON (the same schema [`TaskInstance::from_json`] reads).
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).expect("TaskInstance serialises to JSON")
+    /// Fails only for a `repo_path` that is not valid UTF-8 (JSON cannot hold it).
+    pub fn to_json(&self) -> Result<Value, TaskError> {
+        serde_json::to_value(self).map_err(|e| {
+            TaskError::field(
+                &self.instance_id,
+                "repo_path",
+                format!("cannot be written as JSON: {e}"),
+            )
+        })
     }
 }
 

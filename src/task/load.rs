@@ -58,7 +58,19 @@ pub fn parse_tasks(
                 index,
             });
         }
-        let task = TaskInstance::from_json(record, base_dir)?;
+        let task = TaskInstance::from_json(record, base_dir).map_err(|e| match e {
+            // A record without a usable id is named by its position in the file.
+            TaskError::Field {
+                instance,
+                field,
+                message,
+            } if instance == "<unknown>" => TaskError::Field {
+                instance: format!("#{index} of {}", origin.display()),
+                field,
+                message,
+            },
+            other => other,
+        })?;
         if !seen.insert(task.instance_id.clone()) {
             return Err(TaskError::Duplicate {
                 path: origin.to_path_buf(),
@@ -85,7 +97,7 @@ pub fn find_task<'a>(tasks: &'a [TaskInstance], id: &str) -> Result<&'a TaskInst
 pub fn write_tasks(path: &Path, tasks: &[TaskInstance]) -> Result<(), TaskError> {
     let mut out = String::new();
     for t in tasks {
-        out.push_str(&t.to_json().to_string());
+        out.push_str(&t.to_json()?.to_string());
         out.push('\n');
     }
     std::fs::write(path, out).map_err(|e| TaskError::io(path, e))

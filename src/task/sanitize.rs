@@ -221,35 +221,23 @@ fn gold_blobs(repo: &Path, gold_patch: &str) -> Result<Option<Vec<(String, Strin
     }
     let scratch = tempfile::tempdir().map_err(|e| TaskError::io(std::env::temp_dir(), e))?;
     let index = scratch.path().join("index");
-    let with_index = |args: &[&str], input: Option<&[u8]>| -> Result<String, TaskError> {
+    // Git commands on a scratch index, so neither the work tree nor the real index changes.
+    let with_index = |args: &[&str]| -> Result<String, TaskError> {
         let mut cmd = git::command(repo);
         cmd.env("GIT_INDEX_FILE", &index).args(args);
-        match input {
-            None => {
-                let out = git::output(cmd, repo)?;
-                Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-            }
-            Some(bytes) => {
-                let patch = scratch.path().join("gold.patch");
-                std::fs::write(&patch, bytes).map_err(|e| TaskError::io(&patch, e))?;
-                cmd.arg(&patch);
-                let out = git::output(cmd, repo)?;
-                Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-            }
-        }
+        let out = git::output(cmd, repo)?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     };
-    with_index(&["read-tree", "HEAD"], None)?;
+    with_index(&["read-tree", "HEAD"])?;
     // Patches stored without their final newline are common; git apply rejects them as corrupt.
+    let patch_file = scratch.path().join("gold.patch");
     let mut patch = gold_patch.to_string();
     if !patch.ends_with('\n') {
         patch.push('\n');
     }
-    if with_index(
-        &["apply", "--cached", "--whitespace=nowarn"],
-        Some(patch.as_bytes()),
-    )
-    .is_err()
-    {
+    std::fs::write(&patch_file, patch).map_err(|e| TaskError::io(&patch_file, e))?;
+    let patch_arg = patch_file.to_string_lossy();
+    if with_index(&["apply", "--cached", "--whitespace=nowarn", &patch_arg]).is_err() {
         return Ok(None);
     }
     let base_blobs: HashSet<String> =
@@ -258,16 +246,13 @@ fn gold_blobs(repo: &Path, gold_patch: &str) -> Result<Option<Vec<(String, Strin
             .map(str::to_string)
             .collect();
     // `:old_mode new_mode old_sha new_sha status\tpath`
-    let raw = with_index(
-        &[
-            "diff-index",
-            "--cached",
-            "--no-renames",
-            "--abbrev=40",
-            "HEAD",
-        ],
-        None,
-    )?;
+    let raw = with_index(&[
+        "diff-index",
+        "--cached",
+        "--no-renames",
+        "--abbrev=40",
+        "HEAD",
+    ])?;
     let mut blobs = Vec::new();
     for line in raw.lines() {
         let Some((meta, path)) = line.split_once('\t') else {

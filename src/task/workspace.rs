@@ -20,7 +20,8 @@ pub struct Workspace {
     pub sanitization: Option<SanitizationStatus>,
 }
 
-/// Materialise `task`'s repository at Base into `dest` (absent or an empty directory).
+/// Materialise `task`'s repository at Base into `dest` (absent or an empty directory; the
+/// returned [`Workspace::path`] is its absolute form).
 /// With `sanitize`, every path to other commits is removed and the post-conditions verified;
 /// a failed verification is an error carrying the status.
 pub fn materialize(
@@ -36,12 +37,8 @@ pub fn materialize(
     let source = task.repo_path.as_ref().ok_or_else(|| {
         ws_err("no `repo_path`: a local repository is needed to materialise the workspace".into())
     })?;
-    if !source.exists() {
-        return Err(ws_err(format!(
-            "repo_path {} does not exist",
-            source.display()
-        )));
-    }
+    let source = std::fs::canonicalize(source)
+        .map_err(|e| ws_err(format!("repo_path {}: {e}", source.display())))?;
     if dest.exists() {
         let mut entries = std::fs::read_dir(dest).map_err(|e| TaskError::io(dest, e))?;
         if entries.next().is_some() {
@@ -51,22 +48,31 @@ pub fn materialize(
             )));
         }
     }
+    // Work with an absolute destination: git runs in several directories below.
+    let name = dest.file_name().ok_or_else(|| {
+        ws_err(format!(
+            "destination {} has no directory name",
+            dest.display()
+        ))
+    })?;
     let parent = dest
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(|e| TaskError::io(parent, e))?;
+    let parent = std::fs::canonicalize(parent).map_err(|e| TaskError::io(parent, e))?;
+    let dest = parent.join(name);
 
-    let mut clone = git::command(parent);
+    let mut clone = git::command(&parent);
     clone
         .args(["clone", "--quiet", "--no-checkout"])
-        .arg(source)
-        .arg(dest);
-    git::output(clone, parent)?;
+        .arg(&source)
+        .arg(&dest);
+    git::output(clone, &parent)?;
 
     let commit_spec = format!("{}^{{commit}}", task.base_commit);
     let base =
-        git::run(dest, &["rev-parse", "--verify", "--quiet", &commit_spec]).map_err(|_| {
+        git::run(&dest, &["rev-parse", "--verify", "--quiet", &commit_spec]).map_err(|_| {
             ws_err(format!(
                 "base_commit {} is not a commit of {}",
                 task.base_commit,
@@ -74,18 +80,18 @@ pub fn materialize(
             ))
         })?;
     let branch =
-        git::run(dest, &["symbolic-ref", "--short", "HEAD"]).unwrap_or_else(|_| "main".into());
+        git::run(&dest, &["symbolic-ref", "--short", "HEAD"]).unwrap_or_else(|_| "main".into());
     git::run(
-        dest,
+        &dest,
         &["checkout", "--quiet", "--force", "-B", &branch, &base],
     )?;
-    let dirty = git::run(dest, &["status", "--porcelain", "--untracked-files=all"])?;
+    let dirty = git::run(&dest, &["status", "--porcelain", "--untracked-files=all"])?;
     if !dirty.is_empty() {
         return Err(ws_err(format!("checkout of Base is not clean:\n{dirty}")));
     }
 
     let sanitization = if sanitize {
-        let status = sanitize_history(dest, &base, &task.patch)?;
+        let status = sanitize_history(&dest, &base, &task.patch)?;
         if !status.verified {
             return Err(TaskError::Sanitization {
                 instance: id.clone(),
@@ -97,7 +103,7 @@ pub fn materialize(
         None
     };
     Ok(Workspace {
-        path: dest.to_path_buf(),
+        path: dest,
         base_commit: base,
         sanitization,
     })
