@@ -169,3 +169,79 @@ fn balanced_accuracy_absent_class_is_zero_recall() {
     assert_eq!(balanced_accuracy(&[(true, true), (true, true)]), 0.5);
     assert_eq!(balanced_accuracy(&[(true, false), (false, false)]), 0.5);
 }
+
+/// The same gates on the docker sandbox (skipped with a message when docker is unavailable).
+#[tokio::test]
+async fn docker_candidate_gate_audit_and_grading() {
+    if !docker_available().await {
+        return;
+    }
+    std::env::set_var("EXECCRITIC_DOCKER_IMAGE", docker_image());
+    let task = fixture_task();
+    let sb = open_sandbox(SandboxKind::Docker, &task, Purpose::Gate)
+        .await
+        .unwrap();
+    let f = official();
+    match qualify_in(sb.as_ref(), f.clone()).await.unwrap() {
+        Qualification::Accepted(_) => {}
+        other => panic!("docker: official tests not accepted: {other:?}"),
+    }
+    let t = Duration::from_secs(60);
+    let wrong = check_candidate_in(sb.as_ref(), &f, WRONG_PATCH, t)
+        .await
+        .unwrap();
+    assert_eq!(
+        (wrong.status, wrong.failure_kind),
+        (GateStatus::HardFail, FailureKind::AssertionFailure)
+    );
+    let hang = WRONG_PATCH
+        .replace("+    return a * b", "+    while True:\n+        pass")
+        .replace("@@ -1,5 +1,5 @@", "@@ -1,5 +1,6 @@");
+    let v = check_candidate_in(sb.as_ref(), &f, &hang, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        (v.status, v.failure_kind),
+        (GateStatus::Inconclusive, FailureKind::Timeout)
+    );
+    let rec = audit(&task, &f, SandboxKind::Docker).await.unwrap();
+    assert!(rec.q && rec.balanced_accuracy == Some(1.0), "{rec:?}");
+    let g = grade(&task, &task.patch, SandboxKind::Docker)
+        .await
+        .unwrap();
+    assert!(g.resolved, "{g:?}");
+    let g = grade(&task, "", SandboxKind::Docker).await.unwrap();
+    assert!(!g.resolved && g.error_kind.is_none(), "{g:?}");
+}
+
+/// The exported candidate is the complete Base-relative source diff: new files and staged edits
+/// included, test paths excluded, and it reproduces the candidate on a fresh Base.
+#[tokio::test]
+async fn export_source_diff_is_complete_and_source_only() {
+    use execcritic::harness::export_source_diff;
+    let task = fixture_task();
+    let sb = open_sandbox(SandboxKind::Local, &task, Purpose::RepairAgent)
+        .await
+        .unwrap();
+    let sb = sb.as_ref();
+    let t = Duration::from_secs(30);
+    let edit =
+        "sed -i 's/return a - b/return a + b/' calc/__init__.py && git add calc/__init__.py \
+                && sed -i '1i # staged then edited' calc/__init__.py \
+                && printf 'X = 1\\n' > calc/extra.py \
+                && printf 'def test_mine():\\n    pass\\n' > tests/test_mine.py";
+    let out = sb.exec(edit, t).await.unwrap();
+    assert!(out.success(), "{}", out.output);
+    let diff = export_source_diff(sb, sb.base_commit(), &[]).await.unwrap();
+    assert!(
+        diff.contains("calc/__init__.py") && diff.contains("calc/extra.py"),
+        "{diff}"
+    );
+    assert!(
+        diff.contains("+# staged then edited") && diff.contains("+    return a + b"),
+        "{diff}"
+    );
+    assert!(!diff.contains("tests/test_mine.py"), "{diff}");
+    let v = check_candidate_in(sb, &official(), &diff, t).await.unwrap();
+    assert_eq!(v.status, GateStatus::Pass, "{}", v.feedback);
+}

@@ -30,11 +30,66 @@ fn processes_with(token: &str) -> Vec<String> {
 
 #[test]
 fn sigkill_of_the_harness_leaves_no_sandbox_process() {
+    sigkill_leaves_nothing("local");
+}
+
+#[test]
+fn sigkill_of_the_harness_leaves_no_container() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    if !rt.block_on(docker_available()) {
+        return;
+    }
+    sigkill_leaves_nothing("docker");
+    // No container labelled as ours is left.
+    let left = rt.block_on(async {
+        let d = execcritic::harness::sandbox::docker::connect()
+            .await
+            .unwrap();
+        let start = Instant::now();
+        loop {
+            let mut filters = std::collections::HashMap::new();
+            filters.insert(
+                "label".to_string(),
+                vec![execcritic::harness::sandbox::docker::LABEL.to_string()],
+            );
+            let list = d
+                .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+                    all: true,
+                    filters: Some(filters),
+                    ..Default::default()
+                }))
+                .await
+                .unwrap();
+            let mine: Vec<_> = list
+                .into_iter()
+                .filter(|c| {
+                    c.labels
+                        .as_ref()
+                        .and_then(|l| l.get("execcritic.owner"))
+                        .is_some_and(|o| {
+                            o == &LAST_CHILD
+                                .load(std::sync::atomic::Ordering::SeqCst)
+                                .to_string()
+                        })
+                })
+                .collect();
+            if mine.is_empty() || start.elapsed() > Duration::from_secs(20) {
+                return mine.len();
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    assert_eq!(left, 0, "containers of the killed harness survived");
+}
+
+static LAST_CHILD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+fn sigkill_leaves_nothing(sandbox: &str) {
     let dir = tempfile::tempdir().unwrap();
     let task = fixture_task();
     std::fs::write(
         dir.path().join("tasks.jsonl"),
-        serde_json::to_string(&task.to_json()).unwrap() + "\n",
+        serde_json::to_string(&task.to_json().unwrap()).unwrap() + "\n",
     )
     .unwrap();
     let token = format!(
@@ -54,13 +109,15 @@ fn sigkill_of_the_harness_leaves_no_sandbox_process() {
     .unwrap();
     std::fs::write(bundle.join("test_contract.json"), CONTRACT).unwrap();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_execcritic"))
-        .args(["qualify", "--tasks"])
+        .args(["qualify", "--sandbox", sandbox, "--tasks"])
         .arg(dir.path().join("tasks.jsonl"))
         .args(["--instance", &task.instance_id, "--bundle"])
         .arg(&bundle)
+        .env("EXECCRITIC_DOCKER_IMAGE", docker_image())
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    LAST_CHILD.store(child.id(), std::sync::atomic::Ordering::SeqCst);
     let start = Instant::now();
     while processes_with(&format!("sleep {token}")).is_empty() {
         assert!(

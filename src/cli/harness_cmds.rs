@@ -98,11 +98,13 @@ where
     out
 }
 
-/// Ctrl-C: exit at once; sandboxes die with us (bubblewrap `--die-with-parent`).
+/// Ctrl-C: remove this process's docker containers, then exit (local sandboxes die with us via
+/// bubblewrap `--die-with-parent`).
 fn install_ctrl_c(rt: &tokio::runtime::Runtime) {
     rt.spawn(async {
         if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("interrupted");
+            eprintln!("interrupted: removing sandboxes");
+            harness::sandbox::docker::cleanup_all().await;
             std::process::exit(130);
         }
     });

@@ -322,22 +322,8 @@ pub fn failure_kind(r: &RunRecord, nodes: &[String]) -> FailureKind {
             NoPassSignal
         };
     }
-    let failed: Vec<&String> = st
-        .iter()
-        .filter(|(_, s)| *s == Some(TestStatus::Failed))
-        .map(|(n, _)| n)
-        .collect();
-    if !failed.is_empty() {
-        let assertion = failed.iter().all(|n| {
-            let reason = r
-                .parsed
-                .reasons
-                .iter()
-                .find(|(k, _)| k == n || k.starts_with(n.as_str()))
-                .map(|(_, v)| v);
-            is_assertion(reason, &r.output)
-        });
-        return if assertion {
+    if st.iter().any(|(_, s)| *s == Some(TestStatus::Failed)) {
+        return if all_assertions(r, nodes) {
             AssertionFailure
         } else {
             TestError

@@ -37,20 +37,6 @@ pub async fn apply_patch(
     }
     sb.put_file(&file, body.as_bytes()).await?;
     let t = Duration::from_secs(120);
-    let snap = sb
-        .exec(
-            &format!(
-                "git add -A && {GIT_ID} commit -q --allow-empty --no-verify -m execcritic-snapshot"
-            ),
-            t,
-        )
-        .await?;
-    if !snap.success() {
-        return Err(HarnessError::Other(format!(
-            "snapshot before applying {name} failed: {}",
-            snap.output
-        )));
-    }
     let f = shell_quote(&file);
     let attempts: [(&'static str, String); 3] = [
         ("git apply", format!("git apply --whitespace=nowarn {f}")),
@@ -66,10 +52,25 @@ pub async fn apply_patch(
         ),
     ];
     let mut diagnostics = String::new();
-    for (method, cmd) in attempts {
+    for (k, (method, cmd)) in attempts.into_iter().enumerate() {
+        if k == 1 {
+            // `git apply` is atomic, so the tree is untouched; snapshot it before the attempts
+            // that may leave partial changes.
+            let snap = sb.exec(&format!("git add -A && {GIT_ID} commit -q --allow-empty --no-verify -m execcritic-snapshot"), t).await?;
+            if !snap.success() {
+                return Err(HarnessError::Other(format!(
+                    "snapshot before applying {name} failed: {}",
+                    snap.output
+                )));
+            }
+        }
         let out = sb.exec(&cmd, t).await?;
         if out.success() {
             return Ok(ApplyOutcome::Applied { method });
+        }
+        if k == 0 {
+            diagnostics.push_str(&format!("$ {method}\n{}\n", out.output.trim_end()));
+            continue;
         }
         diagnostics.push_str(&format!("$ {method}\n{}\n", out.output.trim_end()));
         let restore = sb
@@ -151,16 +152,53 @@ pub async fn run_tests(
     command: &str,
     timeout: Duration,
 ) -> Result<RunRecord, HarnessError> {
+    match run_after(sb, &[], runner, command, timeout).await? {
+        Staged::Ran(r) => Ok(r),
+        Staged::StepFailed(step) => Err(HarnessError::Other(format!(
+            "unexpected failed step {step}"
+        ))),
+    }
+}
+
+/// Outcome of [`run_after`].
+#[derive(Clone, Debug)]
+pub enum Staged {
+    /// Every preparation step succeeded and the tests ran.
+    Ran(RunRecord),
+    /// The named preparation step failed; nothing else ran.
+    StepFailed(String),
+}
+
+/// Run the preparation `steps` (name, shell command; output discarded) and then the test
+/// `command`, all in one sandboxed command (one sandbox start). Used by the gates' fast path.
+pub async fn run_after(
+    sb: &dyn Sandbox,
+    steps: &[(&str, String)],
+    runner: CommandRunner,
+    command: &str,
+    timeout: Duration,
+) -> Result<Staged, HarnessError> {
     let nonce: u64 = rand::rng().random();
     let marker = format!("__EXECCRITIC_RC_{nonce:016x}__=");
-    let script = format!(
+    let step_marker = format!("__EXECCRITIC_STEP_{nonce:016x}__=");
+    let mut script = String::new();
+    for (name, cmd) in steps {
+        script.push_str(&format!(
+            "{{ {cmd}\n}} >/dev/null 2>&1 || {{ printf '\\n%s%s\\n' '{step_marker}' '{name}'; exit 0; }}\n"
+        ));
+    }
+    script.push_str(&format!(
         "export COLUMNS=400\n{command}\n__execcritic_rc=$?; printf '\\n%s%d\\n' '{marker}' \"$__execcritic_rc\""
-    );
+    ));
     let out = sb.exec(&script, timeout).await?;
     let mut rc = None;
     let mut kept = Vec::new();
     for line in out.output.lines() {
-        if let Some(v) = line.strip_prefix(&marker) {
+        if let Some(step) = line.strip_prefix(&step_marker) {
+            if !out.timed_out {
+                return Ok(Staged::StepFailed(step.trim().to_string()));
+            }
+        } else if let Some(v) = line.strip_prefix(&marker) {
             rc = v.trim().parse::<i32>().ok();
         } else {
             kept.push(line);
@@ -168,7 +206,7 @@ pub async fn run_tests(
     }
     let output = kept.join("\n");
     let parsed = parse_log(runner, &output);
-    Ok(RunRecord {
+    Ok(Staged::Ran(RunRecord {
         rc: if out.timed_out { None } else { rc },
         marker_found: rc.is_some(),
         timed_out: out.timed_out,
@@ -177,5 +215,5 @@ pub async fn run_tests(
         command: command.to_string(),
         duration: out.duration,
         log_path: out.log_path,
-    })
+    }))
 }

@@ -7,11 +7,14 @@ use super::bundle::{Bundle, FrozenBundle};
 use super::classify::{base_category, failure_kind, BaseCategory, FailureKind, GateStatus};
 use super::diff::{is_test_path, parse_patch};
 use super::error::HarnessError;
-use super::execute::{apply_patch, bound_tail, run_tests, ApplyOutcome, RunRecord};
+use super::execute::{
+    apply_patch, bound_tail, run_after, run_tests, ApplyOutcome, RunRecord, Staged,
+};
 use super::feedback::{hide_test_source, render, EnvelopeInput};
 use super::logparse::TestStatus;
+use super::sandbox::docker::{DockerSandbox, Populate as DockerPopulate};
 use super::sandbox::local::LocalSandbox;
-use super::sandbox::{shell_quote, Purpose, Sandbox, SandboxConfig, SandboxKind};
+use super::sandbox::{reset_command, shell_quote, Purpose, Sandbox, SandboxConfig, SandboxKind};
 use super::validate::Rejection;
 use crate::task::TaskInstance;
 use std::path::Path;
@@ -53,13 +56,33 @@ pub async fn open_sandbox_with(
                 .map_err(|e| HarnessError::Other(format!("sandbox setup task: {e}")))??;
             Ok(Box::new(sb))
         }
-        SandboxKind::Docker => Err(HarnessError::Docker(
-            "the docker sandbox is not available in this build; use `--sandbox local`".into(),
-        )),
+        SandboxKind::Docker => {
+            let image = config
+                .docker_image
+                .clone()
+                .or_else(|| {
+                    std::env::var("EXECCRITIC_DOCKER_IMAGE")
+                        .ok()
+                        .filter(|s| !s.is_empty())
+                })
+                .unwrap_or_else(|| task.image.clone());
+            let populate: Option<DockerPopulate> = task.repo_path.as_ref().map(|_| {
+                let t = task.clone();
+                let sanitize = purpose.sanitize_history();
+                Box::new(move |ws: &Path| -> Result<String, HarnessError> {
+                    crate::task::materialize(&t, ws, sanitize)
+                        .map(|w| w.base_commit)
+                        .map_err(|e| HarnessError::Task(e.to_string()))
+                }) as DockerPopulate
+            });
+            let sb = DockerSandbox::open(&image, populate, &task.base_commit, config).await?;
+            Ok(Box::new(sb))
+        }
     }
 }
 
 /// Outcome of qualification.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Qualification {
     Accepted(FrozenBundle),
@@ -93,21 +116,67 @@ async fn run_bundle(
     .await?))
 }
 
-/// Base gate on a sandbox at clean Base.
+/// Fresh Base + `source_patch` + the bundle's test patch, then the bundle's command.
+/// Fast path: one sandboxed command does the reset, both `git apply`s and the run; when a step
+/// fails, the step-by-step path (reset with recreate, the full apply chain, diagnostics) runs.
+/// `Err((kind, diagnostics))` for a structural failure (a patch does not apply).
+async fn prepared_run(
+    sb: &dyn Sandbox,
+    frozen: &FrozenBundle,
+    source_patch: &str,
+    timeout: Duration,
+) -> Result<Result<RunRecord, (FailureKind, String)>, HarnessError> {
+    let with_nl = |p: &str| {
+        if p.ends_with('\n') {
+            p.to_string()
+        } else {
+            format!("{p}\n")
+        }
+    };
+    let cand = "/tmp/.execcritic/fast-candidate.patch";
+    let test = "/tmp/.execcritic/fast-test.patch";
+    sb.put_file(test, with_nl(&frozen.bundle.test_patch).as_bytes())
+        .await?;
+    let mut steps = vec![("reset", reset_command(sb.base_commit()))];
+    if !source_patch.trim().is_empty() {
+        sb.put_file(cand, with_nl(source_patch).as_bytes()).await?;
+        steps.push(("candidate", format!("git apply --whitespace=nowarn {cand}")));
+    }
+    steps.push(("test", format!("git apply --whitespace=nowarn {test}")));
+    let plan = &frozen.plan;
+    let steps: Vec<(&str, String)> = steps;
+    if let Staged::Ran(r) = run_after(
+        sb,
+        &steps,
+        plan.command.runner,
+        &plan.command.activated,
+        timeout,
+    )
+    .await?
+    {
+        return Ok(Ok(r));
+    }
+    sb.reset().await?;
+    if let ApplyOutcome::Failed { diagnostics } = apply_patch(sb, source_patch, "candidate").await?
+    {
+        return Ok(Err((FailureKind::PatchApplyFailure, diagnostics)));
+    }
+    run_bundle(sb, frozen, timeout).await
+}
+
+/// Base gate on a sandbox (reset to clean Base first).
 pub async fn base_gate(
     sb: &dyn Sandbox,
     frozen: &FrozenBundle,
     timeout: Duration,
 ) -> Result<(BaseCategory, String), HarnessError> {
-    sb.reset().await?;
-    let (cat, out) = match run_bundle(sb, frozen, timeout).await? {
+    let (cat, out) = match prepared_run(sb, frozen, "", timeout).await? {
         Ok(r) => (base_category(&r, &frozen.plan.nodes), r.output),
         Err((_, diag)) => (
             BaseCategory::HarnessException,
             format!("test.patch does not apply on Base:\n{diag}"),
         ),
     };
-    sb.reset().await?;
     Ok((cat, bound_tail(&out, BASE_TAIL)))
 }
 
@@ -163,7 +232,7 @@ pub async fn check_candidate(
     check_candidate_in(sb.as_ref(), frozen, source_patch, TEST_TIMEOUT).await
 }
 
-/// Candidate gate on a sandbox (reset to clean Base first and after).
+/// Candidate gate on a sandbox (reset to clean Base first).
 pub async fn check_candidate_in(
     sb: &dyn Sandbox,
     frozen: &FrozenBundle,
@@ -261,22 +330,20 @@ pub async fn check_candidate_in(
             }
         }
     }
-    sb.reset().await?;
-    if let ApplyOutcome::Failed { diagnostics } = apply_patch(sb, source_patch, "candidate").await?
-    {
-        env.raw_output = bound_tail(&diagnostics, 2000);
-        sb.reset().await?;
-        return Ok(verdict(
-            &mut env,
-            FailureKind::PatchApplyFailure,
-            None,
-            vec![],
-            false,
-            Some(diagnostics),
-        ));
-    }
-    let run = run_bundle(sb, frozen, timeout).await?;
-    sb.reset().await?;
+    let run = match prepared_run(sb, frozen, source_patch, timeout).await? {
+        Err((FailureKind::PatchApplyFailure, diagnostics)) => {
+            env.raw_output = bound_tail(&diagnostics, 2000);
+            return Ok(verdict(
+                &mut env,
+                FailureKind::PatchApplyFailure,
+                None,
+                vec![],
+                false,
+                Some(diagnostics),
+            ));
+        }
+        other => other,
+    };
     let r = match run {
         Ok(r) => r,
         Err((kind, diag)) => {

@@ -151,7 +151,6 @@ pub async fn grade(
     let runner = runner_of(task);
     let cmd = official_command(task, &test_files);
     let r = run_tests(sb, runner, &cmd, GRADE_TIMEOUT).await?;
-    sb.reset().await?;
     if r.timed_out {
         return Ok(error(task, "timeout"));
     }

@@ -76,17 +76,19 @@ fn pytest_status(word: &str) -> Option<TestStatus> {
 
 /// Split `id - reason` where the id may contain spaces inside `[...]`.
 fn split_reason(rest: &str) -> (&str, Option<&str>) {
-    if let Some(open) = rest.find('[') {
-        if let Some(close) = rest[open..].find("] - ").map(|i| i + open) {
-            return (&rest[..=close], Some(&rest[close + 4..]));
+    let dash = rest.find(" - ");
+    match rest.find('[') {
+        // A parameter id starts inside the node id: it ends at the first `] - ` (or the end).
+        Some(open) if dash.is_none_or(|d| open < d) => {
+            if let Some(close) = rest[open..].find("] - ").map(|i| i + open) {
+                return (&rest[..=close], Some(&rest[close + 4..]));
+            }
+            (rest, None)
         }
-        if rest.ends_with(']') {
-            return (rest, None);
-        }
-    }
-    match rest.split_once(" - ") {
-        Some((id, r)) => (id, Some(r)),
-        None => (rest, None),
+        _ => match dash {
+            Some(d) => (&rest[..d], Some(&rest[d + 3..])),
+            None => (rest, None),
+        },
     }
 }
 
@@ -259,6 +261,16 @@ mod tests {
         assert!(l.summary_seen);
         assert_eq!(l.counts["failed"], 2);
         assert_eq!(l.counts["error"], 1);
+    }
+
+    #[test]
+    fn brackets_in_the_reason_are_not_a_parameter() {
+        let l = parse_pytest("FAILED t.py::test_a - AssertionError: assert ['x'] == ['x', 'y']\n");
+        assert_eq!(l.statuses["t.py::test_a"], TestStatus::Failed);
+        assert_eq!(
+            l.reasons["t.py::test_a"],
+            "AssertionError: assert ['x'] == ['x', 'y']"
+        );
     }
 
     #[test]

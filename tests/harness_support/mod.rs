@@ -172,3 +172,40 @@ pub fn fixture_task() -> execcritic::task::TaskInstance {
     });
     execcritic::task::TaskInstance::from_json(v, None).expect("fixture task parses")
 }
+
+/// The docker test image (built by scripts/ci-deps-harness.sh).
+pub fn docker_image() -> String {
+    std::env::var("EXECCRITIC_DOCKER_IMAGE").unwrap_or_else(|_| "execcritic-pytest:latest".into())
+}
+
+/// Whether the docker daemon and the test image are available; prints why not.
+pub async fn docker_available() -> bool {
+    match execcritic::harness::sandbox::docker::connect().await {
+        Err(e) => {
+            eprintln!("SKIPPED docker tests: {e} (run scripts/ci-deps-harness.sh)");
+            false
+        }
+        Ok(d) => {
+            match d.inspect_image(&docker_image()).await {
+                Ok(_) => true,
+                Err(e) => {
+                    eprintln!("SKIPPED docker tests: image {} missing: {e} (run scripts/ci-deps-harness.sh)", docker_image());
+                    false
+                }
+            }
+        }
+    }
+}
+
+pub async fn docker_sandbox(config: &SandboxConfig) -> Box<dyn Sandbox> {
+    Box::new(
+        execcritic::harness::sandbox::DockerSandbox::open(
+            &docker_image(),
+            Some(populate()),
+            "",
+            config,
+        )
+        .await
+        .expect("docker sandbox opens"),
+    )
+}

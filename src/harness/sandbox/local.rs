@@ -180,7 +180,11 @@ impl LocalSandbox {
             .stdout(Stdio::from(wr))
             .stderr(Stdio::from(wr2));
         cmd.process_group(0).kill_on_drop(true);
-        let limits = self.limits.clone();
+        let mut limits = self.limits.clone();
+        if self.uid.is_none() {
+            // Not root: RLIMIT_NPROC also counts this user's processes outside the sandbox.
+            limits.max_procs += user_tasks();
+        }
         let uid = self.uid;
         let staged = self.staged.clone();
         // SAFETY: only async-signal-safe syscalls (unshare, mount, setrlimit, setgroups, setgid,
@@ -470,6 +474,34 @@ fn root_entries() -> Vec<(PathBuf, Option<PathBuf>)> {
     }
     out.sort();
     out
+}
+
+/// Number of tasks (threads) the current real uid runs now.
+fn user_tasks() -> u64 {
+    // SAFETY: plain syscall.
+    let me = unsafe { libc::getuid() }.to_string();
+    let mut n = 0;
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    for e in rd.flatten() {
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        let uid_ok = status
+            .lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some(me.as_str()));
+        if uid_ok {
+            n += status
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("Threads:")
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                })
+                .unwrap_or(1);
+        }
+    }
+    n
 }
 
 fn find_on_path(name: &str) -> Option<PathBuf> {

@@ -3,7 +3,7 @@
 //! wall-clock timeout that kills every process it started, and captures bounded output.
 
 pub mod capture;
-// pub mod docker;
+pub mod docker;
 pub mod local;
 
 use super::error::HarnessError;
@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 
-// pub use docker::DockerSandbox;
+pub use docker::DockerSandbox;
 pub use local::LocalSandbox;
 
 /// The in-sandbox path of the repository under test.
@@ -118,6 +118,8 @@ pub struct SandboxConfig {
     /// Where full per-command logs go; `None` keeps them in the sandbox's private directory
     /// (removed with the sandbox).
     pub log_dir: Option<PathBuf>,
+    /// Docker image to use instead of the task's `image` (default: `$EXECCRITIC_DOCKER_IMAGE`).
+    pub docker_image: Option<String>,
 }
 
 /// Shell-quote one word for bash (single quotes).
@@ -128,7 +130,7 @@ pub fn shell_quote(s: &str) -> String {
 /// Reset command run inside a sandbox: back to the Base commit with no untracked files.
 pub(crate) fn reset_command(base_commit: &str) -> String {
     format!(
-        "git reset -q --hard {b} && git clean -q -fdx && test \"$(git rev-parse HEAD)\" = \"$(git rev-parse {b}^{{commit}})\"",
+        "git reset -q --hard {b} && git clean -q -fdx",
         b = shell_quote(base_commit)
     )
 }

@@ -1,0 +1,620 @@
+//! The `docker` sandbox (bollard): one container per sandbox from the task's image, network
+//! disabled, memory and pids limits. The repository is uploaded to `/testbed`. Commands run via
+//! `docker exec` under `timeout -s KILL` inside, and on our side the exec's process group is
+//! killed if the daemon does not return in time. No container outlives us: the container's main
+//! process reads its attached stdin, so when this process dies (even by SIGKILL) the connection
+//! closes, the container stops and `auto_remove` deletes it; `Drop` removes it explicitly, a
+//! label-based sweep at start removes leftovers, and `cleanup_all` serves Ctrl-C handlers.
+
+use super::capture::Capture;
+use super::{
+    reset_command, shell_quote, ExecOutput, SandboxConfig, SandboxFuture, SandboxLimits, WORKDIR,
+};
+use crate::harness::error::HarnessError;
+use bollard::query_parameters::{
+    AttachContainerOptions, CreateContainerOptions, ListContainersOptions, RemoveContainerOptions,
+    UploadToContainerOptions,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Label put on every container we create.
+pub const LABEL: &str = "execcritic.sandbox";
+const OWNER_LABEL: &str = "execcritic.owner";
+/// argv[0] of the container's lifeline process (spared when killing everything else).
+const LIFELINE: &str = "execcritic-lifeline";
+
+fn live() -> &'static Mutex<HashSet<String>> {
+    static LIVE: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    LIVE.get_or_init(|| Mutex::new(HashSet::new()))
+}
+
+fn derr(what: &str) -> impl Fn(bollard::errors::Error) -> HarnessError + '_ {
+    move |e| HarnessError::Docker(format!("{what}: {e}"))
+}
+
+/// Connect to the local daemon (API version negotiated).
+pub async fn connect() -> Result<Docker, HarnessError> {
+    let d =
+        Docker::connect_with_local_defaults().map_err(derr("connecting to the docker daemon"))?;
+    d.negotiate_version()
+        .await
+        .map_err(derr("docker daemon not reachable (is dockerd running?)"))
+}
+
+/// Remove containers left by earlier runs whose owner process is gone.
+pub async fn sweep_stale(docker: &Docker) -> Result<usize, HarnessError> {
+    let mut filters = HashMap::new();
+    filters.insert("label".to_string(), vec![LABEL.to_string()]);
+    let list = docker
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        }))
+        .await
+        .map_err(derr("listing containers"))?;
+    let mut removed = 0;
+    for c in list {
+        let owner = c
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(OWNER_LABEL))
+            .and_then(|o| o.parse::<i32>().ok());
+        let alive = owner.is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        if !alive {
+            if let Some(id) = c.id {
+                let _ = docker
+                    .remove_container(
+                        &id,
+                        Some(RemoveContainerOptions {
+                            force: true,
+                            ..Default::default()
+                        }),
+                    )
+                    .await;
+                removed += 1;
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// Remove every container this process created (for Ctrl-C handlers).
+pub async fn cleanup_all() {
+    let ids: Vec<String> = live()
+        .lock()
+        .map(|s| s.iter().cloned().collect())
+        .unwrap_or_default();
+    if ids.is_empty() {
+        return;
+    }
+    if let Ok(d) = connect().await {
+        for id in ids {
+            let _ = d
+                .remove_container(
+                    &id,
+                    Some(RemoveContainerOptions {
+                        force: true,
+                        ..Default::default()
+                    }),
+                )
+                .await;
+        }
+    }
+}
+
+/// Fills an empty host directory with the repository and returns its Base commit.
+pub type Populate = Box<dyn Fn(&Path) -> Result<String, HarnessError> + Send + Sync>;
+
+/// A docker container sandbox.
+pub struct DockerSandbox {
+    docker: Docker,
+    image: String,
+    id: Mutex<String>,
+    base_commit: String,
+    limits: SandboxLimits,
+    log_dir: PathBuf,
+    _logs: tempfile::TempDir,
+    repo_tar: Vec<u8>,
+    counter: AtomicU64,
+    /// Attached stdin of the container's main process: dropping it (or dying) ends the container.
+    _lifeline: tokio::sync::Mutex<Vec<Pin<Box<dyn tokio::io::AsyncWrite + Send>>>>,
+}
+
+/// `tar` of a host directory's contents.
+fn tar_dir(dir: &Path) -> Result<Vec<u8>, HarnessError> {
+    let out = std::process::Command::new("tar")
+        .arg("-C")
+        .arg(dir)
+        .args(["-cf", "-", "."])
+        .output()
+        .map_err(|e| HarnessError::io(dir, e))?;
+    if !out.status.success() {
+        return Err(HarnessError::Other(format!(
+            "tar of {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(out.stdout)
+}
+
+impl DockerSandbox {
+    /// Create a container from `image` holding the repository produced by `populate`; with
+    /// `populate = None` the image's own `/testbed` at `base_commit` is used.
+    pub async fn open(
+        image: &str,
+        populate: Option<Populate>,
+        base_commit: &str,
+        config: &SandboxConfig,
+    ) -> Result<Self, HarnessError> {
+        let docker = connect().await?;
+        static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+        SWEPT
+            .get_or_init(|| async {
+                let _ = sweep_stale(&docker).await;
+            })
+            .await;
+        let staging = tempfile::Builder::new()
+            .prefix("execcritic-docker-")
+            .tempdir()
+            .map_err(|e| HarnessError::io(std::env::temp_dir(), e))?;
+        let ws = staging.path().join("testbed");
+        std::fs::create_dir_all(&ws).map_err(|e| HarnessError::io(&ws, e))?;
+        let (base_commit, repo_tar) = match populate {
+            Some(populate) => {
+                tokio::task::spawn_blocking(move || -> Result<(String, Vec<u8>), HarnessError> {
+                    let base = populate(&ws)?;
+                    Ok((base, tar_dir(&ws)?))
+                })
+                .await
+                .map_err(|e| HarnessError::Other(format!("workspace task: {e}")))??
+            }
+            None => (base_commit.to_string(), Vec::new()),
+        };
+        let logs = tempfile::Builder::new()
+            .prefix("execcritic-docker-logs-")
+            .tempdir()
+            .map_err(|e| HarnessError::io(std::env::temp_dir(), e))?;
+        let log_dir = config
+            .log_dir
+            .clone()
+            .unwrap_or_else(|| logs.path().to_path_buf());
+        std::fs::create_dir_all(&log_dir).map_err(|e| HarnessError::io(&log_dir, e))?;
+        let sb = DockerSandbox {
+            docker,
+            image: image.to_string(),
+            id: Mutex::new(String::new()),
+            base_commit,
+            limits: config.limits.clone(),
+            log_dir,
+            _logs: logs,
+            repo_tar,
+            counter: AtomicU64::new(0),
+            _lifeline: tokio::sync::Mutex::new(Vec::new()),
+        };
+        sb.create().await?;
+        Ok(sb)
+    }
+
+    fn id(&self) -> String {
+        self.id.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    /// Create and start the container, upload the repository.
+    async fn create(&self) -> Result<(), HarnessError> {
+        use bollard::models::{ContainerCreateBody, HostConfig};
+        let mut labels = HashMap::new();
+        labels.insert(LABEL.to_string(), "1".to_string());
+        labels.insert(OWNER_LABEL.to_string(), std::process::id().to_string());
+        let body = ContainerCreateBody {
+            image: Some(self.image.clone()),
+            // The lifeline reads our attached stdin and ends (stopping the container) when it
+            // closes; docker's init (pid 1) reaps orphans.
+            cmd: Some(vec![
+                "bash".into(),
+                "-c".into(),
+                format!("exec -a {LIFELINE} cat"),
+            ]),
+            labels: Some(labels),
+            working_dir: Some("/".into()),
+            network_disabled: Some(true),
+            open_stdin: Some(true),
+            stdin_once: Some(true),
+            attach_stdin: Some(true),
+            volumes: Some(HashMap::from([
+                (WORKDIR.to_string(), HashMap::new()),
+                ("/tmp".to_string(), HashMap::new()),
+            ])),
+            host_config: Some(HostConfig {
+                readonly_rootfs: Some(true),
+                network_mode: Some("none".into()),
+                memory: Some(self.limits.memory_bytes as i64),
+                memory_swap: Some(self.limits.memory_bytes as i64),
+                pids_limit: Some(self.limits.max_procs as i64),
+                auto_remove: Some(true),
+                init: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let created = self
+            .docker
+            .create_container(None::<CreateContainerOptions>, body)
+            .await
+            .map_err(derr(&format!(
+                "creating a container from image {}",
+                self.image
+            )))?;
+        let id = created.id;
+        if let Ok(mut s) = live().lock() {
+            s.insert(id.clone());
+        }
+        *self
+            .id
+            .lock()
+            .map_err(|_| HarnessError::Other("poisoned".into()))? = id.clone();
+        let attached = self
+            .docker
+            .attach_container(
+                &id,
+                Some(AttachContainerOptions {
+                    stdin: true,
+                    stream: true,
+                    ..Default::default()
+                }),
+            )
+            .await
+            .map_err(derr("attaching the container's lifeline"))?;
+        self._lifeline.lock().await.push(attached.input);
+        self.docker
+            .start_container(
+                &id,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .map_err(derr("starting the container"))?;
+        if self.repo_tar.is_empty() {
+            // The image's own /testbed (SWE-bench instance images) is the workspace.
+            return Ok(());
+        }
+        let prep = self
+            .run(
+                "find /testbed /tmp -mindepth 1 -delete && mkdir -p /tmp/.execcritic",
+                Duration::from_secs(60),
+            )
+            .await?;
+        if !prep.success() {
+            return Err(HarnessError::SandboxStart(format!(
+                "preparing the container: {}",
+                prep.output
+            )));
+        }
+        self.docker
+            .upload_to_container(
+                &id,
+                Some(UploadToContainerOptions {
+                    path: WORKDIR.into(),
+                    ..Default::default()
+                }),
+                bollard::body_full(self.repo_tar.clone().into()),
+            )
+            .await
+            .map_err(derr("uploading the repository"))?;
+        Ok(())
+    }
+
+    async fn remove(&self) {
+        let id = self.id();
+        if !id.is_empty() {
+            let _ = self
+                .docker
+                .remove_container(
+                    &id,
+                    Some(RemoveContainerOptions {
+                        force: true,
+                        ..Default::default()
+                    }),
+                )
+                .await;
+            if let Ok(mut s) = live().lock() {
+                s.remove(&id);
+            }
+        }
+        self._lifeline.lock().await.clear();
+    }
+
+    async fn run(&self, command: &str, timeout: Duration) -> Result<ExecOutput, HarnessError> {
+        use bollard::exec::{StartExecOptions, StartExecResults};
+        use bollard::models::ExecConfig;
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let log_path = self.log_dir.join(format!("exec-{n:04}.log"));
+        let pidfile = format!("/tmp/.execcritic-exec-{n}.pid");
+        let secs = timeout.as_secs().max(1);
+        // `timeout` leads its own process group; its pid is recorded so we can kill the group.
+        // `timeout` leads its own process group; when the command ends, whatever it left
+        // running in that group is killed (as the local sandbox's pid namespace does).
+        let wrapper = format!(
+            "timeout -s KILL {secs} bash -c {} & t=$!; echo $t > {pidfile}; wait $t; rc=$?; \
+             for i in 1 2 3; do kill -KILL -- -$t 2>/dev/null || break; sleep 0.05; done; exit $rc",
+            shell_quote(command)
+        );
+        let id = self.id();
+        let exec = self
+            .docker
+            .create_exec(
+                &id,
+                ExecConfig {
+                    cmd: Some(vec!["bash".into(), "-c".into(), wrapper]),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    working_dir: Some(WORKDIR.into()),
+                    env: Some(vec![
+                        "HOME=/tmp".into(),
+                        "GIT_CONFIG_COUNT=1".into(),
+                        "GIT_CONFIG_KEY_0=safe.directory".into(),
+                        "GIT_CONFIG_VALUE_0=*".into(),
+                    ]),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(derr("creating an exec"))?;
+        let start = Instant::now();
+        let mut capture =
+            Capture::new(self.limits.output_cap, Some(&log_path), self.limits.log_cap)
+                .map_err(|e| HarnessError::io(&log_path, e))?;
+        let started = self
+            .docker
+            .start_exec(
+                &exec.id,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty: false,
+                    output_capacity: None,
+                }),
+            )
+            .await
+            .map_err(derr("starting an exec"))?;
+        let mut killed_by_us = false;
+        if let StartExecResults::Attached { mut output, .. } = started {
+            let deadline = tokio::time::Instant::now() + timeout + Duration::from_secs(5);
+            loop {
+                match tokio::time::timeout_at(deadline, output.next()).await {
+                    Ok(Some(Ok(chunk))) => capture.push(&chunk.into_bytes()),
+                    Ok(Some(Err(e))) => {
+                        return Err(HarnessError::Docker(format!("reading exec output: {e}")))
+                    }
+                    Ok(None) => break,
+                    Err(_) => {
+                        killed_by_us = true;
+                        break;
+                    }
+                }
+            }
+        }
+        let duration = start.elapsed();
+        let inspect = self
+            .docker
+            .inspect_exec(&exec.id)
+            .await
+            .map_err(derr("inspecting an exec"))?;
+        let code = inspect.exit_code.map(|c| c as i32);
+        let timed_out =
+            killed_by_us || (code == Some(137) && duration + Duration::from_millis(200) >= timeout);
+        if timed_out {
+            // Kill every process but the container's init (the lifeline), including any that
+            // escaped the process group while forking.
+            self.kill_all(&id).await;
+        }
+        let (output, truncated) = capture.finish();
+        Ok(ExecOutput {
+            exit_code: if timed_out { None } else { code },
+            output,
+            truncated,
+            timed_out,
+            duration,
+            log_path: Some(log_path),
+        })
+    }
+}
+
+impl DockerSandbox {
+    /// Kill every process of the container but docker's init and the lifeline: freeze the
+    /// container (so a fork bomb cannot outrun us), SIGKILL its processes by host pid, thaw.
+    /// Falls back to an in-container kill loop when the daemon's pids are not ours (remote).
+    async fn kill_all(&self, id: &str) {
+        use bollard::query_parameters::TopOptions;
+        let mut host_killed = false;
+        if self.docker.pause_container(id).await.is_ok() {
+            if let Ok(top) = self
+                .docker
+                .top_processes(
+                    id,
+                    Some(TopOptions {
+                        ps_args: "-eo pid,args".into(),
+                    }),
+                )
+                .await
+            {
+                let titles = top.titles.unwrap_or_default();
+                let pid_col = titles.iter().position(|t| t == "PID");
+                for row in top.processes.unwrap_or_default() {
+                    let (Some(pc), Some(cmd)) = (pid_col, row.last()) else {
+                        continue;
+                    };
+                    if cmd.starts_with(LIFELINE) || cmd.contains("docker-init") {
+                        continue;
+                    }
+                    if let Some(pid) = row.get(pc).and_then(|p| p.parse::<i32>().ok()) {
+                        host_killed |= nix::sys::signal::kill(
+                            nix::unistd::Pid::from_raw(pid),
+                            nix::sys::signal::Signal::SIGKILL,
+                        )
+                        .is_ok();
+                    }
+                }
+            }
+            let _ = self.docker.unpause_container(id).await;
+        }
+        if host_killed {
+            // Wait for docker's init to reap the killed processes (they hold pids until then).
+            for _ in 0..50 {
+                let n = self
+                    .docker
+                    .top_processes(
+                        id,
+                        Some(TopOptions {
+                            ps_args: "-eo pid,args".into(),
+                        }),
+                    )
+                    .await
+                    .map(|t| t.processes.map_or(0, |p| p.len()))
+                    .unwrap_or(0);
+                if n <= 2 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            return;
+        }
+        use bollard::exec::{StartExecOptions, StartExecResults};
+        use bollard::models::ExecConfig;
+        let cmd = format!(
+            "for i in 1 2 3 4 5 6 7 8 9 10; do for p in /proc/[0-9]*; do pid=${{p#/proc/}}; \
+             [ \"$pid\" = 1 ] && continue; [ \"$pid\" = $$ ] && continue; \
+             case \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" in {LIFELINE}*) continue;; esac; \
+             kill -KILL \"$pid\" 2>/dev/null; done; sleep 0.1; done; true"
+        );
+        let cfg = ExecConfig {
+            cmd: Some(vec!["bash".into(), "-c".into(), cmd]),
+            attach_stdout: Some(true),
+            ..Default::default()
+        };
+        let Ok(e) = self.docker.create_exec(id, cfg).await else {
+            return;
+        };
+        if let Ok(StartExecResults::Attached { mut output, .. }) = self
+            .docker
+            .start_exec(
+                &e.id,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty: false,
+                    output_capacity: None,
+                }),
+            )
+            .await
+        {
+            let _ = tokio::time::timeout(Duration::from_secs(30), async {
+                while output.next().await.is_some() {}
+            })
+            .await;
+        }
+    }
+}
+
+impl super::Sandbox for DockerSandbox {
+    fn exec<'a>(&'a self, command: &'a str, timeout: Duration) -> SandboxFuture<'a, ExecOutput> {
+        Box::pin(self.run(command, timeout))
+    }
+
+    fn reset(&self) -> SandboxFuture<'_, ()> {
+        Box::pin(async move {
+            let cmd = format!(
+                "{} && find /tmp -mindepth 1 -delete",
+                reset_command(&self.base_commit)
+            );
+            for _ in 0..2 {
+                if let Ok(out) = self.run(&cmd, Duration::from_secs(120)).await {
+                    if out.success() {
+                        return Ok(());
+                    }
+                }
+            }
+            self.remove().await;
+            self.create()
+                .await
+                .map_err(|e| HarnessError::Reset(format!("reset failed and recreate failed: {e}")))
+        })
+    }
+
+    fn put_file<'a>(&'a self, path: &'a str, contents: &'a [u8]) -> SandboxFuture<'a, ()> {
+        Box::pin(async move {
+            let p = Path::new(path);
+            let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+                return Err(HarnessError::Other(format!("put_file: bad path {path}")));
+            };
+            let stage =
+                tempfile::tempdir().map_err(|e| HarnessError::io(std::env::temp_dir(), e))?;
+            std::fs::write(stage.path().join(name), contents)
+                .map_err(|e| HarnessError::io(stage.path(), e))?;
+            let tar = tar_dir(stage.path())?;
+            let mk = self
+                .run(
+                    &format!("mkdir -p {}", shell_quote(&parent.to_string_lossy())),
+                    Duration::from_secs(30),
+                )
+                .await?;
+            if !mk.success() {
+                return Err(HarnessError::Other(format!("put_file: {}", mk.output)));
+            }
+            self.docker
+                .upload_to_container(
+                    &self.id(),
+                    Some(UploadToContainerOptions {
+                        path: parent.to_string_lossy().into(),
+                        ..Default::default()
+                    }),
+                    bollard::body_full(tar.into()),
+                )
+                .await
+                .map_err(derr("uploading a file"))
+        })
+    }
+
+    fn base_commit(&self) -> &str {
+        &self.base_commit
+    }
+}
+
+impl Drop for DockerSandbox {
+    fn drop(&mut self) {
+        let id = self.id();
+        if id.is_empty() {
+            return;
+        }
+        if let Ok(mut s) = live().lock() {
+            s.remove(&id);
+        }
+        // Remove on a separate thread with its own runtime (Drop may run inside a runtime).
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                rt.block_on(async {
+                    if let Ok(d) = connect().await {
+                        let _ = d
+                            .remove_container(
+                                &id,
+                                Some(RemoveContainerOptions {
+                                    force: true,
+                                    ..Default::default()
+                                }),
+                            )
+                            .await;
+                    }
+                });
+            }
+        })
+        .join();
+    }
+}
