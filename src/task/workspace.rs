@@ -63,9 +63,12 @@ pub fn materialize(
     let parent = std::fs::canonicalize(parent).map_err(|e| TaskError::io(parent, e))?;
     let dest = parent.join(name);
 
+    // `--no-hardlinks`: the workspace is writable by the agent and gets garbage-collected by
+    // sanitisation, so it must share no object file with the source repository (hard links also
+    // made concurrent clones of one cached repository fail with "hardlink different from source").
     let mut clone = git::command(&parent);
     clone
-        .args(["clone", "--quiet", "--no-checkout"])
+        .args(["clone", "--quiet", "--no-checkout", "--no-hardlinks"])
         .arg(&source)
         .arg(&dest);
     git::output(clone, &parent)?;
