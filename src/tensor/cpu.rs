@@ -1,5 +1,6 @@
-//! CPU kernels on f32 slices: the linear layer `x·Wᵀ` (the `gemm` crate for matrices, a
-//! rayon-parallel dot-product kernel for a few rows), RMSNorm variants, activations and softmax.
+//! CPU kernels on f32 slices: the linear layer `x·Wᵀ` (a packed AVX-512 kernel or the `gemm`
+//! crate for matrices, a rayon-parallel dot-product kernel for a few rows), RMSNorm variants,
+//! activations and softmax.
 //! Every op names its dimensions explicitly; a CUDA backend mirrors this list one to one.
 
 use rayon::prelude::*;
@@ -48,6 +49,10 @@ const SMALL_M: usize = 8;
 /// more than it saves (measured with benches/model_cpu.rs on 2 threads).
 const PARALLEL_MIN_MACS: usize = 1 << 20;
 
+/// From this many multiply-adds on, a many-row product uses the packed AVX-512 kernel
+/// ([`super::cpu_avx512`]) when the CPU has avx512f; smaller ones stay on the `gemm` crate.
+const AVX512_MIN_MACS: usize = 1 << 16;
+
 /// `out[m, n] = x[m, k] · w[n, k]ᵀ` (PyTorch `nn.Linear` layout), overwriting `out`.
 /// `parallel` = false keeps the call on the current thread (used inside outer parallel loops).
 pub fn matmul_t(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, out: &mut [f32], parallel: bool) {
@@ -66,6 +71,10 @@ pub fn matmul_t(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, out: &mut [f
         return;
     }
     let threads = if parallel { rayon::current_num_threads() } else { 1 };
+    if m * n * k >= AVX512_MIN_MACS && super::cpu_avx512::available() {
+        super::cpu_avx512::matmul_t(x, m, k, w, n, out, threads);
+        return;
+    }
     let par = if threads > 1 {
         gemm::Parallelism::Rayon(threads)
     } else {
