@@ -6,9 +6,9 @@
 //! most [`NC`] (one rayon task each), `k` into blocks of [`KC`] and `m` into blocks of [`MC`].
 //! For each `(n-panel, k-block)` the weight panel is packed once, transposed into micro-panels of
 //! [`NR`] = 32 columns (two zmm registers) that are contiguous along `k`; for each `m`-block the
-//! rows of `x` are packed into micro-panels of [`MR`] = 12 rows. The micro-kernel keeps a
-//! 12 × 32 tile of `out` in 24 zmm accumulators and per step of `k` does two vector loads, twelve
-//! broadcasts and 24 FMAs. Edge tiles are zero-padded in the packed buffers and copied out
+//! rows of `x` are packed into micro-panels of [`MR`] = 14 rows. The micro-kernel keeps a
+//! 14 × 32 tile of `out` in 28 of the 32 zmm registers and per step of `k` does two vector loads,
+//! fourteen broadcasts and 28 FMAs. Edge tiles are zero-padded in the packed buffers and copied out
 //! partially, so any `m, n, k` works. Results differ from other kernels only by f32 rounding
 //! (the summation order along `k` is sequential within a block, blocks are added in order).
 
@@ -18,13 +18,14 @@ use std::arch::x86_64::*;
 use rayon::prelude::*;
 
 /// Rows of `out` per micro-tile (broadcast operand).
-const MR: usize = 12;
+const MR: usize = 14;
 /// Columns of `out` per micro-tile (two 16-lane zmm vectors).
 const NR: usize = 32;
 /// Depth of one packed block: a `KC × NR` weight micro-panel (32 KiB) stays in L1.
 const KC: usize = 256;
-/// Rows of `x` per packed block (`MC × KC` ≈ 144 KiB, kept in L2).
-const MC: usize = 144;
+/// Rows of `x` per packed block (`MC × KC` = 140 KiB, kept in L2; a multiple of `MR`).
+const MC: usize = 140;
+const _: () = assert!(MC % MR == 0 && NC % NR == 0);
 /// Most columns per rayon task (`KC × NC` packed weights ≈ 512 KiB, kept in L2).
 const NC: usize = 512;
 
@@ -169,7 +170,7 @@ fn pack_x(x: &[f32], k: usize, i0: usize, mc: usize, p0: usize, kc: usize, dst: 
     }
 }
 
-/// The 12 × 32 micro-kernel: `c[i, j] (+)= Σ_p a[p·MR + i] · b[p·NR + j]` for a packed row
+/// The `MR` × `NR` (14 × 32) micro-kernel: `c[i, j] (+)= Σ_p a[p·MR + i] · b[p·NR + j]` for a packed row
 /// micro-panel `a` and column micro-panel `b` of depth `kc`; `c` has row stride `ldc`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
