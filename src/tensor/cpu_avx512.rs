@@ -90,12 +90,17 @@ pub fn matmul_t(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, out: &mut [f
 #[allow(clippy::too_many_arguments)]
 unsafe fn panel(x: &[f32], m: usize, k: usize, w: &[f32], nw: usize, out: OutPtr, ldo: usize, j0: usize) {
     let nw_pad = nw.div_ceil(NR) * NR;
-    let mut bpack = vec![0.0f32; nw_pad * KC.min(k)];
+    // The packed weights are read with full-width vector loads: start them on a cache line
+    // (micro-panel offsets are multiples of NR · 4 = 128 bytes) so no load splits two lines.
+    let blen = nw_pad * KC.min(k);
+    let mut bbuf = vec![0.0f32; blen + 16];
+    let off = bbuf.as_ptr().align_offset(64);
+    let bpack = &mut bbuf[off..off + blen];
     let mut apack = vec![0.0f32; MC.min(m.div_ceil(MR) * MR) * KC.min(k)];
     let mut tile = [0.0f32; MR * NR];
     for p0 in (0..k).step_by(KC) {
         let kc = KC.min(k - p0);
-        pack_w(w, k, nw, p0, kc, &mut bpack);
+        pack_w(w, k, nw, p0, kc, bpack);
         for i0 in (0..m).step_by(MC) {
             let mc = MC.min(m - i0);
             pack_x(x, k, i0, mc, p0, kc, &mut apack);
