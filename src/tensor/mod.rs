@@ -7,6 +7,7 @@
 //! same op list (one function per op) on device buffers.
 
 pub mod cpu;
+pub mod cpu_avx512;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod dtype;
