@@ -12,8 +12,8 @@
 //! partially, so any `m, n, k` works. Results differ from other kernels only by f32 rounding
 //! (the summation order along `k` is sequential within a block, blocks are added in order).
 
-// The `_mm512_*` intrinsics and `target_feature(enable = "avx512f")` are stable since Rust 1.89,
-// above the crate's declared `rust-version`; the toolchain in use (1.95) has them.
+// The `_mm512_*` intrinsics and `target_feature(enable = "avx512f")` are stable since Rust 1.89
+// (the crate's `rust-version`).
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
