@@ -6,15 +6,13 @@
 //!   FINAL-SUBMIT, forced checks, recovery, force-submission.
 //! - [`rewards`]: eq. 5–6 and the GRPO group utilities.
 //! - [`bench`]: the revision-loop benchmark (time split per round).
-//! - [`sandbox_shell`], [`timed_sandbox`]: a harness sandbox as the agent's shell; a sandbox
-//!   wrapper timing the gate's test command.
+//! - [`sandbox_shell`]: a harness sandbox as the agent's shell.
 
 pub mod bench;
 pub mod repair;
 pub mod rewards;
 pub mod sandbox_shell;
 pub mod test_episode;
-pub mod timed_sandbox;
 
 pub use repair::{
     run_repair, RepairConfig, RepairInputs, RepairRecord, RepairResult, TerminalReason,

@@ -14,7 +14,6 @@
 //! budget: the round is spent like any non-passing check.
 
 use super::sandbox_shell::SandboxShell;
-use super::timed_sandbox::TimedSandbox;
 use crate::agent::action::CallForm;
 use crate::agent::observation::{render_output, truncate_head_tail};
 use crate::agent::prompts::{
@@ -231,7 +230,7 @@ enum GateOutcome {
 enum GateSandbox {
     None,
     Opening(tokio::task::JoinHandle<Result<Box<dyn Sandbox>, harness::HarnessError>>),
-    Ready(TimedSandbox),
+    Ready(Box<dyn Sandbox>),
 }
 
 impl GateSandbox {
@@ -248,7 +247,7 @@ impl GateSandbox {
         &mut self,
         kind: SandboxKind,
         task: &TaskInstance,
-    ) -> Result<&TimedSandbox, harness::HarnessError> {
+    ) -> Result<&dyn Sandbox, harness::HarnessError> {
         if matches!(self, GateSandbox::None) {
             *self = GateSandbox::open(kind, task);
         }
@@ -256,10 +255,10 @@ impl GateSandbox {
             let sb = handle.await.map_err(|e| {
                 harness::HarnessError::Other(format!("opening the gate sandbox: {e}"))
             })??;
-            *self = GateSandbox::Ready(TimedSandbox::new(sb));
+            *self = GateSandbox::Ready(sb);
         }
-        match self {
-            GateSandbox::Ready(sb) => Ok(sb),
+        match &*self {
+            GateSandbox::Ready(sb) => Ok(sb.as_ref()),
             _ => Err(harness::HarnessError::Other(
                 "gate sandbox unavailable".into(),
             )),
@@ -316,11 +315,10 @@ impl<'a> Controller<'a> {
             .gate_sandbox
             .ready(self.config.sandbox, self.task)
             .await?;
-        sb.clear();
         let verdict =
             harness::check_candidate_in(sb, bundle, candidate, harness::gate::TEST_TIMEOUT).await?;
         let gate = t0.elapsed();
-        let test_ms = ms(sb.time_of(&bundle.plan.command.activated));
+        let test_ms = verdict.test_duration.map_or(0, ms);
         let record = VerdictRecord {
             status: verdict.status.as_str().to_string(),
             failure_kind: verdict.failure_kind.name(),

@@ -109,7 +109,11 @@ pub struct RunRecord {
     pub output: String,
     pub parsed: ParsedLog,
     pub command: String,
+    /// Wall time of the whole sandboxed command (preparation steps included).
     pub duration: Duration,
+    /// The test command's own runtime, measured inside the sandbox around the command alone
+    /// (`None` when the marker is missing). This is "harness time" in the revision-loop split.
+    pub test_duration: Option<Duration>,
     pub log_path: Option<PathBuf>,
 }
 
@@ -187,11 +191,14 @@ pub async fn run_after(
             "{{ {cmd}\n}} >/dev/null 2>&1 || {{ printf '\\n%s%s\\n' '{step_marker}' '{name}'; exit 0; }}\n"
         ));
     }
+    // The marker line carries the exit code and bash's EPOCHREALTIME before and after the
+    // command, so the test command's own runtime is known apart from the preparation steps.
     script.push_str(&format!(
-        "export COLUMNS=400\n{command}\n__execcritic_rc=$?; printf '\\n%s%d\\n' '{marker}' \"$__execcritic_rc\""
+        "export COLUMNS=400\n__execcritic_t0=$EPOCHREALTIME\n{command}\n__execcritic_rc=$?; printf '\\n%s%d %s %s\\n' '{marker}' \"$__execcritic_rc\" \"$__execcritic_t0\" \"$EPOCHREALTIME\""
     ));
     let out = sb.exec(&script, timeout).await?;
     let mut rc = None;
+    let mut test_duration = None;
     let mut kept = Vec::new();
     for line in out.output.lines() {
         if let Some(step) = line.strip_prefix(&step_marker) {
@@ -199,7 +206,9 @@ pub async fn run_after(
                 return Ok(Staged::StepFailed(step.trim().to_string()));
             }
         } else if let Some(v) = line.strip_prefix(&marker) {
-            rc = v.trim().parse::<i32>().ok();
+            let mut fields = v.split_whitespace();
+            rc = fields.next().and_then(|c| c.parse::<i32>().ok());
+            test_duration = elapsed_between(fields.next(), fields.next());
         } else {
             kept.push(line);
         }
@@ -214,6 +223,14 @@ pub async fn run_after(
         parsed,
         command: command.to_string(),
         duration: out.duration,
+        test_duration,
         log_path: out.log_path,
     }))
+}
+
+/// Seconds between two `EPOCHREALTIME` readings (`1701234567.123456`; a locale may write `,`).
+fn elapsed_between(t0: Option<&str>, t1: Option<&str>) -> Option<Duration> {
+    let secs = |t: Option<&str>| t?.replace(',', ".").parse::<f64>().ok();
+    let d = secs(t1)? - secs(t0)?;
+    (d.is_finite() && d >= 0.0).then(|| Duration::from_secs_f64(d))
 }

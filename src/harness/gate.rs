@@ -219,6 +219,8 @@ pub struct GateVerdict {
     pub timeout_detected: bool,
     /// Patch-apply diagnostics (≤ 12,000 characters) when the source patch did not apply.
     pub apply_diagnostics: Option<String>,
+    /// The test command's own runtime inside the sandbox (`None` when it did not run).
+    pub test_duration: Option<Duration>,
 }
 
 /// Candidate gate in a fresh sandbox.
@@ -280,6 +282,7 @@ pub async fn check_candidate_in(
             failed_test_names: failed,
             timeout_detected,
             apply_diagnostics: diag,
+            test_duration: None,
         }
     };
     if !frozen.intact() {
@@ -360,7 +363,9 @@ pub async fn check_candidate_in(
         .collect();
     env.counts = serde_json::to_value(&r.parsed.counts).unwrap_or_default();
     env.raw_output = hide_test_source(&r.output, &frozen.bundle.test_patch);
-    Ok(verdict(&mut env, kind, r.rc, failed, r.timed_out, None))
+    let mut v = verdict(&mut env, kind, r.rc, failed, r.timed_out, None);
+    v.test_duration = r.test_duration;
+    Ok(v)
 }
 
 /// Gold verdict of the offline audit.
