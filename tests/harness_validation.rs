@@ -38,6 +38,26 @@ fn good_bundle_validates() {
 }
 
 #[test]
+fn bare_test_names_resolve_to_the_selected_node() {
+    // The paper's prompt asks for "every exact test_* name": a bare name binds to the one
+    // selected node it names, and the plan holds the exact node id.
+    let cmd = format!("python3 -m pytest -rA {NODE}");
+    let b = Bundle::from_parts(&good_patch(), &cmd, &contract_with_nodes(&["test_add"])).unwrap();
+    let f = FrozenBundle::freeze(b).unwrap();
+    assert_eq!(f.plan.nodes, vec![NODE]);
+    // A bare name that the command does not select is still rejected.
+    assert_eq!(
+        kind_of(&good_patch(), &cmd, &contract_with_nodes(&["test_sub"])),
+        RejectionKind::NodeNotSelected
+    );
+    // A bare name and its exact id together are a duplicate.
+    assert_eq!(
+        kind_of(&good_patch(), &cmd, &contract_with_nodes(&["test_add", NODE])),
+        RejectionKind::DuplicateNode
+    );
+}
+
+#[test]
 fn patch_path_attacks_are_rejected() {
     let cmd = format!("pytest {NODE}");
     let p = good_patch();

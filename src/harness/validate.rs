@@ -165,6 +165,49 @@ fn canonical_node(runner: CommandRunner, n: &str) -> Result<String, Rejection> {
     }
 }
 
+/// The paper's prompt asks the Test agent for "every exact test_* name": a declared node that is a
+/// bare Python identifier (`test_x`) stands for the one selected node whose test name it is
+/// (`path.py::[Class::]test_x[param]`, `module.Class.test_x`, sympy `-k test_x`). No match, or
+/// several, is a rejection; anything else is returned unchanged for the exact checks.
+fn resolve_bare_name(
+    runner: CommandRunner,
+    n: &str,
+    selected: &[String],
+) -> Result<String, Rejection> {
+    let n = n.trim();
+    let is_identifier = n.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !is_identifier || runner == CommandRunner::Sympy {
+        return Ok(n.to_string());
+    }
+    let test_name = |node: &str| -> String {
+        let last = match runner {
+            CommandRunner::Pytest => node.rsplit("::").next().unwrap_or(node),
+            _ => node.rsplit('.').next().unwrap_or(node),
+        };
+        last.split('[').next().unwrap_or(last).to_string()
+    };
+    let matches: Vec<&String> = selected.iter().filter(|s| test_name(s) == n).collect();
+    match matches.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(Rejection::new(
+            RejectionKind::NodeNotSelected,
+            format!("test_nodes: `{n}` is declared but not selected by test_command"),
+        )),
+        several => Err(Rejection::new(
+            RejectionKind::MalformedContract,
+            format!(
+                "test_nodes: `{n}` names several selected nodes ({}); declare the exact node ids",
+                several
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+    }
+}
+
 /// Whether a declared node names test function `name` defined in `file`.
 fn node_covers(runner: CommandRunner, node: &str, file: &str, name: &str) -> bool {
     match runner {
@@ -194,7 +237,8 @@ pub fn validate(bundle: &Bundle) -> Result<TestPlan, Rejection> {
     let runner = command.runner;
     let mut declared = Vec::new();
     for n in &bundle.contract.test_nodes {
-        let c = canonical_node(runner, n)?;
+        let n = resolve_bare_name(runner, n, &command.nodes)?;
+        let c = canonical_node(runner, &n)?;
         if declared.contains(&c) {
             return Err(Rejection::new(
                 RejectionKind::DuplicateNode,
