@@ -23,8 +23,11 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || { echo "ci-deps-harness: dockerd did not start (see /tmp/execcritic-dockerd.log); docker tests will skip"; exit 0; }
 fi
 
+# The bundled task suite names its image `execcritic-suite:latest`: the same image under that tag.
+tag_suite() { docker tag "$IMAGE" execcritic-suite:latest >/dev/null 2>&1 || true; }
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
   echo "ci-deps-harness: image $IMAGE present"
+  tag_suite
   exit 0
 fi
 ROOTFS="$(mktemp -d /tmp/execcritic-rootfs.XXXXXX)"
@@ -33,7 +36,7 @@ if debootstrap --variant=minbase --include=python3,python3-pytest,git,patch,proc
     bookworm "$ROOTFS" "$MIRROR" >/tmp/execcritic-debootstrap.log 2>&1; then
   rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/*
   tar -C "$ROOTFS" -c . | docker import -c 'CMD ["/bin/bash"]' - "$IMAGE" >/dev/null \
-    && echo "ci-deps-harness: built $IMAGE" || echo "ci-deps-harness: docker import failed; docker tests will skip"
+    && { echo "ci-deps-harness: built $IMAGE"; tag_suite; } || echo "ci-deps-harness: docker import failed; docker tests will skip"
 else
   echo "ci-deps-harness: debootstrap failed (see /tmp/execcritic-debootstrap.log); docker tests will skip"
 fi
