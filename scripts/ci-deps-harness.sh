@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Harness CI dependencies (idempotent): docker daemon + the local test image `execcritic-pytest`
-# (Debian bookworm minbase + python3, pytest, git, patch), built without any registry:
+# (Debian bookworm minbase + python3 (also as `python`), pytest, git, patch), built without any registry:
 # debootstrap from the Debian mirror, then `docker import`.
 # Any failure here only means the docker sandbox tests skip with a message; it never fails CI.
 set -uo pipefail
@@ -25,14 +25,18 @@ fi
 
 # The bundled task suite names its image `execcritic-suite:latest`: the same image under that tag.
 tag_suite() { docker tag "$IMAGE" execcritic-suite:latest >/dev/null 2>&1 || true; }
+# An image of an older version of this script lacks `python` (bundles may say `python -m pytest`).
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
-  echo "ci-deps-harness: image $IMAGE present"
-  tag_suite
-  exit 0
+  if docker run --rm --network none "$IMAGE" sh -c 'command -v python' >/dev/null 2>&1; then
+    echo "ci-deps-harness: image $IMAGE present"
+    tag_suite
+    exit 0
+  fi
+  echo "ci-deps-harness: image $IMAGE lacks python; rebuilding"
 fi
 ROOTFS="$(mktemp -d /tmp/execcritic-rootfs.XXXXXX)"
 echo "ci-deps-harness: debootstrap into $ROOTFS"
-if debootstrap --variant=minbase --include=python3,python3-pytest,git,patch,procps,coreutils \
+if debootstrap --variant=minbase --include=python3,python-is-python3,python3-pytest,git,patch,procps,coreutils \
     bookworm "$ROOTFS" "$MIRROR" >/tmp/execcritic-debootstrap.log 2>&1; then
   rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/*
   tar -C "$ROOTFS" -c . | docker import -c 'CMD ["/bin/bash"]' - "$IMAGE" >/dev/null \
