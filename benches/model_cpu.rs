@@ -7,6 +7,7 @@
 
 use execcritic::model::{ForwardOptions, LogitsMode, Model, SeqInput};
 use execcritic::tensor::cpu::matmul_t;
+use execcritic::tensor::profile;
 use std::time::Instant;
 
 fn arg(args: &[String], name: &str, default: usize) -> usize {
@@ -21,6 +22,20 @@ fn tokens(n: usize, seed: u32, vocab: usize) -> Vec<u32> {
     (0..n as u32)
         .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed.wrapping_mul(40503)) >> 7) % vocab as u32)
         .collect()
+}
+
+/// With `EXECCRITIC_PROFILE=1`: print the op-time table of the phase just measured (ms per
+/// forward call over `calls` calls, share of the timed total) to stderr and clear it.
+fn print_profile(phase: &str, calls: usize, wall_s: f64) {
+    if !profile::is_enabled() {
+        return;
+    }
+    let rows = profile::take();
+    let total: f64 = rows.iter().map(|r| r.1).sum();
+    eprintln!("== {phase}: {:.2} ms per forward (wall), {:.2} ms in scopes", 1e3 * wall_s / calls as f64, 1e3 * total / calls as f64);
+    for (name, s, n) in rows {
+        eprintln!("  {name:<18} {:>8.3} ms {:>5.1}%  ({} calls/forward)", 1e3 * s / calls as f64, 100.0 * s / total, n as usize / calls);
+    }
 }
 
 fn best_of<F: FnMut() -> f64>(runs: usize, mut f: F) -> f64 {
@@ -47,16 +62,22 @@ fn main() {
 
     // Prefill: one sequence of `prefill` tokens.
     let ids = tokens(prefill, 1, vocab);
+    profile::take();
+    let mut wall = 0.0;
     let prefill_s = best_of(2, || {
         let mut st = model.new_state();
         let t = Instant::now();
         model.forward(&mut [SeqInput::new(&ids, &mut st)], &last).unwrap();
-        t.elapsed().as_secs_f64()
+        let dt = t.elapsed().as_secs_f64();
+        wall += dt;
+        dt
     });
+    print_profile("prefill", 2, wall);
 
     // Decode: `b` sequences with a `prompt`-token prefill (untimed), then `steps` batched steps.
     let mut decode = Vec::new();
     for b in [1usize, 8] {
+        let mut wall = 0.0;
         let secs = best_of(2, || {
             let prompts: Vec<Vec<u32>> = (0..b).map(|i| tokens(prompt, 10 + i as u32, vocab)).collect();
             let mut states: Vec<_> = (0..b).map(|_| model.new_state()).collect();
@@ -64,6 +85,7 @@ fn main() {
                 model.forward(&mut [SeqInput::new(p, st)], &last).unwrap();
             }
             let steps_ids = tokens(steps * b, 99, vocab);
+            profile::take();
             let t = Instant::now();
             for s in 0..steps {
                 let mut batch: Vec<SeqInput<'_>> = states
@@ -73,8 +95,11 @@ fn main() {
                     .collect();
                 model.forward(&mut batch, &last).unwrap();
             }
-            t.elapsed().as_secs_f64()
+            let dt = t.elapsed().as_secs_f64();
+            wall += dt;
+            dt
         });
+        print_profile(&format!("decode b{b} (last run)"), steps, wall / 2.0);
         decode.push((b, (b * steps) as f64 / secs));
     }
 

@@ -7,7 +7,8 @@ use super::config::ModelConfig;
 use super::error::Result;
 use super::rope::Rope;
 use super::state::KvCache;
-use crate::tensor::cpu::{axpy, dot, matmul_t, rms_norm_1p, sigmoid, simd_fn, softmax};
+use crate::tensor::cpu::{axpy, dot, matmul_t, mul_sigmoid, rms_norm_1p, simd_fn, softmax};
+use crate::tensor::profile::scope;
 use crate::tensor::Tensor;
 use rayon::prelude::*;
 
@@ -58,10 +59,13 @@ impl Attention {
         let mut qg = vec![0.0; n * hq * hd * 2];
         let mut k = vec![0.0; n * hkv * hd];
         let mut v = vec![0.0; n * hkv * hd];
+        let p = scope("attn.proj_qkv");
         matmul_t(x, n, hidden, self.q_proj.data(), hq * hd * 2, &mut qg, true);
         matmul_t(x, n, hidden, self.k_proj.data(), hkv * hd, &mut k, true);
         matmul_t(x, n, hidden, self.v_proj.data(), hkv * hd, &mut v, true);
 
+        drop(p);
+        let p = scope("attn.norm_rope");
         // Split query / gate (per-head interleave), q/k norm, RoPE.
         let mut q = vec![0.0; n * hq * hd];
         let mut gate = vec![0.0; n * hq * hd];
@@ -93,6 +97,8 @@ impl Attention {
             seg.state.v.extend_from_slice(&v[r]);
         }
 
+        drop(p);
+        let p = scope("attn.attend");
         // Attention per (sequence, head), read-only over the caches.
         let group = hq / hkv;
         let scale = 1.0 / (hd as f32).sqrt();
@@ -126,9 +132,9 @@ impl Attention {
                 o[dst..dst + hd].copy_from_slice(&out[i * hd..(i + 1) * hd]);
             }
         }
-        for (oo, g) in o.iter_mut().zip(&gate) {
-            *oo *= sigmoid(*g);
-        }
+        mul_sigmoid(&mut o, &gate);
+        drop(p);
+        let _p = scope("attn.o_proj");
         let mut y = vec![0.0; n * hidden];
         matmul_t(&o, n, hq * hd, self.o_proj.data(), hidden, &mut y, true);
         y

@@ -9,8 +9,9 @@ use super::config::ModelConfig;
 use super::error::Result;
 use super::state::GdnState;
 use crate::tensor::cpu::{
-    axpy, gemm_strided, l2_normalize, matmul_t, rms_norm_gated, sigmoid, silu, simd_fn, softplus,
+    axpy, gemm_strided, l2_normalize, matmul_t, rms_norm_gated, sigmoid, silu_fast, simd_fn, softplus,
 };
+use crate::tensor::profile::scope;
 use crate::tensor::Tensor;
 use rayon::prelude::*;
 
@@ -86,10 +87,17 @@ impl GatedDeltaNet {
         let mut z = vec![0.0; n * val_dim];
         let mut b = vec![0.0; n * vh];
         let mut a = vec![0.0; n * vh];
+        let p = scope("gdn.proj_qkv");
         matmul_t(x, n, hidden, self.in_proj_qkv.data(), conv_dim, &mut mixed, true);
+        drop(p);
+        let p = scope("gdn.proj_z");
         matmul_t(x, n, hidden, self.in_proj_z.data(), val_dim, &mut z, true);
+        drop(p);
+        let p = scope("gdn.proj_ba");
         matmul_t(x, n, hidden, self.in_proj_b.data(), vh, &mut b, true);
         matmul_t(x, n, hidden, self.in_proj_a.data(), vh, &mut a, true);
+        drop(p);
+        let p = scope("gdn.conv_gates");
 
         // Causal conv + SiLU per sequence, then split, L2-normalise and compute the gates.
         let q_scale = 1.0 / (dk as f32).sqrt();
@@ -117,7 +125,9 @@ impl GatedDeltaNet {
             .map(|(i, &x)| -a_log[i % vh].exp() * softplus(x + dt_bias[i % vh]))
             .collect();
 
+        drop(p);
         // Delta rule per (sequence, value head); each work item owns its head's state.
+        let p = scope("gdn.delta_rule");
         let ratio = vh / kh;
         let mut work: Vec<(usize, usize, usize, &mut [f32])> = Vec::new();
         for seg in segs.iter_mut() {
@@ -163,7 +173,11 @@ impl GatedDeltaNet {
                 o[dst..dst + dv].copy_from_slice(&out[i * dv..(i + 1) * dv]);
             }
         }
+        drop(p);
+        let p = scope("gdn.gated_norm");
         rms_norm_gated(&mut o, &z, self.norm.data(), self.eps);
+        drop(p);
+        let _p = scope("gdn.out_proj");
         let mut y = vec![0.0; n * hidden];
         matmul_t(&o, n, val_dim, self.out_proj.data(), hidden, &mut y, true);
         y
@@ -175,6 +189,13 @@ simd_fn! {
     /// from and updating the conv cache (the last K-1 input rows).
     fn causal_conv(rows: &[f32], len: usize, w: &[f32], k: usize, cache: &mut [f32], out: &mut [f32]) {
         let cd = w.len() / k;
+        // Tap-major weights `[K, C]` so the channel loop runs over contiguous memory.
+        let mut wt = vec![0.0f32; k * cd];
+        for (c, taps) in w.chunks_exact(k).enumerate() {
+            for (j, &v) in taps.iter().enumerate() {
+                wt[j * cd + c] = v;
+            }
+        }
         let mut inp = Vec::with_capacity((k - 1 + len) * cd);
         inp.extend_from_slice(cache);
         inp.extend_from_slice(rows);
@@ -183,12 +204,12 @@ simd_fn! {
             o.fill(0.0);
             for j in 0..k {
                 let src = &inp[(t + j) * cd..(t + j + 1) * cd];
-                for ((oc, x), c) in o.iter_mut().zip(src).zip(0..) {
-                    *oc += w[c * k + j] * x;
+                for ((oc, x), wj) in o.iter_mut().zip(src).zip(&wt[j * cd..(j + 1) * cd]) {
+                    *oc += wj * x;
                 }
             }
             for oc in o.iter_mut() {
-                *oc = silu(*oc);
+                *oc = silu_fast(*oc);
             }
         }
         cache.copy_from_slice(&inp[len * cd..]);
@@ -244,10 +265,24 @@ pub fn recurrent_delta_rule(x: &DeltaInput<'_>, state: &mut [f32]) -> Vec<f32> {
 simd_fn! {
 /// Chunked (WY / UT-transform) form over chunks of `chunk` steps, as HF's
 /// `torch_chunk_gated_delta_rule`; starts from and updates `state`. Returns `[T, dv]`.
+/// The products run through [`gemm_strided`] with operands contiguous along the output columns
+/// (the unpacked AVX-512 kernel where available).
 pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -> Vec<f32> {
     let (dk, dv) = (x.dk, x.dv);
     let steps = x.beta.len();
     let mut out = vec![0.0; steps * dv];
+    // Scratch reused by every chunk (sized for a full chunk).
+    let cl = chunk.min(steps).max(1);
+    let mut kt = vec![0.0f32; dk * cl];
+    let mut kk = vec![0.0f32; cl * cl];
+    let mut qk = vec![0.0f32; cl * cl];
+    let mut decay = vec![0.0f32; cl * cl];
+    let mut u = vec![0.0f32; cl * dv];
+    let mut wq = vec![0.0f32; 2 * cl * dk];
+    let mut ws = vec![0.0f32; 2 * cl * dv];
+    let mut kd = vec![0.0f32; cl * dk];
+    let mut gam = vec![0.0f32; cl];
+    let mut eg = vec![0.0f32; cl];
     let mut c0 = 0;
     while c0 < steps {
         let l = chunk.min(steps - c0);
@@ -255,34 +290,47 @@ pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -
         let k = &x.k[c0 * dk..(c0 + l) * dk];
         let v = &x.v[c0 * dv..(c0 + l) * dv];
         let beta = &x.beta[c0..c0 + l];
-        let gam: Vec<f32> = x.g[c0..c0 + l]
-            .iter()
-            .scan(0.0f32, |acc, g| {
-                *acc += g;
-                Some(*acc)
-            })
-            .collect();
-        let eg: Vec<f32> = gam.iter().map(|g| g.exp()).collect();
-        // Gram matrices K·Kᵀ and Q·Kᵀ of the chunk.
-        let (mut kk, mut qk) = (vec![0.0f32; l * l], vec![0.0f32; l * l]);
-        gemm_strided((l, l, dk), k, (dk, 1), k, (1, dk), &mut kk, false);
-        gemm_strided((l, l, dk), q, (dk, 1), k, (1, dk), &mut qk, false);
+        let mut acc = 0.0f32;
+        for (gm, g) in gam.iter_mut().zip(&x.g[c0..c0 + l]) {
+            acc += g;
+            *gm = acc;
+        }
+        let gam = &gam[..l];
+        for (e, g) in eg.iter_mut().zip(gam) {
+            *e = g.exp();
+        }
+        // Γ_ij = e^{γ_i − γ_j} for j ≤ i.
+        for i in 0..l {
+            for j in 0..=i {
+                decay[i * l + j] = (gam[i] - gam[j]).exp();
+            }
+        }
+        // Gram matrices K·Kᵀ and Q·Kᵀ of the chunk (Kᵀ made contiguous along the chunk).
+        for (t, row) in k.chunks_exact(dk).enumerate() {
+            for (d, &val) in row.iter().enumerate() {
+                kt[d * l + t] = val;
+            }
+        }
+        let (kt, kk, qk) = (&kt[..dk * l], &mut kk[..l * l], &mut qk[..l * l]);
+        gemm_strided((l, l, dk), k, (dk, 1), kt, (l, 1), kk, false);
+        gemm_strided((l, l, dk), q, (dk, 1), kt, (l, 1), qk, false);
         // L_ij = β_i (k_i·k_j) Γ_ij strictly below the diagonal. U = (I+L)⁻¹(β v) and
         // W = (I+L)⁻¹(β e^γ k) by forward substitution (as HF's unitriangular solve):
         // U_i = β_i v_i − Σ_{j<i} L_ij U_j. `wq` holds [W; e^γ ⊙ Q] for one product with S.
-        let mut u = vec![0.0f32; l * dv];
-        let mut wq = vec![0.0f32; 2 * l * dk];
+        let (u, wq) = (&mut u[..l * dv], &mut wq[..2 * l * dk]);
         for i in 0..l {
             let (cu, cw) = (beta[i], beta[i] * eg[i]);
-            for d in 0..dv {
-                u[i * dv + d] = cu * v[i * dv + d];
+            for (o, vv) in u[i * dv..(i + 1) * dv].iter_mut().zip(&v[i * dv..(i + 1) * dv]) {
+                *o = cu * vv;
             }
-            for d in 0..dk {
-                wq[i * dk + d] = cw * k[i * dk + d];
-                wq[(l + i) * dk + d] = eg[i] * q[i * dk + d];
+            for (o, kv) in wq[i * dk..(i + 1) * dk].iter_mut().zip(&k[i * dk..(i + 1) * dk]) {
+                *o = cw * kv;
+            }
+            for (o, qv) in wq[(l + i) * dk..(l + i + 1) * dk].iter_mut().zip(&q[i * dk..(i + 1) * dk]) {
+                *o = eg[i] * qv;
             }
             for j in 0..i {
-                let lij = beta[i] * kk[i * l + j] * (gam[i] - gam[j]).exp();
+                let lij = beta[i] * kk[i * l + j] * decay[i * l + j];
                 let (head, tail) = u.split_at_mut(i * dv);
                 axpy(-lij, &head[j * dv..(j + 1) * dv], &mut tail[..dv]);
                 let (head, tail) = wq.split_at_mut(i * dk);
@@ -291,26 +339,35 @@ pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -
         }
         // [W·S; (e^γ q)·S], then Vn = U − W·S and O = (e^γ q)·S + P·Vn with
         // P_ij = (q_i·k_j) Γ_ij (j ≤ i).
-        let mut ws = vec![0.0f32; 2 * l * dv];
-        gemm_strided((2 * l, dv, dk), &wq, (dk, 1), state, (dv, 1), &mut ws, false);
-        let (w_s, mut o) = (ws[..l * dv].to_vec(), ws[l * dv..].to_vec());
-        let vn: Vec<f32> = u.iter().zip(&w_s).map(|(a, b)| a - b).collect();
-        let mut pm = vec![0.0f32; l * l];
+        let ws = &mut ws[..2 * l * dv];
+        gemm_strided((2 * l, dv, dk), wq, (dk, 1), state, (dv, 1), ws, false);
+        let (w_s, o) = ws.split_at_mut(l * dv);
+        for (a, b) in u.iter_mut().zip(w_s.iter()) {
+            *a -= b;
+        }
+        let vn = &*u;
         for i in 0..l {
             for j in 0..=i {
-                pm[i * l + j] = qk[i * l + j] * (gam[i] - gam[j]).exp();
+                qk[i * l + j] *= decay[i * l + j];
             }
+            qk[i * l + i + 1..(i + 1) * l].fill(0.0);
         }
-        gemm_strided((l, dv, l), &pm, (l, 1), &vn, (dv, 1), &mut o, true);
-        out[c0 * dv..(c0 + l) * dv].copy_from_slice(&o);
+        gemm_strided((l, dv, l), qk, (l, 1), vn, (dv, 1), o, true);
+        out[c0 * dv..(c0 + l) * dv].copy_from_slice(o);
         // S = e^{γ_last} S + (e^{γ_last − γ} ⊙ K)ᵀ·Vn
         let glast = gam[l - 1];
         let total = glast.exp();
         for s in state.iter_mut() {
             *s *= total;
         }
-        let kd: Vec<f32> = (0..l * dk).map(|x| k[x] * (glast - gam[x / dk]).exp()).collect();
-        gemm_strided((dk, dv, l), &kd, (1, dk), &vn, (dv, 1), state, true);
+        let kd = &mut kd[..l * dk];
+        for (t, (row, src)) in kd.chunks_exact_mut(dk).zip(k.chunks_exact(dk)).enumerate() {
+            let f = (glast - gam[t]).exp();
+            for (o, kv) in row.iter_mut().zip(src) {
+                *o = kv * f;
+            }
+        }
+        gemm_strided((dk, dv, l), kd, (1, dk), vn, (dv, 1), state, true);
         c0 += l;
     }
     out

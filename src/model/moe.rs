@@ -5,7 +5,8 @@
 use super::checkpoint::Checkpoint;
 use super::config::ModelConfig;
 use super::error::{ModelError, Result};
-use crate::tensor::cpu::{axpy, dot, matmul_t, sigmoid, silu, softmax};
+use crate::tensor::cpu::{axpy, dot, matmul_t, sigmoid, softmax, swiglu};
+use crate::tensor::profile::scope;
 use crate::tensor::Tensor;
 use rayon::prelude::*;
 
@@ -24,9 +25,7 @@ impl Ffn {
         let mut u = vec![0.0; m * inter];
         matmul_t(x, m, hidden, self.gate.data(), inter, &mut g, parallel);
         matmul_t(x, m, hidden, self.up.data(), inter, &mut u, parallel);
-        for (gg, uu) in g.iter_mut().zip(&u) {
-            *gg = silu(*gg) * uu;
-        }
+        swiglu(&mut g, &u);
         let mut y = vec![0.0; m * hidden];
         matmul_t(&g, m, inter, self.down.data(), hidden, &mut y, parallel);
         y
@@ -108,6 +107,7 @@ impl Moe {
         let hidden = self.router.shape()[1];
         let ne = self.experts.len();
         let k = self.top_k;
+        let p = scope("moe.router");
         let mut logits = vec![0.0; n * ne];
         matmul_t(x, n, hidden, self.router.data(), ne, &mut logits, true);
 
@@ -133,6 +133,8 @@ impl Moe {
             }
         }
 
+        drop(p);
+        let p = scope("moe.experts+shared");
         // Group tokens by expert and run each active expert on its rows.
         let mut rows_of: Vec<Vec<(usize, f32)>> = vec![Vec::new(); ne];
         for t in 0..n {
@@ -141,10 +143,17 @@ impl Moe {
             }
         }
         let active: Vec<usize> = (0..ne).filter(|&e| !rows_of[e].is_empty()).collect();
-        let inner_parallel = active.len() < rayon::current_num_threads();
-        let results: Vec<Vec<f32>> = active
+        // One task per active expert plus the shared expert (`ne`), run together so both cores
+        // stay busy; the shared expert first (the largest task). A GEMM splits over threads only
+        // when there are fewer tasks than threads.
+        let tasks: Vec<usize> = std::iter::once(ne).chain(active.iter().copied()).collect();
+        let inner_parallel = tasks.len() < rayon::current_num_threads();
+        let mut results: Vec<Vec<f32>> = tasks
             .par_iter()
             .map(|&e| {
+                if e == ne {
+                    return self.shared.forward(x, n, inner_parallel);
+                }
                 let rows = &rows_of[e];
                 let xs: Vec<f32> = rows
                     .iter()
@@ -153,7 +162,10 @@ impl Moe {
                 self.experts[e].forward(&xs, rows.len(), inner_parallel)
             })
             .collect();
-        let mut out = self.shared.forward(x, n, true);
+        let routed = results.split_off(1);
+        let mut out = results.pop().expect("the shared expert's task");
+        drop(p);
+        let _p = scope("moe.combine");
         let sg = self.shared_gate.data();
         for (t, row) in out.chunks_exact_mut(hidden).enumerate() {
             let gate = sigmoid(dot(&x[t * hidden..(t + 1) * hidden], sg));
@@ -161,7 +173,7 @@ impl Moe {
                 *v *= gate;
             }
         }
-        for (&e, y) in active.iter().zip(&results) {
+        for (&e, y) in active.iter().zip(&routed) {
             for (r, &(t, w)) in rows_of[e].iter().enumerate() {
                 axpy(
                     w,

@@ -13,6 +13,7 @@ use super::moe::Moe;
 use super::rope::Rope;
 use super::state::{KvCache, LayerState, SeqState};
 use crate::tensor::cpu::{matmul_t, rms_norm_1p};
+use crate::tensor::profile::scope;
 use crate::tensor::Tensor;
 use std::path::Path;
 
@@ -133,8 +134,10 @@ impl Model {
         let mut routing_rec: Vec<(Vec<f32>, Vec<u32>)> = Vec::new();
 
         for (li, layer) in self.layers.iter().enumerate() {
+            let p = scope("norm");
             let mut u = x.clone();
             rms_norm_1p(&mut u, layer.input_norm.data(), c.rms_norm_eps);
+            drop(p);
             let y = match &layer.mixer {
                 Mixer::Attention(att) => {
                     let mut segs = segments(batch, &starts, &pos0, li, |ls| match ls {
@@ -151,11 +154,13 @@ impl Model {
                     gdn.forward(&u, n, &mut segs)
                 }
             };
+            let p = scope("norm");
             for (a, b) in x.iter_mut().zip(&y) {
                 *a += b;
             }
             let mut u = x.clone();
             rms_norm_1p(&mut u, layer.post_norm.data(), c.rms_norm_eps);
+            drop(p);
             let forced: Option<Vec<u32>> = if batch.iter().any(|s| s.forced_experts.is_some()) {
                 // Sequences without forced routing keep the router's choice: mark with u32::MAX.
                 Some(
@@ -186,6 +191,7 @@ impl Model {
         }
 
         // Final norm + head on the requested rows.
+        let p = scope("head");
         let rows: Vec<usize> = match opts.logits {
             LogitsMode::All => (0..n).collect(),
             LogitsMode::Last => starts.iter().zip(&lens).map(|(s, l)| s + l - 1).collect(),
@@ -199,6 +205,8 @@ impl Model {
         let v = c.vocab_size;
         let mut logits = vec![0.0; rows.len() * v];
         matmul_t(&y, rows.len(), h, self.lm_head.data(), v, &mut logits, true);
+        drop(p);
+        let _p = scope("outputs");
 
         let ne = c.num_experts;
         let mut outs = Vec::with_capacity(batch.len());

@@ -135,24 +135,86 @@ unsafe fn panel(x: &[f32], m: usize, k: usize, w: &[f32], nw: usize, out: OutPtr
 }
 
 /// Pack columns `p0 .. p0 + kc` of the `nw` weight rows into NR-column micro-panels:
-/// `dst[jr·kc + p·NR + j] = w[jr + j, p0 + p]`, zero-padded past `nw`.
-#[inline(always)]
-fn pack_w(w: &[f32], k: usize, nw: usize, p0: usize, kc: usize, dst: &mut [f32]) {
+/// `dst[jr·kc + p·NR + j] = w[jr + j, p0 + p]`, zero-padded past `nw`. Full 16-row groups are
+/// transposed 16 × 16 in registers; the rest element by element.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn pack_w(w: &[f32], k: usize, nw: usize, p0: usize, kc: usize, dst: &mut [f32]) {
+    let kc16 = kc / 16 * 16;
     for jr in (0..nw).step_by(NR) {
         let nr = NR.min(nw - jr);
         let panel = &mut dst[jr * kc..(jr + NR) * kc];
-        for j in 0..NR {
-            if j < nr {
-                let src = &w[(jr + j) * k + p0..(jr + j) * k + p0 + kc];
-                for (p, v) in src.iter().enumerate() {
-                    panel[p * NR + j] = *v;
+        for half in 0..NR / 16 {
+            let j0 = half * 16;
+            let full = nr >= j0 + 16;
+            let p_start = if full {
+                let src = w.as_ptr().add((jr + j0) * k + p0);
+                let out = panel.as_mut_ptr().add(j0);
+                let mut p = 0;
+                while p < kc16 {
+                    transpose16(src.add(p), k, out.add(p * NR), NR);
+                    p += 16;
                 }
+                kc16
             } else {
-                for p in 0..kc {
-                    panel[p * NR + j] = 0.0;
+                0
+            };
+            for j in j0..j0 + 16 {
+                if j < nr {
+                    let row = (jr + j) * k + p0;
+                    for p in p_start..kc {
+                        panel[p * NR + j] = w[row + p];
+                    }
+                } else {
+                    for p in p_start..kc {
+                        panel[p * NR + j] = 0.0;
+                    }
                 }
             }
         }
+    }
+}
+
+/// `dst[q·ld_dst + r] = src[r·ld_src + q]` for a 16 × 16 block.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn transpose16(src: *const f32, ld_src: usize, dst: *mut f32, ld_dst: usize) {
+    let mut r = [_mm512_setzero_ps(); 16];
+    for (i, v) in r.iter_mut().enumerate() {
+        *v = _mm512_loadu_ps(src.add(i * ld_src));
+    }
+    // Stage 1: interleave pairs of rows (32-bit elements).
+    let mut t = [_mm512_setzero_ps(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    // Stage 2: 64-bit interleave of row pairs (i, i+2) within each group of four.
+    for g in 0..4 {
+        let b = 4 * g;
+        let (a0, a1, a2, a3) = (t[b], t[b + 1], t[b + 2], t[b + 3]);
+        r[b] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a0), _mm512_castps_pd(a2)));
+        r[b + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a0), _mm512_castps_pd(a2)));
+        r[b + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a1), _mm512_castps_pd(a3)));
+        r[b + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a1), _mm512_castps_pd(a3)));
+    }
+    // Stage 3: 128-bit lanes between groups (0,1) and (2,3).
+    for g in 0..2 {
+        for i in 0..4 {
+            let (x, y) = (r[8 * g + i], r[8 * g + 4 + i]);
+            t[8 * g + i] = _mm512_shuffle_f32x4::<0b10_00_10_00>(x, y);
+            t[8 * g + 4 + i] = _mm512_shuffle_f32x4::<0b11_01_11_01>(x, y);
+        }
+    }
+    // Stage 4: 128-bit lanes between the two halves.
+    for i in 0..8 {
+        let (x, y) = (t[i], t[8 + i]);
+        r[i] = _mm512_shuffle_f32x4::<0b10_00_10_00>(x, y);
+        r[8 + i] = _mm512_shuffle_f32x4::<0b11_01_11_01>(x, y);
+    }
+    for (q, v) in r.iter().enumerate() {
+        _mm512_storeu_ps(dst.add(q * ld_dst), *v);
     }
 }
 
@@ -208,9 +270,213 @@ unsafe fn kernel(a: *const f32, b: *const f32, kc: usize, c: *mut f32, ldc: usiz
     }
 }
 
+/// Small single-threaded product with strided operands (the Gated DeltaNet chunk math):
+/// `c[i·ldc + j] (+)= Σ_p a[i·a_rs + p·a_cs] · b[p·b_rs + j]` for `i < m, j < n, p < k`.
+/// `b` must be contiguous along `j`; nothing is packed (operands are small and cache resident).
+///
+/// Panics if an operand is too short or the CPU lacks `avx512f`.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_small(
+    (m, n, k): (usize, usize, usize),
+    a: &[f32],
+    (a_rs, a_cs): (usize, usize),
+    b: &[f32],
+    b_rs: usize,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+) {
+    assert!(available(), "gemm_small: CPU lacks avx512f");
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(n <= ldc && (m - 1) * ldc + n <= c.len(), "gemm_small: c");
+    if k == 0 {
+        if !accumulate {
+            for i in 0..m {
+                c[i * ldc..i * ldc + n].fill(0.0);
+            }
+        }
+        return;
+    }
+    assert!((m - 1) * a_rs + (k - 1) * a_cs < a.len(), "gemm_small: a");
+    assert!((k - 1) * b_rs + n <= b.len(), "gemm_small: b");
+    // SAFETY: avx512f checked; every tile reads a/b and writes c inside the bounds checked above
+    // (masked loads/stores never touch lanes past `n`).
+    unsafe { gemm_small_impl(m, n, k, a.as_ptr(), a_rs, a_cs, b.as_ptr(), b_rs, c.as_mut_ptr(), ldc, accumulate) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_small_impl(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: *const f32,
+    a_rs: usize,
+    a_cs: usize,
+    b: *const f32,
+    b_rs: usize,
+    c: *mut f32,
+    ldc: usize,
+    acc: bool,
+) {
+    let mut j = 0;
+    while j < n {
+        let nr = NR.min(n - j);
+        let m0: __mmask16 = if nr >= 16 { 0xffff } else { (1u32 << nr) as u16 - 1 };
+        let m1: __mmask16 = if nr >= 32 { 0xffff } else if nr > 16 { (1u32 << (nr - 16)) as u16 - 1 } else { 0 };
+        let mut i = 0;
+        while i < m {
+            let mr = MR.min(m - i);
+            let (ap, bp, cp) = (a.add(i * a_rs), b.add(j), c.add(i * ldc + j));
+            macro_rules! go {
+                ($($r:literal)*) => {
+                    match mr { $($r => small_tile::<$r>(ap, a_rs, a_cs, bp, b_rs, k, cp, ldc, m0, m1, acc),)* _ => unreachable!() }
+                };
+            }
+            go!(1 2 3 4 5 6 7 8 9 10 11 12 13 14);
+            i += mr;
+        }
+        j += nr;
+    }
+}
+
+/// One `R × 32` tile of [`gemm_small`]; `m0`/`m1` mask the valid columns of each half.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn small_tile<const R: usize>(
+    a: *const f32,
+    a_rs: usize,
+    a_cs: usize,
+    b: *const f32,
+    b_rs: usize,
+    k: usize,
+    c: *mut f32,
+    ldc: usize,
+    m0: __mmask16,
+    m1: __mmask16,
+    accumulate: bool,
+) {
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    let two = m1 != 0;
+    for p in 0..k {
+        let bp = b.add(p * b_rs);
+        let ap = a.add(p * a_cs);
+        let b0 = _mm512_maskz_loadu_ps(m0, bp);
+        if two {
+            let b1 = _mm512_maskz_loadu_ps(m1, bp.add(16));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let ai = _mm512_set1_ps(*ap.add(i * a_rs));
+                row[0] = _mm512_fmadd_ps(ai, b0, row[0]);
+                row[1] = _mm512_fmadd_ps(ai, b1, row[1]);
+            }
+        } else {
+            for (i, row) in acc.iter_mut().enumerate() {
+                let ai = _mm512_set1_ps(*ap.add(i * a_rs));
+                row[0] = _mm512_fmadd_ps(ai, b0, row[0]);
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        let ci = c.add(i * ldc);
+        let (mut r0, mut r1) = (row[0], row[1]);
+        if accumulate {
+            r0 = _mm512_add_ps(r0, _mm512_maskz_loadu_ps(m0, ci));
+            r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(m1, ci.add(16)));
+        }
+        _mm512_mask_storeu_ps(ci, m0, r0);
+        _mm512_mask_storeu_ps(ci.add(16), m1, r1);
+    }
+}
+
+/// Few-row product (decode): `out[r·ldo + j] = x[r]·w[j]` for the `m` rows of `x` (`[m, k]`)
+/// and the weight rows `w` (`[nw, k]`), written to columns `0..nw` of `out`. Each weight row
+/// is streamed once per group of up to four rows of `x` (all of `m` ≤ 4 in one pass).
+///
+/// # Safety
+/// The CPU must have avx512f; `out` must be valid for writes at `r·ldo + j` (`r < m`, `j < nw`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub unsafe fn rows(x: &[f32], m: usize, k: usize, w: &[f32], nw: usize, out: *mut f32, ldo: usize) {
+    debug_assert!(x.len() >= m * k && w.len() >= nw * k);
+    let mut j = 0;
+    while j < nw {
+        let jn = if nw - j >= 4 { 4 } else { 1 };
+        let mut r = 0;
+        while r < m {
+            let rn = (m - r).min(4);
+            let (xp, wp, op) = (x.as_ptr().add(r * k), w.as_ptr().add(j * k), out.add(r * ldo + j));
+            match (rn, jn) {
+                (4, 4) => rows_tile::<4, 4>(xp, wp, k, op, ldo),
+                (3, 4) => rows_tile::<3, 4>(xp, wp, k, op, ldo),
+                (2, 4) => rows_tile::<2, 4>(xp, wp, k, op, ldo),
+                (1, 4) => rows_tile::<1, 4>(xp, wp, k, op, ldo),
+                (4, _) => rows_tile::<4, 1>(xp, wp, k, op, ldo),
+                (3, _) => rows_tile::<3, 1>(xp, wp, k, op, ldo),
+                (2, _) => rows_tile::<2, 1>(xp, wp, k, op, ldo),
+                _ => rows_tile::<1, 1>(xp, wp, k, op, ldo),
+            }
+            r += rn;
+        }
+        j += jn;
+    }
+}
+
+/// Dot products of `R` rows at `x` with `J` rows at `w` (row stride `k`), 16 lanes, masked tail.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn rows_tile<const R: usize, const J: usize>(x: *const f32, w: *const f32, k: usize, out: *mut f32, ldo: usize) {
+    let mut acc = [[_mm512_setzero_ps(); J]; R];
+    let mut c = 0;
+    while c + 16 <= k {
+        let mut wv = [_mm512_setzero_ps(); J];
+        for (jj, v) in wv.iter_mut().enumerate() {
+            *v = _mm512_loadu_ps(w.add(jj * k + c));
+        }
+        for (rr, a) in acc.iter_mut().enumerate() {
+            let xv = _mm512_loadu_ps(x.add(rr * k + c));
+            for (jj, v) in wv.iter().enumerate() {
+                a[jj] = _mm512_fmadd_ps(xv, *v, a[jj]);
+            }
+        }
+        c += 16;
+    }
+    if c < k {
+        let mask: __mmask16 = ((1u32 << (k - c)) - 1) as u16;
+        let mut wv = [_mm512_setzero_ps(); J];
+        for (jj, v) in wv.iter_mut().enumerate() {
+            *v = _mm512_maskz_loadu_ps(mask, w.add(jj * k + c));
+        }
+        for (rr, a) in acc.iter_mut().enumerate() {
+            let xv = _mm512_maskz_loadu_ps(mask, x.add(rr * k + c));
+            for (jj, v) in wv.iter().enumerate() {
+                a[jj] = _mm512_fmadd_ps(xv, *v, a[jj]);
+            }
+        }
+    }
+    for (rr, a) in acc.iter().enumerate() {
+        for (jj, v) in a.iter().enumerate() {
+            *out.add(rr * ldo + jj) = _mm512_reduce_add_ps(*v);
+        }
+    }
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 #[allow(clippy::too_many_arguments)]
 unsafe fn panel(_: &[f32], _: usize, _: usize, _: &[f32], _: usize, _: OutPtr, _: usize, _: usize) {
+    unreachable!("avx512 kernel on a non-x86 target (guarded by `available`)")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_small_impl(
+    _: usize, _: usize, _: usize, _: *const f32, _: usize, _: usize, _: *const f32, _: usize, _: *mut f32, _: usize, _: bool,
+) {
     unreachable!("avx512 kernel on a non-x86 target (guarded by `available`)")
 }
 

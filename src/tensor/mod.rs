@@ -14,6 +14,7 @@ pub mod dtype;
 pub mod expert_parallel;
 pub mod kernels;
 pub mod nvrtc;
+pub mod profile;
 pub mod storage;
 
 pub use dtype::DType;
