@@ -20,7 +20,12 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
 
 fn tokens(n: usize, seed: u32, vocab: usize) -> Vec<u32> {
     (0..n as u32)
-        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed.wrapping_mul(40503)) >> 7) % vocab as u32)
+        .map(|i| {
+            (i.wrapping_mul(2654435761)
+                .wrapping_add(seed.wrapping_mul(40503))
+                >> 7)
+                % vocab as u32
+        })
         .collect()
 }
 
@@ -32,9 +37,18 @@ fn print_profile(phase: &str, calls: usize, wall_s: f64) {
     }
     let rows = profile::take();
     let total: f64 = rows.iter().map(|r| r.1).sum();
-    eprintln!("== {phase}: {:.2} ms per forward (wall), {:.2} ms in scopes", 1e3 * wall_s / calls as f64, 1e3 * total / calls as f64);
+    eprintln!(
+        "== {phase}: {:.2} ms per forward (wall), {:.2} ms in scopes",
+        1e3 * wall_s / calls as f64,
+        1e3 * total / calls as f64
+    );
     for (name, s, n) in rows {
-        eprintln!("  {name:<18} {:>8.3} ms {:>5.1}%  ({} calls/forward)", 1e3 * s / calls as f64, 100.0 * s / total, n as usize / calls);
+        eprintln!(
+            "  {name:<18} {:>8.3} ms {:>5.1}%  ({} calls/forward)",
+            1e3 * s / calls as f64,
+            100.0 * s / total,
+            n as usize / calls
+        );
     }
 }
 
@@ -43,7 +57,10 @@ fn best_of<F: FnMut() -> f64>(runs: usize, mut f: F) -> f64 {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let Some(dir) = args.first().filter(|a| !a.starts_with("--")) else {
         eprintln!("usage: cargo bench --bench model_cpu -- MODEL_DIR [--prefill N] [--decode-steps N] [--prompt N]");
         return;
@@ -67,7 +84,9 @@ fn main() {
     let prefill_s = best_of(2, || {
         let mut st = model.new_state();
         let t = Instant::now();
-        model.forward(&mut [SeqInput::new(&ids, &mut st)], &last).unwrap();
+        model
+            .forward(&mut [SeqInput::new(&ids, &mut st)], &last)
+            .unwrap();
         let dt = t.elapsed().as_secs_f64();
         wall += dt;
         dt
@@ -79,7 +98,9 @@ fn main() {
     for b in [1usize, 8] {
         let mut wall = 0.0;
         let secs = best_of(2, || {
-            let prompts: Vec<Vec<u32>> = (0..b).map(|i| tokens(prompt, 10 + i as u32, vocab)).collect();
+            let prompts: Vec<Vec<u32>> = (0..b)
+                .map(|i| tokens(prompt, 10 + i as u32, vocab))
+                .collect();
             let mut states: Vec<_> = (0..b).map(|_| model.new_state()).collect();
             for (p, st) in prompts.iter().zip(states.iter_mut()) {
                 model.forward(&mut [SeqInput::new(p, st)], &last).unwrap();

@@ -7,7 +7,9 @@ use super::config::ModelConfig;
 use super::error::Result;
 use super::rope::Rope;
 use super::state::KvCache;
-use crate::tensor::cpu::{axpy, dot, matmul_t, mul_sigmoid, rms_norm_1p, simd_fn, softmax};
+use crate::tensor::cpu::{
+    axpy, dot, matmul_t, mul_sigmoid, rms_norm_1p, simd_fn, softmax, FlushDenormals,
+};
 use crate::tensor::profile::scope;
 use crate::tensor::Tensor;
 use rayon::prelude::*;
@@ -37,7 +39,12 @@ pub struct Segment<'a, S> {
 
 impl Attention {
     pub fn load(ck: &mut Checkpoint, p: &str, c: &ModelConfig) -> Result<Self> {
-        let (h, hq, hkv, hd) = (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let (h, hq, hkv, hd) = (
+            c.hidden_size,
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            c.head_dim,
+        );
         Ok(Attention {
             q_proj: ck.get(&format!("{p}q_proj.weight"), &[hq * hd * 2, h])?,
             k_proj: ck.get(&format!("{p}k_proj.weight"), &[hkv * hd, h])?,
@@ -53,7 +60,13 @@ impl Attention {
     }
 
     /// `x`: normed input rows `[N, hidden]` of the whole batch; returns `[N, hidden]`.
-    pub fn forward(&self, x: &[f32], n: usize, segs: &mut [Segment<'_, KvCache>], rope: &Rope) -> Vec<f32> {
+    pub fn forward(
+        &self,
+        x: &[f32],
+        n: usize,
+        segs: &mut [Segment<'_, KvCache>],
+        rope: &Rope,
+    ) -> Vec<f32> {
         let hidden = self.o_proj.rows();
         let (hq, hkv, hd) = (self.heads, self.kv_heads, self.head_dim);
         let mut qg = vec![0.0; n * hq * hd * 2];
@@ -86,7 +99,11 @@ impl Attention {
                     Rope::apply(&mut q[(t * hq + h) * hd..(t * hq + h + 1) * hd], &cos, &sin);
                 }
                 for h in 0..hkv {
-                    Rope::apply(&mut k[(t * hkv + h) * hd..(t * hkv + h + 1) * hd], &cos, &sin);
+                    Rope::apply(
+                        &mut k[(t * hkv + h) * hd..(t * hkv + h + 1) * hd],
+                        &cos,
+                        &sin,
+                    );
                 }
             }
         }
@@ -102,9 +119,13 @@ impl Attention {
         // Attention per (sequence, head), read-only over the caches.
         let group = hq / hkv;
         let scale = 1.0 / (hd as f32).sqrt();
-        let work: Vec<(usize, usize)> = (0..segs.len()).flat_map(|s| (0..hq).map(move |h| (s, h))).collect();
-        let segs_ro: Vec<(usize, usize, usize, &KvCache)> =
-            segs.iter().map(|s| (s.start, s.len, s.pos, &*s.state)).collect();
+        let work: Vec<(usize, usize)> = (0..segs.len())
+            .flat_map(|s| (0..hq).map(move |h| (s, h)))
+            .collect();
+        let segs_ro: Vec<(usize, usize, usize, &KvCache)> = segs
+            .iter()
+            .map(|s| (s.start, s.len, s.pos, &*s.state))
+            .collect();
         let outs: Vec<Vec<f32>> = work
             .par_iter()
             .map(|&(s, h)| {
@@ -158,6 +179,7 @@ simd_fn! {
         hd: usize,
         scale: f32,
     ) -> Vec<f32> {
+        let _ftz = FlushDenormals::new();
         let len = q.len() / q_stride;
         let mut out = vec![0.0; len * hd];
         let mut scores = vec![0.0; pos + len];

@@ -9,7 +9,8 @@ use super::config::ModelConfig;
 use super::error::Result;
 use super::state::GdnState;
 use crate::tensor::cpu::{
-    axpy, gemm_strided, l2_normalize, matmul_t, rms_norm_gated, sigmoid, silu_fast, simd_fn, softplus,
+    axpy, exp_fast, gemm_strided, l2_normalize, matmul_t, rms_norm_gated, sigmoid, silu_fast,
+    simd_fn, softplus, FlushDenormals,
 };
 use crate::tensor::profile::scope;
 use crate::tensor::Tensor;
@@ -71,7 +72,12 @@ impl GatedDeltaNet {
     pub fn new_state(c: &ModelConfig) -> GdnState {
         GdnState {
             conv: vec![0.0; (c.linear_conv_kernel_dim - 1) * c.gdn_conv_dim()],
-            recurrent: vec![0.0; c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim],
+            recurrent: vec![
+                0.0;
+                c.linear_num_value_heads
+                    * c.linear_key_head_dim
+                    * c.linear_value_head_dim
+            ],
         }
     }
 
@@ -88,7 +94,15 @@ impl GatedDeltaNet {
         let mut b = vec![0.0; n * vh];
         let mut a = vec![0.0; n * vh];
         let p = scope("gdn.proj_qkv");
-        matmul_t(x, n, hidden, self.in_proj_qkv.data(), conv_dim, &mut mixed, true);
+        matmul_t(
+            x,
+            n,
+            hidden,
+            self.in_proj_qkv.data(),
+            conv_dim,
+            &mut mixed,
+            true,
+        );
         drop(p);
         let p = scope("gdn.proj_z");
         matmul_t(x, n, hidden, self.in_proj_z.data(), val_dim, &mut z, true);
@@ -105,7 +119,14 @@ impl GatedDeltaNet {
         for seg in segs.iter_mut() {
             let rows = &mixed[seg.start * conv_dim..(seg.start + seg.len) * conv_dim];
             let out = &mut qkv[seg.start * conv_dim..(seg.start + seg.len) * conv_dim];
-            causal_conv(rows, seg.len, self.conv.data(), self.kernel, &mut seg.state.conv, out);
+            causal_conv(
+                rows,
+                seg.len,
+                self.conv.data(),
+                self.kernel,
+                &mut seg.state.conv,
+                out,
+            );
         }
         for row in qkv.chunks_exact_mut(conv_dim) {
             let (qk, _) = row.split_at_mut(2 * key_dim);
@@ -142,14 +163,20 @@ impl GatedDeltaNet {
                 let khd = h / ratio;
                 let gather = |off: usize, d: usize| -> Vec<f32> {
                     (start..start + len)
-                        .flat_map(|t| qkv[t * conv_dim + off..t * conv_dim + off + d].iter().copied())
+                        .flat_map(|t| {
+                            qkv[t * conv_dim + off..t * conv_dim + off + d]
+                                .iter()
+                                .copied()
+                        })
                         .collect()
                 };
+                let pg = scope("dr.gather");
                 let q = gather(khd * dk, dk);
                 let k = gather(key_dim + khd * dk, dk);
                 let v = gather(2 * key_dim + h * dv, dv);
                 let bt: Vec<f32> = (start..start + len).map(|t| beta[t * vh + h]).collect();
                 let gt: Vec<f32> = (start..start + len).map(|t| g[t * vh + h]).collect();
+                drop(pg);
                 let inp = DeltaInput {
                     q: &q,
                     k: &k,
@@ -231,6 +258,7 @@ pub struct DeltaInput<'a> {
 simd_fn! {
 /// Recurrent form, one step at a time; `state` is `S [dk, dv]`. Returns `[T, dv]`.
 pub fn recurrent_delta_rule(x: &DeltaInput<'_>, state: &mut [f32]) -> Vec<f32> {
+    let _ftz = FlushDenormals::new();
     let (dk, dv) = (x.dk, x.dv);
     let steps = x.beta.len();
     let mut out = vec![0.0; steps * dv];
@@ -268,6 +296,7 @@ simd_fn! {
 /// The products run through [`gemm_strided`] with operands contiguous along the output columns
 /// (the unpacked AVX-512 kernel where available).
 pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -> Vec<f32> {
+    let _ftz = FlushDenormals::new();
     let (dk, dv) = (x.dk, x.dv);
     let steps = x.beta.len();
     let mut out = vec![0.0; steps * dv];
@@ -278,6 +307,9 @@ pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -
     let mut qk = vec![0.0f32; cl * cl];
     let mut decay = vec![0.0f32; cl * cl];
     let mut u = vec![0.0f32; cl * dv];
+    let mut tmat = vec![0.0f32; cl * cl];
+    let mut bv = vec![0.0f32; cl * dv];
+    let mut bk = vec![0.0f32; cl * dk];
     let mut wq = vec![0.0f32; 2 * cl * dk];
     let mut ws = vec![0.0f32; 2 * cl * dv];
     let mut kd = vec![0.0f32; cl * dk];
@@ -301,10 +333,11 @@ pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -
         }
         // Γ_ij = e^{γ_i − γ_j} for j ≤ i.
         for i in 0..l {
-            for j in 0..=i {
-                decay[i * l + j] = (gam[i] - gam[j]).exp();
+            for (d, gj) in decay[i * l..i * l + i + 1].iter_mut().zip(gam) {
+                *d = exp_fast(gam[i] - gj);
             }
         }
+        let ps = scope("dr.gram");
         // Gram matrices K·Kᵀ and Q·Kᵀ of the chunk (Kᵀ made contiguous along the chunk).
         for (t, row) in k.chunks_exact(dk).enumerate() {
             for (d, &val) in row.iter().enumerate() {
@@ -314,31 +347,45 @@ pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -
         let (kt, kk, qk) = (&kt[..dk * l], &mut kk[..l * l], &mut qk[..l * l]);
         gemm_strided((l, l, dk), k, (dk, 1), kt, (l, 1), kk, false);
         gemm_strided((l, l, dk), q, (dk, 1), kt, (l, 1), qk, false);
-        // L_ij = β_i (k_i·k_j) Γ_ij strictly below the diagonal. U = (I+L)⁻¹(β v) and
-        // W = (I+L)⁻¹(β e^γ k) by forward substitution (as HF's unitriangular solve):
-        // U_i = β_i v_i − Σ_{j<i} L_ij U_j. `wq` holds [W; e^γ ⊙ Q] for one product with S.
-        let (u, wq) = (&mut u[..l * dv], &mut wq[..2 * l * dk]);
+        // L_ij = β_i (k_i·k_j) Γ_ij strictly below the diagonal; T = (I+L)⁻¹ (unit lower
+        // triangular) by forward substitution on its rows, T_i = e_i − Σ_{j<i} L_ij T_j (as HF's
+        // solve). Then U = T·(β v) and W = T·(β e^γ k); `wq` holds [W; e^γ ⊙ Q] for one
+        // product with S.
+        drop(ps);
+        let ps = scope("dr.subst");
+        let tm = &mut tmat[..l * l];
+        tm.fill(0.0);
+        for i in 0..l {
+            let (head, tail) = tm.split_at_mut(i * l);
+            let ti = &mut tail[..l];
+            ti[i] = 1.0;
+            for j in 0..i {
+                let lij = beta[i] * kk[i * l + j] * decay[i * l + j];
+                axpy(-lij, &head[j * l..j * l + j + 1], &mut ti[..j + 1]);
+            }
+        }
+        let (bv, bk) = (&mut bv[..l * dv], &mut bk[..l * dk]);
         for i in 0..l {
             let (cu, cw) = (beta[i], beta[i] * eg[i]);
-            for (o, vv) in u[i * dv..(i + 1) * dv].iter_mut().zip(&v[i * dv..(i + 1) * dv]) {
+            for (o, vv) in bv[i * dv..(i + 1) * dv].iter_mut().zip(&v[i * dv..(i + 1) * dv]) {
                 *o = cu * vv;
             }
-            for (o, kv) in wq[i * dk..(i + 1) * dk].iter_mut().zip(&k[i * dk..(i + 1) * dk]) {
+            for (o, kv) in bk[i * dk..(i + 1) * dk].iter_mut().zip(&k[i * dk..(i + 1) * dk]) {
                 *o = cw * kv;
             }
+        }
+        let (u, wq) = (&mut u[..l * dv], &mut wq[..2 * l * dk]);
+        for i in 0..l {
             for (o, qv) in wq[(l + i) * dk..(l + i + 1) * dk].iter_mut().zip(&q[i * dk..(i + 1) * dk]) {
                 *o = eg[i] * qv;
             }
-            for j in 0..i {
-                let lij = beta[i] * kk[i * l + j] * decay[i * l + j];
-                let (head, tail) = u.split_at_mut(i * dv);
-                axpy(-lij, &head[j * dv..(j + 1) * dv], &mut tail[..dv]);
-                let (head, tail) = wq.split_at_mut(i * dk);
-                axpy(-lij, &head[j * dk..(j + 1) * dk], &mut tail[..dk]);
-            }
         }
+        gemm_strided((l, dv, l), tm, (l, 1), bv, (dv, 1), u, false);
+        gemm_strided((l, dk, l), tm, (l, 1), bk, (dk, 1), &mut wq[..l * dk], false);
         // [W·S; (e^γ q)·S], then Vn = U − W·S and O = (e^γ q)·S + P·Vn with
         // P_ij = (q_i·k_j) Γ_ij (j ≤ i).
+        drop(ps);
+        let ps = scope("dr.ws");
         let ws = &mut ws[..2 * l * dv];
         gemm_strided((2 * l, dv, dk), wq, (dk, 1), state, (dv, 1), ws, false);
         let (w_s, o) = ws.split_at_mut(l * dv);
@@ -346,6 +393,8 @@ pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -
             *a -= b;
         }
         let vn = &*u;
+        drop(ps);
+        let ps = scope("dr.out");
         for i in 0..l {
             for j in 0..=i {
                 qk[i * l + j] *= decay[i * l + j];
@@ -354,6 +403,8 @@ pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -
         }
         gemm_strided((l, dv, l), qk, (l, 1), vn, (dv, 1), o, true);
         out[c0 * dv..(c0 + l) * dv].copy_from_slice(o);
+        drop(ps);
+        let _ps = scope("dr.state");
         // S = e^{γ_last} S + (e^{γ_last − γ} ⊙ K)ᵀ·Vn
         let glast = gam[l - 1];
         let total = glast.exp();
@@ -407,7 +458,12 @@ mod tests {
         let (mut s1, mut s2) = (s0.clone(), s0.clone());
         let o1 = recurrent_delta_rule(&inp, &mut s1);
         let o2 = chunked_delta_rule(&inp, &mut s2, CHUNK);
-        let max = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        let max = |a: &[f32], b: &[f32]| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max)
+        };
         assert!(max(&o1, &o2) < 1e-4, "outputs differ by {}", max(&o1, &o2));
         assert!(max(&s1, &s2) < 1e-4, "states differ by {}", max(&s1, &s2));
     }

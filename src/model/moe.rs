@@ -81,8 +81,13 @@ impl Moe {
                 })
                 .collect::<Result<Vec<_>>>()
                 .map_err(|err| match err {
-                    ModelError::MissingTensor(n) if !ck.contains(&format!("{p}experts.0.gate_proj.weight")) => {
-                        ModelError::MissingTensor(format!("{} (fused) or {n} (per expert)", ck.full_name(&fused)))
+                    ModelError::MissingTensor(n)
+                        if !ck.contains(&format!("{p}experts.0.gate_proj.weight")) =>
+                    {
+                        ModelError::MissingTensor(format!(
+                            "{} (fused) or {n} (per expert)",
+                            ck.full_name(&fused)
+                        ))
                     }
                     other => other,
                 })?

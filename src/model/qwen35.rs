@@ -57,8 +57,12 @@ impl Model {
         for (i, lt) in cfg.layer_types.iter().enumerate() {
             let p = format!("layers.{i}.");
             let mixer = match lt {
-                LayerType::Full => Mixer::Attention(Attention::load(ck, &format!("{p}self_attn."), &cfg)?),
-                LayerType::Linear => Mixer::Gdn(GatedDeltaNet::load(ck, &format!("{p}linear_attn."), &cfg)?),
+                LayerType::Full => {
+                    Mixer::Attention(Attention::load(ck, &format!("{p}self_attn."), &cfg)?)
+                }
+                LayerType::Linear => {
+                    Mixer::Gdn(GatedDeltaNet::load(ck, &format!("{p}linear_attn."), &cfg)?)
+                }
             };
             layers.push(Layer {
                 input_norm: ck.get(&format!("{p}input_layernorm.weight"), &[h])?,
@@ -104,7 +108,11 @@ impl Model {
 
     /// Run one step over a batch: each sequence's tokens are appended to its state and its
     /// outputs returned in batch order. Inputs are validated before any state is touched.
-    pub fn forward(&self, batch: &mut [SeqInput<'_>], opts: &ForwardOptions) -> Result<Vec<SeqOutput>> {
+    pub fn forward(
+        &self,
+        batch: &mut [SeqInput<'_>],
+        opts: &ForwardOptions,
+    ) -> Result<Vec<SeqOutput>> {
         self.validate(batch)?;
         let c = &self.cfg;
         let (h, k) = (c.hidden_size, c.num_experts_per_tok);
@@ -250,16 +258,21 @@ impl Model {
         let c = &self.cfg;
         let fresh = GatedDeltaNet::new_state(c);
         st.layers.len() == self.layers.len()
-            && st.layers.iter().zip(&c.layer_types).all(|(ls, lt)| match (ls, lt) {
-                (LayerState::Attention(kv), LayerType::Full) => {
-                    let want = st.len * c.num_key_value_heads * c.head_dim;
-                    kv.k.len() == want && kv.v.len() == want
-                }
-                (LayerState::Gdn(g), LayerType::Linear) => {
-                    g.conv.len() == fresh.conv.len() && g.recurrent.len() == fresh.recurrent.len()
-                }
-                _ => false,
-            })
+            && st
+                .layers
+                .iter()
+                .zip(&c.layer_types)
+                .all(|(ls, lt)| match (ls, lt) {
+                    (LayerState::Attention(kv), LayerType::Full) => {
+                        let want = st.len * c.num_key_value_heads * c.head_dim;
+                        kv.k.len() == want && kv.v.len() == want
+                    }
+                    (LayerState::Gdn(g), LayerType::Linear) => {
+                        g.conv.len() == fresh.conv.len()
+                            && g.recurrent.len() == fresh.recurrent.len()
+                    }
+                    _ => false,
+                })
     }
 
     fn validate(&self, batch: &[SeqInput<'_>]) -> Result<()> {

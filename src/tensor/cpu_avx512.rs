@@ -56,7 +56,15 @@ unsafe impl Sync for OutPtr {}
 ///
 /// Panics if the slice lengths do not match the dimensions or the CPU lacks `avx512f`
 /// (callers check [`available`]).
-pub fn matmul_t(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, out: &mut [f32], threads: usize) {
+pub fn matmul_t(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[f32],
+    n: usize,
+    out: &mut [f32],
+    threads: usize,
+) {
     assert_eq!(x.len(), m * k, "matmul_t_avx512: x");
     assert_eq!(w.len(), n * k, "matmul_t_avx512: w");
     assert_eq!(out.len(), m * n, "matmul_t_avx512: out");
@@ -91,7 +99,16 @@ pub fn matmul_t(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, out: &mut [f
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn panel(x: &[f32], m: usize, k: usize, w: &[f32], nw: usize, out: OutPtr, ldo: usize, j0: usize) {
+unsafe fn panel(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[f32],
+    nw: usize,
+    out: OutPtr,
+    ldo: usize,
+    j0: usize,
+) {
     let nw_pad = nw.div_ceil(NR) * NR;
     // The packed weights are read with full-width vector loads: start them on a cache line
     // (micro-panel offsets are multiples of NR · 4 = 128 bytes) so no load splits two lines.
@@ -194,10 +211,22 @@ unsafe fn transpose16(src: *const f32, ld_src: usize, dst: *mut f32, ld_dst: usi
     for g in 0..4 {
         let b = 4 * g;
         let (a0, a1, a2, a3) = (t[b], t[b + 1], t[b + 2], t[b + 3]);
-        r[b] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a0), _mm512_castps_pd(a2)));
-        r[b + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a0), _mm512_castps_pd(a2)));
-        r[b + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a1), _mm512_castps_pd(a3)));
-        r[b + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a1), _mm512_castps_pd(a3)));
+        r[b] = _mm512_castpd_ps(_mm512_unpacklo_pd(
+            _mm512_castps_pd(a0),
+            _mm512_castps_pd(a2),
+        ));
+        r[b + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(
+            _mm512_castps_pd(a0),
+            _mm512_castps_pd(a2),
+        ));
+        r[b + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(
+            _mm512_castps_pd(a1),
+            _mm512_castps_pd(a3),
+        ));
+        r[b + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(
+            _mm512_castps_pd(a1),
+            _mm512_castps_pd(a3),
+        ));
     }
     // Stage 3: 128-bit lanes between groups (0,1) and (2,3).
     for g in 0..2 {
@@ -244,7 +273,14 @@ fn pack_x(x: &[f32], k: usize, i0: usize, mc: usize, p0: usize, kc: usize, dst: 
 /// micro-panel `a` and column micro-panel `b` of depth `kc`; `c` has row stride `ldc`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn kernel(a: *const f32, b: *const f32, kc: usize, c: *mut f32, ldc: usize, accumulate: bool) {
+unsafe fn kernel(
+    a: *const f32,
+    b: *const f32,
+    kc: usize,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
     let (mut a, mut b) = (a, b);
     for _ in 0..kc {
@@ -303,7 +339,21 @@ pub fn gemm_small(
     assert!((k - 1) * b_rs + n <= b.len(), "gemm_small: b");
     // SAFETY: avx512f checked; every tile reads a/b and writes c inside the bounds checked above
     // (masked loads/stores never touch lanes past `n`).
-    unsafe { gemm_small_impl(m, n, k, a.as_ptr(), a_rs, a_cs, b.as_ptr(), b_rs, c.as_mut_ptr(), ldc, accumulate) }
+    unsafe {
+        gemm_small_impl(
+            m,
+            n,
+            k,
+            a.as_ptr(),
+            a_rs,
+            a_cs,
+            b.as_ptr(),
+            b_rs,
+            c.as_mut_ptr(),
+            ldc,
+            accumulate,
+        )
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -322,18 +372,48 @@ unsafe fn gemm_small_impl(
     ldc: usize,
     acc: bool,
 ) {
+    // With enough rows to reuse it, each 32-column panel of `b` is first copied to a contiguous
+    // `k × 32` buffer: `b` rows of power-of-two stride (e.g. 512 bytes) would otherwise map the
+    // panel onto a few L1 sets and evict it between tiles.
+    let pack = m > MR / 2 && b_rs != NR;
+    let mut bbuf = if pack {
+        vec![0.0f32; k * NR]
+    } else {
+        Vec::new()
+    };
     let mut j = 0;
     while j < n {
         let nr = NR.min(n - j);
-        let m0: __mmask16 = if nr >= 16 { 0xffff } else { (1u32 << nr) as u16 - 1 };
-        let m1: __mmask16 = if nr >= 32 { 0xffff } else if nr > 16 { (1u32 << (nr - 16)) as u16 - 1 } else { 0 };
+        let m0: __mmask16 = if nr >= 16 {
+            0xffff
+        } else {
+            (1u32 << nr) as u16 - 1
+        };
+        let m1: __mmask16 = if nr >= 32 {
+            0xffff
+        } else if nr > 16 {
+            (1u32 << (nr - 16)) as u16 - 1
+        } else {
+            0
+        };
+        let (bp, bs) = if pack {
+            for p in 0..k {
+                let src = b.add(p * b_rs + j);
+                let dst = bbuf.as_mut_ptr().add(p * NR);
+                _mm512_storeu_ps(dst, _mm512_maskz_loadu_ps(m0, src));
+                _mm512_storeu_ps(dst.add(16), _mm512_maskz_loadu_ps(m1, src.add(16)));
+            }
+            (bbuf.as_ptr(), NR)
+        } else {
+            (b.add(j), b_rs)
+        };
         let mut i = 0;
         while i < m {
             let mr = MR.min(m - i);
-            let (ap, bp, cp) = (a.add(i * a_rs), b.add(j), c.add(i * ldc + j));
+            let (ap, cp) = (a.add(i * a_rs), c.add(i * ldc + j));
             macro_rules! go {
                 ($($r:literal)*) => {
-                    match mr { $($r => small_tile::<$r>(ap, a_rs, a_cs, bp, b_rs, k, cp, ldc, m0, m1, acc),)* _ => unreachable!() }
+                    match mr { $($r => small_tile::<$r>(ap, a_rs, a_cs, bp, bs, k, cp, ldc, m0, m1, acc),)* _ => unreachable!() }
                 };
             }
             go!(1 2 3 4 5 6 7 8 9 10 11 12 13 14);
@@ -409,7 +489,11 @@ pub unsafe fn rows(x: &[f32], m: usize, k: usize, w: &[f32], nw: usize, out: *mu
         let mut r = 0;
         while r < m {
             let rn = (m - r).min(4);
-            let (xp, wp, op) = (x.as_ptr().add(r * k), w.as_ptr().add(j * k), out.add(r * ldo + j));
+            let (xp, wp, op) = (
+                x.as_ptr().add(r * k),
+                w.as_ptr().add(j * k),
+                out.add(r * ldo + j),
+            );
             match (rn, jn) {
                 (4, 4) => rows_tile::<4, 4>(xp, wp, k, op, ldo),
                 (3, 4) => rows_tile::<3, 4>(xp, wp, k, op, ldo),
@@ -430,7 +514,13 @@ pub unsafe fn rows(x: &[f32], m: usize, k: usize, w: &[f32], nw: usize, out: *mu
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn rows_tile<const R: usize, const J: usize>(x: *const f32, w: *const f32, k: usize, out: *mut f32, ldo: usize) {
+unsafe fn rows_tile<const R: usize, const J: usize>(
+    x: *const f32,
+    w: *const f32,
+    k: usize,
+    out: *mut f32,
+    ldo: usize,
+) {
     let mut acc = [[_mm512_setzero_ps(); J]; R];
     let mut c = 0;
     while c + 16 <= k {
@@ -475,7 +565,17 @@ unsafe fn panel(_: &[f32], _: usize, _: usize, _: &[f32], _: usize, _: OutPtr, _
 #[cfg(not(target_arch = "x86_64"))]
 #[allow(clippy::too_many_arguments)]
 unsafe fn gemm_small_impl(
-    _: usize, _: usize, _: usize, _: *const f32, _: usize, _: usize, _: *const f32, _: usize, _: *mut f32, _: usize, _: bool,
+    _: usize,
+    _: usize,
+    _: usize,
+    _: *const f32,
+    _: usize,
+    _: usize,
+    _: *const f32,
+    _: usize,
+    _: *mut f32,
+    _: usize,
+    _: bool,
 ) {
     unreachable!("avx512 kernel on a non-x86 target (guarded by `available`)")
 }
@@ -488,7 +588,9 @@ mod tests {
         let mut o = vec![0.0; m * n];
         for i in 0..m {
             for j in 0..n {
-                o[i * n + j] = (0..k).map(|p| x[i * k + p] as f64 * w[j * k + p] as f64).sum::<f64>();
+                o[i * n + j] = (0..k)
+                    .map(|p| x[i * k + p] as f64 * w[j * k + p] as f64)
+                    .sum::<f64>();
             }
         }
         o
@@ -496,10 +598,14 @@ mod tests {
 
     /// Deterministic values in [-1, 1).
     fn fill(len: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (0..len)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
             })
             .collect()

@@ -9,7 +9,9 @@ use std::time::Instant;
 
 fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("EXECCRITIC_PROFILE").is_some_and(|v| !v.is_empty() && v != "0"))
+    *ON.get_or_init(|| {
+        std::env::var_os("EXECCRITIC_PROFILE").is_some_and(|v| !v.is_empty() && v != "0")
+    })
 }
 
 /// (seconds, calls) per scope name.
