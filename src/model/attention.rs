@@ -8,7 +8,7 @@ use super::error::Result;
 use super::rope::Rope;
 use super::state::KvCache;
 use crate::tensor::cpu::{
-    axpy, dot, matmul_t, mul_sigmoid, rms_norm_1p, simd_fn, softmax, FlushDenormals,
+    axpy, dot, gemm_strided, matmul_t, mul_sigmoid, rms_norm_1p, simd_fn, softmax, FlushDenormals,
 };
 use crate::tensor::profile::scope;
 use crate::tensor::Tensor;
@@ -162,6 +162,9 @@ impl Attention {
     }
 }
 
+/// Query rows per block of the GEMM form of [`attend_head`] (fewer rows use dot products).
+const PREFILL_GEMM_ROWS: usize = 64;
+
 simd_fn! {
     /// Causal attention of one query head: rows `i` of `q` (`q[i·q_stride + q_off..][..hd]`, the
     /// query at position `pos + i`) over cache rows `0..=pos+i` of one KV head
@@ -182,6 +185,34 @@ simd_fn! {
         let _ftz = FlushDenormals::new();
         let len = q.len() / q_stride;
         let mut out = vec![0.0; len * hd];
+        if len >= PREFILL_GEMM_ROWS {
+            // Prefill: blocks of query rows as two GEMMs, S = Q·Kᵀ over the visible keys, then
+            // O = softmax(S)·V (masked entries zero).
+            let total = pos + len;
+            let mut kt = vec![0.0f32; hd * total];
+            for j in 0..total {
+                for (d, &x) in k[j * kv_stride + kv_off..j * kv_stride + kv_off + hd].iter().enumerate() {
+                    kt[d * total + j] = x;
+                }
+            }
+            let mut s = vec![0.0f32; PREFILL_GEMM_ROWS * total];
+            for i0 in (0..len).step_by(PREFILL_GEMM_ROWS) {
+                let rows = PREFILL_GEMM_ROWS.min(len - i0);
+                let cols = pos + i0 + rows;
+                let sb = &mut s[..rows * cols];
+                gemm_strided((rows, cols, hd), &q[i0 * q_stride + q_off..], (q_stride, 1), &kt, (total, 1), sb, false);
+                for (r, row) in sb.chunks_exact_mut(cols).enumerate() {
+                    let visible = pos + i0 + r + 1;
+                    for x in row[..visible].iter_mut() {
+                        *x *= scale;
+                    }
+                    softmax(&mut row[..visible]);
+                    row[visible..].fill(0.0);
+                }
+                gemm_strided((rows, hd, cols), sb, (cols, 1), &v[kv_off..], (kv_stride, 1), &mut out[i0 * hd..(i0 + rows) * hd], false);
+            }
+            return out;
+        }
         let mut scores = vec![0.0; pos + len];
         for i in 0..len {
             let qi = &q[i * q_stride + q_off..i * q_stride + q_off + hd];

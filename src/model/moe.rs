@@ -12,6 +12,9 @@ use rayon::prelude::*;
 
 /// One SwiGLU feed-forward: `down(SiLU(x·gateᵀ) ⊙ x·upᵀ)`.
 pub struct Ffn {
+    /// `[gate; up]` as one `[2·inter, hidden]` view when the checkpoint stores them fused
+    /// (one product instead of two; `gate`/`up` are views of the same memory).
+    gate_up: Option<Tensor>,
     gate: Tensor,
     up: Tensor,
     down: Tensor,
@@ -22,10 +25,19 @@ impl Ffn {
     fn forward(&self, x: &[f32], m: usize, parallel: bool) -> Vec<f32> {
         let (inter, hidden) = (self.gate.rows(), self.down.rows());
         let mut g = vec![0.0; m * inter];
-        let mut u = vec![0.0; m * inter];
-        matmul_t(x, m, hidden, self.gate.data(), inter, &mut g, parallel);
-        matmul_t(x, m, hidden, self.up.data(), inter, &mut u, parallel);
-        swiglu(&mut g, &u);
+        if let Some(gu) = &self.gate_up {
+            let mut both = vec![0.0; m * 2 * inter];
+            matmul_t(x, m, hidden, gu.data(), 2 * inter, &mut both, parallel);
+            for (gr, br) in g.chunks_exact_mut(inter).zip(both.chunks_exact(2 * inter)) {
+                gr.copy_from_slice(&br[..inter]);
+                swiglu(gr, &br[inter..]);
+            }
+        } else {
+            let mut u = vec![0.0; m * inter];
+            matmul_t(x, m, hidden, self.gate.data(), inter, &mut g, parallel);
+            matmul_t(x, m, hidden, self.up.data(), inter, &mut u, parallel);
+            swiglu(&mut g, &u);
+        }
         let mut y = vec![0.0; m * hidden];
         matmul_t(&g, m, inter, self.down.data(), hidden, &mut y, parallel);
         y
@@ -64,6 +76,7 @@ impl Moe {
                 .map(|x| {
                     let g = gu.index0(x);
                     Ffn {
+                        gate_up: Some(g.clone()),
                         gate: g.narrow0(0, i),
                         up: g.narrow0(i, i),
                         down: down.index0(x),
@@ -74,6 +87,7 @@ impl Moe {
             (0..e)
                 .map(|x| {
                     Ok(Ffn {
+                        gate_up: None,
                         gate: ck.get(&format!("{p}experts.{x}.gate_proj.weight"), &[i, h])?,
                         up: ck.get(&format!("{p}experts.{x}.up_proj.weight"), &[i, h])?,
                         down: ck.get(&format!("{p}experts.{x}.down_proj.weight"), &[h, i])?,
@@ -96,6 +110,7 @@ impl Moe {
             router: ck.get(&format!("{p}gate.weight"), &[e, h])?,
             experts,
             shared: Ffn {
+                gate_up: None,
                 gate: ck.get(&format!("{p}shared_expert.gate_proj.weight"), &[is, h])?,
                 up: ck.get(&format!("{p}shared_expert.up_proj.weight"), &[is, h])?,
                 down: ck.get(&format!("{p}shared_expert.down_proj.weight"), &[h, is])?,
