@@ -8,17 +8,24 @@
 //!   per-layer activation recomputation, routing replay.
 //! - [`loss`] (cross-entropy / SFT) and [`grpo`] (clipped policy loss): pure functions of logits.
 
+pub mod advantage;
 pub mod checkpoint;
+pub mod dynamic;
 pub mod error;
 pub mod grpo;
+pub mod grpo_run;
 pub mod layers;
+pub mod lease;
 pub mod lora;
 pub mod loss;
 pub mod network;
 pub mod ops;
 pub mod optim;
 pub mod params;
+pub mod policy;
+pub mod rollout;
 pub mod sft_run;
+pub mod toy;
 pub mod trainer;
 
 pub use error::TrainError;
