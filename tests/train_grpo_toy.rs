@@ -12,7 +12,7 @@ use execcritic::engine::EngineConfig;
 use execcritic::model::tokenizer::Tokenizer;
 use execcritic::train::dynamic::DynamicSamplingConfig;
 use execcritic::train::grpo::GrpoConfig;
-use execcritic::train::grpo_run::{rollout_phase, update_phase, EngineSetup};
+use execcritic::train::iteration::{rollout_phase, update_phase, EngineSetup};
 use execcritic::train::loss::log_softmax_row;
 use execcritic::train::optim::{AdamW, AdamWConfig, Schedule};
 use execcritic::train::toy::{MultipleOf8Task, ToyTaskConfig};
@@ -26,29 +26,59 @@ fn grpo_through_the_engine_raises_mean_reward_on_a_toy_task() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
     let model = TrainModel::load(&root.join("tiny-qwen35")).unwrap();
     let v = model.cfg.vocab_size;
-    let opt = AdamW::new(AdamWConfig { lr: 3e-3, ..Default::default() }, &model.store);
-    let mut tr =
-        Trainer { model, opt, schedule: Schedule::Constant, tape: TapeOptions::default(), grpo: GrpoConfig::default(), lora: None };
+    let opt = AdamW::new(
+        AdamWConfig {
+            lr: 3e-3,
+            ..Default::default()
+        },
+        &model.store,
+    );
+    let mut tr = Trainer {
+        model,
+        opt,
+        schedule: Schedule::Constant,
+        tape: TapeOptions::default(),
+        grpo: GrpoConfig::default(),
+        lora: None,
+    };
     let setup = EngineSetup {
         tokenizer: Tokenizer::from_dir(&root.join("tokenizer")).unwrap(),
         template_dir: None,
         config: EngineConfig::default(),
     };
-    let mut task = MultipleOf8Task::new(ToyTaskConfig { prompts: vec![11, 222, 333, 444], completion_tokens: 2, bos: 1 }, 7);
-    let sampling = DynamicSamplingConfig { groups: 4, group_size: 8, max_attempts: 200 };
+    let mut task = MultipleOf8Task::new(
+        ToyTaskConfig {
+            prompts: vec![11, 222, 333, 444],
+            completion_tokens: 2,
+            bos: 1,
+        },
+        7,
+    );
+    let sampling = DynamicSamplingConfig {
+        groups: 4,
+        group_size: 8,
+        max_attempts: 200,
+    };
     let t0 = Instant::now();
     let mut curve = Vec::new();
     for step in 0..150 {
         let collected = rollout_phase(&mut tr, &setup, &mut task, &sampling).unwrap();
         if step == 0 {
-            assert!(collected.mean_reward <= 0.2, "the task must start hard: {}", collected.mean_reward);
+            assert!(
+                collected.mean_reward <= 0.2,
+                "the task must start hard: {}",
+                collected.mean_reward
+            );
             // On-policy with routing replay: the training forward on the returned weights
             // recomputes exactly what the engine sampled with.
             let (mut worst, mut n) = (0.0f32, 0);
             for s in collected.kept.iter().flat_map(|g| &g.samples) {
                 let r = &s.sample;
                 assert!(r.routing.is_some(), "the engine returned a routing record");
-                let tape = tr.model.forward(&r.ids, r.routing.as_deref(), TapeOptions::default()).unwrap();
+                let tape = tr
+                    .model
+                    .forward(&r.ids, r.routing.as_deref(), TapeOptions::default())
+                    .unwrap();
                 for t in (1..r.ids.len()).filter(|&t| r.train_mask[t]) {
                     let lp = log_softmax_row(&tape.logits[(t - 1) * v..t * v])[r.ids[t] as usize];
                     worst = worst.max((lp - r.logprobs[t]).abs());
@@ -56,7 +86,10 @@ fn grpo_through_the_engine_raises_mean_reward_on_a_toy_task() {
                 }
             }
             eprintln!("step 0: {n} sampled tokens, max |recomputed − rollout log-prob| = {worst:e}");
-            assert!(n > 0 && worst <= 1e-5, "recomputed log-probabilities differ from the rollout's by {worst}");
+            assert!(
+                n > 0 && worst <= 1e-5,
+                "recomputed log-probabilities differ from the rollout's by {worst}"
+            );
         }
         let report = update_phase(&mut tr, &collected, usize::MAX).unwrap();
         curve.push(report.mean_reward);
@@ -72,7 +105,10 @@ fn grpo_through_the_engine_raises_mean_reward_on_a_toy_task() {
             break;
         }
     }
-    eprintln!("reward curve: {:?}", curve.iter().map(|r| (r * 1000.0).round() / 1000.0).collect::<Vec<_>>());
+    eprintln!(
+        "reward curve: {:?}",
+        curve.iter().map(|r| (r * 1000.0).round() / 1000.0).collect::<Vec<_>>()
+    );
     let last = *curve.last().unwrap();
     assert!(curve[0] <= 0.2 && last >= 0.8, "mean reward {} → {last}", curve[0]);
 }

@@ -1,85 +1,145 @@
-//! One GRPO iteration through the real engine: lend the trainer's weights to an engine, collect
-//! groups with DAPO dynamic sampling from a [`GroupSampler`], give the weights back, then one
-//! clipped-policy update with routing replay in micro-batches ([`rollout_phase`] and
-//! [`update_phase`]; [`grpo_iteration`] runs both). Knows nothing of what a task is.
+//! `train grpo` runs: a TOML config mirroring the paper's App. A (groups × group size with DAPO
+//! dynamic sampling, clip 0.2/0.28, KL 0, AdamW β 0.9/0.98, lr, weight decay, constant
+//! schedule, save interval, tokens per micro-batch), the built-in verifiable task, the loop of
+//! [`grpo_iteration`]s (one JSON line of metrics each), and HF checkpoints with optimizer
+//! state (`<out>/step-<n>` every `save_every` updates and `<out>/final`).
 
-use super::dynamic::{collect_groups, Collected, DynamicSamplingConfig};
+use super::checkpoint::{save, SHARD_BYTES};
+use super::dynamic::DynamicSamplingConfig;
 use super::error::{Result, TrainError};
-use super::rollout::{grpo_batch, GroupSampler, Rollout};
-use super::trainer::{StepReport, Trainer};
+use super::grpo::GrpoConfig;
+use super::iteration::{grpo_iteration, EngineSetup, IterationReport};
+use super::network::{TapeOptions, TrainModel};
+use super::optim::{AdamW, AdamWConfig, Schedule};
+use super::rollout::GroupSampler;
+use super::toy::{MultipleOf8Task, ToyTaskConfig};
+use super::trainer::Trainer;
 use crate::engine::EngineConfig;
-use crate::model::chat::ChatTemplate;
 use crate::model::tokenizer::Tokenizer;
-use serde::Serialize;
-use std::path::PathBuf;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
 
-/// What the rollout engine is started with each iteration.
-#[derive(Clone, Debug)]
-pub struct EngineSetup {
-    pub tokenizer: Tokenizer,
-    /// Folder holding the chat template, when the sampler renders chats.
-    pub template_dir: Option<PathBuf>,
-    pub config: EngineConfig,
+fn default_schedule() -> Schedule {
+    Schedule::Constant
 }
 
-/// One iteration's metrics (one JSON line per step of `train grpo`).
-#[derive(Clone, Debug, Serialize)]
-pub struct IterationReport {
-    /// Mean reward over every unaborted sample drawn this iteration, kept or not.
-    pub mean_reward: f64,
-    pub kept_groups: usize,
-    pub skipped_groups: usize,
-    pub aborted_samples: usize,
-    /// The update; `None` when every kept sample had zero advantage.
-    pub update: Option<StepReport>,
+fn default_cap() -> usize {
+    // App. A: maximum tokens per GPU.
+    32_768
 }
 
-/// Lend the weights, collect groups, take the weights back (also when collecting fails).
-pub fn rollout_phase(
-    trainer: &mut Trainer,
-    setup: &EngineSetup,
-    sampler: &mut dyn GroupSampler,
-    sampling: &DynamicSamplingConfig,
-) -> Result<Collected<Rollout>> {
-    let template = setup
-        .template_dir
-        .as_deref()
-        .map(ChatTemplate::from_dir)
-        .transpose()
-        .map_err(|e| TrainError::BadInput(format!("chat template: {e}")))?;
-    let lent = trainer.lend(setup.tokenizer.clone(), template, setup.config)?;
-    let collected = collect_groups(sampling, |i| {
-        sampler.sample_group(lent.engine(), i, sampling.group_size)
-    });
-    lent.give_back().map_err(|e| e.error)?;
-    collected.map_err(|e| TrainError::Sampling(Box::new(e)))
+/// The built-in tasks `train grpo` can run on its own.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+pub enum GrpoTask {
+    /// [`super::toy`]: completion token ids must sum to a multiple of 8.
+    #[serde(rename = "toy-multiple-of-8")]
+    ToyMultipleOf8,
 }
 
-/// One GRPO update on the collected groups (routing replay where recorded).
-pub fn update_phase(
-    trainer: &mut Trainer,
-    collected: &Collected<Rollout>,
-    max_tokens_per_micro_batch: usize,
-) -> Result<IterationReport> {
-    let batch = grpo_batch(&collected.kept);
-    let update = trainer.grpo_step_capped(&batch, max_tokens_per_micro_batch)?;
-    Ok(IterationReport {
-        mean_reward: collected.mean_reward,
-        kept_groups: collected.kept.len(),
-        skipped_groups: collected.skipped,
-        aborted_samples: collected.aborted_samples,
-        update,
-    })
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrpoRunConfig {
+    /// Hugging Face model folder to start from.
+    pub model: PathBuf,
+    /// Folder with `tokenizer.json` (default: the model folder).
+    #[serde(default)]
+    pub tokenizer: Option<PathBuf>,
+    /// Output folder for checkpoints.
+    pub out: PathBuf,
+    pub task: GrpoTask,
+    pub steps: u64,
+    #[serde(default)]
+    pub seed: u64,
+    /// Save every this many iterations (0: only the final checkpoint).
+    #[serde(default)]
+    pub save_every: u64,
+    #[serde(default = "default_cap")]
+    pub max_tokens_per_micro_batch: usize,
+    #[serde(default)]
+    pub recompute: bool,
+    #[serde(default)]
+    pub sampling: DynamicSamplingConfig,
+    #[serde(default)]
+    pub grpo: GrpoConfig,
+    #[serde(default)]
+    pub optimizer: AdamWConfig,
+    #[serde(default = "default_schedule")]
+    pub schedule: Schedule,
+    #[serde(default)]
+    pub toy: ToyTaskConfig,
 }
 
-/// [`rollout_phase`] then [`update_phase`].
-pub fn grpo_iteration(
-    trainer: &mut Trainer,
-    setup: &EngineSetup,
-    sampler: &mut dyn GroupSampler,
-    sampling: &DynamicSamplingConfig,
-    max_tokens_per_micro_batch: usize,
-) -> Result<IterationReport> {
-    let collected = rollout_phase(trainer, setup, sampler, sampling)?;
-    update_phase(trainer, &collected, max_tokens_per_micro_batch)
+impl GrpoRunConfig {
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| TrainError::Io {
+            path: path.into(),
+            source,
+        })?;
+        let mut c: GrpoRunConfig =
+            toml::from_str(&text).map_err(|e| TrainError::BadInput(format!("{}: {e}", path.display())))?;
+        // Relative paths are relative to the config file's folder.
+        let base = path.parent().unwrap_or(Path::new("."));
+        for p in [Some(&mut c.model), Some(&mut c.out), c.tokenizer.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+        if c.steps == 0 || c.max_tokens_per_micro_batch == 0 {
+            return Err(TrainError::BadInput(format!(
+                "{}: steps and max_tokens_per_micro_batch must be > 0",
+                path.display()
+            )));
+        }
+        Ok(c)
+    }
+}
+
+/// Run the configured GRPO; `on_step` sees each iteration's report. Returns the final
+/// checkpoint path.
+pub fn run_grpo(c: &GrpoRunConfig, mut on_step: impl FnMut(&IterationReport)) -> Result<PathBuf> {
+    let model = TrainModel::load(&c.model)?;
+    let opt = AdamW::new(c.optimizer, &model.store);
+    let mut tr = Trainer {
+        model,
+        opt,
+        schedule: c.schedule,
+        tape: TapeOptions { recompute: c.recompute },
+        grpo: c.grpo,
+        lora: None,
+    };
+    let tokenizer = Tokenizer::from_dir(c.tokenizer.as_deref().unwrap_or(&c.model))
+        .map_err(|e| TrainError::BadInput(format!("tokenizer: {e}")))?;
+    let setup = EngineSetup {
+        tokenizer,
+        template_dir: None,
+        config: EngineConfig::default(),
+    };
+    let mut sampler: Box<dyn GroupSampler> = match c.task {
+        GrpoTask::ToyMultipleOf8 => Box::new(MultipleOf8Task::new(c.toy.clone(), c.seed)),
+    };
+    for i in 0..c.steps {
+        let rep = grpo_iteration(
+            &mut tr,
+            &setup,
+            sampler.as_mut(),
+            &c.sampling,
+            c.max_tokens_per_micro_batch,
+        )?;
+        on_step(&rep);
+        if c.save_every > 0 && (i + 1) % c.save_every == 0 {
+            save(
+                &c.out.join(format!("step-{}", i + 1)),
+                &c.model,
+                &tr.model.store,
+                Some(&tr.opt),
+                SHARD_BYTES,
+            )?;
+        }
+    }
+    let fin = c.out.join("final");
+    save(&fin, &c.model, &tr.model.store, Some(&tr.opt), SHARD_BYTES)?;
+    Ok(fin)
 }

@@ -14,6 +14,7 @@ pub mod dynamic;
 pub mod error;
 pub mod grpo;
 pub mod grpo_run;
+pub mod iteration;
 pub mod layers;
 pub mod lease;
 pub mod lora;

@@ -119,3 +119,38 @@ pub fn grpo_batch(groups: &[KeptGroup<Rollout>]) -> Vec<GrpoSample<'_>> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(start: usize, per_layer: Vec<Vec<u32>>) -> RoutingRecord {
+        RoutingRecord {
+            start,
+            top_k: 2,
+            experts: per_layer,
+        }
+    }
+
+    #[test]
+    fn replay_pads_the_unforwarded_last_token() {
+        let r = record(0, vec![vec![3, 1, 4, 0, 2, 5], vec![0, 1, 1, 2, 2, 3]]);
+        let f = replay_routing(&r, 4).unwrap();
+        assert_eq!(f[0], vec![3, 1, 4, 0, 2, 5, 0, 1]);
+        assert_eq!(f[1].len(), 8);
+        assert_eq!(
+            replay_routing(&r, 3).unwrap(),
+            r.experts,
+            "a fully covered sequence is unchanged"
+        );
+        assert!(
+            replay_routing(&r, 5).is_err(),
+            "two missing positions is not the engine's record"
+        );
+        assert!(replay_routing(&r, 2).is_err());
+        assert!(
+            replay_routing(&record(1, vec![vec![0, 1]]), 2).is_err(),
+            "cached prefixes cannot be replayed"
+        );
+    }
+}
