@@ -7,6 +7,11 @@
 //! - [`network`]: `TrainModel` — whole-model training forward with a tape, backward, optional
 //!   per-layer activation recomputation, routing replay.
 //! - [`loss`] (cross-entropy / SFT) and [`grpo`] (clipped policy loss): pure functions of logits.
+//! - [`trainer`]: one update (SFT or GRPO) in micro-batches under a token cap; [`optim`], [`lora`].
+//! - [`lease`] and [`policy`]: the trainer's weights lent to an engine without a copy and taken back.
+//! - [`advantage`], [`dynamic`]: group-mean advantages and DAPO dynamic sampling.
+//! - [`rollout`], [`iteration`], [`toy`], [`grpo_run`]: GRPO through the engine — rollouts,
+//!   one iteration (lend → sample → give back → update), the built-in toy task, `train grpo`.
 
 pub mod advantage;
 pub mod checkpoint;
