@@ -7,6 +7,7 @@
 //! - [`network`]: `TrainModel` — whole-model training forward with a tape, backward, optional
 //!   per-layer activation recomputation, routing replay.
 //! - [`loss`] (cross-entropy / SFT) and [`grpo`] (clipped policy loss): pure functions of logits.
+//! - [`sft_data`]: conversations rendered with the chat template into ids + assistant masks.
 
 pub mod checkpoint;
 pub mod error;
@@ -18,6 +19,7 @@ pub mod network;
 pub mod ops;
 pub mod optim;
 pub mod params;
+pub mod sft_data;
 pub mod sft_run;
 pub mod trainer;
 
