@@ -234,14 +234,14 @@ impl<'a> Agent<'a> {
             sampling: self.sampling.clone(),
         };
         let t0 = Instant::now();
-        let completion = complete_one(self.policy, request).await?;
+        let mut completion = complete_one(self.policy, request).await?;
         let model_time = t0.elapsed();
         self.stats.model_time += model_time;
         self.stats.turns += 1;
         self.stats.usage.prompt_tokens += completion.usage.prompt_tokens;
         self.stats.usage.completion_tokens += completion.usage.completion_tokens;
 
-        let tokens = self.token_record(&completion);
+        let tokens = self.token_record(&mut completion);
         let parsed = parse_response(&completion, self.stats.turns, &request_tools);
         let assistant = ChatMessage {
             role: Role::Assistant,
@@ -335,8 +335,9 @@ impl<'a> Agent<'a> {
     }
 
     /// The token record of a completion, when the backend returned prompt ids, completion ids
-    /// and log-probabilities (the engine does; scripted and HTTP policies do not).
-    fn token_record(&mut self, c: &crate::policy::Completion) -> Option<TurnTokens> {
+    /// and log-probabilities (the engine does; scripted and HTTP policies do not). The routing
+    /// record, if any, moves into it.
+    fn token_record(&mut self, c: &mut crate::policy::Completion) -> Option<TurnTokens> {
         let (Some(prompt), Some(ids), Some(logprobs)) = (&c.prompt_ids, &c.token_ids, &c.logprobs)
         else {
             return None;
@@ -346,7 +347,7 @@ impl<'a> Agent<'a> {
             prompt,
             ids.clone(),
             logprobs.clone(),
-            c.routing.clone(),
+            c.routing.take(),
         );
         self.token_reference = [&prompt[..], &ids[..]].concat();
         Some(record)
