@@ -1,6 +1,7 @@
 //! CLI commands of training: `grads`, `train sft`, `train grpo`.
 
-use crate::train::grpo_run::{run_grpo, GrpoRunConfig};
+use crate::pipeline::grpo::{AgentSampler, AgentTaskConfig, Role};
+use crate::train::grpo_run::{builtin_sampler, run_grpo, GrpoRunConfig, TOY_TASK};
 use crate::train::sft_run::{run_sft, SftConfig};
 use crate::train::{TapeOptions, TrainModel};
 use anyhow::Context;
@@ -65,7 +66,21 @@ pub fn train(c: TrainCommand) -> anyhow::Result<ExitCode> {
         }
         TrainCommand::Grpo { config } => {
             let cfg = GrpoRunConfig::from_file(&config)?;
-            let fin = run_grpo(&cfg, |r| println!("{}", serde_json::to_string(r).unwrap_or_default()))?;
+            let mut sampler = match (builtin_sampler(&cfg), Role::from_task(&cfg.task)) {
+                (Some(s), _) => s,
+                (None, Some(role)) => {
+                    let base = config.parent().unwrap_or(std::path::Path::new("."));
+                    let agent = AgentTaskConfig::from_table(cfg.agent.as_ref(), base)?;
+                    let log = cfg.out.join("rollouts.jsonl");
+                    Box::new(AgentSampler::new(role, agent, &cfg.model, cfg.seed, Some(&log))?)
+                }
+                (None, None) => anyhow::bail!(
+                    "{}: unknown task {:?} (known: {TOY_TASK:?}, \"test\", \"repair\")",
+                    config.display(),
+                    cfg.task
+                ),
+            };
+            let fin = run_grpo(&cfg, sampler.as_mut(), |r| println!("{}", serde_json::to_string(r).unwrap_or_default()))?;
             eprintln!("saved {}", fin.display());
             Ok(ExitCode::SUCCESS)
         }

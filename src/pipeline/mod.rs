@@ -2,8 +2,11 @@
 //!
 //! - [`score`]: a finished Test or Repair rollout in the terms of the paper's rewards (offline
 //!   audit of a Test bundle; selected-test and official outcome of a Repair terminal patch).
+//! - [`grpo`]: `train grpo` on agent tasks — groups of Test or Repair episodes sampled through
+//!   the engine the trainer lent its weights to, scored, turned into training sequences.
 //!
 //! The single-task commands (`gen-test`, `repair`, `demo`, `bench`) drive episodes directly from
 //! `cli`.
 
+pub mod grpo;
 pub mod score;

@@ -19,6 +19,12 @@ impl EnginePolicy {
     pub fn open(model_dir: &Path) -> Result<Self, PolicyError> {
         let engine = Engine::load(model_dir, EngineConfig::default())
             .map_err(|e| PolicyError::Engine(format!("loading {}: {e}", model_dir.display())))?;
+        Self::from_engine(engine, model_dir)
+    }
+
+    /// A policy over an engine that is already running (e.g. on weights lent by the trainer);
+    /// `model_dir` names it. Dropping the policy drops its handle to the engine.
+    pub fn from_engine(engine: Engine, model_dir: &Path) -> Result<Self, PolicyError> {
         if engine.template().is_none() {
             return Err(PolicyError::Engine(format!(
                 "{} has no chat template; the agents need one to render chats",

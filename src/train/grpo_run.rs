@@ -28,13 +28,9 @@ fn default_cap() -> usize {
     32_768
 }
 
-/// The built-in tasks `train grpo` can run on its own.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
-pub enum GrpoTask {
-    /// [`super::toy`]: completion token ids must sum to a multiple of 8.
-    #[serde(rename = "toy-multiple-of-8")]
-    ToyMultipleOf8,
-}
+/// The task `train grpo` runs built in here; other names are tasks of the layers above (agent
+/// episodes), which supply their own [`GroupSampler`].
+pub const TOY_TASK: &str = "toy-multiple-of-8";
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,7 +42,8 @@ pub struct GrpoRunConfig {
     pub tokenizer: Option<PathBuf>,
     /// Output folder for checkpoints.
     pub out: PathBuf,
-    pub task: GrpoTask,
+    /// [`TOY_TASK`], or a task defined above this layer (`test`, `repair`: agent episodes).
+    pub task: String,
     pub steps: u64,
     #[serde(default)]
     pub seed: u64,
@@ -67,6 +64,9 @@ pub struct GrpoRunConfig {
     pub schedule: Schedule,
     #[serde(default)]
     pub toy: ToyTaskConfig,
+    /// Settings of a task defined above this layer (`[agent]`), passed through unread.
+    #[serde(default)]
+    pub agent: Option<toml::Table>,
 }
 
 impl GrpoRunConfig {
@@ -97,9 +97,18 @@ impl GrpoRunConfig {
     }
 }
 
-/// Run the configured GRPO; `on_step` sees each iteration's report. Returns the final
-/// checkpoint path.
-pub fn run_grpo(c: &GrpoRunConfig, mut on_step: impl FnMut(&IterationReport)) -> Result<PathBuf> {
+/// The sampler of a task built in here (`None` for tasks of the layers above).
+pub fn builtin_sampler(c: &GrpoRunConfig) -> Option<Box<dyn GroupSampler>> {
+    (c.task == TOY_TASK).then(|| Box::new(MultipleOf8Task::new(c.toy.clone(), c.seed)) as Box<dyn GroupSampler>)
+}
+
+/// Run the configured GRPO with `sampler`; `on_step` sees each iteration's report. Returns the
+/// final checkpoint path.
+pub fn run_grpo(
+    c: &GrpoRunConfig,
+    sampler: &mut dyn GroupSampler,
+    mut on_step: impl FnMut(&IterationReport),
+) -> Result<PathBuf> {
     let model = TrainModel::load(&c.model)?;
     let opt = AdamW::new(c.optimizer, &model.store);
     let mut tr = Trainer {
@@ -110,21 +119,19 @@ pub fn run_grpo(c: &GrpoRunConfig, mut on_step: impl FnMut(&IterationReport)) ->
         grpo: c.grpo,
         lora: None,
     };
-    let tokenizer = Tokenizer::from_dir(c.tokenizer.as_deref().unwrap_or(&c.model))
-        .map_err(|e| TrainError::BadInput(format!("tokenizer: {e}")))?;
+    let tokenizer_dir = c.tokenizer.as_deref().unwrap_or(&c.model);
+    let tokenizer =
+        Tokenizer::from_dir(tokenizer_dir).map_err(|e| TrainError::BadInput(format!("tokenizer: {e}")))?;
     let setup = EngineSetup {
         tokenizer,
-        template_dir: None,
+        template_dir: sampler.needs_chat_template().then(|| tokenizer_dir.to_path_buf()),
         config: EngineConfig::default(),
-    };
-    let mut sampler: Box<dyn GroupSampler> = match c.task {
-        GrpoTask::ToyMultipleOf8 => Box::new(MultipleOf8Task::new(c.toy.clone(), c.seed)),
     };
     for i in 0..c.steps {
         let rep = grpo_iteration(
             &mut tr,
             &setup,
-            sampler.as_mut(),
+            sampler,
             &c.sampling,
             c.max_tokens_per_micro_batch,
         )?;

@@ -44,13 +44,12 @@ pub fn rollout_phase(
     setup: &EngineSetup,
     sampler: &mut dyn GroupSampler,
     sampling: &DynamicSamplingConfig,
-) -> Result<Collected<Rollout>> {
-    let template = setup
-        .template_dir
-        .as_deref()
-        .map(ChatTemplate::from_dir)
-        .transpose()
-        .map_err(|e| TrainError::BadInput(format!("chat template: {e}")))?;
+) -> Result<Collected<Vec<Rollout>>> {
+    let template = match (&setup.template_dir, sampler.needs_chat_template()) {
+        (Some(dir), _) => Some(ChatTemplate::from_dir(dir).map_err(|e| TrainError::BadInput(format!("chat template: {e}")))?),
+        (None, true) => return Err(TrainError::BadInput("this task renders chats: the engine needs the model's chat template".into())),
+        (None, false) => None,
+    };
     let lent = trainer.lend(setup.tokenizer.clone(), template, setup.config)?;
     let collected = collect_groups(sampling, |i| {
         sampler.sample_group(lent.engine(), i, sampling.group_size)
@@ -62,7 +61,7 @@ pub fn rollout_phase(
 /// One GRPO update on the collected groups (routing replay where recorded).
 pub fn update_phase(
     trainer: &mut Trainer,
-    collected: &Collected<Rollout>,
+    collected: &Collected<Vec<Rollout>>,
     max_tokens_per_micro_batch: usize,
 ) -> Result<IterationReport> {
     let iteration = trainer.opt.step;

@@ -86,17 +86,26 @@ pub fn replay_routing(record: &RoutingRecord, total: usize) -> Result<Vec<Vec<u3
         .collect()
 }
 
-/// Produces scored groups of rollouts by sampling through a running engine.
+/// Produces scored groups of rollouts by sampling through a running engine. One sample of a
+/// group is one rollout's training sequences: a single-turn rollout is one [`Rollout`]; a
+/// multi-turn agent rollout may need several (one per run of turns whose prompts extend each
+/// other — a chat template may re-render earlier turns differently).
 pub trait GroupSampler {
     /// Sample and score one group of `size` rollouts for draw `attempt` (the sampler picks
     /// the prompt, e.g. round-robin over its prompts). Failed samples are `aborted`.
-    fn sample_group(&mut self, engine: &Engine, attempt: usize, size: usize) -> Result<Vec<Scored<Rollout>>>;
+    fn sample_group(&mut self, engine: &Engine, attempt: usize, size: usize) -> Result<Vec<Scored<Vec<Rollout>>>>;
+
+    /// True when the engine must be started with the model's chat template (samplers that
+    /// render chats, like the agents').
+    fn needs_chat_template(&self) -> bool {
+        false
+    }
 }
 
 /// GRPO samples of the kept groups, in order. Aborted samples are left out altogether: they
 /// have no advantage and their tokens must not enter the denominator (their rollout may be
 /// empty or partial).
-pub fn grpo_batch(groups: &[KeptGroup<Rollout>]) -> Vec<GrpoSample<'_>> {
+pub fn grpo_batch(groups: &[KeptGroup<Vec<Rollout>>]) -> Vec<GrpoSample<'_>> {
     groups
         .iter()
         .flat_map(|g| {
@@ -105,8 +114,8 @@ pub fn grpo_batch(groups: &[KeptGroup<Rollout>]) -> Vec<GrpoSample<'_>> {
                 .zip(&g.advantages)
                 .enumerate()
                 .filter(|&(j, _)| g.is_trained(j))
-                .map(|(_, (s, &a))| {
-                    let r = &s.sample;
+                .flat_map(|(_, (s, &a))| s.sample.iter().map(move |r| (r, a)))
+                .map(|(r, a)| {
                     GrpoSample {
                         ids: &r.ids,
                         train_mask: &r.train_mask,

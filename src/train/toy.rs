@@ -60,7 +60,7 @@ impl MultipleOf8Task {
 }
 
 impl GroupSampler for MultipleOf8Task {
-    fn sample_group(&mut self, engine: &Engine, _attempt: usize, size: usize) -> Result<Vec<Scored<Rollout>>> {
+    fn sample_group(&mut self, engine: &Engine, _attempt: usize, size: usize) -> Result<Vec<Scored<Vec<Rollout>>>> {
         let c = &self.cfg;
         if c.prompts.is_empty() || c.completion_tokens == 0 {
             return Err(super::TrainError::BadInput(
@@ -94,27 +94,21 @@ impl GroupSampler for MultipleOf8Task {
                 let scored = match done {
                     Ok(comp) if comp.token_ids.len() == c.completion_tokens => Scored {
                         reward: multiple_of_8_reward(&comp.token_ids),
-                        sample: Rollout::from_completion(&prompt, &comp)?,
+                        sample: vec![Rollout::from_completion(&prompt, &comp)?],
                         aborted: false,
                     },
                     Ok(comp) => {
                         tracing::warn!("toy rollout ended after {} tokens; aborted", comp.token_ids.len());
                         Scored {
-                            sample: Rollout::from_completion(&prompt, &comp)?,
+                            sample: vec![Rollout::from_completion(&prompt, &comp)?],
                             reward: 0.0,
                             aborted: true,
                         }
                     }
                     Err(e) => {
                         tracing::warn!("toy rollout failed: {e}; aborted");
-                        let empty = Rollout {
-                            ids: vec![],
-                            train_mask: vec![],
-                            logprobs: vec![],
-                            routing: None,
-                        };
                         Scored {
-                            sample: empty,
+                            sample: Vec::new(),
                             reward: 0.0,
                             aborted: true,
                         }
