@@ -58,7 +58,8 @@ pub fn train(c: TrainCommand) -> anyhow::Result<ExitCode> {
     match c {
         TrainCommand::Sft { config } => {
             let cfg = SftConfig::from_file(&config)?;
-            let fin = run_sft(&cfg, |r| println!("{}", serde_json::to_string(r).unwrap_or_default()))?;
+            let read = |p: &std::path::Path| crate::agent::trajectory::sft_conversations(p).map_err(|e| e.to_string());
+            let fin = run_sft(&cfg, &read, |r| println!("{}", serde_json::to_string(r).unwrap_or_default()))?;
             eprintln!("saved {}", fin.display());
             Ok(ExitCode::SUCCESS)
         }

@@ -4,10 +4,8 @@
 //! log-probabilities. Reasoning is split off here (the template may open `<think>` in the prompt);
 //! the agent loop parses the tool call from the answer text.
 
-use super::{BoxFuture, ChatMessage, ChatRequest, Completion, Policy, PolicyError, Role, Usage};
+use super::{BoxFuture, ChatMessage, ChatRequest, Completion, Policy, PolicyError, Usage};
 use crate::engine::{self, Engine, EngineConfig, FinishReason};
-use crate::model::chat::{Message, Role as ModelRole};
-use crate::model::toolcall::ToolCall as ModelToolCall;
 use std::path::{Path, PathBuf};
 
 /// The embedded engine serving one model directory (weights, tokenizer, chat template).
@@ -38,26 +36,6 @@ impl EnginePolicy {
     }
 }
 
-fn to_model_message(m: &ChatMessage) -> Message {
-    let role = match m.role {
-        Role::System => ModelRole::System,
-        Role::User => ModelRole::User,
-        Role::Assistant => ModelRole::Assistant,
-        Role::Tool => ModelRole::Tool,
-    };
-    let mut out = Message::new(role, m.content.clone());
-    out.reasoning_content = m.reasoning_content.clone();
-    out.tool_calls = m
-        .tool_calls
-        .iter()
-        .map(|c| ModelToolCall {
-            name: c.name.clone(),
-            arguments: c.arguments.as_object().cloned().unwrap_or_default(),
-        })
-        .collect();
-    out
-}
-
 fn to_engine_request(req: &ChatRequest) -> engine::ChatRequest {
     let s = &req.sampling;
     let sampling = engine::SamplingParams {
@@ -70,10 +48,11 @@ fn to_engine_request(req: &ChatRequest) -> engine::ChatRequest {
         stop: Vec::new(),
     };
     let mut r = engine::ChatRequest::new(
-        req.messages.iter().map(to_model_message).collect(),
+        req.messages.iter().map(ChatMessage::to_model).collect(),
         sampling,
     );
     r.tools = req.tools.clone();
+    r.routing = s.routing;
     r
 }
 
@@ -131,6 +110,8 @@ impl Policy for EnginePolicy {
                         ),
                         token_ids: Some(c.token_ids),
                         logprobs: Some(c.logprobs),
+                        prompt_ids: Some(chat.prompt_ids),
+                        routing: c.routing,
                     })
                 })
                 .collect()

@@ -12,6 +12,7 @@
 //! - [`advantage`], [`dynamic`]: group-mean advantages and DAPO dynamic sampling.
 //! - [`rollout`], [`iteration`], [`toy`], [`grpo_run`]: GRPO through the engine — rollouts,
 //!   one iteration (lend → sample → give back → update), the built-in toy task, `train grpo`.
+//! - [`sft_data`]: conversations rendered with the chat template into ids + assistant masks.
 
 pub mod advantage;
 pub mod checkpoint;
@@ -30,6 +31,7 @@ pub mod optim;
 pub mod params;
 pub mod policy;
 pub mod rollout;
+pub mod sft_data;
 pub mod sft_run;
 pub mod toy;
 pub mod trainer;
