@@ -85,10 +85,7 @@ impl<'t> LentPolicy<'t> {
         };
         let mut lease = self.lease.take().expect("lease and engine are taken together");
         // `stop` fails, changing nothing, while other handles exist.
-        let model: Model = match engine.stop() {
-            Ok(m) => m,
-            Err(e) => return Err(e.into()),
-        };
+        let model: Model = engine.stop()?;
         drop(model);
         self.trainer.model.store = lease.reclaim()?;
         Ok(())

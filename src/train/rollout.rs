@@ -71,7 +71,7 @@ pub fn replay_routing(record: &RoutingRecord, total: usize) -> Result<Vec<Vec<u3
         .experts
         .iter()
         .map(|layer| {
-            let covered = if k == 0 { 0 } else { layer.len() / k };
+            let covered = layer.len().checked_div(k).unwrap_or(0);
             if k == 0 || layer.len() % k != 0 || covered > total || covered + 1 < total {
                 return Err(TrainError::BadInput(format!(
                     "routing record covers {covered} positions (top_k {k}), the sequence has {total}"

@@ -44,6 +44,9 @@ pub struct Trainer {
     pub lora: Option<Lora>,
 }
 
+/// One sequence of a step: token ids and, for routing replay, the experts per layer.
+type SeqRef<'a> = (&'a [u32], Option<&'a [Vec<u32>]>);
+
 /// Split sequences of lengths `lens` (batch order kept) into consecutive micro-batches of at
 /// most `cap` tokens each. A sequence longer than `cap` is allowed and forms a micro-batch alone.
 pub fn plan_micro_batches(lens: &[usize], cap: usize) -> Vec<Range<usize>> {
@@ -74,17 +77,25 @@ impl Trainer {
         let masks: Vec<&[bool]> = batch.iter().map(|e| &e.mask[..]).collect();
         let denom = sft_denominator(&masks);
         if denom == 0 {
-            return Err(TrainError::BadInput("SFT batch has no trained (assistant) tokens".into()));
+            return Err(TrainError::BadInput(
+                "SFT batch has no trained (assistant) tokens".into(),
+            ));
         }
         let v = self.model.cfg.vocab_size;
-        let seqs: Vec<(&[u32], Option<&[Vec<u32>]>)> = batch.iter().map(|e| (&e.ids[..], None)).collect();
+        let seqs: Vec<SeqRef<'_>> = batch.iter().map(|e| (&e.ids[..], None)).collect();
         let (grads, loss, tokens, micro_batches) =
             self.accumulate(&seqs, max_tokens_per_micro_batch, |i, logits| {
                 let e = &batch[i];
                 sft_loss(logits, v, &e.ids, &e.mask, denom as f64)
             })?;
         let stats = self.update(grads);
-        Ok(StepReport { step: self.opt.step, loss, tokens, micro_batches, stats })
+        Ok(StepReport {
+            step: self.opt.step,
+            loss,
+            tokens,
+            micro_batches,
+            stats,
+        })
     }
 
     /// One GRPO update over `batch`; returns `None` when no sample is active (all advantages
@@ -107,14 +118,20 @@ impl Trainer {
         }
         let v = self.model.cfg.vocab_size;
         let active: Vec<&GrpoSample<'_>> = batch.iter().filter(|s| super::grpo::is_active(&self.grpo, s)).collect();
-        let seqs: Vec<(&[u32], Option<&[Vec<u32>]>)> = active.iter().map(|s| (s.ids, s.routing)).collect();
+        let seqs: Vec<SeqRef<'_>> = active.iter().map(|s| (s.ids, s.routing)).collect();
         let cfg = self.grpo;
         let (grads, loss, tokens, micro_batches) =
             self.accumulate(&seqs, max_tokens_per_micro_batch, |i, logits| {
                 grpo_loss(&cfg, logits, v, active[i], denom as f64)
             })?;
         let stats = self.update(grads);
-        Ok(Some(StepReport { step: self.opt.step, loss, tokens, micro_batches, stats }))
+        Ok(Some(StepReport {
+            step: self.opt.step,
+            loss,
+            tokens,
+            micro_batches,
+            stats,
+        }))
     }
 
     /// Gradient accumulation over `seqs` (ids, optional routing replay), micro-batch by
@@ -123,7 +140,7 @@ impl Trainer {
     /// Returns (grads, loss, tokens, micro-batches).
     fn accumulate(
         &self,
-        seqs: &[(&[u32], Option<&[Vec<u32>]>)],
+        seqs: &[SeqRef<'_>],
         cap: usize,
         loss: impl Fn(usize, &[f32]) -> Result<LossOut>,
     ) -> Result<(Grads, f64, usize, usize)> {
@@ -135,8 +152,10 @@ impl Trainer {
         let lens: Vec<usize> = seqs.iter().map(|s| s.0.len()).collect();
         let plan = plan_micro_batches(&lens, cap);
         for mb in &plan {
-            let tapes: Vec<Result<Tape>> =
-                seqs[mb.clone()].par_iter().map(|(ids, routing)| self.model.forward(ids, *routing, self.tape)).collect();
+            let tapes: Vec<Result<Tape>> = seqs[mb.clone()]
+                .par_iter()
+                .map(|(ids, routing)| self.model.forward(ids, *routing, self.tape))
+                .collect();
             for (i, tape) in mb.clone().zip(tapes) {
                 let tape = tape?;
                 let out = loss(i, &tape.logits)?;
