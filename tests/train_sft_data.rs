@@ -38,7 +38,9 @@ fn runs(tok: &Tokenizer, e: &SftExample) -> Vec<(bool, String)> {
 }
 
 fn xml(cmd: &str) -> String {
-    format!("<tool_call>\n<function=bash>\n<parameter=command>\n{cmd}\n</parameter>\n</function>\n</tool_call><|im_end|>")
+    format!(
+        "<tool_call>\n<function=bash>\n<parameter=command>\n{cmd}\n</parameter>\n</function>\n</tool_call><|im_end|>"
+    )
 }
 
 #[tokio::test]
@@ -107,9 +109,8 @@ fn turns_before_a_later_user_message_train_in_their_own_sequence() {
     };
     let ex = conversation_examples(&template, &tok, &conv).unwrap();
     assert_eq!(ex.len(), 2);
-    let trained = |e: &SftExample| -> Vec<String> {
-        runs(&tok, e).into_iter().filter(|(m, _)| *m).map(|(_, s)| s).collect()
-    };
+    let trained =
+        |e: &SftExample| -> Vec<String> { runs(&tok, e).into_iter().filter(|(m, _)| *m).map(|(_, s)| s).collect() };
     assert_eq!(
         trained(&ex[0]),
         vec![format!("Look first.\n</think>\n\n{}", xml("ls")), "\n</think>\n\ndone?<|im_end|>".to_string()]
@@ -132,7 +133,8 @@ async fn engine_turns_carry_token_records_that_replay_exactly() {
         command_timeout: Duration::from_secs(10),
         max_format_errors: 3,
     };
-    let sampling = SamplingParams { max_tokens: 12, seed: Some(5), logprobs: true, routing: true, ..SamplingParams::default() };
+    let sampling =
+        SamplingParams { max_tokens: 12, seed: Some(5), logprobs: true, routing: true, ..SamplingParams::default() };
     let mut agent = Agent::new(&policy, &shell, "test", "records", limits, sampling);
     agent.push(ChatMessage::system(common::SYSTEM));
     agent.push(ChatMessage::user("List the files."));
