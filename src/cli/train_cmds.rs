@@ -1,5 +1,6 @@
 //! CLI commands of training: `grads`, `train sft`, `train grpo`.
 
+use crate::train::grpo_run::{run_grpo, GrpoRunConfig};
 use crate::train::sft_run::{run_sft, SftConfig};
 use crate::train::{TapeOptions, TrainModel};
 use anyhow::Context;
@@ -27,7 +28,8 @@ pub enum TrainCommand {
         #[arg(long)]
         config: PathBuf,
     },
-    /// GRPO with the paper's settings.
+    /// GRPO with the paper's settings on a built-in verifiable task (engine rollouts on the
+    /// trainer's own weights).
     Grpo {
         #[arg(long)]
         config: PathBuf,
@@ -61,9 +63,11 @@ pub fn train(c: TrainCommand) -> anyhow::Result<ExitCode> {
             eprintln!("saved {}", fin.display());
             Ok(ExitCode::SUCCESS)
         }
-        TrainCommand::Grpo { .. } => anyhow::bail!(
-            "`train grpo` needs the rollout pipeline (engine sampling + episodes + rewards), which is not wired yet; \
-             the GRPO loss and update are available as execcritic::train::trainer::Trainer::grpo_step"
-        ),
+        TrainCommand::Grpo { config } => {
+            let cfg = GrpoRunConfig::from_file(&config)?;
+            let fin = run_grpo(&cfg, |r| println!("{}", serde_json::to_string(r).unwrap_or_default()))?;
+            eprintln!("saved {}", fin.display());
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
