@@ -37,7 +37,12 @@ fn turn_requests(trajectories: &[Trajectory]) -> Vec<(ChatRequest, String)> {
             let request = ChatRequest {
                 messages: messages[..i].to_vec(),
                 tools: bash_tools(),
-                sampling: SamplingParams { temperature: 0.0, max_tokens: 96, seed: Some(0), ..SamplingParams::default() },
+                sampling: SamplingParams {
+                    temperature: 0.0,
+                    max_tokens: 96,
+                    seed: Some(0),
+                    ..SamplingParams::default()
+                },
             };
             out.push((request, command));
         }
@@ -70,10 +75,13 @@ async fn evaluate(model: &Path, requests: &[(ChatRequest, String)], label: &str)
         let got = well_formed_command(c);
         ok += got.is_some() as usize;
         same += (got.as_deref() == Some(want.as_str())) as usize;
-        eprintln!("[{label}] want {want:?} → {}", match &got {
-            Some(cmd) => format!("call {cmd:?}"),
-            None => format!("malformed {:?}", c.text.chars().take(80).collect::<String>()),
-        });
+        eprintln!(
+            "[{label}] want {want:?} → {}",
+            match &got {
+                Some(cmd) => format!("call {cmd:?}"),
+                None => format!("malformed {:?}", c.text.chars().take(80).collect::<String>()),
+            }
+        );
     }
     eprintln!("[{label}] well-formed bash calls: {ok}/{}, script's command: {same}/{}", out.len(), out.len());
     (ok, same)

@@ -6,8 +6,8 @@
 //! * the token records of an agent run on the engine policy: per assistant turn, the prompt ids
 //!   the engine read (= the chat template's rendering of the conversation before the turn), the
 //!   sampled ids, their log-probabilities and the routing record; `turn_samples` rebuilds them
-//!   from the JSONL file, and the training forward with routing replay recomputes the rollout's
-//!   log-probabilities.
+//!   from the JSONL file, the training forward with routing replay recomputes the rollout's
+//!   log-probabilities, and a GRPO step over the samples is on-policy.
 
 #[path = "common/sft.rs"]
 mod common;
@@ -19,9 +19,11 @@ use execcritic::model::chat::{ChatOptions, ChatTemplate, Message};
 use execcritic::model::tokenizer::Tokenizer;
 use execcritic::model::toolcall::ToolCall;
 use execcritic::policy::{ChatMessage, EnginePolicy, SamplingParams};
+use execcritic::train::grpo::{GrpoConfig, GrpoSample};
 use execcritic::train::loss::log_softmax_row;
+use execcritic::train::optim::{AdamW, AdamWConfig, Schedule};
 use execcritic::train::sft_data::{conversation_examples, Conversation};
-use execcritic::train::trainer::SftExample;
+use execcritic::train::trainer::{SftExample, Trainer};
 use execcritic::train::{TapeOptions, TrainModel};
 use std::time::Duration;
 
@@ -38,7 +40,9 @@ fn runs(tok: &Tokenizer, e: &SftExample) -> Vec<(bool, String)> {
 }
 
 fn xml(cmd: &str) -> String {
-    format!("<tool_call>\n<function=bash>\n<parameter=command>\n{cmd}\n</parameter>\n</function>\n</tool_call><|im_end|>")
+    format!(
+        "<tool_call>\n<function=bash>\n<parameter=command>\n{cmd}\n</parameter>\n</function>\n</tool_call><|im_end|>"
+    )
 }
 
 #[tokio::test]
@@ -107,9 +111,8 @@ fn turns_before_a_later_user_message_train_in_their_own_sequence() {
     };
     let ex = conversation_examples(&template, &tok, &conv).unwrap();
     assert_eq!(ex.len(), 2);
-    let trained = |e: &SftExample| -> Vec<String> {
-        runs(&tok, e).into_iter().filter(|(m, _)| *m).map(|(_, s)| s).collect()
-    };
+    let trained =
+        |e: &SftExample| -> Vec<String> { runs(&tok, e).into_iter().filter(|(m, _)| *m).map(|(_, s)| s).collect() };
     assert_eq!(
         trained(&ex[0]),
         vec![format!("Look first.\n</think>\n\n{}", xml("ls")), "\n</think>\n\ndone?<|im_end|>".to_string()]
@@ -132,7 +135,8 @@ async fn engine_turns_carry_token_records_that_replay_exactly() {
         command_timeout: Duration::from_secs(10),
         max_format_errors: 3,
     };
-    let sampling = SamplingParams { max_tokens: 12, seed: Some(5), logprobs: true, routing: true, ..SamplingParams::default() };
+    let sampling =
+        SamplingParams { max_tokens: 12, seed: Some(5), logprobs: true, routing: true, ..SamplingParams::default() };
     let mut agent = Agent::new(&policy, &shell, "test", "records", limits, sampling);
     agent.push(ChatMessage::system(common::SYSTEM));
     agent.push(ChatMessage::user("List the files."));
@@ -199,6 +203,38 @@ async fn engine_turns_carry_token_records_that_replay_exactly() {
     }
     eprintln!("rollout vs recomputed log-probabilities: max |Δ| = {worst:.2e}");
     assert!(worst < 1e-5, "max |Δ logprob| {worst}");
+
+    // The samples are GRPO's unit: one update over them is on-policy (every ratio is 1), so the
+    // clipped objective is −Σ advantage · tokens / tokens.
+    let advantages = [1.0f32, -1.0, 0.5];
+    let parts: Vec<_> =
+        samples.iter().map(|s| (s.ids(), s.train_mask(), s.old_logprobs(), s.replay_routing())).collect();
+    let batch: Vec<GrpoSample<'_>> = parts
+        .iter()
+        .zip(advantages)
+        .map(|((ids, mask, old, routing), advantage)| GrpoSample {
+            ids,
+            train_mask: mask,
+            old_logprobs: old,
+            ref_logprobs: None,
+            advantage,
+            routing: routing.as_deref(),
+        })
+        .collect();
+    let opt = AdamW::new(AdamWConfig { lr: 1e-3, ..Default::default() }, &model.store);
+    let mut tr = Trainer {
+        model,
+        opt,
+        schedule: Schedule::Constant,
+        tape: TapeOptions::default(),
+        grpo: GrpoConfig::default(),
+        lora: None,
+    };
+    let report = tr.grpo_step(&batch).unwrap().expect("active samples");
+    let n: Vec<f64> = samples.iter().map(|s| s.completion_ids.len() as f64).collect();
+    let want = -(0..3).map(|i| advantages[i] as f64 * n[i]).sum::<f64>() / n.iter().sum::<f64>();
+    assert_eq!(report.tokens, n.iter().sum::<f64>() as usize);
+    assert!((report.loss - want).abs() < 1e-4, "GRPO loss {} vs on-policy {want}", report.loss);
 }
 
 #[tokio::test]

@@ -148,8 +148,10 @@ pub fn load_examples(c: &SftConfig, read: ConversationReader<'_>) -> Result<Vec<
         return read_examples(d);
     }
     let files = c.trajectories.as_ref().map(Paths::paths).unwrap_or_default();
-    let template = ChatTemplate::from_dir(&c.model).map_err(|e| TrainError::BadInput(format!("{}: {e}", c.model.display())))?;
-    let tokenizer = Tokenizer::from_dir(&c.model).map_err(|e| TrainError::BadInput(format!("{}: {e}", c.model.display())))?;
+    let template =
+        ChatTemplate::from_dir(&c.model).map_err(|e| TrainError::BadInput(format!("{}: {e}", c.model.display())))?;
+    let tokenizer =
+        Tokenizer::from_dir(&c.model).map_err(|e| TrainError::BadInput(format!("{}: {e}", c.model.display())))?;
     let mut out = Vec::new();
     for f in files {
         let convs = read(f).map_err(|e| TrainError::BadInput(format!("{}: {e}", f.display())))?;

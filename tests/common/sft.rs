@@ -47,17 +47,13 @@ pub struct Task {
 
 pub fn tasks() -> Vec<Task> {
     let text = std::fs::read_to_string(root().join("tests/fixtures/sft/tasks.jsonl")).unwrap();
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 /// One assistant turn calling bash with `cmd` (Qwen3.5 XML), as a scripted-policy JSONL line.
 pub fn call(cmd: &str) -> String {
-    let content = format!(
-        "<tool_call>\n<function=bash>\n<parameter=command>\n{cmd}\n</parameter>\n</function>\n</tool_call>"
-    );
+    let content =
+        format!("<tool_call>\n<function=bash>\n<parameter=command>\n{cmd}\n</parameter>\n</function>\n</tool_call>");
     serde_json::json!({ "content": content }).to_string()
 }
 
@@ -113,8 +109,8 @@ pub async fn scripted_trajectories() -> Vec<Trajectory> {
             max_format_errors: 1,
         };
         let id = format!("sft-{i}");
-        let mut agent = Agent::new(&policy, &shell, "sft", &id, limits, SamplingParams::default())
-            .with_markers(&[Marker::Submit]);
+        let mut agent =
+            Agent::new(&policy, &shell, "sft", &id, limits, SamplingParams::default()).with_markers(&[Marker::Submit]);
         agent.push(ChatMessage::system(SYSTEM));
         agent.push(ChatMessage::user(t.task.clone()));
         loop {
