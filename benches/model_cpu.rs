@@ -3,7 +3,8 @@
 //! object; scripts/bench_cpu_vs_transformers.py runs it next to transformers on the same weights.
 //!
 //! `cargo bench --bench model_cpu -- DIR [--prefill 512] [--decode-steps 32] [--prompt 64]`
-//! Threads: `RAYON_NUM_THREADS` (the script sets the same count for torch).
+//! Threads: `RAYON_NUM_THREADS` (the script sets the same count for torch). With
+//! `EXECCRITIC_PROFILE=1` it also prints per-op times of each phase to stderr.
 
 use execcritic::model::{ForwardOptions, LogitsMode, Model, SeqInput};
 use execcritic::tensor::cpu::matmul_t;
