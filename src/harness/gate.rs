@@ -6,6 +6,7 @@
 use super::bundle::{Bundle, FrozenBundle};
 use super::classify::{base_category, failure_kind, BaseCategory, FailureKind, GateStatus};
 use super::diff::{is_test_path, parse_patch};
+use super::environment::prepare_environment;
 use super::error::HarnessError;
 use super::execute::{
     apply_patch, bound_tail, run_after, run_tests, ApplyOutcome, RunRecord, Staged,
@@ -14,7 +15,9 @@ use super::feedback::{hide_test_source, render, EnvelopeInput};
 use super::logparse::TestStatus;
 use super::sandbox::docker::{DockerSandbox, Populate as DockerPopulate};
 use super::sandbox::local::LocalSandbox;
-use super::sandbox::{reset_command, shell_quote, Purpose, Sandbox, SandboxConfig, SandboxKind};
+use super::sandbox::{
+    reset_command, shell_quote, EnvAccess, Purpose, Sandbox, SandboxConfig, SandboxKind,
+};
 use super::validate::Rejection;
 use crate::task::TaskInstance;
 use std::path::Path;
@@ -35,7 +38,43 @@ pub async fn open_sandbox(
     open_sandbox_with(kind, task, purpose, &SandboxConfig::default()).await
 }
 
+/// Open a sandbox with explicit options. A task with `environment_setup` gets its prepared
+/// environment (built once per cache key, see [`super::environment`]) mounted read-only at
+/// `/env`, unless `config` already names an environment.
 pub async fn open_sandbox_with(
+    kind: SandboxKind,
+    task: &TaskInstance,
+    purpose: Purpose,
+    config: &SandboxConfig,
+) -> Result<Box<dyn Sandbox>, HarnessError> {
+    if config.environment == EnvAccess::None {
+        if let Some(env) = prepare_environment(kind, task, config).await? {
+            let config = SandboxConfig {
+                environment: EnvAccess::ReadOnly(env.dir),
+                ..config.clone()
+            };
+            return open_bare(kind, task, purpose, &config).await;
+        }
+    }
+    open_bare(kind, task, purpose, config).await
+}
+
+/// The docker image a task's sandboxes use: `config`'s, else `$EXECCRITIC_DOCKER_IMAGE`, else
+/// the task's `image`.
+pub fn docker_image(task: &TaskInstance, config: &SandboxConfig) -> String {
+    config
+        .docker_image
+        .clone()
+        .or_else(|| {
+            std::env::var("EXECCRITIC_DOCKER_IMAGE")
+                .ok()
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_else(|| task.image.clone())
+}
+
+/// Open a sandbox exactly as `config` says (no environment preparation).
+pub(crate) async fn open_bare(
     kind: SandboxKind,
     task: &TaskInstance,
     purpose: Purpose,
@@ -57,15 +96,7 @@ pub async fn open_sandbox_with(
             Ok(Box::new(sb))
         }
         SandboxKind::Docker => {
-            let image = config
-                .docker_image
-                .clone()
-                .or_else(|| {
-                    std::env::var("EXECCRITIC_DOCKER_IMAGE")
-                        .ok()
-                        .filter(|s| !s.is_empty())
-                })
-                .unwrap_or_else(|| task.image.clone());
+            let image = docker_image(task, config);
             let populate: Option<DockerPopulate> = task.repo_path.as_ref().map(|_| {
                 let t = task.clone();
                 let sanitize = purpose.sanitize_history();

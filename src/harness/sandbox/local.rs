@@ -6,7 +6,10 @@
 //! pid namespace takes every process inside down with it.
 
 use super::capture::Capture;
-use super::{reset_command, ExecOutput, SandboxConfig, SandboxFuture, SandboxLimits, WORKDIR};
+use super::{
+    reset_command, EnvAccess, ExecOutput, SandboxConfig, SandboxFuture, SandboxLimits, ENV_DIR,
+    WORKDIR,
+};
 use crate::harness::error::HarnessError;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -36,6 +39,9 @@ pub struct LocalSandbox {
     staged: Vec<(std::ffi::CString, std::ffi::CString)>,
     /// Host top-level entries bound read-only (path, symlink target when a symlink).
     root_entries: Vec<(PathBuf, Option<PathBuf>)>,
+    /// The task environment and the host path bwrap binds at `/env` (staged as root).
+    env: EnvAccess,
+    env_src: Option<PathBuf>,
 }
 
 impl LocalSandbox {
@@ -60,7 +66,21 @@ impl LocalSandbox {
         let workspace = root.path().join("testbed");
         std::fs::create_dir_all(&workspace).map_err(|e| HarnessError::io(&workspace, e))?;
         let base_commit = populate(&workspace)?;
-        let (masks, staged) = home_masks(root.path(), uid.is_some())?;
+        let (masks, mut staged) = home_masks(root.path(), uid.is_some())?;
+        let env_src = match config.environment.host_dir() {
+            None => None,
+            Some(dir) if uid.is_some() => {
+                // The sandbox uid may not traverse the cache's parents (e.g. /root): stage it.
+                if matches!(config.environment, EnvAccess::Setup(_)) {
+                    chown_tree(dir, uid)?;
+                }
+                let dst = root.path().join("envbind");
+                std::fs::create_dir_all(&dst).map_err(|e| HarnessError::io(&dst, e))?;
+                staged.push((cstring(dir)?, cstring(&dst)?));
+                Some(dst)
+            }
+            Some(dir) => Some(dir.to_path_buf()),
+        };
         let sb = LocalSandbox {
             root,
             base_commit,
@@ -73,6 +93,8 @@ impl LocalSandbox {
             masks,
             staged,
             root_entries: root_entries(),
+            env: config.environment.clone(),
+            env_src,
         };
         std::fs::create_dir_all(sb.tmp_dir()).map_err(|e| HarnessError::io(sb.tmp_dir(), e))?;
         sb.chown_tree(sb.root.path())?;
@@ -109,13 +131,7 @@ impl LocalSandbox {
     }
 
     fn chown_tree(&self, dir: &Path) -> Result<(), HarnessError> {
-        let Some(uid) = self.uid else { return Ok(()) };
-        for entry in walkdir::WalkDir::new(dir) {
-            let entry = entry.map_err(|e| HarnessError::Other(format!("walking {dir:?}: {e}")))?;
-            std::os::unix::fs::lchown(entry.path(), Some(uid), Some(uid))
-                .map_err(|e| HarnessError::io(entry.path(), e))?;
-        }
-        Ok(())
+        chown_tree(dir, self.uid)
     }
 
     fn bwrap_command(&self, command: &str) -> tokio::process::Command {
@@ -129,6 +145,10 @@ impl LocalSandbox {
         c.env("HOME", "/tmp")
             .env("TMPDIR", "/tmp")
             .env("PYTHONDONTWRITEBYTECODE", "1");
+        let base_path = std::env::var("PATH").unwrap_or_default();
+        for (k, v) in self.env.variables(&base_path) {
+            c.env(k, v);
+        }
         if std::env::var_os("PYENV_ROOT").is_none() {
             if let Some(home) = std::env::var_os("HOME") {
                 let p = Path::new(&home).join(".pyenv");
@@ -137,7 +157,19 @@ impl LocalSandbox {
                 }
             }
         }
-        c.args(["--unshare-all", "--die-with-parent", "--new-session"]);
+        if self.env.network() {
+            // The setup sandbox: every namespace but the network's.
+            c.args([
+                "--unshare-user-try",
+                "--unshare-ipc",
+                "--unshare-pid",
+                "--unshare-uts",
+                "--unshare-cgroup-try",
+            ]);
+        } else {
+            c.arg("--unshare-all");
+        }
+        c.args(["--die-with-parent", "--new-session"]);
         // The sandbox root is bwrap's tmpfs with the host's top-level directories bound
         // read-only (so /testbed can be created), then remounted read-only.
         for (name, link) in &self.root_entries {
@@ -155,6 +187,14 @@ impl LocalSandbox {
         }
         c.arg("--bind").arg(self.workspace()).arg(WORKDIR);
         c.arg("--bind").arg(self.tmp_dir()).arg("/tmp");
+        if let Some(src) = &self.env_src {
+            let how = if self.env.network() {
+                "--bind"
+            } else {
+                "--ro-bind"
+            };
+            c.arg(how).arg(src).arg(ENV_DIR);
+        }
         c.args([
             "--remount-ro",
             "/",
@@ -321,6 +361,23 @@ impl LocalSandbox {
     }
 }
 
+/// Give a tree to the sandbox uid (root only; `None` leaves ownership alone).
+pub(crate) fn chown_tree(dir: &Path, uid: Option<u32>) -> Result<(), HarnessError> {
+    let Some(uid) = uid else { return Ok(()) };
+    for entry in walkdir::WalkDir::new(dir) {
+        let entry = entry.map_err(|e| HarnessError::Other(format!("walking {dir:?}: {e}")))?;
+        std::os::unix::fs::lchown(entry.path(), Some(uid), Some(uid))
+            .map_err(|e| HarnessError::io(entry.path(), e))?;
+    }
+    Ok(())
+}
+
+fn cstring(p: &Path) -> Result<std::ffi::CString, HarnessError> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| HarnessError::Other(format!("path {} contains a NUL byte", p.display())))
+}
+
 fn clear_dir(dir: &Path) -> Result<(), HarnessError> {
     for entry in std::fs::read_dir(dir).map_err(|e| HarnessError::io(dir, e))? {
         let p = entry.map_err(|e| HarnessError::io(dir, e))?.path();
@@ -455,7 +512,9 @@ fn home_masks(
 /// Top-level host directories to expose read-only (everything but the ones the sandbox
 /// provides itself).
 fn root_entries() -> Vec<(PathBuf, Option<PathBuf>)> {
-    const OWN: &[&str] = &["proc", "dev", "tmp", "run", "testbed", "root", "home"];
+    const OWN: &[&str] = &[
+        "proc", "dev", "tmp", "run", "testbed", "env", "root", "home",
+    ];
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir("/") else {
         return out;

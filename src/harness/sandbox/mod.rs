@@ -120,6 +120,61 @@ pub struct SandboxConfig {
     pub log_dir: Option<PathBuf>,
     /// Docker image to use instead of the task's `image` (default: `$EXECCRITIC_DOCKER_IMAGE`).
     pub docker_image: Option<String>,
+    /// The task's prepared environment at [`ENV_DIR`] (see `harness::environment`).
+    pub environment: EnvAccess,
+}
+
+/// In-sandbox path of a task's prepared environment (`environment_setup`).
+pub const ENV_DIR: &str = "/env";
+
+/// How a sandbox sees the task's environment directory at [`ENV_DIR`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum EnvAccess {
+    /// The task has no `environment_setup`: no `/env`.
+    #[default]
+    None,
+    /// Every sandbox of a task with a prepared environment (Test agent, gates, grading): the
+    /// cached directory mounted read-only, no network.
+    ReadOnly(PathBuf),
+    /// The setup sandbox only: the environment's build directory mounted writable, and the
+    /// network shared with the host (local: no network namespace; docker: host network).
+    Setup(PathBuf),
+}
+
+impl EnvAccess {
+    /// Host directory mounted at [`ENV_DIR`], if any.
+    pub fn host_dir(&self) -> Option<&std::path::Path> {
+        match self {
+            EnvAccess::None => None,
+            EnvAccess::ReadOnly(p) | EnvAccess::Setup(p) => Some(p),
+        }
+    }
+
+    /// Whether the sandbox shares the host's network (only while setting the environment up).
+    pub fn network(&self) -> bool {
+        matches!(self, EnvAccess::Setup(_))
+    }
+
+    /// Environment variables exposing the environment to commands, given the sandbox's base
+    /// `PATH`: `/env/venv/bin` and `/env/bin` lead `PATH`, `/env/python` is on `PYTHONPATH`
+    /// (for `pip install --target /env/python`), `VIRTUAL_ENV=/env/venv` once a venv exists.
+    pub fn variables(&self, base_path: &str) -> Vec<(String, String)> {
+        let Some(host) = self.host_dir() else {
+            return Vec::new();
+        };
+        let mut vars = vec![
+            ("EXECCRITIC_ENV".to_string(), ENV_DIR.to_string()),
+            (
+                "PATH".to_string(),
+                format!("{ENV_DIR}/venv/bin:{ENV_DIR}/bin:{base_path}"),
+            ),
+            ("PYTHONPATH".to_string(), format!("{ENV_DIR}/python")),
+        ];
+        if matches!(self, EnvAccess::ReadOnly(_)) && host.join("venv").is_dir() {
+            vars.push(("VIRTUAL_ENV".to_string(), format!("{ENV_DIR}/venv")));
+        }
+        vars
+    }
 }
 
 /// Shell-quote one word for bash (single quotes).
