@@ -17,6 +17,7 @@ use super::sandbox::docker::{DockerSandbox, Populate as DockerPopulate};
 use super::sandbox::local::LocalSandbox;
 use super::sandbox::{
     reset_command, shell_quote, EnvAccess, Purpose, Sandbox, SandboxConfig, SandboxKind,
+    HANDOFF_DIR,
 };
 use super::validate::Rejection;
 use crate::task::TaskInstance;
@@ -148,8 +149,12 @@ async fn run_bundle(
 }
 
 /// Fresh Base + `source_patch` + the bundle's test patch, then the bundle's command.
-/// Fast path: one sandboxed command does the reset, both `git apply`s and the run; when a step
-/// fails, the step-by-step path (reset with recreate, the full apply chain, diagnostics) runs.
+/// Fast path: ONE sandboxed command applies both patches with one `git apply` (they touch
+/// disjoint files: a candidate touching test paths was refused before) and runs the tests —
+/// as an ephemeral run where the sandbox has them (a throw-away copy of the clean Base: no
+/// reset needed, none can be incomplete), otherwise after an in-script `git reset --hard` +
+/// `git clean -fdx`. When a step fails, the step-by-step path (reset with recreate, the full
+/// apply chain per patch, diagnostics) runs.
 /// `Err((kind, diagnostics))` for a structural failure (a patch does not apply).
 async fn prepared_run(
     sb: &dyn Sandbox,
@@ -164,24 +169,29 @@ async fn prepared_run(
             format!("{p}\n")
         }
     };
-    let cand = "/tmp/.execcritic/fast-candidate.patch";
-    let test = "/tmp/.execcritic/fast-test.patch";
-    sb.put_file(test, with_nl(&frozen.bundle.test_patch).as_bytes())
+    let cand = format!("{HANDOFF_DIR}/fast-candidate.patch");
+    let test = format!("{HANDOFF_DIR}/fast-test.patch");
+    sb.put_file(&test, with_nl(&frozen.bundle.test_patch).as_bytes())
         .await?;
-    let mut steps = vec![("reset", reset_command(sb.base_commit()))];
+    let mut patches = test.clone();
     if !source_patch.trim().is_empty() {
-        sb.put_file(cand, with_nl(source_patch).as_bytes()).await?;
-        steps.push(("candidate", format!("git apply --whitespace=nowarn {cand}")));
+        sb.put_file(&cand, with_nl(source_patch).as_bytes()).await?;
+        patches = format!("{cand} {test}");
     }
-    steps.push(("test", format!("git apply --whitespace=nowarn {test}")));
+    let ephemeral = sb.ephemeral_runs();
+    let mut steps = Vec::new();
+    if !ephemeral {
+        steps.push(("reset", reset_command(sb.base_commit())));
+    }
+    steps.push(("apply", format!("git apply --whitespace=nowarn {patches}")));
     let plan = &frozen.plan;
-    let steps: Vec<(&str, String)> = steps;
     if let Staged::Ran(r) = run_after(
         sb,
         &steps,
         plan.command.runner,
         &plan.command.activated,
         timeout,
+        ephemeral,
     )
     .await?
     {

@@ -17,6 +17,8 @@ pub use local::LocalSandbox;
 
 /// The in-sandbox path of the repository under test.
 pub const WORKDIR: &str = "/testbed";
+/// In-sandbox directory where the harness hands files (patches) to commands.
+pub const HANDOFF_DIR: &str = "/tmp/.execcritic";
 
 /// Resource limits applied to every command run in a sandbox.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,6 +81,25 @@ pub trait Sandbox: Send + Sync {
     fn reset(&self) -> SandboxFuture<'_, ()>;
     /// Write a file at an absolute in-sandbox path (used to hand patches to the sandbox).
     fn put_file<'a>(&'a self, path: &'a str, contents: &'a [u8]) -> SandboxFuture<'a, ()>;
+    /// Whether [`Sandbox::exec_ephemeral`] is available (otherwise callers reset first).
+    fn ephemeral_runs(&self) -> bool {
+        false
+    }
+    /// Run a command on a throw-away copy of the clean Base: it sees `/testbed` exactly as
+    /// after [`Sandbox::reset`], an empty `/tmp` with [`HANDOFF_DIR`] (the files given by
+    /// `put_file`) read-only, and nothing it writes persists. A reset that cannot be
+    /// incomplete, at no cost per run. Only when [`Sandbox::ephemeral_runs`] says so.
+    fn exec_ephemeral<'a>(
+        &'a self,
+        _command: &'a str,
+        _timeout: Duration,
+    ) -> SandboxFuture<'a, ExecOutput> {
+        Box::pin(async {
+            Err(HarnessError::Other(
+                "this sandbox has no ephemeral runs".into(),
+            ))
+        })
+    }
     /// The in-sandbox working directory (`/testbed`).
     fn workdir(&self) -> &str {
         WORKDIR
@@ -122,6 +143,8 @@ pub struct SandboxConfig {
     pub docker_image: Option<String>,
     /// The task's prepared environment at [`ENV_DIR`] (see `harness::environment`).
     pub environment: EnvAccess,
+    /// Never use ephemeral runs (see [`Sandbox::exec_ephemeral`]): gates reset with git.
+    pub no_ephemeral: bool,
 }
 
 /// In-sandbox path of a task's prepared environment (`environment_setup`).
