@@ -206,7 +206,7 @@ pub fn shell_quote(s: &str) -> String {
 }
 
 /// Reset command run inside a sandbox: back to the Base commit with no untracked files.
-pub(crate) fn reset_command(base_commit: &str) -> String {
+pub fn reset_command(base_commit: &str) -> String {
     format!(
         "git reset -q --hard {b} && git clean -q -fdx",
         b = shell_quote(base_commit)
