@@ -10,7 +10,7 @@ use super::observation::{render_output, render_refusal};
 use super::prompts::{render, FORMAT_ERROR};
 use super::shell::{Shell, ShellError, ShellOutput};
 use super::tool::bash_tools;
-use super::trajectory::{Entry, Trajectory, TRAJECTORY_SCHEMA};
+use super::trajectory::{Entry, Trajectory, TurnTokens, TRAJECTORY_SCHEMA};
 use crate::policy::{
     complete_one, ChatMessage, ChatRequest, Policy, PolicyError, Role, SamplingParams, Usage,
 };
@@ -102,6 +102,9 @@ pub struct Agent<'a> {
     stats: AgentStats,
     consecutive_format_errors: usize,
     started: Instant,
+    /// Prompt + completion of the last turn with a token record (what the next record is stored
+    /// relative to).
+    token_reference: Vec<u32>,
 }
 
 impl<'a> Agent<'a> {
@@ -135,6 +138,7 @@ impl<'a> Agent<'a> {
             stats: AgentStats::default(),
             consecutive_format_errors: 0,
             started: Instant::now(),
+            token_reference: Vec::new(),
         }
     }
 
@@ -181,6 +185,7 @@ impl<'a> Agent<'a> {
             message: message.clone(),
             usage: None,
             model_ms: None,
+            tokens: None,
         });
         self.messages.push(message);
     }
@@ -229,13 +234,14 @@ impl<'a> Agent<'a> {
             sampling: self.sampling.clone(),
         };
         let t0 = Instant::now();
-        let completion = complete_one(self.policy, request).await?;
+        let mut completion = complete_one(self.policy, request).await?;
         let model_time = t0.elapsed();
         self.stats.model_time += model_time;
         self.stats.turns += 1;
         self.stats.usage.prompt_tokens += completion.usage.prompt_tokens;
         self.stats.usage.completion_tokens += completion.usage.completion_tokens;
 
+        let tokens = self.token_record(&mut completion);
         let parsed = parse_response(&completion, self.stats.turns, &request_tools);
         let assistant = ChatMessage {
             role: Role::Assistant,
@@ -249,6 +255,7 @@ impl<'a> Agent<'a> {
             message: assistant.clone(),
             usage: Some(completion.usage),
             model_ms: Some(model_time.as_millis() as u64),
+            tokens,
         });
         self.messages.push(assistant);
 
@@ -325,6 +332,25 @@ impl<'a> Agent<'a> {
         let text = render_output(&output, timeout.as_secs());
         self.observe(&action.form, text);
         Ok(TurnOutcome::Observed)
+    }
+
+    /// The token record of a completion, when the backend returned prompt ids, completion ids
+    /// and log-probabilities (the engine does; scripted and HTTP policies do not). The routing
+    /// record, if any, moves into it.
+    fn token_record(&mut self, c: &mut crate::policy::Completion) -> Option<TurnTokens> {
+        let (Some(prompt), Some(ids), Some(logprobs)) = (&c.prompt_ids, &c.token_ids, &c.logprobs)
+        else {
+            return None;
+        };
+        let record = TurnTokens::new(
+            &self.token_reference,
+            prompt,
+            ids.clone(),
+            logprobs.clone(),
+            c.routing.take(),
+        );
+        self.token_reference = [&prompt[..], &ids[..]].concat();
+        Some(record)
     }
 
     /// Close the trajectory with the outcome and totals and hand back messages and trajectory.

@@ -1,9 +1,14 @@
 //! Trajectories: the full record of one agent run as JSONL — a header, every message (with the
-//! turn, token usage and model time of assistant turns), every command (exit code, timeout,
-//! refusal, duration), controller events (submissions, gate results, round boundaries) and a
-//! footer with totals. Loadable again to seed Round-0 conversations into repair or as SFT data.
+//! turn, token usage and model time of assistant turns, and the token record of turns sampled by
+//! a backend that has one), every command (exit code, timeout, refusal, duration), controller
+//! events (submissions, gate results, round boundaries) and a footer with totals. Loadable again
+//! to seed Round-0 conversations into repair, as SFT conversations ([`sft_conversations`]) or as
+//! GRPO samples ([`turn_samples`]: per assistant turn, the exact tokens the engine read and
+//! sampled, with their log-probabilities and routing).
 
+use crate::engine::RoutingRecord;
 use crate::policy::{ChatMessage, Role, Usage};
+use crate::train::sft_data::Conversation;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -30,6 +35,9 @@ pub enum Entry {
         usage: Option<Usage>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         model_ms: Option<u64>,
+        /// Assistant turns sampled by the engine: what it read and sampled.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tokens: Option<TurnTokens>,
     },
     Command {
         turn: usize,
@@ -57,8 +65,196 @@ pub enum Entry {
     },
 }
 
+/// The token record of one sampled assistant turn.
+///
+/// Every turn re-reads the whole conversation, so prompts are stored relative to the previous
+/// recorded turn of the same trajectory: the first `prompt_shared` tokens of this turn's prompt
+/// equal the first tokens of the previous recorded turn's prompt followed by its completion, and
+/// `prompt_suffix` holds the rest (stored in full, prompts would make a file quadratic in its
+/// length). The routing record stays in memory only (`#[serde(skip)]`): it is `layers × tokens ×
+/// top_k` per turn, derived from weights and tokens, and needed only by an in-process GRPO step
+/// that holds the trajectory anyway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnTokens {
+    pub prompt_shared: usize,
+    pub prompt_suffix: Vec<u32>,
+    /// Sampled ids, stop token included.
+    pub completion_ids: Vec<u32>,
+    /// Policy log-probability of each sampled id.
+    pub logprobs: Vec<f32>,
+    #[serde(skip)]
+    pub routing: Option<RoutingRecord>,
+}
+
+impl TurnTokens {
+    /// Record a turn whose prompt was `prompt`, given the previous recorded turn's prompt followed
+    /// by its completion (`reference`; empty for the first turn).
+    pub fn new(
+        reference: &[u32],
+        prompt: &[u32],
+        completion_ids: Vec<u32>,
+        logprobs: Vec<f32>,
+        routing: Option<RoutingRecord>,
+    ) -> Self {
+        let shared = reference
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
+        TurnTokens {
+            prompt_shared: shared,
+            prompt_suffix: prompt[shared..].to_vec(),
+            completion_ids,
+            logprobs,
+            routing,
+        }
+    }
+}
+
+/// One assistant turn as a training sample (the unit GRPO trains on): the prompt the engine
+/// actually read at that turn and what it sampled, so rollout log-probabilities are exactly those
+/// of the sequence the loss sees, even where the chat template re-renders earlier turns
+/// differently.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnSample {
+    /// The trajectory turn number of the assistant message.
+    pub turn: usize,
+    pub prompt_ids: Vec<u32>,
+    pub completion_ids: Vec<u32>,
+    /// Rollout log-probability of each completion id.
+    pub logprobs: Vec<f32>,
+    /// The engine's routing record (when requested and still in memory).
+    pub routing: Option<RoutingRecord>,
+}
+
+impl TurnSample {
+    /// Prompt followed by completion.
+    pub fn ids(&self) -> Vec<u32> {
+        [&self.prompt_ids[..], &self.completion_ids[..]].concat()
+    }
+
+    /// Per token of [`TurnSample::ids`]: true on sampled (trained) tokens.
+    pub fn train_mask(&self) -> Vec<bool> {
+        let mut m = vec![false; self.prompt_ids.len()];
+        m.resize(m.len() + self.completion_ids.len(), true);
+        m
+    }
+
+    /// Rollout log-probabilities aligned with [`TurnSample::ids`] (0 on prompt tokens).
+    pub fn old_logprobs(&self) -> Vec<f32> {
+        let mut l = vec![0.0; self.prompt_ids.len()];
+        l.extend_from_slice(&self.logprobs);
+        l
+    }
+
+    /// The routing for replay over [`TurnSample::ids`]: per layer `[T · top_k]`. The engine
+    /// records every token it forwarded — the whole prompt (this policy does not use the
+    /// conversation cache, so the record starts at 0) and the completion except its last token,
+    /// which is never forwarded; that last row is filled with the row before it (its output feeds
+    /// only the logits after the sequence, which no loss reads). `None` without a record or when
+    /// the record does not cover the prompt from its start.
+    pub fn replay_routing(&self) -> Option<Vec<Vec<u32>>> {
+        let r = self.routing.as_ref()?;
+        let t = self.prompt_ids.len() + self.completion_ids.len();
+        if r.start != 0 || r.top_k == 0 {
+            return None;
+        }
+        r.experts
+            .iter()
+            .map(|layer| {
+                let rows = layer.len() / r.top_k;
+                match rows {
+                    _ if rows == t => Some(layer.clone()),
+                    _ if rows + 1 == t && rows > 0 => {
+                        let mut l = layer.clone();
+                        l.extend_from_slice(&layer[(rows - 1) * r.top_k..]);
+                        Some(l)
+                    }
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Every assistant turn with a token record, in order, with its full prompt rebuilt.
+pub fn turn_samples(t: &Trajectory) -> Result<Vec<TurnSample>, TrajectoryError> {
+    let mut reference: Vec<u32> = Vec::new();
+    let mut out = Vec::new();
+    for e in &t.entries {
+        let Entry::Message {
+            turn,
+            tokens: Some(k),
+            ..
+        } = e
+        else {
+            continue;
+        };
+        if k.prompt_shared > reference.len() || k.logprobs.len() != k.completion_ids.len() {
+            return Err(TrajectoryError::Tokens {
+                turn: *turn,
+                reason: format!(
+                    "prompt_shared {} of {} reference tokens, {} logprobs for {} completion ids",
+                    k.prompt_shared,
+                    reference.len(),
+                    k.logprobs.len(),
+                    k.completion_ids.len()
+                ),
+            });
+        }
+        let prompt = [&reference[..k.prompt_shared], &k.prompt_suffix[..]].concat();
+        reference = [&prompt[..], &k.completion_ids[..]].concat();
+        out.push(TurnSample {
+            turn: *turn,
+            prompt_ids: prompt,
+            completion_ids: k.completion_ids.clone(),
+            logprobs: k.logprobs.clone(),
+            routing: k.routing.clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// The conversations of a trajectory file as SFT data: one per trajectory in the file (a file
+/// may hold several, each starting with its header line), every message in order, with the
+/// agent's tool declaration (`bash`, the only tool). The chat template decides what of them is
+/// rendered (e.g. reasoning of earlier turns); `train::sft_data` masks the assistant tokens.
+pub fn sft_conversations(path: &Path) -> Result<Vec<Conversation>, TrajectoryError> {
+    let all = Trajectory::read_jsonl(path)?;
+    let mut out: Vec<Conversation> = Vec::new();
+    let mut current: Option<Conversation> = None;
+    for e in &all.entries {
+        match e {
+            Entry::Header { .. } => out.extend(current.replace(Conversation {
+                messages: Vec::new(),
+                tools: super::tool::bash_tools(),
+            })),
+            Entry::Message { message, .. } => current
+                .get_or_insert_with(|| Conversation {
+                    messages: Vec::new(),
+                    tools: super::tool::bash_tools(),
+                })
+                .messages
+                .push(message.to_model()),
+            _ => {}
+        }
+    }
+    out.extend(current);
+    out.retain(|c| !c.messages.is_empty());
+    if out.is_empty() {
+        return Err(TrajectoryError::Parse {
+            path: path.display().to_string(),
+            line: 0,
+            reason: "no messages".into(),
+        });
+    }
+    Ok(out)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum TrajectoryError {
+    #[error("trajectory turn {turn}: inconsistent token record: {reason}")]
+    Tokens { turn: usize, reason: String },
     #[error("trajectory {path}: {source}")]
     Io {
         path: String,
@@ -222,6 +418,13 @@ mod tests {
                 completion_tokens: 4,
             }),
             model_ms: Some(5),
+            tokens: Some(TurnTokens::new(
+                &[],
+                &[1, 2, 3],
+                vec![4, 5],
+                vec![-0.5, -0.25],
+                None,
+            )),
         });
         t.push(Entry::Event {
             turn: 1,
@@ -263,5 +466,145 @@ mod tests {
         assert_eq!(s[2].tool_calls.len(), 1);
         assert!(s[4].tool_calls.is_empty());
         assert_eq!(s[5].content, "note");
+    }
+
+    fn sampled(reference: &[u32], prompt: &[u32], completion: &[u32]) -> Entry {
+        let lp: Vec<f32> = completion.iter().map(|&c| -(c as f32) / 10.0).collect();
+        Entry::Message {
+            turn: 1,
+            message: ChatMessage::assistant("x"),
+            usage: None,
+            model_ms: None,
+            tokens: Some(TurnTokens::new(
+                reference,
+                prompt,
+                completion.to_vec(),
+                lp,
+                None,
+            )),
+        }
+    }
+
+    #[test]
+    fn turn_samples_rebuild_prompts_through_the_file() {
+        // Turn 2 re-renders turn 1's completion differently (9 instead of 5 6): only the shared
+        // prefix is stored, and the full prompt comes back exactly.
+        let p1 = [1, 2, 3];
+        let c1 = [5, 6, 7];
+        let p2 = [1, 2, 3, 9, 7, 8];
+        let c2 = [10, 11];
+        let mut t = Trajectory::default();
+        t.push(Entry::Message {
+            turn: 0,
+            message: ChatMessage::user("u"),
+            usage: None,
+            model_ms: None,
+            tokens: None,
+        });
+        t.push(sampled(&[], &p1, &c1));
+        t.push(sampled(&[1, 2, 3, 5, 6, 7], &p2, &c2));
+        match &t.entries[2] {
+            Entry::Message {
+                tokens: Some(k), ..
+            } => {
+                assert_eq!((k.prompt_shared, &k.prompt_suffix[..]), (3, &[9, 7, 8][..]))
+            }
+            _ => unreachable!(),
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        t.write_jsonl(&path).unwrap();
+        let s = turn_samples(&Trajectory::read_jsonl(&path).unwrap()).unwrap();
+        assert_eq!(s.len(), 2);
+        assert_eq!(
+            (&s[0].prompt_ids[..], &s[0].completion_ids[..]),
+            (&p1[..], &c1[..])
+        );
+        assert_eq!(
+            (&s[1].prompt_ids[..], &s[1].completion_ids[..]),
+            (&p2[..], &c2[..])
+        );
+        assert_eq!(s[1].logprobs, vec![-1.0, -1.1]);
+        assert_eq!(s[1].ids(), vec![1, 2, 3, 9, 7, 8, 10, 11]);
+        assert_eq!(
+            s[1].train_mask(),
+            vec![false, false, false, false, false, false, true, true]
+        );
+        assert_eq!(s[1].old_logprobs()[6..], [-1.0, -1.1]);
+        // A broken record is a typed error, not a panic.
+        let mut bad = t.clone();
+        if let Entry::Message {
+            tokens: Some(k), ..
+        } = &mut bad.entries[2]
+        {
+            k.prompt_shared = 99;
+        }
+        assert!(matches!(
+            turn_samples(&bad),
+            Err(TrajectoryError::Tokens { .. })
+        ));
+    }
+
+    #[test]
+    fn replay_routing_covers_every_token() {
+        let mut s = TurnSample {
+            turn: 1,
+            prompt_ids: vec![1, 2],
+            completion_ids: vec![3, 4],
+            logprobs: vec![0.0, 0.0],
+            routing: Some(RoutingRecord {
+                start: 0,
+                top_k: 2,
+                experts: vec![vec![0, 1, 2, 3, 4, 5]],
+            }),
+        };
+        // Three forwarded tokens (prompt + first completion token); the last row is repeated.
+        assert_eq!(s.replay_routing(), Some(vec![vec![0, 1, 2, 3, 4, 5, 4, 5]]));
+        s.routing.as_mut().unwrap().start = 1;
+        assert_eq!(
+            s.replay_routing(),
+            None,
+            "a partial record cannot be replayed"
+        );
+    }
+
+    #[test]
+    fn sft_conversations_split_at_headers() {
+        let dir = tempfile::tempdir().unwrap();
+        let header = |id: &str| Entry::Header {
+            schema: TRAJECTORY_SCHEMA,
+            role: "test".into(),
+            instance_id: id.into(),
+            policy: "scripted:a".into(),
+            started_at: 1,
+        };
+        let msg = |m: ChatMessage| Entry::Message {
+            turn: 0,
+            message: m,
+            usage: None,
+            model_ms: None,
+            tokens: None,
+        };
+        let mut t = Trajectory::default();
+        t.push(header("a"));
+        t.push(msg(ChatMessage::user("one")));
+        t.push(msg(call("c1")));
+        t.push(msg(ChatMessage::tool("c1", "out")));
+        t.push(header("b"));
+        t.push(msg(ChatMessage::user("two")));
+        let p = dir.path().join("t.jsonl");
+        t.write_jsonl(&p).unwrap();
+        let c = sft_conversations(&p).unwrap();
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[0].messages.len(), 3);
+        assert_eq!(c[0].messages[1].tool_calls[0].name, "bash");
+        assert_eq!(
+            c[0].messages[1].reasoning_content.as_deref(),
+            Some("thinking")
+        );
+        assert_eq!(c[1].messages[0].content, "two");
+        assert_eq!(c[0].tools, crate::agent::tool::bash_tools());
+        std::fs::write(&p, "").unwrap();
+        assert!(sft_conversations(&p).is_err());
     }
 }

@@ -1,5 +1,7 @@
 //! CLI commands of training: `grads`, `train sft`, `train grpo`.
 
+use crate::pipeline::grpo::{AgentSampler, AgentTaskConfig, Role};
+use crate::train::grpo_run::{builtin_sampler, run_grpo, GrpoRunConfig, TOY_TASK};
 use crate::train::sft_run::{run_sft, SftConfig};
 use crate::train::{TapeOptions, TrainModel};
 use anyhow::Context;
@@ -27,7 +29,8 @@ pub enum TrainCommand {
         #[arg(long)]
         config: PathBuf,
     },
-    /// GRPO with the paper's settings.
+    /// GRPO with the paper's settings on a built-in verifiable task (engine rollouts on the
+    /// trainer's own weights).
     Grpo {
         #[arg(long)]
         config: PathBuf,
@@ -56,13 +59,30 @@ pub fn train(c: TrainCommand) -> anyhow::Result<ExitCode> {
     match c {
         TrainCommand::Sft { config } => {
             let cfg = SftConfig::from_file(&config)?;
-            let fin = run_sft(&cfg, |r| println!("{}", serde_json::to_string(r).unwrap_or_default()))?;
+            let read = |p: &std::path::Path| crate::agent::trajectory::sft_conversations(p).map_err(|e| e.to_string());
+            let fin = run_sft(&cfg, &read, |r| println!("{}", serde_json::to_string(r).unwrap_or_default()))?;
             eprintln!("saved {}", fin.display());
             Ok(ExitCode::SUCCESS)
         }
-        TrainCommand::Grpo { .. } => anyhow::bail!(
-            "`train grpo` needs the rollout pipeline (engine sampling + episodes + rewards), which is not wired yet; \
-             the GRPO loss and update are available as execcritic::train::trainer::Trainer::grpo_step"
-        ),
+        TrainCommand::Grpo { config } => {
+            let cfg = GrpoRunConfig::from_file(&config)?;
+            let mut sampler = match (builtin_sampler(&cfg), Role::from_task(&cfg.task)) {
+                (Some(s), _) => s,
+                (None, Some(role)) => {
+                    let base = config.parent().unwrap_or(std::path::Path::new("."));
+                    let agent = AgentTaskConfig::from_table(cfg.agent.as_ref(), base)?;
+                    let log = cfg.out.join("rollouts.jsonl");
+                    Box::new(AgentSampler::new(role, agent, &cfg.model, cfg.seed, Some(&log))?)
+                }
+                (None, None) => anyhow::bail!(
+                    "{}: unknown task {:?} (known: {TOY_TASK:?}, \"test\", \"repair\")",
+                    config.display(),
+                    cfg.task
+                ),
+            };
+            let fin = run_grpo(&cfg, sampler.as_mut(), |r| println!("{}", serde_json::to_string(r).unwrap_or_default()))?;
+            eprintln!("saved {}", fin.display());
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }

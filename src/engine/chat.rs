@@ -44,6 +44,8 @@ impl ChatRequest {
 pub struct ChatCompletion {
     /// The rendered prompt text.
     pub prompt: String,
+    /// The prompt's token ids, exactly as the engine read them.
+    pub prompt_ids: Vec<u32>,
     pub completion: Completion,
     /// The completion split into reasoning / content / tool calls, or why a tool call is malformed.
     pub turn: Result<AssistantTurn, ToolCallError>,
@@ -72,7 +74,7 @@ impl Engine {
             ..request.options
         };
         let (prompt, ids) = self.render_chat(&request.messages, &request.tools, options)?;
-        let mut r = Request::new(ids, request.sampling);
+        let mut r = Request::new(ids.clone(), request.sampling);
         r.conversation = request.conversation;
         r.routing = request.routing;
         let completion = self.submit(r).await?;
@@ -82,6 +84,7 @@ impl Engine {
         let turn = parse_assistant(&completion.text, &request.tools, opts);
         Ok(ChatCompletion {
             prompt,
+            prompt_ids: ids,
             completion,
             turn,
         })

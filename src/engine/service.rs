@@ -2,7 +2,8 @@
 //! thread or task submit requests through a channel and await their completions, so many
 //! episodes in flight at once have their generations batched together. Cloning an `Engine` is
 //! cheap (all clones share the thread); the thread stops when the last clone is dropped
-//! (requests still in flight then fail with [`EngineError::Shutdown`]).
+//! (requests still in flight then fail with [`EngineError::Shutdown`]). [`Engine::stop`] shuts
+//! the thread down and hands the model back (the trainer's weights return to the trainer).
 
 use super::backend::DecoderModel;
 use super::core::{EngineConfig, EngineCore, Finished};
@@ -11,6 +12,7 @@ use super::sequence::{Completion, Request};
 use crate::model::chat::{ChatError, ChatTemplate};
 use crate::model::tokenizer::Tokenizer;
 use crate::model::Model;
+use std::any::Any;
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::Path;
@@ -33,7 +35,8 @@ pub struct Engine {
 
 struct Inner {
     tx: mpsc::UnboundedSender<Command>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// The engine thread; it returns the model (`Arc<M>`, boxed) when it stops.
+    thread: Option<std::thread::JoinHandle<Box<dyn Any + Send>>>,
     tokenizer: Arc<Tokenizer>,
     template: Option<Arc<ChatTemplate>>,
     vocab_size: usize,
@@ -70,11 +73,15 @@ impl Engine {
     ) -> Result<Self, EngineError> {
         let tokenizer = Arc::new(tokenizer);
         let vocab_size = model.vocab_size();
-        let core = EngineCore::new(Arc::new(model), tokenizer.clone(), config)?;
+        let model = Arc::new(model);
+        let core = EngineCore::new(model.clone(), tokenizer.clone(), config)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let thread = std::thread::Builder::new()
             .name("execcritic-engine".into())
-            .spawn(move || serve(core, rx))
+            .spawn(move || {
+                serve(core, rx);
+                Box::new(model) as Box<dyn Any + Send>
+            })
             .map_err(|e| EngineError::Load(format!("cannot start the engine thread: {e}")))?;
         Ok(Engine {
             inner: Arc::new(Inner {
@@ -131,6 +138,39 @@ impl Engine {
         let pending: Vec<PendingCompletion> =
             requests.into_iter().map(|r| self.submit(r)).collect();
         pending.into_iter().map(PendingCompletion::wait).collect()
+    }
+
+    /// Number of live handles (clones) to this engine.
+    pub fn handles(&self) -> usize {
+        Arc::strong_count(&self.inner)
+    }
+
+    /// Stop the engine thread (requests still in flight fail with [`EngineError::Shutdown`])
+    /// and hand back the model it was started with. Fails, without stopping anything, while
+    /// other clones of this handle exist; fails when `M` is not the model's type.
+    pub fn stop<M: DecoderModel + 'static>(self) -> Result<M, EngineError> {
+        let mut inner = Arc::try_unwrap(self.inner).map_err(|inner| {
+            EngineError::BadRequest(format!(
+                "cannot stop the engine: {} other handle(s) to it are still alive",
+                Arc::strong_count(&inner) - 1
+            ))
+        })?;
+        let _ = inner.tx.send(Command::Shutdown);
+        let thread = inner.thread.take();
+        drop(inner);
+        let boxed = thread
+            .ok_or(EngineError::Shutdown)?
+            .join()
+            .map_err(|_| EngineError::Model("the engine thread panicked".into()))?;
+        let model = boxed.downcast::<Arc<M>>().map_err(|_| {
+            EngineError::BadRequest(format!(
+                "the engine does not run a {}",
+                std::any::type_name::<M>()
+            ))
+        })?;
+        Arc::try_unwrap(*model).map_err(|_| {
+            EngineError::BadRequest("the engine's model is still shared after shutdown".into())
+        })
     }
 
     /// Drop a conversation's cached model states.

@@ -4,8 +4,9 @@
 //! command itself) and controller overhead (everything else a CHECK costs: exporting the
 //! candidate, resetting the gate sandbox, applying patches, parsing, building the envelope).
 
+use super::oracle::oracle_bundle;
 use super::repair::{run_repair, RepairConfig, RepairInputs, TerminalReason};
-use crate::harness::{self, sandbox::shell_quote, Bundle, Qualification};
+use crate::harness::{self, Bundle, Qualification};
 use crate::policy::Policy;
 use crate::task::TaskInstance;
 use serde::Serialize;
@@ -122,33 +123,6 @@ impl BenchReport {
         }
         s
     }
-}
-
-/// The Oracle bundle of a task: its official test patch, the FAIL_TO_PASS node ids as selectors.
-pub fn oracle_bundle(task: &TaskInstance) -> Result<Bundle, String> {
-    if task.fail_to_pass.is_empty() {
-        return Err("no FAIL_TO_PASS tests".into());
-    }
-    // Exact node ids, parameters dropped (a node id selects all its parameter cases).
-    let mut nodes: Vec<String> = Vec::new();
-    for t in &task.fail_to_pass {
-        let id = t.split('[').next().unwrap_or(t).to_string();
-        if !nodes.contains(&id) {
-            nodes.push(id);
-        }
-    }
-    let selectors: Vec<String> = nodes.iter().map(|t| shell_quote(t)).collect();
-    let command = format!("{} {}", task.test_cmd, selectors.join(" "));
-    let contract = serde_json::json!({
-        "entrypoint": "official FAIL_TO_PASS tests",
-        "trigger": "the issue",
-        "expected_output": "the official tests pass",
-        "issue_evidence": ["official test patch"],
-        "alternative_hypotheses": ["none: oracle feedback"],
-        "non_assertions": ["none: oracle feedback"],
-        "test_nodes": nodes,
-    });
-    Bundle::from_parts(&task.test_patch, &command, &contract.to_string()).map_err(|r| r.to_string())
 }
 
 /// Run the benchmark.

@@ -154,24 +154,16 @@ pub fn apply_length_penalty(group: &[(Reward, usize)]) -> Vec<Reward> {
 /// Group-relative advantages: reward minus the mean of the unmasked rewards (no division by the
 /// standard deviation); masked trajectories get exactly 0 and do not enter the mean.
 pub fn group_advantages(rewards: &[Reward]) -> Vec<f64> {
-    let values: Vec<f64> = rewards.iter().filter_map(|r| r.value()).collect();
-    if values.is_empty() {
-        return vec![0.0; rewards.len()];
-    }
-    let mean = values.iter().sum::<f64>() / values.len() as f64;
-    rewards
-        .iter()
-        .map(|r| r.value().map_or(0.0, |v| v - mean))
-        .collect()
+    crate::train::advantage::group_advantages(&values(rewards))
 }
 
 /// DAPO dynamic sampling: keep a group only if its unmasked rewards are not all equal.
 pub fn has_reward_variance(rewards: &[Reward]) -> bool {
-    let mut values = rewards.iter().filter_map(|r| r.value());
-    match values.next() {
-        Some(first) => values.any(|v| (v - first).abs() > 1e-12),
-        None => false,
-    }
+    crate::train::advantage::has_reward_variance(&values(rewards))
+}
+
+fn values(rewards: &[Reward]) -> Vec<Option<f64>> {
+    rewards.iter().map(|r| r.value()).collect()
 }
 
 /// The candidate cap of the Test reward.

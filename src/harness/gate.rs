@@ -421,6 +421,18 @@ pub struct AuditRecord {
     pub balanced_accuracy: Option<f64>,
     /// A candidate check was operationally invalid (the BA is then not a clean measurement).
     pub candidate_infra_error: bool,
+    /// Every labelled candidate's result, in the task's order.
+    pub candidates: Vec<CandidateOutcome>,
+}
+
+/// One labelled candidate run against the bundle by the audit.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CandidateOutcome {
+    /// The official evaluator resolves the task with this patch (its label).
+    pub resolved: bool,
+    /// The gate's status on it (`pass`, `hard_fail`, `inconclusive`).
+    pub status: String,
+    pub failure_kind: String,
 }
 
 /// Offline Gold audit: Base gate and Gold check on independently reset states, then the
@@ -435,12 +447,18 @@ pub async fn audit(
     let gold = check_candidate_in(sb.as_ref(), frozen, &task.patch, TEST_TIMEOUT).await?;
     let q = cat.accepted() && gold.status == GateStatus::Pass;
     let mut labels = Vec::new();
+    let mut candidates = Vec::new();
     let mut infra = false;
     for c in &task.candidates {
         let v = check_candidate_in(sb.as_ref(), frozen, &c.patch, TEST_TIMEOUT).await?;
         infra |= v.status == GateStatus::Inconclusive
             && v.failure_kind != FailureKind::HiddenTestPathsDirtied;
         labels.push((c.resolved, v.status == GateStatus::Pass));
+        candidates.push(CandidateOutcome {
+            resolved: c.resolved,
+            status: v.status.as_str().into(),
+            failure_kind: v.failure_kind.name(),
+        });
     }
     Ok(AuditRecord {
         base_category: cat.name(),
@@ -453,6 +471,7 @@ pub async fn audit(
             Some(balanced_accuracy(&labels))
         },
         candidate_infra_error: infra,
+        candidates,
     })
 }
 

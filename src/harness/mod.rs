@@ -27,7 +27,7 @@ pub mod logparse;
 pub use classify::{BaseCategory, FailureKind, GateStatus};
 pub use environment::{environment_key, prepare_environment, PreparedEnvironment};
 pub use gate::{
-    audit, balanced_accuracy, check_candidate, check_candidate_in, export_source_diff,
+    audit, balanced_accuracy, check_candidate, check_candidate_in, export_source_diff, CandidateOutcome,
     open_sandbox, open_sandbox_with, qualify, AuditRecord, GateVerdict, Qualification,
 };
 pub use grade::{grade, load_predictions, GradeResult, Prediction};

@@ -2,7 +2,7 @@
 //! (1+w) q/k RMSNorm, partial RoPE, grouped-query causal attention over the KV cache, sigmoid
 //! output gate, output projection.
 
-use super::checkpoint::Checkpoint;
+use super::source::WeightSource;
 use super::config::ModelConfig;
 use super::error::Result;
 use super::rope::Rope;
@@ -35,7 +35,7 @@ pub struct Segment<'a, S> {
 }
 
 impl Attention {
-    pub fn load(ck: &mut Checkpoint, p: &str, c: &ModelConfig) -> Result<Self> {
+    pub fn load(ck: &mut dyn WeightSource, p: &str, c: &ModelConfig) -> Result<Self> {
         let (h, hq, hkv, hd) = (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim);
         Ok(Attention {
             q_proj: ck.get(&format!("{p}q_proj.weight"), &[hq * hd * 2, h])?,

@@ -4,7 +4,7 @@
 //! checked against each other), and the gated RMSNorm before the output projection.
 
 use super::attention::Segment;
-use super::checkpoint::Checkpoint;
+use super::source::WeightSource;
 use super::config::ModelConfig;
 use super::error::Result;
 use super::state::GdnState;
@@ -37,7 +37,7 @@ pub struct GatedDeltaNet {
 }
 
 impl GatedDeltaNet {
-    pub fn load(ck: &mut Checkpoint, p: &str, c: &ModelConfig) -> Result<Self> {
+    pub fn load(ck: &mut dyn WeightSource, p: &str, c: &ModelConfig) -> Result<Self> {
         let h = c.hidden_size;
         let (conv_dim, vd, hv, k) = (
             c.gdn_conv_dim(),

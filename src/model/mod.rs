@@ -14,6 +14,7 @@ pub mod gdn;
 pub mod moe;
 pub mod qwen35;
 pub mod rope;
+pub mod source;
 pub mod state;
 pub mod tokenizer;
 pub mod toolcall;

@@ -2,7 +2,7 @@
 //! (or forced experts for routing replay), SwiGLU experts (fused `gate_up_proj`/`down_proj` or
 //! per-expert tensors), and the sigmoid-gated shared expert.
 
-use super::checkpoint::Checkpoint;
+use super::source::WeightSource;
 use super::config::ModelConfig;
 use super::error::{ModelError, Result};
 use crate::tensor::cpu::{axpy, dot, matmul_t, sigmoid, silu, softmax};
@@ -50,7 +50,7 @@ pub struct RouteRecord {
 }
 
 impl Moe {
-    pub fn load(ck: &mut Checkpoint, p: &str, c: &ModelConfig) -> Result<Self> {
+    pub fn load(ck: &mut dyn WeightSource, p: &str, c: &ModelConfig) -> Result<Self> {
         let (h, e, i, is) = (
             c.hidden_size,
             c.num_experts,

@@ -11,6 +11,7 @@ use super::error::{ModelError, Result};
 use super::gdn::GatedDeltaNet;
 use super::moe::Moe;
 use super::rope::Rope;
+use super::source::WeightSource;
 use super::state::{KvCache, LayerState, SeqState};
 use crate::tensor::cpu::{matmul_t, rms_norm_1p};
 use crate::tensor::Tensor;
@@ -50,6 +51,11 @@ impl Model {
 
     /// Build from an already opened checkpoint.
     pub fn from_checkpoint(cfg: ModelConfig, ck: &mut Checkpoint) -> Result<Self> {
+        Self::from_source(cfg, ck)
+    }
+
+    /// Build from any [`WeightSource`] (a checkpoint, or the trainer's lent parameters).
+    pub fn from_source(cfg: ModelConfig, ck: &mut dyn WeightSource) -> Result<Self> {
         let (v, h) = (cfg.vocab_size, cfg.hidden_size);
         let embed = ck.get("embed_tokens.weight", &[v, h])?;
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);

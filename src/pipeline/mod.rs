@@ -1,5 +1,12 @@
-//! Pipeline layer: evaluation and training orchestration over many tasks (run directories,
-//! resumable records, `execcritic eval`, the GRPO rollout loop of `execcritic train grpo`).
+//! Pipeline layer: orchestration over many tasks for training (and, later, evaluation).
 //!
-//! Empty so far: the single-task commands (`gen-test`, `repair`, `demo`, `bench`) drive episodes
-//! directly from `cli`, and GRPO updates exist only as the library call `train::Trainer`.
+//! - [`score`]: a finished Test or Repair rollout in the terms of the paper's rewards (offline
+//!   audit of a Test bundle; selected-test and official outcome of a Repair terminal patch).
+//! - [`grpo`]: `train grpo` on agent tasks — groups of Test or Repair episodes sampled through
+//!   the engine the trainer lent its weights to, scored, turned into training sequences.
+//!
+//! The single-task commands (`gen-test`, `repair`, `demo`, `bench`) drive episodes directly from
+//! `cli`.
+
+pub mod grpo;
+pub mod score;

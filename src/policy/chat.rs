@@ -1,6 +1,9 @@
 //! Chat data exchanged with a policy: messages (OpenAI chat shape, plus the reasoning content
 //! Qwen3.5 emits), tool calls, sampling parameters, completions and token usage.
 
+use crate::engine::RoutingRecord;
+use crate::model::chat::{Message, Role as ModelRole};
+use crate::model::toolcall::ToolCall as ModelToolCall;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,6 +63,28 @@ impl ChatMessage {
             ..Self::plain(Role::Tool, content)
         }
     }
+
+    /// The message as the chat template renders it (tool-call ids dropped: the template ties a
+    /// `tool` observation to its call by position).
+    pub fn to_model(&self) -> Message {
+        let role = match self.role {
+            Role::System => ModelRole::System,
+            Role::User => ModelRole::User,
+            Role::Assistant => ModelRole::Assistant,
+            Role::Tool => ModelRole::Tool,
+        };
+        let mut out = Message::new(role, self.content.clone());
+        out.reasoning_content = self.reasoning_content.clone();
+        out.tool_calls = self
+            .tool_calls
+            .iter()
+            .map(|c| ModelToolCall {
+                name: c.name.clone(),
+                arguments: c.arguments.as_object().cloned().unwrap_or_default(),
+            })
+            .collect();
+        out
+    }
 }
 
 /// Sampling parameters of one request.
@@ -73,6 +98,10 @@ pub struct SamplingParams {
     pub seed: Option<u64>,
     /// Ask the backend for token ids and log-probabilities of the completion.
     pub logprobs: bool,
+    /// Ask the backend for the routing record (experts per token and layer) of the prompt and
+    /// completion; only the engine has one (GRPO routing replay).
+    #[serde(default)]
+    pub routing: bool,
 }
 
 impl Default for SamplingParams {
@@ -85,6 +114,7 @@ impl Default for SamplingParams {
             max_tokens: 8192,
             seed: None,
             logprobs: false,
+            routing: false,
         }
     }
 }
@@ -107,7 +137,10 @@ pub struct Usage {
 
 /// One completion. `text` is the visible content (thinking removed when the backend separates it),
 /// `tool_calls` the calls a backend parsed itself (an OpenAI server with a tool parser); token ids
-/// and log-probabilities are present when the backend has them.
+/// and log-probabilities are present when the backend has them. `prompt_ids` are the exact tokens
+/// the backend read for this turn (the engine: the rendered, tokenised chat) and `routing` the
+/// experts it chose for them and the completion (engine only, when requested; never serialised —
+/// it is derived data, `layers × tokens × top_k` per turn).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Completion {
     pub text: String,
@@ -119,6 +152,10 @@ pub struct Completion {
     pub token_ids: Option<Vec<u32>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<Vec<f32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_ids: Option<Vec<u32>>,
+    #[serde(skip)]
+    pub routing: Option<RoutingRecord>,
     pub usage: Usage,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<String>,

@@ -4,10 +4,8 @@
 //! log-probabilities. Reasoning is split off here (the template may open `<think>` in the prompt);
 //! the agent loop parses the tool call from the answer text.
 
-use super::{BoxFuture, ChatMessage, ChatRequest, Completion, Policy, PolicyError, Role, Usage};
+use super::{BoxFuture, ChatMessage, ChatRequest, Completion, Policy, PolicyError, Usage};
 use crate::engine::{self, Engine, EngineConfig, FinishReason};
-use crate::model::chat::{Message, Role as ModelRole};
-use crate::model::toolcall::ToolCall as ModelToolCall;
 use std::path::{Path, PathBuf};
 
 /// The embedded engine serving one model directory (weights, tokenizer, chat template).
@@ -21,6 +19,12 @@ impl EnginePolicy {
     pub fn open(model_dir: &Path) -> Result<Self, PolicyError> {
         let engine = Engine::load(model_dir, EngineConfig::default())
             .map_err(|e| PolicyError::Engine(format!("loading {}: {e}", model_dir.display())))?;
+        Self::from_engine(engine, model_dir)
+    }
+
+    /// A policy over an engine that is already running (e.g. on weights lent by the trainer);
+    /// `model_dir` names it. Dropping the policy drops its handle to the engine.
+    pub fn from_engine(engine: Engine, model_dir: &Path) -> Result<Self, PolicyError> {
         if engine.template().is_none() {
             return Err(PolicyError::Engine(format!(
                 "{} has no chat template; the agents need one to render chats",
@@ -38,26 +42,6 @@ impl EnginePolicy {
     }
 }
 
-fn to_model_message(m: &ChatMessage) -> Message {
-    let role = match m.role {
-        Role::System => ModelRole::System,
-        Role::User => ModelRole::User,
-        Role::Assistant => ModelRole::Assistant,
-        Role::Tool => ModelRole::Tool,
-    };
-    let mut out = Message::new(role, m.content.clone());
-    out.reasoning_content = m.reasoning_content.clone();
-    out.tool_calls = m
-        .tool_calls
-        .iter()
-        .map(|c| ModelToolCall {
-            name: c.name.clone(),
-            arguments: c.arguments.as_object().cloned().unwrap_or_default(),
-        })
-        .collect();
-    out
-}
-
 fn to_engine_request(req: &ChatRequest) -> engine::ChatRequest {
     let s = &req.sampling;
     let sampling = engine::SamplingParams {
@@ -70,10 +54,11 @@ fn to_engine_request(req: &ChatRequest) -> engine::ChatRequest {
         stop: Vec::new(),
     };
     let mut r = engine::ChatRequest::new(
-        req.messages.iter().map(to_model_message).collect(),
+        req.messages.iter().map(ChatMessage::to_model).collect(),
         sampling,
     );
     r.tools = req.tools.clone();
+    r.routing = s.routing;
     r
 }
 
@@ -131,6 +116,8 @@ impl Policy for EnginePolicy {
                         ),
                         token_ids: Some(c.token_ids),
                         logprobs: Some(c.logprobs),
+                        prompt_ids: Some(chat.prompt_ids),
+                        routing: c.routing,
                     })
                 })
                 .collect()

@@ -248,6 +248,8 @@ fn parse_response(url: &str, text: &str) -> Result<Completion, PolicyError> {
         tool_calls,
         token_ids: None,
         logprobs,
+        prompt_ids: None,
+        routing: None,
         usage,
         finish_reason: choice
             .get("finish_reason")

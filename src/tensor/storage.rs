@@ -71,6 +71,26 @@ impl Storage {
     pub fn is_mapped(&self) -> bool {
         matches!(*self.buf, Buffer::Mapped { .. })
     }
+
+    /// Take the owned buffer back without copying: succeeds only when this is the last handle
+    /// to an owned buffer and covers all of it; otherwise the storage is returned unchanged.
+    pub fn into_vec(self) -> Result<Vec<f32>, Storage> {
+        let full = matches!(&*self.buf, Buffer::Owned(v) if self.offset == 0 && v.len() == self.len);
+        if !full {
+            return Err(self);
+        }
+        let (offset, len) = (self.offset, self.len);
+        match Arc::try_unwrap(self.buf) {
+            Ok(Buffer::Owned(v)) => Ok(v),
+            Ok(mapped) => Err(Storage { buf: Arc::new(mapped), offset, len }),
+            Err(buf) => Err(Storage { buf, offset, len }),
+        }
+    }
+
+    /// Address of the first value (identity of the buffer, e.g. to show that nothing was copied).
+    pub fn data_ptr(&self) -> *const f32 {
+        self.as_slice().as_ptr()
+    }
 }
 
 /// A contiguous row-major f32 tensor.

@@ -12,6 +12,14 @@ pub enum TrainError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("invalid training input: {0}")]
     BadInput(String),
+    #[error("cannot take the lent weights back: {count} still referenced ({first}); stop the engine and drop the model first")]
+    StillLent { count: usize, first: String },
+    #[error("the trainer's weights are lent to an engine (or were lost while lent); give them back first")]
+    WeightsAway,
+    #[error(transparent)]
+    Sampling(Box<super::dynamic::DynamicSamplingError<TrainError>>),
+    #[error("engine: {0}")]
+    Engine(#[from] crate::engine::EngineError),
     #[error("cannot write safetensors {path}: {msg}")]
     Write { path: PathBuf, msg: String },
 }

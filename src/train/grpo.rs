@@ -3,7 +3,7 @@
 //! whole batch, optional k3 KL penalty against a reference policy (coefficient 0 by default), and
 //! masking of trajectories whose advantage is zero (zero-variance groups, operational errors)
 //! from the token denominator. Advantages come in from the caller (group-mean centring without
-//! std division lives with the rewards, in `episode`).
+//! std division: [`super::advantage`]).
 
 use super::error::{Result, TrainError};
 use super::loss::{log_softmax_row, LossOut};

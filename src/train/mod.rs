@@ -7,18 +7,33 @@
 //! - [`network`]: `TrainModel` — whole-model training forward with a tape, backward, optional
 //!   per-layer activation recomputation, routing replay.
 //! - [`loss`] (cross-entropy / SFT) and [`grpo`] (clipped policy loss): pure functions of logits.
+//! - [`trainer`]: one update (SFT or GRPO) in micro-batches under a token cap; [`optim`], [`lora`].
+//! - [`lease`] and [`policy`]: the trainer's weights lent to an engine without a copy and taken back.
+//! - [`advantage`], [`dynamic`]: group-mean advantages and DAPO dynamic sampling.
+//! - [`rollout`], [`iteration`], [`toy`], [`grpo_run`]: GRPO through the engine — rollouts,
+//!   one iteration (lend → sample → give back → update), the built-in toy task, `train grpo`.
+//! - [`sft_data`]: conversations rendered with the chat template into ids + assistant masks.
 
+pub mod advantage;
 pub mod checkpoint;
+pub mod dynamic;
 pub mod error;
 pub mod grpo;
+pub mod grpo_run;
+pub mod iteration;
 pub mod layers;
+pub mod lease;
 pub mod lora;
 pub mod loss;
 pub mod network;
 pub mod ops;
 pub mod optim;
 pub mod params;
+pub mod policy;
+pub mod rollout;
+pub mod sft_data;
 pub mod sft_run;
+pub mod toy;
 pub mod trainer;
 
 pub use error::TrainError;

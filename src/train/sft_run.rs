@@ -1,5 +1,6 @@
-//! `train sft` runs: a TOML config (model, JSONL data of token ids + assistant masks, optimizer,
-//! schedule, steps, batch size, checkpointing), the update loop over the data in order
+//! `train sft` runs: a TOML config (model, data — JSONL of token ids + assistant masks, or agent
+//! trajectory files rendered with the model's chat template — optimizer, schedule, steps, batch
+//! size, checkpointing), the update loop over the data in order
 //! (wrapping around), one JSON line of metrics per step, and HF checkpoints with optimizer state
 //! (`<out>/step-<n>` every `save_every` steps and `<out>/final`). `resume` continues from a
 //! checkpoint written by a previous run.
@@ -10,7 +11,10 @@ use super::grpo::GrpoConfig;
 use super::lora::{Lora, LoraConfig};
 use super::network::{TapeOptions, TrainModel};
 use super::optim::{AdamW, AdamWConfig, Schedule};
+use super::sft_data::{conversation_examples, Conversation};
 use super::trainer::{SftExample, StepReport, Trainer};
+use crate::model::chat::ChatTemplate;
+use crate::model::tokenizer::Tokenizer;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -24,7 +28,12 @@ pub struct SftConfig {
     /// Hugging Face model folder to start from.
     pub model: PathBuf,
     /// JSONL, one `{"ids": [...], "mask": [...]}` per line (mask true on assistant tokens).
-    pub data: PathBuf,
+    #[serde(default)]
+    pub data: Option<PathBuf>,
+    /// Instead of `data`: agent trajectory files (one path or a list), rendered with the model
+    /// folder's chat template and tokenizer (see `train::sft_data`).
+    #[serde(default)]
+    pub trajectories: Option<Paths>,
     /// Output folder for checkpoints.
     pub out: PathBuf,
     pub steps: u64,
@@ -47,6 +56,33 @@ pub struct SftConfig {
     pub lora: Option<LoraConfig>,
 }
 
+/// One path or a list of paths.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Paths {
+    One(PathBuf),
+    Many(Vec<PathBuf>),
+}
+
+impl Paths {
+    pub fn paths(&self) -> &[PathBuf] {
+        match self {
+            Paths::One(p) => std::slice::from_ref(p),
+            Paths::Many(v) => v,
+        }
+    }
+    fn paths_mut(&mut self) -> &mut [PathBuf] {
+        match self {
+            Paths::One(p) => std::slice::from_mut(p),
+            Paths::Many(v) => v,
+        }
+    }
+}
+
+/// Reads the conversations of one `trajectories` file. `train` knows nothing of agents: the caller
+/// passes the agent layer's reader (`agent::trajectory::sft_conversations`).
+pub type ConversationReader<'a> = &'a dyn Fn(&Path) -> std::result::Result<Vec<Conversation>, String>;
+
 impl SftConfig {
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|source| TrainError::Io { path: path.into(), source })?;
@@ -54,9 +90,20 @@ impl SftConfig {
             toml::from_str(&text).map_err(|e| TrainError::BadInput(format!("{}: {e}", path.display())))?;
         // Relative paths are relative to the config file's folder.
         let base = path.parent().unwrap_or(Path::new("."));
-        for p in [&mut c.model, &mut c.data, &mut c.out] {
+        let data = c.data.iter_mut().chain(c.trajectories.iter_mut().flat_map(Paths::paths_mut));
+        for p in [&mut c.model, &mut c.out].into_iter().chain(data) {
             if p.is_relative() {
                 *p = base.join(&*p);
+            }
+        }
+        match (&c.data, &c.trajectories) {
+            (Some(_), None) => {}
+            (None, Some(t)) if !t.paths().is_empty() => {}
+            _ => {
+                return Err(TrainError::BadInput(format!(
+                    "{}: give exactly one of `data` (ids + mask JSONL) or `trajectories` (agent trajectory files)",
+                    path.display()
+                )))
             }
         }
         if let Some(r) = c.resume.as_mut().filter(|r| r.is_relative()) {
@@ -94,9 +141,36 @@ pub fn read_examples(path: &Path) -> Result<Vec<SftExample>> {
     Ok(out)
 }
 
-/// Run the configured SFT; `on_step` sees each step's report. Returns the final checkpoint path.
-pub fn run_sft(c: &SftConfig, mut on_step: impl FnMut(&StepReport)) -> Result<PathBuf> {
-    let data = read_examples(&c.data)?;
+/// The configured training examples: `data` as is, or every conversation of the `trajectories`
+/// files rendered with the chat template and tokenizer of the model folder.
+pub fn load_examples(c: &SftConfig, read: ConversationReader<'_>) -> Result<Vec<SftExample>> {
+    if let Some(d) = &c.data {
+        return read_examples(d);
+    }
+    let files = c.trajectories.as_ref().map(Paths::paths).unwrap_or_default();
+    let template =
+        ChatTemplate::from_dir(&c.model).map_err(|e| TrainError::BadInput(format!("{}: {e}", c.model.display())))?;
+    let tokenizer =
+        Tokenizer::from_dir(&c.model).map_err(|e| TrainError::BadInput(format!("{}: {e}", c.model.display())))?;
+    let mut out = Vec::new();
+    for f in files {
+        let convs = read(f).map_err(|e| TrainError::BadInput(format!("{}: {e}", f.display())))?;
+        for (i, conv) in convs.iter().enumerate() {
+            let ex = conversation_examples(&template, &tokenizer, conv)
+                .map_err(|e| TrainError::BadInput(format!("{}, trajectory {}: {e}", f.display(), i + 1)))?;
+            out.extend(ex);
+        }
+    }
+    if out.is_empty() {
+        return Err(TrainError::BadInput("the trajectories hold no conversation".into()));
+    }
+    Ok(out)
+}
+
+/// Run the configured SFT; `read` loads `trajectories` files (see [`ConversationReader`]);
+/// `on_step` sees each step's report. Returns the final checkpoint path.
+pub fn run_sft(c: &SftConfig, read: ConversationReader<'_>, mut on_step: impl FnMut(&StepReport)) -> Result<PathBuf> {
+    let data = load_examples(c, read)?;
     let start = c.resume.as_deref().unwrap_or(&c.model);
     let model = TrainModel::load(start)?;
     let lora = c.lora.clone().map(|l| Lora::new(l, &model.store)).transpose()?;

@@ -1,0 +1,152 @@
+//! `train grpo` runs: a TOML config mirroring the paper's App. A (groups × group size with DAPO
+//! dynamic sampling, clip 0.2/0.28, KL 0, AdamW β 0.9/0.98, lr, weight decay, constant
+//! schedule, save interval, tokens per micro-batch), the built-in verifiable task, the loop of
+//! [`grpo_iteration`]s (one JSON line of metrics each), and HF checkpoints with optimizer
+//! state (`<out>/step-<n>` every `save_every` updates and `<out>/final`).
+
+use super::checkpoint::{save, SHARD_BYTES};
+use super::dynamic::DynamicSamplingConfig;
+use super::error::{Result, TrainError};
+use super::grpo::GrpoConfig;
+use super::iteration::{grpo_iteration, EngineSetup, IterationReport};
+use super::network::{TapeOptions, TrainModel};
+use super::optim::{AdamW, AdamWConfig, Schedule};
+use super::rollout::GroupSampler;
+use super::toy::{MultipleOf8Task, ToyTaskConfig};
+use super::trainer::Trainer;
+use crate::engine::EngineConfig;
+use crate::model::tokenizer::Tokenizer;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+fn default_schedule() -> Schedule {
+    Schedule::Constant
+}
+
+fn default_cap() -> usize {
+    // App. A: maximum tokens per GPU.
+    32_768
+}
+
+/// The task `train grpo` runs built in here; other names are tasks of the layers above (agent
+/// episodes), which supply their own [`GroupSampler`].
+pub const TOY_TASK: &str = "toy-multiple-of-8";
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrpoRunConfig {
+    /// Hugging Face model folder to start from.
+    pub model: PathBuf,
+    /// Folder with `tokenizer.json` (default: the model folder).
+    #[serde(default)]
+    pub tokenizer: Option<PathBuf>,
+    /// Output folder for checkpoints.
+    pub out: PathBuf,
+    /// [`TOY_TASK`], or a task defined above this layer (`test`, `repair`: agent episodes).
+    pub task: String,
+    pub steps: u64,
+    #[serde(default)]
+    pub seed: u64,
+    /// Save every this many iterations (0: only the final checkpoint).
+    #[serde(default)]
+    pub save_every: u64,
+    #[serde(default = "default_cap")]
+    pub max_tokens_per_micro_batch: usize,
+    #[serde(default)]
+    pub recompute: bool,
+    #[serde(default)]
+    pub sampling: DynamicSamplingConfig,
+    #[serde(default)]
+    pub grpo: GrpoConfig,
+    #[serde(default)]
+    pub optimizer: AdamWConfig,
+    #[serde(default = "default_schedule")]
+    pub schedule: Schedule,
+    #[serde(default)]
+    pub toy: ToyTaskConfig,
+    /// Settings of a task defined above this layer (`[agent]`), passed through unread.
+    #[serde(default)]
+    pub agent: Option<toml::Table>,
+}
+
+impl GrpoRunConfig {
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| TrainError::Io {
+            path: path.into(),
+            source,
+        })?;
+        let mut c: GrpoRunConfig =
+            toml::from_str(&text).map_err(|e| TrainError::BadInput(format!("{}: {e}", path.display())))?;
+        // Relative paths are relative to the config file's folder.
+        let base = path.parent().unwrap_or(Path::new("."));
+        for p in [Some(&mut c.model), Some(&mut c.out), c.tokenizer.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+        if c.steps == 0 || c.max_tokens_per_micro_batch == 0 {
+            return Err(TrainError::BadInput(format!(
+                "{}: steps and max_tokens_per_micro_batch must be > 0",
+                path.display()
+            )));
+        }
+        Ok(c)
+    }
+}
+
+/// The sampler of a task built in here (`None` for tasks of the layers above).
+pub fn builtin_sampler(c: &GrpoRunConfig) -> Option<Box<dyn GroupSampler>> {
+    (c.task == TOY_TASK).then(|| Box::new(MultipleOf8Task::new(c.toy.clone(), c.seed)) as Box<dyn GroupSampler>)
+}
+
+/// Run the configured GRPO with `sampler`; `on_step` sees each iteration's report. Returns the
+/// final checkpoint path.
+pub fn run_grpo(
+    c: &GrpoRunConfig,
+    sampler: &mut dyn GroupSampler,
+    mut on_step: impl FnMut(&IterationReport),
+) -> Result<PathBuf> {
+    let model = TrainModel::load(&c.model)?;
+    let opt = AdamW::new(c.optimizer, &model.store);
+    let mut tr = Trainer {
+        model,
+        opt,
+        schedule: c.schedule,
+        tape: TapeOptions { recompute: c.recompute },
+        grpo: c.grpo,
+        lora: None,
+    };
+    let tokenizer_dir = c.tokenizer.as_deref().unwrap_or(&c.model);
+    let tokenizer =
+        Tokenizer::from_dir(tokenizer_dir).map_err(|e| TrainError::BadInput(format!("tokenizer: {e}")))?;
+    let setup = EngineSetup {
+        tokenizer,
+        template_dir: sampler.needs_chat_template().then(|| tokenizer_dir.to_path_buf()),
+        config: EngineConfig::default(),
+    };
+    for i in 0..c.steps {
+        let rep = grpo_iteration(
+            &mut tr,
+            &setup,
+            sampler,
+            &c.sampling,
+            c.max_tokens_per_micro_batch,
+        )?;
+        on_step(&rep);
+        if c.save_every > 0 && (i + 1) % c.save_every == 0 {
+            save(
+                &c.out.join(format!("step-{}", i + 1)),
+                &c.model,
+                &tr.model.store,
+                Some(&tr.opt),
+                SHARD_BYTES,
+            )?;
+        }
+    }
+    let fin = c.out.join("final");
+    save(&fin, &c.model, &tr.model.store, Some(&tr.opt), SHARD_BYTES)?;
+    Ok(fin)
+}

@@ -1,0 +1,90 @@
+//! One GRPO iteration through the real engine: lend the trainer's weights to an engine, collect
+//! groups with DAPO dynamic sampling from a [`GroupSampler`], give the weights back, then one
+//! clipped-policy update with routing replay in micro-batches ([`rollout_phase`] and
+//! [`update_phase`]; [`grpo_iteration`] runs both). Knows nothing of what a task is.
+
+use super::dynamic::{collect_groups, Collected, DynamicSamplingConfig};
+use super::error::{Result, TrainError};
+use super::rollout::{grpo_batch, GroupSampler, Rollout};
+use super::trainer::{StepReport, Trainer};
+use crate::engine::EngineConfig;
+use crate::model::chat::ChatTemplate;
+use crate::model::tokenizer::Tokenizer;
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// What the rollout engine is started with each iteration.
+#[derive(Clone, Debug)]
+pub struct EngineSetup {
+    pub tokenizer: Tokenizer,
+    /// Folder holding the chat template, when the sampler renders chats.
+    pub template_dir: Option<PathBuf>,
+    pub config: EngineConfig,
+}
+
+/// One iteration's metrics (one JSON line per step of `train grpo`).
+#[derive(Clone, Debug, Serialize)]
+pub struct IterationReport {
+    /// 0-based iteration index (the update's optimizer step is `step`, when there is one).
+    pub iteration: u64,
+    /// Mean reward over every unaborted sample drawn this iteration, kept or not.
+    pub mean_reward: f64,
+    pub kept_groups: usize,
+    pub skipped_groups: usize,
+    pub aborted_samples: usize,
+    /// The update (loss, tokens, micro-batches, lr, grad norm); absent when every kept sample
+    /// had zero advantage.
+    #[serde(flatten)]
+    pub update: Option<StepReport>,
+}
+
+/// Lend the weights, collect groups, take the weights back (also when collecting fails).
+pub fn rollout_phase(
+    trainer: &mut Trainer,
+    setup: &EngineSetup,
+    sampler: &mut dyn GroupSampler,
+    sampling: &DynamicSamplingConfig,
+) -> Result<Collected<Vec<Rollout>>> {
+    let template = match (&setup.template_dir, sampler.needs_chat_template()) {
+        (Some(dir), _) => Some(ChatTemplate::from_dir(dir).map_err(|e| TrainError::BadInput(format!("chat template: {e}")))?),
+        (None, true) => return Err(TrainError::BadInput("this task renders chats: the engine needs the model's chat template".into())),
+        (None, false) => None,
+    };
+    let lent = trainer.lend(setup.tokenizer.clone(), template, setup.config)?;
+    let collected = collect_groups(sampling, |i| {
+        sampler.sample_group(lent.engine(), i, sampling.group_size)
+    });
+    lent.give_back().map_err(|e| e.error)?;
+    collected.map_err(|e| TrainError::Sampling(Box::new(e)))
+}
+
+/// One GRPO update on the collected groups (routing replay where recorded).
+pub fn update_phase(
+    trainer: &mut Trainer,
+    collected: &Collected<Vec<Rollout>>,
+    max_tokens_per_micro_batch: usize,
+) -> Result<IterationReport> {
+    let iteration = trainer.opt.step;
+    let batch = grpo_batch(&collected.kept);
+    let update = trainer.grpo_step_capped(&batch, max_tokens_per_micro_batch)?;
+    Ok(IterationReport {
+        iteration,
+        mean_reward: collected.mean_reward,
+        kept_groups: collected.kept.len(),
+        skipped_groups: collected.skipped,
+        aborted_samples: collected.aborted_samples,
+        update,
+    })
+}
+
+/// [`rollout_phase`] then [`update_phase`].
+pub fn grpo_iteration(
+    trainer: &mut Trainer,
+    setup: &EngineSetup,
+    sampler: &mut dyn GroupSampler,
+    sampling: &DynamicSamplingConfig,
+    max_tokens_per_micro_batch: usize,
+) -> Result<IterationReport> {
+    let collected = rollout_phase(trainer, setup, sampler, sampling)?;
+    update_phase(trainer, &collected, max_tokens_per_micro_batch)
+}

@@ -1,0 +1,115 @@
+//! Lending the policy: the trainer's parameters become the engine's weights for a rollout
+//! phase and come back for the update — one copy of the weights, handed between phases, no
+//! copy and no disk (DESIGN.md: "the trainer updates the very weights the engine samples
+//! from"). [`Trainer::lend`] moves the parameter buffers into a [`Model`] (via a
+//! [`ParamLease`]) and starts an [`Engine`] on it; [`LentPolicy::give_back`] (or dropping the
+//! [`LentPolicy`]) stops the engine, drops the model and reclaims every buffer, so the
+//! trainer's `Pid`s and optimizer state stay valid. The lent policy borrows the trainer
+//! mutably, so nothing can train on weights the engine is reading.
+
+use super::error::{Result, TrainError};
+use super::lease::ParamLease;
+use super::trainer::Trainer;
+use crate::engine::{Engine, EngineConfig};
+use crate::model::chat::ChatTemplate;
+use crate::model::tokenizer::Tokenizer;
+use crate::model::Model;
+
+/// A trainer whose weights are serving an engine.
+pub struct LentPolicy<'t> {
+    trainer: &'t mut Trainer,
+    engine: Option<Engine>,
+    lease: Option<ParamLease>,
+}
+
+impl Trainer {
+    /// Start an engine on this trainer's weights (moved, not copied). On failure the weights
+    /// are back in the trainer before the error is returned.
+    pub fn lend(
+        &mut self,
+        tokenizer: Tokenizer,
+        template: Option<ChatTemplate>,
+        config: EngineConfig,
+    ) -> Result<LentPolicy<'_>> {
+        if self.model.store.is_empty() {
+            return Err(TrainError::WeightsAway);
+        }
+        let mut lease = ParamLease::new(std::mem::take(&mut self.model.store));
+        let built = Model::from_source(self.model.cfg.clone(), &mut lease)
+            .map_err(TrainError::from)
+            .and_then(|m| Engine::start(m, tokenizer, template, config).map_err(TrainError::from));
+        match built {
+            Ok(engine) => Ok(LentPolicy {
+                trainer: self,
+                engine: Some(engine),
+                lease: Some(lease),
+            }),
+            Err(e) => {
+                // The model, if it was built, is dropped by now: every buffer comes back.
+                self.model.store = lease.reclaim()?;
+                Err(e)
+            }
+        }
+    }
+}
+
+impl<'t> LentPolicy<'t> {
+    /// The engine sampling from the lent weights. Its clones must be dropped before the
+    /// weights are given back.
+    pub fn engine(&self) -> &Engine {
+        self.engine
+            .as_ref()
+            .expect("the engine is present until the policy is given back")
+    }
+
+    /// Stop the engine and put the weights back into the trainer. While another handle to
+    /// the engine is alive this fails and hands the lent policy back: drop the handle, retry.
+    pub fn give_back(mut self) -> std::result::Result<(), Box<GiveBackError<'t>>> {
+        let handles = self.engine.as_ref().map_or(1, Engine::handles);
+        if handles > 1 {
+            let error = TrainError::StillLent {
+                count: handles - 1,
+                first: "engine handle(s) other than the lent policy's".into(),
+            };
+            return Err(Box::new(GiveBackError { error, policy: self }));
+        }
+        self.take_back().map_err(|error| {
+            // Only reachable if the engine thread failed; the weights are then gone.
+            Box::new(GiveBackError { error, policy: self })
+        })
+    }
+
+    fn take_back(&mut self) -> Result<()> {
+        let Some(engine) = self.engine.take() else {
+            return Ok(());
+        };
+        let mut lease = self.lease.take().expect("lease and engine are taken together");
+        // `stop` fails, changing nothing, while other handles exist.
+        let model: Model = engine.stop()?;
+        drop(model);
+        self.trainer.model.store = lease.reclaim()?;
+        Ok(())
+    }
+}
+
+/// Why the weights could not be given back, with the still-lent policy.
+#[derive(thiserror::Error)]
+#[error("{error}")]
+pub struct GiveBackError<'t> {
+    pub error: TrainError,
+    pub policy: LentPolicy<'t>,
+}
+
+impl std::fmt::Debug for GiveBackError<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GiveBackError({:?})", self.error)
+    }
+}
+
+impl Drop for LentPolicy<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.take_back() {
+            tracing::error!("the lent weights could not be taken back: {e}");
+        }
+    }
+}
