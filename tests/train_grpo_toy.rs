@@ -72,8 +72,7 @@ fn grpo_through_the_engine_raises_mean_reward_on_a_toy_task() {
             // On-policy with routing replay: the training forward on the returned weights
             // recomputes exactly what the engine sampled with.
             let (mut worst, mut n) = (0.0f32, 0);
-            for s in collected.kept.iter().flat_map(|g| &g.samples) {
-                let r = &s.sample;
+            for r in collected.kept.iter().flat_map(|g| &g.samples).flat_map(|s| &s.sample) {
                 assert!(r.routing.is_some(), "the engine returned a routing record");
                 let tape = tr
                     .model

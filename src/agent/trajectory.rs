@@ -147,33 +147,14 @@ impl TurnSample {
         l
     }
 
-    /// The routing for replay over [`TurnSample::ids`]: per layer `[T · top_k]`. The engine
-    /// records every token it forwarded — the whole prompt (this policy does not use the
-    /// conversation cache, so the record starts at 0) and the completion except its last token,
-    /// which is never forwarded; that last row is filled with the row before it (its output feeds
-    /// only the logits after the sequence, which no loss reads). `None` without a record or when
-    /// the record does not cover the prompt from its start.
+    /// The routing for replay over [`TurnSample::ids`]: per layer `[T · top_k]`, from the
+    /// engine's record (the whole prompt — this policy does not use the conversation cache, so
+    /// the record starts at 0 — and the completion but its never-forwarded last token; see
+    /// [`crate::train::rollout::replay_routing`]). `None` without a record or when the record
+    /// does not cover the sequence from its start.
     pub fn replay_routing(&self) -> Option<Vec<Vec<u32>>> {
-        let r = self.routing.as_ref()?;
-        let t = self.prompt_ids.len() + self.completion_ids.len();
-        if r.start != 0 || r.top_k == 0 {
-            return None;
-        }
-        r.experts
-            .iter()
-            .map(|layer| {
-                let rows = layer.len() / r.top_k;
-                match rows {
-                    _ if rows == t => Some(layer.clone()),
-                    _ if rows + 1 == t && rows > 0 => {
-                        let mut l = layer.clone();
-                        l.extend_from_slice(&layer[(rows - 1) * r.top_k..]);
-                        Some(l)
-                    }
-                    _ => None,
-                }
-            })
-            .collect()
+        let total = self.prompt_ids.len() + self.completion_ids.len();
+        crate::train::rollout::replay_routing(self.routing.as_ref()?, total).ok()
     }
 }
 
@@ -558,8 +539,9 @@ mod tests {
                 experts: vec![vec![0, 1, 2, 3, 4, 5]],
             }),
         };
-        // Three forwarded tokens (prompt + first completion token); the last row is repeated.
-        assert_eq!(s.replay_routing(), Some(vec![vec![0, 1, 2, 3, 4, 5, 4, 5]]));
+        // Three forwarded tokens (prompt + first completion token); the never-forwarded last
+        // token gets experts 0..top_k.
+        assert_eq!(s.replay_routing(), Some(vec![vec![0, 1, 2, 3, 4, 5, 0, 1]]));
         s.routing.as_mut().unwrap().start = 1;
         assert_eq!(
             s.replay_routing(),
