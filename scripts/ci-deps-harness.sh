@@ -8,6 +8,12 @@ IMAGE="${EXECCRITIC_DOCKER_IMAGE:-execcritic-pytest:latest}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 export DEBIAN_FRONTEND=noninteractive
 
+# The local-sandbox environment_setup test builds a venv with a development-mode install.
+if ! python3 -c 'import setuptools, venv' >/dev/null 2>&1; then
+  apt-get update -qq && apt-get install -y -qq python3-setuptools python3-venv >/dev/null \
+    || echo "ci-deps-harness: python3-setuptools not installed; the venv environment test will skip"
+fi
+
 need=()
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)

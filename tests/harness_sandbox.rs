@@ -180,8 +180,7 @@ fn small_limits() -> SandboxConfig {
             log_cap: 1 << 20,
             ..Default::default()
         },
-        log_dir: None,
-        docker_image: None,
+        ..Default::default()
     }
 }
 

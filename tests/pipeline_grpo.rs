@@ -13,10 +13,9 @@ use execcritic::model::chat::ChatTemplate;
 use execcritic::model::tokenizer::Tokenizer;
 use execcritic::pipeline::grpo::{AgentSampler, AgentTaskConfig, Role};
 use execcritic::train::dynamic::{Collected, KeptGroup, Scored};
-use execcritic::train::grpo::GrpoConfig;
 use execcritic::train::iteration::update_phase;
 use execcritic::train::loss::log_softmax_row;
-use execcritic::train::optim::{AdamW, AdamWConfig, Schedule};
+use execcritic::train::optim::AdamWConfig;
 use execcritic::train::rollout::{GroupSampler, Rollout};
 use execcritic::train::trainer::Trainer;
 use execcritic::train::{TapeOptions, TrainModel};
@@ -64,9 +63,7 @@ fn objective(model: &TrainModel, group: &[(Vec<Rollout>, f64)]) -> (f64, f32) {
 fn repair_rollouts_through_the_lent_engine_train_the_policy() {
     let dir = common::model_dir("tiny-qwen35");
     let model = TrainModel::load(dir.path()).unwrap();
-    let opt = AdamW::new(AdamWConfig { lr: 1e-4, ..Default::default() }, &model.store);
-    let mut trainer =
-        Trainer { model, opt, schedule: Schedule::Constant, tape: TapeOptions::default(), grpo: GrpoConfig::default(), lora: None };
+    let mut trainer = Trainer::new(model, AdamWConfig { lr: 1e-4, ..Default::default() });
     let mut sampler = AgentSampler::new(Role::Repair, small_budget(), dir.path(), 11, None).unwrap();
     assert!(sampler.needs_chat_template());
 

@@ -7,15 +7,20 @@ use execcritic::model::{ForwardOptions, LogitsMode, Model, SeqInput};
 use execcritic::tensor::DType;
 use execcritic::train::checkpoint::{load_optimizer, save, source_dtype};
 use execcritic::train::grpo::GrpoConfig;
-use execcritic::train::optim::{AdamW, AdamWConfig, Schedule};
+use execcritic::train::optim::{AdamWConfig, Schedule};
 use execcritic::train::trainer::{SftExample, Trainer};
 use execcritic::train::{TapeOptions, TrainModel};
 use std::path::Path;
 
 fn trainer(dir: &Path, lr: f32) -> Trainer {
     let model = TrainModel::load(dir).unwrap();
-    let opt = AdamW::new(AdamWConfig { lr, ..Default::default() }, &model.store);
-    Trainer { model, opt, schedule: Schedule::Constant, tape: TapeOptions::default(), grpo: GrpoConfig::default(), lora: None }
+    Trainer::new(
+        model,
+        AdamWConfig {
+            lr,
+            ..Default::default()
+        },
+    )
 }
 
 fn batch() -> Vec<SftExample> {
@@ -35,17 +40,36 @@ fn sft_steps_then_checkpoint_roundtrip() {
     let b = batch();
     let losses: Vec<f64> = (0..4).map(|_| tr.sft_step(&b).unwrap().loss).collect();
     eprintln!("SFT losses: {losses:?}");
-    assert!(losses[3] < losses[0] - 0.05, "loss must go down: {losses:?}");
-    assert!(tr.sft_step(&[SftExample { ids: vec![1, 2], mask: vec![true, false] }]).is_err(), "no trained token");
+    assert!(
+        losses[3] < losses[0] - 0.05,
+        "loss must go down: {losses:?}"
+    );
+    assert!(
+        tr.sft_step(&[SftExample {
+            ids: vec![1, 2],
+            mask: vec![true, false]
+        }])
+        .is_err(),
+        "no trained token"
+    );
 
     let tmp = tempfile::tempdir().unwrap();
     let ck = tmp.path().join("step-5");
     save(&ck, src, &tr.model.store, Some(&tr.opt), 400_000).unwrap();
     let shards = std::fs::read_dir(&ck)
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("model-"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("model-")
+        })
         .count();
-    assert!(shards >= 3, "small shard size gives several shards ({shards})");
+    assert!(
+        shards >= 3,
+        "small shard size gives several shards ({shards})"
+    );
     assert!(ck.join("model.safetensors.index.json").exists() && ck.join("config.json").exists());
     // Saving again over the same folder replaces it atomically.
     save(&ck, src, &tr.model.store, Some(&tr.opt), 400_000).unwrap();
@@ -56,9 +80,21 @@ fn sft_steps_then_checkpoint_roundtrip() {
     let m = Model::load(&ck).unwrap();
     let mut st = m.new_state();
     let out = m
-        .forward(&mut [SeqInput::new(ids, &mut st)], &ForwardOptions { logits: LogitsMode::All, ..Default::default() })
+        .forward(
+            &mut [SeqInput::new(ids, &mut st)],
+            &ForwardOptions {
+                logits: LogitsMode::All,
+                ..Default::default()
+            },
+        )
         .unwrap();
-    let max = out[0].logits.data().iter().zip(&tape.logits).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    let max = out[0]
+        .logits
+        .data()
+        .iter()
+        .zip(&tape.logits)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
     assert!(max < 1e-4, "engine vs trained logits: {max}");
 
     // Resume: same parameters and optimizer state; the next step matches an uninterrupted one.
@@ -80,7 +116,10 @@ fn sft_steps_then_checkpoint_roundtrip() {
     let a = tr.sft_step(&b).unwrap();
     let r = resumed.sft_step(&b).unwrap();
     assert_eq!(a.loss, r.loss);
-    assert_eq!(tr.model.store.params[5].data, resumed.model.store.params[5].data);
+    assert_eq!(
+        tr.model.store.params[5].data,
+        resumed.model.store.params[5].data
+    );
 }
 
 #[test]
@@ -93,13 +132,19 @@ fn bf16_source_is_saved_as_bf16() {
     save(&ck, src, &tr.model.store, None, usize::MAX).unwrap();
     let bytes = std::fs::read(ck.join("model-00001-of-00001.safetensors")).unwrap();
     let sf = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    assert!(sf.tensors().iter().all(|(_, t)| t.dtype() == safetensors::Dtype::BF16));
+    assert!(sf
+        .tensors()
+        .iter()
+        .all(|(_, t)| t.dtype() == safetensors::Dtype::BF16));
     // The master weights were exactly bf16 values, so the round trip is exact.
     let back = TrainModel::load(&ck).unwrap();
     for (a, b) in back.store.params.iter().zip(&tr.model.store.params) {
         assert_eq!(a.data, b.data, "{}", a.name);
     }
-    assert!(load_optimizer(&ck, &back.store).is_err(), "no optimizer state was saved");
+    assert!(
+        load_optimizer(&ck, &back.store).is_err(),
+        "no optimizer state was saved"
+    );
 }
 
 #[test]
@@ -107,7 +152,10 @@ fn train_sft_cli_writes_checkpoints_and_rejects_bad_configs() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     let model = std::fs::canonicalize("models/tiny-qwen35").unwrap();
-    let lines: Vec<String> = batch().iter().map(|e| serde_json::to_string(e).unwrap()).collect();
+    let lines: Vec<String> = batch()
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap())
+        .collect();
     std::fs::write(d.join("data.jsonl"), lines.join("\n")).unwrap();
     std::fs::write(
         d.join("sft.toml"),
@@ -115,20 +163,34 @@ fn train_sft_cli_writes_checkpoints_and_rejects_bad_configs() {
     )
     .unwrap();
     let bin = env!("CARGO_BIN_EXE_execcritic");
-    let o =
-        std::process::Command::new(bin).args(["train", "sft", "--config"]).arg(d.join("sft.toml")).output().unwrap();
+    let o = std::process::Command::new(bin)
+        .args(["train", "sft", "--config"])
+        .arg(d.join("sft.toml"))
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let steps: Vec<serde_json::Value> =
-        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let steps: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(steps.len(), 2);
     // Cosine over 2 steps from 1e-4 to 1e-5: factor 1 at step 0, (1 + 0.1)/2 at step 1.
     assert!((steps[0]["lr"].as_f64().unwrap() - 1e-4).abs() < 1e-9);
     assert!((steps[1]["lr"].as_f64().unwrap() - 5.5e-5).abs() < 1e-9);
     for f in ["step-1", "step-2", "final"] {
-        assert!(d.join("out").join(f).join("model.safetensors.index.json").exists(), "{f}");
+        assert!(
+            d.join("out")
+                .join(f)
+                .join("model.safetensors.index.json")
+                .exists(),
+            "{f}"
+        );
     }
     std::fs::write(d.join("bad.toml"), "model = \"x\"\nsteps = 1\n").unwrap();
-    let o =
-        std::process::Command::new(bin).args(["train", "sft", "--config"]).arg(d.join("bad.toml")).output().unwrap();
+    let o = std::process::Command::new(bin)
+        .args(["train", "sft", "--config"])
+        .arg(d.join("bad.toml"))
+        .output()
+        .unwrap();
     assert!(!o.status.success());
 }

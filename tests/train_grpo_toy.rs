@@ -11,10 +11,9 @@
 use execcritic::engine::EngineConfig;
 use execcritic::model::tokenizer::Tokenizer;
 use execcritic::train::dynamic::DynamicSamplingConfig;
-use execcritic::train::grpo::GrpoConfig;
 use execcritic::train::iteration::{rollout_phase, update_phase, EngineSetup};
 use execcritic::train::loss::log_softmax_row;
-use execcritic::train::optim::{AdamW, AdamWConfig, Schedule};
+use execcritic::train::optim::AdamWConfig;
 use execcritic::train::toy::{MultipleOf8Task, ToyTaskConfig};
 use execcritic::train::trainer::Trainer;
 use execcritic::train::{TapeOptions, TrainModel};
@@ -26,21 +25,13 @@ fn grpo_through_the_engine_raises_mean_reward_on_a_toy_task() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
     let model = TrainModel::load(&root.join("tiny-qwen35")).unwrap();
     let v = model.cfg.vocab_size;
-    let opt = AdamW::new(
+    let mut tr = Trainer::new(
+        model,
         AdamWConfig {
             lr: 3e-3,
             ..Default::default()
         },
-        &model.store,
     );
-    let mut tr = Trainer {
-        model,
-        opt,
-        schedule: Schedule::Constant,
-        tape: TapeOptions::default(),
-        grpo: GrpoConfig::default(),
-        lora: None,
-    };
     let setup = EngineSetup {
         tokenizer: Tokenizer::from_dir(&root.join("tokenizer")).unwrap(),
         template_dir: None,
@@ -72,7 +63,12 @@ fn grpo_through_the_engine_raises_mean_reward_on_a_toy_task() {
             // On-policy with routing replay: the training forward on the returned weights
             // recomputes exactly what the engine sampled with.
             let (mut worst, mut n) = (0.0f32, 0);
-            for r in collected.kept.iter().flat_map(|g| &g.samples).flat_map(|s| &s.sample) {
+            for r in collected
+                .kept
+                .iter()
+                .flat_map(|g| &g.samples)
+                .flat_map(|s| &s.sample)
+            {
                 assert!(r.routing.is_some(), "the engine returned a routing record");
                 let tape = tr
                     .model
@@ -84,7 +80,9 @@ fn grpo_through_the_engine_raises_mean_reward_on_a_toy_task() {
                     n += 1;
                 }
             }
-            eprintln!("step 0: {n} sampled tokens, max |recomputed − rollout log-prob| = {worst:e}");
+            eprintln!(
+                "step 0: {n} sampled tokens, max |recomputed − rollout log-prob| = {worst:e}"
+            );
             assert!(
                 n > 0 && worst <= 1e-5,
                 "recomputed log-probabilities differ from the rollout's by {worst}"
@@ -106,8 +104,15 @@ fn grpo_through_the_engine_raises_mean_reward_on_a_toy_task() {
     }
     eprintln!(
         "reward curve: {:?}",
-        curve.iter().map(|r| (r * 1000.0).round() / 1000.0).collect::<Vec<_>>()
+        curve
+            .iter()
+            .map(|r| (r * 1000.0).round() / 1000.0)
+            .collect::<Vec<_>>()
     );
     let last = *curve.last().unwrap();
-    assert!(curve[0] <= 0.2 && last >= 0.8, "mean reward {} → {last}", curve[0]);
+    assert!(
+        curve[0] <= 0.2 && last >= 0.8,
+        "mean reward {} → {last}",
+        curve[0]
+    );
 }

@@ -8,9 +8,8 @@ use execcritic::engine::{Engine, EngineConfig, Request, SamplingParams};
 use execcritic::model::source::WeightSource;
 use execcritic::model::tokenizer::Tokenizer;
 use execcritic::model::{ForwardOptions, LogitsMode, Model, SeqInput};
-use execcritic::train::grpo::GrpoConfig;
 use execcritic::train::lease::ParamLease;
-use execcritic::train::optim::{AdamW, AdamWConfig, Schedule};
+use execcritic::train::optim::AdamWConfig;
 use execcritic::train::policy::GiveBackError;
 use execcritic::train::trainer::{SftExample, Trainer};
 use execcritic::train::{TapeOptions, TrainError, TrainModel};
@@ -26,22 +25,14 @@ fn tokenizer() -> Tokenizer {
 
 fn trainer(lr: f32) -> Trainer {
     let model = TrainModel::load(&tiny()).unwrap();
-    let opt = AdamW::new(
+    Trainer::new(
+        model,
         AdamWConfig {
             lr,
             max_grad_norm: None,
             ..Default::default()
         },
-        &model.store,
-    );
-    Trainer {
-        model,
-        opt,
-        schedule: Schedule::Constant,
-        tape: TapeOptions::default(),
-        grpo: GrpoConfig::default(),
-        lora: None,
-    }
+    )
 }
 
 const PROMPT: [u32; 5] = [1, 17, 300, 42, 999];
@@ -55,7 +46,10 @@ fn engine_logits(engine: &Engine) -> Vec<f32> {
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 #[test]
@@ -87,7 +81,10 @@ fn a_lease_round_trip_moves_the_buffers_and_takes_the_same_ones_back() {
         .iter()
         .map(|p| (p.name.clone(), p.data.as_ptr(), p.data.len()))
         .collect();
-    assert_eq!(before, after, "same order, same allocations: nothing was copied");
+    assert_eq!(
+        before, after,
+        "same order, same allocations: nothing was copied"
+    );
 }
 
 #[test]
@@ -98,7 +95,10 @@ fn a_lease_checks_names_and_shapes_like_a_checkpoint() {
     assert!(lease.contains("norm.weight") && !lease.contains("nope.weight"));
     assert_eq!(lease.full_name("norm.weight"), "model.norm.weight");
     assert!(lease.get("nope.weight", &[1]).is_err());
-    assert!(lease.get("norm.weight", &[3]).is_err(), "wrong shape is an error");
+    assert!(
+        lease.get("norm.weight", &[3]).is_err(),
+        "wrong shape is an error"
+    );
     let a = lease.get("norm.weight", &[64]).unwrap();
     let b = lease.get("norm.weight", &[64]).unwrap();
     assert_eq!(
@@ -113,7 +113,13 @@ fn a_lease_checks_names_and_shapes_like_a_checkpoint() {
 #[test]
 fn the_engine_samples_from_the_very_weights_the_trainer_updates() {
     let mut tr = trainer(1e-2);
-    let ptrs: Vec<*const f32> = tr.model.store.params.iter().map(|p| p.data.as_ptr()).collect();
+    let ptrs: Vec<*const f32> = tr
+        .model
+        .store
+        .params
+        .iter()
+        .map(|p| p.data.as_ptr())
+        .collect();
 
     // Lent weights give exactly the logits of the checkpoint loaded from disk.
     let reference = Model::load(&tiny()).unwrap();
@@ -138,10 +144,19 @@ fn the_engine_samples_from_the_very_weights_the_trainer_updates() {
     // A second engine handle blocks the hand-back; dropping it lets it through.
     let extra = lent.engine().clone();
     let GiveBackError { error, policy } = *lent.give_back().unwrap_err();
-    assert!(matches!(error, TrainError::StillLent { count: 1, .. }), "{error}");
+    assert!(
+        matches!(error, TrainError::StillLent { count: 1, .. }),
+        "{error}"
+    );
     drop(extra);
     policy.give_back().unwrap();
-    let back: Vec<*const f32> = tr.model.store.params.iter().map(|p| p.data.as_ptr()).collect();
+    let back: Vec<*const f32> = tr
+        .model
+        .store
+        .params
+        .iter()
+        .map(|p| p.data.as_ptr())
+        .collect();
     assert_eq!(ptrs, back, "the weights came back without a copy");
 
     // One optimizer step, then the engine must see the updated weights.
@@ -150,14 +165,19 @@ fn the_engine_samples_from_the_very_weights_the_trainer_updates() {
         mask: vec![false, true, true, true, true, true],
     };
     tr.sft_step(&[ex]).unwrap();
-    let tape = tr.model.forward(&PROMPT, None, TapeOptions::default()).unwrap();
+    let tape = tr
+        .model
+        .forward(&PROMPT, None, TapeOptions::default())
+        .unwrap();
     let v = tr.model.cfg.vocab_size;
     let trained = tape.logits[(PROMPT.len() - 1) * v..].to_vec();
     let lent = tr.lend(tokenizer(), None, EngineConfig::default()).unwrap();
     let after = engine_logits(lent.engine());
     lent.give_back().unwrap();
     let (moved, d1) = (max_diff(&after, &before), max_diff(&after, &trained));
-    eprintln!("after one step: engine logits moved by {moved:e}; engine vs training forward {d1:e}");
+    eprintln!(
+        "after one step: engine logits moved by {moved:e}; engine vs training forward {d1:e}"
+    );
     assert!(moved > 1e-3, "the update must reach the engine");
     assert!(d1 <= 1e-4);
 }

@@ -3,29 +3,22 @@
 //! weights equal within 1e-6 — for GRPO (with routing replay) and SFT; the planner keeps batch
 //! order, respects the cap, and lets an over-long sequence form a micro-batch alone.
 
-use execcritic::train::grpo::{GrpoConfig, GrpoSample};
-use execcritic::train::optim::{AdamW, AdamWConfig, Schedule};
+use execcritic::train::grpo::GrpoSample;
+use execcritic::train::optim::AdamWConfig;
 use execcritic::train::trainer::{plan_micro_batches, SftExample, Trainer};
 use execcritic::train::{TapeOptions, TrainModel};
 use std::path::Path;
 
 fn trainer() -> Trainer {
-    let model = TrainModel::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tiny-qwen35")).unwrap();
-    let opt = AdamW::new(
+    let model = TrainModel::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tiny-qwen35"))
+        .unwrap();
+    Trainer::new(
+        model,
         AdamWConfig {
             lr: 1e-2,
             ..Default::default()
         },
-        &model.store,
-    );
-    Trainer {
-        model,
-        opt,
-        schedule: Schedule::Constant,
-        tape: TapeOptions::default(),
-        grpo: GrpoConfig::default(),
-        lora: None,
-    }
+    )
 }
 
 fn max_param_diff(a: &Trainer, b: &Trainer) -> f32 {
@@ -40,7 +33,10 @@ fn max_param_diff(a: &Trainer, b: &Trainer) -> f32 {
 
 #[test]
 fn the_planner_respects_the_cap_and_keeps_order() {
-    assert_eq!(plan_micro_batches(&[3, 4, 2, 9, 1], 7), vec![0..2, 2..3, 3..4, 4..5]);
+    assert_eq!(
+        plan_micro_batches(&[3, 4, 2, 9, 1], 7),
+        vec![0..2, 2..3, 3..4, 4..5]
+    );
     assert_eq!(plan_micro_batches(&[3, 4, 2], usize::MAX), vec![0..3]);
     assert_eq!(
         plan_micro_batches(&[10], 4),
@@ -64,8 +60,13 @@ fn a_grpo_step_in_micro_batches_equals_the_one_batch_step() {
     // routing replay from the model's own routing of each sequence.
     let mut rec = Vec::new();
     for (k, ids) in seqs.iter().enumerate() {
-        let tape = probe.model.forward(ids, None, TapeOptions::default()).unwrap();
-        let old: Vec<f32> = (0..ids.len()).map(|t| -3.0 - 0.1 * (t + k) as f32).collect();
+        let tape = probe
+            .model
+            .forward(ids, None, TapeOptions::default())
+            .unwrap();
+        let old: Vec<f32> = (0..ids.len())
+            .map(|t| -3.0 - 0.1 * (t + k) as f32)
+            .collect();
         let mask: Vec<bool> = (0..ids.len()).map(|t| t >= 2).collect();
         rec.push((old, mask, tape.experts));
     }
@@ -95,7 +96,10 @@ fn a_grpo_step_in_micro_batches_equals_the_one_batch_step() {
     assert!((a.loss - b.loss).abs() <= 1e-6 * a.loss.abs().max(1.0));
     assert!((a.stats.grad_norm - b.stats.grad_norm).abs() <= 1e-6 * a.stats.grad_norm.max(1.0));
     assert!(d <= 1e-6);
-    assert!(max_param_diff(&one, &probe) > 1e-4, "the step changed the weights");
+    assert!(
+        max_param_diff(&one, &probe) > 1e-4,
+        "the step changed the weights"
+    );
 }
 
 #[test]

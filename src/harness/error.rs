@@ -25,6 +25,17 @@ pub enum HarnessError {
     Reset(String),
     #[error("docker: {0}")]
     Docker(String),
+    /// A task's `environment_setup` command failed (no cache entry was written).
+    #[error(
+        "environment setup of {instance} failed: command `{command}` {status}; log tail:\n{tail}"
+    )]
+    EnvironmentSetup {
+        instance: String,
+        command: String,
+        /// e.g. "exited with code 1", "timed out after 600 s".
+        status: String,
+        tail: String,
+    },
     #[error("task preparation failed: {0}")]
     Task(String),
     #[error("{0}")]

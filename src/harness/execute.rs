@@ -156,7 +156,7 @@ pub async fn run_tests(
     command: &str,
     timeout: Duration,
 ) -> Result<RunRecord, HarnessError> {
-    match run_after(sb, &[], runner, command, timeout).await? {
+    match run_after(sb, &[], runner, command, timeout, false).await? {
         Staged::Ran(r) => Ok(r),
         Staged::StepFailed(step) => Err(HarnessError::Other(format!(
             "unexpected failed step {step}"
@@ -174,13 +174,15 @@ pub enum Staged {
 }
 
 /// Run the preparation `steps` (name, shell command; output discarded) and then the test
-/// `command`, all in one sandboxed command (one sandbox start). Used by the gates' fast path.
+/// `command`, all in one sandboxed command (one sandbox start), as an ephemeral run (see
+/// [`Sandbox::exec_ephemeral`]) when `ephemeral`. Used by the gates' fast path.
 pub async fn run_after(
     sb: &dyn Sandbox,
     steps: &[(&str, String)],
     runner: CommandRunner,
     command: &str,
     timeout: Duration,
+    ephemeral: bool,
 ) -> Result<Staged, HarnessError> {
     let nonce: u64 = rand::rng().random();
     let marker = format!("__EXECCRITIC_RC_{nonce:016x}__=");
@@ -196,7 +198,11 @@ pub async fn run_after(
     script.push_str(&format!(
         "export COLUMNS=400\n__execcritic_t0=$EPOCHREALTIME\n{command}\n__execcritic_rc=$?; printf '\\n%s%d %s %s\\n' '{marker}' \"$__execcritic_rc\" \"$__execcritic_t0\" \"$EPOCHREALTIME\""
     ));
-    let out = sb.exec(&script, timeout).await?;
+    let out = if ephemeral {
+        sb.exec_ephemeral(&script, timeout).await?
+    } else {
+        sb.exec(&script, timeout).await?
+    };
     let mut rc = None;
     let mut test_duration = None;
     let mut kept = Vec::new();

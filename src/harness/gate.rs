@@ -6,6 +6,7 @@
 use super::bundle::{Bundle, FrozenBundle};
 use super::classify::{base_category, failure_kind, BaseCategory, FailureKind, GateStatus};
 use super::diff::{is_test_path, parse_patch};
+use super::environment::prepare_environment;
 use super::error::HarnessError;
 use super::execute::{
     apply_patch, bound_tail, run_after, run_tests, ApplyOutcome, RunRecord, Staged,
@@ -14,7 +15,10 @@ use super::feedback::{hide_test_source, render, EnvelopeInput};
 use super::logparse::TestStatus;
 use super::sandbox::docker::{DockerSandbox, Populate as DockerPopulate};
 use super::sandbox::local::LocalSandbox;
-use super::sandbox::{reset_command, shell_quote, Purpose, Sandbox, SandboxConfig, SandboxKind};
+use super::sandbox::{
+    reset_command, shell_quote, EnvAccess, Purpose, Sandbox, SandboxConfig, SandboxKind,
+    HANDOFF_DIR,
+};
 use super::validate::Rejection;
 use crate::task::TaskInstance;
 use std::path::Path;
@@ -35,7 +39,43 @@ pub async fn open_sandbox(
     open_sandbox_with(kind, task, purpose, &SandboxConfig::default()).await
 }
 
+/// Open a sandbox with explicit options. A task with `environment_setup` gets its prepared
+/// environment (built once per cache key, see [`super::environment`]) mounted read-only at
+/// `/env`, unless `config` already names an environment.
 pub async fn open_sandbox_with(
+    kind: SandboxKind,
+    task: &TaskInstance,
+    purpose: Purpose,
+    config: &SandboxConfig,
+) -> Result<Box<dyn Sandbox>, HarnessError> {
+    if config.environment == EnvAccess::None {
+        if let Some(env) = prepare_environment(kind, task, config).await? {
+            let config = SandboxConfig {
+                environment: EnvAccess::ReadOnly(env.dir),
+                ..config.clone()
+            };
+            return open_bare(kind, task, purpose, &config).await;
+        }
+    }
+    open_bare(kind, task, purpose, config).await
+}
+
+/// The docker image a task's sandboxes use: `config`'s, else `$EXECCRITIC_DOCKER_IMAGE`, else
+/// the task's `image`.
+pub fn docker_image(task: &TaskInstance, config: &SandboxConfig) -> String {
+    config
+        .docker_image
+        .clone()
+        .or_else(|| {
+            std::env::var("EXECCRITIC_DOCKER_IMAGE")
+                .ok()
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_else(|| task.image.clone())
+}
+
+/// Open a sandbox exactly as `config` says (no environment preparation).
+pub(crate) async fn open_bare(
     kind: SandboxKind,
     task: &TaskInstance,
     purpose: Purpose,
@@ -57,15 +97,7 @@ pub async fn open_sandbox_with(
             Ok(Box::new(sb))
         }
         SandboxKind::Docker => {
-            let image = config
-                .docker_image
-                .clone()
-                .or_else(|| {
-                    std::env::var("EXECCRITIC_DOCKER_IMAGE")
-                        .ok()
-                        .filter(|s| !s.is_empty())
-                })
-                .unwrap_or_else(|| task.image.clone());
+            let image = docker_image(task, config);
             let populate: Option<DockerPopulate> = task.repo_path.as_ref().map(|_| {
                 let t = task.clone();
                 let sanitize = purpose.sanitize_history();
@@ -117,8 +149,12 @@ async fn run_bundle(
 }
 
 /// Fresh Base + `source_patch` + the bundle's test patch, then the bundle's command.
-/// Fast path: one sandboxed command does the reset, both `git apply`s and the run; when a step
-/// fails, the step-by-step path (reset with recreate, the full apply chain, diagnostics) runs.
+/// Fast path: ONE sandboxed command applies both patches with one `git apply` (they touch
+/// disjoint files: a candidate touching test paths was refused before) and runs the tests —
+/// as an ephemeral run where the sandbox has them (a throw-away copy of the clean Base: no
+/// reset needed, none can be incomplete), otherwise after an in-script `git reset --hard` +
+/// `git clean -fdx`. When a step fails, the step-by-step path (reset with recreate, the full
+/// apply chain per patch, diagnostics) runs.
 /// `Err((kind, diagnostics))` for a structural failure (a patch does not apply).
 async fn prepared_run(
     sb: &dyn Sandbox,
@@ -133,24 +169,29 @@ async fn prepared_run(
             format!("{p}\n")
         }
     };
-    let cand = "/tmp/.execcritic/fast-candidate.patch";
-    let test = "/tmp/.execcritic/fast-test.patch";
-    sb.put_file(test, with_nl(&frozen.bundle.test_patch).as_bytes())
+    let cand = format!("{HANDOFF_DIR}/fast-candidate.patch");
+    let test = format!("{HANDOFF_DIR}/fast-test.patch");
+    sb.put_file(&test, with_nl(&frozen.bundle.test_patch).as_bytes())
         .await?;
-    let mut steps = vec![("reset", reset_command(sb.base_commit()))];
+    let mut patches = test.clone();
     if !source_patch.trim().is_empty() {
-        sb.put_file(cand, with_nl(source_patch).as_bytes()).await?;
-        steps.push(("candidate", format!("git apply --whitespace=nowarn {cand}")));
+        sb.put_file(&cand, with_nl(source_patch).as_bytes()).await?;
+        patches = format!("{cand} {test}");
     }
-    steps.push(("test", format!("git apply --whitespace=nowarn {test}")));
+    let ephemeral = sb.ephemeral_runs();
+    let mut steps = Vec::new();
+    if !ephemeral {
+        steps.push(("reset", reset_command(sb.base_commit())));
+    }
+    steps.push(("apply", format!("git apply --whitespace=nowarn {patches}")));
     let plan = &frozen.plan;
-    let steps: Vec<(&str, String)> = steps;
     if let Staged::Ran(r) = run_after(
         sb,
         &steps,
         plan.command.runner,
         &plan.command.activated,
         timeout,
+        ephemeral,
     )
     .await?
     {

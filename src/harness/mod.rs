@@ -11,6 +11,7 @@ pub use error::HarnessError;
 pub use sandbox::{ExecOutput, Purpose, Sandbox, SandboxConfig, SandboxKind, SandboxLimits};
 pub mod bundle;
 pub mod diff;
+pub mod environment;
 pub mod selector;
 pub mod validate;
 
@@ -24,6 +25,7 @@ pub mod grade;
 pub mod logparse;
 
 pub use classify::{BaseCategory, FailureKind, GateStatus};
+pub use environment::{environment_key, prepare_environment, PreparedEnvironment};
 pub use gate::{
     audit, balanced_accuracy, check_candidate, check_candidate_in, export_source_diff, CandidateOutcome,
     open_sandbox, open_sandbox_with, qualify, AuditRecord, GateVerdict, Qualification,

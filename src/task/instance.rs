@@ -61,7 +61,8 @@ pub struct Candidate {
 }
 
 /// Shell commands run once per environment inside the sandbox at the workspace path, with
-/// network; the result is cached under `cache_key` (tests later run without network).
+/// network; the result is cached under `cache_key` (tests later run without network). Executed
+/// by `harness::environment`, which builds the directory every later sandbox mounts at `/env`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnvironmentSetup {
     pub commands: Vec<String>,

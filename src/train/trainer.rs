@@ -66,6 +66,21 @@ pub fn plan_micro_batches(lens: &[usize], cap: usize) -> Vec<Range<usize>> {
 }
 
 impl Trainer {
+    /// Full-parameter training of `model` with AdamW under `opt` over all its parameters,
+    /// constant schedule, default GRPO settings, activations kept (set the public fields for
+    /// anything else).
+    pub fn new(model: TrainModel, opt: super::optim::AdamWConfig) -> Self {
+        let opt = AdamW::new(opt, &model.store);
+        Trainer {
+            model,
+            opt,
+            schedule: Schedule::Constant,
+            tape: TapeOptions::default(),
+            grpo: GrpoConfig::default(),
+            lora: None,
+        }
+    }
+
     /// One SFT update over `batch` (loss = mean over the batch's trained tokens).
     pub fn sft_step(&mut self, batch: &[SftExample]) -> Result<StepReport> {
         self.sft_step_capped(batch, usize::MAX)

@@ -47,7 +47,10 @@ pub struct Task {
 
 pub fn tasks() -> Vec<Task> {
     let text = std::fs::read_to_string(root().join("tests/fixtures/sft/tasks.jsonl")).unwrap();
-    text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect()
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 /// One assistant turn calling bash with `cmd` (Qwen3.5 XML), as a scripted-policy JSONL line.
@@ -59,12 +62,23 @@ pub fn call(cmd: &str) -> String {
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"])
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "commit.gpgsign=false",
+        ])
         .args(args)
         .current_dir(dir)
         .output()
         .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -109,8 +123,15 @@ pub async fn scripted_trajectories() -> Vec<Trajectory> {
             max_format_errors: 1,
         };
         let id = format!("sft-{i}");
-        let mut agent =
-            Agent::new(&policy, &shell, "sft", &id, limits, SamplingParams::default()).with_markers(&[Marker::Submit]);
+        let mut agent = Agent::new(
+            &policy,
+            &shell,
+            "sft",
+            &id,
+            limits,
+            SamplingParams::default(),
+        )
+        .with_markers(&[Marker::Submit]);
         agent.push(ChatMessage::system(SYSTEM));
         agent.push(ChatMessage::user(t.task.clone()));
         loop {
@@ -127,6 +148,11 @@ pub async fn scripted_trajectories() -> Vec<Trajectory> {
 
 /// Write trajectories one after another into one JSONL file.
 pub fn write_all(trajectories: &[Trajectory], path: &Path) {
-    let all = Trajectory { entries: trajectories.iter().flat_map(|t| t.entries.clone()).collect() };
+    let all = Trajectory {
+        entries: trajectories
+            .iter()
+            .flat_map(|t| t.entries.clone())
+            .collect(),
+    };
     all.write_jsonl(path).unwrap();
 }

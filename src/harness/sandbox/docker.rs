@@ -8,7 +8,8 @@
 
 use super::capture::Capture;
 use super::{
-    reset_command, shell_quote, ExecOutput, SandboxConfig, SandboxFuture, SandboxLimits, WORKDIR,
+    reset_command, shell_quote, EnvAccess, ExecOutput, SandboxConfig, SandboxFuture, SandboxLimits,
+    ENV_DIR, WORKDIR,
 };
 use crate::harness::error::HarnessError;
 use bollard::query_parameters::{
@@ -124,6 +125,8 @@ pub struct DockerSandbox {
     _logs: tempfile::TempDir,
     repo_tar: Vec<u8>,
     counter: AtomicU64,
+    /// The task environment, bind-mounted at `/env` (the daemon must be local).
+    env: EnvAccess,
     /// Attached stdin of the container's main process: dropping it (or dying) ends the container.
     _lifeline: tokio::sync::Mutex<Vec<Pin<Box<dyn tokio::io::AsyncWrite + Send>>>>,
 }
@@ -198,6 +201,7 @@ impl DockerSandbox {
             _logs: logs,
             repo_tar,
             counter: AtomicU64::new(0),
+            env: config.environment.clone(),
             _lifeline: tokio::sync::Mutex::new(Vec::new()),
         };
         sb.create().await?;
@@ -225,7 +229,9 @@ impl DockerSandbox {
             ]),
             labels: Some(labels),
             working_dir: Some("/".into()),
-            network_disabled: Some(true),
+            // Only the setup container has a network (the host's: these daemons may run
+            // without a bridge); every other container has none.
+            network_disabled: Some(!self.env.network()),
             open_stdin: Some(true),
             stdin_once: Some(true),
             attach_stdin: Some(true),
@@ -235,7 +241,11 @@ impl DockerSandbox {
             ])),
             host_config: Some(HostConfig {
                 readonly_rootfs: Some(true),
-                network_mode: Some("none".into()),
+                network_mode: Some(if self.env.network() { "host" } else { "none" }.into()),
+                binds: self.env.host_dir().map(|dir| {
+                    let mode = if self.env.network() { "rw" } else { "ro" };
+                    vec![format!("{}:{ENV_DIR}:{mode}", dir.display())]
+                }),
                 memory: Some(self.limits.memory_bytes as i64),
                 memory_swap: Some(self.limits.memory_bytes as i64),
                 pids_limit: Some(self.limits.max_procs as i64),
@@ -356,12 +366,7 @@ impl DockerSandbox {
                     attach_stdout: Some(true),
                     attach_stderr: Some(true),
                     working_dir: Some(WORKDIR.into()),
-                    env: Some(vec![
-                        "HOME=/tmp".into(),
-                        "GIT_CONFIG_COUNT=1".into(),
-                        "GIT_CONFIG_KEY_0=safe.directory".into(),
-                        "GIT_CONFIG_VALUE_0=*".into(),
-                    ]),
+                    env: Some(self.exec_env()),
                     ..Default::default()
                 },
             )
@@ -427,6 +432,24 @@ impl DockerSandbox {
 }
 
 impl DockerSandbox {
+    /// Environment of every exec (the task environment's variables included).
+    fn exec_env(&self) -> Vec<String> {
+        let mut env: Vec<String> = vec![
+            "HOME=/tmp".into(),
+            "GIT_CONFIG_COUNT=1".into(),
+            "GIT_CONFIG_KEY_0=safe.directory".into(),
+            "GIT_CONFIG_VALUE_0=*".into(),
+        ];
+        let base_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+        env.extend(
+            self.env
+                .variables(base_path)
+                .into_iter()
+                .map(|(k, v)| format!("{k}={v}")),
+        );
+        env
+    }
+
     /// Kill every process of the container but docker's init and the lifeline: freeze the
     /// container (so a fork bomb cannot outrun us), SIGKILL its processes by host pid, thaw.
     /// Falls back to an in-container kill loop when the daemon's pids are not ours (remote).

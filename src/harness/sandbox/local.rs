@@ -4,13 +4,23 @@
 //! and a distinct unprivileged host uid per sandbox so the process limit really binds (the
 //! kernel exempts root from RLIMIT_NPROC). A timeout SIGKILLs bubblewrap's process group; the
 //! pid namespace takes every process inside down with it.
+//!
+//! Ephemeral runs (root only, overlayfs available): the command sees the workspace through an
+//! overlay whose upper layer, like its `/tmp`, lives on a private size-limited tmpfs that
+//! vanishes with the command's mount namespace. The workspace itself is never written, so the
+//! next run starts from the clean Base without any `git reset`/`git clean`.
 
 use super::capture::Capture;
-use super::{reset_command, ExecOutput, SandboxConfig, SandboxFuture, SandboxLimits, WORKDIR};
+use super::{
+    reset_command, EnvAccess, ExecOutput, SandboxConfig, SandboxFuture, SandboxLimits, ENV_DIR,
+    HANDOFF_DIR, WORKDIR,
+};
 use crate::harness::error::HarnessError;
+use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Fills an empty directory with the repository and returns its Base commit.
@@ -36,6 +46,13 @@ pub struct LocalSandbox {
     staged: Vec<(std::ffi::CString, std::ffi::CString)>,
     /// Host top-level entries bound read-only (path, symlink target when a symlink).
     root_entries: Vec<(PathBuf, Option<PathBuf>)>,
+    /// The task environment and the host path bwrap binds at `/env` (staged as root).
+    env: EnvAccess,
+    env_src: Option<PathBuf>,
+    /// Ephemeral runs' mounts (root with overlayfs only).
+    overlay: Option<OverlaySpec>,
+    /// The workspace is known to be the clean Base (fresh, or reset since the last write).
+    clean: AtomicBool,
 }
 
 impl LocalSandbox {
@@ -60,7 +77,21 @@ impl LocalSandbox {
         let workspace = root.path().join("testbed");
         std::fs::create_dir_all(&workspace).map_err(|e| HarnessError::io(&workspace, e))?;
         let base_commit = populate(&workspace)?;
-        let (masks, staged) = home_masks(root.path(), uid.is_some())?;
+        let (masks, mut staged) = home_masks(root.path(), uid.is_some())?;
+        let env_src = match config.environment.host_dir() {
+            None => None,
+            Some(dir) if uid.is_some() => {
+                // The sandbox uid may not traverse the cache's parents (e.g. /root): stage it.
+                if matches!(config.environment, EnvAccess::Setup(_)) {
+                    chown_tree(dir, uid)?;
+                }
+                let dst = root.path().join("envbind");
+                std::fs::create_dir_all(&dst).map_err(|e| HarnessError::io(&dst, e))?;
+                staged.push((cstring(dir)?, cstring(&dst)?));
+                Some(dst)
+            }
+            Some(dir) => Some(dir.to_path_buf()),
+        };
         let sb = LocalSandbox {
             root,
             base_commit,
@@ -73,7 +104,18 @@ impl LocalSandbox {
             masks,
             staged,
             root_entries: root_entries(),
+            env: config.environment.clone(),
+            env_src,
+            overlay: None,
+            clean: AtomicBool::new(true),
         };
+        let mut sb = sb;
+        if sb.uid.is_some() && !config.no_ephemeral && overlay_supported() {
+            let ovl = sb.root.path().join("ovl");
+            std::fs::create_dir_all(&ovl).map_err(|e| HarnessError::io(&ovl, e))?;
+            let owner = sb.uid.unwrap_or(0);
+            sb.overlay = OverlaySpec::new(&ovl, &sb.workspace(), owner, sb.limits.max_file_bytes);
+        }
         std::fs::create_dir_all(sb.tmp_dir()).map_err(|e| HarnessError::io(sb.tmp_dir(), e))?;
         sb.chown_tree(sb.root.path())?;
         Ok(sb)
@@ -109,16 +151,14 @@ impl LocalSandbox {
     }
 
     fn chown_tree(&self, dir: &Path) -> Result<(), HarnessError> {
-        let Some(uid) = self.uid else { return Ok(()) };
-        for entry in walkdir::WalkDir::new(dir) {
-            let entry = entry.map_err(|e| HarnessError::Other(format!("walking {dir:?}: {e}")))?;
-            std::os::unix::fs::lchown(entry.path(), Some(uid), Some(uid))
-                .map_err(|e| HarnessError::io(entry.path(), e))?;
-        }
-        Ok(())
+        chown_tree(dir, self.uid)
     }
 
-    fn bwrap_command(&self, command: &str) -> tokio::process::Command {
+    fn handoff_dir(&self) -> PathBuf {
+        self.tmp_dir().join(".execcritic")
+    }
+
+    fn bwrap_command(&self, command: &str, ephemeral: bool) -> tokio::process::Command {
         let mut c = tokio::process::Command::new(&self.bwrap);
         c.env_clear();
         for key in ["PATH", "LANG", "LC_ALL", "PYENV_ROOT", "PYENV_VERSION"] {
@@ -129,6 +169,10 @@ impl LocalSandbox {
         c.env("HOME", "/tmp")
             .env("TMPDIR", "/tmp")
             .env("PYTHONDONTWRITEBYTECODE", "1");
+        let base_path = std::env::var("PATH").unwrap_or_default();
+        for (k, v) in self.env.variables(&base_path) {
+            c.env(k, v);
+        }
         if std::env::var_os("PYENV_ROOT").is_none() {
             if let Some(home) = std::env::var_os("HOME") {
                 let p = Path::new(&home).join(".pyenv");
@@ -137,7 +181,19 @@ impl LocalSandbox {
                 }
             }
         }
-        c.args(["--unshare-all", "--die-with-parent", "--new-session"]);
+        if self.env.network() {
+            // The setup sandbox: every namespace but the network's.
+            c.args([
+                "--unshare-user-try",
+                "--unshare-ipc",
+                "--unshare-pid",
+                "--unshare-uts",
+                "--unshare-cgroup-try",
+            ]);
+        } else {
+            c.arg("--unshare-all");
+        }
+        c.args(["--die-with-parent", "--new-session"]);
         // The sandbox root is bwrap's tmpfs with the host's top-level directories bound
         // read-only (so /testbed can be created), then remounted read-only.
         for (name, link) in &self.root_entries {
@@ -153,8 +209,25 @@ impl LocalSandbox {
                 c.arg("--ro-bind").arg(src).arg(k);
             }
         }
-        c.arg("--bind").arg(self.workspace()).arg(WORKDIR);
-        c.arg("--bind").arg(self.tmp_dir()).arg("/tmp");
+        match (&self.overlay, ephemeral) {
+            (Some(o), true) => {
+                c.arg("--bind").arg(&o.merged_path).arg(WORKDIR);
+                c.arg("--bind").arg(&o.tmp_path).arg("/tmp");
+                c.arg("--ro-bind").arg(self.handoff_dir()).arg(HANDOFF_DIR);
+            }
+            _ => {
+                c.arg("--bind").arg(self.workspace()).arg(WORKDIR);
+                c.arg("--bind").arg(self.tmp_dir()).arg("/tmp");
+            }
+        }
+        if let Some(src) = &self.env_src {
+            let how = if self.env.network() {
+                "--bind"
+            } else {
+                "--ro-bind"
+            };
+            c.arg(how).arg(src).arg(ENV_DIR);
+        }
         c.args([
             "--remount-ro",
             "/",
@@ -168,6 +241,38 @@ impl LocalSandbox {
     }
 
     async fn run(&self, command: &str, timeout: Duration) -> Result<ExecOutput, HarnessError> {
+        self.clean.store(false, Ordering::SeqCst);
+        self.run_with(command, timeout, false).await
+    }
+
+    /// Ephemeral run: reset first only if the workspace was written since the last reset.
+    async fn run_ephemeral(
+        &self,
+        command: &str,
+        timeout: Duration,
+    ) -> Result<ExecOutput, HarnessError> {
+        if self.overlay.is_none() {
+            return Err(HarnessError::Other(
+                "this sandbox has no ephemeral runs".into(),
+            ));
+        }
+        if !self.clean.load(Ordering::SeqCst) {
+            super::Sandbox::reset(self).await?;
+        }
+        let handoff = self.handoff_dir();
+        if !handoff.is_dir() {
+            std::fs::create_dir_all(&handoff).map_err(|e| HarnessError::io(&handoff, e))?;
+            self.chown_tree(&handoff)?;
+        }
+        self.run_with(command, timeout, true).await
+    }
+
+    async fn run_with(
+        &self,
+        command: &str,
+        timeout: Duration,
+        ephemeral: bool,
+    ) -> Result<ExecOutput, HarnessError> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let log_path = self.log_dir.join(format!("exec-{n:04}.log"));
         let (rd, wr) =
@@ -175,7 +280,7 @@ impl LocalSandbox {
         let wr2 = wr
             .try_clone()
             .map_err(|e| HarnessError::SandboxStart(format!("pipe: {e}")))?;
-        let mut cmd = self.bwrap_command(command);
+        let mut cmd = self.bwrap_command(command, ephemeral);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::from(wr))
             .stderr(Stdio::from(wr2));
@@ -187,11 +292,16 @@ impl LocalSandbox {
         }
         let uid = self.uid;
         let staged = self.staged.clone();
+        let overlay = if ephemeral {
+            self.overlay.clone()
+        } else {
+            None
+        };
         // SAFETY: only async-signal-safe syscalls (unshare, mount, setrlimit, setgroups, setgid,
         // setuid) on data prepared before the fork.
         unsafe {
             cmd.pre_exec(move || {
-                stage_binds(&staged)?;
+                prepare_mounts(&staged, overlay.as_ref())?;
                 apply_limits(&limits, uid)
             });
         }
@@ -270,18 +380,26 @@ impl super::Sandbox for LocalSandbox {
             for _ in 0..2 {
                 if let Ok(out) = self.run(&cmd, Duration::from_secs(120)).await {
                     if out.success() {
-                        return clear_dir(&self.tmp_dir());
+                        clear_dir(&self.tmp_dir())?;
+                        self.clean.store(true, Ordering::SeqCst);
+                        return Ok(());
                     }
                 }
             }
-            self.rebuild()
-                .map_err(|e| HarnessError::Reset(format!("reset failed and recreate failed: {e}")))
+            self.rebuild().map_err(|e| {
+                HarnessError::Reset(format!("reset failed and recreate failed: {e}"))
+            })?;
+            self.clean.store(true, Ordering::SeqCst);
+            Ok(())
         })
     }
 
     fn put_file<'a>(&'a self, path: &'a str, contents: &'a [u8]) -> SandboxFuture<'a, ()> {
         Box::pin(async move {
             let host = self.host_path(path)?;
+            if !host.starts_with(self.tmp_dir()) {
+                self.clean.store(false, Ordering::SeqCst);
+            }
             if let Some(parent) = host.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| HarnessError::io(parent, e))?;
                 self.chown_tree(parent)?;
@@ -293,6 +411,18 @@ impl super::Sandbox for LocalSandbox {
 
     fn base_commit(&self) -> &str {
         &self.base_commit
+    }
+
+    fn ephemeral_runs(&self) -> bool {
+        self.overlay.is_some()
+    }
+
+    fn exec_ephemeral<'a>(
+        &'a self,
+        command: &'a str,
+        timeout: Duration,
+    ) -> SandboxFuture<'a, ExecOutput> {
+        Box::pin(self.run_ephemeral(command, timeout))
     }
 }
 
@@ -319,6 +449,23 @@ impl LocalSandbox {
         }
         Ok(base.join(rest))
     }
+}
+
+/// Give a tree to the sandbox uid (root only; `None` leaves ownership alone).
+pub(crate) fn chown_tree(dir: &Path, uid: Option<u32>) -> Result<(), HarnessError> {
+    let Some(uid) = uid else { return Ok(()) };
+    for entry in walkdir::WalkDir::new(dir) {
+        let entry = entry.map_err(|e| HarnessError::Other(format!("walking {dir:?}: {e}")))?;
+        std::os::unix::fs::lchown(entry.path(), Some(uid), Some(uid))
+            .map_err(|e| HarnessError::io(entry.path(), e))?;
+    }
+    Ok(())
+}
+
+fn cstring(p: &Path) -> Result<std::ffi::CString, HarnessError> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| HarnessError::Other(format!("path {} contains a NUL byte", p.display())))
 }
 
 fn clear_dir(dir: &Path) -> Result<(), HarnessError> {
@@ -360,19 +507,16 @@ fn apply_limits(limits: &SandboxLimits, uid: Option<u32>) -> std::io::Result<()>
     Ok(())
 }
 
-/// Root only: private mount namespace with the toolchain directories bind-mounted into the
-/// sandbox's own (uid-owned) directory.
-fn stage_binds(staged: &[(std::ffi::CString, std::ffi::CString)]) -> std::io::Result<()> {
-    if staged.is_empty() {
+/// Root only, between fork and exec of bubblewrap: a private mount namespace with the toolchain
+/// directories bind-mounted into the sandbox's own (uid-owned) directory, and for an ephemeral
+/// run the overlay of the workspace.
+fn prepare_mounts(
+    staged: &[(CString, CString)],
+    overlay: Option<&OverlaySpec>,
+) -> std::io::Result<()> {
+    if staged.is_empty() && overlay.is_none() {
         return Ok(());
     }
-    let check = |rc: libc::c_int| {
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
-        }
-    };
     // SAFETY: syscalls on NUL-terminated strings prepared before the fork.
     unsafe {
         check(libc::unshare(libc::CLONE_NEWNS))?;
@@ -393,7 +537,136 @@ fn stage_binds(staged: &[(std::ffi::CString, std::ffi::CString)]) -> std::io::Re
             ))?;
         }
     }
-    Ok(())
+    match overlay {
+        Some(o) => o.mount(),
+        None => Ok(()),
+    }
+}
+
+fn check(rc: libc::c_int) -> std::io::Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The mounts of an ephemeral run: a private tmpfs at `ovl` (size-limited) holding the overlay's
+/// upper and work directories and a fresh `/tmp`, and the overlay of the workspace (lower,
+/// never written) at `ovl/merged`. Everything vanishes with the run's mount namespace.
+#[derive(Clone, Debug)]
+struct OverlaySpec {
+    ovl: CString,
+    tmpfs_opts: CString,
+    upper: CString,
+    work: CString,
+    merged: CString,
+    tmp: CString,
+    overlay_opts: CString,
+    merged_path: PathBuf,
+    tmp_path: PathBuf,
+    /// Owner of the workspace: the upper layer's root takes it (an overlay directory shows
+    /// the upper directory's owner and mode).
+    owner: u32,
+}
+
+impl OverlaySpec {
+    /// `None` when a path cannot be written into mount options (`,` `:` or NUL in it).
+    fn new(ovl: &Path, lower: &Path, owner: u32, size: u64) -> Option<Self> {
+        let s = |p: &Path| -> Option<String> {
+            let t = p.to_str()?;
+            (!t.contains([',', ':', '\0'])).then(|| t.to_string())
+        };
+        let (o, l) = (s(ovl)?, s(lower)?);
+        let c = |t: String| CString::new(t).ok();
+        Some(OverlaySpec {
+            ovl: c(o.clone())?,
+            tmpfs_opts: c(format!("size={size},mode=0755"))?,
+            upper: c(format!("{o}/upper"))?,
+            work: c(format!("{o}/work"))?,
+            merged: c(format!("{o}/merged"))?,
+            tmp: c(format!("{o}/tmp"))?,
+            overlay_opts: c(format!("lowerdir={l},upperdir={o}/upper,workdir={o}/work"))?,
+            merged_path: ovl.join("merged"),
+            tmp_path: ovl.join("tmp"),
+            owner,
+        })
+    }
+
+    /// In the child, inside its private mount namespace.
+    fn mount(&self) -> std::io::Result<()> {
+        let flags = libc::MS_NOSUID | libc::MS_NODEV;
+        // SAFETY: syscalls on NUL-terminated strings prepared before the fork.
+        unsafe {
+            check(libc::mount(
+                c"tmpfs".as_ptr(),
+                self.ovl.as_ptr(),
+                c"tmpfs".as_ptr(),
+                flags,
+                self.tmpfs_opts.as_ptr().cast(),
+            ))?;
+            for d in [&self.upper, &self.work, &self.merged, &self.tmp] {
+                check(libc::mkdir(d.as_ptr(), 0o755))?;
+            }
+            check(libc::chmod(self.tmp.as_ptr(), 0o1777))?;
+            check(libc::chown(self.upper.as_ptr(), self.owner, self.owner))?;
+            check(libc::mount(
+                c"overlay".as_ptr(),
+                self.merged.as_ptr(),
+                c"overlay".as_ptr(),
+                flags,
+                self.overlay_opts.as_ptr().cast(),
+            ))?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether ephemeral runs work here (root, overlayfs over the temp dir's filesystem), probed
+/// once per process by a child that mounts an overlay and writes through it. Set
+/// `EXECCRITIC_NO_OVERLAY=1` to disable them (every run then resets with git).
+fn overlay_supported() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| {
+        std::env::var_os("EXECCRITIC_NO_OVERLAY").is_none_or(|v| v.is_empty() || v == "0")
+            && probe_overlay().unwrap_or(false)
+    })
+}
+
+fn probe_overlay() -> std::io::Result<bool> {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::Builder::new()
+        .prefix("execcritic-ovl-probe-")
+        .tempdir()?;
+    let (lower, ovl) = (dir.path().join("lower"), dir.path().join("ovl"));
+    std::fs::create_dir_all(&lower)?;
+    std::fs::create_dir_all(&ovl)?;
+    std::fs::write(lower.join("f"), "x")?;
+    // Like a sandbox: an unprivileged uid owning the workspace writes through the overlay.
+    const NOBODY: u32 = 65534;
+    std::os::unix::fs::chown(&lower, Some(NOBODY), Some(NOBODY))?;
+    let Some(spec) = OverlaySpec::new(&ovl, &lower, NOBODY, 1 << 20) else {
+        return Ok(false);
+    };
+    let merged = spec.merged_path.clone();
+    let mut cmd = std::process::Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg("test -f \"$1/f\" && echo y > \"$1/g\"")
+        .arg("probe")
+        .arg(&merged)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: only syscalls on data prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            prepare_mounts(&[], Some(&spec))?;
+            check(libc::setgroups(0, std::ptr::null()))?;
+            check(libc::setgid(NOBODY))?;
+            check(libc::setuid(NOBODY))
+        });
+    }
+    let ok = cmd.status().map(|s| s.success()).unwrap_or(false);
+    Ok(ok && !lower.join("g").exists())
 }
 
 /// Home directories are masked with an empty tmpfs (they may hold credentials, and the
@@ -455,7 +728,9 @@ fn home_masks(
 /// Top-level host directories to expose read-only (everything but the ones the sandbox
 /// provides itself).
 fn root_entries() -> Vec<(PathBuf, Option<PathBuf>)> {
-    const OWN: &[&str] = &["proc", "dev", "tmp", "run", "testbed", "root", "home"];
+    const OWN: &[&str] = &[
+        "proc", "dev", "tmp", "run", "testbed", "env", "root", "home",
+    ];
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir("/") else {
         return out;

@@ -17,6 +17,8 @@ pub use local::LocalSandbox;
 
 /// The in-sandbox path of the repository under test.
 pub const WORKDIR: &str = "/testbed";
+/// In-sandbox directory where the harness hands files (patches) to commands.
+pub const HANDOFF_DIR: &str = "/tmp/.execcritic";
 
 /// Resource limits applied to every command run in a sandbox.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,6 +81,25 @@ pub trait Sandbox: Send + Sync {
     fn reset(&self) -> SandboxFuture<'_, ()>;
     /// Write a file at an absolute in-sandbox path (used to hand patches to the sandbox).
     fn put_file<'a>(&'a self, path: &'a str, contents: &'a [u8]) -> SandboxFuture<'a, ()>;
+    /// Whether [`Sandbox::exec_ephemeral`] is available (otherwise callers reset first).
+    fn ephemeral_runs(&self) -> bool {
+        false
+    }
+    /// Run a command on a throw-away copy of the clean Base: it sees `/testbed` exactly as
+    /// after [`Sandbox::reset`], an empty `/tmp` with [`HANDOFF_DIR`] (the files given by
+    /// `put_file`) read-only, and nothing it writes persists. A reset that cannot be
+    /// incomplete, at no cost per run. Only when [`Sandbox::ephemeral_runs`] says so.
+    fn exec_ephemeral<'a>(
+        &'a self,
+        _command: &'a str,
+        _timeout: Duration,
+    ) -> SandboxFuture<'a, ExecOutput> {
+        Box::pin(async {
+            Err(HarnessError::Other(
+                "this sandbox has no ephemeral runs".into(),
+            ))
+        })
+    }
     /// The in-sandbox working directory (`/testbed`).
     fn workdir(&self) -> &str {
         WORKDIR
@@ -120,6 +141,63 @@ pub struct SandboxConfig {
     pub log_dir: Option<PathBuf>,
     /// Docker image to use instead of the task's `image` (default: `$EXECCRITIC_DOCKER_IMAGE`).
     pub docker_image: Option<String>,
+    /// The task's prepared environment at [`ENV_DIR`] (see `harness::environment`).
+    pub environment: EnvAccess,
+    /// Never use ephemeral runs (see [`Sandbox::exec_ephemeral`]): gates reset with git.
+    pub no_ephemeral: bool,
+}
+
+/// In-sandbox path of a task's prepared environment (`environment_setup`).
+pub const ENV_DIR: &str = "/env";
+
+/// How a sandbox sees the task's environment directory at [`ENV_DIR`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum EnvAccess {
+    /// The task has no `environment_setup`: no `/env`.
+    #[default]
+    None,
+    /// Every sandbox of a task with a prepared environment (Test agent, gates, grading): the
+    /// cached directory mounted read-only, no network.
+    ReadOnly(PathBuf),
+    /// The setup sandbox only: the environment's build directory mounted writable, and the
+    /// network shared with the host (local: no network namespace; docker: host network).
+    Setup(PathBuf),
+}
+
+impl EnvAccess {
+    /// Host directory mounted at [`ENV_DIR`], if any.
+    pub fn host_dir(&self) -> Option<&std::path::Path> {
+        match self {
+            EnvAccess::None => None,
+            EnvAccess::ReadOnly(p) | EnvAccess::Setup(p) => Some(p),
+        }
+    }
+
+    /// Whether the sandbox shares the host's network (only while setting the environment up).
+    pub fn network(&self) -> bool {
+        matches!(self, EnvAccess::Setup(_))
+    }
+
+    /// Environment variables exposing the environment to commands, given the sandbox's base
+    /// `PATH`: `/env/venv/bin` and `/env/bin` lead `PATH`, `/env/python` is on `PYTHONPATH`
+    /// (for `pip install --target /env/python`), `VIRTUAL_ENV=/env/venv` once a venv exists.
+    pub fn variables(&self, base_path: &str) -> Vec<(String, String)> {
+        let Some(host) = self.host_dir() else {
+            return Vec::new();
+        };
+        let mut vars = vec![
+            ("EXECCRITIC_ENV".to_string(), ENV_DIR.to_string()),
+            (
+                "PATH".to_string(),
+                format!("{ENV_DIR}/venv/bin:{ENV_DIR}/bin:{base_path}"),
+            ),
+            ("PYTHONPATH".to_string(), format!("{ENV_DIR}/python")),
+        ];
+        if matches!(self, EnvAccess::ReadOnly(_)) && host.join("venv").is_dir() {
+            vars.push(("VIRTUAL_ENV".to_string(), format!("{ENV_DIR}/venv")));
+        }
+        vars
+    }
 }
 
 /// Shell-quote one word for bash (single quotes).
@@ -128,7 +206,7 @@ pub fn shell_quote(s: &str) -> String {
 }
 
 /// Reset command run inside a sandbox: back to the Base commit with no untracked files.
-pub(crate) fn reset_command(base_commit: &str) -> String {
+pub fn reset_command(base_commit: &str) -> String {
     format!(
         "git reset -q --hard {b} && git clean -q -fdx",
         b = shell_quote(base_commit)
