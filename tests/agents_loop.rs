@@ -3,36 +3,16 @@
 //! format errors (three in a row end the run), turn limits, and the trajectory (thinking kept,
 //! every command recorded, JSONL round trip).
 
+mod harness_support;
+
 use execcritic::agent::*;
 use execcritic::episode::sandbox_shell::SandboxShell;
 use execcritic::harness::sandbox::local::LocalSandbox;
 use execcritic::harness::{Sandbox, SandboxConfig};
 use execcritic::policy::{ChatMessage, Role, SamplingParams, ScriptedPolicy};
+use harness_support::git;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "commit.gpgsign=false",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 fn sandbox() -> LocalSandbox {
     let populate = Box::new(|dir: &Path| {

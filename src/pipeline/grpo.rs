@@ -305,7 +305,7 @@ impl GroupSampler for AgentSampler {
             Role::Repair => results.iter().map(|(r, _, _)| *r).collect(),
         };
         let mut group = Vec::with_capacity(size);
-        for ((reward, (_, turns, trajectory)), _) in rewards.into_iter().zip(results).zip(&seeds) {
+        for (reward, (_, turns, trajectory)) in rewards.into_iter().zip(results) {
             let (sequences, aborted) = match (reward, trajectory_sequences(&trajectory)) {
                 (Reward::Masked, _) => (Vec::new(), Some("operational error (masked)".to_string())),
                 (_, Err(e)) => (Vec::new(), Some(format!("token records: {e}"))),

@@ -561,22 +561,27 @@ mod tests {
         o
     }
 
+    /// `matmul_t` on deterministic inputs equals the f64 reference within 1e-4.
+    fn assert_matmul_matches_naive(m: usize, k: usize, n: usize, par: bool) {
+        let x: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1)
+            .collect();
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 5 % 11) as f32 - 5.0) * 0.1)
+            .collect();
+        let want = naive(&x, m, k, &w, n);
+        let mut out = vec![f32::NAN; m * n];
+        matmul_t(&x, m, k, &w, n, &mut out, par);
+        for (a, b) in out.iter().zip(&want) {
+            assert!((a - b).abs() < 1e-4, "{m}x{k}x{n}: {a} vs {b}");
+        }
+    }
+
     #[test]
     fn matmul_matches_naive_small_and_large_m() {
         for &(m, k, n) in &[(1, 37, 70), (5, 64, 129), (33, 50, 65), (1, 8, 1)] {
-            let x: Vec<f32> = (0..m * k)
-                .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1)
-                .collect();
-            let w: Vec<f32> = (0..n * k)
-                .map(|i| ((i * 5 % 11) as f32 - 5.0) * 0.1)
-                .collect();
-            let want = naive(&x, m, k, &w, n);
             for par in [false, true] {
-                let mut out = vec![f32::NAN; m * n];
-                matmul_t(&x, m, k, &w, n, &mut out, par);
-                for (a, b) in out.iter().zip(&want) {
-                    assert!((a - b).abs() < 1e-4, "{m}x{k}x{n}: {a} vs {b}");
-                }
+                assert_matmul_matches_naive(m, k, n, par);
             }
         }
     }
@@ -616,18 +621,7 @@ mod tests {
     fn few_row_kernel_matches_naive_for_every_tile_shape() {
         for m in 1..=8 {
             for &(k, n) in &[(1, 1), (15, 5), (16, 4), (33, 9), (130, 131)] {
-                let x: Vec<f32> = (0..m * k)
-                    .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1)
-                    .collect();
-                let w: Vec<f32> = (0..n * k)
-                    .map(|i| ((i * 5 % 11) as f32 - 5.0) * 0.1)
-                    .collect();
-                let want = naive(&x, m, k, &w, n);
-                let mut out = vec![f32::NAN; m * n];
-                matmul_t(&x, m, k, &w, n, &mut out, true);
-                for (a, b) in out.iter().zip(&want) {
-                    assert!((a - b).abs() < 1e-4, "{m}x{k}x{n}: {a} vs {b}");
-                }
+                assert_matmul_matches_naive(m, k, n, true);
             }
         }
     }

@@ -3,13 +3,16 @@
 //! bubblewrap sandbox over `tests/fixtures/sft/repo`.
 #![allow(dead_code)]
 
+#[path = "../harness_support/mod.rs"]
+mod harness_support;
+
+use harness_support::git;
 use execcritic::agent::{Agent, AgentLimits, Marker, Trajectory, TurnOutcome};
 use execcritic::episode::sandbox_shell::SandboxShell;
 use execcritic::harness::sandbox::local::LocalSandbox;
 use execcritic::harness::SandboxConfig;
 use execcritic::policy::{ChatMessage, SamplingParams, ScriptedPolicy};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 pub const SYSTEM: &str = "You are a software engineer working in the repository at /testbed. \
@@ -58,28 +61,6 @@ pub fn call(cmd: &str) -> String {
     let content =
         format!("<tool_call>\n<function=bash>\n<parameter=command>\n{cmd}\n</parameter>\n</function>\n</tool_call>");
     serde_json::json!({ "content": content }).to_string()
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "commit.gpgsign=false",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 fn copy_tree(from: &Path, to: &Path) {
