@@ -8,8 +8,9 @@ use super::error::Result;
 use super::rope::Rope;
 use super::state::KvCache;
 use crate::tensor::cpu::{
-    axpy, dot, gemm_strided, matmul_t, mul_sigmoid, rms_norm_1p, simd_fn, softmax, FlushDenormals,
+    axpy, dot, gemm_strided, mul_sigmoid, rms_norm_1p, simd_fn, softmax, FlushDenormals,
 };
+use crate::tensor::linear::{linear, linear_batch, LinearJob};
 use crate::tensor::profile::scope;
 use crate::tensor::Tensor;
 use rayon::prelude::*;
@@ -41,10 +42,10 @@ impl Attention {
     pub fn load(ck: &mut dyn WeightSource, p: &str, c: &ModelConfig) -> Result<Self> {
         let (h, hq, hkv, hd) = (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim);
         Ok(Attention {
-            q_proj: ck.get(&format!("{p}q_proj.weight"), &[hq * hd * 2, h])?,
-            k_proj: ck.get(&format!("{p}k_proj.weight"), &[hkv * hd, h])?,
-            v_proj: ck.get(&format!("{p}v_proj.weight"), &[hkv * hd, h])?,
-            o_proj: ck.get(&format!("{p}o_proj.weight"), &[h, hq * hd])?,
+            q_proj: ck.get_weight(&format!("{p}q_proj.weight"), &[hq * hd * 2, h])?,
+            k_proj: ck.get_weight(&format!("{p}k_proj.weight"), &[hkv * hd, h])?,
+            v_proj: ck.get_weight(&format!("{p}v_proj.weight"), &[hkv * hd, h])?,
+            o_proj: ck.get_weight(&format!("{p}o_proj.weight"), &[h, hq * hd])?,
             q_norm: ck.get(&format!("{p}q_norm.weight"), &[hd])?,
             k_norm: ck.get(&format!("{p}k_norm.weight"), &[hd])?,
             heads: hq,
@@ -68,9 +69,14 @@ impl Attention {
         let mut k = vec![0.0; n * hkv * hd];
         let mut v = vec![0.0; n * hkv * hd];
         let p = scope("attn.proj_qkv");
-        matmul_t(x, n, hidden, self.q_proj.data(), hq * hd * 2, &mut qg, true);
-        matmul_t(x, n, hidden, self.k_proj.data(), hkv * hd, &mut k, true);
-        matmul_t(x, n, hidden, self.v_proj.data(), hkv * hd, &mut v, true);
+        linear_batch(
+            &mut [
+                LinearJob::of(x, n, &self.q_proj, &mut qg),
+                LinearJob::of(x, n, &self.k_proj, &mut k),
+                LinearJob::of(x, n, &self.v_proj, &mut v),
+            ],
+            true,
+        );
 
         drop(p);
         let p = scope("attn.norm_rope");
@@ -152,7 +158,7 @@ impl Attention {
         drop(p);
         let _p = scope("attn.o_proj");
         let mut y = vec![0.0; n * hidden];
-        matmul_t(&o, n, hq * hd, self.o_proj.data(), hidden, &mut y, true);
+        linear(&o, n, hq * hd, self.o_proj.weight(), hidden, &mut y, true);
         y
     }
 }

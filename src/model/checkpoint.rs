@@ -1,7 +1,9 @@
 //! `Checkpoint`: the tensors of a Hugging Face safetensors checkpoint (single file or sharded via
 //! `model.safetensors.index.json`), memory-mapped. Resolves the `model.language_model.*` /
 //! `model.*` prefixes, checks each requested tensor's presence, shape and dtype, and hands out
-//! f32 [`Tensor`]s: f32 data is used in place from the map, bf16/f16 is converted once to f32.
+//! [`Tensor`]s: f32 data is used in place from the map; weight matrices of bf16 checkpoints stay
+//! bf16 (in place too, see [`Checkpoint::get_weight`]); everything else bf16/f16 is converted
+//! once to f32.
 //! Vision (`model.visual.*`) and MTP (`mtp.*`) tensors are skipped with one log line.
 
 use super::error::{ModelError, Result};
@@ -137,8 +139,26 @@ impl Checkpoint {
         self.get_exact(&full, shape)
     }
 
-    /// Tensor with this exact full name (e.g. `lm_head.weight`), checked against `shape`.
+    /// Tensor with this exact full name (e.g. `lm_head.weight`), checked against `shape`, as f32.
     pub fn get_exact(&mut self, full: &str, shape: &[usize]) -> Result<Tensor> {
+        self.load(full, shape, false)
+    }
+
+    /// Weight matrix `name` (without prefix) in its compute format: bf16 data stays bf16 (in
+    /// place from the map when aligned), f32 stays f32, f16 is widened to f32.
+    pub fn get_weight(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        let full = self.full_name(name);
+        self.get_weight_exact(&full, shape)
+    }
+
+    /// [`Checkpoint::get_weight`] by exact full name.
+    pub fn get_weight_exact(&mut self, full: &str, shape: &[usize]) -> Result<Tensor> {
+        self.load(full, shape, true)
+    }
+
+    /// Check presence, shape, dtype and byte length of `full`, then hand out its data: in place
+    /// from the map where the format allows, else decoded once (`keep_bf16`: bf16 stays bf16).
+    fn load(&mut self, full: &str, shape: &[usize], keep_bf16: bool) -> Result<Tensor> {
         let e = self
             .entries
             .get(full)
@@ -162,11 +182,13 @@ impl Checkpoint {
             });
         }
         let map = &self.maps[e.file];
+        let bytes = &map[e.byte_offset..e.byte_offset + e.nbytes];
         let storage = match dtype {
-            DType::F32 => Storage::mapped(map.clone(), e.byte_offset, numel).unwrap_or_else(|| {
-                Storage::owned(DType::F32.decode_to_f32(&map[e.byte_offset..e.byte_offset + e.nbytes]))
-            }),
-            d => Storage::owned(d.decode_to_f32(&map[e.byte_offset..e.byte_offset + e.nbytes])),
+            DType::F32 => Storage::mapped(map.clone(), e.byte_offset, numel, dtype)
+                .unwrap_or_else(|| Storage::owned(dtype.decode_to_f32(bytes))),
+            DType::BF16 if keep_bf16 => Storage::mapped(map.clone(), e.byte_offset, numel, dtype)
+                .unwrap_or_else(|| Storage::owned_bf16(DType::decode_bf16(bytes))),
+            d => Storage::owned(d.decode_to_f32(bytes)),
         };
         self.used.insert(full.to_string());
         Ok(Tensor::from_storage(shape.to_vec(), storage))

@@ -9,9 +9,10 @@ use super::config::ModelConfig;
 use super::error::Result;
 use super::state::GdnState;
 use crate::tensor::cpu::{
-    axpy, exp_fast, gemm_strided, l2_normalize, matmul_t, rms_norm_gated, sigmoid, silu_fast,
+    axpy, exp_fast, gemm_strided, l2_normalize, rms_norm_gated, sigmoid, silu_fast,
     simd_fn, softplus, FlushDenormals,
 };
+use crate::tensor::linear::{linear, linear_batch, LinearJob};
 use crate::tensor::profile::scope;
 use crate::tensor::Tensor;
 use rayon::prelude::*;
@@ -48,17 +49,17 @@ impl GatedDeltaNet {
             c.linear_conv_kernel_dim,
         );
         Ok(GatedDeltaNet {
-            in_proj_qkv: ck.get(&format!("{p}in_proj_qkv.weight"), &[conv_dim, h])?,
-            in_proj_z: ck.get(&format!("{p}in_proj_z.weight"), &[vd, h])?,
-            in_proj_b: ck.get(&format!("{p}in_proj_b.weight"), &[hv, h])?,
-            in_proj_a: ck.get(&format!("{p}in_proj_a.weight"), &[hv, h])?,
+            in_proj_qkv: ck.get_weight(&format!("{p}in_proj_qkv.weight"), &[conv_dim, h])?,
+            in_proj_z: ck.get_weight(&format!("{p}in_proj_z.weight"), &[vd, h])?,
+            in_proj_b: ck.get_weight(&format!("{p}in_proj_b.weight"), &[hv, h])?,
+            in_proj_a: ck.get_weight(&format!("{p}in_proj_a.weight"), &[hv, h])?,
             conv: ck
                 .get(&format!("{p}conv1d.weight"), &[conv_dim, 1, k])?
                 .reshape(vec![conv_dim, k]),
             dt_bias: ck.get(&format!("{p}dt_bias"), &[hv])?,
             a_log: ck.get(&format!("{p}A_log"), &[hv])?,
             norm: ck.get(&format!("{p}norm.weight"), &[c.linear_value_head_dim])?,
-            out_proj: ck.get(&format!("{p}out_proj.weight"), &[h, vd])?,
+            out_proj: ck.get_weight(&format!("{p}out_proj.weight"), &[h, vd])?,
             kh: c.linear_num_key_heads,
             vh: hv,
             dk: c.linear_key_head_dim,
@@ -93,23 +94,18 @@ impl GatedDeltaNet {
         let mut z = vec![0.0; n * val_dim];
         let mut b = vec![0.0; n * vh];
         let mut a = vec![0.0; n * vh];
-        let p = scope("gdn.proj_qkv");
-        matmul_t(
-            x,
-            n,
-            hidden,
-            self.in_proj_qkv.data(),
-            conv_dim,
-            &mut mixed,
+        let p = scope("gdn.proj");
+        // The four input projections of the same rows as one batch (one parallel region when
+        // decoding).
+        linear_batch(
+            &mut [
+                LinearJob::of(x, n, &self.in_proj_qkv, &mut mixed),
+                LinearJob::of(x, n, &self.in_proj_z, &mut z),
+                LinearJob::of(x, n, &self.in_proj_b, &mut b),
+                LinearJob::of(x, n, &self.in_proj_a, &mut a),
+            ],
             true,
         );
-        drop(p);
-        let p = scope("gdn.proj_z");
-        matmul_t(x, n, hidden, self.in_proj_z.data(), val_dim, &mut z, true);
-        drop(p);
-        let p = scope("gdn.proj_ba");
-        matmul_t(x, n, hidden, self.in_proj_b.data(), vh, &mut b, true);
-        matmul_t(x, n, hidden, self.in_proj_a.data(), vh, &mut a, true);
         drop(p);
         let p = scope("gdn.conv_gates");
 
@@ -206,7 +202,7 @@ impl GatedDeltaNet {
         drop(p);
         let _p = scope("gdn.out_proj");
         let mut y = vec![0.0; n * hidden];
-        matmul_t(&o, n, val_dim, self.out_proj.data(), hidden, &mut y, true);
+        linear(&o, n, val_dim, self.out_proj.weight(), hidden, &mut y, true);
         y
     }
 }

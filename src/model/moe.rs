@@ -5,7 +5,8 @@
 use super::source::WeightSource;
 use super::config::ModelConfig;
 use super::error::{ModelError, Result};
-use crate::tensor::cpu::{axpy, dot, matmul_t, sigmoid, softmax, swiglu};
+use crate::tensor::cpu::{axpy, dot, sigmoid, softmax, swiglu, SMALL_M};
+use crate::tensor::linear::{linear, linear_batch, LinearJob};
 use crate::tensor::profile::scope;
 use crate::tensor::Tensor;
 use rayon::prelude::*;
@@ -23,24 +24,63 @@ pub struct Ffn {
 impl Ffn {
     /// Rows `x [m, hidden]` → `[m, hidden]`.
     fn forward(&self, x: &[f32], m: usize, parallel: bool) -> Vec<f32> {
-        let (inter, hidden) = (self.gate.rows(), self.down.rows());
-        let mut g = vec![0.0; m * inter];
-        if let Some(gu) = &self.gate_up {
-            let mut both = vec![0.0; m * 2 * inter];
-            matmul_t(x, m, hidden, gu.data(), 2 * inter, &mut both, parallel);
-            for (gr, br) in g.chunks_exact_mut(inter).zip(both.chunks_exact(2 * inter)) {
-                gr.copy_from_slice(&br[..inter]);
-                swiglu(gr, &br[inter..]);
+        Self::forward_batch(&[(self, x, m)], parallel).pop().expect("one output per FFN")
+    }
+
+    /// Several FFNs on their own rows (`(ffn, x [m, hidden], m)`), each → `[m, hidden]`: all
+    /// gate/up products as one [`linear_batch`], SwiGLU, then all down products as another (for
+    /// few rows, one parallel region per stage over every FFN's column blocks).
+    fn forward_batch(ffns: &[(&Ffn, &[f32], usize)], parallel: bool) -> Vec<Vec<f32>> {
+        let width = |f: &Ffn| (f.gate.rows(), f.down.rows());
+        // Stage 1: [gate | up] per FFN, `[m, 2·inter]` (fused) or gate and up separately.
+        let mut gu: Vec<Vec<f32>> = ffns.iter().map(|(f, _, m)| vec![0.0; m * 2 * width(f).0]).collect();
+        let mut up: Vec<Vec<f32>> = ffns
+            .iter()
+            .map(|(f, _, m)| if f.gate_up.is_some() { Vec::new() } else { vec![0.0; m * width(f).0] })
+            .collect();
+        let mut jobs = Vec::new();
+        for ((&(f, x, m), g), u) in ffns.iter().zip(gu.iter_mut()).zip(up.iter_mut()) {
+            let (inter, hidden) = width(f);
+            match &f.gate_up {
+                Some(both) => jobs.push(LinearJob { x, m, k: hidden, w: both.weight(), n: 2 * inter, out: g }),
+                None => {
+                    let g = &mut g[..m * inter];
+                    jobs.push(LinearJob { x, m, k: hidden, w: f.gate.weight(), n: inter, out: g });
+                    jobs.push(LinearJob { x, m, k: hidden, w: f.up.weight(), n: inter, out: u });
+                }
             }
-        } else {
-            let mut u = vec![0.0; m * inter];
-            matmul_t(x, m, hidden, self.gate.data(), inter, &mut g, parallel);
-            matmul_t(x, m, hidden, self.up.data(), inter, &mut u, parallel);
-            swiglu(&mut g, &u);
         }
-        let mut y = vec![0.0; m * hidden];
-        matmul_t(&g, m, inter, self.down.data(), hidden, &mut y, parallel);
-        y
+        linear_batch(&mut jobs, parallel);
+        drop(jobs);
+        // SwiGLU into the first m·inter values of each buffer.
+        for ((&(f, _, m), g), u) in ffns.iter().zip(gu.iter_mut()).zip(&up) {
+            let inter = width(f).0;
+            if f.gate_up.is_some() {
+                // Row r's [gate | up] → SiLU(gate)⊙up, compacted to row r of `[m, inter]`
+                // (the destination never overlaps a later row's source).
+                for r in 0..m {
+                    let (gate, upv) = g[r * 2 * inter..(r + 1) * 2 * inter].split_at_mut(inter);
+                    swiglu(gate, upv);
+                    g.copy_within(r * 2 * inter..r * 2 * inter + inter, r * inter);
+                }
+            } else {
+                swiglu(&mut g[..m * inter], u);
+            }
+        }
+        // Stage 2: down products.
+        let mut ys: Vec<Vec<f32>> = ffns.iter().map(|(f, _, m)| vec![0.0; m * width(f).1]).collect();
+        let mut jobs: Vec<LinearJob<'_>> = ffns
+            .iter()
+            .zip(&gu)
+            .zip(ys.iter_mut())
+            .map(|((&(f, _, m), g), y)| {
+                let (inter, hidden) = width(f);
+                LinearJob { x: &g[..m * inter], m, k: inter, w: f.down.weight(), n: hidden, out: y }
+            })
+            .collect();
+        linear_batch(&mut jobs, parallel);
+        drop(jobs);
+        ys
     }
 }
 
@@ -70,8 +110,8 @@ impl Moe {
         );
         let fused = format!("{p}experts.gate_up_proj");
         let experts = if ck.contains(&fused) {
-            let gu = ck.get(&fused, &[e, 2 * i, h])?;
-            let down = ck.get(&format!("{p}experts.down_proj"), &[e, h, i])?;
+            let gu = ck.get_weight(&fused, &[e, 2 * i, h])?;
+            let down = ck.get_weight(&format!("{p}experts.down_proj"), &[e, h, i])?;
             (0..e)
                 .map(|x| {
                     let g = gu.index0(x);
@@ -88,9 +128,9 @@ impl Moe {
                 .map(|x| {
                     Ok(Ffn {
                         gate_up: None,
-                        gate: ck.get(&format!("{p}experts.{x}.gate_proj.weight"), &[i, h])?,
-                        up: ck.get(&format!("{p}experts.{x}.up_proj.weight"), &[i, h])?,
-                        down: ck.get(&format!("{p}experts.{x}.down_proj.weight"), &[h, i])?,
+                        gate: ck.get_weight(&format!("{p}experts.{x}.gate_proj.weight"), &[i, h])?,
+                        up: ck.get_weight(&format!("{p}experts.{x}.up_proj.weight"), &[i, h])?,
+                        down: ck.get_weight(&format!("{p}experts.{x}.down_proj.weight"), &[h, i])?,
                     })
                 })
                 .collect::<Result<Vec<_>>>()
@@ -107,13 +147,13 @@ impl Moe {
                 })?
         };
         Ok(Moe {
-            router: ck.get(&format!("{p}gate.weight"), &[e, h])?,
+            router: ck.get_weight(&format!("{p}gate.weight"), &[e, h])?,
             experts,
             shared: Ffn {
                 gate_up: None,
-                gate: ck.get(&format!("{p}shared_expert.gate_proj.weight"), &[is, h])?,
-                up: ck.get(&format!("{p}shared_expert.up_proj.weight"), &[is, h])?,
-                down: ck.get(&format!("{p}shared_expert.down_proj.weight"), &[h, is])?,
+                gate: ck.get_weight(&format!("{p}shared_expert.gate_proj.weight"), &[is, h])?,
+                up: ck.get_weight(&format!("{p}shared_expert.up_proj.weight"), &[is, h])?,
+                down: ck.get_weight(&format!("{p}shared_expert.down_proj.weight"), &[h, is])?,
             },
             shared_gate: ck.get(&format!("{p}shared_expert_gate.weight"), &[1, h])?,
             top_k: c.num_experts_per_tok,
@@ -129,7 +169,7 @@ impl Moe {
         let k = self.top_k;
         let p = scope("moe.router");
         let mut logits = vec![0.0; n * ne];
-        matmul_t(x, n, hidden, self.router.data(), ne, &mut logits, true);
+        linear(x, n, hidden, self.router.weight(), ne, &mut logits, true);
 
         // Routing: softmax, top-k (descending, ties to the lower index), renormalise.
         let mut chosen = vec![0u32; n * k];
@@ -163,25 +203,30 @@ impl Moe {
             }
         }
         let active: Vec<usize> = (0..ne).filter(|&e| !rows_of[e].is_empty()).collect();
-        // One task per active expert plus the shared expert (`ne`), run together so both cores
-        // stay busy; the shared expert first (the largest task). A GEMM splits over threads only
-        // when there are fewer tasks than threads.
-        let tasks: Vec<usize> = std::iter::once(ne).chain(active.iter().copied()).collect();
-        let inner_parallel = tasks.len() < rayon::current_num_threads();
-        let mut results: Vec<Vec<f32>> = tasks
-            .par_iter()
+        let gathered: Vec<Vec<f32>> = active
+            .iter()
             .map(|&e| {
-                if e == ne {
-                    return self.shared.forward(x, n, inner_parallel);
+                let mut xs = vec![0.0; rows_of[e].len() * hidden];
+                for (dst, &(t, _)) in xs.chunks_exact_mut(hidden).zip(&rows_of[e]) {
+                    dst.copy_from_slice(&x[t * hidden..(t + 1) * hidden]);
                 }
-                let rows = &rows_of[e];
-                let xs: Vec<f32> = rows
-                    .iter()
-                    .flat_map(|&(t, _)| x[t * hidden..(t + 1) * hidden].iter().copied())
-                    .collect();
-                self.experts[e].forward(&xs, rows.len(), inner_parallel)
+                xs
             })
             .collect();
+        // The shared expert first (on every row), then each active expert on its rows.
+        let ffns: Vec<(&Ffn, &[f32], usize)> = std::iter::once((&self.shared, x, n))
+            .chain(active.iter().zip(&gathered).map(|(&e, xs)| (&self.experts[e], &xs[..], rows_of[e].len())))
+            .collect();
+        let mut results: Vec<Vec<f32>> = if n <= SMALL_M {
+            // Decode: every product has few rows; all FFNs' column blocks share both cores.
+            Ffn::forward_batch(&ffns, true)
+        } else {
+            // Prefill: one task per FFN so both cores stay busy on whole GEMMs (the shared
+            // expert, the largest, first); a GEMM splits over threads only when there are
+            // fewer tasks than threads.
+            let inner_parallel = ffns.len() < rayon::current_num_threads();
+            ffns.par_iter().map(|&(f, xs, m)| f.forward(xs, m, inner_parallel)).collect()
+        };
         let routed = results.split_off(1);
         let mut out = results.pop().expect("the shared expert's task");
         drop(p);

@@ -13,7 +13,8 @@ use super::moe::Moe;
 use super::rope::Rope;
 use super::source::WeightSource;
 use super::state::{KvCache, LayerState, SeqState};
-use crate::tensor::cpu::{matmul_t, rms_norm_1p};
+use crate::tensor::cpu::rms_norm_1p;
+use crate::tensor::linear::linear;
 use crate::tensor::profile::scope;
 use crate::tensor::Tensor;
 use std::path::Path;
@@ -58,7 +59,7 @@ impl Model {
     /// Build from any [`WeightSource`] (a checkpoint, or the trainer's lent parameters).
     pub fn from_source(cfg: ModelConfig, ck: &mut dyn WeightSource) -> Result<Self> {
         let (v, h) = (cfg.vocab_size, cfg.hidden_size);
-        let embed = ck.get("embed_tokens.weight", &[v, h])?;
+        let embed = ck.get_weight("embed_tokens.weight", &[v, h])?;
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for (i, lt) in cfg.layer_types.iter().enumerate() {
             let p = format!("layers.{i}.");
@@ -81,7 +82,7 @@ impl Model {
         let lm_head = if cfg.tie_word_embeddings {
             embed.clone()
         } else {
-            ck.get_exact("lm_head.weight", &[v, h])?
+            ck.get_weight_exact("lm_head.weight", &[v, h])?
         };
         let rope = Rope::new(cfg.rotary_dim, cfg.rope_theta);
         Ok(Model {
@@ -134,12 +135,10 @@ impl Model {
         let n: usize = lens.iter().sum();
         let pos0: Vec<usize> = batch.iter().map(|s| s.state.len).collect();
 
-        let emb = self.embed.data();
-        let mut x = Vec::with_capacity(n * h);
-        for s in batch.iter() {
-            for &t in s.tokens {
-                x.extend_from_slice(&emb[t as usize * h..(t as usize + 1) * h]);
-            }
+        let mut x = vec![0.0; n * h];
+        let tokens = batch.iter().flat_map(|s| s.tokens.iter());
+        for (row, &t) in x.chunks_exact_mut(h).zip(tokens) {
+            self.embed.row_into(t as usize, row);
         }
         let mut hidden_rec: Vec<Vec<f32>> = Vec::new();
         if opts.hidden_states {
@@ -218,7 +217,7 @@ impl Model {
         rms_norm_1p(&mut y, self.norm.data(), c.rms_norm_eps);
         let v = c.vocab_size;
         let mut logits = vec![0.0; rows.len() * v];
-        matmul_t(&y, rows.len(), h, self.lm_head.data(), v, &mut logits, true);
+        linear(&y, rows.len(), h, self.lm_head.weight(), v, &mut logits, true);
         drop(p);
         let _p = scope("outputs");
 

@@ -1,5 +1,6 @@
 //! `WeightSource`: where a [`crate::model::Model`] gets its tensors while it is built — a
-//! memory-mapped [`Checkpoint`], or any other owner of named f32 buffers (the trainer's
+//! memory-mapped [`Checkpoint`] (weight matrices of bf16 checkpoints stay bf16), or any other
+//! owner of named f32 buffers (the trainer's
 //! parameters lent to the engine, `train::lease`). Names are given without the decoder prefix
 //! (`layers.0.mlp.gate.weight`) except through [`WeightSource::get_exact`].
 
@@ -19,6 +20,15 @@ pub trait WeightSource {
     }
     /// Tensor with this exact full name (e.g. `lm_head.weight`), checked against `shape`.
     fn get_exact(&mut self, full: &str, shape: &[usize]) -> Result<Tensor>;
+    /// A weight matrix in the source's compute format (bf16 checkpoints keep bf16; sources of
+    /// f32 buffers give f32). The model reads these only through the linear-layer kernels.
+    fn get_weight(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        self.get(name, shape)
+    }
+    /// [`WeightSource::get_weight`] by exact full name.
+    fn get_weight_exact(&mut self, full: &str, shape: &[usize]) -> Result<Tensor> {
+        self.get_exact(full, shape)
+    }
 }
 
 impl WeightSource for Checkpoint {
@@ -33,5 +43,11 @@ impl WeightSource for Checkpoint {
     }
     fn get_exact(&mut self, full: &str, shape: &[usize]) -> Result<Tensor> {
         Checkpoint::get_exact(self, full, shape)
+    }
+    fn get_weight(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        Checkpoint::get_weight(self, name, shape)
+    }
+    fn get_weight_exact(&mut self, full: &str, shape: &[usize]) -> Result<Tensor> {
+        Checkpoint::get_weight_exact(self, full, shape)
     }
 }

@@ -1,9 +1,8 @@
-//! CPU kernels on f32 slices: the linear layer `x·Wᵀ` (a packed AVX-512 kernel or the `gemm`
-//! crate for matrices, a rayon-parallel dot-product kernel for a few rows), RMSNorm variants,
-//! activations and softmax.
+//! CPU kernels on f32 slices: the f32 product `x·Wᵀ` (a packed AVX-512 kernel or the `gemm`
+//! crate for matrices, the few-row dot-product kernel for decode; [`super::linear`] dispatches
+//! weights of either storage format), RMSNorm variants, activations and softmax.
 //! Every op names its dimensions explicitly; a CUDA backend mirrors this list one to one.
 
-use rayon::prelude::*;
 
 /// True when the CPU has AVX2 and FMA (checked once, cached by std).
 #[inline]
@@ -89,11 +88,7 @@ impl Drop for FlushDenormals {
 
 /// Below this many rows of `x`, `matmul_t` uses the row-parallel dot-product kernel (decode);
 /// above it, the packed `gemm` kernel (prefill).
-const SMALL_M: usize = 8;
-
-/// Below this many multiply-adds a few-row product stays on one thread: waking the pool costs
-/// more than it saves (measured with benches/model_cpu.rs on 2 threads).
-const PARALLEL_MIN_MACS: usize = 1 << 20;
+pub(crate) const SMALL_M: usize = 8;
 
 /// A many-row product with at least this many rows and columns uses the packed AVX-512 kernel
 /// ([`super::cpu_avx512`]) when the CPU has avx512f; narrower ones (e.g. the 8-column GDN gate
@@ -124,16 +119,7 @@ pub fn matmul_t(
         return;
     }
     if m <= SMALL_M {
-        matmul_t_rows(
-            x,
-            m,
-            k,
-            w,
-            n,
-            out,
-            parallel && m * n * k >= PARALLEL_MIN_MACS,
-        );
-        return;
+        return super::linear::few_rows_f32(x, m, k, w, n, out, parallel);
     }
     let threads = if parallel {
         rayon::current_num_threads()
@@ -232,53 +218,11 @@ pub fn gemm_strided(
     }
 }
 
-/// Raw output pointer shared by tasks that write disjoint column ranges.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: every task of `matmul_t_rows` writes only its own columns of `out`.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// The pointer (a method, so closures capture the `Send` wrapper, not the raw field).
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-
-/// Few-row kernel: each output column `j` is `m` dot products against weight row `j`, so every
-/// weight row is read once for all rows of `x` (decode is weight-bandwidth bound). Column
-/// blocks run in parallel and write straight into `out`.
-fn matmul_t_rows(
-    x: &[f32],
-    m: usize,
-    k: usize,
-    w: &[f32],
-    n: usize,
-    out: &mut [f32],
-    parallel: bool,
-) {
-    const BLOCK: usize = 128;
-    let nb = n.div_ceil(BLOCK);
-    let dst = OutPtr(out.as_mut_ptr());
-    let compute = move |jb: usize| {
-        let (j0, j1) = (jb * BLOCK, ((jb + 1) * BLOCK).min(n));
-        // SAFETY: `out` has m·n elements (checked by the caller); this block writes columns
-        // j0..j1 of rows 0..m only.
-        unsafe { rows_block(x, m, k, &w[j0 * k..j1 * k], j1 - j0, dst.get().add(j0), n) };
-    };
-    if parallel && nb > 1 {
-        (0..nb).into_par_iter().for_each(compute);
-    } else {
-        (0..nb).for_each(compute);
-    }
-}
-
 /// `out[r·ldo + j] = x[r]·w[j]` for the `nw` weight rows `w` (`[nw, k]`) and `m` rows of `x`.
 ///
 /// # Safety
 /// `out` must be valid for writes at `r·ldo + j` for `r < m`, `j < nw`.
-unsafe fn rows_block(
+pub(crate) unsafe fn rows_block(
     x: &[f32],
     m: usize,
     k: usize,

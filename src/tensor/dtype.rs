@@ -1,5 +1,5 @@
 //! Storage dtypes of checkpoint tensors (f32, bf16, f16) and their conversion to the f32 compute
-//! format of the CPU backend.
+//! format of the CPU backend (bf16 weight matrices may also be kept as bf16, see `storage`).
 
 use half::{bf16, f16};
 
@@ -36,6 +36,16 @@ impl DType {
                 .map(|b| f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())
                 .collect(),
         }
+    }
+}
+
+impl DType {
+    /// Little-endian bf16 `bytes` as bf16 values (a copy for data that cannot be mapped in place).
+    pub fn decode_bf16(bytes: &[u8]) -> Vec<bf16> {
+        bytes
+            .chunks_exact(2)
+            .map(|b| bf16::from_bits(u16::from_le_bytes([b[0], b[1]])))
+            .collect()
     }
 }
 

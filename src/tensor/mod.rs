@@ -1,21 +1,24 @@
 //! Tensor layer: the `Tensor` type and its backends (CPU reference; CUDA behind the `cuda`
 //! feature). Owns storage dtypes (f32, bf16, f16) and the numeric kernels the model uses.
 //!
-//! The CPU backend is deliberately small: a [`Tensor`] is a contiguous row-major f32 buffer that
-//! is either owned or borrowed in place from a memory-mapped checkpoint ([`Storage`]); the ops in
-//! [`cpu`] work on plain `&[f32]` slices with explicit dimensions. A CUDA backend mirrors the
+//! The CPU backend is deliberately small: a [`Tensor`] is a contiguous row-major f32 buffer (or,
+//! for weight matrices of bf16 checkpoints, bf16) that is either owned or borrowed in place from
+//! a memory-mapped checkpoint ([`Storage`]); the ops in [`cpu`] work on plain `&[f32]` slices
+//! with explicit dimensions, and [`linear`] takes a weight in either format ([`Weight`]). A CUDA backend mirrors the
 //! same op list (one function per op) on device buffers.
 
 pub mod cpu;
 pub mod cpu_avx512;
+pub mod cpu_bf16;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod dtype;
 pub mod expert_parallel;
 pub mod kernels;
+pub mod linear;
 pub mod nvrtc;
 pub mod profile;
 pub mod storage;
 
 pub use dtype::DType;
-pub use storage::{Storage, Tensor};
+pub use storage::{Storage, Tensor, Weight};

@@ -1,7 +1,14 @@
-//! `Tensor`: a contiguous row-major f32 array whose buffer is shared (`Arc`) and either owned or
-//! borrowed in place from a memory-mapped file. Slicing along the first axis is zero-copy, so a
-//! fused expert tensor `[E, 2I, H]` serves every expert without a second copy.
+//! `Tensor`: a contiguous row-major array of f32 or bf16 values whose buffer is shared (`Arc`)
+//! and either owned or borrowed in place from a memory-mapped file. Slicing along the first axis
+//! is zero-copy, so a fused expert tensor `[E, 2I, H]` serves every expert without a second copy.
+//!
+//! f32 is the compute format of every activation and of small parameters; bf16 is kept only for
+//! weight matrices of bf16 checkpoints (read through [`Tensor::weight`] by the linear-layer
+//! kernels, which widen each value exactly to f32 and accumulate in f32), so such a model needs
+//! half the memory and half the memory traffic per decode step of an f32 copy.
 
+use super::DType;
+use half::bf16;
 use memmap2::Mmap;
 use std::sync::Arc;
 
@@ -9,29 +16,81 @@ use std::sync::Arc;
 #[derive(Debug)]
 enum Buffer {
     Owned(Vec<f32>),
-    /// f32 data read in place from a mapped checkpoint file (byte offset into the map).
+    OwnedBf16(Vec<bf16>),
+    /// f32 or bf16 data read in place from a mapped checkpoint file (byte offset into the map).
     Mapped {
         map: Arc<Mmap>,
         byte_offset: usize,
         len: usize,
+        dtype: DType,
     },
 }
 
-impl Buffer {
-    fn as_slice(&self) -> &[f32] {
+/// A read-only view of a weight in its storage format.
+#[derive(Clone, Copy, Debug)]
+pub enum Weight<'a> {
+    F32(&'a [f32]),
+    Bf16(&'a [bf16]),
+}
+
+impl Weight<'_> {
+    pub fn len(&self) -> usize {
         match self {
-            Buffer::Owned(v) => v,
-            Buffer::Mapped { map, byte_offset, len } => {
-                let bytes = &map[*byte_offset..*byte_offset + len * 4];
-                // SAFETY: the constructor checked 4-byte alignment and bounds; f32 has no invalid
-                // bit patterns; the map is read-only and lives as long as this buffer.
-                unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const f32, *len) }
-            }
+            Weight::F32(w) => w.len(),
+            Weight::Bf16(w) => w.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Elements `[start, start + len)` as f32 into `out` (exact for bf16).
+    pub fn widen_into(&self, start: usize, out: &mut [f32]) {
+        match self {
+            Weight::F32(w) => out.copy_from_slice(&w[start..start + out.len()]),
+            Weight::Bf16(w) => super::cpu_bf16::widen(&w[start..start + out.len()], out),
         }
     }
 }
 
-/// A window `[offset, offset+len)` of a shared f32 buffer.
+impl Buffer {
+    fn dtype(&self) -> DType {
+        match self {
+            Buffer::Owned(_) => DType::F32,
+            Buffer::OwnedBf16(_) => DType::BF16,
+            Buffer::Mapped { dtype, .. } => *dtype,
+        }
+    }
+
+    fn weight(&self) -> Weight<'_> {
+        match self {
+            Buffer::Owned(v) => Weight::F32(v),
+            Buffer::OwnedBf16(v) => Weight::Bf16(v),
+            Buffer::Mapped { map, byte_offset, len, dtype } => {
+                let bytes = &map[*byte_offset..*byte_offset + len * dtype.size()];
+                // SAFETY: the constructor checked alignment for the dtype and bounds; f32 and
+                // bf16 have no invalid bit patterns (bf16 is `repr(transparent)` over u16); the
+                // map is read-only and lives as long as this buffer.
+                unsafe {
+                    match dtype {
+                        DType::BF16 => Weight::Bf16(std::slice::from_raw_parts(bytes.as_ptr() as *const bf16, *len)),
+                        _ => Weight::F32(std::slice::from_raw_parts(bytes.as_ptr() as *const f32, *len)),
+                    }
+                }
+            }
+        }
+    }
+
+    fn as_slice(&self) -> &[f32] {
+        match self.weight() {
+            Weight::F32(v) => v,
+            Weight::Bf16(_) => panic!("a bf16 weight was read as f32 (use Tensor::weight)"),
+        }
+    }
+}
+
+/// A window `[offset, offset+len)` of a shared f32 or bf16 buffer.
 #[derive(Clone, Debug)]
 pub struct Storage {
     buf: Arc<Buffer>,
@@ -49,22 +108,48 @@ impl Storage {
         }
     }
 
-    /// Borrow `len` f32 values at `byte_offset` of `map` in place. Returns `None` when the
-    /// location is not 4-byte aligned or out of bounds (the caller then copies).
-    pub fn mapped(map: Arc<Mmap>, byte_offset: usize, len: usize) -> Option<Self> {
-        let end = byte_offset.checked_add(len.checked_mul(4)?)?;
-        if end > map.len() || (map.as_ptr() as usize + byte_offset) % 4 != 0 {
+    pub fn owned_bf16(v: Vec<bf16>) -> Self {
+        let len = v.len();
+        Storage {
+            buf: Arc::new(Buffer::OwnedBf16(v)),
+            offset: 0,
+            len,
+        }
+    }
+
+    /// Borrow `len` values of `dtype` (f32 or bf16) at `byte_offset` of `map` in place. Returns
+    /// `None` when the location is not aligned for the dtype, out of bounds, or the dtype is not
+    /// one kept in place (the caller then copies).
+    pub fn mapped(map: Arc<Mmap>, byte_offset: usize, len: usize, dtype: DType) -> Option<Self> {
+        let end = byte_offset.checked_add(len.checked_mul(dtype.size())?)?;
+        let aligned = (map.as_ptr() as usize + byte_offset) % dtype.size() == 0;
+        if end > map.len() || !aligned || dtype == DType::F16 {
             return None;
         }
         Some(Storage {
-            buf: Arc::new(Buffer::Mapped { map, byte_offset, len }),
+            buf: Arc::new(Buffer::Mapped { map, byte_offset, len, dtype }),
             offset: 0,
             len,
         })
     }
 
+    /// The f32 values. Panics on a bf16 storage: only weight matrices are bf16 and the model
+    /// reads those through [`Storage::weight`].
     pub fn as_slice(&self) -> &[f32] {
         &self.buf.as_slice()[self.offset..self.offset + self.len]
+    }
+
+    /// The values in their storage format.
+    pub fn weight(&self) -> Weight<'_> {
+        let r = self.offset..self.offset + self.len;
+        match self.buf.weight() {
+            Weight::F32(v) => Weight::F32(&v[r]),
+            Weight::Bf16(v) => Weight::Bf16(&v[r]),
+        }
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.buf.dtype()
     }
 
     /// True when the data is read in place from a mapped file.
@@ -88,12 +173,15 @@ impl Storage {
     }
 
     /// Address of the first value (identity of the buffer, e.g. to show that nothing was copied).
-    pub fn data_ptr(&self) -> *const f32 {
-        self.as_slice().as_ptr()
+    pub fn data_ptr(&self) -> *const u8 {
+        match self.weight() {
+            Weight::F32(v) => v.as_ptr() as *const u8,
+            Weight::Bf16(v) => v.as_ptr() as *const u8,
+        }
     }
 }
 
-/// A contiguous row-major f32 tensor.
+/// A contiguous row-major tensor (f32, or bf16 for weight matrices).
 #[derive(Clone, Debug)]
 pub struct Tensor {
     shape: Vec<usize>,
@@ -119,8 +207,23 @@ impl Tensor {
         &self.shape
     }
 
+    /// The f32 values (see [`Storage::as_slice`]).
     pub fn data(&self) -> &[f32] {
         self.storage.as_slice()
+    }
+
+    /// The values in their storage format (f32 or bf16), for the linear-layer kernels.
+    pub fn weight(&self) -> Weight<'_> {
+        self.storage.weight()
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.storage.dtype()
+    }
+
+    /// Row `i` of a 2-D tensor as f32 into `out` (an embedding lookup; exact for bf16).
+    pub fn row_into(&self, i: usize, out: &mut [f32]) {
+        self.weight().widen_into(i * out.len(), out);
     }
 
     pub fn numel(&self) -> usize {
