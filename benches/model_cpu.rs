@@ -1,5 +1,7 @@
 //! CPU engine benchmark (harness = false): prefill and batched decode throughput of the forward
-//! pass on a Hugging Face model folder, and the GFLOP/s of the large-GEMM kernel. Prints one JSON
+//! pass on a Hugging Face model folder (weights kept in the checkpoint's format: f32 or bf16
+//! matrices), the GFLOP/s of the large-GEMM kernel and the bandwidth of the decode GEMV with f32
+//! and bf16 weights. Prints one JSON
 //! object; scripts/bench_cpu_vs_transformers.py runs it next to transformers on the same weights.
 //!
 //! `cargo bench --bench model_cpu -- DIR [--prefill 512] [--decode-steps 32] [--prompt 64]`
@@ -8,6 +10,8 @@
 
 use execcritic::model::{ForwardOptions, LogitsMode, Model, SeqInput};
 use execcritic::tensor::cpu::matmul_t;
+use execcritic::tensor::linear::linear;
+use execcritic::tensor::Weight;
 use execcritic::tensor::profile;
 use std::time::Instant;
 
@@ -142,7 +146,22 @@ fn main() {
         t.elapsed().as_secs_f64()
     });
 
+    // The same GEMV with bf16 weights (half the bytes; the format of bf16 checkpoints).
+    let wb: Vec<half::bf16> = w.iter().map(|&v| half::bf16::from_f32(v)).collect();
+    let gemv_bf16_s = best_of(5, || {
+        let t = Instant::now();
+        linear(&x[..k], 1, k, Weight::Bf16(&wb), n, &mut out[..n], true);
+        t.elapsed().as_secs_f64()
+    });
+
+    let gemm_bf16_s = best_of(3, || {
+        let t = Instant::now();
+        linear(&x, m, k, Weight::Bf16(&wb), n, &mut out, true);
+        t.elapsed().as_secs_f64()
+    });
+
     let json = serde_json::json!({
+        "weights": format!("{:?}", model.matrix_dtype()),
         "threads": rayon::current_num_threads(),
         "prefill_tokens": prefill,
         "prefill_tok_s": prefill as f64 / prefill_s,
@@ -152,7 +171,9 @@ fn main() {
         "decode_b8_tok_s": decode[1].1,
         "gemm_shape": [m, k, n],
         "gemm_gflops": 2.0 * (m * n * k) as f64 / gemm_s / 1e9,
+        "gemm_bf16_gflops": 2.0 * (m * n * k) as f64 / gemm_bf16_s / 1e9,
         "gemv_gb_s": (n * k * 4) as f64 / gemv_s / 1e9,
+        "gemv_bf16_gb_s": (n * k * 2) as f64 / gemv_bf16_s / 1e9,
     });
     println!("{json}");
 }

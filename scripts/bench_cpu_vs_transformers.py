@@ -3,17 +3,23 @@
 same thread count, one run.
 
 Builds a random-weight Qwen3.5-MoE of ~170M parameters with the real layer mix (3 Gated
-DeltaNet : 1 gated attention), saves it as f32 safetensors, then measures
+DeltaNet : 1 gated attention) and saves it as f32 safetensors and, rounded to bf16 (the real
+checkpoint's format), as bf16 safetensors. For each it measures
   * prefill: one 512-token sequence (tokens/s)
   * decode: batch 1 and batch 8, 32 steps after a 64-token prompt (generated tokens/s)
   * large GEMM [512x2048]·[2048x4096]: ours (gemm crate) vs torch.matmul, GFLOP/s, and the
     machine's nominal FMA peak
 for transformers (torch eager, `attn_implementation="eager"`, `experts_implementation="eager"`)
-and for `cargo bench --bench model_cpu`. Prints a markdown report (and writes it with --write).
+and for `cargo bench --bench model_cpu`. Our engine keeps each checkpoint's format (bf16 weight
+matrices stay bf16, f32 accumulation). transformers runs the f32 checkpoint in f32 and the bf16
+checkpoint both in bf16 (its default for a bf16 checkpoint) and upcast to f32 (the very same
+weight values); each bf16 ratio is taken against the FASTER of the two.
+Prints a markdown report (and writes it with --write).
 
-Run: scripts/bench_cpu_vs_transformers.sh [--threads 2] [--write benches/results/cpu-engine.md]
+Run: scripts/bench_cpu_vs_transformers.sh [--threads 2] [--dtype f32|bf16|both] [--write benches/results/cpu-engine.md]
 """
 import argparse
+import copy
 import datetime
 import json
 import os
@@ -97,10 +103,25 @@ def nominal_peak(threads):
         return None, None, None
 
 
+def run_ours(root, threads, path):
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads), CARGO_TARGET_DIR=os.environ.get("CARGO_TARGET_DIR", "/work/target"))
+    res = subprocess.run(["cargo", "bench", "--bench", "model_cpu", "--", path, "--prefill", str(PREFILL),
+                          "--decode-steps", str(STEPS), "--prompt", str(PROMPT)],
+                         cwd=root, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.exit(res.stderr[-3000:])
+    return json.loads([l for l in res.stdout.splitlines() if l.startswith("{")][-1])
+
+
+ROWS = [("prefill 512 tokens (tok/s)", "prefill_tok_s"), ("decode batch 1 (tok/s)", "decode_b1_tok_s"),
+        ("decode batch 8 (tok/s)", "decode_b8_tok_s")]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dir", default="/tmp/execcritic-bench-model")
+    ap.add_argument("--dtype", choices=["f32", "bf16", "both"], default="both")
     ap.add_argument("--write", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -111,51 +132,61 @@ def main():
                                                dtype=torch.float32).eval()
     randomise(model, torch.Generator().manual_seed(0))
     n_params = sum(p.numel() for p in model.parameters())
-    model.save_pretrained(args.dir)
-    print(f"model: {n_params / 1e6:.1f}M params -> {args.dir}", file=sys.stderr)
-
-    load_before = os.getloadavg()[0]
-    env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads), CARGO_TARGET_DIR=os.environ.get("CARGO_TARGET_DIR", "/work/target"))
-    res = subprocess.run(["cargo", "bench", "--bench", "model_cpu", "--", args.dir, "--prefill", str(PREFILL),
-                          "--decode-steps", str(STEPS), "--prompt", str(PROMPT)],
-                         cwd=root, env=env, capture_output=True, text=True)
-    if res.returncode != 0:
-        sys.exit(res.stderr[-3000:])
-    ours = json.loads([l for l in res.stdout.splitlines() if l.startswith("{")][-1])
-    load_mid = os.getloadavg()[0]
-    hf = bench_hf(model)
-    load_after = os.getloadavg()[0]
 
     peak, mhz, isa = nominal_peak(args.threads)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
     cpu = [l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")][0]
-    rows = [("prefill 512 tokens (tok/s)", "prefill_tok_s"), ("decode batch 1 (tok/s)", "decode_b1_tok_s"),
-            ("decode batch 8 (tok/s)", "decode_b8_tok_s"), ("GEMM 512x2048x4096 (GFLOP/s)", "gemm_gflops")]
     lines = [
         "## Run: CPU engine vs transformers (eager), same weights, same threads",
         "",
         f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}, commit `{commit}`",
         f"- machine: {cpu}, {os.cpu_count()} vCPUs, {platform.system()} {platform.release()}; threads used: {args.threads}",
-        f"- model: random-weight Qwen3.5-MoE, {n_params / 1e6:.1f}M params, f32, 8 layers (3 GDN : 1 gated attention),"
+        f"- model: random-weight Qwen3.5-MoE, {n_params / 1e6:.1f}M params, 8 layers (3 GDN : 1 gated attention),"
         f" hidden 1024, 16 experts top-4, vocab 16384",
         f"- transformers {__import__('transformers').__version__}, torch {torch.__version__}; ours: "
         "`cargo bench --bench model_cpu` (release)",
         f"- decode: {STEPS} steps after a {PROMPT}-token prompt per sequence; best of 2 runs each",
-        f"- 1-min load average (the machine is shared): {load_before:.1f} before ours, {load_mid:.1f} before "
-        f"transformers, {load_after:.1f} after",
-        "",
-        "| measure | execcritic | transformers | ratio |",
-        "|---|---|---|---|",
     ]
-    for label, key in rows:
-        lines.append(f"| {label} | {ours[key]:.1f} | {hf[key]:.1f} | {ours[key] / hf[key]:.2f}x |")
-    if peak:
+    tables, loads = [], [f"{os.getloadavg()[0]:.1f} at start"]
+    for dtype in (["f32", "bf16"] if args.dtype == "both" else [args.dtype]):
+        path = f"{args.dir}-{dtype}"
+        if dtype == "f32":
+            variants = {"f32": model}
+            model.save_pretrained(path)
+        else:
+            low = copy.deepcopy(model).to(torch.bfloat16)
+            low.save_pretrained(path)
+            variants = {"bf16": low, "f32 (upcast)": copy.deepcopy(low).float()}
+        print(f"{dtype} checkpoint -> {path}", file=sys.stderr)
+        ours = run_ours(root, args.threads, path)
+        loads.append(f"{os.getloadavg()[0]:.1f} after ours ({dtype})")
+        hf = {name: bench_hf(m) for name, m in variants.items()}
+        loads.append(f"{os.getloadavg()[0]:.1f} after transformers ({dtype})")
+        names = list(hf)
+        t = [f"**{dtype} checkpoint** (ours: weight matrices in {ours.get('weights', '?')})", "",
+             "| measure | execcritic | " + " | ".join(f"transformers {n}" for n in names) + " | ratio |",
+             "|---|---|" + "---|" * len(names) + "---|"]
+        for label, key in ROWS:
+            best = max(hf[n][key] for n in names)
+            t.append(f"| {label} | {ours[key]:.1f} | " + " | ".join(f"{hf[n][key]:.1f}" for n in names)
+                     + f" | {ours[key] / best:.2f}x |")
+        tables.append((t, ours, hf))
+    lines.append(f"- 1-min load average (the machine is shared): {', '.join(loads)}")
+    lines.append("")
+    for t, _, _ in tables:
+        lines.extend(t)
         lines.append("")
+    ours, hf = tables[0][1], next(iter(tables[0][2].values()))
+    lines += ["| kernel | execcritic | torch | ratio |", "|---|---|---|---|",
+              f"| GEMM 512x2048x4096 f32 (GFLOP/s) | {ours['gemm_gflops']:.1f} | {hf['gemm_gflops']:.1f} | "
+              f"{ours['gemm_gflops'] / hf['gemm_gflops']:.2f}x |", ""]
+    if peak:
         lines.append(f"Large-GEMM efficiency: ours {ours['gemm_gflops']:.1f} GFLOP/s = "
-                     f"{100 * ours['gemm_gflops'] / hf['gemm_gflops']:.0f}% of torch/oneDNN's measured "
-                     f"{hf['gemm_gflops']:.1f} GFLOP/s (the measured peak) and {100 * ours['gemm_gflops'] / peak:.0f}% "
+                     f"{100 * ours['gemm_gflops'] / hf['gemm_gflops']:.0f}% of torch's measured "
+                     f"{hf['gemm_gflops']:.1f} GFLOP/s and {100 * ours['gemm_gflops'] / peak:.0f}% "
                      f"of the nominal {isa} FMA peak {peak:.0f} GFLOP/s ({args.threads} threads x {mhz / 1000:.2f} GHz "
-                     f"x 2 FMA units). Decode GEMV bandwidth (ours): {ours['gemv_gb_s']:.1f} GB/s.")
+                     f"x 2 FMA units; the clock in /proc/cpuinfo, boost may be higher). Decode GEMV bandwidth (ours, "
+                     f"4096x2048): f32 {ours['gemv_gb_s']:.1f} GB/s, bf16 {ours.get('gemv_bf16_gb_s', float('nan')):.1f} GB/s.")
     report = "\n".join(lines) + "\n"
     print(report)
     if args.write:  # append: the file keeps every run (shared machines make single runs noisy)

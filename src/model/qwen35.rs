@@ -99,6 +99,12 @@ impl Model {
         &self.cfg
     }
 
+    /// Storage format of the weight matrices: bf16 when loaded from a bf16 checkpoint (kept as
+    /// is, read by the linear kernels), else f32.
+    pub fn matrix_dtype(&self) -> crate::tensor::DType {
+        self.lm_head.dtype()
+    }
+
     /// An empty state (no tokens consumed) for a new sequence.
     pub fn new_state(&self) -> SeqState {
         let layers = self
