@@ -108,42 +108,44 @@ impl GatedDeltaNet {
         );
         drop(p);
         let p = scope("gdn.conv_gates");
-
-        // Causal conv + SiLU per sequence, then split, L2-normalise and compute the gates.
+        // Causal conv + SiLU in place on `mixed`, then L2-normalised q/k heads, in parallel over
+        // blocks of rows of one sequence; each block carries the K-1 input rows before it (the
+        // conv cache for a sequence's first block), copied before any block is overwritten.
         let q_scale = 1.0 / (dk as f32).sqrt();
-        let mut qkv = vec![0.0; n * conv_dim];
+        let wt = tap_major(self.conv.data(), self.kernel);
+        let mut blocks: Vec<(&mut [f32], Vec<f32>)> = Vec::new();
+        let mut rest: &mut [f32] = &mut mixed;
+        let mut row0 = 0;
         for seg in segs.iter_mut() {
-            let rows = &mixed[seg.start * conv_dim..(seg.start + seg.len) * conv_dim];
-            let out = &mut qkv[seg.start * conv_dim..(seg.start + seg.len) * conv_dim];
-            causal_conv(
-                rows,
-                seg.len,
-                self.conv.data(),
-                self.kernel,
-                &mut seg.state.conv,
-                out,
-            );
+            assert!(seg.start >= row0, "segments overlap or are out of order");
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut((seg.start - row0) * conv_dim);
+            let (rows, tail) = tail.split_at_mut(seg.len * conv_dim);
+            (rest, row0) = (tail, seg.start + seg.len);
+            blocks.extend(conv_blocks(rows, &mut seg.state.conv, conv_dim));
         }
-        for row in qkv.chunks_exact_mut(conv_dim) {
-            let (qk, _) = row.split_at_mut(2 * key_dim);
-            let (q, k) = qk.split_at_mut(key_dim);
-            for hq in q.chunks_exact_mut(dk) {
-                l2_normalize(hq, 1e-6, q_scale);
-            }
-            for hk in k.chunks_exact_mut(dk) {
-                l2_normalize(hk, 1e-6, 1.0);
-            }
+        let conv_norm = |(rows, prefix): &mut (&mut [f32], Vec<f32>)| {
+            causal_conv(rows, prefix, &wt);
+            l2_normalize_qk(rows, conv_dim, 2 * key_dim, dk, q_scale);
+        };
+        if n >= CONV_BLOCK {
+            blocks.par_iter_mut().for_each(conv_norm);
+        } else {
+            blocks.iter_mut().for_each(conv_norm);
         }
+        drop(blocks);
+        let qkv = &mixed;
         let beta: Vec<f32> = b.iter().map(|&x| sigmoid(x)).collect();
-        let (a_log, dt_bias) = (self.a_log.data(), self.dt_bias.data());
+        let neg_a: Vec<f32> = self.a_log.data().iter().map(|a| -a.exp()).collect();
+        let dt_bias = self.dt_bias.data();
         let g: Vec<f32> = a
             .iter()
             .enumerate()
-            .map(|(i, &x)| -a_log[i % vh].exp() * softplus(x + dt_bias[i % vh]))
+            .map(|(i, &x)| neg_a[i % vh] * softplus(x + dt_bias[i % vh]))
             .collect();
 
         drop(p);
-        // Delta rule per (sequence, value head); each work item owns its head's state.
+        // Delta rule per (sequence, value head); each work item owns its head's state and reads
+        // its q/k/v rows in place (row stride `conv_dim`).
         let p = scope("gdn.delta_rule");
         let ratio = vh / kh;
         let mut work: Vec<(usize, usize, usize, &mut [f32])> = Vec::new();
@@ -157,35 +159,26 @@ impl GatedDeltaNet {
             .map(|(start, len, h, st)| {
                 let (start, len, h) = (*start, *len, *h);
                 let khd = h / ratio;
-                let gather = |off: usize, d: usize| -> Vec<f32> {
-                    (start..start + len)
-                        .flat_map(|t| {
-                            qkv[t * conv_dim + off..t * conv_dim + off + d]
-                                .iter()
-                                .copied()
-                        })
-                        .collect()
+                let rows = |off: usize, width: usize| Rows {
+                    data: &qkv[start * conv_dim + off..],
+                    ld: conv_dim,
+                    width,
                 };
                 let pg = scope("dr.gather");
-                let q = gather(khd * dk, dk);
-                let k = gather(key_dim + khd * dk, dk);
-                let v = gather(2 * key_dim + h * dv, dv);
                 let bt: Vec<f32> = (start..start + len).map(|t| beta[t * vh + h]).collect();
                 let gt: Vec<f32> = (start..start + len).map(|t| g[t * vh + h]).collect();
                 drop(pg);
-                let inp = DeltaInput {
-                    q: &q,
-                    k: &k,
-                    v: &v,
+                let inp = HeadRows {
+                    q: rows(khd * dk, dk),
+                    k: rows(key_dim + khd * dk, dk),
+                    v: rows(2 * key_dim + h * dv, dv),
                     beta: &bt,
                     g: &gt,
-                    dk,
-                    dv,
                 };
                 if len == 1 {
-                    recurrent_delta_rule(&inp, st)
+                    recurrent(&inp, st)
                 } else {
-                    chunked_delta_rule(&inp, st, CHUNK)
+                    chunked(&inp, st, CHUNK)
                 }
             })
             .collect();
@@ -207,35 +200,88 @@ impl GatedDeltaNet {
     }
 }
 
-simd_fn! {
-    /// Depthwise causal conv (`w [C, K]`, no bias) + SiLU over `len` rows `[len, C]`, continuing
-    /// from and updating the conv cache (the last K-1 input rows).
-    fn causal_conv(rows: &[f32], len: usize, w: &[f32], k: usize, cache: &mut [f32], out: &mut [f32]) {
-        let cd = w.len() / k;
-        // Tap-major weights `[K, C]` so the channel loop runs over contiguous memory.
-        let mut wt = vec![0.0f32; k * cd];
-        for (c, taps) in w.chunks_exact(k).enumerate() {
-            for (j, &v) in taps.iter().enumerate() {
-                wt[j * cd + c] = v;
-            }
+/// Rows per task of the parallel conv + L2-norm pass of a prefill.
+const CONV_BLOCK: usize = 64;
+
+/// Conv weights `[C, K]` tap-major (`[K, C]`), so the channel loop runs over contiguous memory.
+fn tap_major(w: &[f32], k: usize) -> Vec<f32> {
+    let cd = w.len() / k;
+    let mut wt = vec![0.0f32; k * cd];
+    for (c, taps) in w.chunks_exact(k).enumerate() {
+        for (j, &v) in taps.iter().enumerate() {
+            wt[j * cd + c] = v;
         }
-        let mut inp = Vec::with_capacity((k - 1 + len) * cd);
-        inp.extend_from_slice(cache);
-        inp.extend_from_slice(rows);
-        for t in 0..len {
-            let o = &mut out[t * cd..(t + 1) * cd];
-            o.fill(0.0);
-            for j in 0..k {
-                let src = &inp[(t + j) * cd..(t + j + 1) * cd];
-                for ((oc, x), wj) in o.iter_mut().zip(src).zip(&wt[j * cd..(j + 1) * cd]) {
-                    *oc += wj * x;
+    }
+    wt
+}
+
+/// Split one sequence's conv input `rows` `[len, cd]` into blocks of [`CONV_BLOCK`] rows, each
+/// with a copy of the K-1 input rows before it (the conv cache for the first), and advance the
+/// cache past `rows`. [`causal_conv`] can then run the blocks in place and in any order.
+fn conv_blocks<'a>(
+    rows: &'a mut [f32],
+    cache: &mut [f32],
+    cd: usize,
+) -> impl Iterator<Item = (&'a mut [f32], Vec<f32>)> {
+    let (c, n) = (cache.len(), rows.len());
+    let mut prefixes = vec![cache.to_vec()];
+    prefixes.extend(
+        (CONV_BLOCK * cd..n)
+            .step_by(CONV_BLOCK * cd)
+            .map(|b0| rows[b0 - c..b0].to_vec()),
+    );
+    if n >= c {
+        cache.copy_from_slice(&rows[n - c..]);
+    } else {
+        cache.copy_within(n.., 0);
+        cache[c - n..].copy_from_slice(rows);
+    }
+    rows.chunks_mut(CONV_BLOCK * cd).zip(prefixes)
+}
+
+simd_fn! {
+    /// Depthwise causal conv (tap-major weights `wt [K, C]`, no bias) + SiLU, in place over the
+    /// rows `[len, C]`, given the K-1 input rows before them (`prefix`). Runs backwards in time
+    /// so every output overwrites an input no later output needs; channels go in tiles that
+    /// keep the accumulators in registers.
+    fn causal_conv(rows: &mut [f32], prefix: &[f32], wt: &[f32]) {
+        const TILE: usize = 64;
+        let cd = wt.len() - prefix.len();
+        let (len, km) = (rows.len() / cd, prefix.len() / cd);
+        for t in (0..len).rev() {
+            for c0 in (0..cd).step_by(TILE) {
+                let w = TILE.min(cd - c0);
+                let mut acc = [0.0f32; TILE];
+                let acc = &mut acc[..w];
+                for (j, taps) in wt.chunks_exact(cd).enumerate() {
+                    // Input row t + j - (K-1), from the prefix while that is negative.
+                    let s = t + j;
+                    let src = if s < km { &prefix[s * cd..] } else { &rows[(s - km) * cd..] };
+                    for ((a, x), wj) in acc.iter_mut().zip(&src[c0..c0 + w]).zip(&taps[c0..c0 + w]) {
+                        *a += wj * x;
+                    }
+                }
+                for (o, a) in rows[t * cd + c0..t * cd + c0 + w].iter_mut().zip(acc.iter()) {
+                    *o = silu_fast(*a);
                 }
             }
-            for oc in o.iter_mut() {
-                *oc = silu_fast(*oc);
+        }
+    }
+}
+
+simd_fn! {
+    /// L2-normalise every `dk` head in the first `qk` columns of each row (width `cd`): the q
+    /// heads (first half) scaled by `q_scale`, the k heads by 1.
+    fn l2_normalize_qk(rows: &mut [f32], cd: usize, qk: usize, dk: usize, q_scale: f32) {
+        for row in rows.chunks_exact_mut(cd) {
+            let (q, k) = row[..qk].split_at_mut(qk / 2);
+            for hq in q.chunks_exact_mut(dk) {
+                l2_normalize(hq, 1e-6, q_scale);
+            }
+            for hk in k.chunks_exact_mut(dk) {
+                l2_normalize(hk, 1e-6, 1.0);
             }
         }
-        cache.copy_from_slice(&inp[len * cd..]);
     }
 }
 
@@ -251,20 +297,83 @@ pub struct DeltaInput<'a> {
     pub dv: usize,
 }
 
-simd_fn! {
+/// Rows of `width` values, row `t` at `data[t·ld..]`: a head's q, k or v read in place from the
+/// fused `[T, conv_dim]` conv output (or from a contiguous `[T, width]` array).
+#[derive(Clone, Copy)]
+struct Rows<'a> {
+    data: &'a [f32],
+    ld: usize,
+    width: usize,
+}
+
+impl<'a> Rows<'a> {
+    fn contiguous(data: &'a [f32], width: usize) -> Self {
+        Rows {
+            data,
+            ld: width,
+            width,
+        }
+    }
+
+    #[inline(always)]
+    fn row(&self, t: usize) -> &'a [f32] {
+        &self.data[t * self.ld..t * self.ld + self.width]
+    }
+
+    /// Copy rows `t0..t0 + n` into `dst` `[n, width]`.
+    #[inline(always)]
+    fn copy_to(&self, t0: usize, n: usize, dst: &mut [f32]) {
+        for (i, d) in dst[..n * self.width]
+            .chunks_exact_mut(self.width)
+            .enumerate()
+        {
+            d.copy_from_slice(self.row(t0 + i));
+        }
+    }
+}
+
+/// [`DeltaInput`] with row-strided q/k/v.
+struct HeadRows<'a> {
+    q: Rows<'a>,
+    k: Rows<'a>,
+    v: Rows<'a>,
+    beta: &'a [f32],
+    g: &'a [f32],
+}
+
+impl<'a> From<&DeltaInput<'a>> for HeadRows<'a> {
+    fn from(x: &DeltaInput<'a>) -> Self {
+        HeadRows {
+            q: Rows::contiguous(x.q, x.dk),
+            k: Rows::contiguous(x.k, x.dk),
+            v: Rows::contiguous(x.v, x.dv),
+            beta: x.beta,
+            g: x.g,
+        }
+    }
+}
+
 /// Recurrent form, one step at a time; `state` is `S [dk, dv]`. Returns `[T, dv]`.
 pub fn recurrent_delta_rule(x: &DeltaInput<'_>, state: &mut [f32]) -> Vec<f32> {
+    recurrent(&x.into(), state)
+}
+
+/// Chunked (WY / UT-transform) form over chunks of `chunk` steps, as HF's
+/// `torch_chunk_gated_delta_rule`; starts from and updates `state`. Returns `[T, dv]`.
+pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -> Vec<f32> {
+    chunked(&x.into(), state, chunk)
+}
+
+simd_fn! {
+/// [`recurrent_delta_rule`] on row-strided inputs.
+fn recurrent(x: &HeadRows<'_>, state: &mut [f32]) -> Vec<f32> {
     let _ftz = FlushDenormals::new();
-    let (dk, dv) = (x.dk, x.dv);
+    let dv = x.v.width;
     let steps = x.beta.len();
     let mut out = vec![0.0; steps * dv];
     let mut m = vec![0.0; dv];
     for t in 0..steps {
-        let (qt, kt, vt) = (
-            &x.q[t * dk..(t + 1) * dk],
-            &x.k[t * dk..(t + 1) * dk],
-            &x.v[t * dv..(t + 1) * dv],
-        );
+        let (qt, kt, vt) = (x.q.row(t), x.k.row(t), x.v.row(t));
         let decay = x.g[t].exp();
         m.fill(0.0);
         for (i, row) in state.chunks_exact_mut(dv).enumerate() {
@@ -287,20 +396,20 @@ pub fn recurrent_delta_rule(x: &DeltaInput<'_>, state: &mut [f32]) -> Vec<f32> {
 }
 
 simd_fn! {
-/// Chunked (WY / UT-transform) form over chunks of `chunk` steps, as HF's
-/// `torch_chunk_gated_delta_rule`; starts from and updates `state`. Returns `[T, dv]`.
-/// The products run through [`gemm_strided`] with operands contiguous along the output columns
-/// (the unpacked AVX-512 kernel where available).
-pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -> Vec<f32> {
+/// [`chunked_delta_rule`] on row-strided inputs; each chunk's rows are first copied into
+/// contiguous scratch. The products run through [`gemm_strided`] with operands contiguous along
+/// the output columns (the unpacked AVX-512 kernel where available).
+fn chunked(x: &HeadRows<'_>, state: &mut [f32], chunk: usize) -> Vec<f32> {
     let _ftz = FlushDenormals::new();
-    let (dk, dv) = (x.dk, x.dv);
+    let (dk, dv) = (x.k.width, x.v.width);
     let steps = x.beta.len();
     let mut out = vec![0.0; steps * dv];
     // Scratch reused by every chunk (sized for a full chunk).
     let cl = chunk.min(steps).max(1);
+    let mut kq = vec![0.0f32; 2 * cl * dk];
+    let mut vc = vec![0.0f32; cl * dv];
     let mut kt = vec![0.0f32; dk * cl];
-    let mut kk = vec![0.0f32; cl * cl];
-    let mut qk = vec![0.0f32; cl * cl];
+    let mut gram = vec![0.0f32; 2 * cl * cl];
     let mut decay = vec![0.0f32; cl * cl];
     let mut u = vec![0.0f32; cl * dv];
     let mut tmat = vec![0.0f32; cl * cl];
@@ -314,9 +423,15 @@ pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -
     let mut c0 = 0;
     while c0 < steps {
         let l = chunk.min(steps - c0);
-        let q = &x.q[c0 * dk..(c0 + l) * dk];
-        let k = &x.k[c0 * dk..(c0 + l) * dk];
-        let v = &x.v[c0 * dv..(c0 + l) * dv];
+        let ps = scope("dr.gather");
+        // [K; Q] and V of the chunk, contiguous.
+        let kq = &mut kq[..2 * l * dk];
+        x.k.copy_to(c0, l, kq);
+        x.q.copy_to(c0, l, &mut kq[l * dk..]);
+        x.v.copy_to(c0, l, &mut vc);
+        let (kq, v) = (&*kq, &vc[..l * dv]);
+        let (k, q) = kq.split_at(l * dk);
+        drop(ps);
         let beta = &x.beta[c0..c0 + l];
         let mut acc = 0.0f32;
         for (gm, g) in gam.iter_mut().zip(&x.g[c0..c0 + l]) {
@@ -334,15 +449,16 @@ pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -
             }
         }
         let ps = scope("dr.gram");
-        // Gram matrices K·Kᵀ and Q·Kᵀ of the chunk (Kᵀ made contiguous along the chunk).
+        // Gram matrices [K·Kᵀ; Q·Kᵀ] of the chunk in one product (Kᵀ made contiguous along the
+        // chunk).
         for (t, row) in k.chunks_exact(dk).enumerate() {
             for (d, &val) in row.iter().enumerate() {
                 kt[d * l + t] = val;
             }
         }
-        let (kt, kk, qk) = (&kt[..dk * l], &mut kk[..l * l], &mut qk[..l * l]);
-        gemm_strided((l, l, dk), k, (dk, 1), kt, (l, 1), kk, false);
-        gemm_strided((l, l, dk), q, (dk, 1), kt, (l, 1), qk, false);
+        let (kt, gram) = (&kt[..dk * l], &mut gram[..2 * l * l]);
+        gemm_strided((2 * l, l, dk), kq, (dk, 1), kt, (l, 1), gram, false);
+        let (kk, qk) = gram.split_at_mut(l * l);
         // L_ij = β_i (k_i·k_j) Γ_ij strictly below the diagonal; T = (I+L)⁻¹ (unit lower
         // triangular) by forward substitution on its rows, T_i = e_i − Σ_{j<i} L_ij T_j (as HF's
         // solve). Then U = T·(β v) and W = T·(β e^γ k); `wq` holds [W; e^γ ⊙ Q] for one
@@ -425,6 +541,37 @@ pub fn chunked_delta_rule(x: &DeltaInput<'_>, state: &mut [f32], chunk: usize) -
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn blocked_conv_equals_step_by_step() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let (t, cd, k) = (150, 72, 4);
+        let w: Vec<f32> = (0..cd * k).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let x: Vec<f32> = (0..t * cd).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let c0: Vec<f32> = (0..(k - 1) * cd)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let wt = tap_major(&w, k);
+        let (mut whole, mut cache1) = (x.clone(), c0.clone());
+        for (rows, prefix) in conv_blocks(&mut whole, &mut cache1, cd) {
+            causal_conv(rows, &prefix, &wt);
+        }
+        let (mut steps, mut cache2) = (x.clone(), c0.clone());
+        for row in steps.chunks_exact_mut(cd) {
+            for (r, prefix) in conv_blocks(row, &mut cache2, cd) {
+                causal_conv(r, &prefix, &wt);
+            }
+        }
+        assert_eq!(whole, steps);
+        assert_eq!(cache1, cache2);
+        assert_eq!(cache1, x[(t - k + 1) * cd..]);
+        // Row 1 against the definition: inputs are cache rows 1, 2 and x rows 0, 1.
+        for c in 0..cd {
+            let xin = [c0[cd + c], c0[2 * cd + c], x[c], x[cd + c]];
+            let acc: f32 = (0..k).map(|j| w[c * k + j] * xin[j]).sum();
+            assert!((whole[cd + c] - crate::tensor::cpu::silu(acc)).abs() < 1e-5);
+        }
+    }
 
     #[test]
     fn chunked_equals_recurrent_across_chunks_and_with_initial_state() {

@@ -447,6 +447,7 @@ fn inv_rms(row: &[f32], eps: f32) -> f32 {
 }
 
 /// Scale `x` to unit L2 norm as HF's `l2norm`: `x·rsqrt(Σx² + eps)`, times `scale`.
+#[inline(always)]
 pub fn l2_normalize(x: &mut [f32], eps: f32, scale: f32) {
     let r = scale / (dot(x, x) + eps).sqrt();
     for v in x.iter_mut() {
