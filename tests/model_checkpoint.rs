@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 const MAIN: &str = "tiny-qwen35";
+const BF16: &str = "tiny-qwen35-bf16";
 
 /// The fixture's tensors as (dtype, shape, bytes), by name.
 type Tensors = BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)>;
@@ -46,9 +47,9 @@ fn model_dir(config: &serde_json::Value, t: &Tensors) -> tempfile::TempDir {
     d
 }
 
-fn reference_logits_match(dir: &Path) {
+fn reference_logits_match(dir: &Path, fixture_name: &str) {
     let model = Model::load(dir).unwrap();
-    let r = Reference::load(MAIN);
+    let r = Reference::load(fixture_name);
     let out = full(&model, &r.ids["ids.a"]);
     assert_close("logits.a", out.logits.data(), r.t("logits.a"), 1e-4);
 }
@@ -84,14 +85,22 @@ fn sharded_checkpoint_with_index() {
     write_tensors(&d.path().join("model-00002-of-00002.safetensors"), &s2);
     let index = serde_json::json!({"metadata": {}, "weight_map": map});
     std::fs::write(d.path().join("model.safetensors.index.json"), index.to_string()).unwrap();
-    reference_logits_match(d.path());
+    reference_logits_match(d.path(), MAIN);
 }
 
 /// transformers saves experts per expert; the BF16 release stores them fused 3-D
 /// (`experts.gate_up_proj [E, 2I, H]`, `experts.down_proj [E, H, I]`): both must load.
 #[test]
 fn fused_expert_layout() {
-    let t = read_tensors(&fixture(MAIN));
+    for name in [MAIN, BF16] {
+        let d = fused_experts(name);
+        reference_logits_match(d.path(), name);
+    }
+}
+
+/// The fixture `name` rewritten with fused 3-D expert tensors (`gate_up_proj`, `down_proj`).
+fn fused_experts(name: &str) -> tempfile::TempDir {
+    let t = read_tensors(&fixture(name));
     let (e, i, h) = (8usize, 32usize, 64usize);
     let mut out = Tensors::new();
     for (n, v) in &t {
@@ -107,11 +116,39 @@ fn fused_expert_layout() {
             gu.extend_from_slice(&t[&format!("{p}{x}.up_proj.weight")].2);
             down.extend_from_slice(&t[&format!("{p}{x}.down_proj.weight")].2);
         }
-        out.insert(format!("{p}gate_up_proj"), (Dtype::F32, vec![e, 2 * i, h], gu));
-        out.insert(format!("{p}down_proj"), (Dtype::F32, vec![e, h, i], down));
+        let dtype = t[&format!("{p}0.down_proj.weight")].0;
+        out.insert(format!("{p}gate_up_proj"), (dtype, vec![e, 2 * i, h], gu));
+        out.insert(format!("{p}down_proj"), (dtype, vec![e, h, i], down));
     }
-    let d = model_dir(&config_json(), &out);
-    reference_logits_match(d.path());
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture(name).join("config.json")).unwrap()).unwrap();
+    model_dir(&config, &out)
+}
+
+/// Compute format: a bf16 checkpoint's weight matrices stay bf16, read in place from the map
+/// (no second copy), while small parameters and `get` (the trainer's and CUDA loader's path)
+/// give f32 with exactly the widened values; an f32 checkpoint stays f32 in place.
+#[test]
+fn bf16_matrices_stay_bf16_in_place() {
+    use execcritic::model::checkpoint::Checkpoint;
+    use execcritic::tensor::{DType, Weight};
+    let mut ck = Checkpoint::open(&fixture(BF16)).unwrap();
+    let name = "layers.0.mlp.shared_expert.gate_proj.weight";
+    let shape = [48, 64];
+    let w = ck.get_weight(name, &shape).unwrap();
+    assert_eq!(w.dtype(), DType::BF16);
+    assert!(w.storage().is_mapped(), "bf16 matrix copied instead of mapped");
+    let wide = ck.get(name, &shape).unwrap();
+    assert_eq!(wide.dtype(), DType::F32);
+    let Weight::Bf16(b) = w.weight() else { panic!("not bf16") };
+    assert!(b.iter().zip(wide.data()).all(|(x, y)| x.to_f32().to_bits() == y.to_bits()));
+    assert_eq!(ck.get("layers.0.input_layernorm.weight", &[64]).unwrap().dtype(), DType::F32);
+    assert_eq!(Model::load(&fixture(BF16)).unwrap().matrix_dtype(), DType::BF16);
+
+    let mut ck = Checkpoint::open(&fixture(MAIN)).unwrap();
+    let w = ck.get_weight(name, &shape).unwrap();
+    assert!(w.dtype() == DType::F32 && w.storage().is_mapped());
+    assert_eq!(Model::load(&fixture(MAIN)).unwrap().matrix_dtype(), DType::F32);
 }
 
 /// The released multimodal layout: nested `qwen3_5_moe` config, `model.language_model.*`
@@ -133,7 +170,7 @@ fn multimodal_prefix_and_nested_config() {
         "tie_word_embeddings": false, "text_config": config_json(), "vision_config": {"depth": 1}
     });
     let d = model_dir(&nested, &out);
-    reference_logits_match(d.path());
+    reference_logits_match(d.path(), MAIN);
 }
 
 #[test]

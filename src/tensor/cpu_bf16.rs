@@ -55,9 +55,32 @@ mod fma {
     use half::bf16;
     use std::arch::x86_64::*;
 
+    /// Weight rows widened together when `x` has more than 2 rows (one L1-resident f32 block
+    /// reused by every row pair instead of widening each weight vector once per pair).
+    const GROUP: usize = 4;
+
+    thread_local! {
+        /// The thread's reused block of widened weight rows.
+        static WIDE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn rows_block(x: &[f32], m: usize, k: usize, w: &[bf16], out: *mut f32, ldo: usize) {
         let nrows = w.len() / k;
+        if m > 2 {
+            return WIDE.with(|wide| {
+                let mut wide = wide.borrow_mut();
+                if wide.len() < GROUP * k {
+                    wide.resize(GROUP * k, 0.0);
+                }
+                for j in (0..nrows).step_by(GROUP) {
+                    let jn = GROUP.min(nrows - j);
+                    let block = &mut wide[..jn * k];
+                    super::widen(&w[j * k..(j + jn) * k], block);
+                    super::super::cpu::rows_block(x, m, k, block, jn, out.add(j), ldo);
+                }
+            });
+        }
         let (xp, wp) = (x.as_ptr(), w.as_ptr() as *const u16);
         let mut j = 0;
         while j < nrows {
@@ -95,23 +118,47 @@ mod fma {
         _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
     }
 
+    /// One 8-wide step at column `c`: J widened weight vectors times R rows of `x`.
+    #[inline(always)]
+    unsafe fn step<const R: usize, const J: usize>(
+        acc: &mut [[__m256; J]; R],
+        x: *const f32,
+        w: *const u16,
+        k: usize,
+        c: usize,
+    ) {
+        let mut wv = [_mm256_setzero_ps(); J];
+        for (jj, v) in wv.iter_mut().enumerate() {
+            *v = load8(w.add(jj * k + c));
+        }
+        for (rr, a) in acc.iter_mut().enumerate() {
+            let xv = _mm256_loadu_ps(x.add(rr * k + c));
+            for (jj, v) in wv.iter().enumerate() {
+                a[jj] = _mm256_fmadd_ps(xv, *v, a[jj]);
+            }
+        }
+    }
+
     /// Dot products of R rows at `x` (f32) with J rows at `w` (bf16), both with row stride `k`.
     #[inline(always)]
     unsafe fn tile<const R: usize, const J: usize>(x: *const f32, w: *const u16, k: usize) -> [[f32; J]; R] {
         let mut acc = [[_mm256_setzero_ps(); J]; R];
-        let k8 = k / 8 * 8;
+        // One 64-byte line of every weight row per iteration, prefetching PREFETCH lines ahead
+        // (several short interleaved streams: the hardware prefetcher alone under-fetches).
+        const PREFETCH: usize = 8 * 32;
+        let (k32, k8) = (k / 32 * 32, k / 8 * 8);
         let mut c = 0;
+        while c < k32 {
+            for jj in 0..J {
+                _mm_prefetch::<_MM_HINT_T0>(w.add(jj * k + c + PREFETCH) as *const i8);
+            }
+            for s in 0..4 {
+                step(&mut acc, x, w, k, c + 8 * s);
+            }
+            c += 32;
+        }
         while c < k8 {
-            let mut wv = [_mm256_setzero_ps(); J];
-            for (jj, v) in wv.iter_mut().enumerate() {
-                *v = load8(w.add(jj * k + c));
-            }
-            for (rr, a) in acc.iter_mut().enumerate() {
-                let xv = _mm256_loadu_ps(x.add(rr * k + c));
-                for (jj, v) in wv.iter().enumerate() {
-                    a[jj] = _mm256_fmadd_ps(xv, *v, a[jj]);
-                }
-            }
+            step(&mut acc, x, w, k, c);
             c += 8;
         }
         let mut out = [[0.0f32; J]; R];
