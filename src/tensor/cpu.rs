@@ -239,91 +239,13 @@ pub(crate) unsafe fn rows_block(
         }
         if has_avx2() {
             // SAFETY: AVX2+FMA present; same contract.
-            return fma::rows_block(x, m, k, w, out, ldo);
+            return super::rows_avx2::rows_block(x, m, k, &w[..nw * k], out, ldo);
         }
     }
     for (j, wr) in w.chunks_exact(k).take(nw).enumerate() {
         for (r, xr) in x.chunks_exact(k).take(m).enumerate() {
             *out.add(r * ldo + j) = dot(xr, wr);
         }
-    }
-}
-
-/// AVX2+FMA register-tiled few-row kernel: tiles of 2 rows of `x` × 4 weight rows, 8 lanes.
-#[cfg(target_arch = "x86_64")]
-mod fma {
-    use std::arch::x86_64::*;
-
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn rows_block(x: &[f32], m: usize, k: usize, w: &[f32], out: *mut f32, ldo: usize) {
-        let nrows = w.len() / k;
-        let mut j = 0;
-        while j < nrows {
-            let jn = if nrows - j >= 4 { 4 } else { 1 };
-            let mut r = 0;
-            while r < m {
-                let rn = if m - r >= 2 { 2 } else { 1 };
-                let (xp, wp) = (x.as_ptr().add(r * k), w.as_ptr().add(j * k));
-                let o = out.add(r * ldo + j);
-                match (rn, jn) {
-                    (2, 4) => store(&tile::<2, 4>(xp, wp, k), o, ldo),
-                    (1, 4) => store(&tile::<1, 4>(xp, wp, k), o, ldo),
-                    (2, _) => store(&tile::<2, 1>(xp, wp, k), o, ldo),
-                    _ => store(&tile::<1, 1>(xp, wp, k), o, ldo),
-                }
-                r += rn;
-            }
-            j += jn;
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn store<const R: usize, const J: usize>(t: &[[f32; J]; R], out: *mut f32, ldo: usize) {
-        for (rr, row) in t.iter().enumerate() {
-            for (jj, v) in row.iter().enumerate() {
-                *out.add(rr * ldo + jj) = *v;
-            }
-        }
-    }
-
-    /// Dot products of R rows at `x` with J rows at `w` (row stride `k`).
-    #[inline(always)]
-    unsafe fn tile<const R: usize, const J: usize>(
-        x: *const f32,
-        w: *const f32,
-        k: usize,
-    ) -> [[f32; J]; R] {
-        let mut acc = [[_mm256_setzero_ps(); J]; R];
-        let k8 = k / 8 * 8;
-        let mut c = 0;
-        while c < k8 {
-            let mut wv = [_mm256_setzero_ps(); J];
-            for (jj, v) in wv.iter_mut().enumerate() {
-                *v = _mm256_loadu_ps(w.add(jj * k + c));
-            }
-            for (rr, a) in acc.iter_mut().enumerate() {
-                let xv = _mm256_loadu_ps(x.add(rr * k + c));
-                for (jj, v) in wv.iter().enumerate() {
-                    a[jj] = _mm256_fmadd_ps(xv, *v, a[jj]);
-                }
-            }
-            c += 8;
-        }
-        let mut out = [[0.0f32; J]; R];
-        for rr in 0..R {
-            for jj in 0..J {
-                let v = acc[rr][jj];
-                let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-                let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-                let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-                let mut t = _mm_cvtss_f32(s);
-                for cc in k8..k {
-                    t += *x.add(rr * k + cc) * *w.add(jj * k + cc);
-                }
-                out[rr][jj] = t;
-            }
-        }
-        out
     }
 }
 
@@ -491,10 +413,11 @@ pub fn softmax(x: &mut [f32]) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn naive(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32> {
+    /// f64 reference of `x[m, k]·w[n, k]ᵀ`.
+    pub(crate) fn naive(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32> {
         let mut o = vec![0.0; m * n];
         for i in 0..m {
             for j in 0..n {

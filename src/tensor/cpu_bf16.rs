@@ -48,12 +48,12 @@ pub unsafe fn rows_block(x: &[f32], m: usize, k: usize, w: &[bf16], nw: usize, o
     }
 }
 
-/// AVX2+FMA register-tiled few-row kernel over bf16 weights: tiles of 2 rows of `x` × 4 weight rows
-/// (8 accumulators + 4 widened weight vectors fit Zen 3's 16 ymm registers), 8 lanes.
+/// AVX2+FMA few-row product over bf16 weights: the generic register-tiled kernel of
+/// [`super::rows_avx2`] reading bf16 directly (1–2 rows), or, for more rows, groups of weight rows
+/// widened once into an L1-resident f32 block and run through the f32 kernel.
 #[cfg(target_arch = "x86_64")]
 mod fma {
     use half::bf16;
-    use std::arch::x86_64::*;
 
     /// Weight rows widened together when `x` has more than 2 rows (one L1-resident f32 block
     /// reused by every row pair instead of widening each weight vector once per pair).
@@ -81,101 +81,7 @@ mod fma {
                 }
             });
         }
-        let (xp, wp) = (x.as_ptr(), w.as_ptr() as *const u16);
-        let mut j = 0;
-        while j < nrows {
-            let jn = if nrows - j >= 4 { 4 } else { 1 };
-            let mut r = 0;
-            while r < m {
-                let rn = if m - r >= 2 { 2 } else { 1 };
-                let (xr, wr) = (xp.add(r * k), wp.add(j * k));
-                let o = out.add(r * ldo + j);
-                match (rn, jn) {
-                    (2, 4) => store(&tile::<2, 4>(xr, wr, k), o, ldo),
-                    (1, 4) => store(&tile::<1, 4>(xr, wr, k), o, ldo),
-                    (2, _) => store(&tile::<2, 1>(xr, wr, k), o, ldo),
-                    _ => store(&tile::<1, 1>(xr, wr, k), o, ldo),
-                }
-                r += rn;
-            }
-            j += jn;
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn store<const R: usize, const J: usize>(t: &[[f32; J]; R], out: *mut f32, ldo: usize) {
-        for (rr, row) in t.iter().enumerate() {
-            for (jj, v) in row.iter().enumerate() {
-                *out.add(rr * ldo + jj) = *v;
-            }
-        }
-    }
-
-    /// 8 bf16 values at `p` widened to f32 lanes.
-    #[inline(always)]
-    unsafe fn load8(p: *const u16) -> __m256 {
-        let h = _mm_loadu_si128(p as *const __m128i);
-        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
-    }
-
-    /// One 8-wide step at column `c`: J widened weight vectors times R rows of `x`.
-    #[inline(always)]
-    unsafe fn step<const R: usize, const J: usize>(
-        acc: &mut [[__m256; J]; R],
-        x: *const f32,
-        w: *const u16,
-        k: usize,
-        c: usize,
-    ) {
-        let mut wv = [_mm256_setzero_ps(); J];
-        for (jj, v) in wv.iter_mut().enumerate() {
-            *v = load8(w.add(jj * k + c));
-        }
-        for (rr, a) in acc.iter_mut().enumerate() {
-            let xv = _mm256_loadu_ps(x.add(rr * k + c));
-            for (jj, v) in wv.iter().enumerate() {
-                a[jj] = _mm256_fmadd_ps(xv, *v, a[jj]);
-            }
-        }
-    }
-
-    /// Dot products of R rows at `x` (f32) with J rows at `w` (bf16), both with row stride `k`.
-    #[inline(always)]
-    unsafe fn tile<const R: usize, const J: usize>(x: *const f32, w: *const u16, k: usize) -> [[f32; J]; R] {
-        let mut acc = [[_mm256_setzero_ps(); J]; R];
-        // One 64-byte line of every weight row per iteration, prefetching PREFETCH lines ahead
-        // (several short interleaved streams: the hardware prefetcher alone under-fetches).
-        const PREFETCH: usize = 8 * 32;
-        let (k32, k8) = (k / 32 * 32, k / 8 * 8);
-        let mut c = 0;
-        while c < k32 {
-            for jj in 0..J {
-                _mm_prefetch::<_MM_HINT_T0>(w.add(jj * k + c + PREFETCH) as *const i8);
-            }
-            for s in 0..4 {
-                step(&mut acc, x, w, k, c + 8 * s);
-            }
-            c += 32;
-        }
-        while c < k8 {
-            step(&mut acc, x, w, k, c);
-            c += 8;
-        }
-        let mut out = [[0.0f32; J]; R];
-        for rr in 0..R {
-            for jj in 0..J {
-                let v = acc[rr][jj];
-                let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-                let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-                let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-                let mut t = _mm_cvtss_f32(s);
-                for cc in k8..k {
-                    t += *x.add(rr * k + cc) * f32::from_bits((*w.add(jj * k + cc) as u32) << 16);
-                }
-                out[rr][jj] = t;
-            }
-        }
-        out
+        super::super::rows_avx2::rows_block(x, m, k, w, out, ldo)
     }
 }
 

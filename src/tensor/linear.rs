@@ -174,16 +174,7 @@ fn many_rows_bf16(x: &[f32], m: usize, k: usize, w: &[half::bf16], n: usize, out
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn naive(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32> {
-        let mut o = vec![0.0; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                o[i * n + j] = (0..k).map(|p| x[i * k + p] as f64 * w[j * k + p] as f64).sum::<f64>() as f32;
-            }
-        }
-        o
-    }
+    use crate::tensor::cpu::tests::naive;
 
     fn inputs(m: usize, k: usize, n: usize) -> (Vec<f32>, Vec<half::bf16>, Vec<f32>) {
         let x: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1).collect();

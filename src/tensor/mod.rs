@@ -18,6 +18,7 @@ pub mod kernels;
 pub mod linear;
 pub mod nvrtc;
 pub mod profile;
+pub mod rows_avx2;
 pub mod storage;
 
 pub use dtype::DType;
