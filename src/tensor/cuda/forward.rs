@@ -8,7 +8,7 @@
 use super::device::{CudaError, Gpu, Result};
 use super::gemm::linear;
 use super::ops::{self, DecodeScratch, DeltaBufs, GdnPool, KvIndex, KvPool, MoeGroups};
-use super::to_bf16_bits;
+use super::weight_bf16_bits;
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::{LayerType, ModelConfig};
 use cudarc::driver::CudaSlice;
@@ -74,11 +74,11 @@ impl Source<'_> {
     fn bf(&mut self, gpu: &Gpu, name: &str, shape: &[usize]) -> Result<Bf> {
         match self {
             Source::Ckpt(ck) => {
-                let t = ck.get(name, shape).map_err(|e| CudaError::Shape {
+                let t = ck.get_weight(name, shape).map_err(|e| CudaError::Shape {
                     op: "load",
                     msg: e.to_string(),
                 })?;
-                gpu.upload(&to_bf16_bits(t.data()))
+                gpu.upload(&weight_bf16_bits(t.weight()))
             }
             Source::Random { seed, next } => {
                 let n: usize = shape.iter().product();
@@ -197,12 +197,12 @@ impl CudaModel {
             (_, true) => embed.try_clone()?,
             (Source::Ckpt(ck), false) => {
                 let t = ck
-                    .get_exact("lm_head.weight", &[v, h])
+                    .get_weight_exact("lm_head.weight", &[v, h])
                     .map_err(|e| CudaError::Shape {
                         op: "load",
                         msg: e.to_string(),
                     })?;
-                gpu.upload(&to_bf16_bits(t.data()))?
+                gpu.upload(&weight_bf16_bits(t.weight()))?
             }
             (s, false) => s.bf(gpu, "lm_head.weight", &[v, h])?,
         };
@@ -233,20 +233,20 @@ impl CudaModel {
                 for x in 0..e {
                     for part in ["gate_proj", "up_proj"] {
                         let t = ck
-                            .get(&format!("{p}experts.{x}.{part}.weight"), &[i, h])
+                            .get_weight(&format!("{p}experts.{x}.{part}.weight"), &[i, h])
                             .map_err(|e| CudaError::Shape {
                                 op: "load",
                                 msg: e.to_string(),
                             })?;
-                        gu.extend(to_bf16_bits(t.data()));
+                        gu.extend(weight_bf16_bits(t.weight()));
                     }
                     let t = ck
-                        .get(&format!("{p}experts.{x}.down_proj.weight"), &[h, i])
+                        .get_weight(&format!("{p}experts.{x}.down_proj.weight"), &[h, i])
                         .map_err(|e| CudaError::Shape {
                             op: "load",
                             msg: e.to_string(),
                         })?;
-                    dn.extend(to_bf16_bits(t.data()));
+                    dn.extend(weight_bf16_bits(t.weight()));
                 }
                 (gpu.upload(&gu)?, gpu.upload(&dn)?)
             }

@@ -22,6 +22,15 @@ pub fn to_bf16_bits(x: &[f32]) -> Vec<u16> {
         .collect()
 }
 
+/// A host weight in either storage format as raw bf16 bits (bf16 weights are copied as they are,
+/// f32 ones rounded to nearest even).
+pub fn weight_bf16_bits(w: crate::tensor::Weight<'_>) -> Vec<u16> {
+    match w {
+        crate::tensor::Weight::F32(v) => to_bf16_bits(v),
+        crate::tensor::Weight::Bf16(v) => v.iter().map(|b| b.to_bits()).collect(),
+    }
+}
+
 /// Raw bf16 bits back to f32.
 pub fn from_bf16_bits(x: &[u16]) -> Vec<f32> {
     x.iter()
