@@ -3,7 +3,7 @@
 //! directly, so a decode step streams half the bytes of an f32 copy. Every product accumulates
 //! in f32; a bf16 value widens to f32 exactly (`bits << 16`), so results differ from the f32
 //! kernels on widened weights only by summation order.
-//! [`cpu::linear`](super::cpu::linear) chooses between these and the f32 kernels.
+//! [`linear`](super::linear) chooses between these and the f32 kernels.
 
 use super::cpu::simd_fn;
 use half::bf16;
