@@ -12,6 +12,7 @@ pub mod cpu_avx512;
 pub mod cpu_bf16;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod device;
 pub mod dtype;
 pub mod expert_parallel;
 pub mod kernels;
