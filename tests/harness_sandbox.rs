@@ -486,3 +486,30 @@ async fn no_workspace_where_agent_or_candidate_code_runs_reaches_the_fix() {
         assert_eq!(out.output.trim(), f.base, "{purpose:?}");
     }
 }
+
+#[tokio::test]
+async fn candidate_runs_cannot_write_the_git_directory() {
+    let sb = local_sandbox(&small_limits());
+    if !sb.ephemeral_runs() {
+        eprintln!("SKIPPED: no ephemeral runs here (root with overlayfs needed)");
+        return;
+    }
+    let attack = "mkdir -p .git/hooks && echo 'echo pwned' > .git/hooks/post-checkout && \
+                  git config user.name pwned && echo WROTE";
+    // The attack works in a plain (agent) run of the sandbox ...
+    let out = sb.exec(attack, Duration::from_secs(30)).await.unwrap();
+    assert!(out.output.contains("WROTE"), "{}", out.output);
+    sb.reset().await.unwrap();
+    // ... but not in a candidate's run; the run itself (apply + tests) still works.
+    let out = sb.exec_ephemeral(attack, Duration::from_secs(30)).await.unwrap();
+    assert!(!out.output.contains("WROTE"), "{}", out.output);
+    let out = sb
+        .exec_ephemeral(
+            "echo '# touched' >> calc/__init__.py && git status --porcelain && python3 -m pytest -q -p no:cacheprovider tests/test_calc.py",
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, Some(0), "{}", out.output);
+    assert!(out.output.contains("M calc/__init__.py"), "{}", out.output);
+}
