@@ -488,7 +488,7 @@ async fn no_workspace_where_agent_or_candidate_code_runs_reaches_the_fix() {
 }
 
 #[tokio::test]
-async fn candidate_runs_cannot_write_the_git_directory() {
+async fn what_a_candidate_run_writes_into_git_does_not_persist() {
     let sb = local_sandbox(&small_limits());
     if !sb.ephemeral_runs() {
         eprintln!("SKIPPED: no ephemeral runs here (root with overlayfs needed)");
@@ -496,20 +496,80 @@ async fn candidate_runs_cannot_write_the_git_directory() {
     }
     let attack = "mkdir -p .git/hooks && echo 'echo pwned' > .git/hooks/post-checkout && \
                   git config user.name pwned && echo WROTE";
-    // The attack works in a plain (agent) run of the sandbox ...
+    let probe = "test -e .git/hooks/post-checkout && echo HOOK; git config user.name || true";
+    // The attack persists in a plain (agent) run of the sandbox ...
     let out = sb.exec(attack, Duration::from_secs(30)).await.unwrap();
     assert!(out.output.contains("WROTE"), "{}", out.output);
-    sb.reset().await.unwrap();
-    // ... but not in a candidate's run; the run itself (apply + tests) still works.
+    let out = sb.exec(probe, Duration::from_secs(30)).await.unwrap();
+    assert!(out.output.contains("HOOK") && out.output.contains("pwned"), "{}", out.output);
+    drop(sb);
+    // ... but not past a candidate's run.
+    let sb = local_sandbox(&small_limits());
     let out = sb.exec_ephemeral(attack, Duration::from_secs(30)).await.unwrap();
-    assert!(!out.output.contains("WROTE"), "{}", out.output);
+    assert!(out.output.contains("WROTE"), "{}", out.output);
+    let out = sb.exec_ephemeral(probe, Duration::from_secs(30)).await.unwrap();
+    assert!(!out.output.contains("HOOK") && !out.output.contains("pwned"), "{}", out.output);
+    let out = sb.exec(probe, Duration::from_secs(30)).await.unwrap();
+    assert!(!out.output.contains("HOOK") && !out.output.contains("pwned"), "{}", out.output);
+}
+
+/// An image whose own `/testbed` holds the repository at Base with the fix on another branch, a
+/// tag and a remote-tracking-like ref (as SWE-bench instance images hold upstream history).
+/// Returns (image, base, fix).
+fn image_with_history() -> (String, String, String) {
+    let image = format!("execcritic-test-history:{}", std::process::id());
+    let name = format!("execcritic-test-history-{}", std::process::id());
+    let script = r#"set -e; mkdir /testbed; cd /testbed; g() { git -c user.name=t -c user.email=t@t "$@"; }
+g init -q -b main; printf 'def add(a, b):\n    return a - b\n' > calc.py; g add .; g commit -q -m base
+b=$(git rev-parse HEAD); printf 'def add(a, b):\n    return a + b\n' > calc.py; g commit -q -am fix
+git update-ref refs/remotes/origin/main HEAD; git tag v1; git branch fixed
+git reset -q --hard "$b"; echo "$b $(git rev-parse fixed)""#;
+    let out = std::process::Command::new("docker")
+        .args(["run", "--name", &name, "--network", "none", &docker_image(), "bash", "-c", script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ids = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let (base, fix) = ids.split_once(' ').unwrap();
+    let commit = std::process::Command::new("docker")
+        .args(["commit", &name, &image])
+        .output()
+        .unwrap();
+    let _ = std::process::Command::new("docker").args(["rm", "-f", &name]).output();
+    assert!(commit.status.success(), "{}", String::from_utf8_lossy(&commit.stderr));
+    (image, base.to_string(), fix.to_string())
+}
+
+#[tokio::test]
+async fn docker_image_history_is_sanitised_before_the_first_command() {
+    if !docker_available().await {
+        return;
+    }
+    let (image, base, fix) = image_with_history();
+    let attack = history_attack(&fix);
+    // The attack works in the image as it is.
+    let plain = std::process::Command::new("docker")
+        .args(["run", "--rm", "--network", "none", "-w", "/testbed", &image, "bash", "-c", &attack])
+        .output()
+        .unwrap();
+    let plain = String::from_utf8_lossy(&plain.stdout).into_owned();
+    assert!(plain.contains("LEAK:env-git") && plain.contains("LEAK:object-store"), "{plain}");
+    let sb = execcritic::harness::sandbox::DockerSandbox::open(
+        &image,
+        None,
+        &base,
+        true,
+        &small_limits(),
+    )
+    .await
+    .unwrap();
+    let out = sb.exec(&attack, Duration::from_secs(120)).await.unwrap();
+    assert!(!out.output.contains("LEAK"), "{}", out.output);
     let out = sb
-        .exec_ephemeral(
-            "echo '# touched' >> calc/__init__.py && git status --porcelain && python3 -m pytest -q -p no:cacheprovider tests/test_calc.py",
-            Duration::from_secs(60),
-        )
+        .exec("git rev-parse HEAD && git status --porcelain", Duration::from_secs(30))
         .await
         .unwrap();
-    assert_eq!(out.exit_code, Some(0), "{}", out.output);
-    assert!(out.output.contains("M calc/__init__.py"), "{}", out.output);
+    assert_eq!(out.output.trim(), base);
+    drop(sb);
+    let _ = std::process::Command::new("docker").args(["rmi", "-f", &image]).output();
 }

@@ -13,7 +13,9 @@
 //!
 //! Ephemeral runs (root only, overlayfs available): the command sees the workspace through an
 //! overlay whose upper layer, like its `/tmp`, lives on a private size-limited tmpfs that
-//! vanishes with the command's mount namespace, and its `.git/` read-only. The workspace itself is never written, so the
+//! vanishes with the command's mount namespace: whatever a candidate writes, `.git/` included,
+//! is gone for the next run. (`.git/` is deliberately not read-only: a denied write would turn a
+//! failing candidate into an infrastructure-looking error instead of its own failure.) The workspace itself is never written, so the
 //! next run starts from the clean Base without any `git reset`/`git clean`.
 
 use super::allowlist::{host_entries, sandbox_path, world_reachable, HostEntry};
@@ -212,13 +214,6 @@ impl LocalSandbox {
         match (&self.overlay, ephemeral) {
             (Some(o), true) => {
                 c.arg("--bind").arg(&o.merged_path).arg(WORKDIR);
-                // Candidate runs (gates, grading) never need to write the repository's git
-                // directory: read-only, so nothing a patch or a test does can reach `.git/`.
-                if self.workspace().join(".git").is_dir() {
-                    c.arg("--ro-bind")
-                        .arg(o.merged_path.join(".git"))
-                        .arg(format!("{WORKDIR}/.git"));
-                }
                 c.arg("--bind").arg(&o.tmp_path).arg("/tmp");
                 c.arg("--ro-bind").arg(self.handoff_dir()).arg(HANDOFF_DIR);
             }
