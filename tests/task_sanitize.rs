@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use execcritic::task::{materialize, TaskError, TaskInstance};
+use execcritic::task::{materialize, materialize_with, History, TaskError, TaskInstance};
 use serde_json::json;
 
 fn git(dir: &Path, args: &[&str]) -> String {
@@ -231,4 +231,41 @@ fn missing_base_commit_and_non_empty_destination_are_errors() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("no `repo_path`"), "{err}");
+}
+
+#[test]
+fn base_only_workspace_holds_base_and_nothing_else() {
+    let f = fixture();
+    let dest = f._dir.path().join("snapshot");
+    // A plain clone reaches the fix (the attack works without the policy).
+    let plain = materialize_with(&task(&f), &f._dir.path().join("plain"), History::Full).unwrap();
+    assert!(cat_file_exists(&plain.path, &f.fix));
+    let ws = materialize_with(&task(&f), &dest, History::BaseOnly).unwrap();
+    assert_eq!(ws.base_commit, f.base);
+    let status = ws.sanitization.expect("verified");
+    assert!(status.verified, "{:?}", status.failures());
+    assert_eq!(status.refs, vec!["refs/heads/main".to_string()]);
+    assert!(status.remotes.is_empty());
+    assert_eq!(status.reflog_entries, 0);
+    assert_eq!(status.commits_in_store, 1);
+    assert!(status.gold_checked && status.gold_reachable.is_empty());
+    for sha in [&f.fix, &f.side, &f.tagged] {
+        assert!(!cat_file_exists(&dest, sha), "{sha} in the store");
+    }
+    assert_eq!(git(&dest, &["rev-parse", "HEAD"]), f.base);
+    assert_eq!(git(&dest, &["status", "--porcelain"]), "");
+    assert!(!dest.join(".git/FETCH_HEAD").exists());
+    // Every object in the store is Base's commit or an object of Base's tree: checking the gold
+    // patch wrote nothing into the store.
+    let store = git(&dest, &["cat-file", "--batch-all-objects", "--batch-check=%(objectname)"]);
+    let tree = git(&dest, &["ls-tree", "-r", "-t", "--format=%(objectname)", "HEAD"]);
+    let mut expected: Vec<&str> = tree.lines().collect();
+    let root = git(&dest, &["rev-parse", "HEAD^{tree}"]);
+    expected.push(&root);
+    expected.push(&f.base);
+    expected.sort();
+    expected.dedup();
+    let mut found: Vec<&str> = store.lines().collect();
+    found.sort();
+    assert_eq!(found, expected);
 }

@@ -1,6 +1,8 @@
 //! The Test agent's gold-free guard: refuses commands that inspect git history, refs or `.git`
-//! internals (paper B.3.1 "Gold-free boundary"). It backs up, and never replaces, the history
-//! sanitisation of the workspace: a refused command is answered with an explanation and not run.
+//! internals (paper B.3.1 "Gold-free boundary"). It is a HINT to the agent, not a defence: a
+//! refused command is answered with an explanation and not run, but any program can read git
+//! (python, `env git`, the object files). The defence is the workspace itself: no commit, object
+//! or ref after Base exists in it (`task::workspace::History`, verified before a sandbox opens).
 //!
 //! Git is allowed only for working-tree operations (`status`, `add`, plain `diff`, `apply`,
 //! `ls-files`, `grep`, `rm`, `mv`, `restore`/`checkout -- <paths>`, `clean`, `--version`).

@@ -1,4 +1,5 @@
-//! Task environments (`environment_setup`): a directory prepared ONCE per cache key by running
+//! Task environments (`environment_setup`): the cache of environment directories. A directory is
+//! prepared ONCE per cache key (the sandbox that builds it is opened by `super::provision`) by running
 //! the task's setup commands in a sandbox WITH network, at `/testbed` on a fresh Base checkout,
 //! with the directory writable at `/env`. Every later sandbox of the task (Test agent, gates,
 //! grading) mounts it read-only at `/env`, without network (see [`EnvAccess`]).
@@ -19,13 +20,11 @@
 //! workspaces live at the same path, `/testbed`.
 
 use super::error::HarnessError;
-use super::execute::bound_tail;
-use super::gate::{docker_image, open_bare};
-use super::sandbox::{EnvAccess, Purpose, SandboxConfig, SandboxKind};
 use crate::task::suite::cache_dir;
 use crate::task::{EnvironmentSetup, TaskInstance};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -33,8 +32,6 @@ use std::time::Duration;
 pub const SETUP_TIMEOUT: Duration = Duration::from_secs(600);
 /// Bumped whenever the layout or the meaning of an environment directory changes.
 const FORMAT_VERSION: &str = "1";
-/// Characters of the failing command's output kept in the error.
-const ERROR_TAIL: usize = 2000;
 
 /// A ready environment directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,34 +74,29 @@ pub fn environment_key(setup: &EnvironmentSetup, sandbox: &str) -> String {
     hex::encode(h.finalize())
 }
 
-/// The sandbox identity an environment is built for.
-fn sandbox_identity(kind: SandboxKind, task: &TaskInstance, config: &SandboxConfig) -> String {
-    match kind {
-        SandboxKind::Local => "local".into(),
-        SandboxKind::Docker => format!("docker:{}", docker_image(task, config)),
-    }
-}
-
-/// The task's environment, built now if the cache has none (`None`: the task has no
-/// `environment_setup`).
-pub async fn prepare_environment(
-    kind: SandboxKind,
+/// The environment of `setup` for the sandbox identity `sandbox` (`local`, `docker:<image>`):
+/// the cached directory, or a new one built by `build` (given the private build directory,
+/// mounted writable at `/env`; returns the workspace changes it discarded) and published
+/// atomically. Concurrent callers build it once (exclusive lock per key).
+pub async fn prepare_cached<F, Fut>(
     task: &TaskInstance,
-    config: &SandboxConfig,
-) -> Result<Option<PreparedEnvironment>, HarnessError> {
-    let Some(setup) = &task.environment_setup else {
-        return Ok(None);
-    };
-    let sandbox = sandbox_identity(kind, task, config);
+    setup: &EnvironmentSetup,
+    sandbox: String,
+    build_with: F,
+) -> Result<PreparedEnvironment, HarnessError>
+where
+    F: FnOnce(PathBuf) -> Fut,
+    Fut: Future<Output = Result<Vec<String>, HarnessError>>,
+{
     let key = environment_key(setup, &sandbox);
     let root = envs_dir();
     let dir = root.join(&key);
     if dir.is_dir() {
-        return Ok(Some(PreparedEnvironment {
+        return Ok(PreparedEnvironment {
             dir,
             key,
             built: false,
-        }));
+        });
     }
     let lock_path = root.join(format!("{key}.lock"));
     let _lock = tokio::task::spawn_blocking(move || lock_exclusive(&lock_path))
@@ -112,11 +104,11 @@ pub async fn prepare_environment(
         .map_err(|e| HarnessError::Other(format!("environment lock task: {e}")))??;
     if dir.is_dir() {
         // Another worker built it while we waited for the lock.
-        return Ok(Some(PreparedEnvironment {
+        return Ok(PreparedEnvironment {
             dir,
             key,
             built: false,
-        }));
+        });
     }
     remove_stale_builds(&root, &key)?;
     let build = root.join(format!(
@@ -125,7 +117,7 @@ pub async fn prepare_environment(
         rand::random::<u32>()
     ));
     std::fs::create_dir_all(&build).map_err(|e| HarnessError::io(&build, e))?;
-    let manifest = match run_setup(kind, task, config, setup, &build).await {
+    let manifest = match build_with(build.clone()).await {
         Ok(changes) => Manifest {
             key: key.clone(),
             instance_id: task.instance_id.clone(),
@@ -155,65 +147,11 @@ pub async fn prepare_environment(
         let _ = std::fs::remove_dir_all(&build);
         return Err(e);
     }
-    Ok(Some(PreparedEnvironment {
+    Ok(PreparedEnvironment {
         dir,
         key,
         built: true,
-    }))
-}
-
-/// Run the setup commands in a network-enabled sandbox with `build` writable at `/env`;
-/// returns the workspace changes they left (discarded).
-async fn run_setup(
-    kind: SandboxKind,
-    task: &TaskInstance,
-    config: &SandboxConfig,
-    setup: &EnvironmentSetup,
-    build: &Path,
-) -> Result<Vec<String>, HarnessError> {
-    let config = SandboxConfig {
-        environment: EnvAccess::Setup(build.to_path_buf()),
-        ..config.clone()
-    };
-    let sb = open_bare(kind, task, Purpose::Gate, &config).await?;
-    for command in &setup.commands {
-        let out = sb.exec(command, SETUP_TIMEOUT).await?;
-        if !out.success() {
-            let status = if out.timed_out {
-                format!("timed out after {} s", SETUP_TIMEOUT.as_secs())
-            } else {
-                match out.exit_code {
-                    Some(c) => format!("exited with code {c}"),
-                    None => "was killed".into(),
-                }
-            };
-            return Err(HarnessError::EnvironmentSetup {
-                instance: task.instance_id.clone(),
-                command: command.clone(),
-                status,
-                tail: bound_tail(&out.output, ERROR_TAIL),
-            });
-        }
-    }
-    let status = sb
-        .exec(
-            "git status --porcelain --untracked-files=all --ignored",
-            Duration::from_secs(120),
-        )
-        .await?;
-    if !status.success() {
-        return Err(HarnessError::Other(format!(
-            "environment setup of {}: listing workspace changes failed: {}",
-            task.instance_id,
-            bound_tail(&status.output, ERROR_TAIL)
-        )));
-    }
-    Ok(status
-        .output
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(str::to_string)
-        .collect())
+    })
 }
 
 /// Exclusive `flock` on `path` (created), held until the returned file is dropped.

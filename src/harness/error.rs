@@ -36,6 +36,15 @@ pub enum HarnessError {
         status: String,
         tail: String,
     },
+    /// A sandbox exceeded a resource limit enforced on its whole process tree (e.g. its memory
+    /// cgroup's OOM killer ended a process): an infrastructure/resource signal, never a verdict.
+    #[error("sandbox resource limit exceeded: {resource} (limit {limit} bytes): {detail}")]
+    ResourceLimit {
+        /// `memory`.
+        resource: String,
+        limit: u64,
+        detail: String,
+    },
     #[error("task preparation failed: {0}")]
     Task(String),
     #[error("{0}")]

@@ -1,4 +1,4 @@
-//! The gates: opening task sandboxes, qualification (validation + Base gate), the offline Gold
+//! The gates: qualification (validation + Base gate), the offline Gold
 //! audit (Base-to-Gold Q), the candidate gate (fresh Base + complete source patch + frozen
 //! bundle) with its feedback envelope, balanced accuracy over labelled candidates, and the
 //! export of a sandbox's complete Base-relative source diff.
@@ -6,112 +6,25 @@
 use super::bundle::{Bundle, FrozenBundle};
 use super::classify::{base_category, failure_kind, BaseCategory, FailureKind, GateStatus};
 use super::diff::{is_test_path, parse_patch};
-use super::environment::prepare_environment;
 use super::error::HarnessError;
 use super::execute::{
     apply_patch, bound_tail, run_after, run_tests, ApplyOutcome, RunRecord, Staged,
 };
 use super::feedback::{hide_test_source, render, EnvelopeInput};
 use super::logparse::TestStatus;
-use super::sandbox::docker::{DockerSandbox, Populate as DockerPopulate};
-use super::sandbox::local::LocalSandbox;
 use super::sandbox::{
-    reset_command, shell_quote, EnvAccess, Purpose, Sandbox, SandboxConfig, SandboxKind,
+    reset_command, shell_quote, Purpose, Sandbox, SandboxKind,
     HANDOFF_DIR,
 };
 use super::validate::Rejection;
+pub use super::provision::{docker_image, open_sandbox, open_sandbox_with};
 use crate::task::TaskInstance;
-use std::path::Path;
 use std::time::Duration;
 
 /// Test timeout of a gate run (harness-semantics §1: 240 s).
 pub const TEST_TIMEOUT: Duration = Duration::from_secs(240);
 /// Bound of the Base-gate feedback tail.
 pub const BASE_TAIL: usize = 1500;
-
-/// Open a fresh sandbox holding `task`'s repository at Base (history sanitised for the Test
-/// agent).
-pub async fn open_sandbox(
-    kind: SandboxKind,
-    task: &TaskInstance,
-    purpose: Purpose,
-) -> Result<Box<dyn Sandbox>, HarnessError> {
-    open_sandbox_with(kind, task, purpose, &SandboxConfig::default()).await
-}
-
-/// Open a sandbox with explicit options. A task with `environment_setup` gets its prepared
-/// environment (built once per cache key, see [`super::environment`]) mounted read-only at
-/// `/env`, unless `config` already names an environment.
-pub async fn open_sandbox_with(
-    kind: SandboxKind,
-    task: &TaskInstance,
-    purpose: Purpose,
-    config: &SandboxConfig,
-) -> Result<Box<dyn Sandbox>, HarnessError> {
-    if config.environment == EnvAccess::None {
-        if let Some(env) = prepare_environment(kind, task, config).await? {
-            let config = SandboxConfig {
-                environment: EnvAccess::ReadOnly(env.dir),
-                ..config.clone()
-            };
-            return open_bare(kind, task, purpose, &config).await;
-        }
-    }
-    open_bare(kind, task, purpose, config).await
-}
-
-/// The docker image a task's sandboxes use: `config`'s, else `$EXECCRITIC_DOCKER_IMAGE`, else
-/// the task's `image`.
-pub fn docker_image(task: &TaskInstance, config: &SandboxConfig) -> String {
-    config
-        .docker_image
-        .clone()
-        .or_else(|| {
-            std::env::var("EXECCRITIC_DOCKER_IMAGE")
-                .ok()
-                .filter(|s| !s.is_empty())
-        })
-        .unwrap_or_else(|| task.image.clone())
-}
-
-/// Open a sandbox exactly as `config` says (no environment preparation).
-pub(crate) async fn open_bare(
-    kind: SandboxKind,
-    task: &TaskInstance,
-    purpose: Purpose,
-    config: &SandboxConfig,
-) -> Result<Box<dyn Sandbox>, HarnessError> {
-    match kind {
-        SandboxKind::Local => {
-            let t = task.clone();
-            let sanitize = purpose.sanitize_history();
-            let populate = Box::new(move |ws: &Path| -> Result<String, HarnessError> {
-                crate::task::materialize(&t, ws, sanitize)
-                    .map(|w| w.base_commit)
-                    .map_err(|e| HarnessError::Task(e.to_string()))
-            });
-            let config = config.clone();
-            let sb = tokio::task::spawn_blocking(move || LocalSandbox::open(populate, &config))
-                .await
-                .map_err(|e| HarnessError::Other(format!("sandbox setup task: {e}")))??;
-            Ok(Box::new(sb))
-        }
-        SandboxKind::Docker => {
-            let image = docker_image(task, config);
-            let populate: Option<DockerPopulate> = task.repo_path.as_ref().map(|_| {
-                let t = task.clone();
-                let sanitize = purpose.sanitize_history();
-                Box::new(move |ws: &Path| -> Result<String, HarnessError> {
-                    crate::task::materialize(&t, ws, sanitize)
-                        .map(|w| w.base_commit)
-                        .map_err(|e| HarnessError::Task(e.to_string()))
-                }) as DockerPopulate
-            });
-            let sb = DockerSandbox::open(&image, populate, &task.base_commit, config).await?;
-            Ok(Box::new(sb))
-        }
-    }
-}
 
 /// Outcome of qualification.
 #[allow(clippy::large_enum_variant)]

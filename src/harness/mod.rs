@@ -23,12 +23,14 @@ pub mod feedback;
 pub mod gate;
 pub mod grade;
 pub mod logparse;
+pub mod provision;
 
 pub use classify::{BaseCategory, FailureKind, GateStatus};
-pub use environment::{environment_key, prepare_environment, PreparedEnvironment};
+pub use environment::{environment_key, PreparedEnvironment};
+pub use provision::{open_sandbox, open_sandbox_with, prepare_environment};
 pub use gate::{
     audit, balanced_accuracy, check_candidate, check_candidate_in, export_source_diff, CandidateOutcome,
-    open_sandbox, open_sandbox_with, qualify, AuditRecord, GateVerdict, Qualification,
+    qualify, AuditRecord, GateVerdict, Qualification,
 };
 pub use grade::{grade, load_predictions, GradeResult, Prediction};
 pub use logparse::TestStatus;

@@ -12,6 +12,6 @@ pub use error::TaskError;
 pub use instance::{default_image, Candidate, EnvironmentSetup, Runner, TaskInstance};
 pub use load::{find_task, load_tasks, parse_tasks, write_tasks};
 pub use sanitize::SanitizationStatus;
-pub use workspace::{materialize, Workspace};
+pub use workspace::{materialize, materialize_with, History, Workspace};
 pub mod suite;
 pub use suite::{bundled_suite, pypi_suite};

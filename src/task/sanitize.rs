@@ -1,6 +1,9 @@
-//! History sanitisation for the Test agent (harness-semantics §8): the workspace must not reach
-//! the fix. Remove remotes and every ref but HEAD's branch, expire the reflog, prune; then verify
-//! the post-conditions and record them in a [`SanitizationStatus`] that is persisted per run.
+//! History sanitisation (harness-semantics §8): a workspace where agent or candidate code runs
+//! must not reach the fix. Remove remotes and every ref but HEAD's branch, expire the reflog,
+//! prune; then verify the post-conditions and record them in a [`SanitizationStatus`] that is
+//! persisted per run. [`verify_workspace`] checks the same post-conditions on a workspace made
+//! another way (the Base-only snapshot of `super::workspace`). The gold file versions are looked
+//! up without ever writing them into the workspace's store (a scratch object directory).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -98,8 +101,6 @@ pub fn sanitize(
     gold_patch: &str,
 ) -> Result<SanitizationStatus, TaskError> {
     let branch = git::run(repo, &["symbolic-ref", "--short", "HEAD"])?;
-    // Record the gold post-image blob ids first: `apply --cached` writes them as loose objects
-    // into the store, and the prune below must delete them again (checked afterwards).
     let gold = gold_blobs(repo, gold_patch)?;
 
     for remote in git::run(repo, &["remote"])?
@@ -144,6 +145,19 @@ pub fn sanitize(
         &["-c", "gc.cruftPacks=false", "gc", "--prune=now", "--quiet"],
     )?;
 
+    verify(repo, &git_dir, &branch, base_commit, gold)
+}
+
+/// Verify the post-conditions of a workspace made without [`sanitize`] (HEAD at `base_commit`
+/// on its branch). `gold_patch` (may be empty) is the fix whose post-image must be absent.
+pub fn verify_workspace(
+    repo: &Path,
+    base_commit: &str,
+    gold_patch: &str,
+) -> Result<SanitizationStatus, TaskError> {
+    let branch = git::run(repo, &["symbolic-ref", "--short", "HEAD"])?;
+    let git_dir = std::path::PathBuf::from(git::run(repo, &["rev-parse", "--absolute-git-dir"])?);
+    let gold = gold_blobs(repo, gold_patch)?;
     verify(repo, &git_dir, &branch, base_commit, gold)
 }
 
@@ -221,10 +235,19 @@ fn gold_blobs(repo: &Path, gold_patch: &str) -> Result<Option<Vec<(String, Strin
     }
     let scratch = tempfile::tempdir().map_err(|e| TaskError::io(std::env::temp_dir(), e))?;
     let index = scratch.path().join("index");
-    // Git commands on a scratch index, so neither the work tree nor the real index changes.
+    let objects = scratch.path().join("objects");
+    let repo_objects = git::run(repo, &["rev-parse", "--git-path", "objects"])?;
+    let repo_objects = repo.join(repo_objects);
+    std::fs::create_dir_all(&objects).map_err(|e| TaskError::io(&objects, e))?;
+    // Git commands on a scratch index and a scratch object directory (borrowing the repository's
+    // objects), so neither the work tree, the real index nor the store changes: the gold blobs
+    // `apply --cached` writes land in the scratch directory.
     let with_index = |args: &[&str]| -> Result<String, TaskError> {
         let mut cmd = git::command(repo);
-        cmd.env("GIT_INDEX_FILE", &index).args(args);
+        cmd.env("GIT_INDEX_FILE", &index)
+            .env("GIT_OBJECT_DIRECTORY", &objects)
+            .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", &repo_objects)
+            .args(args);
         let out = git::output(cmd, repo)?;
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     };

@@ -1,6 +1,11 @@
 //! Workspaces: a host directory holding the task's repository checked out at `base_commit`
-//! (clean work tree), cloned from the task's local `repo_path`; optionally sanitised for the
-//! Test agent (see [`super::sanitize`]).
+//! (clean work tree), made from the task's local `repo_path` with one of three [`History`]
+//! policies. Every workspace where agent or candidate code runs uses a policy under which no
+//! commit, object or ref after Base is reachable, verified after the fact (see
+//! [`super::sanitize`]): the agents get Base's ancestors ([`History::Sanitized`]), gates and
+//! grading get Base alone ([`History::BaseOnly`]: a depth-1 fetch of Base into a fresh
+//! repository, fast and with nothing else in the object store). [`History::Full`] (a plain clone)
+//! is for the harness's own inspection of a task, never for a sandbox.
 
 use std::path::{Path, PathBuf};
 
@@ -20,14 +25,45 @@ pub struct Workspace {
     pub sanitization: Option<SanitizationStatus>,
 }
 
+/// What of the repository's history a workspace holds.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum History {
+    /// A plain clone: every ref and object of the source (never for a sandbox).
+    Full,
+    /// Base and its ancestors only (refs, remotes, reflogs and other objects removed), verified.
+    Sanitized,
+    /// Base alone: a shallow (depth 1) repository whose store holds Base's commit, tree and
+    /// blobs only, verified.
+    BaseOnly,
+}
+
 /// Materialise `task`'s repository at Base into `dest` (absent or an empty directory; the
 /// returned [`Workspace::path`] is its absolute form).
 /// With `sanitize`, every path to other commits is removed and the post-conditions verified;
-/// a failed verification is an error carrying the status.
+/// a failed verification is an error carrying the status. Without it, a plain clone
+/// ([`History::Full`]). See [`materialize_with`].
 pub fn materialize(
     task: &TaskInstance,
     dest: &Path,
     sanitize: bool,
+) -> Result<Workspace, TaskError> {
+    let history = if sanitize {
+        History::Sanitized
+    } else {
+        History::Full
+    };
+    materialize_with(task, dest, history)
+}
+
+/// Materialise `task`'s repository at Base into `dest` with the given history policy.
+/// [`History::Sanitized`] and [`History::BaseOnly`] workspaces are verified (no ref but HEAD's
+/// branch, no remote, no reflog, every commit in the store reachable from HEAD, no gold file
+/// version in the store); a failed verification is an error carrying the status.
+pub fn materialize_with(
+    task: &TaskInstance,
+    dest: &Path,
+    history: History,
 ) -> Result<Workspace, TaskError> {
     let id = &task.instance_id;
     let ws_err = |message: String| TaskError::Workspace {
@@ -63,6 +99,10 @@ pub fn materialize(
     let parent = std::fs::canonicalize(parent).map_err(|e| TaskError::io(parent, e))?;
     let dest = parent.join(name);
 
+    if history == History::BaseOnly {
+        return base_only(task, &source, &dest);
+    }
+
     // `--no-hardlinks`: the workspace is writable by the agent and gets garbage-collected by
     // sanitisation, so it must share no object file with the source repository (hard links also
     // made concurrent clones of one cached repository fail with "hardlink different from source").
@@ -93,7 +133,7 @@ pub fn materialize(
         return Err(ws_err(format!("checkout of Base is not clean:\n{dirty}")));
     }
 
-    let sanitization = if sanitize {
+    let sanitization = if history == History::Sanitized {
         let status = sanitize_history(&dest, &base, &task.patch)?;
         if !status.verified {
             return Err(TaskError::Sanitization {
@@ -109,5 +149,76 @@ pub fn materialize(
         path: dest,
         base_commit: base,
         sanitization,
+    })
+}
+
+/// [`History::BaseOnly`]: a fresh repository that fetches Base alone (depth 1) from `source`,
+/// checks it out on the source's HEAD branch name, and keeps no FETCH_HEAD, reflog or remote.
+fn base_only(task: &TaskInstance, source: &Path, dest: &Path) -> Result<Workspace, TaskError> {
+    let id = &task.instance_id;
+    let ws_err = |message: String| TaskError::Workspace {
+        instance: id.clone(),
+        message,
+    };
+    let commit_spec = format!("{}^{{commit}}", task.base_commit);
+    let base =
+        git::run(source, &["rev-parse", "--verify", "--quiet", &commit_spec]).map_err(|_| {
+            ws_err(format!(
+                "base_commit {} is not a commit of {}",
+                task.base_commit,
+                source.display()
+            ))
+        })?;
+    let branch = git::run(source, &["symbolic-ref", "--short", "HEAD"])
+        .ok()
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| "main".into());
+    std::fs::create_dir_all(dest).map_err(|e| TaskError::io(dest, e))?;
+    git::run(dest, &["init", "--quiet"])?;
+    let mut url = std::ffi::OsString::from("file://");
+    url.push(source.as_os_str());
+    // Fetch by id: the source's upload-pack is told to serve a commit that no ref names.
+    let mut fetch = git::command(dest);
+    fetch
+        .args([
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--depth=1",
+            "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack",
+        ])
+        .arg(&url)
+        .arg(&base);
+    git::output(fetch, dest)?;
+    git::run(
+        dest,
+        &["checkout", "--quiet", "--force", "-B", &branch, &base],
+    )?;
+    let dirty = git::run(dest, &["status", "--porcelain", "--untracked-files=all"])?;
+    if !dirty.is_empty() {
+        return Err(ws_err(format!("checkout of Base is not clean:\n{dirty}")));
+    }
+    git::run(
+        dest,
+        &[
+            "reflog",
+            "expire",
+            "--expire=now",
+            "--expire-unreachable=now",
+            "--all",
+        ],
+    )?;
+    let status = super::sanitize::verify_workspace(dest, &base, &task.patch)?;
+    if !status.verified {
+        return Err(TaskError::Sanitization {
+            instance: id.clone(),
+            status: Box::new(status),
+        });
+    }
+    Ok(Workspace {
+        path: dest.to_path_buf(),
+        base_commit: base,
+        sanitization: Some(status),
     })
 }

@@ -203,6 +203,7 @@ pub async fn docker_sandbox(config: &SandboxConfig) -> Box<dyn Sandbox> {
             &docker_image(),
             Some(populate()),
             "",
+            false,
             config,
         )
         .await

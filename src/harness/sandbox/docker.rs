@@ -1,5 +1,11 @@
 //! The `docker` sandbox (bollard): one container per sandbox from the task's image, network
-//! disabled, memory and pids limits. The repository is uploaded to `/testbed`. Commands run via
+//! disabled (`none`), memory (swap included) and pids limits, every capability dropped,
+//! `no-new-privileges`, a read-only root filesystem, and no host mount but the task's
+//! environment at `/env` (read-only). When the harness uploads the repository to `/testbed`, its
+//! files are owned by an unprivileged uid ([`SANDBOX_USER`]) and every command runs as that uid;
+//! an image's own `/testbed` (SWE-bench instance images) is root's, so commands run as the
+//! image's root — without capabilities — and its git history is sanitised in the container
+//! before the first command (no ref, remote, reflog or object after Base; verified). Commands run via
 //! `docker exec` under `timeout -s KILL` inside, and on our side the exec's process group is
 //! killed if the daemon does not return in time. No container outlives us: the container's main
 //! process reads its attached stdin, so when this process dies (even by SIGKILL) the connection
@@ -30,6 +36,25 @@ pub const LABEL: &str = "execcritic.sandbox";
 const OWNER_LABEL: &str = "execcritic.owner";
 /// argv[0] of the container's lifeline process (spared when killing everything else).
 const LIFELINE: &str = "execcritic-lifeline";
+/// The unprivileged uid:gid commands run as when the harness uploaded the workspace.
+pub const SANDBOX_USER: &str = "65534:65534";
+
+/// Sanitises the image's own `/testbed` (run once, as the image's user, at creation): only
+/// HEAD's branch at Base, no remote, no reflog, nothing unreachable; then verifies that every
+/// commit in the store is reachable from HEAD. `$1` is the Base commit.
+const SANITIZE_IMAGE_HISTORY: &str = r#"set -e; cd /testbed
+test "$(git rev-parse HEAD)" = "$(git rev-parse "$1^{commit}")"
+b=$(git symbolic-ref --short HEAD 2>/dev/null || { git checkout -q -B main; echo main; })
+for r in $(git remote); do git remote remove "$r"; done
+git for-each-ref --format='%(refname)' | while read -r r; do
+  [ "$r" = "refs/heads/$b" ] || git update-ref --no-deref -d "$r"; done
+g=$(git rev-parse --absolute-git-dir)
+rm -f "$g/ORIG_HEAD" "$g/FETCH_HEAD" "$g/MERGE_HEAD" "$g/objects/info/alternates" "$g/packed-refs.lock"
+git reflog expire --expire=now --expire-unreachable=now --all
+git -c gc.cruftPacks=false gc --prune=now --quiet
+all=$(git cat-file --batch-all-objects --batch-check='%(objecttype)' | grep -c '^commit$' || true)
+test "$all" = "$(git rev-list --count HEAD)"
+test "$(git for-each-ref --format='%(refname)')" = "refs/heads/$b""#;
 
 fn live() -> &'static Mutex<HashSet<String>> {
     static LIVE: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
@@ -124,6 +149,10 @@ pub struct DockerSandbox {
     log_dir: PathBuf,
     _logs: tempfile::TempDir,
     repo_tar: Vec<u8>,
+    /// Sanitise the history of the image's own `/testbed` (when no repository is uploaded).
+    sanitize_image_history: bool,
+    /// `uid:gid` of every command (`None`: the image's user).
+    user: Option<String>,
     counter: AtomicU64,
     /// The task environment, bind-mounted at `/env` (the daemon must be local).
     env: EnvAccess,
@@ -131,11 +160,16 @@ pub struct DockerSandbox {
     _lifeline: tokio::sync::Mutex<Vec<Pin<Box<dyn tokio::io::AsyncWrite + Send>>>>,
 }
 
-/// `tar` of a host directory's contents.
-fn tar_dir(dir: &Path) -> Result<Vec<u8>, HarnessError> {
-    let out = std::process::Command::new("tar")
-        .arg("-C")
-        .arg(dir)
+/// `tar` of a host directory's contents, every entry owned by `owner` (`uid:gid`) when given.
+fn tar_dir(dir: &Path, owner: Option<&str>) -> Result<Vec<u8>, HarnessError> {
+    let mut cmd = std::process::Command::new("tar");
+    cmd.arg("-C").arg(dir);
+    if let Some((u, g)) = owner.and_then(|o| o.split_once(':')) {
+        cmd.arg(format!("--owner={u}"))
+            .arg(format!("--group={g}"))
+            .arg("--numeric-owner");
+    }
+    let out = cmd
         .args(["-cf", "-", "."])
         .output()
         .map_err(|e| HarnessError::io(dir, e))?;
@@ -151,11 +185,13 @@ fn tar_dir(dir: &Path) -> Result<Vec<u8>, HarnessError> {
 
 impl DockerSandbox {
     /// Create a container from `image` holding the repository produced by `populate`; with
-    /// `populate = None` the image's own `/testbed` at `base_commit` is used.
+    /// `populate = None` the image's own `/testbed` at `base_commit` is used, its history
+    /// sanitised first when `sanitize_history`.
     pub async fn open(
         image: &str,
         populate: Option<Populate>,
         base_commit: &str,
+        sanitize_history: bool,
         config: &SandboxConfig,
     ) -> Result<Self, HarnessError> {
         let docker = connect().await?;
@@ -171,11 +207,15 @@ impl DockerSandbox {
             .map_err(|e| HarnessError::io(std::env::temp_dir(), e))?;
         let ws = staging.path().join("testbed");
         std::fs::create_dir_all(&ws).map_err(|e| HarnessError::io(&ws, e))?;
+        // Non-root when we own the workspace; the setup sandbox writes the host's /env as root.
+        let user = (populate.is_some() && !config.environment.network())
+            .then(|| SANDBOX_USER.to_string());
+        let owner = user.clone();
         let (base_commit, repo_tar) = match populate {
             Some(populate) => {
                 tokio::task::spawn_blocking(move || -> Result<(String, Vec<u8>), HarnessError> {
                     let base = populate(&ws)?;
-                    Ok((base, tar_dir(&ws)?))
+                    Ok((base, tar_dir(&ws, owner.as_deref())?))
                 })
                 .await
                 .map_err(|e| HarnessError::Other(format!("workspace task: {e}")))??
@@ -200,6 +240,8 @@ impl DockerSandbox {
             log_dir,
             _logs: logs,
             repo_tar,
+            sanitize_image_history: sanitize_history,
+            user,
             counter: AtomicU64::new(0),
             env: config.environment.clone(),
             _lifeline: tokio::sync::Mutex::new(Vec::new()),
@@ -246,6 +288,8 @@ impl DockerSandbox {
                     let mode = if self.env.network() { "rw" } else { "ro" };
                     vec![format!("{}:{ENV_DIR}:{mode}", dir.display())]
                 }),
+                cap_drop: Some(vec!["ALL".into()]),
+                security_opt: Some(vec!["no-new-privileges:true".into()]),
                 memory: Some(self.limits.memory_bytes as i64),
                 memory_swap: Some(self.limits.memory_bytes as i64),
                 pids_limit: Some(self.limits.max_procs as i64),
@@ -293,12 +337,29 @@ impl DockerSandbox {
             .map_err(derr("starting the container"))?;
         if self.repo_tar.is_empty() {
             // The image's own /testbed (SWE-bench instance images) is the workspace.
+            if self.sanitize_image_history {
+                let cmd = format!(
+                    "bash -c {} sanitize {}",
+                    shell_quote(SANITIZE_IMAGE_HISTORY),
+                    shell_quote(&self.base_commit)
+                );
+                let out = self.run_as(&cmd, Duration::from_secs(600), None).await?;
+                if !out.success() {
+                    return Err(HarnessError::SandboxStart(format!(
+                        "sanitising the history of the image's /testbed failed: {}",
+                        out.output.chars().take(2000).collect::<String>()
+                    )));
+                }
+            }
             return Ok(());
         }
+        // As the image's root (without capabilities: it may only touch what it owns): empty the
+        // volumes and open /testbed's top directory to the sandbox user.
         let prep = self
-            .run(
-                "find /testbed /tmp -mindepth 1 -delete && mkdir -p /tmp/.execcritic",
+            .run_as(
+                "find /testbed /tmp -mindepth 1 -delete && chmod 0777 /testbed",
                 Duration::from_secs(60),
+                None,
             )
             .await?;
         if !prep.success() {
@@ -342,6 +403,16 @@ impl DockerSandbox {
     }
 
     async fn run(&self, command: &str, timeout: Duration) -> Result<ExecOutput, HarnessError> {
+        self.run_as(command, timeout, self.user.as_deref()).await
+    }
+
+    /// Run as `user` (`None`: the image's user).
+    async fn run_as(
+        &self,
+        command: &str,
+        timeout: Duration,
+        user: Option<&str>,
+    ) -> Result<ExecOutput, HarnessError> {
         use bollard::exec::{StartExecOptions, StartExecResults};
         use bollard::models::ExecConfig;
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
@@ -367,6 +438,7 @@ impl DockerSandbox {
                     attach_stderr: Some(true),
                     working_dir: Some(WORKDIR.into()),
                     env: Some(self.exec_env()),
+                    user: user.map(str::to_string),
                     ..Default::default()
                 },
             )
@@ -519,6 +591,8 @@ impl DockerSandbox {
         let cfg = ExecConfig {
             cmd: Some(vec!["bash".into(), "-c".into(), cmd]),
             attach_stdout: Some(true),
+            // Without capabilities only the commands' own user may signal them.
+            user: self.user.clone(),
             ..Default::default()
         };
         let Ok(e) = self.docker.create_exec(id, cfg).await else {
@@ -579,7 +653,7 @@ impl super::Sandbox for DockerSandbox {
                 tempfile::tempdir().map_err(|e| HarnessError::io(std::env::temp_dir(), e))?;
             std::fs::write(stage.path().join(name), contents)
                 .map_err(|e| HarnessError::io(stage.path(), e))?;
-            let tar = tar_dir(stage.path())?;
+            let tar = tar_dir(stage.path(), self.user.as_deref())?;
             let mk = self
                 .run(
                     &format!("mkdir -p {}", shell_quote(&parent.to_string_lossy())),

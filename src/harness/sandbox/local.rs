@@ -1,16 +1,27 @@
-//! The `local` sandbox: bubblewrap. Read-only host root, the workspace bound writable at
-//! `/testbed`, a private writable `/tmp`, host home directories masked, every namespace
-//! unshared (no network), `--die-with-parent`, rlimits (address space, processes, file size)
-//! and a distinct unprivileged host uid per sandbox so the process limit really binds (the
-//! kernel exempts root from RLIMIT_NPROC). A timeout SIGKILLs bubblewrap's process group; the
+//! The `local` sandbox: bubblewrap. The sandbox root is an empty tmpfs holding only the
+//! read-only host ALLOW-LIST of [`super::allowlist`] (system directories, a named subset of
+//! `/etc`, the interpreter's prefix), the workspace bound writable at `/testbed`, a private
+//! writable `/tmp`, `/dev`, `/proc` and the task's environment at `/env`; nothing else of the
+//! host exists inside. Every namespace is unshared (no network), `--die-with-parent`; bubblewrap
+//! starts with descriptors 0, 1 and 2 only (every other descriptor of the harness is marked
+//! close-on-exec in the child before exec). As root each sandbox runs as its own unprivileged
+//! host uid, leased so that it never repeats among live sandboxes ([`super::uid`]), inside its
+//! own memory cgroup bounding the whole process tree ([`super::cgroup`]; `RLIMIT_AS` per process
+//! where no cgroup can be made), with rlimits on processes and file size (the kernel exempts
+//! root from RLIMIT_NPROC, hence the uid). A timeout SIGKILLs bubblewrap's process group; the
 //! pid namespace takes every process inside down with it.
 //!
 //! Ephemeral runs (root only, overlayfs available): the command sees the workspace through an
 //! overlay whose upper layer, like its `/tmp`, lives on a private size-limited tmpfs that
-//! vanishes with the command's mount namespace. The workspace itself is never written, so the
+//! vanishes with the command's mount namespace: whatever a candidate writes, `.git/` included,
+//! is gone for the next run. (`.git/` is deliberately not read-only: a denied write would turn a
+//! failing candidate into an infrastructure-looking error instead of its own failure.) The workspace itself is never written, so the
 //! next run starts from the clean Base without any `git reset`/`git clean`.
 
+use super::allowlist::{host_entries, sandbox_path, world_reachable, HostEntry};
 use super::capture::Capture;
+use super::cgroup::{join_in_child, MemoryCgroup};
+use super::uid::UidLease;
 use super::{
     reset_command, EnvAccess, ExecOutput, SandboxConfig, SandboxFuture, SandboxLimits, ENV_DIR,
     HANDOFF_DIR, WORKDIR,
@@ -19,33 +30,33 @@ use crate::harness::error::HarnessError;
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Fills an empty directory with the repository and returns its Base commit.
 pub type Populate = Box<dyn Fn(&Path) -> Result<String, HarnessError> + Send + Sync>;
 
-static NEXT_UID: AtomicU32 = AtomicU32::new(0);
-
 /// A bubblewrap sandbox over a private host directory.
 pub struct LocalSandbox {
     root: tempfile::TempDir,
     base_commit: String,
     uid: Option<u32>,
+    /// The lease keeping `uid` unique among live sandboxes (root only).
+    _uid_lease: Option<UidLease>,
+    /// The sandbox's memory cgroup (root with a writable hierarchy), `None`: RLIMIT_AS only.
+    cgroup: Option<MemoryCgroup>,
     limits: SandboxLimits,
     log_dir: PathBuf,
     populate: Populate,
     counter: AtomicU64,
     bwrap: PathBuf,
-    /// Masked home directories and the toolchain directories under them bound back:
-    /// (mask, [(in-sandbox path, host source path)]).
-    masks: Vec<(PathBuf, Vec<(PathBuf, PathBuf)>)>,
-    /// Root only: (host dir, staging dir inside the sandbox root) bind-mounted in a private
-    /// mount namespace before dropping to the sandbox uid, so bwrap can reach them.
+    /// Root only: (host path, staging path inside the sandbox root) bind-mounted in a private
+    /// mount namespace before dropping to the sandbox uid, so bwrap can reach paths whose
+    /// parents the sandbox uid may not traverse (e.g. an interpreter under `/root`).
     staged: Vec<(std::ffi::CString, std::ffi::CString)>,
-    /// Host top-level entries bound read-only (path, symlink target when a symlink).
-    root_entries: Vec<(PathBuf, Option<PathBuf>)>,
+    /// The read-only host allow-list: (entry, host source when staged).
+    entries: Vec<(HostEntry, Option<PathBuf>)>,
     /// The task environment and the host path bwrap binds at `/env` (staged as root).
     env: EnvAccess,
     env_src: Option<PathBuf>,
@@ -63,12 +74,14 @@ impl LocalSandbox {
             .prefix("execcritic-sbx-")
             .tempdir()
             .map_err(|e| HarnessError::io(std::env::temp_dir(), e))?;
-        let uid = if unsafe { libc::geteuid() } == 0 {
-            let n = NEXT_UID.fetch_add(1, Ordering::Relaxed);
-            Some(200_000 + (std::process::id() % 20_000) * 100 + n % 100)
+        // SAFETY: plain syscall.
+        let uid_lease = if unsafe { libc::geteuid() } == 0 {
+            Some(super::uid::lease()?)
         } else {
             None
         };
+        let uid = uid_lease.as_ref().map(UidLease::uid);
+        let cgroup = uid.and_then(|_| MemoryCgroup::create(config.limits.memory_bytes));
         let log_dir = match &config.log_dir {
             Some(d) => d.clone(),
             None => root.path().join("logs"),
@@ -77,7 +90,8 @@ impl LocalSandbox {
         let workspace = root.path().join("testbed");
         std::fs::create_dir_all(&workspace).map_err(|e| HarnessError::io(&workspace, e))?;
         let base_commit = populate(&workspace)?;
-        let (masks, mut staged) = home_masks(root.path(), uid.is_some())?;
+        let (entries, mut staged) =
+            stage_entries(root.path(), uid.is_some(), config.environment.network())?;
         let env_src = match config.environment.host_dir() {
             None => None,
             Some(dir) if uid.is_some() => {
@@ -96,14 +110,15 @@ impl LocalSandbox {
             root,
             base_commit,
             uid,
+            _uid_lease: uid_lease,
+            cgroup,
             limits: config.limits.clone(),
             log_dir,
             populate,
             counter: AtomicU64::new(0),
             bwrap,
-            masks,
             staged,
-            root_entries: root_entries(),
+            entries,
             env: config.environment.clone(),
             env_src,
             overlay: None,
@@ -161,25 +176,18 @@ impl LocalSandbox {
     fn bwrap_command(&self, command: &str, ephemeral: bool) -> tokio::process::Command {
         let mut c = tokio::process::Command::new(&self.bwrap);
         c.env_clear();
-        for key in ["PATH", "LANG", "LC_ALL", "PYENV_ROOT", "PYENV_VERSION"] {
+        for key in ["LANG", "LC_ALL"] {
             if let Ok(v) = std::env::var(key) {
                 c.env(key, v);
             }
         }
-        c.env("HOME", "/tmp")
+        let base_path = sandbox_path();
+        c.env("PATH", &base_path)
+            .env("HOME", "/tmp")
             .env("TMPDIR", "/tmp")
             .env("PYTHONDONTWRITEBYTECODE", "1");
-        let base_path = std::env::var("PATH").unwrap_or_default();
         for (k, v) in self.env.variables(&base_path) {
             c.env(k, v);
-        }
-        if std::env::var_os("PYENV_ROOT").is_none() {
-            if let Some(home) = std::env::var_os("HOME") {
-                let p = Path::new(&home).join(".pyenv");
-                if p.is_dir() {
-                    c.env("PYENV_ROOT", p);
-                }
-            }
         }
         if self.env.network() {
             // The setup sandbox: every namespace but the network's.
@@ -194,21 +202,15 @@ impl LocalSandbox {
             c.arg("--unshare-all");
         }
         c.args(["--die-with-parent", "--new-session"]);
-        // The sandbox root is bwrap's tmpfs with the host's top-level directories bound
-        // read-only (so /testbed can be created), then remounted read-only.
-        for (name, link) in &self.root_entries {
-            match link {
-                Some(target) => c.arg("--symlink").arg(target).arg(name),
-                None => c.arg("--ro-bind").arg(name).arg(name),
+        // The sandbox root is bwrap's empty tmpfs with the allow-list bound read-only, then
+        // remounted read-only.
+        for (entry, staged) in &self.entries {
+            match entry {
+                HostEntry::Symlink { path, target } => c.arg("--symlink").arg(target).arg(path),
+                HostEntry::Bind(p) => c.arg("--ro-bind").arg(staged.as_ref().unwrap_or(p)).arg(p),
             };
         }
-        c.args(["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/run"]);
-        for (mask, keep) in &self.masks {
-            c.arg("--tmpfs").arg(mask);
-            for (k, src) in keep {
-                c.arg("--ro-bind").arg(src).arg(k);
-            }
-        }
+        c.args(["--dev", "/dev", "--proc", "/proc"]);
         match (&self.overlay, ephemeral) {
             (Some(o), true) => {
                 c.arg("--bind").arg(&o.merged_path).arg(WORKDIR);
@@ -275,8 +277,9 @@ impl LocalSandbox {
     ) -> Result<ExecOutput, HarnessError> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let log_path = self.log_dir.join(format!("exec-{n:04}.log"));
-        let (rd, wr) =
-            nix::unistd::pipe().map_err(|e| HarnessError::SandboxStart(format!("pipe: {e}")))?;
+        // Close-on-exec: neither end may survive into bubblewrap except as its stdout/stderr.
+        let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| HarnessError::SandboxStart(format!("pipe: {e}")))?;
         let wr2 = wr
             .try_clone()
             .map_err(|e| HarnessError::SandboxStart(format!("pipe: {e}")))?;
@@ -286,6 +289,8 @@ impl LocalSandbox {
             .stderr(Stdio::from(wr2));
         cmd.process_group(0).kill_on_drop(true);
         let mut limits = self.limits.clone();
+        let cgroup_fd = self.cgroup.as_ref().map(MemoryCgroup::procs_fd);
+        let oom_before = self.cgroup.as_ref().map(MemoryCgroup::oom_kills);
         if self.uid.is_none() {
             // Not root: RLIMIT_NPROC also counts this user's processes outside the sandbox.
             limits.max_procs += user_tasks();
@@ -297,12 +302,16 @@ impl LocalSandbox {
         } else {
             None
         };
-        // SAFETY: only async-signal-safe syscalls (unshare, mount, setrlimit, setgroups, setgid,
-        // setuid) on data prepared before the fork.
+        // SAFETY: only async-signal-safe syscalls (unshare, mount, write, close_range, fcntl,
+        // setrlimit, setgroups, setgid, setuid) on data prepared before the fork.
         unsafe {
             cmd.pre_exec(move || {
                 prepare_mounts(&staged, overlay.as_ref())?;
-                apply_limits(&limits, uid)
+                if let Some(fd) = cgroup_fd {
+                    join_in_child(fd)?;
+                }
+                cloexec_from(3)?;
+                apply_limits(&limits, uid, cgroup_fd.is_none())
             });
         }
         let start = Instant::now();
@@ -348,6 +357,20 @@ impl LocalSandbox {
                 ))
             }
         };
+        if let (Some(cg), Some(before)) = (&self.cgroup, oom_before) {
+            let after = cg.oom_kills();
+            if after > before {
+                return Err(HarnessError::ResourceLimit {
+                    resource: "memory".into(),
+                    limit: cg.limit(),
+                    detail: format!(
+                        "the sandbox's memory cgroup killed {} process(es) of `{}`",
+                        after - before,
+                        command.chars().take(200).collect::<String>()
+                    ),
+                });
+            }
+        }
         let exit_code = status.and_then(|s| s.code());
         if exit_code.is_none() && !timed_out {
             return Err(HarnessError::Other(format!(
@@ -482,10 +505,18 @@ fn clear_dir(dir: &Path) -> Result<(), HarnessError> {
 }
 
 /// rlimits and the unprivileged uid, applied between fork and exec of bubblewrap.
-fn apply_limits(limits: &SandboxLimits, uid: Option<u32>) -> std::io::Result<()> {
+/// `address_space`: bound each process's address space (only where no memory cgroup bounds the
+/// whole tree).
+fn apply_limits(
+    limits: &SandboxLimits,
+    uid: Option<u32>,
+    address_space: bool,
+) -> std::io::Result<()> {
     use nix::sys::resource::{setrlimit, Resource};
     let set = |r, v: u64| setrlimit(r, v, v).map_err(std::io::Error::from);
-    set(Resource::RLIMIT_AS, limits.memory_bytes)?;
+    if address_space {
+        set(Resource::RLIMIT_AS, limits.memory_bytes)?;
+    }
     set(Resource::RLIMIT_NPROC, limits.max_procs)?;
     set(Resource::RLIMIT_FSIZE, limits.max_file_bytes)?;
     set(Resource::RLIMIT_CORE, 0)?;
@@ -669,86 +700,77 @@ fn probe_overlay() -> std::io::Result<bool> {
     Ok(ok && !lower.join("g").exists())
 }
 
-/// Home directories are masked with an empty tmpfs (they may hold credentials, and the
-/// sandbox uid cannot traverse them); toolchain directories on PATH under them (e.g. pyenv)
-/// are bound back read-only. As root they are first staged into the sandbox's directory.
+/// The allow-list of [`super::allowlist`], each entry with its staged host source where the
+/// sandbox uid could not reach it (root only: bind-mounted at run time into a directory of the
+/// sandbox's own root, see [`prepare_mounts`]).
 #[allow(clippy::type_complexity)]
-fn home_masks(
+fn stage_entries(
     root: &Path,
     stage: bool,
+    setup: bool,
 ) -> Result<
     (
-        Vec<(PathBuf, Vec<(PathBuf, PathBuf)>)>,
+        Vec<(HostEntry, Option<PathBuf>)>,
         Vec<(std::ffi::CString, std::ffi::CString)>,
     ),
     HarnessError,
 > {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::env::var("PATH").unwrap_or_default();
-    let mut masks = vec![PathBuf::from("/root")];
-    if let Ok(rd) = std::fs::read_dir("/home") {
-        masks.extend(rd.flatten().map(|e| e.path()));
-    }
     let mut out = Vec::new();
     let mut staged = Vec::new();
-    for m in masks {
-        if !m.is_dir() {
-            continue;
-        }
-        let mut keep: Vec<(PathBuf, PathBuf)> = Vec::new();
-        for entry in path.split(':') {
-            let Ok(rest) = Path::new(entry).strip_prefix(&m) else {
-                continue;
-            };
-            let Some(first) = rest.components().next() else {
-                continue;
-            };
-            let k = m.join(first);
-            if !k.is_dir() || keep.iter().any(|(p, _)| *p == k) {
-                continue;
-            }
-            let src = if stage {
+    for entry in host_entries(setup) {
+        let src = match &entry {
+            HostEntry::Bind(p) if stage && !world_reachable(p) => {
                 let dst = root.join("hostbind").join(staged.len().to_string());
-                std::fs::create_dir_all(&dst).map_err(|e| HarnessError::io(&dst, e))?;
-                let cs = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).ok();
-                if let (Some(a), Some(b)) = (cs(&k), cs(&dst)) {
-                    staged.push((a, b));
+                if p.is_dir() {
+                    std::fs::create_dir_all(&dst).map_err(|e| HarnessError::io(&dst, e))?;
+                } else {
+                    std::fs::create_dir_all(root.join("hostbind"))
+                        .map_err(|e| HarnessError::io(root, e))?;
+                    std::fs::write(&dst, b"").map_err(|e| HarnessError::io(&dst, e))?;
                 }
-                dst
-            } else {
-                k.clone()
-            };
-            keep.push((k, src));
-        }
-        out.push((m, keep));
+                staged.push((cstring(p)?, cstring(&dst)?));
+                Some(dst)
+            }
+            _ => None,
+        };
+        out.push((entry, src));
     }
     Ok((out, staged))
 }
 
-/// Top-level host directories to expose read-only (everything but the ones the sandbox
-/// provides itself).
-fn root_entries() -> Vec<(PathBuf, Option<PathBuf>)> {
-    const OWN: &[&str] = &[
-        "proc", "dev", "tmp", "run", "testbed", "env", "root", "home",
-    ];
-    let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir("/") else {
-        return out;
+/// Mark every descriptor from `first` on close-on-exec (in the forked child before exec), so
+/// bubblewrap — and the sandbox — inherit only stdin, stdout and stderr.
+fn cloexec_from(first: u32) -> std::io::Result<()> {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: plain syscalls on integers.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        )
     };
-    for e in rd.flatten() {
-        let name = e.file_name();
-        if OWN.iter().any(|o| name == *o) {
-            continue;
-        }
-        let path = e.path();
-        match std::fs::read_link(&path) {
-            Ok(target) => out.push((path, Some(target))),
-            Err(_) if path.is_dir() => out.push((path, None)),
-            Err(_) => {}
+    if rc == 0 {
+        return Ok(());
+    }
+    // Kernels before 5.11: one fcntl per possible descriptor.
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain syscalls on integers and a stack struct.
+    unsafe {
+        check(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim))?;
+        let max = lim.rlim_cur.min(1 << 20) as libc::c_int;
+        for fd in first as libc::c_int..max {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
         }
     }
-    out.sort();
-    out
+    Ok(())
 }
 
 /// Number of tasks (threads) the current real uid runs now.

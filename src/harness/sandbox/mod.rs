@@ -2,9 +2,12 @@
 //! workspace mounted at `/testbed`, runs bash command lines in it under resource limits with a
 //! wall-clock timeout that kills every process it started, and captures bounded output.
 
+pub mod allowlist;
 pub mod capture;
+pub mod cgroup;
 pub mod docker;
 pub mod local;
+pub mod uid;
 
 use super::error::HarnessError;
 use std::future::Future;
@@ -23,7 +26,8 @@ pub const HANDOFF_DIR: &str = "/tmp/.execcritic";
 /// Resource limits applied to every command run in a sandbox.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SandboxLimits {
-    /// Address-space (local) / memory cgroup (docker) limit.
+    /// Total memory of the sandbox's process tree: its memory cgroup (local as root where a
+    /// writable hierarchy exists; docker always), else each process's address space (RLIMIT_AS).
     pub memory_bytes: u64,
     /// Maximum number of processes/threads.
     pub max_procs: u64,
@@ -116,19 +120,34 @@ pub enum SandboxKind {
     Docker,
 }
 
-/// Why a sandbox is opened: the Test agent gets sanitised git history (gold-free boundary);
-/// gates and grading get the plain Base checkout.
+/// Why a sandbox is opened; decides the workspace's history (see [`Purpose::history`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Purpose {
     TestAgent,
     RepairAgent,
     Gate,
     Grading,
+    /// The network-enabled sandbox that builds a task's environment (`environment_setup`): runs
+    /// the task's own setup commands, never agent or candidate code.
+    EnvironmentSetup,
 }
 
 impl Purpose {
+    /// The agents see Base and its ancestors (sanitised, verified); gates and grading see Base
+    /// alone (a verified depth-1 snapshot). Only environment setup, which runs no agent or
+    /// candidate code, gets a plain clone (version tools such as setuptools_scm read tags).
+    pub fn history(self) -> crate::task::History {
+        use crate::task::History;
+        match self {
+            Purpose::TestAgent | Purpose::RepairAgent => History::Sanitized,
+            Purpose::Gate | Purpose::Grading => History::BaseOnly,
+            Purpose::EnvironmentSetup => History::Full,
+        }
+    }
+
+    /// Whether the workspace's history is restricted (every purpose but environment setup).
     pub fn sanitize_history(self) -> bool {
-        matches!(self, Purpose::TestAgent)
+        self.history() != crate::task::History::Full
     }
 }
 
