@@ -77,7 +77,8 @@ impl BaseCategory {
 pub enum FailureKind {
     Passed,
     Timeout,
-    /// A runner-level failure the candidate cannot cause (pytest usage error, exit code 4).
+    /// A runner-level failure the candidate cannot cause (pytest usage error, exit code 4, with
+    /// no module failing to collect).
     InfraOrCollection,
     AssertionFailure,
     TestError,
@@ -330,11 +331,15 @@ pub fn failure_kind(r: &RunRecord, nodes: &[String]) -> FailureKind {
     match done {
         Completion::TimedOut => return Timeout,
         Completion::NoExitCode => return HarnessException,
-        Completion::RunnerExit(4) => return InfraOrCollection,
         _ => {}
     }
+    // Before the exit code: pytest exits 4 ("found no collectors") when a selected node's module
+    // does not import.
     if !r.parsed.collection_errors.is_empty() {
         return CollectionError;
+    }
+    if done == Completion::RunnerExit(4) {
+        return InfraOrCollection;
     }
     let st = r.node_statuses(nodes);
     let all_pass = st.iter().all(|(_, s)| *s == Some(TestStatus::Passed));
@@ -372,4 +377,72 @@ pub fn failure_kind(r: &RunRecord, nodes: &[String]) -> FailureKind {
         return NoPassSignal;
     }
     UnknownFailure
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::logparse::parse_log;
+    use crate::harness::selector::CommandRunner;
+    use std::time::Duration;
+
+    fn run(rc: Option<i32>, timed_out: bool, output: &str) -> RunRecord {
+        RunRecord {
+            rc,
+            marker_found: rc.is_some(),
+            timed_out,
+            output: output.to_string(),
+            parsed: parse_log(CommandRunner::Pytest, output),
+            runner: CommandRunner::Pytest,
+            command: String::new(),
+            duration: Duration::ZERO,
+            test_duration: None,
+            log_path: None,
+        }
+    }
+
+    const PASSED: &str = "=== short test summary info ===\nPASSED t.py::test_a\n=== 1 passed in 0.1s ===\n";
+    const FAILED: &str = "=== short test summary info ===\nFAILED t.py::test_a - assert 0\n=== 1 failed in 0.1s ===\n";
+
+    #[test]
+    fn completion_is_the_one_rule_of_gates_and_grading() {
+        assert_eq!(completion(&run(Some(0), false, PASSED)), Completion::Complete);
+        assert_eq!(completion(&run(Some(1), false, FAILED)), Completion::Complete);
+        // A non-zero exit with only PASSED lines, exit 0 with a failure, no closing line.
+        assert_eq!(completion(&run(Some(1), false, PASSED)), Completion::Incomplete);
+        assert_eq!(completion(&run(Some(0), false, FAILED)), Completion::Incomplete);
+        let cut = "=== short test summary info ===\nPASSED t.py::test_a\n";
+        assert_eq!(completion(&run(Some(0), false, cut)), Completion::Incomplete);
+        assert_eq!(completion(&run(Some(3), false, PASSED)), Completion::RunnerExit(3));
+        // Only the sandbox's flag makes a timeout; the word does not.
+        let word = PASSED.replace("0.1s", "0.1s timeout Timeout");
+        assert_eq!(completion(&run(Some(0), false, &word)), Completion::Complete);
+        assert_eq!(completion(&run(None, true, PASSED)), Completion::TimedOut);
+        assert_eq!(completion(&run(None, false, PASSED)), Completion::NoExitCode);
+    }
+
+    #[test]
+    fn classes_come_from_the_report_not_words() {
+        let nodes = vec!["t.py::test_a".to_string()];
+        let perm = "PermissionError: denied\nNetwork is unreachable\n=== short test summary info ===\nFAILED t.py::test_a - PermissionError: denied\n=== 1 failed in 0.1s ===\n";
+        assert_eq!(
+            base_category(&run(Some(1), false, perm), &nodes),
+            BaseCategory::AssertionFailureClean
+        );
+        let xps = "=== short test summary info ===\nFAILED t.py::test_a - [XPASS(strict)] known\n=== 1 failed in 0.1s ===\n";
+        assert_eq!(base_category(&run(Some(1), false, xps), &nodes), BaseCategory::Xpass);
+        let words = format!("ImportError: x\nINTERNALERROR> y\n{FAILED}");
+        let r = run(Some(1), false, &words);
+        assert_eq!(failure_kind(&r, &nodes), FailureKind::AssertionFailure);
+        assert_eq!(failure_kind(&r, &nodes).gate_status(), GateStatus::HardFail);
+        assert_eq!(
+            failure_kind(&run(Some(1), false, PASSED), &nodes),
+            FailureKind::NonzeroExit
+        );
+        assert_eq!(failure_kind(&run(Some(0), false, PASSED), &nodes), FailureKind::Passed);
+        assert_eq!(
+            failure_kind(&run(None, true, PASSED), &nodes).gate_status(),
+            GateStatus::Inconclusive
+        );
+    }
 }
