@@ -302,7 +302,7 @@ fn sympy_oracle_bundles_validate() {
     let b = oracle_bundle(&task).unwrap();
     assert_eq!(
         b.test_command,
-        "bin/test -C --verbose sympy/core/tests/test_basic.py -k test_issue_1"
+        "bin/test -C --verbose 'sympy/core/tests/test_basic.py' -k 'test_issue_1'"
     );
     let f = FrozenBundle::freeze(b).unwrap();
     assert_eq!(f.plan.nodes, vec!["test_issue_1"]);
