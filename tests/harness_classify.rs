@@ -58,10 +58,7 @@ async fn gate_sandbox() -> Box<dyn Sandbox> {
 fn plain_checkout(files: &[(&str, &str)]) -> tempfile::TempDir {
     let f = fixture();
     let tmp = tempfile::tempdir().unwrap();
-    git(
-        tmp.path(),
-        &["clone", "-q", f.dir.to_str().unwrap(), "r"],
-    );
+    git(tmp.path(), &["clone", "-q", f.dir.to_str().unwrap(), "r"]);
     let ws = tmp.path().join("r");
     git(&ws, &["checkout", "-q", &f.base]);
     for (p, c) in files {
@@ -118,9 +115,15 @@ async fn base_failures_are_classified_by_the_runners_report_not_words() {
         let (rc, out) = plain_pytest(&plain, &[], &[NODE]);
         assert_eq!(rc, 1, "{name}: {out}");
         assert!(
-            ["PermissionError", "ImportError", "Network", "ConnectionRefused", "DID NOT RAISE"]
-                .iter()
-                .any(|w| out.contains(w)),
+            [
+                "PermissionError",
+                "ImportError",
+                "Network",
+                "ConnectionRefused",
+                "DID NOT RAISE"
+            ]
+            .iter()
+            .any(|w| out.contains(w)),
             "{name}: {out}"
         );
         let f = frozen(&[("tests/test_calc.py", &file)], &[NODE]);
@@ -145,16 +148,14 @@ async fn not_clean_failures_and_the_one_multi_node_rule() {
     // reading takes for a clean failure).
     let plain = plain_checkout(&[("tests/test_calc.py", &file)]);
     let (rc, out) = plain_pytest(&plain, &[], &["tests/test_calc.py::test_x"]);
-    assert!(rc == 1 && out.contains("FAILED tests/test_calc.py::test_x"), "{out}");
+    assert!(
+        rc == 1 && out.contains("FAILED tests/test_calc.py::test_x"),
+        "{out}"
+    );
     let sb = gate_sandbox().await;
     let sb = sb.as_ref();
     let x = "tests/test_calc.py::test_x";
-    let two = |extra: &str| {
-        format!(
-            "{}\n\nimport pytest\n\n\n{extra}\n",
-            official_test_file()
-        )
-    };
+    let two = |extra: &str| format!("{}\n\nimport pytest\n\n\n{extra}\n", official_test_file());
     let cases: Vec<(&str, String, Vec<&str>, BaseCategory)> = vec![
         ("xpass strict", file.clone(), vec![NODE, x], BaseCategory::Xpass),
         (
@@ -286,9 +287,8 @@ async fn wrong_candidates_cannot_hide_as_inconclusive() {
 #[tokio::test]
 async fn grading_requires_a_completed_consistent_run() {
     let task = fixture_task();
-    let exit_nonzero = format!(
-        "import atexit, os\natexit.register(lambda: os._exit(1))\n{CALC_GOLD}"
-    );
+    let exit_nonzero =
+        format!("import atexit, os\natexit.register(lambda: os._exit(1))\n{CALC_GOLD}");
     let tests = diff_against_base(&[("tests/test_calc.py", &official_test_file())]);
     // On a plain checkout the run prints PASSED for every test and exits 1.
     let plain = plain_checkout(&[
@@ -296,7 +296,10 @@ async fn grading_requires_a_completed_consistent_run() {
         ("tests/test_calc.py", &official_test_file()),
     ]);
     let (rc, out) = plain_pytest(&plain, &[], &["tests/test_calc.py"]);
-    assert!(rc == 1 && out.contains(&format!("PASSED {NODE}")), "{rc}: {out}");
+    assert!(
+        rc == 1 && out.contains(&format!("PASSED {NODE}")),
+        "{rc}: {out}"
+    );
     assert!(!out.contains("FAILED"), "{out}");
     let _ = tests;
     let g = grade(&task, &source(&exit_nonzero), SandboxKind::Local)
@@ -305,10 +308,18 @@ async fn grading_requires_a_completed_consistent_run() {
     assert_eq!(g.tests[NODE], "PASSED", "{g:?}");
     assert!(!g.resolved, "{g:?}");
     assert_eq!(g.completion.as_deref(), Some("incomplete"), "{g:?}");
-    assert!(g.error_kind.is_none(), "a verdict, not a masked error: {g:?}");
+    assert!(
+        g.error_kind.is_none(),
+        "a verdict, not a masked error: {g:?}"
+    );
     // Stopping inside the run: not resolved either.
-    let stop = format!("import os\n{}", CALC_GOLD.replace("    return a + b", "    os._exit(0)"));
-    let g = grade(&task, &source(&stop), SandboxKind::Local).await.unwrap();
+    let stop = format!(
+        "import os\n{}",
+        CALC_GOLD.replace("    return a + b", "    os._exit(0)")
+    );
+    let g = grade(&task, &source(&stop), SandboxKind::Local)
+        .await
+        .unwrap();
     assert!(!g.resolved && g.completion.is_some(), "{g:?}");
     // The gold patch still resolves.
     let g = grade(&task, &task.patch, SandboxKind::Local).await.unwrap();
@@ -323,7 +334,10 @@ async fn env_prefixes_are_rejected_before_running() {
     let file = official_test_file();
     let plain = plain_checkout(&[("tests/test_calc.py", &file)]);
     let (rc, out) = plain_pytest(&plain, &[("PYTEST_ADDOPTS", "-k not_this")], &[NODE]);
-    assert_eq!(rc, 5, "the attack deselects the node on a plain checkout: {out}");
+    assert_eq!(
+        rc, 5,
+        "the attack deselects the node on a plain checkout: {out}"
+    );
     let patch = diff_against_base(&[("tests/test_calc.py", &file)]);
     for cmd in [
         format!("PYTEST_ADDOPTS='-k not_this' python3 -m pytest {NODE}"),
@@ -364,7 +378,17 @@ async fn selectors_accept_the_ids_the_runner_reports() {
     for n in nodes {
         assert!(out.contains(&format!("FAILED {n}")), "{n}: {out}");
     }
-    let f = frozen(&[("tests/test_calc.py", &file)], &nodes);
+    // `-q` (which hides the closing counts line) is removed and reported, like `--no-header`.
+    let quoted: Vec<String> = nodes
+        .iter()
+        .map(|n| execcritic::harness::sandbox::shell_quote(n))
+        .collect();
+    let f = frozen_cmd(
+        &[("tests/test_calc.py", &file)],
+        &format!("python3 -m pytest -q {}", quoted.join(" ")),
+        &nodes,
+    );
+    assert_eq!(f.plan.command.removed_flags, vec!["-q"]);
     let sb = gate_sandbox().await;
     match qualify_in(sb.as_ref(), f.clone()).await.unwrap() {
         Qualification::Accepted(q) => assert_eq!(q.plan.nodes.len(), nodes.len()),

@@ -52,7 +52,11 @@ fn bare_test_names_resolve_to_the_selected_node() {
     );
     // A bare name and its exact id together are a duplicate.
     assert_eq!(
-        kind_of(&good_patch(), &cmd, &contract_with_nodes(&["test_add", NODE])),
+        kind_of(
+            &good_patch(),
+            &cmd,
+            &contract_with_nodes(&["test_add", NODE])
+        ),
         RejectionKind::DuplicateNode
     );
 }
@@ -261,7 +265,11 @@ fn bundle_reads_are_capped_and_regular_files_only() {
     let b = Bundle::from_parts(&good_patch(), &format!("pytest {NODE}"), CONTRACT).unwrap();
     let dir = tempfile::tempdir().unwrap();
     b.write_dir(dir.path()).unwrap();
-    let big = format!("{}{}", good_patch(), "+x\n".repeat(PATCH_CAP as usize / 3 + 1));
+    let big = format!(
+        "{}{}",
+        good_patch(),
+        "+x\n".repeat(PATCH_CAP as usize / 3 + 1)
+    );
     std::fs::write(dir.path().join("test.patch"), big).unwrap();
     assert_eq!(kind(dir.path()), RejectionKind::BundleTooLarge);
     b.write_dir(dir.path()).unwrap();

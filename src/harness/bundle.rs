@@ -125,9 +125,18 @@ impl Bundle {
     /// the hash see the same content, whatever happens to the directory meanwhile.
     pub fn read_dir(dir: &Path) -> Result<Bundle, BundleError> {
         let patch = read_capped(dir, PATCH_FILE, PATCH_CAP, RejectionKind::EmptyPatch)?;
-        let command = read_capped(dir, COMMAND_FILE, COMMAND_CAP, RejectionKind::MissingCommand)?;
-        let contract =
-            read_capped(dir, CONTRACT_FILE, CONTRACT_CAP, RejectionKind::MissingContract)?;
+        let command = read_capped(
+            dir,
+            COMMAND_FILE,
+            COMMAND_CAP,
+            RejectionKind::MissingCommand,
+        )?;
+        let contract = read_capped(
+            dir,
+            CONTRACT_FILE,
+            CONTRACT_CAP,
+            RejectionKind::MissingContract,
+        )?;
         Bundle::from_parts(&patch, &command, &contract).map_err(BundleError::Rejected)
     }
 

@@ -110,10 +110,13 @@ impl FailureKind {
             Passed => GateStatus::Pass,
             AssertionFailure | TestError | CollectionError | NonzeroExit | NoPassSignal
             | IncompleteRun | UnknownFailure => GateStatus::HardFail,
-            Timeout | InfraOrCollection | PatchApplyFailure | TestPatchApplyFailure
-            | HiddenTestPathsDirtied | BundleModified | HarnessException => {
-                GateStatus::Inconclusive
-            }
+            Timeout
+            | InfraOrCollection
+            | PatchApplyFailure
+            | TestPatchApplyFailure
+            | HiddenTestPathsDirtied
+            | BundleModified
+            | HarnessException => GateStatus::Inconclusive,
         }
     }
     pub fn name(self) -> String {
@@ -401,24 +404,49 @@ mod tests {
         }
     }
 
-    const PASSED: &str = "=== short test summary info ===\nPASSED t.py::test_a\n=== 1 passed in 0.1s ===\n";
+    const PASSED: &str =
+        "=== short test summary info ===\nPASSED t.py::test_a\n=== 1 passed in 0.1s ===\n";
     const FAILED: &str = "=== short test summary info ===\nFAILED t.py::test_a - assert 0\n=== 1 failed in 0.1s ===\n";
 
     #[test]
     fn completion_is_the_one_rule_of_gates_and_grading() {
-        assert_eq!(completion(&run(Some(0), false, PASSED)), Completion::Complete);
-        assert_eq!(completion(&run(Some(1), false, FAILED)), Completion::Complete);
+        assert_eq!(
+            completion(&run(Some(0), false, PASSED)),
+            Completion::Complete
+        );
+        assert_eq!(
+            completion(&run(Some(1), false, FAILED)),
+            Completion::Complete
+        );
         // A non-zero exit with only PASSED lines, exit 0 with a failure, no closing line.
-        assert_eq!(completion(&run(Some(1), false, PASSED)), Completion::Incomplete);
-        assert_eq!(completion(&run(Some(0), false, FAILED)), Completion::Incomplete);
+        assert_eq!(
+            completion(&run(Some(1), false, PASSED)),
+            Completion::Incomplete
+        );
+        assert_eq!(
+            completion(&run(Some(0), false, FAILED)),
+            Completion::Incomplete
+        );
         let cut = "=== short test summary info ===\nPASSED t.py::test_a\n";
-        assert_eq!(completion(&run(Some(0), false, cut)), Completion::Incomplete);
-        assert_eq!(completion(&run(Some(3), false, PASSED)), Completion::RunnerExit(3));
+        assert_eq!(
+            completion(&run(Some(0), false, cut)),
+            Completion::Incomplete
+        );
+        assert_eq!(
+            completion(&run(Some(3), false, PASSED)),
+            Completion::RunnerExit(3)
+        );
         // Only the sandbox's flag makes a timeout; the word does not.
         let word = PASSED.replace("0.1s", "0.1s timeout Timeout");
-        assert_eq!(completion(&run(Some(0), false, &word)), Completion::Complete);
+        assert_eq!(
+            completion(&run(Some(0), false, &word)),
+            Completion::Complete
+        );
         assert_eq!(completion(&run(None, true, PASSED)), Completion::TimedOut);
-        assert_eq!(completion(&run(None, false, PASSED)), Completion::NoExitCode);
+        assert_eq!(
+            completion(&run(None, false, PASSED)),
+            Completion::NoExitCode
+        );
     }
 
     #[test]
@@ -430,7 +458,10 @@ mod tests {
             BaseCategory::AssertionFailureClean
         );
         let xps = "=== short test summary info ===\nFAILED t.py::test_a - [XPASS(strict)] known\n=== 1 failed in 0.1s ===\n";
-        assert_eq!(base_category(&run(Some(1), false, xps), &nodes), BaseCategory::Xpass);
+        assert_eq!(
+            base_category(&run(Some(1), false, xps), &nodes),
+            BaseCategory::Xpass
+        );
         let words = format!("ImportError: x\nINTERNALERROR> y\n{FAILED}");
         let r = run(Some(1), false, &words);
         assert_eq!(failure_kind(&r, &nodes), FailureKind::AssertionFailure);
@@ -439,7 +470,10 @@ mod tests {
             failure_kind(&run(Some(1), false, PASSED), &nodes),
             FailureKind::NonzeroExit
         );
-        assert_eq!(failure_kind(&run(Some(0), false, PASSED), &nodes), FailureKind::Passed);
+        assert_eq!(
+            failure_kind(&run(Some(0), false, PASSED), &nodes),
+            FailureKind::Passed
+        );
         assert_eq!(
             failure_kind(&run(None, true, PASSED), &nodes).gate_status(),
             GateStatus::Inconclusive

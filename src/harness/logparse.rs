@@ -77,10 +77,12 @@ impl ParsedLog {
     /// could not be collected).
     pub fn has_failures(&self) -> bool {
         !self.collection_errors.is_empty()
-            || self
-                .statuses
-                .values()
-                .any(|s| matches!(s, TestStatus::Failed | TestStatus::Error | TestStatus::XPass))
+            || self.statuses.values().any(|s| {
+                matches!(
+                    s,
+                    TestStatus::Failed | TestStatus::Error | TestStatus::XPass
+                )
+            })
     }
 }
 
@@ -141,12 +143,32 @@ fn e_line(line: &str) -> Option<&str> {
     rest.starts_with(' ').then(|| rest.trim())
 }
 
+/// pytest's closing counts (`2 failed, 1 passed, 1 error in 0.1s`), keys normalised.
+fn closing_counts(counts: &regex::Regex, line: &str) -> BTreeMap<String, u64> {
+    counts
+        .captures_iter(line)
+        .map(|c| {
+            let key = match &c[2] {
+                k if k.starts_with("error") => "error",
+                k if k.starts_with("warning") => "warnings",
+                k => k,
+            };
+            (key.to_string(), c[1].parse().unwrap_or(0))
+        })
+        .collect()
+}
+
 fn parse_pytest(output: &str) -> ParsedLog {
     let mut log = ParsedLog::default();
-    let counts =
-        regex::Regex::new(r"(\d+) (failed|passed|skipped|errors?|xfailed|xpassed|deselected|warnings?)")
-            .expect("regex");
+    let counts = regex::Regex::new(
+        r"(\d+) (failed|passed|skipped|errors?|xfailed|xpassed|deselected|warnings?)",
+    )
+    .expect("regex");
     let final_line = regex::Regex::new(r"\bin \d+(\.\d+)?s\b").expect("regex");
+    // The closing line without its `=` rule (`-q`): only counts, then the duration.
+    let plain_final =
+        regex::Regex::new(r"^(no tests ran|\d+ [a-z]+(, \d+ [a-z]+)*) in \d+(\.\d+)?s\b")
+            .expect("regex");
     #[derive(PartialEq)]
     enum Where {
         Body,
@@ -170,15 +192,7 @@ fn parse_pytest(output: &str) -> ParsedLog {
             }
             if final_line.is_match(title) || title.starts_with("no tests ran") {
                 log.summary_seen = true;
-                log.counts.clear();
-                for c in counts.captures_iter(title) {
-                    let key = match &c[2] {
-                        k if k.starts_with("error") => "error",
-                        k if k.starts_with("warning") => "warnings",
-                        k => k,
-                    };
-                    log.counts.insert(key.to_string(), c[1].parse().unwrap_or(0));
-                }
+                log.counts = closing_counts(&counts, title);
                 at = Where::Body;
                 section = None;
                 continue;
@@ -206,6 +220,12 @@ fn parse_pytest(output: &str) -> ParsedLog {
                     section_exc.insert(key.clone(), e.to_string());
                 }
             }
+            continue;
+        }
+        if plain_final.is_match(line) {
+            log.summary_seen = true;
+            log.counts = closing_counts(&counts, line);
+            at = Where::Body;
             continue;
         }
         // Summary section: `WORD node[ - reason]`.
@@ -322,7 +342,8 @@ fn parse_unittest(output: &str) -> ParsedLog {
     let mut log = ParsedLog::default();
     let head = regex::Regex::new(r"^(\w+) \(([\w.]+)\)").expect("regex");
     let ran = regex::Regex::new(r"^Ran (\d+) tests? in").expect("regex");
-    let block = regex::Regex::new(r"^(?:FAIL|ERROR|UNEXPECTED SUCCESS): (\w+ \([\w.]+\))").expect("regex");
+    let block =
+        regex::Regex::new(r"^(?:FAIL|ERROR|UNEXPECTED SUCCESS): (\w+ \([\w.]+\))").expect("regex");
     let result = regex::Regex::new(r"^(OK|FAILED)\b(?: \((.*)\))?").expect("regex");
     let exc = regex::Regex::new(r"^([A-Za-z_][\w.]*)(?::|$)").expect("regex");
     let mut pending: Option<String> = None;
@@ -349,7 +370,8 @@ fn parse_unittest(output: &str) -> ParsedLog {
                 log.summary_seen = true;
                 for kv in c.get(2).map_or("", |m| m.as_str()).split(", ") {
                     if let Some((k, v)) = kv.split_once('=') {
-                        log.counts.insert(k.trim().to_string(), v.parse().unwrap_or(0));
+                        log.counts
+                            .insert(k.trim().to_string(), v.parse().unwrap_or(0));
                     }
                 }
                 log.counts.insert("ok".into(), u64::from(&c[1] == "OK"));
@@ -369,9 +391,14 @@ fn parse_unittest(output: &str) -> ParsedLog {
             continue;
         }
         if let Some((_, last)) = tb.as_mut() {
-            if !line.starts_with(' ') && !line.starts_with("Traceback") && !line.starts_with("----") {
+            if !line.starts_with(' ') && !line.starts_with("Traceback") && !line.starts_with("----")
+            {
                 if let Some(c) = exc.captures(line) {
-                    if c[1].ends_with("Error") || c[1].ends_with("Exception") || c[1].contains('.') || line.contains(": ") {
+                    if c[1].ends_with("Error")
+                        || c[1].ends_with("Exception")
+                        || c[1].contains('.')
+                        || line.contains(": ")
+                    {
                         *last = Some(line.to_string());
                     }
                 }
@@ -410,7 +437,12 @@ fn parse_unittest(output: &str) -> ParsedLog {
     }
     flush(&mut tb, &mut log);
     // Loader failures are collection errors, not nodes.
-    let loader: Vec<String> = log.statuses.keys().filter(|k| loader_failure(k)).cloned().collect();
+    let loader: Vec<String> = log
+        .statuses
+        .keys()
+        .filter(|k| loader_failure(k))
+        .cloned()
+        .collect();
     for id in loader {
         log.statuses.remove(&id);
         let reason = log.reasons.remove(&id).unwrap_or_default();
@@ -426,7 +458,10 @@ fn parse_unittest(output: &str) -> ParsedLog {
 
 fn parse_sympy(output: &str) -> ParsedLog {
     let mut log = ParsedLog::default();
-    let counts = regex::Regex::new(r"(\d+) (passed|failed|skipped|expected to fail but passed|expected to fail|exceptions?)").expect("regex");
+    let counts = regex::Regex::new(
+        r"(\d+) (passed|failed|skipped|expected to fail but passed|expected to fail|exceptions?)",
+    )
+    .expect("regex");
     let mut n_fail = 0u64;
     for raw in output.lines() {
         let line = raw.trim();
@@ -440,7 +475,8 @@ fn parse_sympy(output: &str) -> ParsedLog {
                     "expected to fail" => "xfailed",
                     k => k,
                 };
-                log.counts.insert(key.to_string(), c[1].parse().unwrap_or(0));
+                log.counts
+                    .insert(key.to_string(), c[1].parse().unwrap_or(0));
             }
             continue;
         }
@@ -535,7 +571,10 @@ FAILED test_a.py::test_raises - Failed: DID NOT RAISE ImportError
         assert_eq!(st("test_a.py::test_setup"), Some(TestStatus::Error));
         assert_eq!(st("test_a.py::Checks::test_u"), Some(TestStatus::Failed));
         assert_eq!(l.reasons["test_a.py::test_perm"], "PermissionError: denied");
-        assert_eq!(l.reasons["test_a.py::test_fixmissing"], "fixture 'nofix' not found");
+        assert_eq!(
+            l.reasons["test_a.py::test_fixmissing"],
+            "fixture 'nofix' not found"
+        );
         // A truncated summary reason is completed from the body's exception line.
         assert!(l.reasons["test_a.py::test_imp"].ends_with("(/usr/lib/python3.11/os.py)"));
         assert!(l.summary_seen && l.consistent);
@@ -566,6 +605,16 @@ FAILED test_a.py::test_raises - Failed: DID NOT RAISE ImportError
         // Verbose progress lines are not the report.
         let l = parse_pytest("t.py::test_a PASSED [100%]\n");
         assert!(l.statuses.is_empty());
+    }
+
+    #[test]
+    fn quiet_closing_line_counts() {
+        // Real `pytest -rA -q` tail: the closing line has no `=` rule.
+        let l = parse_pytest("=== short test summary info ===\nPASSED t.py::test_pass\nFAILED t.py::test_a - assert 1 == 2\n1 failed, 1 passed in 0.07s\n");
+        assert!(l.summary_seen && l.consistent);
+        assert_eq!(l.counts["failed"], 1);
+        // A line like it printed in the body is not the closing line.
+        assert!(!parse_pytest("1 passed in 0.01s\n").summary_seen);
     }
 
     #[test]
