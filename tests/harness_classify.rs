@@ -399,3 +399,78 @@ async fn selectors_accept_the_ids_the_runner_reports() {
         .unwrap();
     assert_eq!(gold.status, GateStatus::Pass, "{}", gold.feedback);
 }
+
+/// `gold` with `line` appended to the first source file it changes, as a Base-relative diff
+/// (built in a plain clone of the task's repository).
+fn gold_plus(t: &execcritic::task::TaskInstance, line: &str) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = t
+        .repo_path
+        .as_ref()
+        .expect("bundled tasks have a repo_path");
+    git(tmp.path(), &["clone", "-q", repo.to_str().unwrap(), "r"]);
+    let ws = tmp.path().join("r");
+    git(&ws, &["checkout", "-q", &t.base_commit]);
+    let p = ws.join("gold.patch");
+    std::fs::write(&p, &t.patch).unwrap();
+    git(&ws, &["apply", "gold.patch"]);
+    std::fs::remove_file(&p).unwrap();
+    let file = execcritic::harness::diff::parse_patch(&t.patch).unwrap()[0]
+        .new_path
+        .clone()
+        .unwrap();
+    let mut text = std::fs::read_to_string(ws.join(&file)).unwrap();
+    text.push_str(line);
+    std::fs::write(ws.join(&file), text).unwrap();
+    git(&ws, &["diff"]) + "\n"
+}
+
+/// On the bundled suite (a pytest task and a Django/unittest task): the gold fix plus an exit
+/// hook that makes the runner exit non-zero after reporting every test PASSED is neither a pass
+/// of the candidate gate (with the task's Oracle bundle) nor RESOLVED by official grading; the
+/// plain gold fix is both.
+#[tokio::test]
+async fn bundled_suite_completion_attacks() {
+    use execcritic::episode::oracle::oracle_bundle;
+    use execcritic::task::{bundled_suite, load_tasks, Runner};
+    let tasks = load_tasks(&bundled_suite().expect("bundled suite builds")).unwrap();
+    for runner in [Runner::Pytest, Runner::Django] {
+        let t = tasks.iter().find(|t| t.runner == runner).unwrap();
+        let frozen = FrozenBundle::freeze(oracle_bundle(t).unwrap()).unwrap();
+        let attack = gold_plus(
+            t,
+            "\nimport atexit as _ax, os as _os\n_ax.register(lambda: _os._exit(1))\n",
+        );
+        let sb = open_sandbox(SandboxKind::Local, t, Purpose::Gate)
+            .await
+            .unwrap();
+        let v = check_candidate_in(sb.as_ref(), &frozen, &attack, T)
+            .await
+            .unwrap();
+        assert_eq!(
+            (v.status, v.failure_kind),
+            (GateStatus::HardFail, FailureKind::NonzeroExit),
+            "{}: {}",
+            t.instance_id,
+            v.feedback
+        );
+        let gold = check_candidate_in(sb.as_ref(), &frozen, &t.patch, T)
+            .await
+            .unwrap();
+        assert_eq!(
+            gold.status,
+            GateStatus::Pass,
+            "{}: {}",
+            t.instance_id,
+            gold.feedback
+        );
+        let g = grade(t, &attack, SandboxKind::Local).await.unwrap();
+        assert!(
+            !g.resolved && g.completion.as_deref() == Some("incomplete"),
+            "{g:?}"
+        );
+        assert!(g.tests.values().all(|s| s == "PASSED"), "{g:?}");
+        let g = grade(t, &t.patch, SandboxKind::Local).await.unwrap();
+        assert!(g.resolved, "{g:?}");
+    }
+}
