@@ -135,7 +135,7 @@ impl RunRecord {
                 for (id, s) in &self.parsed.statuses {
                     let matches =
                         id == n || (id.starts_with(n.as_str()) && id[n.len()..].starts_with('['));
-                    if matches && st.is_none_or(|cur| worse(*s, cur)) {
+                    if matches && st.is_none_or(|cur| s.rank() > cur.rank()) {
                         st = Some(*s);
                     }
                 }
@@ -143,17 +143,6 @@ impl RunRecord {
             })
             .collect()
     }
-}
-
-fn worse(a: TestStatus, b: TestStatus) -> bool {
-    let r = |s: TestStatus| match s {
-        TestStatus::Passed => 0,
-        TestStatus::Skipped | TestStatus::XFail => 1,
-        TestStatus::XPass => 2,
-        TestStatus::Failed => 3,
-        TestStatus::Error => 4,
-    };
-    r(a) > r(b)
 }
 
 /// Run `command` in the sandbox, reading its exit code from a nonce marker, and parse the log.

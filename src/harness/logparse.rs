@@ -237,7 +237,13 @@ fn parse_pytest(output: &str) -> ParsedLog {
         };
         if st == TestStatus::Skipped && rest.starts_with('[') {
             *entries.entry("skipped").or_default() += 1;
-            continue; // `SKIPPED [1] path:line: reason` names no node
+            // `SKIPPED [1] path:line: reason` names no node; verbose runs may write
+            // `SKIPPED [1] path::node: reason`.
+            let after = rest.split_once("] ").map_or("", |(_, a)| a);
+            if let Some((id, _)) = after.split_once(": ").filter(|(id, _)| id.contains("::")) {
+                log.record(id.to_string(), TestStatus::Skipped);
+            }
+            continue;
         }
         let (id, reason) = split_reason(rest);
         let key = match st {
