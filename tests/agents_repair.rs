@@ -254,8 +254,11 @@ async fn unappliable_patch_gets_the_recovery_prompt() {
     );
 }
 
+/// A candidate that breaks the module's syntax makes the frozen test uncollectable. The bundle
+/// collected on Base, so this is the candidate's behaviour: a `hard_fail` (never `inconclusive`,
+/// which training masks — a way to hide a failure).
 #[tokio::test]
-async fn operational_error_is_inconclusive_and_grants_no_budget() {
+async fn broken_collection_is_a_hard_fail_not_masked() {
     let mut turns = round0_partial();
     // Round 1: the candidate breaks the module's syntax: the test cannot be collected.
     turns.extend([
@@ -266,9 +269,9 @@ async fn operational_error_is_inconclusive_and_grants_no_budget() {
     let r = run(&turns, config(1, 40), RepairInputs::default()).await;
     assert_eq!(
         statuses(&r.record),
-        vec![vec!["hard_fail"], vec!["inconclusive"]]
+        vec![vec!["hard_fail"], vec!["hard_fail"]]
     );
-    // One revision round was allowed; the inconclusive check did not add another.
+    // One revision round was allowed.
     assert_eq!(r.record.terminal, TerminalReason::Exhausted);
     assert_eq!(r.record.rounds.len(), 2);
     assert!(r.record.terminal_patch.contains("def broken(:"));

@@ -50,8 +50,11 @@ async fn base_gate_accepts_clean_failure_and_classifies_adversarial_tests() {
         ("infinite loop", test_file_with("    while True:\n        pass"), Some(BaseCategory::Timeout)),
         ("fork bomb", test_file_with("    import os\n    while True:\n        try:\n            os.fork()\n        except OSError:\n            pass"), None),
         ("100 MB output", test_file_with("    import sys\n    for _ in range(100):\n        sys.stdout.write('y' * 1_000_000)\n    assert add(2, 3) == 5"), Some(BaseCategory::AssertionFailureClean)),
-        ("network", test_file_with("    import socket\n    socket.create_connection(('1.1.1.1', 80), timeout=3)\n    assert True"), None),
-        ("write outside", test_file_with("    open('/usr/execcritic-escape', 'w').write('x')\n    assert True"), None),
+        // An exception raised in the test's call is a behavioural failure whatever its type
+        // (classification reads the runner's per-node report, not words): these qualify on
+        // Base, and the Gold check below shows they can never pass (Q = 0).
+        ("network", test_file_with("    import socket\n    socket.create_connection(('1.1.1.1', 80), timeout=3)\n    assert True"), Some(BaseCategory::AssertionFailureClean)),
+        ("write outside", test_file_with("    open('/usr/execcritic-escape', 'w').write('x')\n    assert True"), Some(BaseCategory::AssertionFailureClean)),
     ];
     for (name, file, expect) in cases {
         let f = frozen_with(&[("tests/test_calc.py", &file)], &[NODE]);
@@ -61,7 +64,12 @@ async fn base_gate_accepts_clean_failure_and_classifies_adversarial_tests() {
             Some(c) => assert_eq!(cat, c, "{name}: {tail}"),
             None => assert!(!cat.accepted() || name == "fork bomb", "{name}: {cat:?}"),
         }
-        if name != "100 MB output" {
+        if matches!(name, "network" | "write outside") {
+            let gold = check_candidate_in(sb, &f, &fixture().gold_patch, t)
+                .await
+                .unwrap();
+            assert_eq!(gold.status, GateStatus::HardFail, "{name}: {}", gold.feedback);
+        } else if name != "100 MB output" {
             assert!(!cat.accepted(), "{name} accepted");
         }
     }

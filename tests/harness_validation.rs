@@ -52,7 +52,11 @@ fn bare_test_names_resolve_to_the_selected_node() {
     );
     // A bare name and its exact id together are a duplicate.
     assert_eq!(
-        kind_of(&good_patch(), &cmd, &contract_with_nodes(&["test_add", NODE])),
+        kind_of(
+            &good_patch(),
+            &cmd,
+            &contract_with_nodes(&["test_add", NODE])
+        ),
         RejectionKind::DuplicateNode
     );
 }
@@ -233,4 +237,81 @@ async fn qualify_rejects_before_running() {
         }
     }
     assert!(!pwned.exists());
+}
+
+/// The bundle hash covers the contract: a frozen bundle whose contract changed is not intact.
+#[test]
+fn bundle_hash_covers_the_contract() {
+    let b = Bundle::from_parts(&good_patch(), &format!("pytest {NODE}"), CONTRACT).unwrap();
+    let f = FrozenBundle::freeze(b).unwrap();
+    let mut tampered = f.clone();
+    tampered.bundle.contract.expected_output = "anything".into();
+    assert!(!tampered.intact());
+    let mut tampered = f.clone();
+    tampered.bundle.contract.non_assertions.push("more".into());
+    assert_ne!(tampered.bundle.content_hash(), f.hash);
+}
+
+/// Bundle files are read once, capped, and must be regular files: an oversized file, a symlink
+/// (to a huge or host file) and a FIFO are rejected with their own class.
+#[test]
+fn bundle_reads_are_capped_and_regular_files_only() {
+    use execcritic::harness::bundle::{COMMAND_CAP, PATCH_CAP};
+    use execcritic::harness::BundleError;
+    let kind = |dir: &std::path::Path| match Bundle::read_dir(dir) {
+        Err(BundleError::Rejected(r)) => r.kind,
+        other => panic!("{other:?}"),
+    };
+    let b = Bundle::from_parts(&good_patch(), &format!("pytest {NODE}"), CONTRACT).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    b.write_dir(dir.path()).unwrap();
+    let big = format!(
+        "{}{}",
+        good_patch(),
+        "+x\n".repeat(PATCH_CAP as usize / 3 + 1)
+    );
+    std::fs::write(dir.path().join("test.patch"), big).unwrap();
+    assert_eq!(kind(dir.path()), RejectionKind::BundleTooLarge);
+    b.write_dir(dir.path()).unwrap();
+    std::fs::write(
+        dir.path().join("test_command"),
+        format!("pytest {NODE} {}", "-q ".repeat(COMMAND_CAP as usize)),
+    )
+    .unwrap();
+    assert_eq!(kind(dir.path()), RejectionKind::BundleTooLarge);
+    b.write_dir(dir.path()).unwrap();
+    std::fs::remove_file(dir.path().join("test.patch")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dir.path().join("test.patch")).unwrap();
+    assert_eq!(kind(dir.path()), RejectionKind::BundleFileType);
+    std::fs::remove_file(dir.path().join("test.patch")).unwrap();
+    let fifo = std::ffi::CString::new(dir.path().join("test.patch").to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    assert_eq!(kind(dir.path()), RejectionKind::BundleFileType);
+}
+
+/// A sympy task's Oracle bundle (bare F2P names, `bin/test` runner) validates: its command
+/// selects the test file and each name with `-k`.
+#[test]
+fn sympy_oracle_bundles_validate() {
+    use execcritic::episode::oracle::oracle_bundle;
+    let test_patch = "diff --git a/sympy/core/tests/test_basic.py b/sympy/core/tests/test_basic.py\n--- a/sympy/core/tests/test_basic.py\n+++ b/sympy/core/tests/test_basic.py\n@@ -1,2 +1,6 @@\n from sympy import S\n \n+\n+def test_issue_1():\n+    assert S(1) == 1\n+\n";
+    let v = serde_json::json!({
+        "instance_id": "sympy__sympy-1",
+        "repo": "sympy/sympy",
+        "base_commit": "0123456789abcdef0123456789abcdef01234567",
+        "patch": "diff --git a/sympy/core/basic.py b/sympy/core/basic.py\n",
+        "test_patch": test_patch,
+        "problem_statement": "x",
+        "FAIL_TO_PASS": ["test_issue_1"],
+        "PASS_TO_PASS": ["test_other"],
+    });
+    let task = execcritic::task::TaskInstance::from_json(v, None).unwrap();
+    assert_eq!(task.runner, execcritic::task::Runner::Sympy);
+    let b = oracle_bundle(&task).unwrap();
+    assert_eq!(
+        b.test_command,
+        "bin/test -C --verbose 'sympy/core/tests/test_basic.py' -k 'test_issue_1'"
+    );
+    let f = FrozenBundle::freeze(b).unwrap();
+    assert_eq!(f.plan.nodes, vec!["test_issue_1"]);
 }

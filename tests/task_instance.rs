@@ -271,11 +271,6 @@ fn every_malformed_field_is_named() {
             Some(json!({"commands": [], "network": true})),
             "field `environment_setup.network`: unknown field",
         ),
-        (
-            "spurious_field",
-            Some(json!(1)),
-            "field `spurious_field`: unknown field",
-        ),
     ];
     for (field, value, expected) in cases {
         let msg = error_for(field, value);
@@ -382,4 +377,30 @@ fn task_file_errors() {
             .starts_with("cannot access /nonexistent/tasks.jsonl"),
         "{err}"
     );
+}
+
+/// SWE-rebench-style records carry fields this crate does not read: they load, are ignored, and
+/// are written back unchanged.
+#[test]
+fn unknown_fields_are_kept_and_ignored() {
+    let mut v = record();
+    let extra = json!({
+        "meta": {"has_test_patch": true, "num_modified_files": 2},
+        "license_name": "BSD-3-Clause",
+        "install_config": {"python": "3.9", "test_cmd": "pytest -rA"},
+        "requirements": "numpy==1.26\n",
+        "spurious_field": 1
+    });
+    for (k, x) in extra.as_object().unwrap() {
+        v.as_object_mut().unwrap().insert(k.clone(), x.clone());
+    }
+    let t = parse(v).expect("a record with unknown fields loads");
+    assert_eq!(t.extra["license_name"], json!("BSD-3-Clause"));
+    assert_eq!(t.extra.len(), 5);
+    // Known fields are unaffected by the extras (install_config.test_cmd is not test_cmd).
+    assert_ne!(t.test_cmd, "pytest -rA");
+    let back = t.to_json().unwrap();
+    assert_eq!(back["meta"]["num_modified_files"], json!(2));
+    let again = parse(back).unwrap();
+    assert_eq!(again, t);
 }

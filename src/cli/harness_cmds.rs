@@ -15,6 +15,8 @@ pub enum SandboxKind {
     Docker,
 }
 
+/// `qualify` checks ONE bundle against ONE instance (one sandbox), so it has no `--workers`;
+/// `audit` is the parallel form over a directory of bundles.
 #[derive(Args, Debug)]
 pub struct QualifyArgs {
     #[arg(long)]
@@ -25,8 +27,6 @@ pub struct QualifyArgs {
     pub bundle: PathBuf,
     #[arg(long, value_enum, default_value_t = SandboxKind::Local)]
     pub sandbox: SandboxKind,
-    #[arg(long, default_value_t = 1)]
-    pub workers: usize,
 }
 
 #[derive(Args, Debug)]
@@ -252,6 +252,7 @@ pub fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
                 resolved: false,
                 tests: Default::default(),
                 error_kind: Some("no_prediction".into()),
+                completion: None,
             },
             Some(p) => match harness::grade(&t, &p, kind).await {
                 Ok(r) => r,
@@ -260,6 +261,7 @@ pub fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
                     resolved: false,
                     tests: Default::default(),
                     error_kind: Some(format!("infra: {e}")),
+                    completion: None,
                 },
             },
         }

@@ -52,9 +52,30 @@ fn official_nodes(task: &TaskInstance) -> Vec<String> {
     nodes
 }
 
+/// The Python test files the official test patch touches (sympy selects a node as file + name).
+fn sympy_test_files(task: &TaskInstance) -> Vec<String> {
+    parse_patch(&task.test_patch)
+        .map(|files| {
+            files
+                .into_iter()
+                .filter_map(|f| f.new_path)
+                .filter(|p| p.ends_with(".py"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// A bundle of the official test patch whose command selects (and whose contract declares) `nodes`.
 fn bundle_for(task: &TaskInstance, nodes: &[String]) -> Result<Bundle, String> {
-    let selectors: Vec<String> = nodes.iter().map(|t| shell_quote(t)).collect();
+    let selectors: Vec<String> = match task.runner {
+        // sympy's `bin/test` selects by file and `-k name` (F2P ids are bare function names).
+        Runner::Sympy => sympy_test_files(task)
+            .iter()
+            .map(|f| shell_quote(f))
+            .chain(nodes.iter().flat_map(|n| ["-k".to_string(), shell_quote(n)]))
+            .collect(),
+        _ => nodes.iter().map(|t| shell_quote(t)).collect(),
+    };
     let command = format!("{} {}", task.test_cmd, selectors.join(" "));
     let contract = serde_json::json!({
         "entrypoint": "official FAIL_TO_PASS tests",

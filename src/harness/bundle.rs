@@ -118,21 +118,25 @@ impl Bundle {
         })
     }
 
-    /// Read `test.patch`, `test_command`, `test_contract.json` from a directory.
+    /// Read `test.patch`, `test_command`, `test_contract.json` from a directory: each file is
+    /// opened once (a symlink or anything but a regular file is rejected), read at most up to
+    /// its cap ([`PATCH_CAP`], [`COMMAND_CAP`], [`CONTRACT_CAP`]; a larger file is rejected as
+    /// `bundle_too_large`), and everything after works on these bytes: validation, freezing and
+    /// the hash see the same content, whatever happens to the directory meanwhile.
     pub fn read_dir(dir: &Path) -> Result<Bundle, BundleError> {
-        let read = |name: &str, missing: RejectionKind| -> Result<String, BundleError> {
-            let p = dir.join(name);
-            match std::fs::read_to_string(&p) {
-                Ok(s) => Ok(s),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(BundleError::Rejected(
-                    Rejection::new(missing, format!("{name} is missing")),
-                )),
-                Err(e) => Err(BundleError::Io { path: p, source: e }),
-            }
-        };
-        let patch = read(PATCH_FILE, RejectionKind::EmptyPatch)?;
-        let command = read(COMMAND_FILE, RejectionKind::MissingCommand)?;
-        let contract = read(CONTRACT_FILE, RejectionKind::MissingContract)?;
+        let patch = read_capped(dir, PATCH_FILE, PATCH_CAP, RejectionKind::EmptyPatch)?;
+        let command = read_capped(
+            dir,
+            COMMAND_FILE,
+            COMMAND_CAP,
+            RejectionKind::MissingCommand,
+        )?;
+        let contract = read_capped(
+            dir,
+            CONTRACT_FILE,
+            CONTRACT_CAP,
+            RejectionKind::MissingContract,
+        )?;
         Bundle::from_parts(&patch, &command, &contract).map_err(BundleError::Rejected)
     }
 
@@ -145,15 +149,83 @@ impl Bundle {
         std::fs::write(dir.join(CONTRACT_FILE), json + "\n")
     }
 
-    /// sha256 over patch and command (length-prefixed so the split is unambiguous).
+    /// sha256 over patch, command and contract (the contract in its canonical JSON form, field
+    /// order fixed by [`TestContract`]); each part length-prefixed so the split is unambiguous.
     pub fn content_hash(&self) -> String {
+        let contract = serde_json::to_string(&self.contract).unwrap_or_default();
         let mut h = Sha256::new();
-        for part in [&self.test_patch, &self.test_command] {
+        for part in [&self.test_patch, &self.test_command, &contract] {
             h.update((part.len() as u64).to_le_bytes());
             h.update(part.as_bytes());
         }
         hex::encode(h.finalize())
     }
+}
+
+/// Largest `test.patch` a bundle may have (bytes).
+pub const PATCH_CAP: u64 = 4 << 20;
+/// Largest `test_command` file (bytes).
+pub const COMMAND_CAP: u64 = 16 << 10;
+/// Largest `test_contract.json` (bytes).
+pub const CONTRACT_CAP: u64 = 256 << 10;
+
+/// Read one bundle file once, capped at `cap` bytes, refusing symlinks and non-regular files.
+fn read_capped(
+    dir: &Path,
+    name: &str,
+    cap: u64,
+    missing: RejectionKind,
+) -> Result<String, BundleError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let p = dir.join(name);
+    let rejected = |kind, m: String| BundleError::Rejected(Rejection::new(kind, m));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&p);
+    let file = match file {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(rejected(missing, format!("{name} is missing")))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(rejected(
+                RejectionKind::BundleFileType,
+                format!("{name} is a symlink; bundle files must be regular files"),
+            ))
+        }
+        Err(e) => return Err(BundleError::Io { path: p, source: e }),
+    };
+    let meta = file.metadata().map_err(|e| BundleError::Io {
+        path: p.clone(),
+        source: e,
+    })?;
+    if !meta.is_file() {
+        return Err(rejected(
+            RejectionKind::BundleFileType,
+            format!("{name} is not a regular file"),
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| BundleError::Io {
+            path: p.clone(),
+            source: e,
+        })?;
+    if bytes.len() as u64 > cap {
+        return Err(rejected(
+            RejectionKind::BundleTooLarge,
+            format!("{name} is larger than its limit of {cap} bytes"),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| {
+        rejected(
+            RejectionKind::MalformedPatch,
+            format!("{name} is not valid UTF-8"),
+        )
+    })
 }
 
 /// A validated bundle bound to its content hash. Construct with [`FrozenBundle::freeze`]; the

@@ -1,7 +1,21 @@
-//! Classification of a test run: Base-gate categories (harness-semantics §4, in order; only a
-//! clean assertion failure of every declared node qualifies) and Repair-gate failure kinds
-//! mapped to `pass | hard_fail | inconclusive`. Timeouts come from the sandbox's flag, never
-//! from the word "timeout" in the output; the exit code is cross-checked against statuses.
+//! Classification of a test run, from the runner's structured report (per-node outcomes and
+//! WHERE an error arose: collection, set-up, or the test's own call; see [`super::logparse`]),
+//! the exit code, and the sandbox's own signals (its timeout flag, the nonce-marked exit code) —
+//! never from words the code under test prints.
+//!
+//! ONE rule for a bundle's several declared nodes, the paper's (App. B.1: "PASS when all bound
+//! test nodes pass and FAIL when the completed test run reports a behavioral failure"): a valid
+//! run is PASS iff every declared node passed; it is a behavioural FAIL iff at least one declared
+//! node failed in its own call and every other declared node passed or failed the same way. A
+//! declared node that errors in set-up, is skipped, xfails, xpasses (strict or not) or is not
+//! reported is neither. The Base gate accepts exactly a behavioural FAIL whose failing nodes
+//! failed on the behaviour (an assertion, or an exception the exercised code raised) rather than
+//! on the test's own import, syntax or name errors; the candidate gate passes exactly a PASS.
+//!
+//! Completion ([`completion`]) is shared with official grading: a run counts only when the
+//! sandbox's marker carries its exit code, no timeout fired, the runner's closing summary was
+//! printed, its report is self-consistent, and the exit code agrees with it (non-zero iff a
+//! failure was reported; pytest's 2–5 are runner-level outcomes).
 
 use super::execute::RunRecord;
 use super::logparse::TestStatus;
@@ -11,7 +25,9 @@ use serde::Serialize;
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BaseCategory {
+    /// The sandbox's marker (exit code) is missing: the harness could not observe the run.
     HarnessException,
+    /// The sandbox's timeout fired.
     Timeout,
     BadRelativeImport,
     ModuleNotFound,
@@ -19,29 +35,31 @@ pub enum BaseCategory {
     OtherImportError,
     SyntaxError,
     FixtureNotFound,
+    /// pytest exit code 3.
     InternalError,
+    /// pytest exit code 4.
     UsageError,
     NameError,
     DatabaseAccess,
-    PermissionSetup,
-    /// The test needs the network or writes outside the workspace (blocked by the sandbox).
-    SandboxViolation,
+    /// A declared node was not reported, or nothing was collected (pytest exit code 5).
     RunnerLabelError,
+    /// A test module could not be collected (another exception than the import/syntax kinds).
     CollectionError,
+    /// The run did not finish or its report contradicts its exit code (no closing summary,
+    /// non-zero exit without a reported failure, exit 0 with one, an entry the counts lack).
+    IncompleteRun,
     FailuresMixedWithErrors,
     ErrorsOnly,
-    /// Some declared nodes fail and others pass/skip on Base: not a clean reproduction.
-    PartialPass,
+    /// A declared node was skipped or xfailed on Base.
+    SkippedOrXfail,
+    /// A declared node xpassed on Base (`xfail(strict=True)` passing included).
+    Xpass,
     Passed,
-    EmptyOutput,
     AssertionFailureClean,
-    OtherFailure,
-    Unknown,
 }
 
 impl BaseCategory {
-    /// Accepted: every declared node reports FAILED (or some FAILED, the rest PASSED), none
-    /// errors or is skipped, and no operational pattern appears.
+    /// Accepted: a behavioural FAIL (see the module doc).
     pub fn accepted(self) -> bool {
         self == BaseCategory::AssertionFailureClean
     }
@@ -59,11 +77,19 @@ impl BaseCategory {
 pub enum FailureKind {
     Passed,
     Timeout,
+    /// A runner-level failure the candidate cannot cause (pytest usage error, exit code 4, with
+    /// no module failing to collect).
     InfraOrCollection,
     AssertionFailure,
     TestError,
+    /// A test module no longer collects/imports with the candidate (it did on Base).
+    CollectionError,
+    /// Every declared node passed but the run's exit code or report says otherwise.
     NonzeroExit,
+    /// A declared node was skipped, xfailed, xpassed or not reported.
     NoPassSignal,
+    /// The run did not finish (no closing summary), or its report contradicts itself.
+    IncompleteRun,
     UnknownFailure,
     PatchApplyFailure,
     TestPatchApplyFailure,
@@ -73,11 +99,24 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
+    /// Gate status. The bundle ran to completion on Base (it qualified), so any other outcome of
+    /// the same bundle on a candidate — a collection error, a crash, an unfinished or
+    /// self-contradicting run — is caused by the candidate: a behavioural `hard_fail`. Only the
+    /// sandbox's own signals (timeout, missing marker), harness-blocked structural failures and
+    /// runner usage errors are `inconclusive`.
     pub fn gate_status(self) -> GateStatus {
+        use FailureKind::*;
         match self {
-            FailureKind::Passed => GateStatus::Pass,
-            FailureKind::AssertionFailure | FailureKind::TestError => GateStatus::HardFail,
-            _ => GateStatus::Inconclusive,
+            Passed => GateStatus::Pass,
+            AssertionFailure | TestError | CollectionError | NonzeroExit | NoPassSignal
+            | IncompleteRun | UnknownFailure => GateStatus::HardFail,
+            Timeout
+            | InfraOrCollection
+            | PatchApplyFailure
+            | TestPatchApplyFailure
+            | HiddenTestPathsDirtied
+            | BundleModified
+            | HarnessException => GateStatus::Inconclusive,
         }
     }
     pub fn name(self) -> String {
@@ -107,223 +146,219 @@ impl GateStatus {
     }
 }
 
-fn has(out: &str, pats: &[&str]) -> bool {
-    pats.iter().any(|p| out.contains(p))
+/// Whether a run counts, from the sandbox's signals, the exit code and the runner's report.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Completion {
+    /// Finished, with a self-consistent report that agrees with the exit code.
+    Complete,
+    /// The sandbox's timeout fired.
+    TimedOut,
+    /// The nonce-marked exit code is missing.
+    NoExitCode,
+    /// A runner-level exit: pytest 2 (interrupted; collection errors), 3 (internal error),
+    /// 4 (usage error), 5 (nothing collected).
+    RunnerExit(i32),
+    /// No closing summary (the run stopped early: crash, `os._exit`, signal), a report that
+    /// contradicts itself or its exit code.
+    Incomplete,
 }
 
-/// Operational patterns in the output (harness-semantics §4 order, after exceptions/timeouts).
-fn pattern_category(out: &str) -> Option<BaseCategory> {
-    use BaseCategory::*;
-    let rules: &[(BaseCategory, &[&str])] = &[
-        (
-            BadRelativeImport,
-            &["attempted relative import", "beyond top-level package"],
-        ),
-        (ModuleNotFound, &["ModuleNotFoundError"]),
-        (ImportNameMissing, &["ImportError: cannot import name"]),
-        (OtherImportError, &["ImportError"]),
-        (
-            SyntaxError,
-            &["SyntaxError", "IndentationError", "TabError"],
-        ),
-        (FixtureNotFound, &["fixture '", "' not found"]),
-        (InternalError, &["INTERNALERROR>"]),
-        (
-            UsageError,
-            &[
-                "ERROR: usage:",
-                "error: unrecognized arguments",
-                "error: argument",
-            ],
-        ),
-        (NameError, &["NameError", "UnboundLocalError"]),
-        (DatabaseAccess, &["Database access not allowed"]),
-        (PermissionSetup, &["403 Forbidden", "status_code=403"]),
-        (
-            SandboxViolation,
-            &[
-                "Network is unreachable",
-                "Temporary failure in name resolution",
-                "ConnectionRefusedError",
-                "Read-only file system",
-                "PermissionError",
-            ],
-        ),
-    ];
-    for (cat, pats) in rules {
-        let hit = if *cat == FixtureNotFound {
-            out.contains("fixture '") && out.contains("' not found")
-        } else {
-            has(out, pats)
-        };
-        if hit {
-            return Some(*cat);
-        }
+/// The completion of a run: the one rule the gates and official grading share.
+pub fn completion(r: &RunRecord) -> Completion {
+    if r.timed_out {
+        return Completion::TimedOut;
     }
-    None
+    let Some(rc) = r.rc.filter(|_| r.marker_found) else {
+        return Completion::NoExitCode;
+    };
+    let p = &r.parsed;
+    if r.is_pytest() && (2..=5).contains(&rc) && p.summary_seen {
+        return Completion::RunnerExit(rc);
+    }
+    if !p.summary_seen || !p.consistent {
+        return Completion::Incomplete;
+    }
+    let failed = p.has_failures()
+        || ["failed", "error", "failures", "errors", "exceptions"]
+            .iter()
+            .any(|k| p.counts.get(*k).copied().unwrap_or(0) > 0);
+    if (rc != 0) != failed {
+        return Completion::Incomplete;
+    }
+    Completion::Complete
 }
 
-fn label_error(out: &str) -> bool {
-    has(
-        out,
-        &[
-            "collected 0 items",
-            "no tests ran",
-            "Ran 0 tests",
-            "file or directory not found",
-            "ERROR: not found:",
-            "No module named",
-        ],
-    )
+/// The kind of an exception line (`Type: message`, pytest's `assert …` / `Failed: …`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Exc {
+    Assertion,
+    RelativeImport,
+    ModuleNotFound,
+    ImportName,
+    Import,
+    Syntax,
+    Name,
+    FixtureNotFound,
+    DatabaseAccess,
+    Other,
 }
 
-fn collection_error(r: &RunRecord) -> bool {
-    has(
-        &r.output,
-        &[
-            "ERROR collecting",
-            "errors during collection",
-            "_FailedTest",
-            "Interrupted:",
-        ],
-    ) || r.parsed.statuses.keys().any(|k| {
-        !k.contains("::") && r.parsed.statuses[k] == TestStatus::Error && k.ends_with(".py")
-    })
+fn exception_of(reason: &str) -> Exc {
+    let r = reason.trim();
+    if r.starts_with("fixture '") && r.contains("' not found") {
+        return Exc::FixtureNotFound;
+    }
+    if r.starts_with("assert ") || r == "assert" || r.starts_with("Failed:") {
+        return Exc::Assertion;
+    }
+    let ty = r.split(':').next().unwrap_or("").trim();
+    let ty = ty.rsplit('.').next().unwrap_or(ty);
+    match ty {
+        "AssertionError" => Exc::Assertion,
+        "ModuleNotFoundError" => Exc::ModuleNotFound,
+        "ImportError" if r.contains("attempted relative import") => Exc::RelativeImport,
+        "ImportError" if r.contains("cannot import name") => Exc::ImportName,
+        "ImportError" => Exc::Import,
+        "SyntaxError" | "IndentationError" | "TabError" => Exc::Syntax,
+        "NameError" | "UnboundLocalError" => Exc::Name,
+        "RuntimeError" if r.contains("Database access not allowed") => Exc::DatabaseAccess,
+        _ => Exc::Other,
+    }
 }
 
-/// Base-gate category of a run of the declared `nodes` on Base.
-/// Rule for several nodes: every declared node must fail (FAILED, not ERROR, skip or pass).
+/// The Base category of a module that did not collect, by its exception.
+fn collection_category(reason: &str) -> BaseCategory {
+    use BaseCategory::*;
+    match exception_of(reason) {
+        Exc::RelativeImport => BadRelativeImport,
+        Exc::ModuleNotFound => ModuleNotFound,
+        Exc::ImportName => ImportNameMissing,
+        Exc::Import => OtherImportError,
+        Exc::Syntax => SyntaxError,
+        Exc::Name => NameError,
+        _ => CollectionError,
+    }
+}
+
+fn reason_of<'a>(r: &'a RunRecord, node: &str) -> &'a str {
+    r.parsed
+        .reasons
+        .iter()
+        .find(|(k, _)| {
+            k.as_str() == node || (k.starts_with(node) && k[node.len()..].starts_with('['))
+        })
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("")
+}
+
+/// Base-gate category of a run of the declared `nodes` on Base (the rule in the module doc).
 pub fn base_category(r: &RunRecord, nodes: &[String]) -> BaseCategory {
     use BaseCategory::*;
-    if r.timed_out {
-        return Timeout;
+    match completion(r) {
+        Completion::TimedOut => return Timeout,
+        Completion::NoExitCode => return HarnessException,
+        _ => {}
     }
-    if !r.marker_found {
-        return HarnessException;
+    if let Some(reason) = r.parsed.collection_errors.values().next() {
+        return collection_category(reason);
     }
-    if let Some(c) = pattern_category(&r.output) {
-        return c;
+    match completion(r) {
+        Completion::RunnerExit(3) => return InternalError,
+        Completion::RunnerExit(4) => return UsageError,
+        Completion::RunnerExit(5) => return RunnerLabelError,
+        Completion::RunnerExit(_) => return CollectionError,
+        Completion::Incomplete => return IncompleteRun,
+        _ => {}
     }
-    let mut st = r.node_statuses(nodes);
-    if st.iter().any(|(_, s)| s.is_none()) || label_error(&r.output) {
+    let st = r.node_statuses(nodes);
+    if st.iter().any(|(_, s)| s.is_none()) {
         return RunnerLabelError;
     }
-    if r.output.contains("\nRan ") {
-        for (_, s) in st.iter_mut() {
+    let count = |want: TestStatus| st.iter().filter(|(_, s)| *s == Some(want)).count();
+    let (n_fail, n_err, n_pass) = (
+        count(TestStatus::Failed),
+        count(TestStatus::Error),
+        count(TestStatus::Passed),
+    );
+    if n_err > 0 {
+        for (n, s) in &st {
             if *s == Some(TestStatus::Error) {
-                *s = Some(TestStatus::Failed);
+                match exception_of(reason_of(r, n)) {
+                    Exc::FixtureNotFound => return FixtureNotFound,
+                    Exc::DatabaseAccess => return DatabaseAccess,
+                    _ => {}
+                }
             }
         }
+        return if n_fail > 0 {
+            FailuresMixedWithErrors
+        } else {
+            ErrorsOnly
+        };
     }
-    if collection_error(r) {
-        return CollectionError;
+    if count(TestStatus::XPass) > 0 {
+        return Xpass;
     }
-    let n_fail = st
-        .iter()
-        .filter(|(_, s)| *s == Some(TestStatus::Failed))
-        .count();
-    let n_err = st
-        .iter()
-        .filter(|(_, s)| *s == Some(TestStatus::Error))
-        .count();
-    let n_pass = st
-        .iter()
-        .filter(|(_, s)| *s == Some(TestStatus::Passed))
-        .count();
-    if n_fail > 0 && n_err > 0 {
-        return FailuresMixedWithErrors;
-    }
-    if n_err > 0 {
-        return ErrorsOnly;
+    if count(TestStatus::Skipped) + count(TestStatus::XFail) > 0 {
+        return SkippedOrXfail;
     }
     if n_pass == st.len() {
         return Passed;
     }
-    if r.output.trim().is_empty() {
-        return EmptyOutput;
-    }
-    if n_fail > 0 && n_fail + n_pass == st.len() && r.rc.is_some_and(|c| c != 0) {
-        // Rule for several nodes: at least one declared node fails, none errors, is skipped or
-        // missing; passing declared nodes act as regression guards.
-        return AssertionFailureClean;
-    }
-    if n_fail > 0 {
-        return PartialPass;
-    }
-    if r.rc.is_some_and(|c| c != 0) {
-        return OtherFailure;
-    }
-    Unknown
-}
-
-fn is_assertion(reason: Option<&String>, out: &str) -> bool {
-    match reason {
-        Some(r) => {
-            r.starts_with("assert") || r.starts_with("AssertionError") || r.starts_with("Failed:")
-        }
-        None => {
-            out.contains("AssertionError")
-                || out.contains("\nE       assert")
-                || out.contains("\nE   assert")
+    debug_assert_eq!(n_fail + n_pass, st.len());
+    // The test's own broken imports, syntax or names are not the behaviour under test.
+    for (n, s) in &st {
+        if *s == Some(TestStatus::Failed) {
+            let cat = match exception_of(reason_of(r, n)) {
+                Exc::RelativeImport => BadRelativeImport,
+                Exc::ModuleNotFound => ModuleNotFound,
+                Exc::ImportName => ImportNameMissing,
+                Exc::Import => OtherImportError,
+                Exc::Syntax => SyntaxError,
+                Exc::Name => NameError,
+                Exc::DatabaseAccess => DatabaseAccess,
+                _ => continue,
+            };
+            return cat;
         }
     }
+    AssertionFailureClean
 }
 
-/// Every FAILED declared node failed on an assertion (not another exception).
-fn all_assertions(r: &RunRecord, nodes: &[String]) -> bool {
-    r.node_statuses(nodes)
-        .iter()
-        .filter(|(_, s)| *s == Some(TestStatus::Failed))
-        .all(|(n, _)| {
-            let reason = r
-                .parsed
-                .reasons
-                .iter()
-                .find(|(k, _)| *k == n || k.starts_with(n.as_str()))
-                .map(|(_, v)| v);
-            is_assertion(reason, &r.output)
-        })
-}
-
-/// Repair-gate failure kind of a run. A pass needs rc 0, every declared node PASSED (no
-/// failed/error/skipped/xfail/xpass), and runner counts consistent with that.
+/// Repair-gate failure kind of a run (the rule in the module doc). A pass needs a complete run
+/// with exit code 0 and every declared node PASSED.
 pub fn failure_kind(r: &RunRecord, nodes: &[String]) -> FailureKind {
     use FailureKind::*;
-    if r.timed_out {
-        return Timeout;
+    let done = completion(r);
+    match done {
+        Completion::TimedOut => return Timeout,
+        Completion::NoExitCode => return HarnessException,
+        _ => {}
     }
-    if !r.marker_found {
-        return HarnessException;
+    // Before the exit code: pytest exits 4 ("found no collectors") when a selected node's module
+    // does not import.
+    if !r.parsed.collection_errors.is_empty() {
+        return CollectionError;
+    }
+    if done == Completion::RunnerExit(4) {
+        return InfraOrCollection;
     }
     let st = r.node_statuses(nodes);
     let all_pass = st.iter().all(|(_, s)| *s == Some(TestStatus::Passed));
-    let c = &r.parsed.counts;
-    let counts_ok = !r.parsed.summary_seen
-        || (c.get("failed").copied().unwrap_or(0) == 0
-            && c.get("error").copied().unwrap_or(0) == 0);
     if all_pass {
-        return if r.rc == Some(0) && counts_ok && r.parsed.summary_seen {
+        return if done == Completion::Complete && r.rc == Some(0) {
             Passed
-        } else if r.rc != Some(0) {
+        } else {
             NonzeroExit
-        } else {
-            NoPassSignal
-        };
-    }
-    if pattern_category(&r.output).is_some_and(|c| !matches!(c, BaseCategory::NameError))
-        || collection_error(r)
-    {
-        return InfraOrCollection;
-    }
-    if st.iter().any(|(_, s)| s.is_none()) {
-        return if label_error(&r.output) {
-            InfraOrCollection
-        } else {
-            NoPassSignal
         };
     }
     if st.iter().any(|(_, s)| *s == Some(TestStatus::Failed)) {
-        return if all_assertions(r, nodes) {
+        let assertions = st
+            .iter()
+            .filter(|(_, s)| *s == Some(TestStatus::Failed))
+            .all(|(n, _)| exception_of(reason_of(r, n)) == Exc::Assertion);
+        return if assertions {
             AssertionFailure
         } else {
             TestError
@@ -332,13 +367,116 @@ pub fn failure_kind(r: &RunRecord, nodes: &[String]) -> FailureKind {
     if st.iter().any(|(_, s)| *s == Some(TestStatus::Error)) {
         return TestError;
     }
+    if done != Completion::Complete {
+        return IncompleteRun;
+    }
     if st.iter().any(|(_, s)| {
-        matches!(
-            s,
-            Some(TestStatus::Skipped | TestStatus::XFail | TestStatus::XPass)
-        )
+        s.is_none()
+            || matches!(
+                s,
+                Some(TestStatus::Skipped | TestStatus::XFail | TestStatus::XPass)
+            )
     }) {
         return NoPassSignal;
     }
     UnknownFailure
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::logparse::parse_log;
+    use crate::harness::selector::CommandRunner;
+    use std::time::Duration;
+
+    fn run(rc: Option<i32>, timed_out: bool, output: &str) -> RunRecord {
+        RunRecord {
+            rc,
+            marker_found: rc.is_some(),
+            timed_out,
+            output: output.to_string(),
+            parsed: parse_log(CommandRunner::Pytest, output),
+            runner: CommandRunner::Pytest,
+            command: String::new(),
+            duration: Duration::ZERO,
+            test_duration: None,
+            log_path: None,
+        }
+    }
+
+    const PASSED: &str =
+        "=== short test summary info ===\nPASSED t.py::test_a\n=== 1 passed in 0.1s ===\n";
+    const FAILED: &str = "=== short test summary info ===\nFAILED t.py::test_a - assert 0\n=== 1 failed in 0.1s ===\n";
+
+    #[test]
+    fn completion_is_the_one_rule_of_gates_and_grading() {
+        assert_eq!(
+            completion(&run(Some(0), false, PASSED)),
+            Completion::Complete
+        );
+        assert_eq!(
+            completion(&run(Some(1), false, FAILED)),
+            Completion::Complete
+        );
+        // A non-zero exit with only PASSED lines, exit 0 with a failure, no closing line.
+        assert_eq!(
+            completion(&run(Some(1), false, PASSED)),
+            Completion::Incomplete
+        );
+        assert_eq!(
+            completion(&run(Some(0), false, FAILED)),
+            Completion::Incomplete
+        );
+        let cut = "=== short test summary info ===\nPASSED t.py::test_a\n";
+        assert_eq!(
+            completion(&run(Some(0), false, cut)),
+            Completion::Incomplete
+        );
+        assert_eq!(
+            completion(&run(Some(3), false, PASSED)),
+            Completion::RunnerExit(3)
+        );
+        // Only the sandbox's flag makes a timeout; the word does not.
+        let word = PASSED.replace("0.1s", "0.1s timeout Timeout");
+        assert_eq!(
+            completion(&run(Some(0), false, &word)),
+            Completion::Complete
+        );
+        assert_eq!(completion(&run(None, true, PASSED)), Completion::TimedOut);
+        assert_eq!(
+            completion(&run(None, false, PASSED)),
+            Completion::NoExitCode
+        );
+    }
+
+    #[test]
+    fn classes_come_from_the_report_not_words() {
+        let nodes = vec!["t.py::test_a".to_string()];
+        let perm = "PermissionError: denied\nNetwork is unreachable\n=== short test summary info ===\nFAILED t.py::test_a - PermissionError: denied\n=== 1 failed in 0.1s ===\n";
+        assert_eq!(
+            base_category(&run(Some(1), false, perm), &nodes),
+            BaseCategory::AssertionFailureClean
+        );
+        let xps = "=== short test summary info ===\nFAILED t.py::test_a - [XPASS(strict)] known\n=== 1 failed in 0.1s ===\n";
+        assert_eq!(
+            base_category(&run(Some(1), false, xps), &nodes),
+            BaseCategory::Xpass
+        );
+        let words = format!("ImportError: x\nINTERNALERROR> y\n{FAILED}");
+        let r = run(Some(1), false, &words);
+        assert_eq!(failure_kind(&r, &nodes), FailureKind::AssertionFailure);
+        assert_eq!(failure_kind(&r, &nodes).gate_status(), GateStatus::HardFail);
+        assert_eq!(
+            failure_kind(&run(Some(1), false, PASSED), &nodes),
+            FailureKind::NonzeroExit
+        );
+        assert_eq!(
+            failure_kind(&run(Some(0), false, PASSED), &nodes),
+            FailureKind::Passed
+        );
+        assert_eq!(
+            failure_kind(&run(None, true, PASSED), &nodes).gate_status(),
+            GateStatus::Inconclusive
+        );
+    }
 }

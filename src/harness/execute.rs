@@ -108,6 +108,8 @@ pub struct RunRecord {
     /// Bounded output with the marker line removed.
     pub output: String,
     pub parsed: ParsedLog,
+    /// The runner whose report `parsed` is (decides what its exit codes mean).
+    pub runner: CommandRunner,
     pub command: String,
     /// Wall time of the whole sandboxed command (preparation steps included).
     pub duration: Duration,
@@ -118,6 +120,11 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// The run is pytest's (exit codes 2–5 are runner-level outcomes).
+    pub fn is_pytest(&self) -> bool {
+        self.runner == CommandRunner::Pytest
+    }
+
     /// Status of each declared node; a parametrised pytest node aggregates its instances (worst
     /// status); `None` when the runner did not report it.
     pub fn node_statuses(&self, nodes: &[String]) -> Vec<(String, Option<TestStatus>)> {
@@ -128,7 +135,7 @@ impl RunRecord {
                 for (id, s) in &self.parsed.statuses {
                     let matches =
                         id == n || (id.starts_with(n.as_str()) && id[n.len()..].starts_with('['));
-                    if matches && st.is_none_or(|cur| worse(*s, cur)) {
+                    if matches && st.is_none_or(|cur| s.rank() > cur.rank()) {
                         st = Some(*s);
                     }
                 }
@@ -136,17 +143,6 @@ impl RunRecord {
             })
             .collect()
     }
-}
-
-fn worse(a: TestStatus, b: TestStatus) -> bool {
-    let r = |s: TestStatus| match s {
-        TestStatus::Passed => 0,
-        TestStatus::Skipped | TestStatus::XFail => 1,
-        TestStatus::XPass => 2,
-        TestStatus::Failed => 3,
-        TestStatus::Error => 4,
-    };
-    r(a) > r(b)
 }
 
 /// Run `command` in the sandbox, reading its exit code from a nonce marker, and parse the log.
@@ -227,6 +223,7 @@ pub async fn run_after(
         timed_out: out.timed_out,
         output,
         parsed,
+        runner,
         command: command.to_string(),
         duration: out.duration,
         test_duration,

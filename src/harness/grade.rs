@@ -1,9 +1,14 @@
 //! Official grading (SWE-bench semantics, v5 hardening): fresh sandbox, model patch, files
 //! touched by the official test patch reset to Base, test patch applied, the repository's test
 //! command run on the test files; resolved iff every FAIL_TO_PASS and PASS_TO_PASS test passes
-//! (a skipped F2P test fails). A run with no parsed result and no sign the suite ran is an
-//! `error_kind`, not a verdict. Predictions are read and results written in SWE-bench format.
+//! (a skipped F2P test fails). Completion is checked with the gates' rule
+//! ([`super::classify::completion`]): a timeout or a missing exit code is an `error_kind` (not a
+//! verdict); a run that did not finish, whose exit code contradicts its report (a non-zero exit
+//! with only PASSED lines), or that ended at the runner level (pytest exit 2–5) is NOT resolved,
+//! whatever PASSED lines it printed, and says so in `completion`. Predictions are read and
+//! results written in SWE-bench format.
 
+use super::classify::{completion, Completion};
 use super::diff::parse_patch;
 use super::error::HarnessError;
 use super::execute::{apply_patch, run_tests, ApplyOutcome};
@@ -40,6 +45,10 @@ pub struct GradeResult {
     /// Set when the instance could not be graded (never a behavioural verdict).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_kind: Option<String>,
+    /// Set when the run did not count (see the module doc): `incomplete` or `runner_exit_<rc>`.
+    /// Such a run is never resolved; it is a verdict on the patch, not an `error_kind`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion: Option<String>,
 }
 
 /// Read predictions from a JSON list or JSONL file.
@@ -94,6 +103,7 @@ fn error(task: &TaskInstance, kind: &str) -> GradeResult {
         resolved: false,
         tests: BTreeMap::new(),
         error_kind: Some(kind.into()),
+        completion: None,
     }
 }
 
@@ -151,15 +161,13 @@ pub async fn grade(
     let runner = runner_of(task);
     let cmd = official_command(task, &test_files);
     let r = run_tests(sb, runner, &cmd, GRADE_TIMEOUT).await?;
-    if r.timed_out {
-        return Ok(error(task, "timeout"));
-    }
-    if !r.marker_found {
-        return Ok(error(task, "no_exit_code"));
-    }
-    if r.parsed.statuses.is_empty() && !r.parsed.summary_seen {
-        return Ok(error(task, "no_test_results"));
-    }
+    let done = match completion(&r) {
+        Completion::TimedOut => return Ok(error(task, "timeout")),
+        Completion::NoExitCode => return Ok(error(task, "no_exit_code")),
+        Completion::Complete => None,
+        Completion::RunnerExit(rc) => Some(format!("runner_exit_{rc}")),
+        Completion::Incomplete => Some("incomplete".to_string()),
+    };
     let statuses: BTreeMap<String, TestStatus> = r
         .parsed
         .statuses
@@ -167,7 +175,7 @@ pub async fn grade(
         .map(|(k, v)| (canon(runner, k), *v))
         .collect();
     let mut tests = BTreeMap::new();
-    let mut resolved = true;
+    let mut resolved = done.is_none();
     for id in task.fail_to_pass.iter().chain(task.pass_to_pass.iter()) {
         let st = statuses.get(&canon(runner, id)).copied();
         resolved &= st == Some(TestStatus::Passed);
@@ -188,5 +196,6 @@ pub async fn grade(
         resolved,
         tests,
         error_kind: None,
+        completion: done,
     })
 }

@@ -1,9 +1,11 @@
 //! Test commands and selectors, parsed per runner. A bundle's `test_command` must be one simple
 //! command (no shell control operators, redirections, substitutions or expansions) that runs a
-//! known runner on exact test nodes: pytest node ids `path.py::[TestClass::]test_name[param]`,
+//! known runner on exact test nodes: pytest node ids `path.py::[Class::]test_name[param]` (any class name, parameter ids with spaces/brackets),
 //! Django/unittest labels `module.Class.test_name`, sympy `bin/test path.py -k test_name`.
 //! File-, class-, directory-, module- and suite-level selectors and `-k`/`-m` expressions are
-//! rejected.
+//! rejected. Environment assignments before the runner are allow-listed (`PYTHONHASHSEED`, `TZ`,
+//! `LANG`, `LC_ALL`, `PYTHONIOENCODING`): `PYTEST_ADDOPTS`, `PYTHONPATH` and the like would bypass the
+//! flag allow-list.
 
 use super::validate::{Rejection, RejectionKind};
 
@@ -128,6 +130,7 @@ pub fn parse_command(cmd: &str) -> Result<ParsedCommand, Rejection> {
         && tokens[i].contains('=')
         && is_ident(tokens[i].split('=').next().unwrap_or(""))
     {
+        check_env_assignment(&tokens[i])?;
         env.push(tokens[i].clone());
         i += 1;
     }
@@ -181,6 +184,29 @@ pub fn parse_command(cmd: &str) -> Result<ParsedCommand, Rejection> {
     })
 }
 
+/// Environment assignments a `test_command` may start with: only variables that cannot change
+/// which code runs as the runner, its plugins, options or imports, each with a plain value.
+/// Everything else (`PYTEST_ADDOPTS`, `PYTEST_PLUGINS`, `PYTHONPATH`, `PYTHONSTARTUP`,
+/// `LD_PRELOAD`, `DJANGO_SETTINGS_MODULE`, …) would bypass the flag allow-list and is rejected.
+const ALLOWED_ENV: &[&str] = &["PYTHONHASHSEED", "TZ", "LANG", "LC_ALL", "PYTHONIOENCODING"];
+
+fn check_env_assignment(tok: &str) -> Result<(), Rejection> {
+    let (name, value) = tok.split_once('=').unwrap_or((tok, ""));
+    let plain = value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_./:+@".contains(c));
+    if !ALLOWED_ENV.contains(&name) || !plain || value.contains("..") {
+        return Err(reject(
+            RejectionKind::EnvironmentPrefix,
+            format!(
+                "test_command: environment assignment `{name}=…` is not allowed (it can change how the runner runs); only {} with a plain value may prefix the command",
+                ALLOWED_ENV.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn quote(t: &str) -> String {
     if !t.is_empty()
         && t.chars()
@@ -196,7 +222,6 @@ type Parts = (Vec<String>, Vec<String>, Vec<String>, Vec<String>);
 
 fn parse_pytest(args: &[String]) -> Result<Parts, Rejection> {
     const NO_ARG: &[&str] = &[
-        "-q",
         "-v",
         "-vv",
         "-vvv",
@@ -206,7 +231,6 @@ fn parse_pytest(args: &[String]) -> Result<Parts, Rejection> {
         "--showlocals",
         "--disable-warnings",
         "--strict-markers",
-        "--quiet",
         "--verbose",
         "--exitfirst",
     ];
@@ -230,7 +254,8 @@ fn parse_pytest(args: &[String]) -> Result<Parts, Rejection> {
     while k < args.len() {
         let a = args[k].as_str();
         k += 1;
-        if a == "--no-header" {
+        if a == "--no-header" || a == "-q" || a == "--quiet" {
+            // `-q` hides the closing counts line the harness checks completion with.
             removed.push(a.to_string());
         } else if a == "-k"
             || a.starts_with("-k")
@@ -311,13 +336,15 @@ pub fn pytest_node(a: &str) -> Result<String, Rejection> {
     };
     let parts: Vec<&str> = names.split("::").collect();
     let (last, classes) = parts.split_last().expect("split yields one part");
-    if !classes.iter().all(|c| is_ident(c) && c.starts_with("Test")) || !is_ident(last) {
+    // Any class name the runner reports (unittest-style `TestCase` subclasses need not be named
+    // `Test*`); the last part is a test function or method.
+    if !classes.iter().all(|c| is_ident(c)) || !is_ident(last) {
         return Err(reject(
             RejectionKind::SelectorNotExact,
-            format!("test_command: `{a}` is not a node id path.py::[TestClass::]test_name"),
+            format!("test_command: `{a}` is not a node id path.py::[Class::]test_name"),
         ));
     }
-    if !last.starts_with("test") || last.starts_with("Test") {
+    if !last.starts_with("test") {
         return Err(reject(
             RejectionKind::SelectorNotExact,
             format!("test_command: `{a}` is a class-level selector; name the test function"),
@@ -557,6 +584,48 @@ mod tests {
         );
         // quoted metacharacters are plain data
         assert!(parse_command("pytest 'tests/test_a.py::test_x[a;b]'").is_ok());
+    }
+
+    #[test]
+    fn env_prefixes_cannot_bypass_the_flag_allow_list() {
+        for c in [
+            "PYTEST_ADDOPTS='-p evil' pytest a.py::test_x",
+            "PYTEST_ADDOPTS=--lf pytest a.py::test_x",
+            "PYTEST_PLUGINS=evil pytest a.py::test_x",
+            "PYTHONPATH=/tmp pytest a.py::test_x",
+            "PYTHONSTARTUP=x.py python -m pytest a.py::test_x",
+            "LD_PRELOAD=/tmp/x.so pytest a.py::test_x",
+            "TZ=UTC PYTEST_ADDOPTS=-x pytest a.py::test_x",
+            "LANG='C; x' pytest a.py::test_x",
+            "DJANGO_SETTINGS_MODULE=evil ./tests/runtests.py app.tests.T.test_x",
+        ] {
+            assert_eq!(kind(c), RejectionKind::EnvironmentPrefix, "{c}");
+        }
+        // `env` is not a runner.
+        assert_eq!(
+            kind("env PYTEST_ADDOPTS=-x pytest a.py::test_x"),
+            RejectionKind::UnknownRunner
+        );
+        let p = parse_command("PYTHONHASHSEED=0 TZ=UTC pytest a.py::test_x").unwrap();
+        assert!(p.activated.starts_with("PYTHONHASHSEED=0 TZ=UTC "));
+    }
+
+    #[test]
+    fn every_node_id_pytest_reports_is_a_selector() {
+        // Real ids from pytest 9 (`-rA`) on a generated module: a unittest-style class not
+        // named Test*, parameter ids with spaces, ` - ` and a bracket.
+        for id in [
+            "test_a.py::Checks::test_u",
+            "tests/test_a.py::MyCase::Inner::test_v",
+            "test_a.py::test_p[a b]",
+            "test_a.py::test_p[c]d]",
+            "test_a.py::test_p[e - f]",
+            "test_a.py::test_p[x::y]",
+        ] {
+            let cmd = format!("pytest {}", crate::harness::sandbox::shell_quote(id));
+            let p = parse_command(&cmd).unwrap_or_else(|r| panic!("{id}: {r}"));
+            assert_eq!(p.nodes, vec![id.to_string()]);
+        }
     }
 
     #[test]

@@ -13,6 +13,10 @@ use super::selector::{canonical_label, parse_command, pytest_node, CommandRunner
 pub enum RejectionKind {
     EmptyPatch,
     MalformedPatch,
+    /// A bundle file is larger than its cap (`harness::bundle::PATCH_CAP`, …).
+    BundleTooLarge,
+    /// A bundle file is a symlink or not a regular file.
+    BundleFileType,
     AbsolutePath,
     PathTraversal,
     GitPath,
@@ -25,6 +29,8 @@ pub enum RejectionKind {
     ShellSyntax,
     UnknownRunner,
     UnsupportedFlag,
+    /// An environment assignment before the runner that is not on the allow-list.
+    EnvironmentPrefix,
     SelectorNotExact,
     MissingContract,
     MalformedContract,
@@ -39,6 +45,8 @@ impl RejectionKind {
         match self {
             RejectionKind::EmptyPatch => "empty_patch",
             RejectionKind::MalformedPatch => "malformed_patch",
+            RejectionKind::BundleTooLarge => "bundle_too_large",
+            RejectionKind::BundleFileType => "bundle_file_type",
             RejectionKind::AbsolutePath => "absolute_path",
             RejectionKind::PathTraversal => "path_traversal",
             RejectionKind::GitPath => "git_path",
@@ -51,6 +59,7 @@ impl RejectionKind {
             RejectionKind::ShellSyntax => "shell_syntax",
             RejectionKind::UnknownRunner => "unknown_runner",
             RejectionKind::UnsupportedFlag => "unsupported_flag",
+            RejectionKind::EnvironmentPrefix => "environment_prefix",
             RejectionKind::SelectorNotExact => "selector_not_exact",
             RejectionKind::MissingContract => "missing_contract",
             RejectionKind::MalformedContract => "malformed_contract",

@@ -2,6 +2,7 @@
 //! `environment_setup`, `test_cmd`, `runner`, `image`, `candidates`), parsed field by field so
 //! that every unknown or malformed field is reported with the instance and field name.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -104,9 +105,15 @@ pub struct TaskInstance {
     pub runner: Runner,
     pub image: String,
     pub candidates: Vec<Candidate>,
+    /// Top-level fields this crate does not know (SWE-rebench's `meta`, `install_config`,
+    /// `license_name`, …): kept as given, written back by [`TaskInstance::to_json`], and
+    /// otherwise ignored.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
 }
 
-/// Every field a task record may carry; anything else is an error.
+/// Every field this crate reads from a task record; any other top-level field is kept in
+/// [`TaskInstance::extra`] and ignored.
 pub const KNOWN_FIELDS: &[&str] = &[
     "instance_id",
     "repo",
@@ -166,13 +173,11 @@ impl TaskInstance {
             }
             None => return Err(TaskError::field("<unknown>", "instance_id", "missing")),
         };
-        if let Some(unknown) = obj.keys().find(|k| !KNOWN_FIELDS.contains(&k.as_str())) {
-            return Err(TaskError::field(
-                &id,
-                unknown,
-                format!("unknown field (known fields: {})", KNOWN_FIELDS.join(", ")),
-            ));
-        }
+        let extra: BTreeMap<String, Value> = obj
+            .iter()
+            .filter(|(k, _)| !KNOWN_FIELDS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let f = Fields { id: &id, obj: &obj };
         let repo = f.required_string("repo")?;
         let base_commit = f.required_string("base_commit")?;
@@ -229,6 +234,7 @@ impl TaskInstance {
             runner,
             image,
             candidates: f.candidates()?,
+            extra,
             instance_id: id,
         })
     }

@@ -200,6 +200,7 @@ impl<'a> ProjectBuilder<'a> {
                 .clone()
                 .unwrap_or_else(|| default_image(&task.id)),
             candidates,
+            extra: Default::default(),
         }
     }
 
