@@ -252,6 +252,7 @@ pub fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
                 resolved: false,
                 tests: Default::default(),
                 error_kind: Some("no_prediction".into()),
+                forbidden: None,
             },
             Some(p) => match harness::grade(&t, &p, kind).await {
                 Ok(r) => r,
@@ -260,6 +261,7 @@ pub fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
                     resolved: false,
                     tests: Default::default(),
                     error_kind: Some(format!("infra: {e}")),
+                    forbidden: None,
                 },
             },
         }
