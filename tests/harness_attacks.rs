@@ -132,7 +132,7 @@ fn attacks() -> Vec<Attack> {
         a(
             "evasion: __import__ with a joined name",
             diff_after(|ws| {
-                write(ws, "calc/__init__.py", &reports_patch("_reports = __import__(''.join(['_', 'pytest', '.reports']), fromlist=['x'])"))
+                write(ws, "calc/__init__.py", &reports_patch("_reports = __import__(''.join(['_', 'py', 'test', '.reports']), fromlist=['x'])"))
             }),
             Works::TestPasses,
             Forbidden(C::DynamicCode),
@@ -179,14 +179,22 @@ fn attacks() -> Vec<Attack> {
                 std::os::unix::fs::symlink("calc/cfg.toml", ws.join("pyproject.toml")).unwrap();
             }),
             Works::TestPasses,
-            Forbidden(C::RunnerConfig),
+            Forbidden(C::Symlink),
         ),
         a(
-            "fake PASSED lines printed at import",
+            "fake PASSED lines written at exit, after pytest's capture",
             diff_after(|ws| {
-                write(ws, "calc/__init__.py", &format!("{CALC_BASE}\nprint('PASSED tests/test_calc.py::test_add')\n"))
+                write(ws, "calc/__init__.py", &format!("{CALC_BASE}\nimport atexit\natexit.register(print, 'PASSED tests/test_calc.py::test_add')\n"))
             }),
             Works::LogShowsPass,
+            Forbidden(C::EarlyExit),
+        ),
+        a(
+            "fake PASSED lines written to the raw descriptor",
+            diff_after(|ws| {
+                write(ws, "calc/__init__.py", &format!("{CALC_BASE}\nimport os\nos.write(1, b'PASSED tests/test_calc.py::test_add\\n')\n"))
+            }),
+            Works::Static,
             Forbidden(C::OutputForgery),
         ),
         a(
@@ -253,7 +261,7 @@ fn attacks() -> Vec<Attack> {
             "evasion of the config screen: TOML-escaped section adds pythonpath to a fake package",
             diff_after(|ws| {
                 write(ws, "pyproject.toml", "[tool.\"\\u0070ytest\".ini_options]\npythonpath = [\"shim\"]\naddopts = \"--import-mode=importlib\"\n");
-                write(ws, "shim/calc/__init__.py", "def add(a, b):\n    return 5\n");
+                write(ws, "shim/calc/__init__.py", "def add(a, b):\n    return 5\n\n\ndef sub(a, b):\n    return a - b\n");
             }),
             Works::TestPasses,
             RuntimeDefeated,

@@ -280,21 +280,24 @@ fn content_screen(f: &FileChange, p: &str, ctx: &ScreenContext) -> Result<(), Ta
 }
 
 /// Screen a source candidate (gate and official grading). The caller has already refused test
-/// paths; a conftest.py is forbidden wherever it is.
+/// paths; a conftest.py is forbidden wherever it is. Structural classes (paths, then
+/// configuration) are decided over the whole patch before content, so a patch is named by
+/// what it changes first, not by the order of its files.
 pub fn screen_candidate(files: &[FileChange], ctx: &ScreenContext) -> Result<(), Tamper> {
+    let target = |f: &FileChange| f.new_path.clone().or_else(|| f.old_path.clone()).unwrap_or_default();
     for f in files {
         for p in f.paths() {
-            path_rules(f, p, ctx)?;
             if file_name(p) == "conftest.py" {
                 return Err(tamper(TamperClass::Conftest, p, "conftest.py is loaded by pytest as a plugin"));
             }
+            path_rules(f, p, ctx)?;
         }
-        if let Some(p) = f.new_path.as_deref().or(f.old_path.as_deref()) {
-            config_rules(f, p)?;
-            if f.op != FileOp::Delete {
-                content_screen(f, p, ctx)?;
-            }
-        }
+    }
+    for f in files {
+        config_rules(f, &target(f))?;
+    }
+    for f in files.iter().filter(|f| f.op != FileOp::Delete) {
+        content_screen(f, &target(f), ctx)?;
     }
     Ok(())
 }
