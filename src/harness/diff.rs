@@ -312,7 +312,11 @@ fn marker_path(raw: &str, git: bool, prefix: &str) -> Result<Option<String>, Pat
             .map(|p| Some(p.to_string()))
             .ok_or_else(|| malformed(format!("`{tok}` lacks the `{prefix}` prefix of a git diff")));
     }
-    // -p1: strip the first component.
+    // An absolute path stays absolute (and is refused by every path check); otherwise -p1
+    // strips the first component.
+    if tok.starts_with('/') {
+        return Ok(Some(tok));
+    }
     match tok.split_once('/') {
         Some((_, p)) => Ok(Some(p.to_string())),
         None => Err(malformed(format!(
@@ -736,6 +740,8 @@ diff --git a/old.py b/old.py\ndeleted file mode 100644\n--- a/old.py\n+++ /dev/n
     fn plain_diff_is_read_with_p1_and_absolute_paths_are_reported() {
         let f = parse_patch("--- x/etc/passwd\n+++ y/etc/passwd\n@@ -1 +1 @@\n-a\n+b\n").unwrap();
         assert_eq!(f[0].new_path.as_deref(), Some("etc/passwd"));
+        let f = parse_patch("--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n").unwrap();
+        assert_eq!(path_problem(f[0].new_path.as_deref().unwrap()), Some(PathProblem::Absolute));
         let f = parse_patch("--- a//etc/passwd\n+++ b//etc/passwd\n@@ -1 +1 @@\n-a\n+b\n").unwrap();
         assert_eq!(path_problem(f[0].new_path.as_deref().unwrap()), Some(PathProblem::Absolute));
         assert_eq!(parse_patch("hello\n").unwrap_err(), PatchError::NoFileHeaders);
