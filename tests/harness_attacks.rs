@@ -86,7 +86,13 @@ fn reports_patch(import: &str) -> String {
 fn attacks() -> Vec<Attack> {
     use Expect::*;
     use TamperClass as C;
-    let a = |name, patch, works, expect| Attack { name, patch, with_patch_tool: false, works, expect };
+    let a = |name, patch, works, expect| Attack {
+        name,
+        patch,
+        with_patch_tool: false,
+        works,
+        expect,
+    };
     let mut v = vec![
         a(
             "setup.cfg addopts loads a plugin module",
@@ -272,7 +278,10 @@ fn attacks() -> Vec<Attack> {
         patch: format!(
             "*** /dev/null\n--- tests/conftest.py\n***************\n*** 0 ****\n--- 1,{} ----\n{}",
             PASS_ALL_PLUGIN.lines().count(),
-            PASS_ALL_PLUGIN.lines().map(|l| format!("+ {l}\n")).collect::<String>()
+            PASS_ALL_PLUGIN
+                .lines()
+                .map(|l| format!("+ {l}\n"))
+                .collect::<String>()
         ),
         with_patch_tool: true,
         works: Works::Static,
@@ -292,30 +301,57 @@ fn plain_run(attack: &Attack) -> (i32, String) {
         let file = tmp.path().join("p.diff");
         std::fs::write(&file, patch).unwrap();
         let out = if tool {
-            Command::new("patch").args(["-p0", "--batch", "-i"]).arg(&file).current_dir(&ws).output()
+            Command::new("patch")
+                .args(["-p0", "--batch", "-i"])
+                .arg(&file)
+                .current_dir(&ws)
+                .output()
         } else {
-            Command::new("git").args(["apply"]).arg(&file).current_dir(&ws).output()
+            Command::new("git")
+                .args(["apply"])
+                .arg(&file)
+                .current_dir(&ws)
+                .output()
         }
         .unwrap();
-        assert!(out.status.success(), "{}: {}", attack.name, String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            attack.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
     apply(&fixture_task().test_patch, false);
     if !attack.patch.is_empty() {
         apply(&attack.patch, attack.with_patch_tool);
     }
     let out = Command::new("python3")
-        .args(["-m", "pytest", "-rA", "-p", "no:cacheprovider", "tests/test_calc.py::test_add"])
+        .args([
+            "-m",
+            "pytest",
+            "-rA",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_calc.py::test_add",
+        ])
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .current_dir(&ws)
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.code().unwrap_or(-1), text)
 }
 
 #[test]
 fn every_attack_works_on_a_plain_checkout() {
-    let baseline = Attack { name: "no attack", patch: String::new(), with_patch_tool: false, works: Works::Static, expect: Expect::RuntimeDefeated };
+    let baseline = Attack {
+        name: "no attack",
+        patch: String::new(),
+        with_patch_tool: false,
+        works: Works::Static,
+        expect: Expect::RuntimeDefeated,
+    };
     let (rc, out) = plain_run(&baseline);
     assert_ne!(rc, 0, "the official test must fail on Base: {out}");
     for attack in attacks() {
@@ -330,7 +366,11 @@ fn every_attack_works_on_a_plain_checkout() {
                 attack.name
             ),
             Works::ExitsZero => assert_eq!(rc, 0, "{}: {out}", attack.name),
-            Works::LogShowsPass => assert!(out.contains("PASSED tests/test_calc.py::test_add"), "{}: {out}", attack.name),
+            Works::LogShowsPass => assert!(
+                out.contains("PASSED tests/test_calc.py::test_add"),
+                "{}: {out}",
+                attack.name
+            ),
             // The context diff applies with `patch` and loads its conftest.py.
             Works::Static => assert!(rc == 0, "{}: {out}", attack.name),
         }
@@ -340,19 +380,33 @@ fn every_attack_works_on_a_plain_checkout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gate_and_official_grading_refuse_every_attack_with_its_class() {
     let task = fixture_task();
-    let sb = open_sandbox(SandboxKind::Local, &task, Purpose::Gate).await.unwrap();
+    let sb = open_sandbox(SandboxKind::Local, &task, Purpose::Gate)
+        .await
+        .unwrap();
     let sb = sb.as_ref();
     let bundle = {
         let patch = diff_against_base(&[("tests/test_calc.py", &official_test_file())]);
-        let b = Bundle::from_parts(&patch, "python3 -m pytest tests/test_calc.py::test_add", &contract_with_nodes(&["tests/test_calc.py::test_add"])).unwrap();
+        let b = Bundle::from_parts(
+            &patch,
+            "python3 -m pytest tests/test_calc.py::test_add",
+            &contract_with_nodes(&["tests/test_calc.py::test_add"]),
+        )
+        .unwrap();
         execcritic::harness::FrozenBundle::freeze(b).unwrap()
     };
     let mut failures = Vec::new();
     for attack in attacks() {
-        let v = check_candidate_in(sb, &bundle, &attack.patch, Duration::from_secs(60)).await.unwrap();
-        let g = grade(&task, &attack.patch, SandboxKind::Local).await.unwrap();
+        let v = check_candidate_in(sb, &bundle, &attack.patch, Duration::from_secs(60))
+            .await
+            .unwrap();
+        let g = grade(&task, &attack.patch, SandboxKind::Local)
+            .await
+            .unwrap();
         if v.status == GateStatus::Pass || g.resolved {
-            failures.push(format!("{}: FALSE PASS gate {:?} grade {g:?}\n{}", attack.name, v.status, v.feedback));
+            failures.push(format!(
+                "{}: FALSE PASS gate {:?} grade {g:?}\n{}",
+                attack.name, v.status, v.feedback
+            ));
             continue;
         }
         let ok = match attack.expect {
@@ -363,7 +417,9 @@ async fn the_gate_and_official_grading_refuse_every_attack_with_its_class() {
             }
             Expect::Unparseable(class) => {
                 v.failure_kind == FailureKind::PatchApplyFailure
-                    && v.apply_diagnostics.as_deref().is_some_and(|d| d.contains(class))
+                    && v.apply_diagnostics
+                        .as_deref()
+                        .is_some_and(|d| d.contains(class))
                     && g.error_kind.as_deref() == Some("patch_apply_failed")
             }
             Expect::RuntimeDefeated => {
@@ -379,7 +435,9 @@ async fn the_gate_and_official_grading_refuse_every_attack_with_its_class() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // The gold patch still passes and resolves with the guard in place.
-    let v = check_candidate_in(sb, &bundle, &fixture().gold_patch, Duration::from_secs(60)).await.unwrap();
+    let v = check_candidate_in(sb, &bundle, &fixture().gold_patch, Duration::from_secs(60))
+        .await
+        .unwrap();
     assert_eq!(v.status, GateStatus::Pass, "{}", v.feedback);
 }
 
@@ -388,14 +446,38 @@ async fn bundles_that_configure_the_runner_are_refused_at_qualification() {
     let task = fixture_task();
     let node = "tests/test_calc.py::test_add";
     let cases: Vec<(&str, String, TamperClass)> = vec![
-        ("tests/pytest.ini", "[pytest]\naddopts = -p no:python\n".into(), TamperClass::RunnerConfig),
-        ("tests/helpers.pth", "import os\n".into(), TamperClass::StartupHook),
-        ("tests/sitecustomize.py", "x = 1\n".into(), TamperClass::StartupHook),
-        ("tests/__pycache__/test_calc.cpython-311.pyc", "x".into(), TamperClass::Bytecode),
+        (
+            "tests/pytest.ini",
+            "[pytest]\naddopts = -p no:python\n".into(),
+            TamperClass::RunnerConfig,
+        ),
+        (
+            "tests/helpers.pth",
+            "import os\n".into(),
+            TamperClass::StartupHook,
+        ),
+        (
+            "tests/sitecustomize.py",
+            "x = 1\n".into(),
+            TamperClass::StartupHook,
+        ),
+        (
+            "tests/__pycache__/test_calc.cpython-311.pyc",
+            "x".into(),
+            TamperClass::Bytecode,
+        ),
     ];
     for (path, content, class) in cases {
-        let patch = diff_against_base(&[("tests/test_calc.py", &official_test_file()), (path, &content)]);
-        let b = Bundle::from_parts(&patch, &format!("python3 -m pytest {node}"), &contract_with_nodes(&[node])).unwrap();
+        let patch = diff_against_base(&[
+            ("tests/test_calc.py", &official_test_file()),
+            (path, &content),
+        ]);
+        let b = Bundle::from_parts(
+            &patch,
+            &format!("python3 -m pytest {node}"),
+            &contract_with_nodes(&[node]),
+        )
+        .unwrap();
         match qualify(&task, &b, SandboxKind::Local).await.unwrap() {
             Qualification::Rejected(r) => {
                 assert_eq!(r.kind, RejectionKind::Tamper(class), "{path}: {r}");
@@ -413,13 +495,26 @@ async fn a_forbidden_modification_scores_zero() {
     let task = fixture_task();
     let patch = diff_after(|ws| {
         write(ws, "calc/__init__.py", CALC_GOLD);
-        write(ws, "setup.cfg", "[tool:pytest]\ntestpaths = tests\naddopts = -q\n");
+        write(
+            ws,
+            "setup.cfg",
+            "[tool:pytest]\ntestpaths = tests\naddopts = -q\n",
+        );
     });
     let g = grade(&task, &patch, SandboxKind::Local).await.unwrap();
-    assert_eq!((g.resolved, g.forbidden.as_deref()), (false, Some("runner_config")), "{g:?}");
+    assert_eq!(
+        (g.resolved, g.forbidden.as_deref()),
+        (false, Some("runner_config")),
+        "{g:?}"
+    );
     let bundle = {
         let tp = diff_against_base(&[("tests/test_calc.py", &official_test_file())]);
-        let b = Bundle::from_parts(&tp, "python3 -m pytest tests/test_calc.py::test_add", &contract_with_nodes(&["tests/test_calc.py::test_add"])).unwrap();
+        let b = Bundle::from_parts(
+            &tp,
+            "python3 -m pytest tests/test_calc.py::test_add",
+            &contract_with_nodes(&["tests/test_calc.py::test_add"]),
+        )
+        .unwrap();
         execcritic::harness::FrozenBundle::freeze(b).unwrap()
     };
     let record = execcritic::episode::RepairRecord {
@@ -433,8 +528,18 @@ async fn a_forbidden_modification_scores_zero() {
         stats: Default::default(),
         wall_ms: 0,
     };
-    let result = execcritic::episode::RepairResult { record, trajectory: Default::default(), messages: Vec::new() };
-    let t = execcritic::pipeline::score::score_repair_rollout(&task, &result, &bundle, SandboxKind::Local).await;
+    let result = execcritic::episode::RepairResult {
+        record,
+        trajectory: Default::default(),
+        messages: Vec::new(),
+    };
+    let t = execcritic::pipeline::score::score_repair_rollout(
+        &task,
+        &result,
+        &bundle,
+        SandboxKind::Local,
+    )
+    .await;
     assert_eq!(t, RepairTerminal::InvalidPatch);
     assert_eq!(repair_reward(&t), Reward::Value(0.0));
 }

@@ -191,7 +191,9 @@ fn unquote(raw: &str) -> Result<String, PatchError> {
             bytes.push(b);
             continue;
         }
-        let e = it.next().ok_or_else(|| malformed(format!("bad quoted path {raw}")))?;
+        let e = it
+            .next()
+            .ok_or_else(|| malformed(format!("bad quoted path {raw}")))?;
         bytes.push(match e {
             b'a' => 7,
             b'b' => 8,
@@ -219,8 +221,7 @@ fn unquote(raw: &str) -> Result<String, PatchError> {
 
 /// Quote a path for a git header when it has any character outside a conservative set.
 fn quote(p: &str) -> String {
-    if p
-        .chars()
+    if p.chars()
         .all(|c| c.is_ascii_alphanumeric() || "._-/+@,=~".contains(c))
     {
         return p.to_string();
@@ -290,8 +291,12 @@ fn git_header_paths(rest: &str) -> Result<(Option<String>, Option<String>), Patc
         }
     }
     match rest.find(" b/") {
-        Some(i) if rest.starts_with("a/") => Ok((strip(&rest[..i], "a/"), strip(&rest[i + 1..], "b/"))),
-        _ => Err(malformed(format!("unparseable diff header: diff --git {rest}"))),
+        Some(i) if rest.starts_with("a/") => {
+            Ok((strip(&rest[..i], "a/"), strip(&rest[i + 1..], "b/")))
+        }
+        _ => Err(malformed(format!(
+            "unparseable diff header: diff --git {rest}"
+        ))),
     }
 }
 
@@ -310,7 +315,9 @@ fn marker_path(raw: &str, git: bool, prefix: &str) -> Result<Option<String>, Pat
         return tok
             .strip_prefix(prefix)
             .map(|p| Some(p.to_string()))
-            .ok_or_else(|| malformed(format!("`{tok}` lacks the `{prefix}` prefix of a git diff")));
+            .ok_or_else(|| {
+                malformed(format!("`{tok}` lacks the `{prefix}` prefix of a git diff"))
+            });
     }
     // An absolute path stays absolute (and is refused by every path check); otherwise -p1
     // strips the first component.
@@ -334,13 +341,17 @@ fn parse_mode(s: &str) -> Result<u32, PatchError> {
 }
 
 fn hunk_counts(header: &str) -> Result<(usize, usize), PatchError> {
-    let re = regex::Regex::new(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@").expect("valid regex");
+    let re =
+        regex::Regex::new(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@").expect("valid regex");
     let c = re
         .captures(header)
         .ok_or_else(|| malformed(format!("bad hunk header `{header}`")))?;
     let n = |i: usize| -> Result<usize, PatchError> {
-        c.get(i)
-            .map_or(Ok(1), |m| m.as_str().parse().map_err(|_| malformed("hunk count overflows")))
+        c.get(i).map_or(Ok(1), |m| {
+            m.as_str()
+                .parse()
+                .map_err(|_| malformed("hunk count overflows"))
+        })
     };
     Ok((n(2)?, n(4)?))
 }
@@ -377,24 +388,30 @@ impl Patch {
                     (None, Some(_)) => FileOp::Create,
                     (Some(_), None) => FileOp::Delete,
                     (Some(a), Some(b)) if a == b => FileOp::Modify,
-                    (Some(a), Some(b)) => {
-                        return Err(malformed(format!(
-                            "plain diff names two files (`{a}`, `{b}`); renames need `git diff` output"
-                        )))
-                    }
+                    (Some(a), Some(b)) => return Err(malformed(format!(
+                        "plain diff names two files (`{a}`, `{b}`); renames need `git diff` output"
+                    ))),
                 };
-                let mut f = FileChange { old_path: old, new_path: new, op, ..Default::default() };
+                let mut f = FileChange {
+                    old_path: old,
+                    new_path: new,
+                    op,
+                    ..Default::default()
+                };
                 i = Self::hunks(&lines, i + 2, &mut f)?;
                 if f.hunks.is_empty() {
                     return Err(malformed("a plain diff section without hunks"));
                 }
                 files.push(f);
             } else if l == "***************"
-                || (l.starts_with("*** ") && lines.get(i + 1).is_some_and(|n| n.starts_with("--- ")))
+                || (l.starts_with("*** ")
+                    && lines.get(i + 1).is_some_and(|n| n.starts_with("--- ")))
             {
                 return Err(PatchError::UnsupportedFormat("context diff".into()));
             } else if l.starts_with("GIT binary patch") || l.starts_with("Binary files ") {
-                return Err(PatchError::UnsupportedFormat("binary change outside a git section".into()));
+                return Err(PatchError::UnsupportedFormat(
+                    "binary change outside a git section".into(),
+                ));
             } else if l.starts_with("@@ ") {
                 return Err(malformed(format!("hunk outside a file section: {l}")));
             } else {
@@ -420,7 +437,11 @@ impl Patch {
     }
 
     /// One `diff --git` section starting at `lines[start]`; returns it and the next index.
-    fn git_section(lines: &[&str], start: usize, rest: &str) -> Result<(FileChange, usize), PatchError> {
+    fn git_section(
+        lines: &[&str],
+        start: usize,
+        rest: &str,
+    ) -> Result<(FileChange, usize), PatchError> {
         let (mut old, mut new) = git_header_paths(rest)?;
         let mut f = FileChange::default();
         let (mut from, mut to): (Option<String>, Option<String>) = (None, None);
@@ -439,7 +460,11 @@ impl Patch {
                 f.op = FileOp::Create;
                 f.new_mode = Some(parse_mode(m)?);
             } else if let Some(p) = val("rename from ").or_else(|| val("copy from ")) {
-                f.op = if l.starts_with("rename") { FileOp::Rename } else { FileOp::Copy };
+                f.op = if l.starts_with("rename") {
+                    FileOp::Rename
+                } else {
+                    FileOp::Copy
+                };
                 from = Some(unquote(p)?);
             } else if let Some(p) = val("rename to ").or_else(|| val("copy to ")) {
                 to = Some(unquote(p)?);
@@ -447,7 +472,9 @@ impl Patch {
             } else if let Some(ix) = val("index ") {
                 let re = regex::Regex::new(r"^[0-9a-f]{4,64}\.\.[0-9a-f]{4,64}(?: ([0-7]{6}))?$")
                     .expect("valid regex");
-                let c = re.captures(ix).ok_or_else(|| malformed(format!("bad index line `{l}`")))?;
+                let c = re
+                    .captures(ix)
+                    .ok_or_else(|| malformed(format!("bad index line `{l}`")))?;
                 if let Some(m) = c.get(1) {
                     let m = parse_mode(m.as_str())?;
                     f.old_mode.get_or_insert(m);
@@ -528,7 +555,9 @@ impl Patch {
             i += 1;
             while old > 0 || new > 0 {
                 let Some(&l) = lines.get(i) else {
-                    return Err(malformed(format!("hunk `{header}` is shorter than its header says")));
+                    return Err(malformed(format!(
+                        "hunk `{header}` is shorter than its header says"
+                    )));
                 };
                 // An empty line is a context line whose space was lost (git apply agrees).
                 let l = if l.is_empty() || l == "\r" { " " } else { l };
@@ -546,7 +575,10 @@ impl Patch {
                 body.push(lines[i].to_string());
                 i += 1;
             }
-            f.hunks.push(Hunk { header, lines: body });
+            f.hunks.push(Hunk {
+                header,
+                lines: body,
+            });
         }
         Ok(i)
     }
@@ -555,9 +587,22 @@ impl Patch {
     pub fn to_git(&self) -> String {
         let mut s = String::new();
         for f in &self.files {
-            let a = f.old_path.as_deref().or(f.new_path.as_deref()).unwrap_or_default();
-            let b = f.new_path.as_deref().or(f.old_path.as_deref()).unwrap_or_default();
-            let _ = writeln!(s, "diff --git {} {}", quote(&format!("a/{a}")), quote(&format!("b/{b}")));
+            let a = f
+                .old_path
+                .as_deref()
+                .or(f.new_path.as_deref())
+                .unwrap_or_default();
+            let b = f
+                .new_path
+                .as_deref()
+                .or(f.old_path.as_deref())
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "diff --git {} {}",
+                quote(&format!("a/{a}")),
+                quote(&format!("b/{b}"))
+            );
             let mode = |m: Option<u32>| format!("{:06o}", m.unwrap_or(0o100644));
             match f.op {
                 FileOp::Create => {
@@ -575,7 +620,11 @@ impl Patch {
                 }
             }
             if matches!(f.op, FileOp::Rename | FileOp::Copy) {
-                let verb = if f.op == FileOp::Rename { "rename" } else { "copy" };
+                let verb = if f.op == FileOp::Rename {
+                    "rename"
+                } else {
+                    "copy"
+                };
                 let _ = writeln!(s, "{verb} from {}\n{verb} to {}", quote(a), quote(b));
             }
             if let Some(ix) = &f.index {
@@ -586,7 +635,12 @@ impl Patch {
                     Some(p) => quote(&format!("{pre}{p}")),
                     None => "/dev/null".to_string(),
                 };
-                let _ = writeln!(s, "--- {}\n+++ {}", side(&f.old_path, "a/"), side(&f.new_path, "b/"));
+                let _ = writeln!(
+                    s,
+                    "--- {}\n+++ {}",
+                    side(&f.old_path, "a/"),
+                    side(&f.new_path, "b/")
+                );
                 for h in &f.hunks {
                     s.push_str(&h.header);
                     s.push('\n');
@@ -651,7 +705,11 @@ impl TestLayout {
     /// `path::name` ids) and the official test patch, plus [`LIBRARY_TEST_SUPPORT`].
     pub fn for_task(task: &crate::task::TaskInstance) -> TestLayout {
         let mut test_files: Vec<String> = parse_patch(&task.test_patch)
-            .map(|fs| fs.iter().flat_map(|f| f.paths().map(str::to_string).collect::<Vec<_>>()).collect())
+            .map(|fs| {
+                fs.iter()
+                    .flat_map(|f| f.paths().map(str::to_string).collect::<Vec<_>>())
+                    .collect()
+            })
             .unwrap_or_default();
         for id in task.fail_to_pass.iter().chain(&task.pass_to_pass) {
             if let Some((path, _)) = id.split_once("::") {
@@ -741,10 +799,19 @@ diff --git a/old.py b/old.py\ndeleted file mode 100644\n--- a/old.py\n+++ /dev/n
         let f = parse_patch("--- x/etc/passwd\n+++ y/etc/passwd\n@@ -1 +1 @@\n-a\n+b\n").unwrap();
         assert_eq!(f[0].new_path.as_deref(), Some("etc/passwd"));
         let f = parse_patch("--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n").unwrap();
-        assert_eq!(path_problem(f[0].new_path.as_deref().unwrap()), Some(PathProblem::Absolute));
+        assert_eq!(
+            path_problem(f[0].new_path.as_deref().unwrap()),
+            Some(PathProblem::Absolute)
+        );
         let f = parse_patch("--- a//etc/passwd\n+++ b//etc/passwd\n@@ -1 +1 @@\n-a\n+b\n").unwrap();
-        assert_eq!(path_problem(f[0].new_path.as_deref().unwrap()), Some(PathProblem::Absolute));
-        assert_eq!(parse_patch("hello\n").unwrap_err(), PatchError::NoFileHeaders);
+        assert_eq!(
+            path_problem(f[0].new_path.as_deref().unwrap()),
+            Some(PathProblem::Absolute)
+        );
+        assert_eq!(
+            parse_patch("hello\n").unwrap_err(),
+            PatchError::NoFileHeaders
+        );
     }
 
     #[test]
@@ -755,34 +822,56 @@ diff --git a/link b/link\nnew file mode 120000\nindex 0000000..1234567\n--- /dev
 diff --git a/run.sh b/run.sh\nold mode 100644\nnew mode 100755\n";
         let f = parse_patch(p).unwrap();
         assert_eq!(f[0].op, FileOp::Rename);
-        assert_eq!(f[0].paths().collect::<Vec<_>>(), vec!["src/x.py", "conftest.py"]);
+        assert_eq!(
+            f[0].paths().collect::<Vec<_>>(),
+            vec!["src/x.py", "conftest.py"]
+        );
         assert_eq!(f[1].op, FileOp::Copy);
         assert_eq!(f[1].new_path.as_deref(), Some("pkg/café x.py"));
         assert!(f[2].symlink && f[2].creates());
-        assert_eq!((f[3].old_mode, f[3].new_mode), (Some(0o100644), Some(0o100755)));
+        assert_eq!(
+            (f[3].old_mode, f[3].new_mode),
+            (Some(0o100644), Some(0o100755))
+        );
         let c = canonical(p).unwrap();
         assert_eq!(parse_patch(&c).unwrap(), f);
     }
 
     #[test]
     fn what_is_not_understood_is_rejected() {
-        let context = "*** a/conftest.py\n--- b/conftest.py\n***************\n*** 0 ****\n--- 1 ----\n+ x\n";
-        assert_eq!(parse_patch(context).unwrap_err().class(), "unsupported_patch_format");
+        let context =
+            "*** a/conftest.py\n--- b/conftest.py\n***************\n*** 0 ****\n--- 1 ----\n+ x\n";
+        assert_eq!(
+            parse_patch(context).unwrap_err().class(),
+            "unsupported_patch_format"
+        );
         let short = "--- a/x.py\n+++ b/x.py\n@@ -1,2 +1,2 @@\n-a\n+b\n";
         assert_eq!(parse_patch(short).unwrap_err().class(), "malformed_patch");
-        let disagree = "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/conftest.py\n@@ -1 +1 @@\n-a\n+b\n";
-        assert_eq!(parse_patch(disagree).unwrap_err().class(), "malformed_patch");
+        let disagree =
+            "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/conftest.py\n@@ -1 +1 @@\n-a\n+b\n";
+        assert_eq!(
+            parse_patch(disagree).unwrap_err().class(),
+            "malformed_patch"
+        );
         // Junk after a hunk is dropped from what is applied.
         let junk = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\nrm -rf /\n";
         assert!(!canonical(junk).unwrap().contains("rm -rf"));
         // A patch without its final newline is complete.
-        assert_eq!(parse_patch("--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b").unwrap().len(), 1);
+        assert_eq!(
+            parse_patch("--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b")
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     #[test]
     fn path_problems() {
         assert_eq!(path_problem("a/../b"), Some(PathProblem::Traversal));
-        assert_eq!(path_problem(".git/hooks/pre-commit"), Some(PathProblem::GitDir));
+        assert_eq!(
+            path_problem(".git/hooks/pre-commit"),
+            Some(PathProblem::GitDir)
+        );
         assert_eq!(path_problem("x/.GIT/config"), Some(PathProblem::GitDir));
         assert_eq!(path_problem("a//b"), Some(PathProblem::NotPlain));
         assert_eq!(path_problem("a\nb"), Some(PathProblem::NotPlain));
@@ -802,7 +891,10 @@ diff --git a/run.sh b/run.sh\nold mode 100644\nnew mode 100755\n";
         assert!(!is_test_path("astropy/tests/helper.py"));
         assert!(is_test_path("astropy/tests/test_helper_tests.py"));
         // The task's own test files are tests whatever their name.
-        let layout = TestLayout { test_files: vec!["checks/verify.py".into()], ..TestLayout::library() };
+        let layout = TestLayout {
+            test_files: vec!["checks/verify.py".into()],
+            ..TestLayout::library()
+        };
         assert!(is_test_path_in("checks/verify.py", &layout));
     }
 }

@@ -89,7 +89,11 @@ pub struct Tamper {
 }
 
 fn tamper(class: TamperClass, path: &str, detail: impl Into<String>) -> Tamper {
-    Tamper { class, path: path.to_string(), detail: detail.into() }
+    Tamper {
+        class,
+        path: path.to_string(),
+        detail: detail.into(),
+    }
 }
 
 /// What screening needs to know about the repository.
@@ -103,15 +107,45 @@ pub struct ScreenContext {
 /// Runner packages and the runner's dependencies: a new module by one of these names shadows
 /// them (with the standard library, `stdlib_modules.txt`).
 const RUNNER_MODULES: &[&str] = &[
-    "pytest", "_pytest", "py", "pluggy", "iniconfig", "packaging", "exceptiongroup", "tomli",
-    "colorama", "attr", "attrs", "more_itertools", "six", "setuptools", "pkg_resources",
-    "importlib_metadata", "zipp", "typing_extensions", "hypothesis", "xdist", "execnet",
-    "mock", "nose", "numpy", "django", "sympy", "conftest", "sitecustomize", "usercustomize",
+    "pytest",
+    "_pytest",
+    "py",
+    "pluggy",
+    "iniconfig",
+    "packaging",
+    "exceptiongroup",
+    "tomli",
+    "colorama",
+    "attr",
+    "attrs",
+    "more_itertools",
+    "six",
+    "setuptools",
+    "pkg_resources",
+    "importlib_metadata",
+    "zipp",
+    "typing_extensions",
+    "hypothesis",
+    "xdist",
+    "execnet",
+    "mock",
+    "nose",
+    "numpy",
+    "django",
+    "sympy",
+    "conftest",
+    "sitecustomize",
+    "usercustomize",
 ];
 
 fn stdlib_modules() -> &'static [&'static str] {
     static S: OnceLock<Vec<&'static str>> = OnceLock::new();
-    S.get_or_init(|| include_str!("stdlib_modules.txt").lines().filter(|l| !l.is_empty()).collect())
+    S.get_or_init(|| {
+        include_str!("stdlib_modules.txt")
+            .lines()
+            .filter(|l| !l.is_empty())
+            .collect()
+    })
 }
 
 fn file_name(path: &str) -> &str {
@@ -132,7 +166,12 @@ fn top_level_module(path: &str) -> Option<&str> {
         first
             .strip_suffix(".py")
             .or_else(|| first.strip_suffix(".pyw"))
-            .or_else(|| first.split('.').next().filter(|_| first.ends_with(".so") || first.ends_with(".pyd")))?
+            .or_else(|| {
+                first
+                    .split('.')
+                    .next()
+                    .filter(|_| first.ends_with(".so") || first.ends_with(".pyd"))
+            })?
     };
     Some(name)
 }
@@ -144,7 +183,9 @@ fn path_rules(f: &FileChange, p: &str, ctx: &ScreenContext) -> Result<(), Tamper
         Some(PathProblem::GitDir) => return Err(tamper(GitPath, p, "is inside .git")),
         Some(PathProblem::Absolute) => return Err(tamper(UnsafePath, p, "is an absolute path")),
         Some(PathProblem::Traversal) => return Err(tamper(UnsafePath, p, "has a `..` component")),
-        Some(PathProblem::NotPlain) => return Err(tamper(UnsafePath, p, "is not a plain relative path")),
+        Some(PathProblem::NotPlain) => {
+            return Err(tamper(UnsafePath, p, "is not a plain relative path"))
+        }
         None => {}
     }
     let name = file_name(p);
@@ -155,13 +196,24 @@ fn path_rules(f: &FileChange, p: &str, ctx: &ScreenContext) -> Result<(), Tamper
     if matches!(name, ".gitattributes" | ".gitmodules") {
         return Err(tamper(TestCheckout, p, "changes how files are checked out"));
     }
-    if name.ends_with(".pth") || name.starts_with("sitecustomize") || name.starts_with("usercustomize")
-        || comps.iter().any(|c| matches!(*c, "sitecustomize" | "usercustomize"))
+    if name.ends_with(".pth")
+        || name.starts_with("sitecustomize")
+        || name.starts_with("usercustomize")
+        || comps
+            .iter()
+            .any(|c| matches!(*c, "sitecustomize" | "usercustomize"))
     {
         return Err(tamper(StartupHook, p, "runs code at interpreter start-up"));
     }
-    if comps.iter().any(|c| c.ends_with(".egg-info") || c.ends_with(".dist-info") || c.ends_with(".egg-link")) {
-        return Err(tamper(PackageMetadata, p, "is package metadata read by plugin discovery"));
+    if comps
+        .iter()
+        .any(|c| c.ends_with(".egg-info") || c.ends_with(".dist-info") || c.ends_with(".egg-link"))
+    {
+        return Err(tamper(
+            PackageMetadata,
+            p,
+            "is package metadata read by plugin discovery",
+        ));
     }
     if comps.contains(&"__pycache__") || [".pyc", ".pyo"].iter().any(|e| name.ends_with(e)) {
         return Err(tamper(Bytecode, p, "is compiled bytecode"));
@@ -170,13 +222,20 @@ fn path_rules(f: &FileChange, p: &str, ctx: &ScreenContext) -> Result<(), Tamper
         return Err(tamper(BinaryPatch, p, "is a binary change"));
     }
     if f.modes().any(|m| m != 0o100644 && m != 0o100755) {
-        return Err(tamper(Symlink, p, "is a symbolic link or not a regular file"));
+        return Err(tamper(
+            Symlink,
+            p,
+            "is a symbolic link or not a regular file",
+        ));
     }
     if f.creates() && f.new_path.as_deref() == Some(p) {
         let shadow = |n: &str| {
-            (RUNNER_MODULES.contains(&n) && !ctx.repository_is_runner) || stdlib_modules().contains(&n)
+            (RUNNER_MODULES.contains(&n) && !ctx.repository_is_runner)
+                || stdlib_modules().contains(&n)
         };
-        let dir_hit = comps[..comps.len() - 1].iter().any(|c| matches!(*c, "pytest" | "_pytest" | "pluggy"));
+        let dir_hit = comps[..comps.len() - 1]
+            .iter()
+            .any(|c| matches!(*c, "pytest" | "_pytest" | "pluggy"));
         let stem = name.strip_suffix(".py").unwrap_or(name);
         let runner_name = dir_hit || matches!(stem, "pytest" | "_pytest" | "pluggy");
         if (runner_name && !ctx.repository_is_runner) || top_level_module(p).is_some_and(shadow) {
@@ -194,7 +253,9 @@ fn config_rules(f: &FileChange, p: &str) -> Result<(), Tamper> {
         return Ok(());
     }
     let header = re(r"^\s*\[+\s*([^\]]*?)\s*\]+");
-    let keys = re(r"(?i)pytest|addopts|testpaths|python_files|python_classes|python_functions|norecursedirs|confcutdir|rootdir|required_plugins|usefixtures|\bplugins\b|(^|\s)-p\s");
+    let keys = re(
+        r"(?i)pytest|addopts|testpaths|python_files|python_classes|python_functions|norecursedirs|confcutdir|rootdir|required_plugins|usefixtures|\bplugins\b|(^|\s)-p\s",
+    );
     let entry = re(r"(?i)entry[_-]?points|pytest11");
     for h in &f.hunks {
         let mut section: Option<String> = None;
@@ -206,15 +267,30 @@ fn config_rules(f: &FileChange, p: &str) -> Result<(), Tamper> {
             if sign == " " || sign == "\\" {
                 continue;
             }
-            if entry.is_match(text) || section.as_deref().is_some_and(|s| s.contains("entry") || s.contains("plugins")) {
-                return Err(tamper(TamperClass::PluginEntryPoint, p, format!("changes entry points: `{}`", text.trim())));
+            if entry.is_match(text)
+                || section
+                    .as_deref()
+                    .is_some_and(|s| s.contains("entry") || s.contains("plugins"))
+            {
+                return Err(tamper(
+                    TamperClass::PluginEntryPoint,
+                    p,
+                    format!("changes entry points: `{}`", text.trim()),
+                ));
             }
             if !is_cfg {
                 continue;
             }
             let in_pytest = section.as_deref().is_some_and(|s| s.contains("pytest"));
-            if in_pytest || (section.is_none() && keys.is_match(text)) || (header.is_match(text) && keys.is_match(text)) {
-                return Err(tamper(TamperClass::RunnerConfig, p, format!("changes the test runner's configuration: `{}`", text.trim())));
+            if in_pytest
+                || (section.is_none() && keys.is_match(text))
+                || (header.is_match(text) && keys.is_match(text))
+            {
+                return Err(tamper(
+                    TamperClass::RunnerConfig,
+                    p,
+                    format!("changes the test runner's configuration: `{}`", text.trim()),
+                ));
             }
         }
     }
@@ -255,7 +331,9 @@ fn content_rules() -> &'static [(TamperClass, Regex, &'static str)] {
 
 fn content_screen(f: &FileChange, p: &str, ctx: &ScreenContext) -> Result<(), Tamper> {
     // setup.py runs only when the package is installed; its entry points are config rules.
-    let py = [".py", ".pyw", ".pyx", ".pxd", ".pyi"].iter().any(|e| p.ends_with(e))
+    let py = [".py", ".pyw", ".pyx", ".pxd", ".pyi"]
+        .iter()
+        .any(|e| p.ends_with(e))
         && file_name(p) != "setup.py";
     if !py {
         return Ok(());
@@ -284,11 +362,20 @@ fn content_screen(f: &FileChange, p: &str, ctx: &ScreenContext) -> Result<(), Ta
 /// configuration) are decided over the whole patch before content, so a patch is named by
 /// what it changes first, not by the order of its files.
 pub fn screen_candidate(files: &[FileChange], ctx: &ScreenContext) -> Result<(), Tamper> {
-    let target = |f: &FileChange| f.new_path.clone().or_else(|| f.old_path.clone()).unwrap_or_default();
+    let target = |f: &FileChange| {
+        f.new_path
+            .clone()
+            .or_else(|| f.old_path.clone())
+            .unwrap_or_default()
+    };
     for f in files {
         for p in f.paths() {
             if file_name(p) == "conftest.py" {
-                return Err(tamper(TamperClass::Conftest, p, "conftest.py is loaded by pytest as a plugin"));
+                return Err(tamper(
+                    TamperClass::Conftest,
+                    p,
+                    "conftest.py is loaded by pytest as a plugin",
+                ));
             }
             path_rules(f, p, ctx)?;
         }
@@ -336,20 +423,37 @@ pub async fn screen_candidate_in(
 ) -> Result<Result<(), Tamper>, super::HarnessError> {
     let first = screen_candidate(files, &ScreenContext::default());
     let Err(t) = &first else { return Ok(first) };
-    if !matches!(t.class, TamperClass::RunnerInternals | TamperClass::ShadowModule) {
+    if !matches!(
+        t.class,
+        TamperClass::RunnerInternals | TamperClass::ShadowModule
+    ) {
         return Ok(first);
     }
     let base = super::sandbox::shell_quote(sb.base_commit());
     let probe: Vec<String> = RUNNER_MARKERS
         .iter()
-        .map(|m| format!("git cat-file -e {base}:{} 2>/dev/null", super::sandbox::shell_quote(m)))
+        .map(|m| {
+            format!(
+                "git cat-file -e {base}:{} 2>/dev/null",
+                super::sandbox::shell_quote(m)
+            )
+        })
         .collect();
-    let out = sb.exec(&probe.join(" || "), std::time::Duration::from_secs(60)).await?;
+    let out = sb
+        .exec(&probe.join(" || "), std::time::Duration::from_secs(60))
+        .await?;
     if out.timed_out {
-        return Err(super::HarnessError::Other("probing the repository's runner timed out".into()));
+        return Err(super::HarnessError::Other(
+            "probing the repository's runner timed out".into(),
+        ));
     }
     if out.success() {
-        return Ok(screen_candidate(files, &ScreenContext { repository_is_runner: true }));
+        return Ok(screen_candidate(
+            files,
+            &ScreenContext {
+                repository_is_runner: true,
+            },
+        ));
     }
     Ok(first)
 }
@@ -366,7 +470,9 @@ mod tests {
     }
 
     fn class(patch: &str) -> Option<TamperClass> {
-        screen_candidate(&parse_patch(patch).unwrap(), &ScreenContext::default()).err().map(|t| t.class)
+        screen_candidate(&parse_patch(patch).unwrap(), &ScreenContext::default())
+            .err()
+            .map(|t| t.class)
     }
 
     #[test]
@@ -377,17 +483,33 @@ mod tests {
             ("pytest.ini", "[pytest]", RunnerConfig),
             ("sitecustomize.py", "x = 1", StartupHook),
             ("pkg/evil.pth", "import pkg", StartupHook),
-            ("pkg.egg-info/entry_points.txt", "[pytest11]", PackageMetadata),
+            (
+                "pkg.egg-info/entry_points.txt",
+                "[pytest11]",
+                PackageMetadata,
+            ),
             ("pkg/__pycache__/core.cpython-311.pyc", "x", Bytecode),
             ("src/pluggy/__init__.py", "x = 1", ShadowModule),
             ("inspect.py", "x = 1", ShadowModule),
             ("pkg/_compat.py", "import _pytest.reports", RunnerInternals),
-            ("pkg/_compat.py", "def pytest_runtest_makereport(item, call):\n    pass", RunnerInternals),
-            ("pkg/_compat.py", "m = importlib.import_module('_' + 'py' + 'test')", DynamicCode),
+            (
+                "pkg/_compat.py",
+                "def pytest_runtest_makereport(item, call):\n    pass",
+                RunnerInternals,
+            ),
+            (
+                "pkg/_compat.py",
+                "m = importlib.import_module('_' + 'py' + 'test')",
+                DynamicCode,
+            ),
             ("pkg/_compat.py", "m = __import__(name)", DynamicCode),
             ("pkg/_compat.py", "os._exit(0)", EarlyExit),
             ("pkg/_compat.py", "sys.exit(0)", EarlyExit),
-            ("pkg/_compat.py", "print('tests/test_x.py::test_a PASSED')", OutputForgery),
+            (
+                "pkg/_compat.py",
+                "print('tests/test_x.py::test_a PASSED')",
+                OutputForgery,
+            ),
             ("pkg/_compat.py", "import atexit", EarlyExit),
             ("pkg/_compat.py", "import builtins", RunnerInternals),
             ("pkg/_compat.py", "sys.modules['x'] = y", RunnerInternals),
@@ -396,16 +518,31 @@ mod tests {
         for (path, body, want) in cases {
             assert_eq!(class(&add(path, body)), Some(*want), "{path}: {body}");
         }
-        assert_eq!(class(&add("pkg/core.py", "import sys\n\ndef f():\n    return sys.modules[__name__]")), None);
-        assert_eq!(class(&add("pkg/core.py", "import re\nP = re.compile('x')")), None);
+        assert_eq!(
+            class(&add(
+                "pkg/core.py",
+                "import sys\n\ndef f():\n    return sys.modules[__name__]"
+            )),
+            None
+        );
+        assert_eq!(
+            class(&add("pkg/core.py", "import re\nP = re.compile('x')")),
+            None
+        );
     }
 
     #[test]
     fn top_level_exit_rule_index() {
-        assert_eq!(content_rules()[TOP_LEVEL_EXIT_RULE].2, "exits at import time");
+        assert_eq!(
+            content_rules()[TOP_LEVEL_EXIT_RULE].2,
+            "exits at import time"
+        );
         // A stray root script may exit; a package module may not.
         assert_eq!(class(&add("reproduce.py", "import sys\nsys.exit(0)")), None);
-        assert_eq!(class(&add("pkg/x.py", "import sys\nsys.exit(0)")), Some(TamperClass::EarlyExit));
+        assert_eq!(
+            class(&add("pkg/x.py", "import sys\nsys.exit(0)")),
+            Some(TamperClass::EarlyExit)
+        );
     }
 
     #[test]
@@ -421,15 +558,27 @@ mod tests {
     #[test]
     fn runner_repository_may_use_its_internals_and_bundles_may_use_pytest() {
         let p = parse_patch(&add("src/_pytest/newmod.py", "import _pytest.nodes")).unwrap();
-        let ctx = ScreenContext { repository_is_runner: true };
+        let ctx = ScreenContext {
+            repository_is_runner: true,
+        };
         assert!(screen_candidate(&p, &ctx).is_ok());
         let other = ScreenContext::default();
-        assert_eq!(screen_candidate(&p, &other).err().map(|t| t.class), Some(TamperClass::ShadowModule));
+        assert_eq!(
+            screen_candidate(&p, &other).err().map(|t| t.class),
+            Some(TamperClass::ShadowModule)
+        );
         let p = parse_patch(&"diff --git a/src/_pytest/reports.py b/src/_pytest/reports.py\n--- a/src/_pytest/reports.py\n+++ b/src/_pytest/reports.py\n@@ -1 +1,2 @@\n x\n+import _pytest.nodes\n".to_string()).unwrap();
         assert!(screen_candidate(&p, &ctx).is_ok());
-        let b = parse_patch(&add("tests/test_x.py", "import pytest\n\ndef test_a():\n    assert 1")).unwrap();
+        let b = parse_patch(&add(
+            "tests/test_x.py",
+            "import pytest\n\ndef test_a():\n    assert 1",
+        ))
+        .unwrap();
         assert!(screen_bundle(&b).is_ok());
         let b = parse_patch(&add("tests/pytest.ini", "[pytest]")).unwrap();
-        assert_eq!(screen_bundle(&b).err().map(|t| t.class), Some(TamperClass::RunnerConfig));
+        assert_eq!(
+            screen_bundle(&b).err().map(|t| t.class),
+            Some(TamperClass::RunnerConfig)
+        );
     }
 }
