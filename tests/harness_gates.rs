@@ -249,7 +249,47 @@ async fn export_source_diff_is_complete_and_source_only() {
         diff.contains("+# staged then edited") && diff.contains("+    return a + b"),
         "{diff}"
     );
+    // A test edit is not stripped: the gate refuses it (forbidden test modification, reward 0).
+    assert!(diff.contains("tests/test_mine.py"), "{diff}");
+    let v = check_candidate_in(sb, &official(), &diff, t).await.unwrap();
+    assert_eq!(v.failure_kind, FailureKind::HiddenTestPathsDirtied, "{}", v.feedback);
+    // Without it (the bundle's own paths are what callers exclude) the candidate passes.
+    let diff = export_source_diff(sb, sb.base_commit(), &["tests/test_mine.py".to_string()])
+        .await
+        .unwrap();
     assert!(!diff.contains("tests/test_mine.py"), "{diff}");
     let v = check_candidate_in(sb, &official(), &diff, t).await.unwrap();
     assert_eq!(v.status, GateStatus::Pass, "{}", v.feedback);
+}
+
+#[tokio::test]
+async fn export_source_diff_streams_diffs_over_the_output_cap() {
+    use execcritic::harness::export_source_diff;
+    use execcritic::harness::gate::MAX_SOURCE_DIFF;
+    let task = fixture_task();
+    let sb = open_sandbox(SandboxKind::Local, &task, Purpose::RepairAgent)
+        .await
+        .unwrap();
+    let sb = sb.as_ref();
+    let t = Duration::from_secs(60);
+    // ~600 KiB of new source (ten times the 64 KiB output cap) plus the fix.
+    let edit = "sed -i 's/return a - b/return a + b/' calc/__init__.py \
+                && python3 -c \"open('calc/table.py','w').write(''.join(f'V{i} = {i!r}  # padding padding padding\\n' for i in range(20000)))\"";
+    let out = sb.exec(edit, t).await.unwrap();
+    assert!(out.success(), "{}", out.output);
+    let diff = export_source_diff(sb, sb.base_commit(), &[]).await.unwrap();
+    assert!(diff.len() > 10 * 64 * 1024, "{}", diff.len());
+    assert!(diff.contains("+V19999 = 19999  # padding"), "the tail is exported");
+    let v = check_candidate_in(sb, &official(), &diff, t).await.unwrap();
+    assert_eq!(v.status, GateStatus::Pass, "{}", v.feedback);
+    // Over the documented limit: its own error, not a truncated diff.
+    let big = format!("head -c {} /dev/zero | tr '\\0' 'x' | fold -w 100 > calc/huge.py", MAX_SOURCE_DIFF + 1024);
+    let out = sb.exec(&big, t).await.unwrap();
+    assert!(out.success(), "{}", out.output);
+    match export_source_diff(sb, sb.base_commit(), &[]).await {
+        Err(execcritic::harness::HarnessError::DiffTooLarge { bytes, limit }) => {
+            assert!(bytes > limit && limit == MAX_SOURCE_DIFF)
+        }
+        other => panic!("expected DiffTooLarge, got {:?}", other.map(|d| d.len())),
+    }
 }

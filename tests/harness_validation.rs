@@ -86,6 +86,25 @@ fn patch_path_attacks_are_rejected() {
         kind_of("not a diff\n", &cmd, CONTRACT),
         RejectionKind::MalformedPatch
     );
+    // The one parser: a context diff is not understood, so it is refused (not handed to `patch`).
+    let context = "*** /dev/null\n--- tests/conftest.py\n***************\n*** 0 ****\n--- 1 ----\n+ x = 1\n";
+    assert_eq!(kind_of(context, &cmd, CONTRACT), RejectionKind::MalformedPatch);
+    // `rename to` / `copy to` targets are checked like any other path.
+    let copy = "diff --git a/tests/test_calc.py b/calc/evil.py\ncopy from tests/test_calc.py\ncopy to calc/evil.py\n";
+    assert_eq!(kind_of(copy, &cmd, CONTRACT), RejectionKind::NonTestPath);
+    let rename = "diff --git a/tests/test_calc.py b/.git/hooks/pre-commit\nrename from tests/test_calc.py\nrename to .git/hooks/pre-commit\n";
+    assert_eq!(kind_of(rename, &cmd, CONTRACT), RejectionKind::GitPath);
+    // A quoted path is unquoted before it is checked: `\056\056` is `..`.
+    let quoted = "diff --git \"a/tests/\\056\\056/x.py\" \"b/tests/\\056\\056/x.py\"\n--- \"a/tests/\\056\\056/x.py\"\n+++ \"b/tests/\\056\\056/x.py\"\n@@ -1 +1 @@\n-a\n+b\n";
+    assert_eq!(kind_of(quoted, &cmd, CONTRACT), RejectionKind::PathTraversal);
+    let symlink = "diff --git a/tests/test_link.py b/tests/test_link.py\nnew file mode 120000\n--- /dev/null\n+++ b/tests/test_link.py\n@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n";
+    assert_eq!(kind_of(symlink, &cmd, CONTRACT), RejectionKind::SymlinkOrBinary);
+    // Runner configuration in a test directory is a tamper class of its own.
+    let ini = p.replace("tests/test_calc.py", "tests/pytest.ini");
+    assert_eq!(
+        kind_of(&ini, &cmd, CONTRACT),
+        RejectionKind::Tamper(execcritic::harness::tamper::TamperClass::RunnerConfig)
+    );
 }
 
 #[test]

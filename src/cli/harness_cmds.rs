@@ -253,6 +253,7 @@ pub fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
                 tests: Default::default(),
                 error_kind: Some("no_prediction".into()),
                 completion: None,
+                forbidden: None,
             },
             Some(p) => match harness::grade(&t, &p, kind).await {
                 Ok(r) => r,
@@ -262,6 +263,7 @@ pub fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
                     tests: Default::default(),
                     error_kind: Some(format!("infra: {e}")),
                     completion: None,
+                    forbidden: None,
                 },
             },
         }

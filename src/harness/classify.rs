@@ -94,6 +94,9 @@ pub enum FailureKind {
     PatchApplyFailure,
     TestPatchApplyFailure,
     HiddenTestPathsDirtied,
+    /// The candidate changes how tests are collected, run or reported (see `tamper`): the
+    /// paper's forbidden test modification, reward 0.
+    ForbiddenTestModification,
     BundleModified,
     HarnessException,
 }

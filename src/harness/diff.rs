@@ -1,137 +1,776 @@
-//! Unified-diff inspection: the files a patch touches (with creation/deletion/rename/mode
-//! flags) and the test functions it adds. Used by bundle validation and the candidate gate.
+//! The one patch parser. Every patch the harness applies (a Test bundle's test patch, a
+//! candidate, a model patch, an official test patch) is parsed here ONCE into typed file
+//! operations (modify, create, delete, rename, copy, mode change, symlink, binary), every path
+//! it can touch is checked from that structure, and what is applied is the re-serialisation of
+//! exactly that structure ([`Patch::to_git`]), never the original text. Anything the parser does
+//! not understand is an error, not a fallback: context diffs, ed scripts, hunks whose bodies do
+//! not match their headers, headers that disagree about a file's path, unknown extended header
+//! lines inside a git section. Text outside file sections (a mail header, a commit message) is
+//! dropped, as `git apply` drops it.
+//!
+//! Plain (non-git) unified diffs are read with `-p1` semantics (the first path component is
+//! stripped, as `git apply` and `patch -p1` do) and may not rename. Quoted git paths
+//! (`"a/caf\303\251.py"`) are unquoted.
 
-/// One file section of a unified diff.
+use std::fmt::Write as _;
+
+/// What a file section does.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileOp {
+    #[default]
+    Modify,
+    Create,
+    Delete,
+    Rename,
+    Copy,
+}
+
+/// One hunk: its `@@` header line and its body lines (each starting with ` `, `+`, `-` or `\`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Hunk {
+    pub header: String,
+    pub lines: Vec<String>,
+}
+
+/// One file section of a patch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FileChange {
     /// Path before the change (`None` for a new file).
     pub old_path: Option<String>,
     /// Path after the change (`None` for a deleted file).
     pub new_path: Option<String>,
+    pub op: FileOp,
+    /// `old mode` / `deleted file mode` (octal, e.g. `0o100644`).
+    pub old_mode: Option<u32>,
+    /// `new mode` / `new file mode` / the mode of an `index` line.
+    pub new_mode: Option<u32>,
+    /// Deleted (`op == Delete`).
     pub deleted: bool,
+    /// Renamed or copied (`op` is `Rename` or `Copy`).
     pub renamed: bool,
+    /// Either side is a symbolic link (mode 120000).
     pub symlink: bool,
+    /// A binary change (`GIT binary patch` or `Binary files … differ`).
     pub binary: bool,
     /// Names of `def test_*` / `async def test_*` functions added by this section.
     pub added_tests: Vec<String>,
+    /// The `index <old>..<new>[ mode]` line, when present (needed by `--3way` and binary).
+    pub index: Option<String>,
+    pub hunks: Vec<Hunk>,
+    /// The body of a `GIT binary patch` (base85 lines), kept verbatim.
+    pub binary_body: Vec<String>,
 }
 
 impl FileChange {
     /// Every path this section touches.
     pub fn paths(&self) -> impl Iterator<Item = &str> {
+        let same = self.old_path == self.new_path;
         self.old_path
             .iter()
-            .chain(self.new_path.iter())
+            .chain(self.new_path.iter().filter(move |_| !same))
             .map(|s| s.as_str())
     }
-}
 
-fn strip_prefix(raw: &str) -> Option<String> {
-    let raw = raw.split('\t').next().unwrap_or(raw).trim_end();
-    if raw == "/dev/null" {
-        return None;
+    /// The content lines this section adds (without the leading `+`).
+    pub fn added_lines(&self) -> impl Iterator<Item = &str> {
+        self.body_lines('+')
     }
-    let p = raw
-        .strip_prefix("a/")
-        .or_else(|| raw.strip_prefix("b/"))
-        .unwrap_or(raw);
-    Some(p.to_string())
+
+    /// The content lines this section removes (without the leading `-`).
+    pub fn removed_lines(&self) -> impl Iterator<Item = &str> {
+        self.body_lines('-')
+    }
+
+    fn body_lines(&self, sign: char) -> impl Iterator<Item = &str> {
+        self.hunks
+            .iter()
+            .flat_map(|h| h.lines.iter())
+            .filter_map(move |l| l.strip_prefix(sign))
+    }
+
+    /// Whether the section brings a file into existence at `new_path` (create, rename, copy).
+    pub fn creates(&self) -> bool {
+        matches!(self.op, FileOp::Create | FileOp::Rename | FileOp::Copy)
+    }
+
+    /// Every mode the section mentions.
+    pub fn modes(&self) -> impl Iterator<Item = u32> + '_ {
+        self.old_mode.into_iter().chain(self.new_mode)
+    }
 }
 
-/// Parse the file sections of a unified diff (git or plain). Returns an error message for a
-/// diff with no file headers or with quoted (escaped) paths, which are not supported.
-pub fn parse_patch(patch: &str) -> Result<Vec<FileChange>, String> {
-    let mut files: Vec<FileChange> = Vec::new();
-    let mut in_git_header = false;
-    let def_re =
-        regex::Regex::new(r"^\+\s*(?:async\s+)?def\s+(test\w*)\s*\(").expect("valid regex");
-    let mut lines = patch.lines().peekable();
-    while let Some(line) = lines.next() {
-        if let Some(rest) = line.strip_prefix("diff --git ") {
-            if rest.contains('"') {
-                return Err(format!("quoted paths are not supported: {line}"));
-            }
-            let (a, b) = match rest.find(" b/") {
-                Some(i) => (&rest[..i], &rest[i + 1..]),
-                None => return Err(format!("unparseable diff header: {line}")),
-            };
-            files.push(FileChange {
-                old_path: strip_prefix(a),
-                new_path: strip_prefix(b),
-                ..Default::default()
-            });
-            in_git_header = true;
+/// Why a patch could not be parsed. Each variant has a stable class name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PatchError {
+    #[error("no file headers (`diff --git` or `---`/`+++`) found")]
+    NoFileHeaders,
+    #[error("unsupported patch format ({0}); send a unified diff (`git diff` output)")]
+    UnsupportedFormat(String),
+    #[error("{0}")]
+    Malformed(String),
+}
+
+impl PatchError {
+    /// Stable class name of the error.
+    pub fn class(&self) -> &'static str {
+        match self {
+            PatchError::NoFileHeaders => "no_file_headers",
+            PatchError::UnsupportedFormat(_) => "unsupported_patch_format",
+            PatchError::Malformed(_) => "malformed_patch",
+        }
+    }
+}
+
+fn malformed(m: impl Into<String>) -> PatchError {
+    PatchError::Malformed(m.into())
+}
+
+/// A parsed patch.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Patch {
+    pub files: Vec<FileChange>,
+}
+
+/// Parse the file sections of a patch (git or plain unified diff). See the module doc.
+pub fn parse_patch(patch: &str) -> Result<Vec<FileChange>, PatchError> {
+    Patch::parse(patch).map(|p| p.files)
+}
+
+/// Parse `patch` and re-serialise it (what the harness applies).
+pub fn canonical(patch: &str) -> Result<String, PatchError> {
+    Patch::parse(patch).map(|p| p.to_git())
+}
+
+/// Why a path is unsafe to touch in any patch (the path classes of every rejection).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum PathProblem {
+    /// Starts with `/`.
+    Absolute,
+    /// Has a `..` component.
+    Traversal,
+    /// Has a `.git` component (any case).
+    GitDir,
+    /// Empty, `.` or empty components, control characters, backslashes.
+    NotPlain,
+}
+
+/// What is wrong with a repository path, if anything.
+pub fn path_problem(p: &str) -> Option<PathProblem> {
+    if p.starts_with('/') {
+        return Some(PathProblem::Absolute);
+    }
+    let comps: Vec<&str> = p.split('/').collect();
+    if comps.contains(&"..") {
+        return Some(PathProblem::Traversal);
+    }
+    if comps.iter().any(|c| {
+        let c = c.trim_end_matches(['.', ' ']);
+        c.eq_ignore_ascii_case(".git")
+    }) {
+        return Some(PathProblem::GitDir);
+    }
+    if p.is_empty()
+        || comps.iter().any(|c| c.is_empty() || *c == ".")
+        || p.chars().any(|c| c.is_control() || c == '\\')
+    {
+        return Some(PathProblem::NotPlain);
+    }
+    None
+}
+
+/// Unquote a git C-style quoted path (`"a/x\ty"`), or return the raw token.
+fn unquote(raw: &str) -> Result<String, PatchError> {
+    let Some(inner) = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) else {
+        return Ok(raw.to_string());
+    };
+    let mut bytes = Vec::new();
+    let mut it = inner.bytes().peekable();
+    while let Some(b) = it.next() {
+        if b != b'\\' {
+            bytes.push(b);
             continue;
         }
-        if line.starts_with("--- ") && lines.peek().is_some_and(|n| n.starts_with("+++ ")) {
-            let plus = lines.next().unwrap_or_default();
-            if line.contains('"') || plus.contains('"') {
-                return Err(format!("quoted paths are not supported: {line}"));
-            }
-            let old = strip_prefix(&line[4..]);
-            let new = strip_prefix(&plus[4..]);
-            if in_git_header {
-                if let Some(f) = files.last_mut() {
-                    f.old_path = old;
-                    f.new_path = new;
+        let e = it
+            .next()
+            .ok_or_else(|| malformed(format!("bad quoted path {raw}")))?;
+        bytes.push(match e {
+            b'a' => 7,
+            b'b' => 8,
+            b't' => b'\t',
+            b'n' => b'\n',
+            b'v' => 11,
+            b'f' => 12,
+            b'r' => b'\r',
+            b'"' | b'\\' => e,
+            b'0'..=b'3' => {
+                let mut v = (e - b'0') as u32;
+                for _ in 0..2 {
+                    match it.next() {
+                        Some(d @ b'0'..=b'7') => v = v * 8 + (d - b'0') as u32,
+                        _ => return Err(malformed(format!("bad octal escape in {raw}"))),
+                    }
                 }
-            } else {
-                files.push(FileChange {
+                v as u8
+            }
+            _ => return Err(malformed(format!("bad escape in quoted path {raw}"))),
+        });
+    }
+    String::from_utf8(bytes).map_err(|_| malformed(format!("quoted path {raw} is not UTF-8")))
+}
+
+/// Quote a path for a git header when it has any character outside a conservative set.
+fn quote(p: &str) -> String {
+    if p.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "._-/+@,=~".contains(c))
+    {
+        return p.to_string();
+    }
+    let mut s = String::from("\"");
+    for b in p.bytes() {
+        match b {
+            b'"' => s.push_str("\\\""),
+            b'\\' => s.push_str("\\\\"),
+            b'\t' => s.push_str("\\t"),
+            b'\n' => s.push_str("\\n"),
+            0x20..=0x7e => s.push(b as char),
+            _ => {
+                let _ = write!(s, "\\{b:03o}");
+            }
+        }
+    }
+    s.push('"');
+    s
+}
+
+/// Split the first (possibly quoted) token of `s`; returns (token, rest).
+fn take_token(s: &str) -> Result<(String, &str), PatchError> {
+    if s.starts_with('"') {
+        let mut escaped = false;
+        for (i, c) in s.char_indices().skip(1) {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                return Ok((unquote(&s[..=i])?, &s[i + 1..]));
+            }
+        }
+        return Err(malformed(format!("unterminated quoted path: {s}")));
+    }
+    Ok(match s.find(' ') {
+        Some(i) => (s[..i].to_string(), &s[i..]),
+        None => (s.to_string(), ""),
+    })
+}
+
+/// The paths of a `diff --git` line (prefixes `a/`, `b/` removed). For unquoted names with
+/// spaces, the split where both halves name the same file is taken (git's own rule); a
+/// rename's names come from its `rename from/to` lines.
+fn git_header_paths(rest: &str) -> Result<(Option<String>, Option<String>), PatchError> {
+    let strip = |t: &str, pre: &str| t.strip_prefix(pre).map(str::to_string);
+    if rest.starts_with('"') || rest.ends_with('"') {
+        let (a, tail) = if rest.starts_with('"') {
+            take_token(rest)?
+        } else {
+            let i = rest
+                .find(" \"")
+                .ok_or_else(|| malformed(format!("bad diff header: {rest}")))?;
+            (rest[..i].to_string(), &rest[i..])
+        };
+        let b = unquote(tail.trim_start())?;
+        return Ok((strip(&a, "a/"), strip(&b, "b/")));
+    }
+    if rest.len() >= 5 && (rest.len() - 5) % 2 == 0 {
+        let n = (rest.len() - 5) / 2;
+        if rest.is_char_boundary(2 + n) && rest.is_char_boundary(5 + n) {
+            let (a, b) = (&rest[2..2 + n], &rest[5 + n..]);
+            if rest.starts_with("a/") && &rest[2 + n..5 + n] == " b/" && a == b {
+                return Ok((Some(a.to_string()), Some(b.to_string())));
+            }
+        }
+    }
+    match rest.find(" b/") {
+        Some(i) if rest.starts_with("a/") => {
+            Ok((strip(&rest[..i], "a/"), strip(&rest[i + 1..], "b/")))
+        }
+        _ => Err(malformed(format!(
+            "unparseable diff header: diff --git {rest}"
+        ))),
+    }
+}
+
+/// A `---`/`+++` path: `None` for `/dev/null`; timestamps after a tab are dropped.
+fn marker_path(raw: &str, git: bool, prefix: &str) -> Result<Option<String>, PatchError> {
+    let raw = raw.trim_end_matches('\r');
+    let tok = if raw.starts_with('"') {
+        take_token(raw)?.0
+    } else {
+        raw.split('\t').next().unwrap_or(raw).trim_end().to_string()
+    };
+    if tok == "/dev/null" {
+        return Ok(None);
+    }
+    if git {
+        return tok
+            .strip_prefix(prefix)
+            .map(|p| Some(p.to_string()))
+            .ok_or_else(|| {
+                malformed(format!("`{tok}` lacks the `{prefix}` prefix of a git diff"))
+            });
+    }
+    // An absolute path stays absolute (and is refused by every path check); otherwise -p1
+    // strips the first component.
+    if tok.starts_with('/') {
+        return Ok(Some(tok));
+    }
+    match tok.split_once('/') {
+        Some((_, p)) => Ok(Some(p.to_string())),
+        None => Err(malformed(format!(
+            "`{tok}` has no leading directory to strip (-p1); send `git diff` output"
+        ))),
+    }
+}
+
+fn parse_mode(s: &str) -> Result<u32, PatchError> {
+    let s = s.trim();
+    if s.len() != 6 {
+        return Err(malformed(format!("bad file mode `{s}`")));
+    }
+    u32::from_str_radix(s, 8).map_err(|_| malformed(format!("bad file mode `{s}`")))
+}
+
+fn hunk_counts(header: &str) -> Result<(usize, usize), PatchError> {
+    let re =
+        regex::Regex::new(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@").expect("valid regex");
+    let c = re
+        .captures(header)
+        .ok_or_else(|| malformed(format!("bad hunk header `{header}`")))?;
+    let n = |i: usize| -> Result<usize, PatchError> {
+        c.get(i).map_or(Ok(1), |m| {
+            m.as_str()
+                .parse()
+                .map_err(|_| malformed("hunk count overflows"))
+        })
+    };
+    Ok((n(2)?, n(4)?))
+}
+
+fn is_section_start(lines: &[&str], i: usize) -> bool {
+    let l = lines[i];
+    l.starts_with("diff --git ")
+        || (l.starts_with("--- ") && lines.get(i + 1).is_some_and(|n| n.starts_with("+++ ")))
+}
+
+impl Patch {
+    /// Parse a patch; see the module doc.
+    pub fn parse(text: &str) -> Result<Patch, PatchError> {
+        let def_re =
+            regex::Regex::new(r"^\+\s*(?:async\s+)?def\s+(test\w*)\s*\(").expect("valid regex");
+        let mut lines: Vec<&str> = text.split('\n').collect();
+        // The element after the text's last newline is no line.
+        if text.ends_with('\n') {
+            lines.pop();
+        }
+        let mut files = Vec::new();
+        let mut i = 0;
+        while i < lines.len() {
+            let l = lines[i].trim_end_matches('\r');
+            if let Some(rest) = l.strip_prefix("diff --git ") {
+                let (f, next) = Self::git_section(&lines, i, rest)?;
+                files.push(f);
+                i = next;
+            } else if is_section_start(&lines, i) {
+                let old = marker_path(&l[4..], false, "")?;
+                let new = marker_path(&lines[i + 1][4..], false, "")?;
+                let op = match (&old, &new) {
+                    (None, None) => return Err(malformed("both sides are /dev/null")),
+                    (None, Some(_)) => FileOp::Create,
+                    (Some(_), None) => FileOp::Delete,
+                    (Some(a), Some(b)) if a == b => FileOp::Modify,
+                    (Some(a), Some(b)) => return Err(malformed(format!(
+                        "plain diff names two files (`{a}`, `{b}`); renames need `git diff` output"
+                    ))),
+                };
+                let mut f = FileChange {
                     old_path: old,
                     new_path: new,
+                    op,
                     ..Default::default()
-                });
-            }
-            in_git_header = false;
-            continue;
-        }
-        let Some(f) = files.last_mut() else { continue };
-        if in_git_header {
-            if line.starts_with("deleted file mode") {
-                f.deleted = true;
-            } else if line.starts_with("rename from") || line.starts_with("copy from") {
-                f.renamed = true;
-            } else if line.contains(" 120000")
-                && (line.starts_with("new file mode")
-                    || line.starts_with("new mode")
-                    || line.starts_with("index "))
+                };
+                i = Self::hunks(&lines, i + 2, &mut f)?;
+                if f.hunks.is_empty() {
+                    return Err(malformed("a plain diff section without hunks"));
+                }
+                files.push(f);
+            } else if l == "***************"
+                || (l.starts_with("*** ")
+                    && lines.get(i + 1).is_some_and(|n| n.starts_with("--- ")))
             {
-                f.symlink = true;
-            } else if line.starts_with("GIT binary patch") || line.starts_with("Binary files") {
-                f.binary = true;
+                return Err(PatchError::UnsupportedFormat("context diff".into()));
+            } else if l.starts_with("GIT binary patch") || l.starts_with("Binary files ") {
+                return Err(PatchError::UnsupportedFormat(
+                    "binary change outside a git section".into(),
+                ));
+            } else if l.starts_with("@@ ") {
+                return Err(malformed(format!("hunk outside a file section: {l}")));
+            } else {
+                i += 1;
             }
-            if line.starts_with("@@") {
-                in_git_header = false;
+        }
+        if files.is_empty() {
+            return Err(PatchError::NoFileHeaders);
+        }
+        for f in &mut files {
+            f.deleted = f.op == FileOp::Delete;
+            f.renamed = matches!(f.op, FileOp::Rename | FileOp::Copy);
+            let symlink = f.modes().any(|m| m == 0o120000);
+            f.symlink = symlink;
+            f.added_tests = f
+                .hunks
+                .iter()
+                .flat_map(|h| h.lines.iter())
+                .filter_map(|l| def_re.captures(l).map(|c| c[1].to_string()))
+                .collect();
+        }
+        Ok(Patch { files })
+    }
+
+    /// One `diff --git` section starting at `lines[start]`; returns it and the next index.
+    fn git_section(
+        lines: &[&str],
+        start: usize,
+        rest: &str,
+    ) -> Result<(FileChange, usize), PatchError> {
+        let (mut old, mut new) = git_header_paths(rest)?;
+        let mut f = FileChange::default();
+        let (mut from, mut to): (Option<String>, Option<String>) = (None, None);
+        let mut i = start + 1;
+        while i < lines.len() {
+            let l = lines[i].trim_end_matches('\r');
+            let val = |p: &str| l.strip_prefix(p);
+            if let Some(m) = val("old mode ") {
+                f.old_mode = Some(parse_mode(m)?);
+            } else if let Some(m) = val("new mode ") {
+                f.new_mode = Some(parse_mode(m)?);
+            } else if let Some(m) = val("deleted file mode ") {
+                f.op = FileOp::Delete;
+                f.old_mode = Some(parse_mode(m)?);
+            } else if let Some(m) = val("new file mode ") {
+                f.op = FileOp::Create;
+                f.new_mode = Some(parse_mode(m)?);
+            } else if let Some(p) = val("rename from ").or_else(|| val("copy from ")) {
+                f.op = if l.starts_with("rename") {
+                    FileOp::Rename
+                } else {
+                    FileOp::Copy
+                };
+                from = Some(unquote(p)?);
+            } else if let Some(p) = val("rename to ").or_else(|| val("copy to ")) {
+                to = Some(unquote(p)?);
+            } else if val("similarity index ").is_some() || val("dissimilarity index ").is_some() {
+            } else if let Some(ix) = val("index ") {
+                let re = regex::Regex::new(r"^[0-9a-f]{4,64}\.\.[0-9a-f]{4,64}(?: ([0-7]{6}))?$")
+                    .expect("valid regex");
+                let c = re
+                    .captures(ix)
+                    .ok_or_else(|| malformed(format!("bad index line `{l}`")))?;
+                if let Some(m) = c.get(1) {
+                    let m = parse_mode(m.as_str())?;
+                    f.old_mode.get_or_insert(m);
+                    f.new_mode.get_or_insert(m);
+                }
+                f.index = Some(ix.to_string());
+            } else {
+                break;
             }
-            continue;
+            i += 1;
         }
-        if let Some(c) = def_re.captures(line) {
-            f.added_tests.push(c[1].to_string());
+        match f.op {
+            FileOp::Rename | FileOp::Copy => {
+                let (Some(a), Some(b)) = (from, to) else {
+                    return Err(malformed("rename/copy without both `from` and `to`"));
+                };
+                (old, new) = (Some(a), Some(b));
+            }
+            FileOp::Create => old = None,
+            FileOp::Delete => new = None,
+            FileOp::Modify => {
+                if old != new {
+                    return Err(malformed(format!(
+                        "diff header names two files without a rename: diff --git {rest}"
+                    )));
+                }
+            }
         }
-    }
-    for f in &mut files {
-        if f.new_path.is_none() {
-            f.deleted = true;
+        let l = lines.get(i).map(|l| l.trim_end_matches('\r')).unwrap_or("");
+        if l.starts_with("--- ") && lines.get(i + 1).is_some_and(|n| n.starts_with("+++ ")) {
+            let m_old = marker_path(&l[4..], true, "a/")?;
+            let m_new = marker_path(&lines[i + 1][4..], true, "b/")?;
+            if m_old != old || m_new != new {
+                return Err(malformed(format!(
+                    "`---`/`+++` names ({m_old:?}, {m_new:?}) disagree with the section's ({old:?}, {new:?})"
+                )));
+            }
+            i = Self::hunks(lines, i + 2, &mut f)?;
+            if f.hunks.is_empty() {
+                return Err(malformed("`---`/`+++` without hunks"));
+            }
+        } else if l.starts_with("GIT binary patch") {
+            f.binary = true;
+            i += 1;
+            while i < lines.len() && !lines[i].starts_with("diff --git ") {
+                let b = lines[i].trim_end_matches('\r');
+                let ok = b.is_empty()
+                    || b.starts_with("literal ")
+                    || b.starts_with("delta ")
+                    || b.chars().all(|c| c.is_ascii_graphic());
+                if !ok {
+                    return Err(malformed(format!("bad binary patch line `{b}`")));
+                }
+                f.binary_body.push(b.to_string());
+                i += 1;
+            }
+            while f.binary_body.last().is_some_and(|b| b.is_empty()) {
+                f.binary_body.pop();
+            }
+        } else if l.starts_with("Binary files ") {
+            f.binary = true;
+            i += 1;
         }
+        f.old_path = old;
+        f.new_path = new;
+        if f.old_path.is_none() && f.new_path.is_none() {
+            return Err(malformed("a section without paths"));
+        }
+        Ok((f, i))
     }
-    if files.is_empty() {
-        return Err("no file headers (`diff --git` or `---`/`+++`) found".into());
+
+    /// Hunks from `lines[i]` on; each body must match its header's counts.
+    fn hunks(lines: &[&str], mut i: usize, f: &mut FileChange) -> Result<usize, PatchError> {
+        while i < lines.len() && lines[i].starts_with("@@ ") {
+            let header = lines[i].trim_end_matches('\r').to_string();
+            let (mut old, mut new) = hunk_counts(&header)?;
+            let mut body = Vec::new();
+            i += 1;
+            while old > 0 || new > 0 {
+                let Some(&l) = lines.get(i) else {
+                    return Err(malformed(format!(
+                        "hunk `{header}` is shorter than its header says"
+                    )));
+                };
+                // An empty line is a context line whose space was lost (git apply agrees).
+                let l = if l.is_empty() || l == "\r" { " " } else { l };
+                match l.as_bytes()[0] {
+                    b' ' if old > 0 && new > 0 => (old, new) = (old - 1, new - 1),
+                    b'-' if old > 0 => old -= 1,
+                    b'+' if new > 0 => new -= 1,
+                    b'\\' => {}
+                    _ => return Err(malformed(format!("hunk `{header}`: unexpected line `{l}`"))),
+                }
+                body.push(l.to_string());
+                i += 1;
+            }
+            if lines.get(i).is_some_and(|l| l.starts_with('\\')) {
+                body.push(lines[i].to_string());
+                i += 1;
+            }
+            f.hunks.push(Hunk {
+                header,
+                lines: body,
+            });
+        }
+        Ok(i)
     }
-    Ok(files)
+
+    /// The git-format text of exactly this structure (what the harness applies).
+    pub fn to_git(&self) -> String {
+        let mut s = String::new();
+        for f in &self.files {
+            let a = f
+                .old_path
+                .as_deref()
+                .or(f.new_path.as_deref())
+                .unwrap_or_default();
+            let b = f
+                .new_path
+                .as_deref()
+                .or(f.old_path.as_deref())
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "diff --git {} {}",
+                quote(&format!("a/{a}")),
+                quote(&format!("b/{b}"))
+            );
+            let mode = |m: Option<u32>| format!("{:06o}", m.unwrap_or(0o100644));
+            match f.op {
+                FileOp::Create => {
+                    let _ = writeln!(s, "new file mode {}", mode(f.new_mode));
+                }
+                FileOp::Delete => {
+                    let _ = writeln!(s, "deleted file mode {}", mode(f.old_mode));
+                }
+                _ => {
+                    if let (Some(o), Some(n)) = (f.old_mode, f.new_mode) {
+                        if o != n {
+                            let _ = writeln!(s, "old mode {o:06o}\nnew mode {n:06o}");
+                        }
+                    }
+                }
+            }
+            if matches!(f.op, FileOp::Rename | FileOp::Copy) {
+                let verb = if f.op == FileOp::Rename {
+                    "rename"
+                } else {
+                    "copy"
+                };
+                let _ = writeln!(s, "{verb} from {}\n{verb} to {}", quote(a), quote(b));
+            }
+            if let Some(ix) = &f.index {
+                let _ = writeln!(s, "index {ix}");
+            }
+            if !f.hunks.is_empty() {
+                let side = |p: &Option<String>, pre: &str| match p {
+                    Some(p) => quote(&format!("{pre}{p}")),
+                    None => "/dev/null".to_string(),
+                };
+                let _ = writeln!(
+                    s,
+                    "--- {}\n+++ {}",
+                    side(&f.old_path, "a/"),
+                    side(&f.new_path, "b/")
+                );
+                for h in &f.hunks {
+                    s.push_str(&h.header);
+                    s.push('\n');
+                    for l in &h.lines {
+                        s.push_str(l);
+                        s.push('\n');
+                    }
+                }
+            }
+            if f.binary && !f.binary_body.is_empty() {
+                s.push_str("GIT binary patch\n");
+                for l in &f.binary_body {
+                    s.push_str(l);
+                    s.push('\n');
+                }
+                s.push('\n');
+            }
+        }
+        s
+    }
 }
 
-/// Whether a repository path looks like test code or test data (the only paths a Test bundle
-/// may touch, and the paths excluded from an exported source candidate).
-pub fn is_test_path(path: &str) -> bool {
-    let comps: Vec<&str> = path.split('/').collect();
-    let file = comps.last().copied().unwrap_or("");
-    comps[..comps.len().saturating_sub(1)].iter().any(|c| {
-        matches!(*c, "tests" | "test" | "testing") || c.ends_with("tests") || c.starts_with("test_")
-    }) || file.starts_with("test_")
+/// Where a repository's tests live, for [`is_test_path_in`]: the task's own test files
+/// (FAIL_TO_PASS / PASS_TO_PASS paths, the official test patch's paths) and the library
+/// directories that look like tests by name but are source (`django/test/`, `sphinx/testing/`,
+/// `astropy/tests/helper.py`).
+#[derive(Clone, Debug, Default)]
+pub struct TestLayout {
+    /// Paths the task itself names as its tests.
+    pub test_files: Vec<String>,
+    /// Path prefixes (a directory with a trailing `/`, or a file) that are library source.
+    pub source_prefixes: Vec<String>,
+}
+
+/// Library source that the naming convention would take for tests, per well-known repository
+/// package (the package's test *support* code ships to users; its tests live elsewhere).
+pub const LIBRARY_TEST_SUPPORT: &[&str] = &[
+    "django/test/",
+    "django/core/management/commands/test.py",
+    "django/core/management/commands/testserver.py",
+    "sphinx/testing/",
+    "astropy/tests/helper.py",
+    "astropy/tests/runner.py",
+    "astropy/tests/command.py",
+    "astropy/tests/test_logger.py",
+    "astropy/tests/__init__.py",
+    "astropy/tests/figures/",
+    "src/_pytest/",
+    "_pytest/",
+    "numpy/testing/",
+    "sympy/testing/",
+    "xarray/testing.py",
+    "xarray/tests/__init__.py",
+    "pandas/_testing/",
+    "matplotlib/testing/",
+    "sklearn/utils/_testing.py",
+    "requests/testing/",
+];
+
+impl TestLayout {
+    /// The layout of a task: its test files from FAIL_TO_PASS/PASS_TO_PASS node ids (pytest
+    /// `path::name` ids) and the official test patch, plus [`LIBRARY_TEST_SUPPORT`].
+    pub fn for_task(task: &crate::task::TaskInstance) -> TestLayout {
+        let mut test_files: Vec<String> = parse_patch(&task.test_patch)
+            .map(|fs| {
+                fs.iter()
+                    .flat_map(|f| f.paths().map(str::to_string).collect::<Vec<_>>())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for id in task.fail_to_pass.iter().chain(&task.pass_to_pass) {
+            if let Some((path, _)) = id.split_once("::") {
+                if !test_files.iter().any(|p| p == path) {
+                    test_files.push(path.to_string());
+                }
+            }
+        }
+        TestLayout {
+            test_files,
+            source_prefixes: LIBRARY_TEST_SUPPORT.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// Library support only (no task files).
+    pub fn library() -> TestLayout {
+        TestLayout {
+            test_files: Vec::new(),
+            source_prefixes: LIBRARY_TEST_SUPPORT.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+/// Whether a path is test code or test data under the runner's naming conventions, with the
+/// task's own test files always tests and known library test-support source never (see
+/// [`TestLayout`]).
+pub fn is_test_path_in(path: &str, layout: &TestLayout) -> bool {
+    if layout.test_files.iter().any(|f| f == path) {
+        return true;
+    }
+    let library = layout.source_prefixes.iter().any(|p| {
+        if p.ends_with('/') {
+            path.starts_with(p.as_str()) && !is_conventional_test_file(path)
+        } else {
+            path == p
+        }
+    });
+    !library && is_test_path_by_convention(path)
+}
+
+/// Test files by name alone (`test_*.py`, `*_test.py`, `*_tests.py`, `tests.py`, conftest.py).
+fn is_conventional_test_file(path: &str) -> bool {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    file.starts_with("test_")
         || file.ends_with("_test.py")
         || file.ends_with("_tests.py")
         || file == "conftest.py"
         || file == "tests.py"
+}
+
+fn is_test_path_by_convention(path: &str) -> bool {
+    let comps: Vec<&str> = path.split('/').collect();
+    comps[..comps.len().saturating_sub(1)].iter().any(|c| {
+        matches!(*c, "tests" | "test" | "testing") || c.ends_with("tests") || c.starts_with("test_")
+    }) || is_conventional_test_file(path)
+}
+
+/// [`is_test_path_in`] with the library layout and no task files (the paths a Test bundle may
+/// touch, and the paths excluded from an exported source candidate).
+pub fn is_test_path(path: &str) -> bool {
+    is_test_path_in(path, &TestLayout::library())
 }
 
 #[cfg(test)]
@@ -145,16 +784,98 @@ diff --git a/old.py b/old.py\ndeleted file mode 100644\n--- a/old.py\n+++ /dev/n
         let f = parse_patch(p).unwrap();
         assert_eq!(f.len(), 2);
         assert_eq!(f[0].old_path, None);
+        assert_eq!(f[0].op, FileOp::Create);
         assert_eq!(f[0].new_path.as_deref(), Some("tests/test_a.py"));
         assert_eq!(f[0].added_tests, vec!["test_one", "test_inner"]);
         assert!(f[1].deleted);
+        // Re-serialisation is a fixed point.
+        let c = canonical(p).unwrap();
+        assert_eq!(canonical(&c).unwrap(), c);
+        assert_eq!(parse_patch(&c).unwrap(), f);
     }
 
     #[test]
-    fn plain_diff_and_absolute_paths_are_reported() {
+    fn plain_diff_is_read_with_p1_and_absolute_paths_are_reported() {
+        let f = parse_patch("--- x/etc/passwd\n+++ y/etc/passwd\n@@ -1 +1 @@\n-a\n+b\n").unwrap();
+        assert_eq!(f[0].new_path.as_deref(), Some("etc/passwd"));
         let f = parse_patch("--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n").unwrap();
-        assert_eq!(f[0].new_path.as_deref(), Some("/etc/passwd"));
-        assert!(parse_patch("hello\n").is_err());
+        assert_eq!(
+            path_problem(f[0].new_path.as_deref().unwrap()),
+            Some(PathProblem::Absolute)
+        );
+        let f = parse_patch("--- a//etc/passwd\n+++ b//etc/passwd\n@@ -1 +1 @@\n-a\n+b\n").unwrap();
+        assert_eq!(
+            path_problem(f[0].new_path.as_deref().unwrap()),
+            Some(PathProblem::Absolute)
+        );
+        assert_eq!(
+            parse_patch("hello\n").unwrap_err(),
+            PatchError::NoFileHeaders
+        );
+    }
+
+    #[test]
+    fn renames_copies_modes_symlinks_and_quoted_paths() {
+        let p = "diff --git a/src/x.py b/conftest.py\nsimilarity index 100%\nrename from src/x.py\nrename to conftest.py\n\
+diff --git a/a.py b/b.py\ncopy from a.py\ncopy to \"pkg/caf\\303\\251 x.py\"\n\
+diff --git a/link b/link\nnew file mode 120000\nindex 0000000..1234567\n--- /dev/null\n+++ b/link\n@@ -0,0 +1 @@\n+/etc\n\\ No newline at end of file\n\
+diff --git a/run.sh b/run.sh\nold mode 100644\nnew mode 100755\n";
+        let f = parse_patch(p).unwrap();
+        assert_eq!(f[0].op, FileOp::Rename);
+        assert_eq!(
+            f[0].paths().collect::<Vec<_>>(),
+            vec!["src/x.py", "conftest.py"]
+        );
+        assert_eq!(f[1].op, FileOp::Copy);
+        assert_eq!(f[1].new_path.as_deref(), Some("pkg/café x.py"));
+        assert!(f[2].symlink && f[2].creates());
+        assert_eq!(
+            (f[3].old_mode, f[3].new_mode),
+            (Some(0o100644), Some(0o100755))
+        );
+        let c = canonical(p).unwrap();
+        assert_eq!(parse_patch(&c).unwrap(), f);
+    }
+
+    #[test]
+    fn what_is_not_understood_is_rejected() {
+        let context =
+            "*** a/conftest.py\n--- b/conftest.py\n***************\n*** 0 ****\n--- 1 ----\n+ x\n";
+        assert_eq!(
+            parse_patch(context).unwrap_err().class(),
+            "unsupported_patch_format"
+        );
+        let short = "--- a/x.py\n+++ b/x.py\n@@ -1,2 +1,2 @@\n-a\n+b\n";
+        assert_eq!(parse_patch(short).unwrap_err().class(), "malformed_patch");
+        let disagree =
+            "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/conftest.py\n@@ -1 +1 @@\n-a\n+b\n";
+        assert_eq!(
+            parse_patch(disagree).unwrap_err().class(),
+            "malformed_patch"
+        );
+        // Junk after a hunk is dropped from what is applied.
+        let junk = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\nrm -rf /\n";
+        assert!(!canonical(junk).unwrap().contains("rm -rf"));
+        // A patch without its final newline is complete.
+        assert_eq!(
+            parse_patch("--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b")
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn path_problems() {
+        assert_eq!(path_problem("a/../b"), Some(PathProblem::Traversal));
+        assert_eq!(
+            path_problem(".git/hooks/pre-commit"),
+            Some(PathProblem::GitDir)
+        );
+        assert_eq!(path_problem("x/.GIT/config"), Some(PathProblem::GitDir));
+        assert_eq!(path_problem("a//b"), Some(PathProblem::NotPlain));
+        assert_eq!(path_problem("a\nb"), Some(PathProblem::NotPlain));
+        assert_eq!(path_problem("pkg/x.py"), None);
     }
 
     #[test]
@@ -164,5 +885,16 @@ diff --git a/old.py b/old.py\ndeleted file mode 100644\n--- a/old.py\n+++ /dev/n
         assert!(is_test_path("conftest.py"));
         assert!(is_test_path("sympy/core/tests/test_basic.py"));
         assert!(!is_test_path("pkg/core.py"));
+        // Library test-support source is source.
+        assert!(!is_test_path("django/test/runner.py"));
+        assert!(!is_test_path("sphinx/testing/fixtures.py"));
+        assert!(!is_test_path("astropy/tests/helper.py"));
+        assert!(is_test_path("astropy/tests/test_helper_tests.py"));
+        // The task's own test files are tests whatever their name.
+        let layout = TestLayout {
+            test_files: vec!["checks/verify.py".into()],
+            ..TestLayout::library()
+        };
+        assert!(is_test_path_in("checks/verify.py", &layout));
     }
 }

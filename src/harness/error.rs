@@ -45,6 +45,10 @@ pub enum HarnessError {
         limit: u64,
         detail: String,
     },
+    /// A source diff larger than [`crate::harness::gate::MAX_SOURCE_DIFF`]: the candidate, not
+    /// the infrastructure, is at fault (see docs/harness.md, "Large diffs").
+    #[error("the source diff is {bytes} bytes, over the limit of {limit} bytes")]
+    DiffTooLarge { bytes: u64, limit: u64 },
     #[error("task preparation failed: {0}")]
     Task(String),
     #[error("{0}")]

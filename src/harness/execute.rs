@@ -1,7 +1,19 @@
-//! Executing a check inside a sandbox: the patch-apply chain (`git apply` → `git apply --3way`
-//! → `patch -p1 --fuzz`, restoring the tree between attempts) and running a test command with
+//! Executing a check inside a sandbox: the patch-apply chain and running a test command with
 //! its exit code captured after a unique nonce marker, then parsing the log.
+//!
+//! Applying: every patch is parsed by the one parser ([`super::diff`]), its paths are checked,
+//! and only the re-serialisation of what was parsed is handed to `git apply` — never the
+//! original text, never `patch`. The chain is `git apply` → `git apply --3way` (needs the
+//! preimage blobs named on the `index` lines; a sanitised repository may lack them, then it
+//! fails cleanly) → `git apply -C1` (the bounded "fuzz": at least one line of context must
+//! still match on each side of every hunk). All three apply exactly the checked file
+//! operations; the tree is restored between attempts.
+//!
+//! Running: [`runner_guard`] is the runtime half of the tamper defence: pytest is started with
+//! the ORIGINAL Base configuration (`-c`, `--rootdir`, the config file restored from Base), no
+//! cache provider, no bytecode writes and no user site directory.
 
+use super::diff::{path_problem, Patch};
 use super::error::HarnessError;
 use super::logparse::{parse_log, ParsedLog, TestStatus};
 use super::sandbox::{shell_quote, Sandbox};
@@ -20,6 +32,21 @@ pub enum ApplyOutcome {
     Failed { diagnostics: String },
 }
 
+/// The text the harness applies for `patch`: the one parser's re-serialisation, after every
+/// path it touches was checked (`Err` names the class: `malformed_patch`, `unsupported_patch_format`,
+/// `no_file_headers`, `unsafe_path`).
+pub fn checked_patch_text(patch: &str) -> Result<String, String> {
+    let parsed = Patch::parse(patch).map_err(|e| format!("{}: {e}", e.class()))?;
+    for f in &parsed.files {
+        for p in f.paths() {
+            if let Some(problem) = path_problem(p) {
+                return Err(format!("unsafe_path: `{}` ({problem:?})", p.escape_default()));
+            }
+        }
+    }
+    Ok(parsed.to_git())
+}
+
 /// Apply `patch` to the sandbox's working tree (on top of whatever is there). Between attempts
 /// the tree is restored to the snapshot taken before the first attempt.
 pub async fn apply_patch(
@@ -30,11 +57,11 @@ pub async fn apply_patch(
     if patch.trim().is_empty() {
         return Ok(ApplyOutcome::Applied { method: "empty" });
     }
+    let body = match checked_patch_text(patch) {
+        Ok(b) => b,
+        Err(diagnostics) => return Ok(ApplyOutcome::Failed { diagnostics }),
+    };
     let file = format!("/tmp/.execcritic/{name}.patch");
-    let mut body = patch.to_string();
-    if !body.ends_with('\n') {
-        body.push('\n');
-    }
     sb.put_file(&file, body.as_bytes()).await?;
     let t = Duration::from_secs(120);
     let f = shell_quote(&file);
@@ -44,12 +71,7 @@ pub async fn apply_patch(
             "git apply --3way",
             format!("git apply --3way --whitespace=nowarn {f}"),
         ),
-        (
-            "patch --fuzz",
-            format!(
-                "patch -p1 --batch --forward --fuzz=3 --no-backup-if-mismatch -r /dev/null -i {f}"
-            ),
-        ),
+        ("git apply -C1", format!("git apply -C1 --whitespace=nowarn {f}")),
     ];
     let mut diagnostics = String::new();
     for (k, (method, cmd)) in attempts.into_iter().enumerate() {
@@ -152,12 +174,77 @@ pub async fn run_tests(
     command: &str,
     timeout: Duration,
 ) -> Result<RunRecord, HarnessError> {
-    match run_after(sb, &[], runner, command, timeout, false).await? {
+    run_tests_keeping(sb, runner, command, timeout, &[]).await
+}
+
+/// [`run_tests`] whose [`runner_guard`] keeps the working-tree version of the `keep` paths
+/// (official grading: the configuration as the official test patch left it).
+pub async fn run_tests_keeping(
+    sb: &dyn Sandbox,
+    runner: CommandRunner,
+    command: &str,
+    timeout: Duration,
+    keep: &[String],
+) -> Result<RunRecord, HarnessError> {
+    let guard = runner_guard(runner, sb.base_commit(), keep);
+    match run_after(sb, &[("guard", guard)], runner, command, timeout, false).await? {
         Staged::Ran(r) => Ok(r),
         Staged::StepFailed(step) => Err(HarnessError::Other(format!(
             "unexpected failed step {step}"
         ))),
     }
+}
+
+/// pytest's configuration files in its order of precedence, with the section that makes each
+/// one the configuration (`None`: the file always is).
+const PYTEST_CONFIGS: &[(&str, Option<&str>)] = &[
+    ("pytest.toml", None),
+    (".pytest.toml", None),
+    ("pytest.ini", None),
+    (".pytest.ini", None),
+    ("pyproject.toml", Some(r"^\[tool\.pytest(\.ini_options)?\]")),
+    ("tox.ini", Some(r"^\[pytest\]")),
+    ("setup.cfg", Some(r"^\[tool:pytest\]")),
+];
+
+/// The runtime tamper defence, as a preparation step (shell) run after the patches are applied
+/// and before the tests: for pytest, the Base commit's configuration file (the first of
+/// [`PYTEST_CONFIGS`] that configures pytest at Base) is restored from Base — unless listed in
+/// `keep` — and named explicitly with `-c` and `--rootdir` through `PYTEST_ADDOPTS`, so no
+/// patched or added configuration file can add options, plugins or test paths; without one at
+/// Base an empty configuration outside the workspace is used. For every runner: no bytecode
+/// is written (`PYTHONDONTWRITEBYTECODE`), the user site directory is off
+/// (`PYTHONNOUSERSITE`), `PYTHONSTARTUP`/`PYTHONINSPECT` are unset, and pytest's cache
+/// provider is off. The step exports variables, so it must run in the test command's shell.
+pub fn runner_guard(runner: CommandRunner, base_commit: &str, keep: &[String]) -> String {
+    let mut g = String::from(
+        "export PYTHONDONTWRITEBYTECODE=1 PYTHONNOUSERSITE=1; unset PYTHONSTARTUP PYTHONINSPECT PYTEST_PLUGINS",
+    );
+    if runner != CommandRunner::Pytest {
+        return g;
+    }
+    let base = shell_quote(base_commit);
+    g.push_str("\n__ec_cfg=''; __ec_ok=1\n");
+    for (file, section) in PYTEST_CONFIGS {
+        let q = shell_quote(file);
+        let qualifies = match section {
+            None => "true".to_string(),
+            Some(re) => format!("git show {base}:{q} | grep -Eq {}", shell_quote(re)),
+        };
+        let restore = if keep.iter().any(|k| k == file) {
+            "true".to_string()
+        } else {
+            format!("git show {base}:{q} > {q}")
+        };
+        g.push_str(&format!(
+            "if [ -z \"$__ec_cfg\" ] && git cat-file -e {base}:{q} 2>/dev/null && {qualifies}; then {restore} && __ec_cfg=\"$PWD\"/{q} || __ec_ok=0; fi\n"
+        ));
+    }
+    g.push_str(
+        "if [ -z \"$__ec_cfg\" ]; then __ec_dir=$(mktemp -d /tmp/.execcritic-cfg.XXXXXX) && printf '[pytest]\\n' > \"$__ec_dir/pytest.ini\" && __ec_cfg=\"$__ec_dir/pytest.ini\" || __ec_ok=0; fi\n\
+         export PYTEST_ADDOPTS=\"-c $__ec_cfg --rootdir=$PWD -p no:cacheprovider\"; [ \"$__ec_ok\" = 1 ]",
+    );
+    g
 }
 
 /// Outcome of [`run_after`].

@@ -6,9 +6,11 @@
 use super::bundle::{Bundle, FrozenBundle};
 use super::classify::{base_category, failure_kind, BaseCategory, FailureKind, GateStatus};
 use super::diff::{is_test_path, parse_patch};
+use super::tamper::{screen_candidate_in, Tamper};
 use super::error::HarnessError;
 use super::execute::{
-    apply_patch, bound_tail, run_after, run_tests, ApplyOutcome, RunRecord, Staged,
+    apply_patch, bound_tail, checked_patch_text, run_after, run_tests, runner_guard, ApplyOutcome,
+    RunRecord, Staged,
 };
 use super::feedback::{hide_test_source, render, EnvelopeInput};
 use super::logparse::TestStatus;
@@ -75,20 +77,21 @@ async fn prepared_run(
     source_patch: &str,
     timeout: Duration,
 ) -> Result<Result<RunRecord, (FailureKind, String)>, HarnessError> {
-    let with_nl = |p: &str| {
-        if p.ends_with('\n') {
-            p.to_string()
-        } else {
-            format!("{p}\n")
-        }
+    // Only what the one parser read and checked is applied (see `execute`).
+    let test_text = match checked_patch_text(&frozen.bundle.test_patch) {
+        Ok(t) => t,
+        Err(d) => return Ok(Err((FailureKind::TestPatchApplyFailure, d))),
     };
     let cand = format!("{HANDOFF_DIR}/fast-candidate.patch");
     let test = format!("{HANDOFF_DIR}/fast-test.patch");
-    sb.put_file(&test, with_nl(&frozen.bundle.test_patch).as_bytes())
-        .await?;
+    sb.put_file(&test, test_text.as_bytes()).await?;
     let mut patches = test.clone();
     if !source_patch.trim().is_empty() {
-        sb.put_file(&cand, with_nl(source_patch).as_bytes()).await?;
+        let cand_text = match checked_patch_text(source_patch) {
+            Ok(t) => t,
+            Err(d) => return Ok(Err((FailureKind::PatchApplyFailure, d))),
+        };
+        sb.put_file(&cand, cand_text.as_bytes()).await?;
         patches = format!("{cand} {test}");
     }
     let ephemeral = sb.ephemeral_runs();
@@ -98,6 +101,7 @@ async fn prepared_run(
     }
     steps.push(("apply", format!("git apply --whitespace=nowarn {patches}")));
     let plan = &frozen.plan;
+    steps.push(("guard", runner_guard(plan.command.runner, sb.base_commit(), &[])));
     if let Staged::Ran(r) = run_after(
         sb,
         &steps,
@@ -175,6 +179,10 @@ pub struct GateVerdict {
     pub apply_diagnostics: Option<String>,
     /// The test command's own runtime inside the sandbox (`None` when it did not run).
     pub test_duration: Option<Duration>,
+    /// The forbidden test modification found in the candidate (its class and path), when
+    /// `failure_kind` is `forbidden_test_modification`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forbidden: Option<Tamper>,
 }
 
 /// Candidate gate in a fresh sandbox.
@@ -221,6 +229,7 @@ pub async fn check_candidate_in(
         env.blocked_by_harness = matches!(
             kind,
             FailureKind::HiddenTestPathsDirtied
+                | FailureKind::ForbiddenTestModification
                 | FailureKind::BundleModified
                 | FailureKind::PatchApplyFailure
                 | FailureKind::TestPatchApplyFailure
@@ -237,6 +246,7 @@ pub async fn check_candidate_in(
             timeout_detected,
             apply_diagnostics: diag,
             test_duration: None,
+            forbidden: None,
         }
     };
     if !frozen.intact() {
@@ -250,10 +260,24 @@ pub async fn check_candidate_in(
             None,
         ));
     }
-    // A candidate touching the bundle's files (or any test path) is not a behavioural verdict.
+    // A candidate that tampers with the test framework (see `tamper`), or touches the bundle's
+    // files (or any test path), is not a behavioural verdict.
     if !source_patch.trim().is_empty() {
         match parse_patch(source_patch) {
             Ok(files) => {
+                if let Err(t) = screen_candidate_in(sb, &files).await? {
+                    env.raw_output = t.to_string();
+                    let mut v = verdict(
+                        &mut env,
+                        FailureKind::ForbiddenTestModification,
+                        None,
+                        vec![],
+                        false,
+                        None,
+                    );
+                    v.forbidden = Some(t);
+                    return Ok(v);
+                }
                 let touched: Vec<String> = files
                     .iter()
                     .flat_map(|f| f.paths().map(str::to_string).collect::<Vec<_>>())
@@ -275,6 +299,7 @@ pub async fn check_candidate_in(
                 }
             }
             Err(m) => {
+                let m = format!("{}: {m}", m.class());
                 env.raw_output = format!("the candidate patch cannot be parsed: {m}");
                 return Ok(verdict(
                     &mut env,
@@ -365,7 +390,10 @@ pub async fn audit(
     for c in &task.candidates {
         let v = check_candidate_in(sb.as_ref(), frozen, &c.patch, TEST_TIMEOUT).await?;
         infra |= v.status == GateStatus::Inconclusive
-            && v.failure_kind != FailureKind::HiddenTestPathsDirtied;
+            && !matches!(
+                v.failure_kind,
+                FailureKind::HiddenTestPathsDirtied | FailureKind::ForbiddenTestModification
+            );
         labels.push((c.resolved, v.status == GateStatus::Pass));
         candidates.push(CandidateOutcome {
             resolved: c.resolved,
@@ -405,8 +433,108 @@ pub fn balanced_accuracy(labels: &[(bool, bool)]) -> f64 {
     0.5 * (recall(true) + recall(false))
 }
 
-/// The complete Base-relative source diff of the sandbox's working tree: new files included
-/// (intent-to-add), staged edits included, test paths and `exclude` paths left out.
+/// The largest source diff [`export_source_diff`] returns (10 MiB): a bigger one is the
+/// candidate's fault, reported as [`HarnessError::DiffTooLarge`], never truncated.
+pub const MAX_SOURCE_DIFF: u64 = 10 << 20;
+
+/// Raw bytes read per command by [`read_sandbox_file`]; base64 keeps each reply (4/3 of it)
+/// under the sandboxes' 64 KiB output cap.
+const READ_CHUNK: u64 = 45 * 1024;
+
+/// Read a file of `size` bytes from the sandbox in base64 chunks, so no command's output is
+/// ever near the output cap, whatever the file's size.
+async fn read_sandbox_file(
+    sb: &dyn Sandbox,
+    path: &str,
+    size: u64,
+) -> Result<Vec<u8>, HarnessError> {
+    let t = Duration::from_secs(120);
+    let mut data = Vec::with_capacity(size as usize);
+    while (data.len() as u64) < size {
+        let cmd = format!(
+            "tail -c +{} {} | head -c {READ_CHUNK} | base64 -w0",
+            data.len() + 1,
+            shell_quote(path)
+        );
+        let out = sb.exec(&cmd, t).await?;
+        if !out.success() || out.truncated {
+            return Err(HarnessError::Other(format!(
+                "reading {path} at byte {}: {}",
+                data.len(),
+                bound_tail(&out.output, 500)
+            )));
+        }
+        let chunk = decode_base64(out.output.trim())
+            .ok_or_else(|| HarnessError::Other(format!("reading {path}: bad base64")))?;
+        if chunk.is_empty() {
+            return Err(HarnessError::Other(format!("{path} shrank while being read")));
+        }
+        data.extend_from_slice(&chunk);
+    }
+    Ok(data)
+}
+
+fn decode_base64(s: &str) -> Option<Vec<u8>> {
+    let val = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let bytes = s.as_bytes();
+    if bytes.len() % 4 != 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    for q in bytes.chunks(4) {
+        let pad = q.iter().rev().take_while(|&&c| c == b'=').count();
+        let mut n = 0u32;
+        for &c in &q[..4 - pad] {
+            n = (n << 6) | val(c)?;
+        }
+        n <<= 6 * pad as u32;
+        let b = n.to_be_bytes();
+        out.extend_from_slice(&b[1..4 - pad]);
+    }
+    Some(out)
+}
+
+/// Run `command` (writing to the file `path`) and read the file back; `limit` bounds its size.
+async fn command_to_file(
+    sb: &dyn Sandbox,
+    command: &str,
+    path: &str,
+    limit: u64,
+) -> Result<Vec<u8>, HarnessError> {
+    let q = shell_quote(path);
+    let out = sb
+        .exec(&format!("{command} > {q} && stat -c %s {q}"), Duration::from_secs(120))
+        .await?;
+    let size = out.output.trim().lines().last().and_then(|l| l.trim().parse::<u64>().ok());
+    let Some(size) = size.filter(|_| out.success()) else {
+        return Err(HarnessError::Other(format!(
+            "`{command}` failed: {}",
+            bound_tail(&out.output, 2000)
+        )));
+    };
+    let data = if size > limit {
+        Err(HarnessError::DiffTooLarge { bytes: size, limit })
+    } else {
+        read_sandbox_file(sb, path, size).await
+    };
+    sb.exec(&format!("rm -f {q}"), Duration::from_secs(60)).await?;
+    data
+}
+
+/// The complete Base-relative diff of the sandbox's working tree: new files included
+/// (intent-to-add), staged edits included, the `exclude` paths (the fixed Test bundle's) left
+/// out. Edits of test paths are NOT stripped: they stay in the candidate, where the gate reports
+/// them as a forbidden test modification (reward 0) instead of hiding them. Diffs of any size up
+/// to [`MAX_SOURCE_DIFF`] are read back in bounded chunks (docs/harness.md).
 pub async fn export_source_diff(
     sb: &dyn Sandbox,
     base_commit: &str,
@@ -417,51 +545,44 @@ pub async fn export_source_diff(
     if !add.success() {
         return Err(HarnessError::Other(format!(
             "registering new files: {}",
-            add.output
+            bound_tail(&add.output, 2000)
         )));
     }
-    let names = sb
-        .exec(
-            &format!(
-                "git diff --name-only --no-renames {}",
-                shell_quote(base_commit)
-            ),
-            t,
-        )
-        .await?;
-    if !names.success() {
-        return Err(HarnessError::Other(format!(
-            "listing changed files: {}",
-            names.output
-        )));
-    }
+    let nonce: u64 = rand::random();
+    let base = shell_quote(base_commit);
+    let names = command_to_file(
+        sb,
+        &format!("git diff --name-only -z --no-renames {base}"),
+        &format!("/tmp/.execcritic-names-{nonce:016x}"),
+        MAX_SOURCE_DIFF,
+    )
+    .await?;
     let files: Vec<String> = names
-        .output
-        .lines()
-        .map(str::to_string)
-        .filter(|p| !p.is_empty() && !is_test_path(p) && !exclude.contains(p))
+        .split(|&b| b == 0)
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .filter(|p| !p.is_empty() && !exclude.contains(p))
         .collect();
     if files.is_empty() {
         return Ok(String::new());
     }
-    let args: Vec<String> = files.iter().map(|f| shell_quote(f)).collect();
-    let out = sb
-        .exec(
-            &format!(
-                "git diff --no-color --no-ext-diff --binary --no-renames {} -- {}",
-                shell_quote(base_commit),
-                args.join(" ")
-            ),
-            t,
-        )
-        .await?;
-    if !out.success() || out.truncated {
-        return Err(HarnessError::Other(format!(
-            "exporting the diff failed (truncated: {})",
-            out.truncated
-        )));
+    let list = format!("{HANDOFF_DIR}/export-paths-{nonce:016x}");
+    let mut nul = Vec::new();
+    for f in &files {
+        nul.extend_from_slice(f.as_bytes());
+        nul.push(0);
     }
-    let mut d = out.output;
+    sb.put_file(&list, &nul).await?;
+    let diff = command_to_file(
+        sb,
+        &format!(
+            "xargs -0 -r git --literal-pathspecs diff --no-color --no-ext-diff --binary --no-renames {base} -- < {}",
+            shell_quote(&list)
+        ),
+        &format!("/tmp/.execcritic-export-{nonce:016x}.diff"),
+        MAX_SOURCE_DIFF,
+    )
+    .await?;
+    let mut d = String::from_utf8_lossy(&diff).into_owned();
     if !d.is_empty() && !d.ends_with('\n') {
         d.push('\n');
     }

@@ -11,8 +11,9 @@
 use super::classify::{completion, Completion};
 use super::diff::parse_patch;
 use super::error::HarnessError;
-use super::execute::{apply_patch, run_tests, ApplyOutcome};
+use super::execute::{apply_patch, run_tests_keeping, ApplyOutcome};
 use super::provision::open_sandbox;
+use super::tamper::screen_candidate_in;
 use super::logparse::TestStatus;
 use super::sandbox::{shell_quote, Purpose, SandboxKind};
 use super::selector::{canonical_label, CommandRunner};
@@ -49,6 +50,10 @@ pub struct GradeResult {
     /// Such a run is never resolved; it is a verdict on the patch, not an `error_kind`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion: Option<String>,
+    /// Set when the model patch is a forbidden test modification (`tamper` class, e.g.
+    /// `runner_config`): not resolved, a behavioural verdict (reward 0), never run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forbidden: Option<String>,
 }
 
 /// Read predictions from a JSON list or JSONL file.
@@ -104,6 +109,7 @@ fn error(task: &TaskInstance, kind: &str) -> GradeResult {
         tests: BTreeMap::new(),
         error_kind: Some(kind.into()),
         completion: None,
+        forbidden: None,
     }
 }
 
@@ -121,6 +127,23 @@ pub async fn grade(
     let sb = sb.as_ref();
     sb.reset().await?;
     if !model_patch.trim().is_empty() {
+        // The model patch is screened for test-framework tampering exactly as at the gate.
+        let model_files = match parse_patch(model_patch) {
+            Ok(f) => f,
+            Err(_) => {
+                return Ok(GradeResult {
+                    error_kind: Some("patch_apply_failed".into()),
+                    ..error(task, "")
+                })
+            }
+        };
+        if let Err(t) = screen_candidate_in(sb, &model_files).await? {
+            return Ok(GradeResult {
+                error_kind: None,
+                forbidden: Some(t.class.code().to_string()),
+                ..error(task, "")
+            });
+        }
         if let ApplyOutcome::Failed { .. } = apply_patch(sb, model_patch, "model").await? {
             return Ok(GradeResult {
                 error_kind: Some("patch_apply_failed".into()),
@@ -160,7 +183,12 @@ pub async fn grade(
         .collect();
     let runner = runner_of(task);
     let cmd = official_command(task, &test_files);
-    let r = run_tests(sb, runner, &cmd, GRADE_TIMEOUT).await?;
+    // The runner starts with the Base configuration, as the official test patch left it.
+    let official_paths: Vec<String> = files
+        .iter()
+        .flat_map(|f| f.paths().map(str::to_string).collect::<Vec<_>>())
+        .collect();
+    let r = run_tests_keeping(sb, runner, &cmd, GRADE_TIMEOUT, &official_paths).await?;
     let done = match completion(&r) {
         Completion::TimedOut => return Ok(error(task, "timeout")),
         Completion::NoExitCode => return Ok(error(task, "no_exit_code")),
@@ -197,5 +225,6 @@ pub async fn grade(
         tests,
         error_kind: None,
         completion: done,
+        forbidden: None,
     })
 }

@@ -13,6 +13,7 @@ pub mod bundle;
 pub mod diff;
 pub mod environment;
 pub mod selector;
+pub mod tamper;
 pub mod validate;
 
 pub use bundle::{Bundle, BundleError, FrozenBundle, TestContract};

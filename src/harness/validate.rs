@@ -5,6 +5,7 @@
 
 use super::bundle::Bundle;
 use super::diff::{is_test_path, parse_patch, FileChange};
+use super::tamper::{screen_bundle, TamperClass};
 use super::selector::{canonical_label, parse_command, pytest_node, CommandRunner, ParsedCommand};
 
 /// Why a bundle was rejected. The `code` strings are stable.
@@ -38,6 +39,8 @@ pub enum RejectionKind {
     NodeNotSelected,
     SelectedNotDeclared,
     UndeclaredTest,
+    /// The test patch configures or hooks the runner (see `tamper`); the code is the class's.
+    Tamper(TamperClass),
 }
 
 impl RejectionKind {
@@ -67,6 +70,7 @@ impl RejectionKind {
             RejectionKind::NodeNotSelected => "node_not_selected",
             RejectionKind::SelectedNotDeclared => "selected_not_declared",
             RejectionKind::UndeclaredTest => "undeclared_test",
+            RejectionKind::Tamper(c) => c.code(),
         }
     }
 }
@@ -107,7 +111,7 @@ pub struct TestPlan {
 }
 
 /// Check every patch path: relative, no `..`, not under `.git`, test-like, no deletion, rename,
-/// symlink or binary.
+/// symlink or binary, and nothing that configures or hooks the runner ([`screen_bundle`]).
 pub fn check_patch_paths(files: &[FileChange]) -> Result<Vec<String>, Rejection> {
     let mut paths = Vec::new();
     for f in files {
@@ -154,6 +158,9 @@ pub fn check_patch_paths(files: &[FileChange]) -> Result<Vec<String>, Rejection>
                 format!("test.patch: `{first}` is a symlink or binary change; not allowed"),
             ));
         }
+    }
+    if let Err(t) = screen_bundle(files) {
+        return Err(Rejection::new(RejectionKind::Tamper(t.class), format!("test.patch: {t}")));
     }
     Ok(paths)
 }

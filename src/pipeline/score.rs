@@ -49,7 +49,10 @@ pub async fn audit_test_rollout(task: &TaskInstance, result: &TestEpisodeResult,
         }
     };
     let inconclusive = GateStatus::Inconclusive.as_str();
-    if rec.candidate_infra_error || rec.gold_status == inconclusive && rec.gold_failure_kind != FailureKind::HiddenTestPathsDirtied.name() {
+    let gold_forbidden = [FailureKind::HiddenTestPathsDirtied, FailureKind::ForbiddenTestModification]
+        .iter()
+        .any(|k| k.name() == rec.gold_failure_kind);
+    if rec.candidate_infra_error || rec.gold_status == inconclusive && !gold_forbidden {
         return TestAudit::OperationalError;
     }
     TestAudit::Audited {
@@ -66,7 +69,12 @@ pub async fn audit_test_rollout(task: &TaskInstance, result: &TestEpisodeResult,
 /// Failure kinds that make the terminal patch invalid (reward 0) rather than the execution
 /// operationally invalid.
 fn invalid_patch_kind(kind: &str) -> bool {
-    [FailureKind::PatchApplyFailure, FailureKind::HiddenTestPathsDirtied, FailureKind::BundleModified]
+    [
+        FailureKind::PatchApplyFailure,
+        FailureKind::HiddenTestPathsDirtied,
+        FailureKind::ForbiddenTestModification,
+        FailureKind::BundleModified,
+    ]
         .iter()
         .any(|k| k.name() == kind)
 }
@@ -105,7 +113,9 @@ pub async fn score_repair_rollout(
         return RepairTerminal::OperationalError;
     }
     let official = match harness::grade(task, &rec.terminal_patch, kind).await {
-        Ok(g) if g.error_kind.as_deref() == Some("patch_apply_failed") => return RepairTerminal::InvalidPatch,
+        Ok(g) if g.forbidden.is_some() || g.error_kind.as_deref() == Some("patch_apply_failed") => {
+            return RepairTerminal::InvalidPatch
+        }
         Ok(g) if g.error_kind.is_some() => return RepairTerminal::OperationalError,
         Ok(g) => g.resolved,
         Err(e) => {
