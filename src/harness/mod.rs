@@ -23,6 +23,7 @@ pub mod feedback;
 pub mod gate;
 pub mod grade;
 pub mod logparse;
+pub mod orphans;
 
 pub use classify::{BaseCategory, FailureKind, GateStatus};
 pub use environment::{environment_key, prepare_environment, PreparedEnvironment};
