@@ -217,7 +217,7 @@ async fn format_errors_in_a_row_never_end_the_run() {
             .is_some_and(|m| m.content.contains("still answering")),
         "the call after four format errors in a row ran"
     );
-    assert_eq!(policy.served(), 5);
+    assert_eq!(policy.served(), 7);
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! The Repair training test (App. A.2, Table 8: Oracle F2P, one test per rollout, deterministic
-//! selection): exactly one F2P node, parametrised cases being distinct nodes; a task where no
-//! single F2P test gives a valid bundle is skipped, never trained on the whole F2P set.
+//! selection): exactly one F2P node, parametrised cases being distinct nodes, other tests of the
+//! official patch not run; a task where no single F2P test gives a valid bundle is skipped,
+//! never trained on the whole F2P set.
 
 mod harness_support;
 
@@ -23,7 +24,7 @@ fn the_training_test_is_one_f2p_node() {
     let t = fixture_task();
     let b = selected_oracle_bundle(&t).unwrap();
     assert_eq!(b.plan.nodes, ["tests/test_calc.py::test_add"]);
-    assert!(b.bundle.test_command.ends_with("tests/test_calc.py::test_add"), "{}", b.bundle.test_command);
+    assert_eq!(b.plan.command.nodes, ["tests/test_calc.py::test_add"], "{}", b.bundle.test_command);
 }
 
 #[test]
@@ -37,16 +38,13 @@ fn parametrised_cases_are_distinct_nodes() {
         &file,
         &["tests/test_calc.py::test_add[1]", "tests/test_calc.py::test_add[2]"],
     );
-    match selected_oracle_bundle(&t) {
-        Ok(b) => assert_eq!(b.plan.nodes, ["tests/test_calc.py::test_add[1]"], "one case, not the whole function"),
-        // A harness that cannot select one case must skip the task, not widen the test.
-        Err(reason) => assert!(reason.contains("none of its 2 FAIL_TO_PASS"), "{reason}"),
-    }
+    let b = selected_oracle_bundle(&t).unwrap();
+    assert_eq!(b.plan.nodes, ["tests/test_calc.py::test_add[1]"], "one case, not the whole function");
 }
 
 #[test]
-fn a_task_without_a_valid_one_test_bundle_is_skipped() {
-    // The official patch adds two tests: a bundle of one must still declare and select the other.
+fn other_tests_the_official_patch_adds_are_not_run() {
+    // The official patch adds two tests: the training test is still the first F2P one alone.
     let file = format!(
         "{}\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\ndef test_add_zero():\n    assert add(0, 3) == 3\n",
         TEST_BASE.replace("from calc import sub", "from calc import add, sub")
@@ -56,9 +54,19 @@ fn a_task_without_a_valid_one_test_bundle_is_skipped() {
         &file,
         &["tests/test_calc.py::test_add", "tests/test_calc.py::test_add_zero"],
     );
-    let reason = selected_oracle_bundle(&two).unwrap_err();
-    assert!(reason.contains("calc__calc-two") && reason.contains("none of its 2"), "{reason}");
-    let kept = training_tasks(Role::Repair, vec![two, fixture_task()]);
+    let b = selected_oracle_bundle(&two).unwrap();
+    assert_eq!(b.plan.command.nodes, ["tests/test_calc.py::test_add"]);
+    // The Test agent's own bundles still must declare every test they add.
+    assert!(execcritic::harness::FrozenBundle::freeze(b.bundle.clone()).is_err());
+}
+
+#[test]
+fn a_task_without_a_valid_one_test_bundle_is_skipped() {
+    // F2P names a test no exact selector can name (a whole file): no one-test bundle validates.
+    let none = task_with("calc__calc-none", &official_test_file(), &["tests/test_calc.py"]);
+    let reason = selected_oracle_bundle(&none).unwrap_err();
+    assert!(reason.contains("calc__calc-none") && reason.contains("none of its 1"), "{reason}");
+    let kept = training_tasks(Role::Repair, vec![none, fixture_task()]);
     assert_eq!(kept.len(), 1, "the task without a training test is skipped");
     assert_eq!(kept[0].0.instance_id, "calc__calc-1");
     assert_eq!(kept[0].1.as_ref().unwrap().plan.nodes.len(), 1);
@@ -80,5 +88,5 @@ fn bundled_suite_training_tests_are_single_f2p_nodes() {
         }
     }
     eprintln!("{selected}/{} bundled tasks have a one-test training bundle", tasks.len());
-    assert!(selected > 0);
+    assert_eq!(selected, tasks.len(), "every bundled task has a training test");
 }

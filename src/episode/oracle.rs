@@ -6,6 +6,7 @@
 
 use crate::harness::diff::parse_patch;
 use crate::harness::selector::canonical_label;
+use crate::harness::validate::validate_oracle_selection;
 use crate::harness::{sandbox::shell_quote, Bundle, FrozenBundle};
 use crate::task::{Runner, TaskInstance};
 
@@ -90,10 +91,11 @@ fn case_id(task: &TaskInstance, t: &str) -> String {
 /// The fixed training test of a Repair rollout (App. A.2, Table 8: "Oracle F2P, 1 test per
 /// rollout, deterministic selection, fixed within each rollout"): the first F2P test, in the
 /// task's order, whose one-test bundle validates (the official test patch with a command that
-/// selects exactly that node). A one-test bundle does not validate when, e.g., the official
-/// patch adds other tests it would have to declare and select. When no F2P test validates the
-/// task has no training test: `Err` says why, and the caller skips the task — never a silent
-/// fall-back to every F2P test.
+/// selects exactly that node, checked by every bundle rule except that the other tests the
+/// official patch adds must be declared: they are simply not run). A one-test bundle does not
+/// validate when, e.g., the node cannot be selected exactly by the task's runner. When no F2P
+/// test validates the task has no training test: `Err` says why, and the caller skips the task
+/// — never a silent fall-back to every F2P test.
 pub fn selected_oracle_bundle(task: &TaskInstance) -> Result<FrozenBundle, String> {
     let mut cases: Vec<String> = Vec::new();
     for t in &task.fail_to_pass {
@@ -104,8 +106,11 @@ pub fn selected_oracle_bundle(task: &TaskInstance) -> Result<FrozenBundle, Strin
     }
     let mut first_reason = None;
     for case in &cases {
-        let frozen = bundle_for(task, std::slice::from_ref(case))
-            .and_then(|b| FrozenBundle::freeze(b).map_err(|r| r.to_string()));
+        let frozen = bundle_for(task, std::slice::from_ref(case)).and_then(|bundle| {
+            let plan = validate_oracle_selection(&bundle).map_err(|r| r.to_string())?;
+            let hash = bundle.content_hash();
+            Ok(FrozenBundle { bundle, hash, plan })
+        });
         match frozen {
             Ok(f) => return Ok(f),
             Err(r) => {
