@@ -24,7 +24,12 @@ fn the_training_test_is_one_f2p_node() {
     let t = fixture_task();
     let b = selected_oracle_bundle(&t).unwrap();
     assert_eq!(b.plan.nodes, ["tests/test_calc.py::test_add"]);
-    assert_eq!(b.plan.command.nodes, ["tests/test_calc.py::test_add"], "{}", b.bundle.test_command);
+    assert_eq!(
+        b.plan.command.nodes,
+        ["tests/test_calc.py::test_add"],
+        "{}",
+        b.bundle.test_command
+    );
 }
 
 #[test]
@@ -36,10 +41,17 @@ fn parametrised_cases_are_distinct_nodes() {
     let t = task_with(
         "calc__calc-param",
         &file,
-        &["tests/test_calc.py::test_add[1]", "tests/test_calc.py::test_add[2]"],
+        &[
+            "tests/test_calc.py::test_add[1]",
+            "tests/test_calc.py::test_add[2]",
+        ],
     );
     let b = selected_oracle_bundle(&t).unwrap();
-    assert_eq!(b.plan.nodes, ["tests/test_calc.py::test_add[1]"], "one case, not the whole function");
+    assert_eq!(
+        b.plan.nodes,
+        ["tests/test_calc.py::test_add[1]"],
+        "one case, not the whole function"
+    );
 }
 
 #[test]
@@ -52,7 +64,10 @@ fn other_tests_the_official_patch_adds_are_not_run() {
     let two = task_with(
         "calc__calc-two",
         &file,
-        &["tests/test_calc.py::test_add", "tests/test_calc.py::test_add_zero"],
+        &[
+            "tests/test_calc.py::test_add",
+            "tests/test_calc.py::test_add_zero",
+        ],
     );
     let b = selected_oracle_bundle(&two).unwrap();
     assert_eq!(b.plan.command.nodes, ["tests/test_calc.py::test_add"]);
@@ -63,9 +78,16 @@ fn other_tests_the_official_patch_adds_are_not_run() {
 #[test]
 fn a_task_without_a_valid_one_test_bundle_is_skipped() {
     // F2P names a test no exact selector can name (a whole file): no one-test bundle validates.
-    let none = task_with("calc__calc-none", &official_test_file(), &["tests/test_calc.py"]);
+    let none = task_with(
+        "calc__calc-none",
+        &official_test_file(),
+        &["tests/test_calc.py"],
+    );
     let reason = selected_oracle_bundle(&none).unwrap_err();
-    assert!(reason.contains("calc__calc-none") && reason.contains("none of its 1"), "{reason}");
+    assert!(
+        reason.contains("calc__calc-none") && reason.contains("none of its 1"),
+        "{reason}"
+    );
     let kept = training_tasks(Role::Repair, vec![none, fixture_task()]);
     assert_eq!(kept.len(), 1, "the task without a training test is skipped");
     assert_eq!(kept[0].0.instance_id, "calc__calc-1");
@@ -87,6 +109,13 @@ fn bundled_suite_training_tests_are_single_f2p_nodes() {
             Err(reason) => eprintln!("skipped: {reason}"),
         }
     }
-    eprintln!("{selected}/{} bundled tasks have a one-test training bundle", tasks.len());
-    assert_eq!(selected, tasks.len(), "every bundled task has a training test");
+    eprintln!(
+        "{selected}/{} bundled tasks have a one-test training bundle",
+        tasks.len()
+    );
+    assert_eq!(
+        selected,
+        tasks.len(),
+        "every bundled task has a training test"
+    );
 }

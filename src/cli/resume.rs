@@ -2,7 +2,8 @@
 //!
 //! Every result of `audit` and `grade` is one JSON line carrying an `input_key`: a hash of
 //! everything the result depends on (the task, the bundle or prediction, the sandbox kind and
-//! this program's version). Each line is appended and fsynced the moment its item completes.
+//! this program: its version and executable build). Each line is appended and fsynced the
+//! moment its item completes.
 //! A rerun with the same `--out` reads the file back and keeps exactly the lines whose key is
 //! one of the current run's keys and that are final verdicts: lines of an earlier, different
 //! run (another bundle, another prediction, another binary), torn lines of a killed writer and
@@ -22,16 +23,33 @@ use std::path::{Path, PathBuf};
 /// The field of a result line that names its inputs.
 pub const KEY_FIELD: &str = "input_key";
 
+/// Which program produced a result: the version and the executable's size and modification
+/// time, so results of another build (whose harness may judge differently) are never reused.
+fn program_identity() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let exe = std::env::current_exe()
+            .and_then(std::fs::metadata)
+            .map(|m| {
+                let modified = m
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_nanos());
+                format!("{} bytes, modified {modified}", m.len())
+            })
+            .unwrap_or_default();
+        format!("{} ({exe})", env!("CARGO_PKG_VERSION"))
+    })
+}
+
 /// Hash of a result's inputs: a kind, then each part length-prefixed (so part boundaries are
-/// unambiguous), with the program version folded in.
+/// unambiguous), with the program's identity folded in.
 pub fn input_key(kind: &str, parts: &[&[u8]]) -> String {
     let mut h = Sha256::new();
-    for p in [
-        env!("CARGO_PKG_VERSION").as_bytes(),
-        kind.as_bytes(),
-    ]
-    .into_iter()
-    .chain(parts.iter().copied())
+    for p in [program_identity().as_bytes(), kind.as_bytes()]
+        .into_iter()
+        .chain(parts.iter().copied())
     {
         h.update((p.len() as u64).to_le_bytes());
         h.update(p);
@@ -194,7 +212,10 @@ mod tests {
 
     #[test]
     fn keys_separate_parts_and_kinds() {
-        assert_ne!(input_key("a", &[b"xy", b"z"]), input_key("a", &[b"x", b"yz"]));
+        assert_ne!(
+            input_key("a", &[b"xy", b"z"]),
+            input_key("a", &[b"x", b"yz"])
+        );
         assert_ne!(input_key("a", &[b"x"]), input_key("b", &[b"x"]));
         assert_eq!(input_key("a", &[b"x"]), input_key("a", &[b"x"]));
     }
@@ -213,8 +234,7 @@ mod tests {
         .join("\n");
         std::fs::write(&p, text).unwrap();
         let (mut log, kept) =
-            ResultLog::open(&p, &keys(&["k1", "k2", "k3"]), |v| v.get("error").is_none())
-                .unwrap();
+            ResultLog::open(&p, &keys(&["k1", "k2", "k3"]), |v| v.get("error").is_none()).unwrap();
         assert_eq!(kept.len(), 1);
         assert_eq!(kept["k1"]["v"], 1);
         assert_eq!(
@@ -232,7 +252,10 @@ mod tests {
             .lines()
             .map(str::to_string)
             .collect();
-        assert_eq!(lines, vec![r#"{"input_key":"k2"}"#, r#"{"input_key":"k1"}"#]);
+        assert_eq!(
+            lines,
+            vec![r#"{"input_key":"k2"}"#, r#"{"input_key":"k1"}"#]
+        );
     }
 
     #[test]

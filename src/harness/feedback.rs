@@ -97,8 +97,11 @@ fn separator(line: &str) -> Option<(char, &str)> {
     }
     let trail = rest.chars().rev().take_while(|&x| x == c).count();
     let title = &rest[..rest.len() - trail * c.len_utf8()];
-    (trail >= SEPARATOR_RUN && title.starts_with(' ') && title.ends_with(' ') && !title.trim().is_empty())
-        .then_some((c, title.trim()))
+    (trail >= SEPARATOR_RUN
+        && title.starts_with(' ')
+        && title.ends_with(' ')
+        && !title.trim().is_empty())
+    .then_some((c, title.trim()))
 }
 
 /// Collapse the runner's separator lines (see the module doc); every other line is unchanged.
@@ -288,7 +291,10 @@ mod tests {
             )
         );
         // In the envelope, the collapsed output leaves room for more of the real output.
-        let long = format!("{}\nlast line", format!("{}\nline\n", "=".repeat(80)).repeat(200));
+        let long = format!(
+            "{}\nlast line",
+            format!("{}\nline\n", "=".repeat(80)).repeat(200)
+        );
         let s = render(&EnvelopeInput {
             raw_output: long,
             ..Default::default()
@@ -306,8 +312,23 @@ mod tests {
     /// [`nasty`] of at most `max` pieces.
     fn nasty_upto(rng: &mut rand_chacha::ChaCha8Rng, max: usize) -> String {
         let pieces = [
-            "\u{0}", "\u{1b}[31m", "\"", "\\", "\n", "\r\n", "é", "漢字", "🦀", "\u{200b}", "=", "-",
-            "_", " ", "assert x == y", "PASSED", "</raw_test_output_tail>",
+            "\u{0}",
+            "\u{1b}[31m",
+            "\"",
+            "\\",
+            "\n",
+            "\r\n",
+            "é",
+            "漢字",
+            "🦀",
+            "\u{200b}",
+            "=",
+            "-",
+            "_",
+            " ",
+            "assert x == y",
+            "PASSED",
+            "</raw_test_output_tail>",
         ];
         let len = match rng.random_range(0..4) {
             0 => 0,
@@ -320,7 +341,9 @@ mod tests {
         for _ in 0..len {
             match rng.random_range(0..3) {
                 0 => s.push_str(pieces[rng.random_range(0..pieces.len())]),
-                1 => s.push_str(&pieces[rng.random_range(0..pieces.len())].repeat(rng.random_range(1..80))),
+                1 => s.push_str(
+                    &pieces[rng.random_range(0..pieces.len())].repeat(rng.random_range(1..80)),
+                ),
                 _ => s.push(char::from_u32(rng.random_range(0x20..0x3000)).unwrap_or('?')),
             }
         }

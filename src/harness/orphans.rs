@@ -104,8 +104,12 @@ mod tests {
         // pid 1 exists but with another start time (a reused pid): its entry is an orphan; so is
         // one of a pid that cannot exist.
         let other_start = start_time(1).map_or(1, |t| t + 1);
-        let reused = dir.path().join(format!("execcritic-sbx-o1_{other_start}-abc"));
-        let dead = dir.path().join(format!("execcritic-sbx-o{}_5-abc", u32::MAX));
+        let reused = dir
+            .path()
+            .join(format!("execcritic-sbx-o1_{other_start}-abc"));
+        let dead = dir
+            .path()
+            .join(format!("execcritic-sbx-o{}_5-abc", u32::MAX));
         let foreign = dir.path().join("execcritic-fixture-12");
         let other = dir.path().join("unrelated-o7_7-x");
         for d in [&mine, &reused, &dead, &foreign, &other] {
