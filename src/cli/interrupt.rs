@@ -73,5 +73,11 @@ where
         rt.block_on(crate::harness::sandbox::docker::cleanup_all());
     }
     drop(rt);
+    // Every sandbox of this run is dropped now; a directory that a dying sandboxed process was
+    // still writing into when its destructor ran is removed here.
+    let left = crate::harness::orphans::remove_own(std::time::Duration::from_secs(10));
+    if left > 0 {
+        eprintln!("warning: {left} sandbox directories could not be removed; the next command removes them");
+    }
     Ok(outcome)
 }

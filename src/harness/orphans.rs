@@ -84,6 +84,35 @@ pub fn sweep() -> usize {
     sweep_in(&std::env::temp_dir())
 }
 
+/// Remove this process's own sandbox directories under `dir`, for a command that has dropped
+/// all of its sandboxes: a destructor's removal can lose a race with a sandboxed process that
+/// was still writing while it was being killed, so this retries for up to `patience`.
+/// Returns how many entries are left.
+pub fn remove_own_in(dir: &Path, patience: std::time::Duration) -> usize {
+    let start = std::time::Instant::now();
+    loop {
+        let mut left = 0;
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.starts_with(FAMILY) || !name.split('-').any(|p| p == own_tag()) {
+                continue;
+            }
+            if std::fs::remove_dir_all(e.path()).is_err() && e.path().exists() {
+                left += 1;
+            }
+        }
+        if left == 0 || start.elapsed() >= patience {
+            return left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// [`remove_own_in`] the temp dir.
+pub fn remove_own(patience: std::time::Duration) -> usize {
+    remove_own_in(&std::env::temp_dir(), patience)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +148,8 @@ mod tests {
         assert_eq!(sweep_in(dir.path()), 2);
         assert!(mine.exists() && foreign.exists() && other.exists());
         assert!(!reused.exists() && !dead.exists());
+        // At the end of a command its own directories go too; nobody else's.
+        assert_eq!(remove_own_in(dir.path(), std::time::Duration::ZERO), 0);
+        assert!(!mine.exists() && foreign.exists() && other.exists());
     }
 }
