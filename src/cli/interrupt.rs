@@ -49,7 +49,10 @@ async fn signalled() -> Interrupted {
 }
 
 /// Run `work` on a fresh multi-threaded runtime until it completes or a signal arrives. On a
-/// signal everything is torn down as the module doc says before `Err` is returned.
+/// signal everything is torn down as the module doc says before `Err` is returned. Either way,
+/// once the runtime is gone, this process's sandbox directories are removed
+/// ([`crate::harness::orphans::remove_own`]): for a CLI command only, which holds no sandbox
+/// outside `work`.
 pub fn run_interruptible<T, F>(work: impl FnOnce() -> F) -> anyhow::Result<Result<T, Interrupted>>
 where
     F: Future<Output = T>,
