@@ -186,3 +186,126 @@ fn bad_policy_spec_is_a_clear_error() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The output of a finished command.
+fn run_ok(cmd: &mut Command) -> (String, String) {
+    let out = cmd.output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
+#[test]
+fn reruns_replay_finished_episodes_and_redo_stale_ones() {
+    let tasks = execcritic::task::bundled_suite().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gen = dir.path().join("gen");
+    let gen_test = |turns: &str| {
+        let mut c = bin();
+        c.args(["gen-test", "--instance", "tablefmt__tablefmt-1", "--max-turns", turns, "--tasks"])
+            .arg(&tasks)
+            .arg("--policy")
+            .arg(format!("scripted:{}", fixture("demo_test.jsonl")))
+            .arg("--out")
+            .arg(&gen);
+        c
+    };
+    let (first, _) = run_ok(&mut gen_test("10"));
+    let record = std::fs::read_to_string(gen.join("record.json")).unwrap();
+    // Same inputs: the result is replayed, nothing runs again (the record, with its timings, is
+    // the first run's).
+    let (again, note) = run_ok(&mut gen_test("10"));
+    assert_eq!(again, first);
+    assert!(note.contains("already holds this run's results"), "{note}");
+    assert_eq!(std::fs::read_to_string(gen.join("record.json")).unwrap(), record);
+    // Other inputs in the same --out: the old results are stale, the episode runs.
+    let (_, note) = run_ok(&mut gen_test("11"));
+    assert!(!note.contains("already holds"), "{note}");
+    assert_ne!(std::fs::read_to_string(gen.join("record.json")).unwrap(), record);
+
+    // repair: the episode first, then a rerun that adds --grade only grades.
+    let rep = dir.path().join("repair");
+    let repair = |grade: bool| {
+        let mut c = bin();
+        c.args(["repair", "--instance", "tablefmt__tablefmt-1", "--tasks"])
+            .arg(&tasks)
+            .arg("--policy")
+            .arg(format!("scripted:{}", fixture("demo_repair.jsonl")))
+            .arg("--bundle")
+            .arg(gen.join("bundle"))
+            .arg("--out")
+            .arg(&rep);
+        if grade {
+            c.arg("--grade");
+        }
+        c
+    };
+    let (text, _) = run_ok(&mut repair(false));
+    assert!(!text.contains("official grading"), "{text}");
+    let record = std::fs::read_to_string(rep.join("record.json")).unwrap();
+    let (text, note) = run_ok(&mut repair(true));
+    assert!(note.contains("the repair episode of these inputs is already in"), "{note}");
+    assert!(text.contains("official grading: RESOLVED"), "{text}");
+    assert_eq!(std::fs::read_to_string(rep.join("record.json")).unwrap(), record);
+    assert!(rep.join("grade.json").exists());
+    let (again, note) = run_ok(&mut repair(true));
+    assert_eq!(again, text);
+    assert!(note.contains("already holds this run's results"), "{note}");
+}
+
+#[test]
+fn sigint_and_sigterm_remove_every_sandbox_and_workspace() {
+    let tasks = execcritic::task::bundled_suite().unwrap();
+    for (signal, code) in [(nix::sys::signal::Signal::SIGINT, 130), (nix::sys::signal::Signal::SIGTERM, 143)] {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
+        let token = format!("{}.{}", 3000 + code, std::process::id());
+        let call = |cmd: &str| {
+            let content = format!("<tool_call>\n<function=bash>\n<parameter=command>\n{cmd}\n</parameter>\n</function>\n</tool_call>");
+            serde_json::json!({ "content": content }).to_string()
+        };
+        let script = dir.path().join("script.jsonl");
+        std::fs::write(&script, [call("ls"), call(&format!("sleep {token}"))].join("\n")).unwrap();
+        let mut child = bin()
+            .args(["gen-test", "--instance", "tablefmt__tablefmt-1", "--tasks"])
+            .arg(&tasks)
+            .arg("--policy")
+            .arg(format!("scripted:{}", script.display()))
+            .arg("--out")
+            .arg(dir.path().join("out"))
+            .env("TMPDIR", &tmp)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let sleeping = || {
+            std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+                std::fs::read(e.path().join("cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(&format!("sleep {token}")))
+            })
+        };
+        let start = std::time::Instant::now();
+        while !sleeping() {
+            assert!(start.elapsed().as_secs() < 60, "the agent's command never started");
+            assert!(child.try_wait().unwrap().is_none(), "gen-test exited early");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(code), "{signal}: {status:?}");
+        // Orderly: the workspace is gone when the command returns; the sandboxed processes were
+        // killed (the pid namespace goes down with bubblewrap, which takes the kernel a moment).
+        let start = std::time::Instant::now();
+        while sleeping() {
+            assert!(start.elapsed().as_secs() < 10, "{signal}: the sandboxed command survived");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(left.is_empty(), "{signal}: left in the temp dir: {left:?}");
+        assert!(!dir.path().join("out/done.json").exists(), "an interrupted run is not finished");
+    }
+}

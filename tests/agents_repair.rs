@@ -302,12 +302,16 @@ async fn test_file_edits_are_excluded_from_the_candidate() {
 }
 
 #[tokio::test]
-async fn format_errors_end_repair_with_the_latest_candidate() {
+async fn format_errors_do_not_end_repair() {
+    // Three format errors in a row use the round's three turns; the turn limit then forces the
+    // CHECK (of the unchanged candidate), and the last round ends with the latest candidate
+    // force-submitted.
     let mut turns = round0_partial();
     turns.extend([prose("Thinking."), prose("Still thinking."), prose("Done.")]);
-    let r = run(&turns, config(5, 40), RepairInputs::default()).await;
-    assert_eq!(r.record.terminal, TerminalReason::FormatErrors);
-    assert_eq!(r.record.rounds[1].end, RoundEnd::FormatErrors);
+    let r = run(&turns, config(1, 3), RepairInputs::default()).await;
+    assert_eq!(r.record.terminal, TerminalReason::Exhausted);
+    assert_eq!(r.record.rounds[1].end, RoundEnd::ForcedCheckUnchanged, "nothing new to gate");
+    assert_eq!(r.record.rounds[1].turns, 3);
     assert!(r.record.terminal_patch.contains("lstrip"));
     assert_eq!(r.record.stats.format_errors, 3);
 }

@@ -133,9 +133,10 @@ async fn missing_files_no_submission_and_format_errors() {
         prose("Done."),
         prose("Submitted."),
     ]);
-    let r = run_test_episode(&t, &p, &config(10)).await;
+    // Format errors do not end the episode: the turn budget does.
+    let r = run_test_episode(&t, &p, &config(3)).await;
     assert_eq!(r.record.outcome, TestOutcome::NoSubmission);
-    assert_eq!(r.record.stop, Some(Stop::FormatErrors));
+    assert_eq!(r.record.stop, Some(Stop::StepLimit));
     assert_eq!(r.record.stats.format_errors, 3);
     assert_eq!(
         r.messages

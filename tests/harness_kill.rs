@@ -1,5 +1,11 @@
 //! Killing the harness mid-run leaves no sandbox process behind: `execcritic qualify` runs a
 //! bundle whose test sleeps; the CLI is SIGKILLed; no process of the sandbox survives.
+//!
+//! Interrupts and crashes lose nothing: `audit` and `grade` are SIGKILLed and SIGINTed at
+//! seeded random points, each time resumed on the same `--out` (which first holds stale results
+//! of a run with other inputs); the final results equal an uninterrupted run's, a SIGINT leaves
+//! no sandbox directory or process even before the rerun, and after the last run the private
+//! temp dir holds nothing at all.
 
 mod harness_support;
 
@@ -141,4 +147,228 @@ fn sigkill_leaves_nothing(sandbox: &str) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+// ---- interrupted and resumed batch runs ------------------------------------------------------
+
+use rand::{Rng, SeedableRng};
+use std::path::{Path, PathBuf};
+
+/// The fixture task under another instance id.
+fn task_as(id: &str) -> serde_json::Value {
+    let mut v = fixture_task().to_json().unwrap();
+    v["instance_id"] = serde_json::json!(id);
+    v
+}
+
+/// A bundle directory whose test has `body`.
+fn write_bundle(dir: &Path, body: &str, contract: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    let patch = diff_against_base(&[("tests/test_calc.py", &test_file_with(body))]);
+    std::fs::write(dir.join("test.patch"), patch).unwrap();
+    std::fs::write(
+        dir.join("test_command"),
+        "python3 -m pytest tests/test_calc.py::test_add\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("test_contract.json"), contract).unwrap();
+}
+
+/// Inputs of the batch runs: three tasks, the real bundles and predictions, and stale ones.
+struct Inputs {
+    root: tempfile::TempDir,
+}
+
+impl Inputs {
+    fn new() -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let ids = ["calc__calc-1", "calc__calc-2", "calc__calc-3"];
+        let tasks: String = ids
+            .iter()
+            .map(|id| serde_json::to_string(&task_as(id)).unwrap() + "\n")
+            .collect();
+        std::fs::write(root.path().join("tasks.jsonl"), tasks).unwrap();
+        let b = root.path().join("bundles");
+        // Qualifies (clean Base failure, Gold passes); rejected by validation (undeclared node);
+        // passes on Base.
+        write_bundle(&b.join(ids[0]), "    assert add(2, 3) == 5", CONTRACT);
+        write_bundle(
+            &b.join(ids[1]),
+            "    assert add(2, 3) == 5",
+            &contract_with_nodes(&["tests/test_calc.py::test_other"]),
+        );
+        write_bundle(&b.join(ids[2]), "    assert add(2, 2) == 0", CONTRACT);
+        // Stale inputs: the same instance ids with other bundles / predictions.
+        let s = root.path().join("stale-bundles");
+        for id in ids {
+            write_bundle(&s.join(id), "    assert add(1, 1) == 0", CONTRACT);
+        }
+        let f = fixture();
+        let preds = |patches: [&str; 3]| -> String {
+            ids.iter()
+                .zip(patches)
+                .map(|(id, p)| {
+                    serde_json::json!({"instance_id": id, "model_name_or_path": "m", "model_patch": p})
+                        .to_string()
+                        + "\n"
+                })
+                .collect()
+        };
+        std::fs::write(
+            root.path().join("preds.jsonl"),
+            preds([&f.gold_patch, WRONG_PATCH, ""]),
+        )
+        .unwrap();
+        std::fs::write(
+            root.path().join("stale-preds.jsonl"),
+            preds([WRONG_PATCH, &f.gold_patch, &f.gold_patch]),
+        )
+        .unwrap();
+        Inputs { root }
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.root.path().join(p)
+    }
+
+    /// The command line of `audit` or `grade` over `inputs` (`bundles`/`preds` file names).
+    fn args(&self, command: &str, inputs: &str, out: &Path) -> Vec<String> {
+        let input_flag = if command == "audit" { "--bundles" } else { "--predictions" };
+        vec![
+            command.to_string(),
+            "--tasks".into(),
+            self.path("tasks.jsonl").display().to_string(),
+            input_flag.into(),
+            self.path(inputs).display().to_string(),
+            "--out".into(),
+            out.display().to_string(),
+            "--workers".into(),
+            "2".into(),
+        ]
+    }
+}
+
+/// Start the CLI with its own temp dir.
+fn spawn(args: &[String], tmp: &Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_execcritic"))
+        .args(args)
+        .env("TMPDIR", tmp)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Run the CLI to completion; panics unless it succeeds.
+fn run_to_end(args: &[String], tmp: &Path) -> Duration {
+    let start = Instant::now();
+    let out = spawn(args, tmp).wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    start.elapsed()
+}
+
+/// The result lines of a run, as JSON values.
+fn results(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// What is left in the private temp dir and the processes that still name it.
+fn leftovers(tmp: &Path) -> (Vec<String>, Vec<String>) {
+    let entries = std::fs::read_dir(tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    (entries, processes_with(&tmp.display().to_string()))
+}
+
+/// Wait until nothing is left (processes may take a moment to die).
+fn assert_nothing_left(tmp: &Path, when: &str) {
+    let start = Instant::now();
+    loop {
+        let (entries, procs) = leftovers(tmp);
+        if entries.is_empty() && procs.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{when}: left behind: entries {entries:?}, processes {procs:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn interrupted_runs_equal_an_uninterrupted_one(command: &str, inputs: &str, stale: &str, file: &str, seed: u64) {
+    let data = Inputs::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let reference_out = data.path("reference");
+    let took = run_to_end(&data.args(command, inputs, &reference_out), tmp.path());
+    let reference = results(&reference_out.join(file));
+    assert_eq!(reference.len(), 3);
+    assert_nothing_left(tmp.path(), "an uninterrupted run");
+
+    // The resumed run's --out first holds the complete results of a run with other inputs.
+    let out = data.path("resumed");
+    run_to_end(&data.args(command, stale, &out), tmp.path());
+    let stale_rows = results(&out.join(file));
+    assert_ne!(stale_rows, reference, "the stale inputs must give other results");
+
+    let args = data.args(command, inputs, &out);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    for (round, signal) in ["KILL", "INT", "KILL", "INT"].into_iter().enumerate() {
+        // Within the first 60 % of an uninterrupted run, so resumed runs are hit too.
+        let delay = Duration::from_millis(rng.random_range(0..took.as_millis() as u64 * 3 / 5 + 1));
+        let mut child = spawn(&args, tmp.path());
+        std::thread::sleep(delay);
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let sig = match signal {
+            "KILL" => nix::sys::signal::Signal::SIGKILL,
+            _ => nix::sys::signal::Signal::SIGINT,
+        };
+        let _ = nix::sys::signal::kill(pid, sig);
+        let status = child.wait().unwrap();
+        eprintln!("{command} round {round}: SIG{signal} after {delay:?}: {status:?}");
+        if signal == "INT" {
+            // Ctrl-C is an orderly shutdown: 130 (success when the run had just finished; the
+            // default action when it came before the handler, i.e. before any sandbox), and
+            // nothing is left behind even before a rerun.
+            use std::os::unix::process::ExitStatusExt;
+            assert!(
+                matches!(status.code(), Some(130) | Some(0)) || status.signal() == Some(2),
+                "{command}: SIGINT exit status {status:?}"
+            );
+            assert_nothing_left(tmp.path(), &format!("{command} after SIGINT"));
+        }
+        // Whatever is on disk now parses (a torn line of a SIGKILLed run aside, which a rerun drops).
+        let text = std::fs::read_to_string(out.join(file)).unwrap_or_default();
+        for line in text.lines().filter(|l| l.ends_with('}')) {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert!(v.get("input_key").is_some(), "{line}");
+        }
+    }
+    run_to_end(&args, tmp.path());
+    // The result lines carry no timings: they compare exactly.
+    assert_eq!(results(&out.join(file)), reference, "{command}: resumed results differ");
+    assert_nothing_left(tmp.path(), &format!("{command} after the final rerun"));
+    // A rerun of a finished run changes nothing.
+    run_to_end(&args, tmp.path());
+    assert_eq!(results(&out.join(file)), results(&reference_out.join(file)));
+}
+
+#[test]
+fn audit_interrupted_at_random_points_resumes_to_the_same_results() {
+    interrupted_runs_equal_an_uninterrupted_one("audit", "bundles", "stale-bundles", "audit.jsonl", 7);
+}
+
+#[test]
+fn grade_interrupted_at_random_points_resumes_to_the_same_results() {
+    interrupted_runs_equal_an_uninterrupted_one("grade", "preds.jsonl", "stale-preds.jsonl", "results.jsonl", 8);
 }

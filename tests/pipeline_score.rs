@@ -86,8 +86,8 @@ async fn test_rollouts_map_to_every_reward_tier() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repair_rollouts_map_to_every_reward_tier() {
     let t = task("inikit__inikit-1");
-    let (bundle, one_node) = selected_oracle_bundle(&t).unwrap();
-    eprintln!("selected oracle bundle with one node: {one_node}; command {}", bundle.bundle.test_command);
+    let bundle = selected_oracle_bundle(&t).unwrap();
+    assert_eq!(bundle.plan.nodes.len(), 1, "the training test is one F2P test: {}", bundle.bundle.test_command);
     let score = |patch: &str, round: usize, terminal: TerminalReason| {
         let (t, bundle) = (&t, &bundle);
         let r = repair_result(t, patch, round, terminal);
@@ -111,4 +111,19 @@ async fn repair_rollouts_map_to_every_reward_tier() {
     assert_eq!(score(&t.test_patch, 1, TerminalReason::FinalSubmit).await, RepairTerminal::InvalidPatch);
     let infra = score(&t.patch, 0, TerminalReason::InfraError { message: "engine died".into() }).await;
     assert_eq!(repair_reward(&infra), Reward::Masked);
+}
+
+/// Eq. 12: an operationally invalid Gold run counts as G = 0 — the Test rollout scores 0, it is
+/// not masked (which would hide the failure from training).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inconclusive_gold_run_scores_zero_not_masked() {
+    let mut t = task("inikit__inikit-1");
+    let frozen = FrozenBundle::freeze(oracle_bundle(&t).unwrap()).unwrap();
+    // A Gold patch that cannot be applied: the Gold check is inconclusive (patch_apply_failure).
+    t.patch = "diff --git a/nowhere.py b/nowhere.py\n--- a/nowhere.py\n+++ b/nowhere.py\n@@ -1,1 +1,1 @@\n-absent line\n+other line\n".into();
+    t.candidates.clear();
+    let qualified = test_result(&t, TestOutcome::Qualified { hash: frozen.hash.clone() }, Some(frozen), vec![]);
+    let audit = audit_test_rollout(&t, &qualified, SandboxKind::Local).await;
+    assert_eq!(audit, TestAudit::Audited { base_clean_fail: true, gold_pass: false, candidates: Vec::new() });
+    assert_eq!(test_reward(&audit), Reward::Value(0.0));
 }

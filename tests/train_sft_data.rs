@@ -192,7 +192,6 @@ async fn engine_turns_carry_token_records_that_replay_exactly() {
         step_limit: 3,
         wall_limit: Duration::from_secs(300),
         command_timeout: Duration::from_secs(10),
-        max_format_errors: 3,
     };
     let sampling = SamplingParams {
         max_tokens: 12,
@@ -207,7 +206,7 @@ async fn engine_turns_carry_token_records_that_replay_exactly() {
     while !matches!(agent.step().await.unwrap(), TurnOutcome::Stopped(_)) {}
     assert!(matches!(
         agent.stop_reason(),
-        Some(Stop::FormatErrors | Stop::StepLimit)
+        Some(Stop::StepLimit)
     ));
     let (messages, traj, _) = agent.finish(serde_json::json!({}));
 

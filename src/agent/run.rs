@@ -1,7 +1,10 @@
 //! The turn loop (mini-swe-agent style): ask the policy for one response, parse its single bash
 //! call, run it in the shell, append the observation. Controllers (Test episode, Repair
-//! controller) drive it turn by turn with `step` and react to markers, limits and format errors;
-//! every message, command and controller event goes into the trajectory as it happens.
+//! controller) drive it turn by turn with `step` and react to markers and limits. A response
+//! without a valid call is answered with the paper's format-error message (App. B.3.1) and costs
+//! one turn; the loop goes on until the turn or wall-clock budget ends, however many format
+//! errors come in a row (the paper has no rule that ends an episode on them). Every message,
+//! command and controller event goes into the trajectory as it happens.
 
 use super::action::{parse_response, CallForm};
 use super::guard::history_guard;
@@ -25,8 +28,6 @@ pub struct AgentLimits {
     pub wall_limit: Duration,
     /// Timeout of one bash command (a timeout is an observation).
     pub command_timeout: Duration,
-    /// Consecutive responses without a valid call that end the run.
-    pub max_format_errors: usize,
 }
 
 impl Default for AgentLimits {
@@ -35,18 +36,18 @@ impl Default for AgentLimits {
             step_limit: 60,
             wall_limit: Duration::from_secs(900),
             command_timeout: Duration::from_secs(120),
-            max_format_errors: 3,
         }
     }
 }
 
-/// Why the loop cannot take another turn.
+/// Why the loop cannot take another turn. Format errors are not among them: the paper has no
+/// such rule, so a response without a valid call is answered with the format-error message and
+/// costs one turn of the budget like any other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stop {
     StepLimit,
     WallTime,
-    FormatErrors,
 }
 
 /// What one turn did.
@@ -100,7 +101,6 @@ pub struct Agent<'a> {
     messages: Vec<ChatMessage>,
     trajectory: Trajectory,
     stats: AgentStats,
-    consecutive_format_errors: usize,
     started: Instant,
     /// Prompt + completion of the last turn with a token record (what the next record is stored
     /// relative to).
@@ -136,7 +136,6 @@ impl<'a> Agent<'a> {
             messages: Vec::new(),
             trajectory,
             stats: AgentStats::default(),
-            consecutive_format_errors: 0,
             started: Instant::now(),
             token_reference: Vec::new(),
         }
@@ -211,9 +210,7 @@ impl<'a> Agent<'a> {
 
     /// The limit that prevents another turn, if any.
     pub fn stop_reason(&self) -> Option<Stop> {
-        if self.consecutive_format_errors >= self.limits.max_format_errors {
-            Some(Stop::FormatErrors)
-        } else if self.stats.turns >= self.limits.step_limit {
+        if self.stats.turns >= self.limits.step_limit {
             Some(Stop::StepLimit)
         } else if self.started.elapsed() >= self.limits.wall_limit {
             Some(Stop::WallTime)
@@ -262,7 +259,6 @@ impl<'a> Agent<'a> {
         let action = match parsed.action {
             Ok(a) => a,
             Err(e) => {
-                self.consecutive_format_errors += 1;
                 self.stats.format_errors += 1;
                 // Calls that were parsed but unusable still need an answer to stay well-formed.
                 let ids: Vec<String> = self
@@ -281,7 +277,6 @@ impl<'a> Agent<'a> {
                 return Ok(TurnOutcome::FormatError);
             }
         };
-        self.consecutive_format_errors = 0;
 
         if self.guard {
             if let Some(reason) = history_guard(&action.command) {

@@ -1,5 +1,12 @@
 //! CLI commands of the agents: `gen-test`, `repair`, `demo`, `bench revision-loop`.
+//!
+//! `gen-test` and `repair` write every output file atomically and a completion marker
+//! (`done.json`, keyed by a hash of the inputs) last: a rerun with the same inputs and `--out`
+//! replays the result without running the episode again; Ctrl-C and SIGTERM remove every
+//! sandbox and workspace before the command returns.
 
+use super::interrupt::{self, Interrupted};
+use super::{jobs, resume};
 use crate::agent::Trajectory;
 use crate::episode::bench::{bench_revision_loop, BenchConfig};
 use crate::episode::repair::{run_repair, RepairConfig, RepairInputs, RepairRecord};
@@ -11,6 +18,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use sha2::{Digest, Sha256};
 use std::time::Duration;
 
 /// Budgets shared by the agent commands (defaults: the paper's).
@@ -152,12 +160,18 @@ fn policy_from(spec: &str) -> anyhow::Result<Box<dyn Policy>> {
     Ok(open_policy(&spec)?)
 }
 
+/// Write `value` as pretty JSON, atomically (write-then-rename).
 fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
-    if let Some(p) = path.parent() {
-        std::fs::create_dir_all(p)?;
-    }
     let text = serde_json::to_string_pretty(value)?;
-    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+    resume::write_atomically(path, (text + "\n").as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Write a trajectory as JSONL, atomically (write-then-rename).
+fn write_trajectory(path: &Path, t: &Trajectory) -> anyhow::Result<()> {
+    let tmp = path.with_extension("jsonl.partial");
+    t.write_jsonl(&tmp)?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
 fn test_config(a: &GenTestArgs) -> TestEpisodeConfig {
@@ -173,35 +187,107 @@ fn test_config(a: &GenTestArgs) -> TestEpisodeConfig {
     c
 }
 
+/// The identity of a policy for a result key: its spec, and for a scripted policy the script's
+/// bytes (an edited script is a different policy).
+fn policy_identity(spec: &str) -> String {
+    match spec.parse::<PolicySpec>() {
+        Ok(PolicySpec::Scripted(path)) => format!(
+            "{spec} sha256={}",
+            std::fs::read(&path).map_or_else(|e| format!("unreadable: {e}"), |b| hex::encode(Sha256::digest(b)))
+        ),
+        _ => spec.to_string(),
+    }
+}
+
+/// The key of a single-episode command's outputs: the task, the policy and every setting.
+fn episode_key(command: &str, task: &TaskInstance, policy: &str, settings: String) -> anyhow::Result<String> {
+    let task_json = serde_json::to_vec(&task.to_json()?)?;
+    Ok(resume::input_key(
+        command,
+        &[&task_json, policy_identity(policy).as_bytes(), settings.as_bytes()],
+    ))
+}
+
+/// A finished run with the same inputs in `out`: print what it printed and replay its status.
+fn replay_finished(out: &Path, key: &str) -> anyhow::Result<Option<ExitCode>> {
+    Ok(resume::Marker::load(out, key)?.map(|m| {
+        print!("{}", m.summary);
+        eprintln!(
+            "note: {} already holds this run's results (same inputs); remove {} to run it again",
+            out.display(),
+            out.join("done.json").display()
+        );
+        ExitCode::from(m.exit_code)
+    }))
+}
+
+/// Run one episode interruptibly; a panic of the episode is an error, not an abort.
+fn run_episode<T, F: std::future::Future<Output = T>>(
+    work: impl FnOnce() -> F,
+) -> anyhow::Result<Result<T, Interrupted>> {
+    use futures_util::FutureExt;
+    match interrupt::run_interruptible(|| std::panic::AssertUnwindSafe(work()).catch_unwind())? {
+        Ok(Ok(v)) => Ok(Ok(v)),
+        Ok(Err(p)) => bail!("the episode panicked: {}", jobs::panic_message(p.as_ref())),
+        Err(s) => Ok(Err(s)),
+    }
+}
+
 pub fn gen_test(a: GenTestArgs) -> anyhow::Result<ExitCode> {
     let task = load_task(&a.tasks, &a.instance)?;
+    let key = episode_key(
+        "gen-test",
+        &task,
+        &a.policy,
+        format!("{:?}", (a.max_turns, a.wall_secs, &a.budget)),
+    )?;
+    if let Some(code) = replay_finished(&a.out, &key)? {
+        return Ok(code);
+    }
     let policy = policy_from(&a.policy)?;
     let config = test_config(&a);
-    let result = runtime()?.block_on(run_test_episode(&task, policy.as_ref(), &config));
+    harness::orphans::sweep();
+    let result = match run_episode(|| run_test_episode(&task, policy.as_ref(), &config))? {
+        Ok(r) => r,
+        Err(s) => return Ok(s.exit_code()),
+    };
     std::fs::create_dir_all(&a.out)?;
-    result
-        .trajectory
-        .write_jsonl(&a.out.join("trajectory.jsonl"))?;
+    write_trajectory(&a.out.join("trajectory.jsonl"), &result.trajectory)?;
     write_json(&a.out.join("record.json"), &result.record)?;
+    let bundle_dir = a.out.join("bundle");
+    if bundle_dir.exists() {
+        // A bundle of an earlier, unfinished or different run.
+        std::fs::remove_dir_all(&bundle_dir)
+            .with_context(|| format!("removing {}", bundle_dir.display()))?;
+    }
     if let Some(b) = &result.bundle {
-        b.store(&a.out.join("bundle"))
+        b.store(&bundle_dir)
             .context("writing the qualified bundle")?;
     }
-    println!("{}", serde_json::to_string(&result.record.outcome)?);
+    let mut summary = format!("{}\n", serde_json::to_string(&result.record.outcome)?);
     for s in &result.record.submissions {
-        println!(
-            "  submission {} (turn {}): {}",
+        summary += &format!(
+            "  submission {} (turn {}): {}\n",
             s.attempt,
             s.turn,
             s.verdict.describe()
         );
     }
-    println!("trajectory: {}", a.out.join("trajectory.jsonl").display());
-    Ok(match result.record.outcome {
-        TestOutcome::Qualified { .. } => ExitCode::SUCCESS,
+    summary += &format!("trajectory: {}\n", a.out.join("trajectory.jsonl").display());
+    print!("{summary}");
+    let code: u8 = match result.record.outcome {
+        TestOutcome::Qualified { .. } => 0,
+        // No marker: an operational failure is retried by a rerun.
         TestOutcome::InfraError { message } => bail!("infrastructure error: {message}"),
-        _ => ExitCode::from(1),
-    })
+        _ => 1,
+    };
+    resume::Marker {
+        input_key: key,
+        exit_code: code,
+        summary,
+    }
+    .store(&a.out)?;
+    Ok(ExitCode::from(code))
 }
 
 /// Read a bundle directory and qualify it on Base; `None` (with a note) when it does not qualify.
@@ -241,11 +327,45 @@ fn repair_config(rounds: (usize, usize, usize), budget: &BudgetArgs) -> RepairCo
 
 pub fn repair(a: RepairArgs) -> anyhow::Result<ExitCode> {
     let task = load_task(&a.tasks, &a.instance)?;
-    let policy = policy_from(&a.policy)?;
     let config = repair_config(
         (a.round0_turns, a.revision_rounds, a.revision_turns),
         &a.budget,
     );
+    let digest = |p: &Option<PathBuf>| {
+        p.as_ref().map(|p| {
+            let files: Vec<PathBuf> = if p.is_dir() {
+                ["test.patch", "test_command", "test_contract.json"].iter().map(|f| p.join(f)).collect()
+            } else {
+                vec![p.clone()]
+            };
+            files
+                .iter()
+                .map(|f| std::fs::read(f).map_or_else(|_| "absent".into(), |b| hex::encode(Sha256::digest(b))))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+    };
+    let key = episode_key(
+        "repair",
+        &task,
+        &a.policy,
+        format!(
+            "{:?}",
+            (
+                digest(&a.bundle),
+                digest(&a.patch),
+                digest(&a.seed_trajectory),
+                (a.round0_turns, a.revision_rounds, a.revision_turns),
+                &a.budget,
+            )
+        ),
+    )?;
+    // The episode's key leaves out `--grade`: a rerun that adds it only grades.
+    let done_key = resume::input_key("repair-done", &[key.as_bytes(), &[a.grade as u8]]);
+    if let Some(code) = replay_finished(&a.out, &done_key)? {
+        return Ok(code);
+    }
+    let policy = policy_from(&a.policy)?;
     let mut inputs = RepairInputs::default();
     if let Some(p) = &a.patch {
         inputs.provided_patch =
@@ -255,52 +375,72 @@ pub fn repair(a: RepairArgs) -> anyhow::Result<ExitCode> {
         let traj = Trajectory::read_jsonl(t)?;
         inputs.seed_messages = Some(crate::agent::trajectory::seed_messages(&traj.messages()));
     }
-    let rt = runtime()?;
-    let bundle = match &a.bundle {
-        Some(dir) => rt.block_on(qualified_bundle(&task, dir, config.sandbox))?,
-        None => None,
-    };
-    let result = rt.block_on(run_repair(
-        &task,
-        bundle.as_ref(),
-        policy.as_ref(),
-        &config,
-        inputs,
-    ));
+    harness::orphans::sweep();
+    let kind = config.sandbox;
     std::fs::create_dir_all(&a.out)?;
-    result
-        .trajectory
-        .write_jsonl(&a.out.join("trajectory.jsonl"))?;
-    write_json(&a.out.join("record.json"), &result.record)?;
-    std::fs::write(a.out.join("final.patch"), &result.record.terminal_patch)?;
-    print_repair(&result.record);
-    if a.grade {
-        let g = rt.block_on(harness::grade(
-            &task,
-            &result.record.terminal_patch,
-            config.sandbox,
-        ))?;
-        write_json(&a.out.join("grade.json"), &g)?;
-        println!(
-            "official grading: {}",
-            if g.resolved {
-                "RESOLVED"
-            } else {
-                "not resolved"
+    // The episode, unless an interrupted run with the same inputs finished it (then only the
+    // grading is left).
+    const EPISODE_MARKER: &str = "episode.done.json";
+    let record: RepairRecord = match resume::Marker::load_named(&a.out, EPISODE_MARKER, &key)? {
+        Some(_) => {
+            let text = std::fs::read_to_string(a.out.join("record.json"))?;
+            eprintln!("note: the repair episode of these inputs is already in {}", a.out.display());
+            serde_json::from_str(&text).context("reading the finished episode's record.json")?
+        }
+        None => {
+            let episode = run_episode(|| async {
+                let bundle = match &a.bundle {
+                    Some(dir) => qualified_bundle(&task, dir, kind).await?,
+                    None => None,
+                };
+                anyhow::Ok(run_repair(&task, bundle.as_ref(), policy.as_ref(), &config, inputs).await)
+            })?;
+            let result = match episode {
+                Ok(r) => r?,
+                Err(s) => return Ok(s.exit_code()),
+            };
+            write_trajectory(&a.out.join("trajectory.jsonl"), &result.trajectory)?;
+            write_json(&a.out.join("record.json"), &result.record)?;
+            resume::write_atomically(&a.out.join("final.patch"), result.record.terminal_patch.as_bytes())?;
+            if !matches!(result.record.terminal, crate::episode::repair::TerminalReason::InfraError { .. }) {
+                resume::Marker { input_key: key.clone(), exit_code: 0, summary: String::new() }
+                    .store_named(&a.out, EPISODE_MARKER)?;
             }
+            result.record
+        }
+    };
+    let mut summary = render_repair(&record);
+    if a.grade {
+        let g = match run_episode(|| harness::grade(&task, &record.terminal_patch, kind))? {
+            Ok(g) => g?,
+            Err(s) => return Ok(s.exit_code()),
+        };
+        write_json(&a.out.join("grade.json"), &g)?;
+        summary += &format!(
+            "official grading: {}\n",
+            if g.resolved { "RESOLVED" } else { "not resolved" }
         );
     }
-    if let crate::episode::repair::TerminalReason::InfraError { message } = &result.record.terminal
-    {
+    print!("{summary}");
+    // No marker: an operational failure is retried by a rerun.
+    if let crate::episode::repair::TerminalReason::InfraError { message } = &record.terminal {
         bail!("infrastructure error: {message}");
     }
+    resume::Marker {
+        input_key: done_key,
+        exit_code: 0,
+        summary,
+    }
+    .store(&a.out)?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_repair(r: &RepairRecord) {
+/// The per-round summary of a repair episode, as printed.
+fn render_repair(r: &RepairRecord) -> String {
+    let mut out = String::new();
     for round in &r.rounds {
-        println!(
-            "  round {} ({:?}): {} turns, ended by {:?}, candidate {} lines",
+        out += &format!(
+            "  round {} ({:?}): {} turns, ended by {:?}, candidate {} lines\n",
             round.index,
             round.kind,
             round.turns,
@@ -309,27 +449,32 @@ fn print_repair(r: &RepairRecord) {
         );
         for c in &round.checks {
             match (&c.verdict, c.unchanged) {
-                (_, true) => println!(
-                    "    check at turn {}: unchanged candidate, gate not rerun",
-                    c.turn
-                ),
-                (Some(v), _) => println!(
-                    "    {}check at turn {}: {} ({}), gate {} ms, test {} ms",
-                    if c.forced { "forced " } else { "" },
-                    c.turn,
-                    v.status,
-                    v.failure_kind,
-                    c.gate_ms,
-                    v.test_ms
-                ),
+                (_, true) => {
+                    out += &format!(
+                        "    check at turn {}: unchanged candidate, gate not rerun\n",
+                        c.turn
+                    )
+                }
+                (Some(v), _) => {
+                    out += &format!(
+                        "    {}check at turn {}: {} ({}), gate {} ms, test {} ms\n",
+                        if c.forced { "forced " } else { "" },
+                        c.turn,
+                        v.status,
+                        v.failure_kind,
+                        c.gate_ms,
+                        v.test_ms
+                    )
+                }
                 (None, _) => {}
             }
         }
     }
-    println!(
-        "  terminal: {:?} (candidate of round {})",
+    out += &format!(
+        "  terminal: {:?} (candidate of round {})\n",
         r.terminal, r.terminal_round
     );
+    out
 }
 
 /// Scripted policies of the demo, embedded so `execcritic demo` needs no files.
@@ -399,7 +544,7 @@ pub fn demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
         .trajectory
         .write_jsonl(&out.join("repair/trajectory.jsonl"))?;
     write_json(&out.join("repair/record.json"), &result.record)?;
-    print_repair(&result.record);
+    print!("{}", render_repair(&result.record));
     println!("  terminal patch:");
     for line in result.record.terminal_patch.lines() {
         println!("    {line}");

@@ -1,11 +1,16 @@
-//! CLI commands of the harness (no model): `qualify`, `audit`, `grade`.
+//! CLI commands of the harness (no model): `qualify`, `audit`, `grade`. `audit` and `grade`
+//! write each result as it completes and resume an interrupted run (see [`super::resume`]);
+//! Ctrl-C and SIGTERM shut every command down in order (see [`super::interrupt`]).
 
+use super::interrupt::{self, Interrupted};
+use super::{jobs, resume};
 use crate::harness::{self, Bundle, BundleError, FrozenBundle, GradeResult, Qualification};
 use crate::task::{find_task, load_tasks, TaskInstance};
+use anyhow::Context;
 use clap::{Args, ValueEnum};
 use serde_json::json;
-use std::io::Write;
-use std::path::PathBuf;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -66,48 +71,102 @@ impl From<SandboxKind> for harness::SandboxKind {
     }
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?)
+/// The key of a result: `kind`, the task as loaded, the sandbox kind and `inputs`.
+fn result_key(
+    kind: &str,
+    task: &TaskInstance,
+    sandbox: harness::SandboxKind,
+    inputs: &[&[u8]],
+) -> anyhow::Result<String> {
+    let task_json = serde_json::to_vec(&task.to_json()?)?;
+    let sandbox = format!("{sandbox:?}");
+    let mut parts: Vec<&[u8]> = vec![&task_json, sandbox.as_bytes()];
+    parts.extend_from_slice(inputs);
+    Ok(resume::input_key(kind, &parts))
 }
 
-/// Run `f` over `items` with at most `workers` in flight; results in input order.
-async fn bounded<T, R, F, Fut>(items: Vec<T>, workers: usize, f: F) -> Vec<R>
-where
-    T: Send + 'static,
-    R: Send + 'static,
-    F: Fn(T) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = R> + Send + 'static,
-{
-    let sem = Arc::new(tokio::sync::Semaphore::new(workers.max(1)));
-    let f = Arc::new(f);
-    let mut handles = Vec::new();
-    for item in items {
-        let sem = sem.clone();
-        let f = f.clone();
-        handles.push(tokio::spawn(async move {
-            let _permit = sem.acquire_owned().await.expect("semaphore open");
-            f(item).await
-        }));
-    }
-    let mut out = Vec::new();
-    for h in handles {
-        out.push(h.await.expect("worker task panicked"));
-    }
-    out
-}
-
-/// Ctrl-C: remove this process's docker containers, then exit (local sandboxes die with us via
-/// bubblewrap `--die-with-parent`).
-fn install_ctrl_c(rt: &tokio::runtime::Runtime) {
-    rt.spawn(async {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("interrupted: removing sandboxes");
-            harness::sandbox::docker::cleanup_all().await;
-            std::process::exit(130);
+/// sha256 of a file's bytes, streamed (`"absent"` when it cannot be read).
+fn file_digest(path: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    match std::fs::File::open(path) {
+        Ok(mut f) => {
+            let mut h = Sha256::new();
+            match std::io::copy(&mut f, &mut h) {
+                Ok(_) => hex::encode(h.finalize()),
+                Err(e) => format!("unreadable: {e}"),
+            }
         }
-    });
+        Err(_) => "absent".to_string(),
+    }
+}
+
+/// What a batch command needs to know about its result lines.
+struct Batch<'a> {
+    /// `OUT/<file>`.
+    path: PathBuf,
+    /// Every item's key, in input order.
+    keys: Vec<String>,
+    /// A line of an earlier run that is a result (not an operational error to retry).
+    is_final: fn(&serde_json::Value) -> bool,
+    /// The result line of an item whose worker panicked.
+    panicked: &'a (dyn Fn(usize, String) -> serde_json::Value + Sync),
+}
+
+/// Run a batch with resumable results: earlier final lines of the same inputs are reused, every
+/// other item runs (`work(index)`), each line is appended with its key as it completes, and the
+/// file is rewritten in input order at the end. `Ok(Err(signal))` when interrupted (the lines
+/// written so far stay; a rerun finishes the rest).
+fn run_batch<F, Fut>(
+    batch: Batch<'_>,
+    workers: usize,
+    work: F,
+) -> anyhow::Result<Result<Vec<serde_json::Value>, Interrupted>>
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = serde_json::Value> + Send + 'static,
+{
+    let n = batch.keys.len();
+    let key_set: HashSet<String> = batch.keys.iter().cloned().collect();
+    let (mut log, mut kept) = resume::ResultLog::open(&batch.path, &key_set, batch.is_final)
+        .with_context(|| format!("opening {}", batch.path.display()))?;
+    let mut rows: Vec<Option<serde_json::Value>> =
+        batch.keys.iter().map(|k| kept.remove(k)).collect();
+    let reused = rows.iter().filter(|r| r.is_some()).count();
+    if reused > 0 {
+        eprintln!(
+            "resuming: {reused}/{n} results of an earlier run with the same inputs are kept in {}",
+            batch.path.display()
+        );
+    }
+    let todo: Vec<(usize, usize)> = (0..n).filter(|&i| rows[i].is_none()).map(|i| (i, i)).collect();
+    let keys = batch.keys.clone();
+    let mut write_error: Option<std::io::Error> = None;
+    let outcome = interrupt::run_interruptible(|| {
+        jobs::run_each(todo, workers, work, |i, out| {
+            let mut row = out.unwrap_or_else(|m| (batch.panicked)(i, m));
+            row[resume::KEY_FIELD] = json!(keys[i]);
+            if let Err(e) = log.append(&row) {
+                write_error.get_or_insert(e);
+            }
+            rows[i] = Some(row);
+        })
+    })?;
+    if let Some(e) = write_error {
+        return Err(anyhow::Error::new(e).context(format!("writing {}", batch.path.display())));
+    }
+    if let Err(s) = outcome {
+        let saved = rows.iter().filter(|r| r.is_some()).count();
+        eprintln!(
+            "interrupted by {}: {saved}/{n} results saved in {}; rerun with the same --out to finish",
+            s.name(),
+            batch.path.display()
+        );
+        return Ok(Err(s));
+    }
+    let rows: Vec<serde_json::Value> = rows.into_iter().flatten().collect();
+    log.finish(&rows)
+        .with_context(|| format!("writing {}", batch.path.display()))?;
+    Ok(Ok(rows))
 }
 
 pub fn qualify(a: QualifyArgs) -> anyhow::Result<ExitCode> {
@@ -121,9 +180,12 @@ pub fn qualify(a: QualifyArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
-    let rt = runtime()?;
-    install_ctrl_c(&rt);
-    let q = rt.block_on(harness::qualify(&task, &bundle, a.sandbox.into()))?;
+    harness::orphans::sweep();
+    let kind = a.sandbox.into();
+    let q = match interrupt::run_interruptible(|| harness::qualify(&task, &bundle, kind))? {
+        Ok(q) => q?,
+        Err(s) => return Ok(s.exit_code()),
+    };
     Ok(match q {
         Qualification::Accepted(f) => {
             println!(
@@ -180,6 +242,22 @@ async fn audit_one(
     }
 }
 
+/// An audit line that is a result, not an operational error a rerun should retry.
+fn audit_line_is_final(v: &serde_json::Value) -> bool {
+    v.get("infra_error").is_none()
+        && v.get("worker_error").is_none()
+        && v["validation"] != json!("error")
+}
+
+/// The three files of a bundle directory, by digest (the bundle as `audit` will read it).
+fn bundle_digests(dir: &Path) -> String {
+    ["test.patch", "test_command", "test_contract.json"]
+        .iter()
+        .map(|f| format!("{f}={}", file_digest(&dir.join(f))))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 pub fn audit(a: AuditArgs) -> anyhow::Result<ExitCode> {
     let tasks = load_tasks(&a.tasks)?;
     let mut jobs = Vec::new();
@@ -197,27 +275,61 @@ pub fn audit(a: AuditArgs) -> anyhow::Result<ExitCode> {
         );
     }
     std::fs::create_dir_all(&a.out)?;
-    let rt = runtime()?;
-    install_ctrl_c(&rt);
+    harness::orphans::sweep();
     let kind: harness::SandboxKind = a.sandbox.into();
+    let keys = jobs
+        .iter()
+        .map(|(t, d)| result_key("audit", t, kind, &[bundle_digests(d).as_bytes()]))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let n = jobs.len();
-    let rows = rt.block_on(bounded(jobs, a.workers, move |(t, d)| {
+    let ids: Vec<String> = jobs.iter().map(|(t, _)| t.instance_id.clone()).collect();
+    let panicked = move |i: usize, m: String| {
+        json!({"instance_id": ids[i], "validation": "ok", "worker_error": format!("worker panicked: {m}"), "q": false})
+    };
+    let path = a.out.join("audit.jsonl");
+    let batch = Batch {
+        path: path.clone(),
+        keys,
+        is_final: audit_line_is_final,
+        panicked: &panicked,
+    };
+    let jobs = Arc::new(jobs);
+    let rows = match run_batch(batch, a.workers, move |i| {
+        let (t, d) = jobs[i].clone();
         audit_one(t, d, kind)
-    }));
-    let mut out = std::fs::File::create(a.out.join("audit.jsonl"))?;
-    let mut q = 0;
-    for r in &rows {
-        writeln!(out, "{r}")?;
-        q += r["q"].as_bool().unwrap_or(false) as usize;
-    }
-    out.sync_all()?;
+    })? {
+        Ok(rows) => rows,
+        Err(s) => return Ok(s.exit_code()),
+    };
+    let q = rows
+        .iter()
+        .filter(|r| r["q"].as_bool().unwrap_or(false))
+        .count();
     let pct = 100.0 * q as f64 / tasks.len().max(1) as f64;
     println!(
         "Base-to-Gold: {q}/{} = {pct:.1}% ({n} bundles audited; results in {})",
         tasks.len(),
-        a.out.join("audit.jsonl").display()
+        path.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// A grading line that is a result, not an operational error a rerun should retry.
+fn grade_line_is_final(v: &serde_json::Value) -> bool {
+    !v["error_kind"]
+        .as_str()
+        .is_some_and(|k| k.starts_with("infra:") || k.starts_with("worker_panic:"))
+}
+
+fn grade_error(t: &TaskInstance, kind: String) -> GradeResult {
+    GradeResult {
+        instance_id: t.instance_id.clone(),
+        resolved: false,
+        tests: Default::default(),
+        error_kind: Some(kind),
+        completion: None,
+        forbidden: None,
+    }
 }
 
 pub fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
@@ -231,8 +343,7 @@ pub fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
         find_task(&tasks, id)?;
     }
     std::fs::create_dir_all(&a.out)?;
-    let rt = runtime()?;
-    install_ctrl_c(&rt);
+    harness::orphans::sweep();
     let kind: harness::SandboxKind = a.sandbox.into();
     let jobs: Vec<(TaskInstance, Option<String>)> = tasks
         .iter()
@@ -245,40 +356,54 @@ pub fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
             )
         })
         .collect();
-    let rows = rt.block_on(bounded(jobs, a.workers, move |(t, patch)| async move {
-        match patch {
-            None => GradeResult {
-                instance_id: t.instance_id.clone(),
-                resolved: false,
-                tests: Default::default(),
-                error_kind: Some("no_prediction".into()),
-                completion: None,
-                forbidden: None,
-            },
-            Some(p) => match harness::grade(&t, &p, kind).await {
-                Ok(r) => r,
-                Err(e) => GradeResult {
-                    instance_id: t.instance_id.clone(),
-                    resolved: false,
-                    tests: Default::default(),
-                    error_kind: Some(format!("infra: {e}")),
-                    completion: None,
-                    forbidden: None,
+    let keys = jobs
+        .iter()
+        .map(|(t, p)| {
+            let patch = match p {
+                Some(p) => format!("patch:{p}"),
+                None => "no prediction".to_string(),
+            };
+            result_key("grade", t, kind, &[patch.as_bytes()])
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let tasks_for_panic: Vec<TaskInstance> = jobs.iter().map(|(t, _)| t.clone()).collect();
+    let panicked = move |i: usize, m: String| {
+        serde_json::to_value(grade_error(&tasks_for_panic[i], format!("worker_panic: {m}")))
+            .unwrap_or_default()
+    };
+    let path = a.out.join("results.jsonl");
+    let batch = Batch {
+        path: path.clone(),
+        keys,
+        is_final: grade_line_is_final,
+        panicked: &panicked,
+    };
+    let jobs = Arc::new(jobs);
+    let rows = match run_batch(batch, a.workers, move |i| {
+        let (t, patch) = jobs[i].clone();
+        async move {
+            let r = match patch {
+                None => grade_error(&t, "no_prediction".into()),
+                Some(p) => match harness::grade(&t, &p, kind).await {
+                    Ok(r) => r,
+                    Err(e) => grade_error(&t, format!("infra: {e}")),
                 },
-            },
+            };
+            serde_json::to_value(r).unwrap_or_default()
         }
-    }));
-    let mut out = std::fs::File::create(a.out.join("results.jsonl"))?;
-    for r in &rows {
-        writeln!(out, "{}", serde_json::to_string(r)?)?;
-    }
-    out.sync_all()?;
-    let resolved = rows.iter().filter(|r| r.resolved).count();
-    let errors = rows.iter().filter(|r| r.error_kind.is_some()).count();
+    })? {
+        Ok(rows) => rows,
+        Err(s) => return Ok(s.exit_code()),
+    };
+    let resolved = rows
+        .iter()
+        .filter(|r| r["resolved"].as_bool().unwrap_or(false))
+        .count();
+    let errors = rows.iter().filter(|r| !r["error_kind"].is_null()).count();
     println!(
         "resolved {resolved}/{} instances ({errors} not gradable); results in {}",
         tasks.len(),
-        a.out.join("results.jsonl").display()
+        path.display()
     );
     Ok(ExitCode::SUCCESS)
 }

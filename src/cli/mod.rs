@@ -5,6 +5,9 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 pub mod harness_cmds;
+pub mod interrupt;
+pub mod jobs;
+pub mod resume;
 pub mod model_cmds;
 pub mod agent_cmds;
 pub mod train_cmds;

@@ -1,10 +1,12 @@
 //! Oracle bundles: the task's official test patch run on FAIL_TO_PASS nodes, as the fixed test of
 //! the paper's Oracle-feedback configuration — the revision-loop benchmark uses every F2P node,
 //! Repair training (App. A, Table 8: "Oracle F2P, 1 test per rollout, deterministic selection")
-//! one selected node.
+//! exactly one F2P test; a task where no single F2P test gives a valid bundle is skipped by
+//! training, never given the whole F2P set instead.
 
 use crate::harness::diff::parse_patch;
 use crate::harness::selector::canonical_label;
+use crate::harness::validate::validate_oracle_selection;
 use crate::harness::{sandbox::shell_quote, Bundle, FrozenBundle};
 use crate::task::{Runner, TaskInstance};
 
@@ -98,18 +100,49 @@ pub fn oracle_bundle(task: &TaskInstance) -> Result<Bundle, String> {
     bundle_for(task, &official_nodes(task))
 }
 
-/// The fixed training test of a Repair rollout: one F2P node, chosen deterministically (the
-/// first in the task's order). When the official test patch adds tests besides that node, a
-/// one-node bundle is not valid (the harness rejects undeclared added tests), so the bundle
-/// falls back to [`oracle_bundle`] (every test the patch adds); the second value says which happened (`true` = one node).
-pub fn selected_oracle_bundle(task: &TaskInstance) -> Result<(FrozenBundle, bool), String> {
-    let nodes = f2p_nodes(task);
-    let Some(first) = nodes.first() else {
-        return Err(format!("{}: no FAIL_TO_PASS tests", task.instance_id));
-    };
-    if let Ok(f) = bundle_for(task, std::slice::from_ref(first)).and_then(|b| FrozenBundle::freeze(b).map_err(|r| r.to_string())) {
-        return Ok((f, true));
+/// An F2P test as the one node of a training bundle: parametrised cases stay distinct nodes
+/// (`test_f[a]` and `test_f[b]` are two tests); Django/unittest ids in their dotted label form.
+fn case_id(task: &TaskInstance, t: &str) -> String {
+    match task.runner {
+        Runner::Django => canonical_label(t),
+        _ => t.to_string(),
     }
-    let all = oracle_bundle(task)?;
-    FrozenBundle::freeze(all).map(|f| (f, false)).map_err(|r| format!("{}: oracle bundle rejected: {r}", task.instance_id))
+}
+
+/// The fixed training test of a Repair rollout (App. A.2, Table 8: "Oracle F2P, 1 test per
+/// rollout, deterministic selection, fixed within each rollout"): the first F2P test, in the
+/// task's order, whose one-test bundle validates (the official test patch with a command that
+/// selects exactly that node, checked by every bundle rule except that the other tests the
+/// official patch adds must be declared: they are simply not run). A one-test bundle does not
+/// validate when, e.g., the node cannot be selected exactly by the task's runner. When no F2P
+/// test validates the task has no training test: `Err` says why, and the caller skips the task
+/// — never a silent fall-back to every F2P test.
+pub fn selected_oracle_bundle(task: &TaskInstance) -> Result<FrozenBundle, String> {
+    let mut cases: Vec<String> = Vec::new();
+    for t in &task.fail_to_pass {
+        push_unique(&mut cases, case_id(task, t));
+    }
+    if cases.is_empty() {
+        return Err(format!("{}: no FAIL_TO_PASS tests", task.instance_id));
+    }
+    let mut first_reason = None;
+    for case in &cases {
+        let frozen = bundle_for(task, std::slice::from_ref(case)).and_then(|bundle| {
+            let plan = validate_oracle_selection(&bundle).map_err(|r| r.to_string())?;
+            let hash = bundle.content_hash();
+            Ok(FrozenBundle { bundle, hash, plan })
+        });
+        match frozen {
+            Ok(f) => return Ok(f),
+            Err(r) => {
+                first_reason.get_or_insert(format!("{case}: {r}"));
+            }
+        }
+    }
+    Err(format!(
+        "{}: none of its {} FAIL_TO_PASS test(s) validates as a one-test training bundle (first: {})",
+        task.instance_id,
+        cases.len(),
+        first_reason.unwrap_or_default()
+    ))
 }

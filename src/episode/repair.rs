@@ -41,7 +41,6 @@ pub struct RepairConfig {
     pub revision_turns: usize,
     pub wall_limit: Duration,
     pub command_timeout: Duration,
-    pub max_format_errors: usize,
     pub sampling: SamplingParams,
     pub sandbox: SandboxKind,
 }
@@ -54,7 +53,6 @@ impl Default for RepairConfig {
             revision_turns: 40,
             wall_limit: Duration::from_secs(4 * 3600),
             command_timeout: Duration::from_secs(120),
-            max_format_errors: 3,
             sampling: SamplingParams {
                 temperature: 0.6,
                 ..SamplingParams::default()
@@ -103,7 +101,6 @@ pub enum RoundEnd {
     /// The turn limit forced a CHECK of an unchanged candidate (gate not rerun).
     ForcedCheckUnchanged,
     FinalSubmit,
-    FormatErrors,
     WallTime,
     InfraError,
 }
@@ -165,8 +162,6 @@ pub enum TerminalReason {
     FinalSubmit,
     /// Fifth revision without a pass: latest candidate force-submitted.
     Exhausted,
-    /// Three consecutive responses without a valid call.
-    FormatErrors,
     WallTime,
     /// Sandbox, harness or policy failure; the latest candidate is kept.
     InfraError {
@@ -391,7 +386,6 @@ pub async fn run_repair(
         step_limit: config.round0_turns,
         wall_limit: config.wall_limit,
         command_timeout: config.command_timeout,
-        max_format_errors: config.max_format_errors,
     };
     let mut agent = Agent::new(
         policy,
@@ -559,7 +553,6 @@ async fn drive(
                     break RoundEnd::Submitted;
                 }
                 TurnOutcome::Stopped(Stop::StepLimit) => break RoundEnd::TurnLimit,
-                TurnOutcome::Stopped(Stop::FormatErrors) => break RoundEnd::FormatErrors,
                 TurnOutcome::Stopped(Stop::WallTime) => break RoundEnd::WallTime,
                 _ => {}
             }
@@ -568,10 +561,8 @@ async fn drive(
         ctl.latest = p0.clone();
         ctl.rounds
             .push(start.close(agent, 0, RoundKind::Initial, end, &p0, Vec::new()));
-        match end {
-            RoundEnd::FormatErrors => return TerminalReason::FormatErrors,
-            RoundEnd::WallTime => return TerminalReason::WallTime,
-            _ => {}
+        if end == RoundEnd::WallTime {
+            return TerminalReason::WallTime;
         }
     }
 
@@ -674,19 +665,19 @@ async fn drive(
                     return TerminalReason::FinalSubmit;
                 }
                 TurnOutcome::Stopped(Stop::StepLimit) => (true, None),
-                TurnOutcome::Stopped(stop) => {
+                TurnOutcome::Stopped(Stop::WallTime) => {
                     let (cand, _) = infra!(ctl.export().await);
                     ctl.latest = cand.clone();
                     ctl.latest_round = round;
-                    let (end, reason) = match stop {
-                        Stop::FormatErrors => {
-                            (RoundEnd::FormatErrors, TerminalReason::FormatErrors)
-                        }
-                        _ => (RoundEnd::WallTime, TerminalReason::WallTime),
-                    };
-                    ctl.rounds
-                        .push(start.close(agent, round, kind, end, &cand, checks));
-                    return reason;
+                    ctl.rounds.push(start.close(
+                        agent,
+                        round,
+                        kind,
+                        RoundEnd::WallTime,
+                        &cand,
+                        checks,
+                    ));
+                    return TerminalReason::WallTime;
                 }
                 _ => continue,
             };

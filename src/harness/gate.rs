@@ -12,7 +12,7 @@ use super::execute::{
     apply_patch, bound_tail, checked_patch_text, run_after, run_tests, runner_guard, ApplyOutcome,
     RunRecord, Staged,
 };
-use super::feedback::{hide_test_source, render, EnvelopeInput};
+use super::feedback::{render, EnvelopeInput};
 use super::logparse::TestStatus;
 use super::sandbox::{
     reset_command, shell_quote, Purpose, Sandbox, SandboxKind,
@@ -341,7 +341,7 @@ pub async fn check_candidate_in(
         .map(|(n, _)| n)
         .collect();
     env.counts = serde_json::to_value(&r.parsed.counts).unwrap_or_default();
-    env.raw_output = hide_test_source(&r.output, &frozen.bundle.test_patch);
+    env.raw_output = r.output.clone();
     let mut v = verdict(&mut env, kind, r.rc, failed, r.timed_out, None);
     v.test_duration = r.test_duration;
     Ok(v)

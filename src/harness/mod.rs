@@ -25,6 +25,7 @@ pub mod gate;
 pub mod grade;
 pub mod logparse;
 pub mod provision;
+pub mod orphans;
 
 pub use classify::{BaseCategory, FailureKind, GateStatus};
 pub use environment::{environment_key, PreparedEnvironment};

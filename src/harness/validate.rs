@@ -246,6 +246,17 @@ fn node_covers(runner: CommandRunner, node: &str, file: &str, name: &str) -> boo
 
 /// Validate a parsed bundle. `Ok` carries the run plan.
 pub fn validate(bundle: &Bundle) -> Result<TestPlan, Rejection> {
+    validate_with(bundle, true)
+}
+
+/// Validate a harness-built Oracle training bundle (the task's official test patch with a
+/// command selecting one F2P node, paper Table 8): every rule of [`validate`] but one — the
+/// tests the official patch adds need not all be declared, since only the selected node runs.
+pub fn validate_oracle_selection(bundle: &Bundle) -> Result<TestPlan, Rejection> {
+    validate_with(bundle, false)
+}
+
+fn validate_with(bundle: &Bundle, added_tests_declared: bool) -> Result<TestPlan, Rejection> {
     let files = parse_patch(&bundle.test_patch)
         .map_err(|m| Rejection::new(RejectionKind::MalformedPatch, format!("test.patch: {m}")))?;
     let paths = check_patch_paths(&files)?;
@@ -289,7 +300,7 @@ pub fn validate(bundle: &Bundle) -> Result<TestPlan, Rejection> {
             ));
         }
     }
-    for f in &files {
+    for f in files.iter().filter(|_| added_tests_declared) {
         let Some(file) = f.new_path.as_deref() else {
             continue;
         };

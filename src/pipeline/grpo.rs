@@ -126,6 +126,25 @@ impl AgentTaskConfig {
     }
 }
 
+/// The tasks a role trains on, each with its fixed training bundle. Repair: the selected Oracle
+/// F2P test ([`selected_oracle_bundle`]); a task without one is skipped with a warning naming
+/// it and the reason.
+pub fn training_tasks(role: Role, tasks: Vec<TaskInstance>) -> Vec<(TaskInstance, Option<FrozenBundle>)> {
+    tasks
+        .into_iter()
+        .filter_map(|t| match role {
+            Role::Test => Some((t, None)),
+            Role::Repair => match selected_oracle_bundle(&t) {
+                Ok(b) => Some((t, Some(b))),
+                Err(reason) => {
+                    tracing::warn!("Repair training skips a task without a training test: {reason}");
+                    None
+                }
+            },
+        })
+        .collect()
+}
+
 /// One scored rollout, as logged to `rollouts.jsonl`.
 #[derive(Clone, Debug, Serialize)]
 pub struct RolloutLog {
@@ -155,7 +174,7 @@ pub struct AgentSampler {
 
 impl AgentSampler {
     /// Load the tasks (Repair: build each task's selected Oracle bundle; a task without one is
-    /// an error naming it). `model_dir` names the policy; `log` receives one JSON line per rollout.
+    /// skipped with a warning, and no task left is an error). `model_dir` names the policy; `log` receives one JSON line per rollout.
     pub fn new(role: Role, cfg: AgentTaskConfig, model_dir: &Path, seed: u64, log: Option<&Path>) -> Result<Self> {
         let file = match &cfg.tasks {
             Some(f) => f.clone(),
@@ -171,16 +190,14 @@ impl AgentSampler {
         if tasks.is_empty() {
             return Err(TrainError::BadInput(format!("{}: no tasks", file.display())));
         }
-        let tasks = tasks
-            .into_iter()
-            .map(|t| match role {
-                Role::Test => Ok((t, None)),
-                Role::Repair => {
-                    let (b, _) = selected_oracle_bundle(&t).map_err(TrainError::BadInput)?;
-                    Ok((t, Some(b)))
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let n = tasks.len();
+        let tasks = training_tasks(role, tasks);
+        if tasks.is_empty() {
+            return Err(TrainError::BadInput(format!(
+                "{}: none of its {n} task(s) has a one-test Oracle F2P training bundle",
+                file.display()
+            )));
+        }
         let log = log
             .map(|p| {
                 if let Some(dir) = p.parent() {

@@ -10,7 +10,8 @@
 //!
 //! Operational failures (sandbox errors, inconclusive executions) become `OperationalError`, so
 //! the trajectory is masked (zero advantage) instead of being scored as a behavioural failure
-//! (harness-semantics §4). Structural patch problems (does not apply, touches the test's files)
+//! (harness-semantics §4) — except an inconclusive Gold (or Base) run of the Test audit, which
+//! eq. 12 scores as G = 0 (reward 0, not masked). Structural patch problems (does not apply, touches the test's files)
 //! are invalid patches (reward 0), as Table 8 says for forbidden test modification.
 
 use crate::episode::rewards::{select_candidates, CandidateResult, RepairTerminal, TestAudit};
@@ -48,16 +49,17 @@ pub async fn audit_test_rollout(task: &TaskInstance, result: &TestEpisodeResult,
             return TestAudit::OperationalError;
         }
     };
-    let inconclusive = GateStatus::Inconclusive.as_str();
-    let gold_forbidden = [FailureKind::HiddenTestPathsDirtied, FailureKind::ForbiddenTestModification]
-        .iter()
-        .any(|k| k.name() == rec.gold_failure_kind);
-    if rec.candidate_infra_error || rec.gold_status == inconclusive && !gold_forbidden {
+    // Eq. 12: an operationally invalid Base or Gold run counts as zero (Q = 0, reward 0), it is
+    // not masked. Only operational errors among the candidates mask the trajectory, and only
+    // when they matter: Q = 1, where the reward depends on the candidates.
+    let base_clean_fail = rec.base_category == BaseCategory::AssertionFailureClean.name();
+    let gold_pass = rec.gold_status == GateStatus::Pass.as_str();
+    if base_clean_fail && gold_pass && rec.candidate_infra_error {
         return TestAudit::OperationalError;
     }
     TestAudit::Audited {
-        base_clean_fail: rec.base_category == BaseCategory::AssertionFailureClean.name(),
-        gold_pass: rec.gold_status == GateStatus::Pass.as_str(),
+        base_clean_fail,
+        gold_pass,
         candidates: rec
             .candidates
             .iter()

@@ -101,7 +101,6 @@ pub async fn scripted_trajectories() -> Vec<Trajectory> {
             step_limit: turns.len(),
             wall_limit: Duration::from_secs(120),
             command_timeout: Duration::from_secs(30),
-            max_format_errors: 1,
         };
         let id = format!("sft-{i}");
         let mut agent = Agent::new(

@@ -202,7 +202,7 @@ impl DockerSandbox {
             })
             .await;
         let staging = tempfile::Builder::new()
-            .prefix("execcritic-docker-")
+            .prefix(&crate::harness::orphans::owned_prefix("docker"))
             .tempdir()
             .map_err(|e| HarnessError::io(std::env::temp_dir(), e))?;
         let ws = staging.path().join("testbed");
@@ -223,7 +223,7 @@ impl DockerSandbox {
             None => (base_commit.to_string(), Vec::new()),
         };
         let logs = tempfile::Builder::new()
-            .prefix("execcritic-docker-logs-")
+            .prefix(&crate::harness::orphans::owned_prefix("docker-logs"))
             .tempdir()
             .map_err(|e| HarnessError::io(std::env::temp_dir(), e))?;
         let log_dir = config

@@ -71,7 +71,7 @@ impl LocalSandbox {
     pub fn open(populate: Populate, config: &SandboxConfig) -> Result<Self, HarnessError> {
         let bwrap = find_on_path("bwrap").ok_or(HarnessError::BubblewrapMissing)?;
         let root = tempfile::Builder::new()
-            .prefix("execcritic-sbx-")
+            .prefix(&crate::harness::orphans::owned_prefix("sbx"))
             .tempdir()
             .map_err(|e| HarnessError::io(std::env::temp_dir(), e))?;
         // SAFETY: plain syscall.
