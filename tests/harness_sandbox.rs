@@ -392,7 +392,16 @@ async fn a_process_tree_beyond_the_memory_limit_is_a_resource_signal() {
     // Four processes of 100 MiB each: each one alone is under the limit, the tree is not.
     let hog = "for i in 1 2 3 4; do python3 -c 'import time; b = bytearray(100 << 20); \
                b[::4096] = b\"x\" * len(b[::4096]); time.sleep(30)' & done; wait; echo survived";
-    let sb = local_sandbox(&config);
+    // The cgroup of a sandbox whose process was killed before cleaning up (no such pid) is
+    // removed when the next sandbox opens.
+    let stale = execcritic::harness::sandbox::cgroup::parent()
+        .unwrap()
+        .join("execcritic-999999999-0");
+    std::fs::create_dir(&stale).unwrap();
+    let sb = execcritic::harness::sandbox::LocalSandbox::open(populate(), &config).unwrap();
+    assert!(!stale.exists(), "stale cgroup {stale:?} left behind");
+    let own = sb.cgroup_dir().expect("a memory cgroup").to_path_buf();
+    assert!(own.is_dir());
     let err = sb.exec(hog, Duration::from_secs(120)).await.unwrap_err();
     assert!(
         matches!(&err, HarnessError::ResourceLimit { resource, limit: l, .. } if resource == "memory" && *l == limit),
@@ -404,6 +413,9 @@ async fn a_process_tree_beyond_the_memory_limit_is_a_resource_signal() {
         .await
         .unwrap();
     assert_eq!(out.output.trim(), (50u64 << 20).to_string(), "{}", out.output);
+    // Its cgroup goes with the sandbox.
+    drop(sb);
+    assert!(!own.exists(), "{own:?} left behind");
 }
 
 #[tokio::test]
