@@ -7,8 +7,8 @@
 use super::diff::parse_patch;
 use super::error::HarnessError;
 use super::execute::{apply_patch, run_tests, ApplyOutcome};
-use super::provision::open_sandbox;
 use super::logparse::TestStatus;
+use super::provision::open_sandbox;
 use super::sandbox::{shell_quote, Purpose, SandboxKind};
 use super::selector::{canonical_label, CommandRunner};
 use crate::task::{Runner, TaskInstance};

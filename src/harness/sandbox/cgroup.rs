@@ -204,9 +204,7 @@ fn parent_dir() -> Option<(PathBuf, Version)> {
     if let Some(rel) = own.lines().find_map(|l| l.strip_prefix("0::")) {
         let dir = v2_root.join(rel.trim_start_matches('/'));
         let controls = std::fs::read_to_string(dir.join("cgroup.subtree_control")).ok();
-        if controls.is_some_and(|c| c.split_whitespace().any(|w| w == "memory"))
-            && writable(&dir)
-        {
+        if controls.is_some_and(|c| c.split_whitespace().any(|w| w == "memory")) && writable(&dir) {
             return Some((dir, Version::V2));
         }
     }
