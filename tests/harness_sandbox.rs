@@ -251,7 +251,10 @@ fn sentinels() -> Vec<Sentinel> {
     let task_dir = fixture().dir.parent().unwrap().to_path_buf();
     vec![
         Sentinel::new(&home, ".execcritic-sentinel-home"),
-        Sentinel::new(Path::new(env!("CARGO_MANIFEST_DIR")), ".execcritic-sentinel-checkout"),
+        Sentinel::new(
+            Path::new(env!("CARGO_MANIFEST_DIR")),
+            ".execcritic-sentinel-checkout",
+        ),
         Sentinel::new(&task_dir, "execcritic-sentinel-gold.patch"),
         Sentinel::new(Path::new("/var/tmp"), "execcritic-sentinel-var"),
     ]
@@ -262,7 +265,9 @@ async fn assert_hidden(run: impl AsyncFn(&str) -> String, what: &str) {
         let cmd = attack(&s);
         let host = host_run(&cmd);
         assert!(
-            host.contains("SENTINEL-SECRET") && host.contains("LISTED:") && host.contains("PY-LISTED"),
+            host.contains("SENTINEL-SECRET")
+                && host.contains("LISTED:")
+                && host.contains("PY-LISTED"),
             "the attack must work on the host first ({:?}): {host}",
             s.0
         );
@@ -354,14 +359,25 @@ async fn docker_sandbox_is_unprivileged() {
         .unwrap();
     let lines: Vec<&str> = out.output.lines().map(str::trim).collect();
     assert_eq!(lines[0], "65534", "{}", out.output);
-    assert!(out.output.contains("CapEff:\t0000000000000000"), "{}", out.output);
-    assert!(out.output.contains("CapBnd:\t0000000000000000"), "{}", out.output);
+    assert!(
+        out.output.contains("CapEff:\t0000000000000000"),
+        "{}",
+        out.output
+    );
+    assert!(
+        out.output.contains("CapBnd:\t0000000000000000"),
+        "{}",
+        out.output
+    );
     assert!(out.output.contains("NoNewPrivs:\t1"), "{}", out.output);
     // No network interface but loopback.
     assert_eq!(lines.last().copied(), Some("0"), "{}", out.output);
     // The sandbox user still owns the workspace: it can write it and run git.
     let out = sb
-        .exec("touch newfile && git status --porcelain", Duration::from_secs(30))
+        .exec(
+            "touch newfile && git status --porcelain",
+            Duration::from_secs(30),
+        )
         .await
         .unwrap();
     assert!(out.output.contains("newfile"), "{}", out.output);
@@ -392,7 +408,16 @@ async fn a_process_tree_beyond_the_memory_limit_is_a_resource_signal() {
     // Four processes of 100 MiB each: each one alone is under the limit, the tree is not.
     let hog = "for i in 1 2 3 4; do python3 -c 'import time; b = bytearray(100 << 20); \
                b[::4096] = b\"x\" * len(b[::4096]); time.sleep(30)' & done; wait; echo survived";
-    let sb = local_sandbox(&config);
+    // The cgroup of a sandbox whose process was killed before cleaning up (no such pid) is
+    // removed when the next sandbox opens.
+    let stale = execcritic::harness::sandbox::cgroup::parent()
+        .unwrap()
+        .join("execcritic-999999999-0");
+    std::fs::create_dir(&stale).unwrap();
+    let sb = execcritic::harness::sandbox::LocalSandbox::open(populate(), &config).unwrap();
+    assert!(!stale.exists(), "stale cgroup {stale:?} left behind");
+    let own = sb.cgroup_dir().expect("a memory cgroup").to_path_buf();
+    assert!(own.is_dir());
     let err = sb.exec(hog, Duration::from_secs(120)).await.unwrap_err();
     assert!(
         matches!(&err, HarnessError::ResourceLimit { resource, limit: l, .. } if resource == "memory" && *l == limit),
@@ -400,10 +425,21 @@ async fn a_process_tree_beyond_the_memory_limit_is_a_resource_signal() {
     );
     // Below the limit the same sandbox runs normally afterwards.
     let out = sb
-        .exec("python3 -c 'b = bytearray(50 << 20); print(len(b))'", Duration::from_secs(60))
+        .exec(
+            "python3 -c 'b = bytearray(50 << 20); print(len(b))'",
+            Duration::from_secs(60),
+        )
         .await
         .unwrap();
-    assert_eq!(out.output.trim(), (50u64 << 20).to_string(), "{}", out.output);
+    assert_eq!(
+        out.output.trim(),
+        (50u64 << 20).to_string(),
+        "{}",
+        out.output
+    );
+    // Its cgroup goes with the sandbox.
+    drop(sb);
+    assert!(!own.exists(), "{own:?} left behind");
 }
 
 #[tokio::test]
@@ -470,17 +506,30 @@ async fn no_workspace_where_agent_or_candidate_code_runs_reaches_the_fix() {
         .unwrap();
     let host = String::from_utf8_lossy(&host.stdout);
     for how in ["py-git-log", "env-git", "cat-file", "object-store"] {
-        assert!(host.contains(&format!("LEAK:{how}")), "{how} must work on a plain clone: {host}");
+        assert!(
+            host.contains(&format!("LEAK:{how}")),
+            "{how} must work on a plain clone: {host}"
+        );
     }
     let task = fixture_task();
-    for purpose in [Purpose::TestAgent, Purpose::RepairAgent, Purpose::Gate, Purpose::Grading] {
-        let sb = open_sandbox(SandboxKind::Local, &task, purpose).await.unwrap();
+    for purpose in [
+        Purpose::TestAgent,
+        Purpose::RepairAgent,
+        Purpose::Gate,
+        Purpose::Grading,
+    ] {
+        let sb = open_sandbox(SandboxKind::Local, &task, purpose)
+            .await
+            .unwrap();
         let out = sb.exec(&attack, Duration::from_secs(120)).await.unwrap();
         assert!(out.success(), "{purpose:?}: {}", out.output);
         assert!(!out.output.contains("LEAK"), "{purpose:?}: {}", out.output);
         // The workspace is still a usable repository at Base.
         let out = sb
-            .exec("git rev-parse HEAD && git status --porcelain", Duration::from_secs(30))
+            .exec(
+                "git rev-parse HEAD && git status --porcelain",
+                Duration::from_secs(30),
+            )
             .await
             .unwrap();
         assert_eq!(out.output.trim(), f.base, "{purpose:?}");
@@ -501,16 +550,34 @@ async fn what_a_candidate_run_writes_into_git_does_not_persist() {
     let out = sb.exec(attack, Duration::from_secs(30)).await.unwrap();
     assert!(out.output.contains("WROTE"), "{}", out.output);
     let out = sb.exec(probe, Duration::from_secs(30)).await.unwrap();
-    assert!(out.output.contains("HOOK") && out.output.contains("pwned"), "{}", out.output);
+    assert!(
+        out.output.contains("HOOK") && out.output.contains("pwned"),
+        "{}",
+        out.output
+    );
     drop(sb);
     // ... but not past a candidate's run.
     let sb = local_sandbox(&small_limits());
-    let out = sb.exec_ephemeral(attack, Duration::from_secs(30)).await.unwrap();
+    let out = sb
+        .exec_ephemeral(attack, Duration::from_secs(30))
+        .await
+        .unwrap();
     assert!(out.output.contains("WROTE"), "{}", out.output);
-    let out = sb.exec_ephemeral(probe, Duration::from_secs(30)).await.unwrap();
-    assert!(!out.output.contains("HOOK") && !out.output.contains("pwned"), "{}", out.output);
+    let out = sb
+        .exec_ephemeral(probe, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(
+        !out.output.contains("HOOK") && !out.output.contains("pwned"),
+        "{}",
+        out.output
+    );
     let out = sb.exec(probe, Duration::from_secs(30)).await.unwrap();
-    assert!(!out.output.contains("HOOK") && !out.output.contains("pwned"), "{}", out.output);
+    assert!(
+        !out.output.contains("HOOK") && !out.output.contains("pwned"),
+        "{}",
+        out.output
+    );
 }
 
 /// An image whose own `/testbed` holds the repository at Base with the fix on another branch, a
@@ -525,18 +592,38 @@ b=$(git rev-parse HEAD); printf 'def add(a, b):\n    return a + b\n' > calc.py; 
 git update-ref refs/remotes/origin/main HEAD; git tag v1; git branch fixed
 git reset -q --hard "$b"; echo "$b $(git rev-parse fixed)""#;
     let out = std::process::Command::new("docker")
-        .args(["run", "--name", &name, "--network", "none", &docker_image(), "bash", "-c", script])
+        .args([
+            "run",
+            "--name",
+            &name,
+            "--network",
+            "none",
+            &docker_image(),
+            "bash",
+            "-c",
+            script,
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let ids = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let (base, fix) = ids.split_once(' ').unwrap();
     let commit = std::process::Command::new("docker")
         .args(["commit", &name, &image])
         .output()
         .unwrap();
-    let _ = std::process::Command::new("docker").args(["rm", "-f", &name]).output();
-    assert!(commit.status.success(), "{}", String::from_utf8_lossy(&commit.stderr));
+    let _ = std::process::Command::new("docker")
+        .args(["rm", "-f", &name])
+        .output();
+    assert!(
+        commit.status.success(),
+        "{}",
+        String::from_utf8_lossy(&commit.stderr)
+    );
     (image, base.to_string(), fix.to_string())
 }
 
@@ -549,11 +636,25 @@ async fn docker_image_history_is_sanitised_before_the_first_command() {
     let attack = history_attack(&fix);
     // The attack works in the image as it is.
     let plain = std::process::Command::new("docker")
-        .args(["run", "--rm", "--network", "none", "-w", "/testbed", &image, "bash", "-c", &attack])
+        .args([
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "-w",
+            "/testbed",
+            &image,
+            "bash",
+            "-c",
+            &attack,
+        ])
         .output()
         .unwrap();
     let plain = String::from_utf8_lossy(&plain.stdout).into_owned();
-    assert!(plain.contains("LEAK:env-git") && plain.contains("LEAK:object-store"), "{plain}");
+    assert!(
+        plain.contains("LEAK:env-git") && plain.contains("LEAK:object-store"),
+        "{plain}"
+    );
     let sb = execcritic::harness::sandbox::DockerSandbox::open(
         &image,
         None,
@@ -566,10 +667,15 @@ async fn docker_image_history_is_sanitised_before_the_first_command() {
     let out = sb.exec(&attack, Duration::from_secs(120)).await.unwrap();
     assert!(!out.output.contains("LEAK"), "{}", out.output);
     let out = sb
-        .exec("git rev-parse HEAD && git status --porcelain", Duration::from_secs(30))
+        .exec(
+            "git rev-parse HEAD && git status --porcelain",
+            Duration::from_secs(30),
+        )
         .await
         .unwrap();
     assert_eq!(out.output.trim(), base);
     drop(sb);
-    let _ = std::process::Command::new("docker").args(["rmi", "-f", &image]).output();
+    let _ = std::process::Command::new("docker")
+        .args(["rmi", "-f", &image])
+        .output();
 }

@@ -257,8 +257,18 @@ fn base_only_workspace_holds_base_and_nothing_else() {
     assert!(!dest.join(".git/FETCH_HEAD").exists());
     // Every object in the store is Base's commit or an object of Base's tree: checking the gold
     // patch wrote nothing into the store.
-    let store = git(&dest, &["cat-file", "--batch-all-objects", "--batch-check=%(objectname)"]);
-    let tree = git(&dest, &["ls-tree", "-r", "-t", "--format=%(objectname)", "HEAD"]);
+    let store = git(
+        &dest,
+        &[
+            "cat-file",
+            "--batch-all-objects",
+            "--batch-check=%(objectname)",
+        ],
+    );
+    let tree = git(
+        &dest,
+        &["ls-tree", "-r", "-t", "--format=%(objectname)", "HEAD"],
+    );
     let mut expected: Vec<&str> = tree.lines().collect();
     let root = git(&dest, &["rev-parse", "HEAD^{tree}"]);
     expected.push(&root);

@@ -14,12 +14,9 @@ use super::execute::{
 };
 use super::feedback::{render, EnvelopeInput};
 use super::logparse::TestStatus;
-use super::sandbox::{
-    reset_command, shell_quote, Purpose, Sandbox, SandboxKind,
-    HANDOFF_DIR,
-};
-use super::validate::Rejection;
 pub use super::provision::{docker_image, open_sandbox, open_sandbox_with};
+use super::sandbox::{reset_command, shell_quote, Purpose, Sandbox, SandboxKind, HANDOFF_DIR};
+use super::validate::Rejection;
 use crate::task::TaskInstance;
 use std::time::Duration;
 

@@ -29,10 +29,10 @@ pub mod orphans;
 
 pub use classify::{BaseCategory, FailureKind, GateStatus};
 pub use environment::{environment_key, PreparedEnvironment};
-pub use provision::{open_sandbox, open_sandbox_with, prepare_environment};
 pub use gate::{
-    audit, balanced_accuracy, check_candidate, check_candidate_in, export_source_diff, CandidateOutcome,
-    qualify, AuditRecord, GateVerdict, Qualification,
+    audit, balanced_accuracy, check_candidate, check_candidate_in, export_source_diff, qualify,
+    AuditRecord, CandidateOutcome, GateVerdict, Qualification,
 };
 pub use grade::{grade, load_predictions, GradeResult, Prediction};
 pub use logparse::TestStatus;
+pub use provision::{open_sandbox, open_sandbox_with, prepare_environment};

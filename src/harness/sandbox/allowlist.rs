@@ -200,7 +200,10 @@ mod tests {
             for forbidden in [Path::new("/tmp"), Path::new("/var"), Path::new("/home")] {
                 assert!(!p.starts_with(forbidden), "{p:?}");
             }
-            assert!(!cwd.starts_with(p), "{p:?} would expose the checkout {cwd:?}");
+            assert!(
+                !cwd.starts_with(p),
+                "{p:?} would expose the checkout {cwd:?}"
+            );
             assert!(!p.ends_with("shadow") && !p.ends_with("pip.conf"), "{p:?}");
         }
         assert!(host_entries(true).len() >= entries.len());

@@ -42,6 +42,7 @@ impl MemoryCgroup {
     /// exists (see [`MemoryCgroup::unavailable_reason`]).
     pub fn create(limit: u64) -> Option<Self> {
         let (parent, version) = parent_dir()?;
+        sweep_stale(&parent);
         let name = format!(
             "execcritic-{}-{}",
             std::process::id(),
@@ -137,6 +138,34 @@ impl Drop for MemoryCgroup {
     }
 }
 
+/// Remove the cgroups of sandboxes whose process is gone (killed before its destructors ran):
+/// `execcritic-<pid>-<n>` with no live `<pid>`. Their processes died with the pid namespace, so
+/// the directories are empty and `rmdir` succeeds; one still busy is left alone.
+pub fn sweep_stale(parent: &Path) {
+    let Ok(rd) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("execcritic-"))
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
+}
+
+/// The parent directory of sandbox cgroups on this host (`None`: no writable hierarchy).
+pub fn parent() -> Option<PathBuf> {
+    parent_dir().map(|(p, _)| p)
+}
+
 /// In a forked child before exec: move the calling process into the cgroup whose `cgroup.procs`
 /// is open at `fd`. Only async-signal-safe calls (getpid, write) on a stack buffer.
 pub fn join_in_child(fd: RawFd) -> std::io::Result<()> {
@@ -175,9 +204,7 @@ fn parent_dir() -> Option<(PathBuf, Version)> {
     if let Some(rel) = own.lines().find_map(|l| l.strip_prefix("0::")) {
         let dir = v2_root.join(rel.trim_start_matches('/'));
         let controls = std::fs::read_to_string(dir.join("cgroup.subtree_control")).ok();
-        if controls.is_some_and(|c| c.split_whitespace().any(|w| w == "memory"))
-            && writable(&dir)
-        {
+        if controls.is_some_and(|c| c.split_whitespace().any(|w| w == "memory")) && writable(&dir) {
             return Some((dir, Version::V2));
         }
     }

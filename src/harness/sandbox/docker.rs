@@ -208,8 +208,8 @@ impl DockerSandbox {
         let ws = staging.path().join("testbed");
         std::fs::create_dir_all(&ws).map_err(|e| HarnessError::io(&ws, e))?;
         // Non-root when we own the workspace; the setup sandbox writes the host's /env as root.
-        let user = (populate.is_some() && !config.environment.network())
-            .then(|| SANDBOX_USER.to_string());
+        let user =
+            (populate.is_some() && !config.environment.network()).then(|| SANDBOX_USER.to_string());
         let owner = user.clone();
         let (base_commit, repo_tar) = match populate {
             Some(populate) => {

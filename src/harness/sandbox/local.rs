@@ -136,6 +136,11 @@ impl LocalSandbox {
         Ok(sb)
     }
 
+    /// The sandbox's memory cgroup, when it has one (see [`super::cgroup`]).
+    pub fn cgroup_dir(&self) -> Option<&Path> {
+        self.cgroup.as_ref().map(MemoryCgroup::dir)
+    }
+
     /// Host path of the workspace (mounted at `/testbed`).
     pub fn workspace(&self) -> PathBuf {
         self.root.path().join("testbed")
