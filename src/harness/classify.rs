@@ -118,6 +118,7 @@ impl FailureKind {
             | PatchApplyFailure
             | TestPatchApplyFailure
             | HiddenTestPathsDirtied
+            | ForbiddenTestModification
             | BundleModified
             | HarnessException => GateStatus::Inconclusive,
         }
