@@ -278,15 +278,23 @@ async fn broken_collection_is_a_hard_fail_not_masked() {
 }
 
 #[tokio::test]
-async fn test_file_edits_are_excluded_from_the_candidate() {
+async fn test_file_edits_are_refused_not_stripped() {
+    // Round 0 edits tests next to the fix: the exported candidate keeps them and the gate refuses
+    // it (a forbidden test modification), instead of silently dropping them. The revision that
+    // reverts the test edits passes.
     let turns = [
         call(FIX_FULL),
         call("cd /testbed && echo 'def test_mine(): pass' >> tests/test_cells.py && printf 'X = 1\\n' > tests/test_extra.py && printf 'def helper():\\n    return 1\\n' > tablefmt/extra.py && git add tablefmt/extra.py tests/test_extra.py"),
         call("cd /testbed && echo '# staged edit' >> tablefmt/align.py && git add tablefmt/align.py"),
         call(EXPORT),
         call(SUBMIT_FIX),
+        call("cd /testbed && git checkout -q tests/test_cells.py && git rm -q -f tests/test_extra.py"),
+        call(EXPORT),
+        call(CHECK_FIX),
     ];
     let r = run(&turns, config(5, 40), RepairInputs::default()).await;
+    let round0 = r.record.rounds[0].checks[0].verdict.as_ref().unwrap();
+    assert_eq!(round0.failure_kind, "hidden_test_paths_dirtied", "{round0:?}");
     let p = &r.record.terminal_patch;
     assert!(
         p.contains("tablefmt/cells.py")
@@ -294,11 +302,8 @@ async fn test_file_edits_are_excluded_from_the_candidate() {
             && p.contains("# staged edit"),
         "{p}"
     );
-    assert!(
-        !p.contains("tests/"),
-        "test files are never part of the candidate: {p}"
-    );
-    assert_eq!(r.record.terminal, TerminalReason::PassAtRound0);
+    assert!(!p.contains("tests/"), "the test edits were reverted: {p}");
+    assert_eq!(r.record.terminal, TerminalReason::Pass, "{:?}", statuses(&r.record));
 }
 
 #[tokio::test]

@@ -11,7 +11,10 @@ use execcritic::harness::{Bundle, FrozenBundle, GateStatus, Sandbox, SandboxConf
 use harness_support::*;
 use std::time::Duration;
 
-// The planting code comes last, so the candidate diff ends with added lines.
+// The planting code comes last, so the candidate diff ends with added lines. Its strings are
+// split so that the static tamper screen (`harness::tamper`) does not refuse it: what is tested
+// here is the reset, the defence behind the screen. `SCREENED` is the same poison as written
+// plainly, which the screen refuses.
 const POISON: &str = r#"def add(a, b):
     return a - b
 
@@ -24,8 +27,8 @@ import os
 
 _root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _hook = (
-    "import pytest\n\n\n@pytest.hookimpl(tryfirst=True)\n"
-    "def pytest_runtest_call(item):\n    item.runtest = lambda: None\n"
+    "import py" "test\n\n\n@py" "test.hookimpl(tryfirst=True)\n"
+    "def py" "test_runtest_call(item):\n    item.runtest = lambda: None\n"
 )
 for _p in ("conftest.py", os.path.join("tests", "conftest.py")):
     with open(os.path.join(_root, _p), "w") as _f:
@@ -55,6 +58,13 @@ async fn check(sb: &dyn Sandbox, label: &str, git_metadata_restored: bool) {
         let frozen = frozen.clone();
         async move { check_candidate_in(sb, &frozen, &p, t).await.unwrap() }
     };
+    let screened = POISON.replace("\"py\" \"test", "\"pytest").replace("@py\" \"test", "@pytest").replace("def py\" \"test", "def pytest");
+    let v = gate(diff_against_base(&[("calc/__init__.py", &screened)])).await;
+    assert_eq!(
+        v.failure_kind,
+        execcritic::harness::FailureKind::ForbiddenTestModification,
+        "{label}: the plain poison is screened"
+    );
     let v = gate(poison.clone()).await;
     assert_eq!(
         v.status,

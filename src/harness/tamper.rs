@@ -439,9 +439,15 @@ pub async fn screen_candidate_in(
             )
         })
         .collect();
-    let out = sb
-        .exec(&probe.join(" || "), std::time::Duration::from_secs(60))
-        .await?;
+    // A read-only probe: on a sandbox with ephemeral runs it must not be a plain `exec`, which
+    // would mark the workspace as possibly changed and cost the next gate its ephemeral run.
+    let t = std::time::Duration::from_secs(60);
+    let probe = probe.join(" || ");
+    let out = if sb.ephemeral_runs() {
+        sb.exec_ephemeral(&probe, t).await?
+    } else {
+        sb.exec(&probe, t).await?
+    };
     if out.timed_out {
         return Err(super::HarnessError::Other(
             "probing the repository's runner timed out".into(),
