@@ -42,14 +42,27 @@ fn main() {
 
     let mut sources = vec![];
     let mut modules = String::new();
-    let mut units: Vec<(String, PathBuf)> =
-        cu_files(&root.join("kernels")).into_iter().map(|p| (String::new(), p)).collect();
-    units.extend(cu_files(&root.join("tests/fixtures/emu")).into_iter().map(|p| ("fixture_".to_string(), p)));
+    let mut units: Vec<(String, PathBuf)> = cu_files(&root.join("kernels"))
+        .into_iter()
+        .map(|p| (String::new(), p))
+        .collect();
+    units.extend(
+        cu_files(&root.join("tests/fixtures/emu"))
+            .into_iter()
+            .map(|p| ("fixture_".to_string(), p)),
+    );
     for (prefix, path) in units {
-        let stem = path.file_stem().and_then(|s| s.to_str()).expect("kernel file name").to_string();
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .expect("kernel file name")
+            .to_string();
         let module = format!("{prefix}{stem}");
         let src = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let file = path.file_name().and_then(|s| s.to_str()).unwrap_or_default();
+        let file = path
+            .file_name()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default();
         let entries: Vec<String> = entry_points(&src)
             .iter()
             .map(|k| format!("        emu::make_entry(\"{k}\", \"{file}\", &{k}),\n"))
@@ -77,7 +90,8 @@ fn main() {
     sources.push(root.join("kernels/emu/runtime.cpp"));
 
     let sanitize = env::var("EXECCRITIC_EMU_SANITIZE").unwrap_or_default();
-    let os_threads = env::var("EXECCRITIC_EMU_ENGINE").is_ok_and(|e| e == "os-threads") || !sanitize.is_empty();
+    let os_threads =
+        env::var("EXECCRITIC_EMU_ENGINE").is_ok_and(|e| e == "os-threads") || !sanitize.is_empty();
     let mut build = cc::Build::new();
     build
         .cpp(true)
@@ -92,8 +106,14 @@ fn main() {
     match sanitize.as_str() {
         "" => {}
         "address" | "thread" => {
-            build.flag(format!("-fsanitize={sanitize}")).flag("-fno-omit-frame-pointer");
-            let lib = if sanitize == "address" { "asan" } else { "tsan" };
+            build
+                .flag(format!("-fsanitize={sanitize}"))
+                .flag("-fno-omit-frame-pointer");
+            let lib = if sanitize == "address" {
+                "asan"
+            } else {
+                "tsan"
+            };
             println!("cargo:rustc-link-lib=dylib={lib}");
         }
         other => panic!("EXECCRITIC_EMU_SANITIZE={other}: expected `address` or `thread`"),
