@@ -442,10 +442,10 @@ fn warp_shuffles_follow_cuda_lane_rules() {
                 )
                 .unwrap();
                 let out: Vec<i32> = down(&d, pout, 64);
-                for t in 0..64 {
+                for (t, &got) in out.iter().enumerate() {
                     let (w, lane) = (t / 32, t % 32);
                     let want = input[w * 32 + shfl_src(mode, lane, b, width)];
-                    assert_eq!(out[t], want, "mode {mode} width {width} b {b} thread {t}");
+                    assert_eq!(got, want, "mode {mode} width {width} b {b} thread {t}");
                 }
             }
         }
