@@ -8,6 +8,7 @@
 #      under TSan) and requires the sanitizer to report it in that kernel.
 # Exits non-zero on a finding in step 1 or a miss in step 2. Uses the normal target dir (only
 # this crate is rebuilt, twice); the next plain `cargo build` rebuilds it once more.
+# Usage: scripts/emu-sanitize.sh [address] [thread]   (default: both)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
@@ -43,7 +44,10 @@ expect_report() { # name, log, pattern, kernel
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-for san in address thread; do
+sanitizers=("$@")
+[ ${#sanitizers[@]} -gt 0 ] || sanitizers=(address thread)
+for san in "${sanitizers[@]}"; do
+    case $san in address | thread) ;; *) echo "emu-sanitize: unknown sanitizer $san" >&2; exit 2 ;; esac
     echo "emu-sanitize: building the emulated kernels with -fsanitize=$san"
     export EXECCRITIC_EMU_SANITIZE=$san
     cargo test --locked --test emu_device --no-run
