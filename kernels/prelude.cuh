@@ -5,6 +5,11 @@ typedef unsigned short bf16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
 #define INFINITY __int_as_float(0x7f800000)
+// Dynamic shared memory of the launch (`<<<grid, block, bytes>>>`): `DYNAMIC_SHARED(float, sh);`.
+// The emulator (kernels/emu/cuda_emu.h) defines it as the block's own allocation.
+#ifndef DYNAMIC_SHARED
+#define DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#endif
 
 __device__ __forceinline__ float bf2f(bf16 h) { return __uint_as_float(((u32)h) << 16); }
 
