@@ -167,6 +167,10 @@ pub enum TerminalReason {
     InfraError {
         message: String,
     },
+    /// The agent's source diff grew past the harness's limit
+    /// (`harness::gate::MAX_SOURCE_DIFF`): the candidate's own fault, so the episode ends with
+    /// no terminal patch (an invalid patch, reward 0), never an infrastructure error.
+    PatchTooLarge { bytes: u64, limit: u64 },
 }
 
 /// The complete record of one repair episode.
@@ -498,6 +502,23 @@ async fn drive(
             }
         };
     }
+    // Exporting the candidate: a diff over the size limit ends the episode as an invalid patch.
+    macro_rules! export {
+        ($e:expr) => {
+            match $e {
+                Ok(v) => v,
+                Err(harness::HarnessError::DiffTooLarge { bytes, limit }) => {
+                    ctl.latest.clear();
+                    return TerminalReason::PatchTooLarge { bytes, limit };
+                }
+                Err(e) => {
+                    return TerminalReason::InfraError {
+                        message: e.to_string(),
+                    }
+                }
+            }
+        };
+    }
     let issue = ctl.task.problem_statement.clone();
     let seeded = inputs.seed_messages.as_ref().is_some_and(|m| !m.is_empty());
 
@@ -557,7 +578,7 @@ async fn drive(
                 _ => {}
             }
         };
-        let (p0, _) = infra!(ctl.export().await);
+        let (p0, _) = export!(ctl.export().await);
         ctl.latest = p0.clone();
         ctl.rounds
             .push(start.close(agent, 0, RoundKind::Initial, end, &p0, Vec::new()));
@@ -638,7 +659,7 @@ async fn drive(
                 }
                 TurnOutcome::Marker { form, .. } => {
                     // FINAL-SUBMIT.
-                    let (cand, export) = infra!(ctl.export().await);
+                    let (cand, export) = export!(ctl.export().await);
                     ctl.latest = cand.clone();
                     ctl.latest_round = round;
                     if ctl.last_checked.as_ref().map(|(s, _)| s.as_str())
@@ -666,7 +687,7 @@ async fn drive(
                 }
                 TurnOutcome::Stopped(Stop::StepLimit) => (true, None),
                 TurnOutcome::Stopped(Stop::WallTime) => {
-                    let (cand, _) = infra!(ctl.export().await);
+                    let (cand, _) = export!(ctl.export().await);
                     ctl.latest = cand.clone();
                     ctl.latest_round = round;
                     ctl.rounds.push(start.close(
@@ -682,7 +703,7 @@ async fn drive(
                 _ => continue,
             };
             // A CHECK (agent's or forced).
-            let (cand, export) = infra!(ctl.export().await);
+            let (cand, export) = export!(ctl.export().await);
             ctl.latest = cand.clone();
             ctl.latest_round = round;
             let sha = sha256(&cand);
