@@ -269,10 +269,13 @@ async fn wrong_candidates_cannot_hide_as_inconclusive() {
     let f = official();
     for (name, calc, want) in cases {
         let v = check_candidate_in(sb, &f, &source(&calc), T).await.unwrap();
-        assert_eq!(
-            (v.status, v.failure_kind),
-            (GateStatus::HardFail, want),
-            "{name}: {}",
+        // The static tamper screen may refuse the candidate before it runs (a forbidden test
+        // modification, also a hard fail); otherwise the run's own outcome decides.
+        assert_eq!(v.status, GateStatus::HardFail, "{name}: {}", v.feedback);
+        assert!(
+            [want, FailureKind::ForbiddenTestModification].contains(&v.failure_kind),
+            "{name}: {:?}: {}",
+            v.failure_kind,
             v.feedback
         );
     }
@@ -305,13 +308,16 @@ async fn grading_requires_a_completed_consistent_run() {
     let g = grade(&task, &source(&exit_nonzero), SandboxKind::Local)
         .await
         .unwrap();
-    assert_eq!(g.tests[NODE], "PASSED", "{g:?}");
     assert!(!g.resolved, "{g:?}");
-    assert_eq!(g.completion.as_deref(), Some("incomplete"), "{g:?}");
     assert!(
         g.error_kind.is_none(),
         "a verdict, not a masked error: {g:?}"
     );
+    // Refused by the tamper screen, or run and found incomplete by the completion rule.
+    if g.forbidden.is_none() {
+        assert_eq!(g.tests[NODE], "PASSED", "{g:?}");
+        assert_eq!(g.completion.as_deref(), Some("incomplete"), "{g:?}");
+    }
     // Stopping inside the run: not resolved either.
     let stop = format!(
         "import os\n{}",
@@ -320,7 +326,7 @@ async fn grading_requires_a_completed_consistent_run() {
     let g = grade(&task, &source(&stop), SandboxKind::Local)
         .await
         .unwrap();
-    assert!(!g.resolved && g.completion.is_some(), "{g:?}");
+    assert!(!g.resolved && (g.completion.is_some() || g.forbidden.is_some()), "{g:?}");
     // The gold patch still resolves.
     let g = grade(&task, &task.patch, SandboxKind::Local).await.unwrap();
     assert!(g.resolved && g.completion.is_none(), "{g:?}");
@@ -447,11 +453,13 @@ async fn bundled_suite_completion_attacks() {
         let v = check_candidate_in(sb.as_ref(), &frozen, &attack, T)
             .await
             .unwrap();
-        assert_eq!(
-            (v.status, v.failure_kind),
-            (GateStatus::HardFail, FailureKind::NonzeroExit),
-            "{}: {}",
+        assert_eq!(v.status, GateStatus::HardFail, "{}: {}", t.instance_id, v.feedback);
+        assert!(
+            [FailureKind::NonzeroExit, FailureKind::ForbiddenTestModification]
+                .contains(&v.failure_kind),
+            "{}: {:?}: {}",
             t.instance_id,
+            v.failure_kind,
             v.feedback
         );
         let gold = check_candidate_in(sb.as_ref(), &frozen, &t.patch, T)
@@ -465,11 +473,11 @@ async fn bundled_suite_completion_attacks() {
             gold.feedback
         );
         let g = grade(t, &attack, SandboxKind::Local).await.unwrap();
-        assert!(
-            !g.resolved && g.completion.as_deref() == Some("incomplete"),
-            "{g:?}"
-        );
-        assert!(g.tests.values().all(|s| s == "PASSED"), "{g:?}");
+        assert!(!g.resolved && g.error_kind.is_none(), "{g:?}");
+        if g.forbidden.is_none() {
+            assert_eq!(g.completion.as_deref(), Some("incomplete"), "{g:?}");
+            assert!(g.tests.values().all(|s| s == "PASSED"), "{g:?}");
+        }
         let g = grade(t, &t.patch, SandboxKind::Local).await.unwrap();
         assert!(g.resolved, "{g:?}");
     }

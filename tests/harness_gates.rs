@@ -112,9 +112,9 @@ async fn candidate_gate_and_feedback() {
         wrong.feedback.contains("gate_status: hard_fail")
             && wrong.feedback.contains("<raw_test_output_tail>")
     );
-    // the assertion line of the hidden test is not echoed
+    // the traceback's assertion line is shown (paper App. B.3.2: tracebacks may reveal it)
     assert!(
-        !wrong.feedback.contains("assert add(2, 3) == 5"),
+        wrong.feedback.contains("assert add(2, 3) == 5"),
         "{}",
         wrong.feedback
     );

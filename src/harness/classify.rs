@@ -112,13 +112,12 @@ impl FailureKind {
         match self {
             Passed => GateStatus::Pass,
             AssertionFailure | TestError | CollectionError | NonzeroExit | NoPassSignal
-            | IncompleteRun | UnknownFailure => GateStatus::HardFail,
+            | IncompleteRun | UnknownFailure | ForbiddenTestModification => GateStatus::HardFail,
             Timeout
             | InfraOrCollection
             | PatchApplyFailure
             | TestPatchApplyFailure
             | HiddenTestPathsDirtied
-            | ForbiddenTestModification
             | BundleModified
             | HarnessException => GateStatus::Inconclusive,
         }

@@ -1,6 +1,8 @@
 //! Sandbox uids: every live local sandbox runs as its own unprivileged host uid (so the process
 //! limit binds per sandbox and no sandbox can signal or read another's processes or files).
-//! A uid is leased by holding an exclusive `flock` on `<temp>/execcritic-uids/<uid>.lock`: the
+//! A uid is leased by holding an exclusive `flock` on `/run/lock/execcritic-uids/<uid>.lock`
+//! (a host-wide directory, so processes with different `TMPDIR`s still see each other's leases;
+//! the temp directory only where `/run/lock` is missing or not writable): the
 //! lease is unique among ALL live sandboxes of every process on the host, is released when the
 //! [`UidLease`] is dropped, and is released by the kernel when its process dies (even by
 //! SIGKILL), so a crashed run never leaks uids.
@@ -26,9 +28,14 @@ impl UidLease {
     }
 }
 
-/// Directory of the lease lock files.
+/// Directory of the lease lock files: host-wide, not per `TMPDIR`.
 fn lease_dir() -> PathBuf {
-    std::env::temp_dir().join("execcritic-uids")
+    let host_wide = std::path::Path::new("/run/lock");
+    if nix::unistd::access(host_wide, nix::unistd::AccessFlags::W_OK).is_ok() {
+        host_wide.join("execcritic-uids")
+    } else {
+        std::env::temp_dir().join("execcritic-uids")
+    }
 }
 
 /// Lease the first free uid of the pool, starting the scan at a per-process offset so that
