@@ -13,7 +13,7 @@ __device__ __forceinline__ u64 splitmix64(u64 x) {
 // logits [B, V] f32. params per sequence: temp[b], top_k[b] (0 = off), top_p[b] (1 = off),
 // seed[b], step[b] (the RNG draws u = hash(seed, step)). Outputs token[b], logprob[b].
 // block = 1024.
-extern "C" __global__ void sample_tokens(const float* __restrict__ logits, int V, const float* __restrict__ temp,
+extern "C" __global__ void KERNEL(sample_tokens)(const float* __restrict__ logits, int V, const float* __restrict__ temp,
                                          const int* __restrict__ top_k, const float* __restrict__ top_p,
                                          const u64* __restrict__ seed, const u64* __restrict__ step,
                                          int* __restrict__ token, float* __restrict__ logprob) {
