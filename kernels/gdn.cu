@@ -75,7 +75,7 @@ extern "C" __global__ void KERNEL(gdn_recurrent)(const float* __restrict__ qn, c
                                          const float* __restrict__ g, float* __restrict__ state,
                                          act_t* __restrict__ out, const int* __restrict__ slots,
                                          int hk, int hv, int dk, int dv) {
-    extern __shared__ float sh[];  // q[dk], k[dk]
+    DYNAMIC_SHARED(float, sh);  // q[dk], k[dk]
     int b = blockIdx.x, h = blockIdx.y, j = threadIdx.x, kh = h / (hv / hk);
     float* qs = sh; float* ks = sh + dk;
     for (int i = threadIdx.x; i < dk; i += blockDim.x) {

@@ -9,6 +9,11 @@
 typedef unsigned int u32;
 typedef unsigned long long u64;
 #define INFINITY __int_as_float(0x7f800000)
+// Dynamic shared memory of the launch (`<<<grid, block, bytes>>>`): `DYNAMIC_SHARED(float, sh);`.
+// The emulator (kernels/emu/cuda_emu.h) defines it as the block's own allocation.
+#ifndef DYNAMIC_SHARED
+#define DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#endif
 
 // The storage-dependent helpers carry the suffix too (`a2f` is `a2f_bf16` or `a2f_f32`), so the
 // two builds of a file never define one symbol twice when linked into one host library.

@@ -4,6 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo test --locked
+# The emulated CUDA kernels under AddressSanitizer and ThreadSanitizer (docs/cuda.md).
+bash scripts/emu-sanitize.sh
 # The CUDA backend must keep compiling on machines without a toolkit or GPU: the library and
 # binary with the real device, and the CUDA tests as they run on a GPU host (above they ran on the
 # emulated device; the kernels' NVRTC compile test runs without the feature).

@@ -12,7 +12,7 @@
 
 use execcritic::model::{ForwardOptions, LogitsMode, Model, ModelConfig, SeqInput};
 use execcritic::tensor::cuda::forward::{CudaModel, CudaState};
-use execcritic::tensor::cuda::{Act, Gpu};
+use execcritic::tensor::cuda::{Act, ActType, Gpu};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -112,20 +112,49 @@ fn close_rel(what: &str, got: &[f32], want: &[f32], rel: f32) {
     );
 }
 
+/// bf16 tolerance: relative RMS error `‖got − want‖ / ‖want‖` and the share of rows whose top-1
+/// token agrees. Element-wise maxima are not a fair bf16 measure: a few rows near a rounding
+/// cliff (e.g. where transformers' bf16 run routed differently) dominate them.
+fn close_bf16(what: &str, got: &[f32], want: &[f32], vocab: usize, rel_rms: f32, top1: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let num: f64 = got.iter().zip(want).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+    let den: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
+    let rms = (num / den.max(1e-30)).sqrt() as f32;
+    let rows = want.len() / vocab;
+    let agree = (0..rows)
+        .filter(|r| {
+            let s = r * vocab..(r + 1) * vocab;
+            argmax(&got[s.clone()]) == argmax(&want[s])
+        })
+        .count();
+    eprintln!(
+        "{what}: relative RMS error {rms:.4}, top-1 agreement {agree}/{rows}, max abs err {:.4}",
+        max_abs_err(got, want)
+    );
+    assert!(rms <= rel_rms, "{what}: relative RMS error {rms} > {rel_rms}");
+    assert!(
+        agree as f32 >= top1 * rows as f32,
+        "{what}: top-1 agreement {agree}/{rows} < {top1}"
+    );
+}
+
 fn argmax(x: &[f32]) -> u32 {
     (0..x.len()).fold(0, |m, j| if x[j] > x[m] { j } else { m }) as u32
 }
 
-/// f32 mode vs the CPU engine.
+/// f32 mode vs the CPU engine: max |error| relative to the largest |logit|.
 const F32_TOL: f32 = 1e-4;
-/// bf16 mode vs a bf16 reference (transformers in bf16) or the f32 CPU engine, routing forced.
-const BF16_TOL: f32 = 0.05;
+/// bf16 mode vs a bf16 reference (transformers in bf16) or the f32 CPU engine, routing forced:
+/// relative RMS error and top-1 agreement (docs/cuda.md, "Tolerances"; measured 2-5 %, while
+/// transformers' own bf16 run is 4.0 % from its f32 run on the bf16 fixture).
+const BF16_RMS: f32 = 0.08;
+const BF16_TOP1: f32 = 0.9;
 
 const FIXTURES: [&str; 3] = ["tiny-qwen35", "tiny-qwen35-b", "tiny-qwen35-bf16"];
 
 /// Both fixture sequences in one packed batch (different lengths) vs the CPU engine; with
-/// `force`, the reference routing is replayed.
-fn prefill_batch_vs_cpu<A: Act>(g: &Gpu, name: &str, force: bool, tol: f32) {
+/// `force`, the reference routing is replayed. f32: max-abs check; bf16: RMS + top-1.
+fn prefill_batch_vs_cpu<A: Act>(g: &Gpu, name: &str, force: bool) {
     let cpu = Model::load(&fixture(name)).unwrap();
     let m = CudaModel::<A>::load(g, &fixture(name)).unwrap();
     let v = m.cfg.vocab_size;
@@ -140,17 +169,19 @@ fn prefill_batch_vs_cpu<A: Act>(g: &Gpu, name: &str, force: bool, tol: f32) {
     }
     let logits = m.forward(g, &mut st, &[(0, &a), (1, &b)]).unwrap();
     let t = A::TYPE.suffix();
-    close_rel(
-        &format!("{name} {t} logits.a"),
+    let check = |what: String, got: &[f32], want: &[f32]| match A::TYPE {
+        ActType::F32 => close_rel(&what, got, want, F32_TOL),
+        ActType::Bf16 => close_bf16(&what, got, want, v, BF16_RMS, BF16_TOP1),
+    };
+    check(
+        format!("{name} {t} logits.a"),
         &logits[..a.len() * v],
         &cpu_logits(&cpu, &a),
-        tol,
     );
-    close_rel(
-        &format!("{name} {t} logits.b"),
+    check(
+        format!("{name} {t} logits.b"),
         &logits[a.len() * v..],
         &cpu_logits(&cpu, &b),
-        tol,
     );
 }
 
@@ -158,7 +189,7 @@ fn prefill_batch_vs_cpu<A: Act>(g: &Gpu, name: &str, force: bool, tol: f32) {
 fn f32_mode_prefill_batch_matches_cpu_engine() {
     let g = gpu();
     for name in FIXTURES {
-        prefill_batch_vs_cpu::<f32>(&g, name, false, F32_TOL);
+        prefill_batch_vs_cpu::<f32>(&g, name, false);
     }
 }
 
@@ -166,7 +197,7 @@ fn f32_mode_prefill_batch_matches_cpu_engine() {
 fn bf16_mode_prefill_batch_matches_cpu_engine_with_reference_routing() {
     let g = gpu();
     for name in FIXTURES {
-        prefill_batch_vs_cpu::<u16>(&g, name, true, BF16_TOL);
+        prefill_batch_vs_cpu::<u16>(&g, name, true);
     }
 }
 
@@ -180,7 +211,14 @@ fn bf16_mode_matches_transformers_bf16_logits() {
     st.forced = Some(reference_routing(name, "a", &m.cfg));
     let logits = m.forward(&g, &mut st, &[(0, &a)]).unwrap();
     let (_, want) = fixture_f32(name, "bf16.logits.a");
-    close_rel("bf16 logits.a vs transformers bf16", &logits, &want, BF16_TOL);
+    close_bf16(
+        "bf16 logits.a vs transformers bf16",
+        &logits,
+        &want,
+        m.cfg.vocab_size,
+        BF16_RMS,
+        BF16_TOP1,
+    );
 }
 
 /// Prefill the first 40 tokens, then decode one by one: equals one prefill of everything.

@@ -13,6 +13,7 @@ pub mod cpu_bf16;
 pub mod cuda;
 pub mod device;
 pub mod dtype;
+pub mod emu;
 pub mod expert_parallel;
 pub mod kernels;
 pub mod linear;

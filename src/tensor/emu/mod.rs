@@ -1,0 +1,248 @@
+//! The emulated CUDA device: runs the very `kernels/*.cu` sources on the CPU, so the CUDA host
+//! code and every kernel are executed and checked in CI without a GPU.
+//!
+//! The kernels are compiled at build time (`build.rs`) by the host C++ compiler against
+//! `kernels/emu/cuda_emu.h`; each CUDA thread of a block is a fiber (or, in the sanitizer builds,
+//! an OS thread) and `__syncthreads`, warp shuffles and votes are real rendezvous among them
+//! (`kernels/emu/runtime.cpp`). A barrier skipped by some threads of a block, divergent barriers
+//! and warp-mask mismatches are reported as [`DeviceError::Launch`] naming the kernel. Launch
+//! limits are those of an sm_90 (H200). GEMMs go to a CPU GEMM with cuBLAS's types ([`gemm`]).
+//! Device memory is one host allocation per buffer ([`memory`]). All work is synchronous, so the
+//! one-stream order of the real device holds trivially. See docs/cuda.md, "The emulated device".
+
+pub mod gemm;
+pub mod memory;
+
+use std::ffi::{c_char, CStr, CString};
+use std::sync::Mutex;
+
+use crate::tensor::device::{DevPtr, Device, DeviceError, Gemm, KernelArg, LaunchDims, Result};
+
+use memory::Memory;
+
+/// sm_90 launch limits (CUDA C Programming Guide, compute capability 9.0).
+pub mod limits {
+    /// Threads per block.
+    pub const MAX_THREADS_PER_BLOCK: u32 = 1024;
+    /// Block dimensions x, y, z.
+    pub const MAX_BLOCK: (u32, u32, u32) = (1024, 1024, 64);
+    /// Grid dimensions x, y, z.
+    pub const MAX_GRID: (u32, u32, u32) = (i32::MAX as u32, 65535, 65535);
+    /// Dynamic shared memory a launch gets without `cuFuncSetAttribute(
+    /// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)`, which the device seam does not expose.
+    pub const MAX_DYNAMIC_SHARED_DEFAULT: u32 = 48 * 1024;
+    /// Shared memory per block with that opt-in (static + dynamic).
+    pub const MAX_SHARED_OPT_IN: u32 = 227 * 1024;
+}
+
+#[repr(C)]
+struct RawArg {
+    tag: u32,
+    bits: u64,
+}
+
+extern "C" {
+    fn execcritic_emu_launch(
+        name: *const c_char,
+        grid: *const u32,
+        block: *const u32,
+        shared: u32,
+        args: *const RawArg,
+        nargs: usize,
+        err: *mut c_char,
+        errcap: usize,
+    ) -> i32;
+    fn execcritic_emu_kernel_name(i: usize) -> *const c_char;
+    fn execcritic_emu_engine() -> *const c_char;
+}
+
+fn raw(a: &KernelArg) -> RawArg {
+    let (tag, bits) = match *a {
+        KernelArg::Ptr(p) => (b'p', p),
+        KernelArg::I32(v) => (b'i', v as u32 as u64),
+        KernelArg::U32(v) => (b'u', v as u64),
+        KernelArg::I64(v) => (b'l', v as u64),
+        KernelArg::U64(v) => (b'U', v),
+        KernelArg::F32(v) => (b'f', v.to_bits() as u64),
+    };
+    RawArg { tag: tag as u32, bits }
+}
+
+/// Checks a launch against the sm_90 limits; the message says which limit.
+pub fn check_launch_limits(dims: &LaunchDims) -> std::result::Result<(), String> {
+    use limits::*;
+    let (b, g) = (dims.block, dims.grid);
+    if b.0 == 0 || b.1 == 0 || b.2 == 0 || g.0 == 0 || g.1 == 0 || g.2 == 0 {
+        return Err(format!("empty launch {dims}"));
+    }
+    let threads = b.0 as u64 * b.1 as u64 * b.2 as u64;
+    if threads > MAX_THREADS_PER_BLOCK as u64 {
+        return Err(format!("{threads} threads per block > {MAX_THREADS_PER_BLOCK} (sm_90)"));
+    }
+    if b.0 > MAX_BLOCK.0 || b.1 > MAX_BLOCK.1 || b.2 > MAX_BLOCK.2 {
+        return Err(format!("block {:?} exceeds the sm_90 block dimensions {:?}", b, MAX_BLOCK));
+    }
+    if g.0 > MAX_GRID.0 || g.1 > MAX_GRID.1 || g.2 > MAX_GRID.2 {
+        return Err(format!("grid {:?} exceeds the sm_90 grid dimensions {:?}", g, MAX_GRID));
+    }
+    if dims.shared_bytes > MAX_DYNAMIC_SHARED_DEFAULT {
+        return Err(format!(
+            "{} bytes of dynamic shared memory > {MAX_DYNAMIC_SHARED_DEFAULT} without the \
+             MAX_DYNAMIC_SHARED_SIZE_BYTES opt-in (up to {MAX_SHARED_OPT_IN} on sm_90)",
+            dims.shared_bytes
+        ));
+    }
+    Ok(())
+}
+
+/// The emulated device. Cheap to create; kernels are linked into the binary.
+#[derive(Default)]
+pub struct EmuDevice {
+    mem: Memory,
+    /// A failure of a call that cannot return one (`free`), reported by the next `synchronize`
+    /// (as CUDA's sticky errors).
+    sticky: Mutex<Option<DeviceError>>,
+}
+
+impl EmuDevice {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every kernel the emulator can launch (all `kernels/*.cu` entry points, plus the
+    /// deliberately broken test kernels of `tests/fixtures/emu`).
+    pub fn kernel_names() -> Vec<String> {
+        let mut names = vec![];
+        for i in 0.. {
+            // SAFETY: returns a static NUL-terminated name or null past the end.
+            let p = unsafe { execcritic_emu_kernel_name(i) };
+            if p.is_null() {
+                break;
+            }
+            // SAFETY: non-null, static, NUL-terminated.
+            names.push(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned());
+        }
+        names
+    }
+
+    /// The execution engine compiled in: `"fibers"` or `"os-threads"`.
+    pub fn engine() -> &'static str {
+        // SAFETY: a static NUL-terminated string.
+        unsafe { CStr::from_ptr(execcritic_emu_engine()) }.to_str().unwrap_or("unknown")
+    }
+
+    /// The sanitizer the kernels were built with (`EXECCRITIC_EMU_SANITIZE` at build time).
+    pub fn sanitizer() -> Option<&'static str> {
+        Some(env!("EXECCRITIC_EMU_SANITIZER")).filter(|s| !s.is_empty())
+    }
+
+    /// Number of live allocations (for leak checks in tests).
+    pub fn live_allocations(&self) -> usize {
+        self.mem.live()
+    }
+
+    fn launch_err(kernel: &str, msg: String) -> DeviceError {
+        DeviceError::Launch { kernel: kernel.to_string(), msg }
+    }
+}
+
+impl Device for EmuDevice {
+    fn name(&self) -> String {
+        format!("emulator (sm_90 limits, {})", Self::engine())
+    }
+
+    fn alloc_zeroed(&self, bytes: usize) -> Result<DevPtr> {
+        self.mem.alloc_zeroed(bytes)
+    }
+
+    fn free(&self, ptr: DevPtr) {
+        if let Err(e) = self.mem.free(ptr) {
+            tracing::error!("emulated device: {e}");
+            let mut s = self.sticky.lock().unwrap_or_else(|e| e.into_inner());
+            s.get_or_insert(e);
+        }
+    }
+
+    fn copy_htod(&self, dst: DevPtr, src: &[u8]) -> Result<()> {
+        self.mem.check(dst, src.len(), "copy host to device")?;
+        // SAFETY: the destination range lies inside one live allocation.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
+        Ok(())
+    }
+
+    fn copy_dtoh(&self, src: DevPtr, dst: &mut [u8]) -> Result<()> {
+        self.mem.check(src, dst.len(), "copy device to host")?;
+        // SAFETY: the source range lies inside one live allocation.
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    fn copy_dtod(&self, dst: DevPtr, src: DevPtr, bytes: usize) -> Result<()> {
+        self.mem.check(src, bytes, "copy device to device (source)")?;
+        self.mem.check(dst, bytes, "copy device to device (destination)")?;
+        // SAFETY: both ranges lie inside live allocations.
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
+        Ok(())
+    }
+
+    fn memset_zero(&self, dst: DevPtr, bytes: usize) -> Result<()> {
+        self.mem.check(dst, bytes, "memset")?;
+        // SAFETY: the range lies inside one live allocation.
+        unsafe { std::ptr::write_bytes(dst as *mut u8, 0, bytes) };
+        Ok(())
+    }
+
+    fn launch(&self, kernel: &str, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
+        check_launch_limits(&dims).map_err(|m| Self::launch_err(kernel, format!("{dims}: {m}")))?;
+        for (i, a) in args.iter().enumerate() {
+            if let KernelArg::Ptr(p) = *a {
+                if !self.mem.is_valid_arg(p) {
+                    return Err(Self::launch_err(
+                        kernel,
+                        format!("argument {i}: 0x{p:x} is not null and not in any live allocation"),
+                    ));
+                }
+            }
+        }
+        let name = CString::new(kernel).map_err(|_| DeviceError::MissingKernel(kernel.to_string()))?;
+        let raw: Vec<RawArg> = args.iter().map(raw).collect();
+        let grid = [dims.grid.0, dims.grid.1, dims.grid.2];
+        let block = [dims.block.0, dims.block.1, dims.block.2];
+        let mut err = vec![0u8; 2048];
+        // SAFETY: every pointer is valid for the call; the C++ side catches its exceptions and
+        // writes at most `err.len()` bytes, NUL-terminated.
+        let rc = unsafe {
+            execcritic_emu_launch(
+                name.as_ptr(),
+                grid.as_ptr(),
+                block.as_ptr(),
+                dims.shared_bytes,
+                raw.as_ptr(),
+                raw.len(),
+                err.as_mut_ptr() as *mut c_char,
+                err.len(),
+            )
+        };
+        let msg = || {
+            let end = err.iter().position(|&b| b == 0).unwrap_or(err.len());
+            String::from_utf8_lossy(&err[..end]).into_owned()
+        };
+        match rc {
+            0 => Ok(()),
+            1 => Err(DeviceError::MissingKernel(kernel.to_string())),
+            2 => Err(Self::launch_err(kernel, format!("{dims}: bad arguments: {}", msg()))),
+            _ => Err(Self::launch_err(kernel, format!("{dims}: {}", msg()))),
+        }
+    }
+
+    fn gemm(&self, g: &Gemm) -> Result<()> {
+        gemm::gemm(&self.mem, g)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        match self.sticky.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
