@@ -361,6 +361,15 @@ fn qwen35_35b_a3b() -> ModelConfig {
     ModelConfig::from_json_str(&text.to_string(), std::path::Path::new("qwen3.5-35b-a3b")).unwrap()
 }
 
+#[test]
+fn released_and_fixture_configs_are_supported_shapes() {
+    use execcritic::tensor::cuda::forward::check_supported;
+    check_supported(&qwen35_35b_a3b()).unwrap();
+    for name in FIXTURES {
+        check_supported(&ModelConfig::from_dir(&fixture(name)).unwrap()).unwrap();
+    }
+}
+
 /// Full-size benchmark on random weights generated on the GPU. Prints one JSON line (and writes
 /// `$OUT/cuda-bench.json` when OUT is set).
 #[test]
