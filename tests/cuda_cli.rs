@@ -23,14 +23,21 @@ fn ok(o: &Output) -> String {
 
 fn logits(model: &Path, ids: &str, device: &[&str]) -> Vec<Vec<f32>> {
     let m = model.to_str().unwrap();
-    let args = [&["logits", "--model", m, "--ids", ids, "--decode-after", "9"][..], device].concat();
+    let args = [
+        &["logits", "--model", m, "--ids", ids, "--decode-after", "9"][..],
+        device,
+    ]
+    .concat();
     let v: serde_json::Value = serde_json::from_str(&ok(&run(&args))).unwrap();
     serde_json::from_value(v["logits"].clone()).unwrap()
 }
 
 #[test]
 fn logits_on_the_emulator_in_f32_equal_the_cpu_engine() {
-    let ids = (0..16).map(|i| (i * 37 % 500).to_string()).collect::<Vec<_>>().join(",");
+    let ids = (0..16)
+        .map(|i| (i * 37 % 500).to_string())
+        .collect::<Vec<_>>()
+        .join(",");
     for name in ["tiny-qwen35", "tiny-qwen35-b", "tiny-qwen35-bf16"] {
         let dir = models().join(name);
         let cpu = logits(&dir, &ids, &["--device", "cpu"]);
@@ -52,7 +59,11 @@ fn chat_model() -> tempfile::TempDir {
     for f in ["config.json", "model.safetensors"] {
         std::fs::copy(models().join("tiny-qwen35").join(f), dir.path().join(f)).unwrap();
     }
-    for f in ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja"] {
+    for f in [
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+    ] {
         std::fs::copy(models().join("tokenizer").join(f), dir.path().join(f)).unwrap();
     }
     dir
@@ -60,7 +71,15 @@ fn chat_model() -> tempfile::TempDir {
 
 fn generate(dir: &Path, extra: &[&str]) -> String {
     let m = dir.to_str().unwrap();
-    let base = ["generate", "--model", m, "--prompt", "List the files.", "--max-tokens", "32"];
+    let base = [
+        "generate",
+        "--model",
+        m,
+        "--prompt",
+        "List the files.",
+        "--max-tokens",
+        "32",
+    ];
     ok(&run(&[&base[..], extra].concat()))
 }
 
@@ -73,7 +92,16 @@ fn generate_on_the_emulator_in_f32_prints_the_cpu_tokens() {
     assert!(!cpu.trim().is_empty(), "empty completion");
     assert_eq!(generate(dir.path(), &[&greedy[..], &emu].concat()), cpu);
     // seeded sampling draws the same tokens when the logits agree
-    let sampled = ["--temperature", "0.9", "--top-k", "50", "--top-p", "0.95", "--seed", "4"];
+    let sampled = [
+        "--temperature",
+        "0.9",
+        "--top-k",
+        "50",
+        "--top-p",
+        "0.95",
+        "--seed",
+        "4",
+    ];
     assert_eq!(
         generate(dir.path(), &[&sampled[..], &emu].concat()),
         generate(dir.path(), &sampled)
@@ -98,7 +126,11 @@ fn bad_devices_dtypes_and_shapes_are_clear_errors() {
         serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
     cfg["head_dim"] = 512.into();
     std::fs::write(tmp.path().join("config.json"), cfg.to_string()).unwrap();
-    std::fs::copy(dir.join("model.safetensors"), tmp.path().join("model.safetensors")).unwrap();
+    std::fs::copy(
+        dir.join("model.safetensors"),
+        tmp.path().join("model.safetensors"),
+    )
+    .unwrap();
     let o = run(&[
         "logits",
         "--model",
@@ -109,5 +141,8 @@ fn bad_devices_dtypes_and_shapes_are_clear_errors() {
         "emulator",
     ]);
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && stderr.contains("head_dim 512"), "{stderr}");
+    assert!(
+        !o.status.success() && stderr.contains("head_dim 512"),
+        "{stderr}"
+    );
 }

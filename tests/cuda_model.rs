@@ -117,7 +117,11 @@ fn close_rel(what: &str, got: &[f32], want: &[f32], rel: f32) {
 /// cliff (e.g. where transformers' bf16 run routed differently) dominate them.
 fn close_bf16(what: &str, got: &[f32], want: &[f32], vocab: usize, rel_rms: f32, top1: f32) {
     assert_eq!(got.len(), want.len(), "{what}: length");
-    let num: f64 = got.iter().zip(want).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+    let num: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| ((a - b) as f64).powi(2))
+        .sum();
     let den: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
     let rms = (num / den.max(1e-30)).sqrt() as f32;
     let rows = want.len() / vocab;
@@ -131,7 +135,10 @@ fn close_bf16(what: &str, got: &[f32], want: &[f32], vocab: usize, rel_rms: f32,
         "{what}: relative RMS error {rms:.4}, top-1 agreement {agree}/{rows}, max abs err {:.4}",
         max_abs_err(got, want)
     );
-    assert!(rms <= rel_rms, "{what}: relative RMS error {rms} > {rel_rms}");
+    assert!(
+        rms <= rel_rms,
+        "{what}: relative RMS error {rms} > {rel_rms}"
+    );
     assert!(
         agree as f32 >= top1 * rows as f32,
         "{what}: top-1 agreement {agree}/{rows} < {top1}"
@@ -165,7 +172,12 @@ fn prefill_batch_vs_cpu<A: Act>(g: &Gpu, name: &str, force: bool) {
             reference_routing(name, "a", &m.cfg),
             reference_routing(name, "b", &m.cfg),
         );
-        st.forced = Some(ra.into_iter().zip(rb).map(|(x, y)| [x, y].concat()).collect());
+        st.forced = Some(
+            ra.into_iter()
+                .zip(rb)
+                .map(|(x, y)| [x, y].concat())
+                .collect(),
+        );
     }
     let logits = m.forward(g, &mut st, &[(0, &a), (1, &b)]).unwrap();
     let t = A::TYPE.suffix();
@@ -233,7 +245,9 @@ fn decode_equals_prefill<A: Act>(g: &Gpu, name: &str, tol: f32) {
     let rec = st.routing.take().unwrap();
     let kk = m.cfg.num_experts_per_tok;
     let rows = |r: std::ops::Range<usize>| -> Vec<Vec<i32>> {
-        rec.iter().map(|l| l[r.start * kk..r.end * kk].to_vec()).collect()
+        rec.iter()
+            .map(|l| l[r.start * kk..r.end * kk].to_vec())
+            .collect()
     };
     st.forced = Some(rows(0..k));
     let mut inc = m.forward(g, &mut st, &[(1, &a[..k])]).unwrap();
@@ -342,7 +356,9 @@ fn unsupported_shape_is_an_error_at_load() {
     let g = gpu();
     let mut cfg = ModelConfig::from_dir(&fixture("tiny-qwen35")).unwrap();
     cfg.head_dim = 512;
-    let err = CudaModel::<f32>::random(&g, cfg, 1).err().expect("head_dim 512 must be refused");
+    let err = CudaModel::<f32>::random(&g, cfg, 1)
+        .err()
+        .expect("head_dim 512 must be refused");
     assert!(err.to_string().contains("head_dim 512"), "{err}");
 }
 

@@ -87,7 +87,11 @@ fn every_kernel_compiles_to_a_cubin_for_sm90() {
             let cubin = nv
                 .compile_cubin(name, &kernels::unit_for(name, src, act), "sm_90", &[])
                 .unwrap_or_else(|e| panic!("{name} ({act:?}): {e}"));
-            assert_eq!(&cubin[..4], b"\x7fELF", "{name} ({act:?}): not an ELF CUBIN");
+            assert_eq!(
+                &cubin[..4],
+                b"\x7fELF",
+                "{name} ({act:?}): not an ELF CUBIN"
+            );
         }
     }
 }

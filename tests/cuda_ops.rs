@@ -5,11 +5,13 @@
 //! output rounding (documented in docs/cuda.md: 1e-2 relative on bf16 outputs, 1e-4 on fp32
 //! states). The f32 build is checked end to end against the CPU engine by tests/cuda_model.rs.
 
+use execcritic::engine::sampler::{argmax, log_sum_exp};
+use execcritic::engine::{Sampler, SamplingParams};
 use execcritic::model::gdn::{chunked_delta_rule, recurrent_delta_rule, DeltaInput};
 use execcritic::model::rope::Rope;
 use execcritic::tensor::cpu;
 use execcritic::tensor::cuda::ops::{
-    self, DeltaBufs, GdnPool, KvIndex, KvPool, MoeGroups, SampleParams,
+    self, DeltaBufs, GdnPool, KvIndex, KvPool, MoeGroups, SampleParams, SampleRow,
 };
 use execcritic::tensor::cuda::{from_bf16_bits, gemm, to_bf16_bits, Gpu};
 use rand::{Rng, SeedableRng};
@@ -411,46 +413,113 @@ fn moe_routing_grouping_and_combine_match_cpu() {
     close("moe", &got, &want, 3e-2);
 }
 
+/// The CPU sampler's draw for uniform `u` (what `Sampler::sample` does with its own stream).
+fn cpu_draw(row: &[f32], r: &SampleRow) -> (u32, f32, f32) {
+    let params = SamplingParams {
+        temperature: r.temperature,
+        top_k: r.top_k,
+        top_p: r.top_p,
+        seed: Some(0),
+        ..Default::default()
+    };
+    let policy = |t: usize| (row[t] as f64 - log_sum_exp(row)) as f32;
+    if r.temperature == 0.0 {
+        let t = argmax(row);
+        return (t as u32, policy(t), 0.0);
+    }
+    let support = Sampler::new(params).support(row);
+    let mut acc = 0.0;
+    let mut chosen = *support.last().unwrap();
+    for &(t, p) in &support {
+        acc += p;
+        if r.u < acc {
+            chosen = (t, p);
+            break;
+        }
+    }
+    (chosen.0 as u32, policy(chosen.0), chosen.1.ln() as f32)
+}
+
 #[test]
-fn greedy_sampling_is_argmax_with_logprob() {
+fn sampling_has_the_cpu_samplers_semantics() {
     let g = gpu();
-    let (b, v) = (3, 5000);
+    let v = 3000;
     let mut rng = ChaCha8Rng::seed_from_u64(6);
-    let logits: Vec<f32> = (0..b * v).map(|_| rng.random_range(-5.0f32..5.0)).collect();
-    let p = SampleParams {
-        temp: g.upload(&vec![0.0f32; b]).unwrap(),
-        top_k: g.upload(&vec![0i32; b]).unwrap(),
-        top_p: g.upload(&vec![1.0f32; b]).unwrap(),
-        seed: g.upload(&vec![1u64; b]).unwrap(),
-        step: g.upload(&vec![0u64; b]).unwrap(),
-    };
-    let (mut tok, mut lp) = (g.zeros::<i32>(b).unwrap(), g.zeros::<f32>(b).unwrap());
-    ops::sample_tokens(&g, &g.upload(&logits).unwrap(), b, v, &p, &mut tok, &mut lp).unwrap();
-    let (tok, lp) = (g.download(&tok).unwrap(), g.download(&lp).unwrap());
-    for r in 0..b {
-        let row = &logits[r * v..(r + 1) * v];
-        let am = (0..v).fold(0, |m, j| if row[j] > row[m] { j } else { m });
-        assert_eq!(tok[r] as usize, am);
-        let mut sm = row.to_vec();
-        cpu::softmax(&mut sm);
-        assert!((lp[r] - sm[am].ln()).abs() < 1e-3);
+    let settings = [
+        (0.0, 0, 1.0),  // greedy
+        (0.8, 0, 1.0),  // whole vocabulary, id order
+        (1.0, 5, 1.0),  // top-k
+        (0.7, 0, 0.6),  // nucleus
+        (1.3, 40, 0.9), // top-p over the renormalised top-k
+    ];
+    let mut rows = vec![];
+    let mut logits = vec![];
+    for &(temperature, top_k, top_p) in &settings {
+        for _ in 0..6 {
+            // peaked rows so that the truncations keep few tokens
+            let row: Vec<f32> = (0..v)
+                .map(|_| rng.random_range(-4.0f32..4.0).powi(3) / 8.0)
+                .collect();
+            logits.extend(row);
+            let u = rng.random_range(0.0f64..1.0);
+            rows.push(SampleRow {
+                temperature,
+                top_k,
+                top_p,
+                u,
+            });
+        }
     }
-    // seeded top-k sampling is reproducible and stays inside the top-k set
-    let p2 = SampleParams {
-        temp: g.upload(&vec![1.0f32; b]).unwrap(),
-        top_k: g.upload(&vec![5i32; b]).unwrap(),
-        ..p
-    };
-    let run = || {
-        let (mut t1, mut l1) = (g.zeros::<i32>(b).unwrap(), g.zeros::<f32>(b).unwrap());
-        ops::sample_tokens(&g, &g.upload(&logits).unwrap(), b, v, &p2, &mut t1, &mut l1).unwrap();
-        g.download(&t1).unwrap()
-    };
-    let (a, c) = (run(), run());
-    assert_eq!(a, c);
-    for r in 0..b {
-        let row = &logits[r * v..(r + 1) * v];
-        let rank = row.iter().filter(|x| **x > row[a[r] as usize]).count();
-        assert!(rank < 5, "sampled token outside the top-5");
+    let mut tie = logits[..v].to_vec();
+    let m = tie.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    tie[7] = m + 1.0;
+    tie[2000] = m + 1.0; // greedy tie: the lower id wins
+    logits[..v].copy_from_slice(&tie);
+    let b = rows.len();
+    let p = SampleParams::new(&g, &rows).unwrap();
+    let (mut tok, mut lp, mut slp) = (
+        g.zeros::<i32>(b).unwrap(),
+        g.zeros::<f32>(b).unwrap(),
+        g.zeros::<f32>(b).unwrap(),
+    );
+    ops::sample_tokens(
+        &g,
+        &g.upload(&logits).unwrap(),
+        b,
+        v,
+        &p,
+        &mut tok,
+        &mut lp,
+        &mut slp,
+    )
+    .unwrap();
+    let (tok, lp, slp) = (
+        g.download(&tok).unwrap(),
+        g.download(&lp).unwrap(),
+        g.download(&slp).unwrap(),
+    );
+    assert_eq!(tok[0], 7);
+    for (i, r) in rows.iter().enumerate() {
+        let (t, l, s) = cpu_draw(&logits[i * v..(i + 1) * v], r);
+        assert_eq!(tok[i] as u32, t, "row {i} {r:?}");
+        assert!(
+            (lp[i] - l).abs() < 1e-4,
+            "row {i}: policy logprob {} vs {l}",
+            lp[i]
+        );
+        assert!(
+            (slp[i] - s).abs() < 1e-4,
+            "row {i}: sampling logprob {} vs {s}",
+            slp[i]
+        );
     }
+    // settings the kernel cannot honour are refused on the host
+    let bad = SampleRow {
+        temperature: 1.0,
+        top_k: 5000,
+        top_p: 1.0,
+        u: 0.5,
+    };
+    assert!(SampleParams::new(&g, &[bad]).is_err());
+    assert!(SampleParams::new(&g, &[SampleRow { u: 1.0, ..bad }]).is_err());
 }

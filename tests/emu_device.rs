@@ -128,12 +128,12 @@ fn sample_tokens_greedy_is_argmax_with_log_softmax() {
     let temp = vec![0.0f32; b];
     let (pl, pt) = (up(&d, &logits), up(&d, &temp));
     let (pk, pp) = (up(&d, &vec![0i32; b]), up(&d, &vec![1.0f32; b]));
-    let (ps, pst) = (up(&d, &vec![1u64; b]), up(&d, &vec![0u64; b]));
-    let (ptok, plp) = (d.alloc_zeroed(4 * b).unwrap(), d.alloc_zeroed(4 * b).unwrap());
+    let pu = up(&d, &vec![0.5f64; b]);
+    let (ptok, plp, pslp) = (d.alloc_zeroed(4 * b).unwrap(), d.alloc_zeroed(4 * b).unwrap(), d.alloc_zeroed(4 * b).unwrap());
     d.launch(
         "sample_tokens_bf16",
         dims((b as u32, 1, 1), 1024, 0),
-        &[Ptr(pl), I32(v as i32), Ptr(pt), Ptr(pk), Ptr(pp), Ptr(ps), Ptr(pst), Ptr(ptok), Ptr(plp)],
+        &[Ptr(pl), I32(v as i32), Ptr(pt), Ptr(pk), Ptr(pp), Ptr(pu), Ptr(ptok), Ptr(plp), Ptr(pslp)],
     )
     .unwrap();
     let tok: Vec<i32> = down(&d, ptok, b);

@@ -133,7 +133,10 @@ impl<A: Act> DecoderModel for CudaDecoder<A> {
             .forward_last(&self.gpu, &mut st, &seqs)
             .map_err(err)?;
         let rec = st.routing.take();
-        let (v, k) = (self.model.cfg.vocab_size, self.model.cfg.num_experts_per_tok);
+        let (v, k) = (
+            self.model.cfg.vocab_size,
+            self.model.cfg.num_experts_per_tok,
+        );
         let mut out = Vec::with_capacity(batch.len());
         let mut tok0 = 0;
         for (b, s) in batch.iter_mut().enumerate() {

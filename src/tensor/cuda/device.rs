@@ -32,7 +32,9 @@ pub fn probe() -> Result<usize> {
     let n = CudaContext::device_count()
         .map_err(|e| DeviceError::NoDevice(format!("cuInit/device count: {e}")))?;
     if n <= 0 {
-        return Err(DeviceError::NoDevice("the driver reports no devices".into()));
+        return Err(DeviceError::NoDevice(
+            "the driver reports no devices".into(),
+        ));
     }
     Ok(n as usize)
 }
@@ -125,19 +127,13 @@ struct Limits {
 pub struct CudaDevice {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
-    blas: CudaBlas,
+    /// cuBLAS handle; one GEMM at a time (a handle must not be used by two threads at once).
+    blas: Mutex<CudaBlas>,
     pub arch: String,
     funcs: HashMap<String, CudaFunction>,
     limits: Limits,
     name: String,
 }
-
-// SAFETY: the cudarc handles are used through the context bound to the calling thread; the
-// cuBLAS handle is only used on the device's stream, in call order (the host code is
-// single-threaded per device; calls through `&self` never run concurrently on one stream
-// from safe code because every call enqueues on the same in-order stream).
-unsafe impl Send for CudaDevice {}
-unsafe impl Sync for CudaDevice {}
 
 impl CudaDevice {
     /// Open device `ordinal`, compile (or reuse) the kernels for its architecture, load them.
@@ -149,8 +145,7 @@ impl CudaDevice {
         let (maj, min) = ctx.compute_capability().map_err(driver)?;
         let sm = format!("{maj}{min}");
         let stream = ctx.new_stream().map_err(driver)?;
-        let blas =
-            CudaBlas::new(stream.clone()).map_err(|e| DeviceError::Driver(e.to_string()))?;
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| DeviceError::Driver(e.to_string()))?;
         let attr = |a| ctx.attribute(a).map_err(driver);
         use sys::CUdevice_attribute as A;
         let limits = Limits {
@@ -187,7 +182,7 @@ impl CudaDevice {
         Ok(CudaDevice {
             ctx,
             stream,
-            blas,
+            blas: Mutex::new(blas),
             arch: format!("sm_{sm}"),
             funcs,
             limits,
@@ -215,7 +210,10 @@ impl CudaDevice {
         if d.shared_bytes > self.limits.shared_per_block {
             return bad(format!("{} bytes of shared memory {d}", d.shared_bytes));
         }
-        if d.grid.0 == 0 || d.grid.1 == 0 || d.grid.2 == 0 || d.grid.1 > self.limits.grid_y_z
+        if d.grid.0 == 0
+            || d.grid.1 == 0
+            || d.grid.2 == 0
+            || d.grid.1 > self.limits.grid_y_z
             || d.grid.2 > self.limits.grid_y_z
         {
             return bad(format!("grid {d}"));
@@ -272,8 +270,7 @@ impl Device for CudaDevice {
     fn copy_dtod(&self, dst: DevPtr, src: DevPtr, bytes: usize) -> Result<()> {
         self.ctx.bind_to_thread().map_err(driver)?;
         // SAFETY: both ranges lie in live allocations (checked by the typed buffers above).
-        unsafe { drv::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }
-            .map_err(driver)
+        unsafe { drv::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }.map_err(driver)
     }
 
     fn memset_zero(&self, dst: DevPtr, bytes: usize) -> Result<()> {
@@ -331,9 +328,13 @@ impl Device for CudaDevice {
         };
         // SAFETY: pointers from live device buffers whose sizes the caller checked; the handle
         // is bound to the device's stream.
+        let blas = self
+            .blas
+            .lock()
+            .map_err(|_| DeviceError::Driver("cuBLAS handle poisoned".into()))?;
         unsafe {
             gemm_ex(
-                *self.blas.handle(),
+                *blas.handle(),
                 op(g.trans_a),
                 op(g.trans_b),
                 g.m as i32,

@@ -122,7 +122,10 @@ pub fn check_supported(c: &ModelConfig) -> Result<()> {
         }
     };
     let (hq, hkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
-    need(hd <= 256, format!("head_dim {hd} > 256 (attention kernels)"));
+    need(
+        hd <= 256,
+        format!("head_dim {hd} > 256 (attention kernels)"),
+    );
     need(
         hkv > 0 && hq % hkv == 0 && hq / hkv <= 16,
         format!("{hq} query heads over {hkv} KV heads (a multiple, at most 16 per KV head)"),
@@ -141,8 +144,14 @@ pub fn check_supported(c: &ModelConfig) -> Result<()> {
         hk > 0 && hv % hk == 0,
         format!("{hv} GDN value heads over {hk} key heads (a multiple)"),
     );
-    need(dv <= 1024, format!("GDN value head dim {dv} > 1024 (gdn_recurrent block)"));
-    need(dk <= 4096, format!("GDN key head dim {dk} > 4096 (gdn_recurrent shared memory)"));
+    need(
+        dv <= 1024,
+        format!("GDN value head dim {dv} > 1024 (gdn_recurrent block)"),
+    );
+    need(
+        dk <= 4096,
+        format!("GDN key head dim {dk} > 4096 (gdn_recurrent shared memory)"),
+    );
     need(
         (2..=8).contains(&c.linear_conv_kernel_dim),
         format!("conv kernel {} (2..=8)", c.linear_conv_kernel_dim),

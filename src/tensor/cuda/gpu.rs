@@ -23,6 +23,7 @@ unsafe impl Elem for u16 {}
 unsafe impl Elem for i32 {}
 unsafe impl Elem for u64 {}
 unsafe impl Elem for f32 {}
+unsafe impl Elem for f64 {}
 
 fn bytes<T: Elem>(x: &[T]) -> &[u8] {
     // SAFETY: T is plain old data (Elem); the byte view covers exactly the slice.

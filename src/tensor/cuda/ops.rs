@@ -269,7 +269,13 @@ pub struct KvPool<A: Act> {
 
 impl<A: Act> KvPool<A> {
     /// Allocate the whole pool up front.
-    pub fn new(gpu: &Gpu, slots: usize, hkv: usize, max_len: usize, hd: usize) -> Result<KvPool<A>> {
+    pub fn new(
+        gpu: &Gpu,
+        slots: usize,
+        hkv: usize,
+        max_len: usize,
+        hd: usize,
+    ) -> Result<KvPool<A>> {
         let n = slots * hkv * max_len * hd;
         Ok(KvPool {
             k: gpu.zeros(n)?,
@@ -429,11 +435,23 @@ pub fn attn_decode<A: Act>(
 }
 
 /// `o *= sigmoid(gate)` over `n` values.
-pub fn sigmoid_gate_mul<A: Act>(gpu: &Gpu, o: &mut DeviceBuffer<A>, gate: &DeviceBuffer<A>, n: usize) -> Result<()> {
+pub fn sigmoid_gate_mul<A: Act>(
+    gpu: &Gpu,
+    o: &mut DeviceBuffer<A>,
+    gate: &DeviceBuffer<A>,
+    n: usize,
+) -> Result<()> {
     need("sigmoid_gate_mul", o.len() >= n && gate.len() >= n, || {
         "sizes".into()
     })?;
-    launch!(gpu, A::kernel("sigmoid_gate_mul"), stride_cfg(n), o, gate, &(n as i64))
+    launch!(
+        gpu,
+        A::kernel("sigmoid_gate_mul"),
+        stride_cfg(n),
+        o,
+        gate,
+        &(n as i64)
+    )
 }
 
 // ---------------------------------------------------------------- Gated DeltaNet
@@ -795,7 +813,13 @@ pub fn grouped_gemm<A: Act>(
     )
 }
 
-pub fn swiglu<A: Act>(gpu: &Gpu, gu: &DeviceBuffer<A>, act: &mut DeviceBuffer<A>, rows: usize, i: usize) -> Result<()> {
+pub fn swiglu<A: Act>(
+    gpu: &Gpu,
+    gu: &DeviceBuffer<A>,
+    act: &mut DeviceBuffer<A>,
+    rows: usize,
+    i: usize,
+) -> Result<()> {
     need(
         "swiglu",
         gu.len() >= rows * 2 * i && act.len() >= rows * i,
@@ -812,13 +836,27 @@ pub fn swiglu<A: Act>(gpu: &Gpu, gu: &DeviceBuffer<A>, act: &mut DeviceBuffer<A>
     )
 }
 
-pub fn silu_mul<A: Act>(gpu: &Gpu, g: &DeviceBuffer<A>, u: &DeviceBuffer<A>, act: &mut DeviceBuffer<A>, n: usize) -> Result<()> {
+pub fn silu_mul<A: Act>(
+    gpu: &Gpu,
+    g: &DeviceBuffer<A>,
+    u: &DeviceBuffer<A>,
+    act: &mut DeviceBuffer<A>,
+    n: usize,
+) -> Result<()> {
     need(
         "silu_mul",
         g.len() >= n && u.len() >= n && act.len() >= n,
         || "sizes".into(),
     )?;
-    launch!(gpu, A::kernel("silu_mul"), stride_cfg(n), g, u, act, &(n as i64))
+    launch!(
+        gpu,
+        A::kernel("silu_mul"),
+        stride_cfg(n),
+        g,
+        u,
+        act,
+        &(n as i64)
+    )
 }
 
 /// `out[t] = Σ_k w·y[row_of_pair] + sigmoid(sg[t])·shared[t]` (shared expert optional).
@@ -859,16 +897,56 @@ pub fn moe_combine<A: Act>(
 
 // ---------------------------------------------------------------- sampling
 
-/// Per-sequence sampling parameters on device.
-pub struct SampleParams {
-    pub temp: F32,
-    pub top_k: I32,
-    pub top_p: F32,
-    pub seed: DeviceBuffer<u64>,
-    pub step: DeviceBuffer<u64>,
+/// Most tokens a truncated draw keeps on device (`SAMPLE_MAX_KEEP` in kernels/sample.cu).
+pub const SAMPLE_MAX_KEEP: usize = 2048;
+
+/// One row's sampling settings (as the engine's `SamplingParams`) and its uniform draw in
+/// `[0, 1)` from the sequence's random stream.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SampleRow {
+    pub temperature: f32,
+    pub top_k: usize,
+    pub top_p: f32,
+    pub u: f64,
 }
 
-/// One token (and its log-probability under the temperature-scaled distribution) per row.
+/// Per-row sampling parameters on device (validated on the host).
+pub struct SampleParams {
+    temp: F32,
+    top_k: I32,
+    top_p: F32,
+    u: DeviceBuffer<f64>,
+}
+
+impl SampleParams {
+    pub fn new(gpu: &Gpu, rows: &[SampleRow]) -> Result<SampleParams> {
+        for (i, r) in rows.iter().enumerate() {
+            need(
+                "sample_tokens",
+                r.temperature.is_finite()
+                    && r.temperature >= 0.0
+                    && r.top_p > 0.0
+                    && r.top_p <= 1.0
+                    && r.top_k <= SAMPLE_MAX_KEEP
+                    && (0.0..1.0).contains(&r.u),
+                || {
+                    format!(
+                        "row {i}: {r:?} (top_k <= {SAMPLE_MAX_KEEP}, top_p in (0, 1], u in [0, 1))"
+                    )
+                },
+            )?;
+        }
+        Ok(SampleParams {
+            temp: gpu.upload(&rows.iter().map(|r| r.temperature).collect::<Vec<_>>())?,
+            top_k: gpu.upload(&rows.iter().map(|r| r.top_k as i32).collect::<Vec<_>>())?,
+            top_p: gpu.upload(&rows.iter().map(|r| r.top_p).collect::<Vec<_>>())?,
+            u: gpu.upload(&rows.iter().map(|r| r.u).collect::<Vec<_>>())?,
+        })
+    }
+}
+
+/// One token per row with the CPU engine's sampling semantics, its policy log-probability
+/// (temperature 1, untruncated) and its log-probability under the sampled distribution.
 pub fn sample_tokens(
     gpu: &Gpu,
     logits: &F32,
@@ -877,10 +955,16 @@ pub fn sample_tokens(
     p: &SampleParams,
     token: &mut I32,
     logprob: &mut F32,
+    sampling_logprob: &mut F32,
 ) -> Result<()> {
     need(
         "sample_tokens",
-        logits.len() >= b * v && token.len() >= b && logprob.len() >= b && p.temp.len() >= b,
+        v > 0
+            && logits.len() >= b * v
+            && token.len() >= b
+            && logprob.len() >= b
+            && sampling_logprob.len() >= b
+            && p.temp.len() >= b,
         || "sizes".into(),
     )?;
     launch!(
@@ -892,10 +976,10 @@ pub fn sample_tokens(
         &p.temp,
         &p.top_k,
         &p.top_p,
-        &p.seed,
-        &p.step,
+        &p.u,
         token,
-        logprob
+        logprob,
+        sampling_logprob
     )
 }
 
@@ -903,7 +987,13 @@ pub fn sample_tokens(
 
 /// Uniform random values in `[lo, hi)` from a counter hash of (seed, index), on device.
 /// Uniform random values in the storage type.
-pub fn fill_uniform<A: Act>(gpu: &Gpu, x: &mut DeviceBuffer<A>, seed: u64, lo: f32, hi: f32) -> Result<()> {
+pub fn fill_uniform<A: Act>(
+    gpu: &Gpu,
+    x: &mut DeviceBuffer<A>,
+    seed: u64,
+    lo: f32,
+    hi: f32,
+) -> Result<()> {
     let n = x.len();
     launch!(
         gpu,
