@@ -14,8 +14,9 @@ use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The `extern "C" __global__` function names a source defines (as `tensor::kernels`): a kernel
-/// declared `KERNEL(name)` is `name` + `suffix` (`_bf16` / `_f32`, the storage-type builds).
+/// The `extern "C" __global__` function names a source defines (as `tensor::kernels`).
+/// A kernel declared `KERNEL(name)` is `name` + `suffix` (`_bf16` / `_f32`, the storage-type
+/// builds of `kernels/prelude.cuh`).
 fn entry_points(src: &str, suffix: &str) -> Vec<String> {
     src.split("__global__ void ")
         .skip(1)
@@ -62,10 +63,17 @@ fn main() {
             .map(|p| ("fixture_".to_string(), "", "", p)),
     );
     for (prefix, suffix, defines, path) in units {
-        let stem = path.file_stem().and_then(|s| s.to_str()).expect("kernel file name").to_string();
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .expect("kernel file name")
+            .to_string();
         let module = format!("{prefix}{stem}{suffix}");
         let src = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let file = path.file_name().and_then(|s| s.to_str()).unwrap_or_default();
+        let file = path
+            .file_name()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default();
         let entries: Vec<String> = entry_points(&src, suffix)
             .iter()
             .map(|k| format!("        emu::make_entry(\"{k}\", \"{file}\", &{k}),\n"))
@@ -93,7 +101,8 @@ fn main() {
     sources.push(root.join("kernels/emu/runtime.cpp"));
 
     let sanitize = env::var("EXECCRITIC_EMU_SANITIZE").unwrap_or_default();
-    let os_threads = env::var("EXECCRITIC_EMU_ENGINE").is_ok_and(|e| e == "os-threads") || !sanitize.is_empty();
+    let os_threads =
+        env::var("EXECCRITIC_EMU_ENGINE").is_ok_and(|e| e == "os-threads") || !sanitize.is_empty();
     let mut build = cc::Build::new();
     build
         .cpp(true)
@@ -108,8 +117,14 @@ fn main() {
     match sanitize.as_str() {
         "" => {}
         "address" | "thread" => {
-            build.flag(format!("-fsanitize={sanitize}")).flag("-fno-omit-frame-pointer");
-            let lib = if sanitize == "address" { "asan" } else { "tsan" };
+            build
+                .flag(format!("-fsanitize={sanitize}"))
+                .flag("-fno-omit-frame-pointer");
+            let lib = if sanitize == "address" {
+                "asan"
+            } else {
+                "tsan"
+            };
             println!("cargo:rustc-link-lib=dylib={lib}");
         }
         other => panic!("EXECCRITIC_EMU_SANITIZE={other}: expected `address` or `thread`"),

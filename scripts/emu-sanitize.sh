@@ -18,8 +18,21 @@ test_binary() {
         sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
 }
 
+# Sanitizer reports that concern the emulated C++ code: an access stack (not a thread-creation
+# stack) with a frame in kernels/ or tests/fixtures/emu/. Stable Rust cannot instrument its
+# standard library, so its futex/atomic handoffs (the test harness's channel, a Vec allocated on a
+# rayon worker and freed by the caller) show up as ThreadSanitizer reports about Rust frames only;
+# those are not findings about the kernels.
+cxx_reports() {
+    awk '/(ERROR|WARNING): (Address|Thread)Sanitizer/ {inrep = 1; hit = 0; acc = 1; next}
+         inrep && /^  (Thread T|Location is|Address 0x)/ {acc = 0}
+         inrep && acc && /(kernels\/|fixtures\/emu\/)/ {hit = 1}
+         inrep && /^SUMMARY: (Address|Thread)Sanitizer/ {if (hit) n++; inrep = 0}
+         END {print n + 0}' "$1"
+}
+
 expect_report() { # name, log, pattern, kernel
-    if grep -q "$3" "$2" && grep -q "$4" "$2"; then
+    if grep -q "$3" "$2" && grep -q "$4" "$2" && [ "$(cxx_reports "$2")" -gt 0 ]; then
         echo "emu-sanitize: $1: caught ($3 in $4)"
     else
         echo "emu-sanitize: $1: NOT caught (no '$3' naming $4); log:" >&2
@@ -39,23 +52,28 @@ for san in address thread; do
     if [ "$san" = address ]; then
         rt=$(gcc -print-file-name=libasan.so)
         export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:exitcode=23
-        broken=sanitize_off_by_one pattern="AddressSanitizer: heap-buffer-overflow" kernel=broken_off_by_one
+        broken=sanitize_off_by_one pattern="ERROR: AddressSanitizer: heap-buffer-overflow" kernel=broken_off_by_one
     else
         rt=$(gcc -print-file-name=libtsan.so)
         export TSAN_OPTIONS=exitcode=23:halt_on_error=0
         broken=sanitize_missing_sync pattern="ThreadSanitizer: data race" kernel=broken_missing_sync
     fi
     echo "emu-sanitize: $san: kernel tests (no finding allowed)"
-    if ! LD_PRELOAD="$rt" "$bin" --test-threads=1 >"$log" 2>&1; then
-        echo "emu-sanitize: $san: finding or failure in the kernel tests:" >&2
-        tail -60 "$log" >&2
+    # The exit status is not the verdict: TSan sets it for any report, including Rust-only ones.
+    LD_PRELOAD="$rt" "$bin" --test-threads=1 >"$log" 2>&1 || true
+    cxx=$(cxx_reports "$log")
+    total=$(grep -cE "(ERROR|WARNING): (Address|Thread)Sanitizer" "$log" || true)
+    if ! grep -q "test result: ok" "$log"; then
+        echo "emu-sanitize: $san: the kernel tests failed or were aborted:" >&2
+        tail -80 "$log" >&2
         fail=1
-    elif grep -q "Sanitizer" "$log"; then
-        echo "emu-sanitize: $san: sanitizer report in the kernel tests:" >&2
-        grep -A30 "Sanitizer" "$log" | head -60 >&2
+    elif [ "$cxx" -gt 0 ]; then
+        echo "emu-sanitize: $san: $cxx sanitizer report(s) about the emulated kernels:" >&2
+        grep -E -A40 "(ERROR|WARNING): (Address|Thread)Sanitizer" "$log" | head -160 >&2
         fail=1
     else
         grep "test result" "$log"
+        echo "emu-sanitize: $san: no report about the kernels ($((total - cxx)) about uninstrumented Rust frames only, not counted)"
     fi
     echo "emu-sanitize: $san: deliberately broken kernel $kernel"
     LD_PRELOAD="$rt" "$bin" --ignored --exact "$broken" --test-threads=1 >"$log" 2>&1 || true

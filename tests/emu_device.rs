@@ -8,14 +8,20 @@
 //! The `sanitize_*` tests are ignored: `scripts/emu-sanitize.sh` runs them in the AddressSanitizer
 //! and ThreadSanitizer builds and expects the sanitizer to report the broken kernel.
 
-use execcritic::tensor::device::{DevPtr, Device, DeviceError, Gemm, GemmType, KernelArg, LaunchDims};
+use execcritic::tensor::device::{
+    DevPtr, Device, DeviceError, Gemm, GemmType, KernelArg, LaunchDims,
+};
 use execcritic::tensor::emu::EmuDevice;
 use execcritic::tensor::kernels;
 use half::bf16;
 use KernelArg::{Ptr, F32, I32, I64};
 
 fn dims(grid: (u32, u32, u32), block: u32, shared: u32) -> LaunchDims {
-    LaunchDims { grid, block: (block, 1, 1), shared_bytes: shared }
+    LaunchDims {
+        grid,
+        block: (block, 1, 1),
+        shared_bytes: shared,
+    }
 }
 
 fn bytes_of<T: Copy>(v: &[T]) -> &[u8] {
@@ -32,7 +38,9 @@ fn up<T: Copy>(d: &EmuDevice, v: &[T]) -> DevPtr {
 fn down<T: Copy + Default>(d: &EmuDevice, p: DevPtr, n: usize) -> Vec<T> {
     let mut v = vec![T::default(); n];
     // SAFETY: as `bytes_of`, mutable.
-    let b = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(&v[..])) };
+    let b = unsafe {
+        std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(&v[..]))
+    };
     d.copy_dtoh(p, b).unwrap();
     v
 }
@@ -56,7 +64,10 @@ fn vals(n: usize, seed: u64) -> Vec<f32> {
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 fn max_abs(a: &[f32]) -> f32 {
@@ -76,7 +87,10 @@ fn every_kernel_entry_point_is_registered() {
     for (file, src) in kernels::FILES {
         for act in kernels::ActType::ALL {
             for k in kernels::entry_points_for(src, act) {
-                assert!(names.contains(&k), "{file}.cu: {k} is not in the emulator's launch table");
+                assert!(
+                    names.contains(&k),
+                    "{file}.cu: {k} is not in the emulator's launch table"
+                );
             }
         }
     }
@@ -92,17 +106,37 @@ fn add_rms_norm_1p_matches_cpu_reference() {
     let w = bf(&vals(dim, 3));
     let (pr, pd, pw) = (up(&d, &resid), up(&d, &delta), up(&d, &w));
     let po = d.alloc_zeroed(rows * dim * 2).unwrap();
-    d.launch("add_rms_norm_1p_bf16", dims((rows as u32, 1, 1), 256, 0), &[Ptr(pr), Ptr(pd), Ptr(pw), Ptr(po), I32(dim as i32), F32(eps)])
-        .unwrap();
+    d.launch(
+        "add_rms_norm_1p_bf16",
+        dims((rows as u32, 1, 1), 256, 0),
+        &[
+            Ptr(pr),
+            Ptr(pd),
+            Ptr(pw),
+            Ptr(po),
+            I32(dim as i32),
+            F32(eps),
+        ],
+    )
+    .unwrap();
     let got_resid: Vec<bf16> = down(&d, pr, rows * dim);
-    let got: Vec<f32> = down::<bf16>(&d, po, rows * dim).iter().map(|x| x.to_f32()).collect();
+    let got: Vec<f32> = down::<bf16>(&d, po, rows * dim)
+        .iter()
+        .map(|x| x.to_f32())
+        .collect();
     let mut want = vec![0.0f32; rows * dim];
     for r in 0..rows {
         let x: Vec<f32> = (0..dim)
-            .map(|i| bf16::from_f32(resid[r * dim + i].to_f32() + delta[r * dim + i].to_f32()).to_f32())
+            .map(|i| {
+                bf16::from_f32(resid[r * dim + i].to_f32() + delta[r * dim + i].to_f32()).to_f32()
+            })
             .collect();
         for i in 0..dim {
-            assert_eq!(got_resid[r * dim + i].to_f32(), x[i], "residual row {r} col {i}");
+            assert_eq!(
+                got_resid[r * dim + i].to_f32(),
+                x[i],
+                "residual row {r} col {i}"
+            );
         }
         let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
         let inv = 1.0 / (ss / dim as f64 + eps as f64).sqrt();
@@ -129,11 +163,25 @@ fn sample_tokens_greedy_is_argmax_with_log_softmax() {
     let (pl, pt) = (up(&d, &logits), up(&d, &temp));
     let (pk, pp) = (up(&d, &vec![0i32; b]), up(&d, &vec![1.0f32; b]));
     let pu = up(&d, &vec![0.5f64; b]);
-    let (ptok, plp, pslp) = (d.alloc_zeroed(4 * b).unwrap(), d.alloc_zeroed(4 * b).unwrap(), d.alloc_zeroed(4 * b).unwrap());
+    let (ptok, plp, pslp) = (
+        d.alloc_zeroed(4 * b).unwrap(),
+        d.alloc_zeroed(4 * b).unwrap(),
+        d.alloc_zeroed(4 * b).unwrap(),
+    );
     d.launch(
         "sample_tokens_bf16",
         dims((b as u32, 1, 1), 1024, 0),
-        &[Ptr(pl), I32(v as i32), Ptr(pt), Ptr(pk), Ptr(pp), Ptr(pu), Ptr(ptok), Ptr(plp), Ptr(pslp)],
+        &[
+            Ptr(pl),
+            I32(v as i32),
+            Ptr(pt),
+            Ptr(pk),
+            Ptr(pp),
+            Ptr(pu),
+            Ptr(ptok),
+            Ptr(plp),
+            Ptr(pslp),
+        ],
     )
     .unwrap();
     let tok: Vec<i32> = down(&d, ptok, b);
@@ -142,9 +190,18 @@ fn sample_tokens_greedy_is_argmax_with_log_softmax() {
         let row = &logits[r * v..(r + 1) * v];
         let mx = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
         let am = row.iter().position(|&x| x == mx).unwrap();
-        let lse = row.iter().map(|&x| ((x - mx) as f64).exp()).sum::<f64>().ln();
+        let lse = row
+            .iter()
+            .map(|&x| ((x - mx) as f64).exp())
+            .sum::<f64>()
+            .ln();
         assert_eq!(tok[r] as usize, am, "row {r}");
-        assert!((lp[r] as f64 - (-lse)).abs() < 1e-4, "row {r}: logprob {} vs {}", lp[r], -lse);
+        assert!(
+            (lp[r] as f64 - (-lse)).abs() < 1e-4,
+            "row {r}: logprob {} vs {}",
+            lp[r],
+            -lse
+        );
     }
     assert_eq!(tok[2], 100);
 }
@@ -156,9 +213,24 @@ fn router_topk_matches_cpu_softmax_topk() {
     let (t, e, k) = (6usize, 40usize, 4usize);
     let logits = vals(t * e, 11);
     let pl = up(&d, &logits);
-    let (pi, pw) = (d.alloc_zeroed(4 * t * k).unwrap(), d.alloc_zeroed(4 * t * k).unwrap());
-    d.launch("router_topk_bf16", dims((2, 1, 1), 128, 0), &[Ptr(pl), Ptr(pi), Ptr(pw), Ptr(0), I32(t as i32), I32(e as i32), I32(k as i32)])
-        .unwrap();
+    let (pi, pw) = (
+        d.alloc_zeroed(4 * t * k).unwrap(),
+        d.alloc_zeroed(4 * t * k).unwrap(),
+    );
+    d.launch(
+        "router_topk_bf16",
+        dims((2, 1, 1), 128, 0),
+        &[
+            Ptr(pl),
+            Ptr(pi),
+            Ptr(pw),
+            Ptr(0),
+            I32(t as i32),
+            I32(e as i32),
+            I32(k as i32),
+        ],
+    )
+    .unwrap();
     let idx: Vec<i32> = down(&d, pi, t * k);
     let w: Vec<f32> = down(&d, pw, t * k);
     for r in 0..t {
@@ -170,7 +242,10 @@ fn router_topk_matches_cpu_softmax_topk() {
         let tot: f64 = p.iter().sum();
         for j in 0..k {
             assert_eq!(idx[r * k + j] as usize, top[j], "token {r} slot {j}");
-            assert!((w[r * k + j] as f64 - p[j] / tot).abs() < 1e-2, "token {r} slot {j}");
+            assert!(
+                (w[r * k + j] as f64 - p[j] / tot).abs() < 1e-2,
+                "token {r} slot {j}"
+            );
         }
     }
 }
@@ -179,9 +254,17 @@ fn router_topk_matches_cpu_softmax_topk() {
 fn moe_count_atomics_make_a_histogram() {
     let d = EmuDevice::new();
     let (n, e) = (10_000usize, 37usize);
-    let idx: Vec<i32> = vals(n, 5).iter().map(|x| (((x + 1.0) * 0.5 * e as f32) as i32).min(e as i32 - 1)).collect();
+    let idx: Vec<i32> = vals(n, 5)
+        .iter()
+        .map(|x| (((x + 1.0) * 0.5 * e as f32) as i32).min(e as i32 - 1))
+        .collect();
     let (pi, pc) = (up(&d, &idx), d.alloc_zeroed(4 * e).unwrap());
-    d.launch("moe_count_bf16", dims((4, 1, 1), 256, 0), &[Ptr(pi), Ptr(pc), I64(n as i64)]).unwrap();
+    d.launch(
+        "moe_count_bf16",
+        dims((4, 1, 1), 256, 0),
+        &[Ptr(pi), Ptr(pc), I64(n as i64)],
+    )
+    .unwrap();
     let got: Vec<i32> = down(&d, pc, e);
     let mut want = vec![0i32; e];
     for &i in &idx {
@@ -200,21 +283,40 @@ fn grouped_gemm_shared_memory_tiles_match_cpu() {
     let rows = 135usize;
     let x = bf(&vals(rows * kd, 21));
     let w = bf(&vals(3 * n * kd, 22));
-    let (px, pw, po) = (up(&d, &x), up(&d, &w), d.alloc_zeroed(rows * n * 2).unwrap());
+    let (px, pw, po) = (
+        up(&d, &x),
+        up(&d, &w),
+        d.alloc_zeroed(rows * n * 2).unwrap(),
+    );
     let poff = up(&d, &offsets);
     d.launch(
         "grouped_gemm_bf16",
         dims((2, 2, 3), 256, 0),
-        &[Ptr(px), Ptr(pw), Ptr(po), Ptr(poff), Ptr(0), I32(0), I32(1), I32(n as i32), I32(kd as i32)],
+        &[
+            Ptr(px),
+            Ptr(pw),
+            Ptr(po),
+            Ptr(poff),
+            Ptr(0),
+            I32(0),
+            I32(1),
+            I32(n as i32),
+            I32(kd as i32),
+        ],
     )
     .unwrap();
-    let got: Vec<f32> = down::<bf16>(&d, po, rows * n).iter().map(|v| v.to_f32()).collect();
+    let got: Vec<f32> = down::<bf16>(&d, po, rows * n)
+        .iter()
+        .map(|v| v.to_f32())
+        .collect();
     let mut want = vec![0.0f32; rows * n];
     for ex in 0..3 {
         for r in offsets[ex] as usize..offsets[ex + 1] as usize {
             for c in 0..n {
                 let s: f64 = (0..kd)
-                    .map(|q| x[r * kd + q].to_f32() as f64 * w[(ex * n + c) * kd + q].to_f32() as f64)
+                    .map(|q| {
+                        x[r * kd + q].to_f32() as f64 * w[(ex * n + c) * kd + q].to_f32() as f64
+                    })
                     .sum();
                 want[r * n + c] = s as f32;
             }
@@ -228,19 +330,45 @@ fn grouped_gemm_shared_memory_tiles_match_cpu() {
 fn gdn_recurrent_dynamic_shared_memory_matches_cpu() {
     let d = EmuDevice::new();
     let (b, hk, hv, dk, dv) = (2usize, 1usize, 2usize, 16usize, 24usize);
-    let (q, k, v) = (vals(b * hk * dk, 31), vals(b * hk * dk, 32), vals(b * hv * dv, 33));
+    let (q, k, v) = (
+        vals(b * hk * dk, 31),
+        vals(b * hk * dk, 32),
+        vals(b * hv * dv, 33),
+    );
     let beta: Vec<f32> = vals(b * hv, 34).iter().map(|x| 0.5 + 0.4 * x).collect();
     let g: Vec<f32> = vals(b * hv, 35).iter().map(|x| -0.5 + 0.3 * x).collect();
     let slots = [1i32, 0];
     let state0 = vals(2 * hv * dk * dv, 36);
     let ps = up(&d, &state0);
     let po = d.alloc_zeroed(b * hv * dv * 2).unwrap();
-    let args = [Ptr(up(&d, &q)), Ptr(up(&d, &k)), Ptr(up(&d, &v)), Ptr(up(&d, &beta)), Ptr(up(&d, &g))];
+    let args = [
+        Ptr(up(&d, &q)),
+        Ptr(up(&d, &k)),
+        Ptr(up(&d, &v)),
+        Ptr(up(&d, &beta)),
+        Ptr(up(&d, &g)),
+    ];
     let mut all = args.to_vec();
-    all.extend([Ptr(ps), Ptr(po), Ptr(up(&d, &slots)), I32(hk as i32), I32(hv as i32), I32(dk as i32), I32(dv as i32)]);
-    d.launch("gdn_recurrent_bf16", dims((b as u32, hv as u32, 1), dv as u32, (2 * dk * 4) as u32), &all).unwrap();
+    all.extend([
+        Ptr(ps),
+        Ptr(po),
+        Ptr(up(&d, &slots)),
+        I32(hk as i32),
+        I32(hv as i32),
+        I32(dk as i32),
+        I32(dv as i32),
+    ]);
+    d.launch(
+        "gdn_recurrent_bf16",
+        dims((b as u32, hv as u32, 1), dv as u32, (2 * dk * 4) as u32),
+        &all,
+    )
+    .unwrap();
     let state: Vec<f32> = down(&d, ps, state0.len());
-    let out: Vec<f32> = down::<bf16>(&d, po, b * hv * dv).iter().map(|x| x.to_f32()).collect();
+    let out: Vec<f32> = down::<bf16>(&d, po, b * hv * dv)
+        .iter()
+        .map(|x| x.to_f32())
+        .collect();
     let mut want_state = state0.clone();
     let mut want_out = vec![0.0f32; b * hv * dv];
     for bi in 0..b {
@@ -270,11 +398,27 @@ fn shfl_src(mode: i32, lane: usize, b: usize, width: usize) -> usize {
     let base = lane / width * width;
     match mode {
         0 => base + b % width,
-        1 => if lane % width >= b { lane - b } else { lane },
-        2 => if lane % width + b < width { lane + b } else { lane },
+        1 => {
+            if lane % width >= b {
+                lane - b
+            } else {
+                lane
+            }
+        }
+        2 => {
+            if lane % width + b < width {
+                lane + b
+            } else {
+                lane
+            }
+        }
         _ => {
             let j = lane ^ b;
-            if j >= base + width { lane } else { j }
+            if j >= base + width {
+                lane
+            } else {
+                j
+            }
         }
     }
 }
@@ -288,18 +432,32 @@ fn warp_shuffles_follow_cuda_lane_rules() {
     for mode in 0..4 {
         for width in [32usize, 16, 8, 4, 2, 1] {
             for b in [0usize, 1, 3, 5, 16, 31] {
-                d.launch("probe_shfl", dims((1, 1, 1), 64, 0), &[Ptr(pin), Ptr(pout), I32(mode), I32(b as i32), I32(width as i32)])
-                    .unwrap();
+                d.launch(
+                    "probe_shfl",
+                    dims((1, 1, 1), 64, 0),
+                    &[
+                        Ptr(pin),
+                        Ptr(pout),
+                        I32(mode),
+                        I32(b as i32),
+                        I32(width as i32),
+                    ],
+                )
+                .unwrap();
                 let out: Vec<i32> = down(&d, pout, 64);
-                for t in 0..64 {
+                for (t, &got) in out.iter().enumerate() {
                     let (w, lane) = (t / 32, t % 32);
                     let want = input[w * 32 + shfl_src(mode, lane, b, width)];
-                    assert_eq!(out[t], want, "mode {mode} width {width} b {b} thread {t}");
+                    assert_eq!(got, want, "mode {mode} width {width} b {b} thread {t}");
                 }
             }
         }
     }
-    let bad = d.launch("probe_shfl", dims((1, 1, 1), 64, 0), &[Ptr(pin), Ptr(pout), I32(3), I32(1), I32(12)]);
+    let bad = d.launch(
+        "probe_shfl",
+        dims((1, 1, 1), 64, 0),
+        &[Ptr(pin), Ptr(pout), I32(3), I32(1), I32(12)],
+    );
     assert!(launch_err(bad).1.contains("width 12"));
 }
 
@@ -312,13 +470,28 @@ fn votes_see_the_whole_warp() {
     }
     input[32..64].iter_mut().for_each(|x| *x = 1); // warp 1: all true
     let pin = up(&d, &input);
-    let (pb, pa, py) = (d.alloc_zeroed(256).unwrap(), d.alloc_zeroed(256).unwrap(), d.alloc_zeroed(256).unwrap());
-    d.launch("probe_vote", dims((1, 1, 1), 64, 0), &[Ptr(pin), Ptr(pb), Ptr(pa), Ptr(py)]).unwrap();
-    let (ballot, all, any): (Vec<u32>, Vec<i32>, Vec<i32>) = (down(&d, pb, 64), down(&d, pa, 64), down(&d, py, 64));
+    let (pb, pa, py) = (
+        d.alloc_zeroed(256).unwrap(),
+        d.alloc_zeroed(256).unwrap(),
+        d.alloc_zeroed(256).unwrap(),
+    );
+    d.launch(
+        "probe_vote",
+        dims((1, 1, 1), 64, 0),
+        &[Ptr(pin), Ptr(pb), Ptr(pa), Ptr(py)],
+    )
+    .unwrap();
+    let (ballot, all, any): (Vec<u32>, Vec<i32>, Vec<i32>) =
+        (down(&d, pb, 64), down(&d, pa, 64), down(&d, py, 64));
     let want0: u32 = (0..32).filter(|l| l % 3 == 0).map(|l| 1u32 << l).sum();
     for t in 0..32 {
         assert_eq!((ballot[t], all[t], any[t]), (want0, 0, 1), "thread {t}");
-        assert_eq!((ballot[32 + t], all[32 + t], any[32 + t]), (u32::MAX, 1, 1), "thread {}", 32 + t);
+        assert_eq!(
+            (ballot[32 + t], all[32 + t], any[32 + t]),
+            (u32::MAX, 1, 1),
+            "thread {}",
+            32 + t
+        );
     }
 }
 
@@ -326,7 +499,10 @@ fn votes_see_the_whole_warp() {
 fn atomics_are_atomic_across_blocks_and_threads() {
     let d = EmuDevice::new();
     let n = 20_000usize;
-    let v: Vec<i32> = vals(n, 41).iter().map(|x| ((x + 1.0) * 50.0) as i32).collect();
+    let v: Vec<i32> = vals(n, 41)
+        .iter()
+        .map(|x| ((x + 1.0) * 50.0) as i32)
+        .collect();
     let pv = up(&d, &v);
     let (ph, pf) = (d.alloc_zeroed(4 * 101).unwrap(), d.alloc_zeroed(4).unwrap());
     let (pmn, pmx) = (up(&d, &[i32::MAX]), up(&d, &[i32::MIN]));
@@ -334,7 +510,16 @@ fn atomics_are_atomic_across_blocks_and_threads() {
     d.launch(
         "probe_atomics",
         dims((7, 1, 1), 96, 0),
-        &[Ptr(pv), I64(n as i64), Ptr(ph), Ptr(pf), Ptr(pmn), Ptr(pmx), Ptr(ptk), Ptr(pnext)],
+        &[
+            Ptr(pv),
+            I64(n as i64),
+            Ptr(ph),
+            Ptr(pf),
+            Ptr(pmn),
+            Ptr(pmx),
+            Ptr(ptk),
+            Ptr(pnext),
+        ],
     )
     .unwrap();
     let hist: Vec<i32> = down(&d, ph, 101);
@@ -353,18 +538,32 @@ fn atomics_are_atomic_across_blocks_and_threads() {
 fn a_barrier_skipped_by_some_threads_is_reported_with_the_kernel_name() {
     let d = EmuDevice::new();
     let p = d.alloc_zeroed(4 * 128).unwrap();
-    let (kernel, msg) = launch_err(d.launch("broken_skipped_barrier", dims((2, 1, 1), 128, 0), &[Ptr(p)]));
+    let (kernel, msg) =
+        launch_err(d.launch("broken_skipped_barrier", dims((2, 1, 1), 128, 0), &[Ptr(p)]));
     assert_eq!(kernel, "broken_skipped_barrier");
-    assert!(msg.contains("skipped") && msg.contains("broken.cu"), "{msg}");
-    let (kernel, msg) = launch_err(d.launch("broken_divergent_barrier", dims((1, 1, 1), 64, 0), &[Ptr(p)]));
+    assert!(
+        msg.contains("skipped") && msg.contains("broken.cu"),
+        "{msg}"
+    );
+    let (kernel, msg) = launch_err(d.launch(
+        "broken_divergent_barrier",
+        dims((1, 1, 1), 64, 0),
+        &[Ptr(p)],
+    ));
     assert_eq!(kernel, "broken_divergent_barrier");
     assert!(msg.contains("divergent __syncthreads"), "{msg}");
-    let (kernel, msg) = launch_err(d.launch("broken_partial_shuffle", dims((1, 1, 1), 32, 0), &[Ptr(p)]));
+    let (kernel, msg) =
+        launch_err(d.launch("broken_partial_shuffle", dims((1, 1, 1), 32, 0), &[Ptr(p)]));
     assert_eq!(kernel, "broken_partial_shuffle");
     assert!(msg.contains("deadlock"), "{msg}");
     // The device stays usable after a failed launch.
     let x = up(&d, &[1.0f32; 64]);
-    d.launch("fixed_shared_sum", dims((1, 1, 1), 64, 0), &[Ptr(x), Ptr(p)]).unwrap();
+    d.launch(
+        "fixed_shared_sum",
+        dims((1, 1, 1), 64, 0),
+        &[Ptr(x), Ptr(p)],
+    )
+    .unwrap();
     assert_eq!(down::<f32>(&d, p, 1)[0], 64.0);
 }
 
@@ -375,17 +574,51 @@ fn sm90_launch_limits_and_argument_checks() {
     let fill = |dm: LaunchDims, args: &[KernelArg]| d.launch("fill_f32_bf16", dm, args);
     fill(dims((1, 1, 1), 1024, 0), &[Ptr(p), I64(1024), F32(3.0)]).unwrap();
     assert_eq!(down::<f32>(&d, p, 1024), vec![3.0; 1024]);
-    assert!(launch_err(fill(dims((1, 1, 1), 1025, 0), &[Ptr(p), I64(4), F32(1.0)])).1.contains("1025 threads"));
-    let odd = LaunchDims { grid: (1, 1, 1), block: (1, 1, 65), shared_bytes: 0 };
-    assert!(launch_err(fill(odd, &[Ptr(p), I64(4), F32(1.0)])).1.contains("block dimensions"));
-    let big_grid = LaunchDims { grid: (1, 65536, 1), block: (1, 1, 1), shared_bytes: 0 };
-    assert!(launch_err(fill(big_grid, &[Ptr(p), I64(4), F32(1.0)])).1.contains("grid"));
-    assert!(launch_err(fill(dims((1, 1, 1), 32, 48 * 1024 + 1), &[Ptr(p), I64(4), F32(1.0)])).1.contains("shared"));
+    assert!(
+        launch_err(fill(dims((1, 1, 1), 1025, 0), &[Ptr(p), I64(4), F32(1.0)]))
+            .1
+            .contains("1025 threads")
+    );
+    let odd = LaunchDims {
+        grid: (1, 1, 1),
+        block: (1, 1, 65),
+        shared_bytes: 0,
+    };
+    assert!(launch_err(fill(odd, &[Ptr(p), I64(4), F32(1.0)]))
+        .1
+        .contains("block dimensions"));
+    let big_grid = LaunchDims {
+        grid: (1, 65536, 1),
+        block: (1, 1, 1),
+        shared_bytes: 0,
+    };
+    assert!(launch_err(fill(big_grid, &[Ptr(p), I64(4), F32(1.0)]))
+        .1
+        .contains("grid"));
+    assert!(launch_err(fill(
+        dims((1, 1, 1), 32, 48 * 1024 + 1),
+        &[Ptr(p), I64(4), F32(1.0)]
+    ))
+    .1
+    .contains("shared"));
     let (_, msg) = launch_err(fill(dims((1, 1, 1), 32, 0), &[Ptr(p), I32(4), F32(1.0)]));
-    assert!(msg.contains("argument 1") && msg.contains("long long"), "{msg}");
-    assert!(launch_err(fill(dims((1, 1, 1), 32, 0), &[Ptr(p), I64(4)])).1.contains("takes 3"));
-    assert!(launch_err(fill(dims((1, 1, 1), 32, 0), &[Ptr(0xdead_0000), I64(4), F32(1.0)])).1.contains("not in any live allocation"));
-    assert_eq!(d.launch("no_such_kernel", dims((1, 1, 1), 32, 0), &[]), Err(DeviceError::MissingKernel("no_such_kernel".into())));
+    assert!(
+        msg.contains("argument 1") && msg.contains("long long"),
+        "{msg}"
+    );
+    assert!(launch_err(fill(dims((1, 1, 1), 32, 0), &[Ptr(p), I64(4)]))
+        .1
+        .contains("takes 3"));
+    assert!(launch_err(fill(
+        dims((1, 1, 1), 32, 0),
+        &[Ptr(0xdead_0000), I64(4), F32(1.0)]
+    ))
+    .1
+    .contains("not in any live allocation"));
+    assert_eq!(
+        d.launch("no_such_kernel", dims((1, 1, 1), 32, 0), &[]),
+        Err(DeviceError::MissingKernel("no_such_kernel".into()))
+    );
 }
 
 #[test]
@@ -404,7 +637,9 @@ fn device_memory_is_checked() {
     assert_eq!(d.live_allocations(), 1);
     d.synchronize().unwrap();
     d.free(q); // double free: reported by the next synchronize
-    assert!(matches!(d.synchronize(), Err(DeviceError::Driver(m)) if m.contains("not a live allocation")));
+    assert!(
+        matches!(d.synchronize(), Err(DeviceError::Driver(m)) if m.contains("not a live allocation"))
+    );
     d.synchronize().unwrap();
 }
 
@@ -415,8 +650,16 @@ fn gemm_ref(g: &Gemm, a: &[f32], b: &[f32], c0: &[f32]) -> Vec<f64> {
         for i in 0..g.m {
             let s: f64 = (0..g.k)
                 .map(|l| {
-                    let av = if g.trans_a { a[i * g.lda + l] } else { a[l * g.lda + i] };
-                    let bv = if g.trans_b { b[l * g.ldb + j] } else { b[j * g.ldb + l] };
+                    let av = if g.trans_a {
+                        a[i * g.lda + l]
+                    } else {
+                        a[l * g.lda + i]
+                    };
+                    let bv = if g.trans_b {
+                        b[l * g.ldb + j]
+                    } else {
+                        b[j * g.ldb + l]
+                    };
                     av as f64 * bv as f64
                 })
                 .sum();
@@ -432,23 +675,48 @@ fn gemm_has_cublas_column_major_semantics_and_types() {
     let (m, n, k) = (5usize, 7usize, 9usize);
     for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
         // Small integers: every product and sum is exact in f32, so the comparison is exact.
-        let (lda, ldb, ldc) = (if ta { k } else { m } + 2, if tb { n } else { k } + 1, m + 3);
-        let a: Vec<f32> = (0..lda * if ta { m } else { k }).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
-        let b: Vec<f32> = (0..ldb * if tb { k } else { n }).map(|i| ((i * 5) % 13) as f32 - 6.0).collect();
+        let (lda, ldb, ldc) = (
+            if ta { k } else { m } + 2,
+            if tb { n } else { k } + 1,
+            m + 3,
+        );
+        let a: Vec<f32> = (0..lda * if ta { m } else { k })
+            .map(|i| ((i * 7) % 11) as f32 - 5.0)
+            .collect();
+        let b: Vec<f32> = (0..ldb * if tb { k } else { n })
+            .map(|i| ((i * 5) % 13) as f32 - 6.0)
+            .collect();
         let c0: Vec<f32> = (0..ldc * n).map(|i| (i % 4) as f32).collect();
         let (pa, pb) = (up(&d, &bf(&a)), up(&d, &b));
         let pc = up(&d, &c0);
         let g = Gemm {
-            trans_a: ta, trans_b: tb, m, n, k, alpha: 2.0,
-            a: pa, a_type: GemmType::Bf16, lda, b: pb, b_type: GemmType::F32, ldb,
-            beta: 0.5, c: pc, c_type: GemmType::F32, ldc,
+            trans_a: ta,
+            trans_b: tb,
+            m,
+            n,
+            k,
+            alpha: 2.0,
+            a: pa,
+            a_type: GemmType::Bf16,
+            lda,
+            b: pb,
+            b_type: GemmType::F32,
+            ldb,
+            beta: 0.5,
+            c: pc,
+            c_type: GemmType::F32,
+            ldc,
         };
         d.gemm(&g).unwrap();
         let got: Vec<f32> = down(&d, pc, ldc * n);
         let want = gemm_ref(&g, &a, &b, &c0);
         for j in 0..n {
             for i in 0..ldc {
-                let w = if i < m { want[j * ldc + i] as f32 } else { c0[j * ldc + i] };
+                let w = if i < m {
+                    want[j * ldc + i] as f32
+                } else {
+                    c0[j * ldc + i]
+                };
                 assert_eq!(got[j * ldc + i], w, "trans ({ta}, {tb}) C({i}, {j})");
             }
         }
@@ -458,9 +726,22 @@ fn gemm_has_cublas_column_major_semantics_and_types() {
     let pb = up(&d, &[1.0f32, 1.0 / 256.0, 1.0, 3.0 / 256.0]);
     let pc = up(&d, &[bf16::from_f32(f32::NAN); 2]);
     let g = Gemm {
-        trans_a: false, trans_b: false, m: 1, n: 2, k: 2, alpha: 1.0,
-        a: pa, a_type: GemmType::Bf16, lda: 1, b: pb, b_type: GemmType::F32, ldb: 2,
-        beta: 0.0, c: pc, c_type: GemmType::Bf16, ldc: 1,
+        trans_a: false,
+        trans_b: false,
+        m: 1,
+        n: 2,
+        k: 2,
+        alpha: 1.0,
+        a: pa,
+        a_type: GemmType::Bf16,
+        lda: 1,
+        b: pb,
+        b_type: GemmType::F32,
+        ldb: 2,
+        beta: 0.0,
+        c: pc,
+        c_type: GemmType::Bf16,
+        ldc: 1,
     };
     d.gemm(&g).unwrap();
     let c: Vec<bf16> = down(&d, pc, 2);
@@ -482,7 +763,12 @@ fn sanitize_off_by_one() {
     let n = 100usize;
     let x = up(&d, &vec![1.0f32; n]);
     let y = d.alloc_zeroed(4 * n).unwrap();
-    d.launch("broken_off_by_one", dims((1, 1, 1), 128, 0), &[Ptr(x), Ptr(y), I32(n as i32)]).unwrap();
+    d.launch(
+        "broken_off_by_one",
+        dims((1, 1, 1), 128, 0),
+        &[Ptr(x), Ptr(y), I32(n as i32)],
+    )
+    .unwrap();
 }
 
 /// ThreadSanitizer build: the block sum without its barrier is a data race on shared memory.
@@ -492,5 +778,10 @@ fn sanitize_missing_sync() {
     let d = EmuDevice::new();
     let x = up(&d, &vec![1.0f32; 64]);
     let out = d.alloc_zeroed(4).unwrap();
-    d.launch("broken_missing_sync", dims((1, 1, 1), 64, 0), &[Ptr(x), Ptr(out)]).unwrap();
+    d.launch(
+        "broken_missing_sync",
+        dims((1, 1, 1), 64, 0),
+        &[Ptr(x), Ptr(out)],
+    )
+    .unwrap();
 }

@@ -351,45 +351,63 @@ std::string run_grid(const Launch& L) {
     static std::mutex process;  // `__shared__` is process-wide in this engine
     std::lock_guard<std::mutex> pg(process);
     Block b;
-    std::mutex tm;
-    std::condition_variable tcv;
-    unsigned long epoch = 0;
+    // Each CUDA thread is started through its own mutex, completion is counted under another:
+    // the engine's bookkeeping must never order one CUDA thread's work before another's
+    // (with a shared start mutex, a thread that finished early and re-locked it would order its
+    // kernel work before a late starter's, hiding races from ThreadSanitizer).
+    struct Slot {
+        std::mutex mu;
+        std::condition_variable cv;
+        unsigned long go = 0;
+        bool stop = false;
+    };
+    std::unique_ptr<Slot[]> slots(new Slot[n]);
+    std::mutex done_mu;
+    std::condition_variable done_cv;
     unsigned finished = 0;
-    bool stop = false;
     std::vector<std::thread> team;
     team.reserve(n);
     for (unsigned i = 0; i < n; i++) {
         team.emplace_back([&, i] {
+            Slot& s = slots[i];
             unsigned long seen = 0;
             for (;;) {
                 {
-                    std::unique_lock<std::mutex> g(tm);
-                    tcv.wait(g, [&] { return epoch != seen || stop; });
-                    if (stop) return;
-                    seen = epoch;
+                    std::unique_lock<std::mutex> g(s.mu);
+                    s.cv.wait(g, [&] { return s.go != seen || s.stop; });
+                    if (s.stop) return;
+                    seen = s.go;
                 }
                 ThreadInfo t = thread_info(&b, i);
                 run_thread(&b, &t);
-                std::lock_guard<std::mutex> g(tm);
-                if (++finished == n) tcv.notify_all();
+                std::lock_guard<std::mutex> g(done_mu);
+                if (++finished == n) done_cv.notify_all();
             }
         });
     }
+    auto signal_all = [&](bool stop) {
+        for (unsigned i = 0; i < n; i++) {
+            {
+                std::lock_guard<std::mutex> g(slots[i].mu);
+                if (stop) slots[i].stop = true;
+                else slots[i].go++;
+            }
+            slots[i].cv.notify_one();
+        }
+    };
     std::string err;
     for (unsigned long long i = 0; i < nblocks && err.empty(); i++) {
-        std::unique_lock<std::mutex> g(tm);
+        {
+            std::lock_guard<std::mutex> g(done_mu);
+            finished = 0;
+        }
         b.start(L.entry, L.args, block_index(L, i), L.block, L.grid, L.shared);
-        finished = 0;
-        epoch++;
-        tcv.notify_all();
-        tcv.wait(g, [&] { return finished == n; });
+        signal_all(false);
+        std::unique_lock<std::mutex> g(done_mu);
+        done_cv.wait(g, [&] { return finished == n; });
         if (b.failed) err = b.error;
     }
-    {
-        std::lock_guard<std::mutex> g(tm);
-        stop = true;
-        tcv.notify_all();
-    }
+    signal_all(true);
     for (auto& t : team) t.join();
     return err;
 #else

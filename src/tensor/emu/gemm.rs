@@ -69,7 +69,10 @@ pub fn gemm(mem: &Memory, g: &Gemm) -> Result<()> {
     let (br, bc) = if g.trans_b { (n, k) } else { (k, n) };
     for (name, rows, ld) in [("A", ar, g.lda), ("B", br, g.ldb), ("C", m, g.ldc)] {
         if ld < rows.max(1) {
-            return Err(shape_err(format!("ld{} = {ld} < {rows} rows of {name}", name.to_lowercase())));
+            return Err(shape_err(format!(
+                "ld{} = {ld} < {rows} rows of {name}",
+                name.to_lowercase()
+            )));
         }
     }
     if m == 0 || n == 0 {
@@ -108,7 +111,11 @@ pub fn gemm(mem: &Memory, g: &Gemm) -> Result<()> {
                     }
                     GemmType::Bf16 => {
                         let p = (c as *mut bf16).add(off);
-                        let old = if g.beta == 0.0 { 0.0 } else { g.beta * (*p).to_f32() };
+                        let old = if g.beta == 0.0 {
+                            0.0
+                        } else {
+                            g.beta * (*p).to_f32()
+                        };
                         *p = bf16::from_f32(g.alpha * v + old);
                     }
                 }

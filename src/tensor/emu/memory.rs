@@ -42,10 +42,9 @@ impl Memory {
 
     /// Frees an allocation; `ptr` must be the base of a live one.
     pub fn free(&self, ptr: DevPtr) -> Result<()> {
-        let size = self
-            .map()
-            .remove(&ptr)
-            .ok_or_else(|| DeviceError::Driver(format!("free of 0x{ptr:x}, which is not a live allocation")))?;
+        let size = self.map().remove(&ptr).ok_or_else(|| {
+            DeviceError::Driver(format!("free of 0x{ptr:x}, which is not a live allocation"))
+        })?;
         // SAFETY: `ptr` was returned by `alloc_zeroed` with this layout and is removed from the map.
         unsafe { dealloc(ptr as *mut u8, layout(size)?) };
         Ok(())

@@ -65,7 +65,10 @@ fn raw(a: &KernelArg) -> RawArg {
         KernelArg::U64(v) => (b'U', v),
         KernelArg::F32(v) => (b'f', v.to_bits() as u64),
     };
-    RawArg { tag: tag as u32, bits }
+    RawArg {
+        tag: tag as u32,
+        bits,
+    }
 }
 
 /// Checks a launch against the sm_90 limits; the message says which limit.
@@ -77,13 +80,21 @@ pub fn check_launch_limits(dims: &LaunchDims) -> std::result::Result<(), String>
     }
     let threads = b.0 as u64 * b.1 as u64 * b.2 as u64;
     if threads > MAX_THREADS_PER_BLOCK as u64 {
-        return Err(format!("{threads} threads per block > {MAX_THREADS_PER_BLOCK} (sm_90)"));
+        return Err(format!(
+            "{threads} threads per block > {MAX_THREADS_PER_BLOCK} (sm_90)"
+        ));
     }
     if b.0 > MAX_BLOCK.0 || b.1 > MAX_BLOCK.1 || b.2 > MAX_BLOCK.2 {
-        return Err(format!("block {:?} exceeds the sm_90 block dimensions {:?}", b, MAX_BLOCK));
+        return Err(format!(
+            "block {:?} exceeds the sm_90 block dimensions {:?}",
+            b, MAX_BLOCK
+        ));
     }
     if g.0 > MAX_GRID.0 || g.1 > MAX_GRID.1 || g.2 > MAX_GRID.2 {
-        return Err(format!("grid {:?} exceeds the sm_90 grid dimensions {:?}", g, MAX_GRID));
+        return Err(format!(
+            "grid {:?} exceeds the sm_90 grid dimensions {:?}",
+            g, MAX_GRID
+        ));
     }
     if dims.shared_bytes > MAX_DYNAMIC_SHARED_DEFAULT {
         return Err(format!(
@@ -128,7 +139,9 @@ impl EmuDevice {
     /// The execution engine compiled in: `"fibers"` or `"os-threads"`.
     pub fn engine() -> &'static str {
         // SAFETY: a static NUL-terminated string.
-        unsafe { CStr::from_ptr(execcritic_emu_engine()) }.to_str().unwrap_or("unknown")
+        unsafe { CStr::from_ptr(execcritic_emu_engine()) }
+            .to_str()
+            .unwrap_or("unknown")
     }
 
     /// The sanitizer the kernels were built with (`EXECCRITIC_EMU_SANITIZE` at build time).
@@ -142,7 +155,10 @@ impl EmuDevice {
     }
 
     fn launch_err(kernel: &str, msg: String) -> DeviceError {
-        DeviceError::Launch { kernel: kernel.to_string(), msg }
+        DeviceError::Launch {
+            kernel: kernel.to_string(),
+            msg,
+        }
     }
 }
 
@@ -178,8 +194,10 @@ impl Device for EmuDevice {
     }
 
     fn copy_dtod(&self, dst: DevPtr, src: DevPtr, bytes: usize) -> Result<()> {
-        self.mem.check(src, bytes, "copy device to device (source)")?;
-        self.mem.check(dst, bytes, "copy device to device (destination)")?;
+        self.mem
+            .check(src, bytes, "copy device to device (source)")?;
+        self.mem
+            .check(dst, bytes, "copy device to device (destination)")?;
         // SAFETY: both ranges lie inside live allocations.
         unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
         Ok(())
@@ -204,7 +222,8 @@ impl Device for EmuDevice {
                 }
             }
         }
-        let name = CString::new(kernel).map_err(|_| DeviceError::MissingKernel(kernel.to_string()))?;
+        let name =
+            CString::new(kernel).map_err(|_| DeviceError::MissingKernel(kernel.to_string()))?;
         let raw: Vec<RawArg> = args.iter().map(raw).collect();
         let grid = [dims.grid.0, dims.grid.1, dims.grid.2];
         let block = [dims.block.0, dims.block.1, dims.block.2];
@@ -230,7 +249,10 @@ impl Device for EmuDevice {
         match rc {
             0 => Ok(()),
             1 => Err(DeviceError::MissingKernel(kernel.to_string())),
-            2 => Err(Self::launch_err(kernel, format!("{dims}: bad arguments: {}", msg()))),
+            2 => Err(Self::launch_err(
+                kernel,
+                format!("{dims}: bad arguments: {}", msg()),
+            )),
             _ => Err(Self::launch_err(kernel, format!("{dims}: {}", msg()))),
         }
     }
