@@ -15,10 +15,18 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// The `extern "C" __global__` function names a source defines (as `tensor::kernels`).
-fn entry_points(src: &str) -> Vec<String> {
+/// A kernel declared `KERNEL(name)` is `name` + `suffix` (`_bf16` / `_f32`, the storage-type
+/// builds of `kernels/prelude.cuh`).
+fn entry_points(src: &str, suffix: &str) -> Vec<String> {
     src.split("__global__ void ")
         .skip(1)
-        .filter_map(|chunk| chunk.find('(').map(|end| chunk[..end].trim().to_string()))
+        .filter_map(|chunk| {
+            let chunk = chunk.trim_start();
+            match chunk.strip_prefix("KERNEL(") {
+                Some(rest) => rest.find(')').map(|e| format!("{}{suffix}", rest[..e].trim())),
+                None => chunk.find('(').map(|end| chunk[..end].trim().to_string()),
+            }
+        })
         .collect()
 }
 
@@ -42,28 +50,31 @@ fn main() {
 
     let mut sources = vec![];
     let mut modules = String::new();
-    let mut units: Vec<(String, PathBuf)> = cu_files(&root.join("kernels"))
-        .into_iter()
-        .map(|p| (String::new(), p))
-        .collect();
+    // (module prefix, module suffix, defines, file): every kernels/*.cu twice, once per storage
+    // type of activations and weights (bf16; f32 with ACT_F32), as tensor::kernels::unit_for.
+    let mut units: Vec<(String, &str, &str, PathBuf)> = vec![];
+    for p in cu_files(&root.join("kernels")) {
+        units.push((String::new(), "_bf16", "", p.clone()));
+        units.push((String::new(), "_f32", "#define ACT_F32 1\n", p));
+    }
     units.extend(
         cu_files(&root.join("tests/fixtures/emu"))
             .into_iter()
-            .map(|p| ("fixture_".to_string(), p)),
+            .map(|p| ("fixture_".to_string(), "", "", p)),
     );
-    for (prefix, path) in units {
+    for (prefix, suffix, defines, path) in units {
         let stem = path
             .file_stem()
             .and_then(|s| s.to_str())
             .expect("kernel file name")
             .to_string();
-        let module = format!("{prefix}{stem}");
+        let module = format!("{prefix}{stem}{suffix}");
         let src = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let file = path
             .file_name()
             .and_then(|s| s.to_str())
             .unwrap_or_default();
-        let entries: Vec<String> = entry_points(&src)
+        let entries: Vec<String> = entry_points(&src, suffix)
             .iter()
             .map(|k| format!("        emu::make_entry(\"{k}\", \"{file}\", &{k}),\n"))
             .collect();
@@ -77,7 +88,7 @@ fn main() {
         };
         // The NVRTC unit is prelude + file (tensor::kernels::unit); so is this one.
         let unit = format!(
-            "#include \"cuda_emu.h\"\n#include \"prelude.cuh\"\n#include \"{}\"\n\
+            "{defines}#include \"cuda_emu.h\"\n#include \"prelude.cuh\"\n#include \"{}\"\n\
              extern \"C\" const emu::Entry* execcritic_emu_module_{module}(size_t* n) {{\n{table}}}\n",
             path.display()
         );

@@ -3,40 +3,40 @@
 // and the sigmoid output gate.
 
 // Split q_proj output qg [T, Hq, 2*hd] into q [T, Hq, hd] and gate [T, Hq*hd]. grid = T, block = 256
-extern "C" __global__ void split_q_gate(const bf16* __restrict__ qg, bf16* __restrict__ q,
-                                        bf16* __restrict__ gate, int hq, int hd) {
+extern "C" __global__ void KERNEL(split_q_gate)(const act_t* __restrict__ qg, act_t* __restrict__ q,
+                                        act_t* __restrict__ gate, int hq, int hd) {
     long long t = blockIdx.x;
     int n = hq * hd;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         int h = i / hd, c = i % hd;
-        const bf16* src = qg + t * 2 * n + (long long)h * 2 * hd;
+        const act_t* src = qg + t * 2 * n + (long long)h * 2 * hd;
         q[t * n + i] = src[c];
         gate[t * n + i] = src[hd + c];
     }
 }
 
 // Partial RoPE in place on x [T, heads, hd] (first `rot` dims, rotate_half / NeoX pairing),
-// positions pos[T]. inv_freq[i] = theta^(-2i/rot); cos/sin are rounded to bf16 when
+// positions pos[T]. inv_freq[i] = theta^(-2i/rot); cos/sin are rounded to act_t when
 // `round_cs` (HF casts them to the model dtype). grid = (T, heads), block = rot/2 (<= 1024)
-extern "C" __global__ void rope_partial(bf16* __restrict__ x, const int* __restrict__ pos, int hd, int rot,
+extern "C" __global__ void KERNEL(rope_partial)(act_t* __restrict__ x, const int* __restrict__ pos, int hd, int rot,
                                         float theta, int round_cs) {
     int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x, half = rot / 2;
     if (i >= half) return;
-    bf16* v = x + ((long long)t * gridDim.y + h) * hd;
+    act_t* v = x + ((long long)t * gridDim.y + h) * hd;
     float inv = powf(theta, -2.0f * (float)i / (float)rot);
     float ang = (float)pos[t] * inv;
     float c = cosf(ang), s = sinf(ang);
-    if (round_cs) { c = bf2f(f2bf(c)); s = bf2f(f2bf(s)); }
-    float x1 = bf2f(v[i]), x2 = bf2f(v[i + half]);
-    v[i] = f2bf(x1 * c - x2 * s);
-    v[i + half] = f2bf(x2 * c + x1 * s);
+    if (round_cs) { c = a2f(f2a(c)); s = a2f(f2a(s)); }
+    float x1 = a2f(v[i]), x2 = a2f(v[i + half]);
+    v[i] = f2a(x1 * c - x2 * s);
+    v[i + half] = f2a(x2 * c + x1 * s);
 }
 
 // Append k, v [T, Hkv, hd] of sequence b's new tokens into its cache slot:
 // cache [slots, Hkv, max_len, hd]; token t of the batch goes to (slot[seq[t]], start[seq[t]] + t - tok0[seq[t]]).
 // grid = T, block = 256
-extern "C" __global__ void kv_append(const bf16* __restrict__ k, const bf16* __restrict__ v,
-                                     bf16* __restrict__ kc, bf16* __restrict__ vc,
+extern "C" __global__ void KERNEL(kv_append)(const act_t* __restrict__ k, const act_t* __restrict__ v,
+                                     act_t* __restrict__ kc, act_t* __restrict__ vc,
                                      const int* __restrict__ cache_pos, const int* __restrict__ slot_of_tok,
                                      int hkv, int hd, int max_len) {
     int t = blockIdx.x;
@@ -60,8 +60,8 @@ extern "C" __global__ void kv_append(const bf16* __restrict__ k, const bf16* __r
 // read from the cache in tiles of ATT_TILE with an online softmax. A query at cache position p
 // sees keys 0..=p (causal). q [T, Hq, hd]; out [T, Hq, hd]. block = 128, hd <= ATT_HD_MAX.
 // Each thread owns output dims d = threadIdx.x + k*blockDim.x.
-extern "C" __global__ void attn_prefill(const bf16* __restrict__ q, const bf16* __restrict__ kc,
-                                        const bf16* __restrict__ vc, bf16* __restrict__ out,
+extern "C" __global__ void KERNEL(attn_prefill)(const act_t* __restrict__ q, const act_t* __restrict__ kc,
+                                        const act_t* __restrict__ vc, act_t* __restrict__ out,
                                         const int* __restrict__ cache_pos, const int* __restrict__ slot_of_tok,
                                         int hq, int hkv, int hd, int max_len, float scale) {
     __shared__ float qs[ATT_HD_MAX];
@@ -70,10 +70,10 @@ extern "C" __global__ void attn_prefill(const bf16* __restrict__ q, const bf16* 
     int t = blockIdx.x, h = blockIdx.y, g = h / (hq / hkv);
     long long slot = slot_of_tok[t];
     int p = cache_pos[t];
-    const bf16* qv = q + ((long long)t * hq + h) * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = bf2f(qv[d]) * scale;
-    const bf16* kb = kc + (slot * hkv + g) * (long long)max_len * hd;
-    const bf16* vb = vc + (slot * hkv + g) * (long long)max_len * hd;
+    const act_t* qv = q + ((long long)t * hq + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = a2f(qv[d]) * scale;
+    const act_t* kb = kc + (slot * hkv + g) * (long long)max_len * hd;
+    const act_t* vb = vc + (slot * hkv + g) * (long long)max_len * hd;
     float acc[ATT_HD_MAX / 32];
     for (int k = 0; k < ATT_HD_MAX / 32; k++) acc[k] = 0.0f;
     float m = -INFINITY, l = 0.0f;
@@ -83,9 +83,9 @@ extern "C" __global__ void attn_prefill(const bf16* __restrict__ q, const bf16* 
         int n = min(ATT_TILE, p + 1 - j0);
         // scores: one warp per key, lanes split the head dims
         for (int j = wid; j < n; j += nw) {
-            const bf16* kr = kb + (long long)(j0 + j) * hd;
+            const act_t* kr = kb + (long long)(j0 + j) * hd;
             float s = 0.0f;
-            for (int d = lane; d < hd; d += 32) s += qs[d] * bf2f(kr[d]);
+            for (int d = lane; d < hd; d += 32) s += qs[d] * a2f(kr[d]);
             s = warp_sum(s);
             if (lane == 0) sc[j] = s;
         }
@@ -99,17 +99,17 @@ extern "C" __global__ void attn_prefill(const bf16* __restrict__ q, const bf16* 
         for (int j = 0; j < n; j++) {
             float pj = __expf(sc[j] - mn);
             l += pj;
-            const bf16* vr = vb + (long long)(j0 + j) * hd;
+            const act_t* vr = vb + (long long)(j0 + j) * hd;
             int k = 0;
-            for (int d = threadIdx.x; d < hd; d += blockDim.x, k++) acc[k] += pj * bf2f(vr[d]);
+            for (int d = threadIdx.x; d < hd; d += blockDim.x, k++) acc[k] += pj * a2f(vr[d]);
         }
         m = mn;
         __syncthreads();
     }
     (void)scratch;
-    bf16* o = out + ((long long)t * hq + h) * hd;
+    act_t* o = out + ((long long)t * hq + h) * hd;
     int k = 0;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x, k++) o[d] = f2bf(acc[k] / l);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x, k++) o[d] = f2a(acc[k] / l);
 }
 
 // Decode attention, split-KV: one block per (sequence, kv head, split); the block handles all
@@ -118,8 +118,8 @@ extern "C" __global__ void attn_prefill(const bf16* __restrict__ q, const bf16* 
 // q [B, Hq, hd] (one token per sequence), lens[b] = keys visible (cache length incl. new token).
 // block = 128 (4 warps); each warp owns query heads w, w+4, ...; lanes split hd.
 #define DEC_GROUP_MAX 16
-extern "C" __global__ void attn_decode_split(const bf16* __restrict__ q, const bf16* __restrict__ kc,
-                                             const bf16* __restrict__ vc, const int* __restrict__ lens,
+extern "C" __global__ void KERNEL(attn_decode_split)(const act_t* __restrict__ q, const act_t* __restrict__ kc,
+                                             const act_t* __restrict__ vc, const int* __restrict__ lens,
                                              const int* __restrict__ slots, float* __restrict__ part_acc,
                                              float* __restrict__ part_ml, int hq, int hkv, int hd,
                                              int max_len, int split_len, float scale) {
@@ -129,28 +129,28 @@ extern "C" __global__ void attn_decode_split(const bf16* __restrict__ q, const b
     long long slot = slots[b];
     int j0 = sp * split_len, j1 = min(len, j0 + split_len);
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const bf16* kb = kc + (slot * hkv + g) * (long long)max_len * hd;
-    const bf16* vb = vc + (slot * hkv + g) * (long long)max_len * hd;
+    const act_t* kb = kc + (slot * hkv + g) * (long long)max_len * hd;
+    const act_t* vb = vc + (slot * hkv + g) * (long long)max_len * hd;
     for (int hh = wid; hh < grp; hh += nw) {
         int h = g * grp + hh;
-        const bf16* qv = q + ((long long)b * hq + h) * hd;
+        const act_t* qv = q + ((long long)b * hq + h) * hd;
         float qr[ATT_HD_MAX / 32], acc[ATT_HD_MAX / 32];
         int nd = (hd + 31) / 32;
         for (int k = 0; k < nd; k++) {
             int d = lane + 32 * k;
-            qr[k] = d < hd ? bf2f(qv[d]) * scale : 0.0f;
+            qr[k] = d < hd ? a2f(qv[d]) * scale : 0.0f;
             acc[k] = 0.0f;
         }
         float m = -INFINITY, l = 0.0f;
         for (int j = j0; j < j1; j++) {
-            const bf16* kr = kb + (long long)j * hd;
+            const act_t* kr = kb + (long long)j * hd;
             float s = 0.0f;
-            for (int k = 0; k < nd; k++) { int d = lane + 32 * k; if (d < hd) s += qr[k] * bf2f(kr[d]); }
+            for (int k = 0; k < nd; k++) { int d = lane + 32 * k; if (d < hd) s += qr[k] * a2f(kr[d]); }
             s = warp_sum(s);
             float mn = fmaxf(m, s), corr = __expf(m - mn), pj = __expf(s - mn);
             l = l * corr + pj;
-            const bf16* vr = vb + (long long)j * hd;
-            for (int k = 0; k < nd; k++) { int d = lane + 32 * k; acc[k] = acc[k] * corr + (d < hd ? pj * bf2f(vr[d]) : 0.0f); }
+            const act_t* vr = vb + (long long)j * hd;
+            for (int k = 0; k < nd; k++) { int d = lane + 32 * k; acc[k] = acc[k] * corr + (d < hd ? pj * a2f(vr[d]) : 0.0f); }
             m = mn;
         }
         long long pi = ((long long)b * hq + h) * nsplit + sp;
@@ -160,8 +160,8 @@ extern "C" __global__ void attn_decode_split(const bf16* __restrict__ q, const b
 }
 
 // Merge the splits: out[b, h, :] = Σ_s e^{m_s - M} acc_s / Σ_s e^{m_s - M} l_s. grid = (B, Hq), block = hd<=256
-extern "C" __global__ void attn_decode_combine(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
-                                               bf16* __restrict__ out, int hq, int hd, int nsplit) {
+extern "C" __global__ void KERNEL(attn_decode_combine)(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
+                                               act_t* __restrict__ out, int hq, int hd, int nsplit) {
     int b = blockIdx.x, h = blockIdx.y;
     long long p0 = ((long long)b * hq + h) * nsplit;
     float M = -INFINITY;
@@ -171,12 +171,12 @@ extern "C" __global__ void attn_decode_combine(const float* __restrict__ part_ac
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float a = 0.0f;
         for (int s = 0; s < nsplit; s++) { float m = part_ml[(p0 + s) * 2]; if (m > -INFINITY) a += __expf(m - M) * part_acc[(p0 + s) * hd + d]; }
-        out[((long long)b * hq + h) * hd + d] = f2bf(a / L);
+        out[((long long)b * hq + h) * hd + d] = f2a(a / L);
     }
 }
 
 // o *= sigmoid(gate), elementwise over n values. grid-stride.
-extern "C" __global__ void sigmoid_gate_mul(bf16* __restrict__ o, const bf16* __restrict__ gate, long long n) {
+extern "C" __global__ void KERNEL(sigmoid_gate_mul)(act_t* __restrict__ o, const act_t* __restrict__ gate, long long n) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-        o[i] = f2bf(bf2f(o[i]) * sigmoidf_(bf2f(gate[i])));
+        o[i] = f2a(a2f(o[i]) * sigmoidf_(a2f(gate[i])));
 }

@@ -6,8 +6,8 @@
 // Causal conv over packed sequences: x [T, C] raw projections, conv state pool [slots, C, K-1]
 // (the previous K-1 inputs, oldest first), w [C, K]. y [T, C] = SiLU(conv). Updates the state
 // to the last K-1 inputs. grid = (ceil(C/128), B), block = 128 (one thread per channel).
-extern "C" __global__ void causal_conv(const bf16* __restrict__ x, float* __restrict__ state,
-                                       const bf16* __restrict__ w, bf16* __restrict__ y,
+extern "C" __global__ void KERNEL(causal_conv)(const act_t* __restrict__ x, float* __restrict__ state,
+                                       const act_t* __restrict__ w, act_t* __restrict__ y,
                                        const int* __restrict__ cu, const int* __restrict__ slots,
                                        int C, int K) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
@@ -16,64 +16,64 @@ extern "C" __global__ void causal_conv(const bf16* __restrict__ x, float* __rest
     float win[8];  // K <= 8 (checked on the host)
     for (int j = 0; j < K - 1; j++) win[j] = st[j];
     float wk[8];
-    for (int j = 0; j < K; j++) wk[j] = bf2f(w[(long long)c * K + j]);
+    for (int j = 0; j < K; j++) wk[j] = a2f(w[(long long)c * K + j]);
     for (int t = cu[b]; t < cu[b + 1]; t++) {
-        float xt = bf2f(x[(long long)t * C + c]);
+        float xt = a2f(x[(long long)t * C + c]);
         win[K - 1] = xt;
         float s = 0.0f;
         for (int j = 0; j < K; j++) s += wk[j] * win[j];
-        y[(long long)t * C + c] = f2bf(siluf_(bf2f(f2bf(s))));
+        y[(long long)t * C + c] = f2a(siluf_(a2f(f2a(s))));
         for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
     }
     for (int j = 0; j < K - 1; j++) st[j] = win[j];
 }
 
 // Per token t and value head h: beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias).
-// b, a [T, Hv] bf16; beta, g [T, Hv] f32. grid-stride over T*Hv.
-extern "C" __global__ void gdn_gates(const bf16* __restrict__ bb, const bf16* __restrict__ aa,
+// b, a [T, Hv] act_t; beta, g [T, Hv] f32. grid-stride over T*Hv.
+extern "C" __global__ void KERNEL(gdn_gates)(const act_t* __restrict__ bb, const act_t* __restrict__ aa,
                                      const float* __restrict__ a_log, const float* __restrict__ dt_bias,
                                      float* __restrict__ beta, float* __restrict__ g, int hv, long long n) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         int h = (int)(i % hv);
-        beta[i] = sigmoidf_(bf2f(bb[i]));
-        g[i] = -expf(a_log[h]) * softplusf_(bf2f(aa[i]) + dt_bias[h]);
+        beta[i] = sigmoidf_(a2f(bb[i]));
+        g[i] = -expf(a_log[h]) * softplusf_(a2f(aa[i]) + dt_bias[h]);
     }
 }
 
 // From the conv output y [T, 2*Hk*dk + Hv*dv] write fp32 q̂ = q/|q|·dk^-½, k̂ = k/|k| ([T, Hk, dk])
 // and v ([T, Hv, dv]). grid = (T, Hk), block = 128 (dk <= 1024).
-extern "C" __global__ void gdn_qkv_prep(const bf16* __restrict__ y, float* __restrict__ qn, float* __restrict__ kn,
+extern "C" __global__ void KERNEL(gdn_qkv_prep)(const act_t* __restrict__ y, float* __restrict__ qn, float* __restrict__ kn,
                                         float* __restrict__ v, int hk, int hv, int dk, int dv, float eps) {
     __shared__ float scratch[32];
     long long t = blockIdx.x;
     int h = blockIdx.y;
     int conv = 2 * hk * dk + hv * dv;
-    const bf16* row = y + t * conv;
+    const act_t* row = y + t * conv;
     float sq = 0.0f, sk = 0.0f;
     for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-        float a = bf2f(row[h * dk + i]), b = bf2f(row[hk * dk + h * dk + i]);
+        float a = a2f(row[h * dk + i]), b = a2f(row[hk * dk + h * dk + i]);
         sq += a * a; sk += b * b;
     }
     float rq = rsqrtf(block_sum(sq, scratch) + eps) * rsqrtf((float)dk);
     float rk = rsqrtf(block_sum(sk, scratch) + eps);
     for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-        qn[(t * hk + h) * dk + i] = bf2f(row[h * dk + i]) * rq;
-        kn[(t * hk + h) * dk + i] = bf2f(row[hk * dk + h * dk + i]) * rk;
+        qn[(t * hk + h) * dk + i] = a2f(row[h * dk + i]) * rq;
+        kn[(t * hk + h) * dk + i] = a2f(row[hk * dk + h * dk + i]) * rk;
     }
     int per = hv / hk;  // this block also copies the value heads h*per .. h*per+per-1
     for (int i = threadIdx.x; i < per * dv; i += blockDim.x) {
         int vh = h * per + i / dv, c = i % dv;
-        v[(t * hv + vh) * dv + c] = bf2f(row[2 * hk * dk + vh * dv + c]);
+        v[(t * hv + vh) * dv + c] = a2f(row[2 * hk * dk + vh * dv + c]);
     }
 }
 
 // Recurrent delta rule for decode (one token per sequence). State pool [slots, Hv, dk, dv] f32.
 // grid = (B, Hv), block = dv threads (one output column each).
 //   S = e^g S;  m = Sᵀk;  δ = β(v - m);  S += k δᵀ;  o = Sᵀq
-extern "C" __global__ void gdn_recurrent(const float* __restrict__ qn, const float* __restrict__ kn,
+extern "C" __global__ void KERNEL(gdn_recurrent)(const float* __restrict__ qn, const float* __restrict__ kn,
                                          const float* __restrict__ v, const float* __restrict__ beta,
                                          const float* __restrict__ g, float* __restrict__ state,
-                                         bf16* __restrict__ out, const int* __restrict__ slots,
+                                         act_t* __restrict__ out, const int* __restrict__ slots,
                                          int hk, int hv, int dk, int dv) {
     DYNAMIC_SHARED(float, sh);  // q[dk], k[dk]
     int b = blockIdx.x, h = blockIdx.y, j = threadIdx.x, kh = h / (hv / hk);
@@ -91,7 +91,7 @@ extern "C" __global__ void gdn_recurrent(const float* __restrict__ qn, const flo
     float d = bt * (v[((long long)b * hv + h) * dv + j] - m);
     float o = 0.0f;
     for (int i = 0; i < dk; i++) { float s = S[i * dv + j] + ks[i] * d; S[i * dv + j] = s; o += s * qs[i]; }
-    out[((long long)b * hv + h) * dv + j] = f2bf(o);
+    out[((long long)b * hv + h) * dv + j] = f2a(o);
 }
 
 #define GDN_CHUNK 64
@@ -101,10 +101,10 @@ extern "C" __global__ void gdn_recurrent(const float* __restrict__ qn, const flo
 //   Vn = U - W S;  O_i = e^{γ_i} q̂_i S + Σ_{j<=i} (q̂_i·k̂_j) e^{γ_i-γ_j} Vn_j
 //   S = e^{γ_c-1} S + Σ_j e^{γ_c-1 - γ_j} k̂_j Vn_jᵀ
 // U/W/Vn live in a global scratch [B*Hv, GDN_CHUNK, dk+dv] (fp32). block = 256.
-extern "C" __global__ void gdn_chunked(const float* __restrict__ qn, const float* __restrict__ kn,
+extern "C" __global__ void KERNEL(gdn_chunked)(const float* __restrict__ qn, const float* __restrict__ kn,
                                        const float* __restrict__ v, const float* __restrict__ beta,
                                        const float* __restrict__ g, float* __restrict__ state,
-                                       bf16* __restrict__ out, float* __restrict__ scratch,
+                                       act_t* __restrict__ out, float* __restrict__ scratch,
                                        const int* __restrict__ cu, const int* __restrict__ slots,
                                        int hk, int hv, int dk, int dv) {
     __shared__ float A[GDN_CHUNK][GDN_CHUNK];   // strict lower part: A; later Pm (incl. diagonal)
@@ -179,7 +179,7 @@ extern "C" __global__ void gdn_chunked(const float* __restrict__ qn, const float
             for (int r = 0; r < dk; r++) o += qi[r] * S[r * dv + col];
             o *= expf(gam[i]);
             for (int j = 0; j <= i; j++) o += A[i][j] * U[j * dv + col];
-            out[((long long)(t0 + i) * hv + h) * dv + col] = f2bf(o);
+            out[((long long)(t0 + i) * hv + h) * dv + col] = f2a(o);
         }
         __syncthreads();
         float gl = gam[c - 1];

@@ -8,15 +8,15 @@ __device__ __forceinline__ u64 mix64(u64 x) {
     return x ^ (x >> 31);
 }
 
-// x[i] = bf16(lo + (hi - lo) * u(seed, i)). grid-stride.
-extern "C" __global__ void fill_uniform_bf16(bf16* __restrict__ x, long long n, u64 seed, float lo, float hi) {
+// x[i] = act_t(lo + (hi - lo) * u(seed, i)). grid-stride.
+extern "C" __global__ void KERNEL(fill_uniform)(act_t* __restrict__ x, long long n, u64 seed, float lo, float hi) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         float u = (float)(mix64(seed ^ mix64((u64)i)) >> 40) * (1.0f / 16777216.0f);
-        x[i] = f2bf(lo + (hi - lo) * u);
+        x[i] = f2a(lo + (hi - lo) * u);
     }
 }
 
 // x[i] = v. grid-stride.
-extern "C" __global__ void fill_f32(float* __restrict__ x, long long n, float v) {
+extern "C" __global__ void KERNEL(fill_f32)(float* __restrict__ x, long long n, float v) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) x[i] = v;
 }

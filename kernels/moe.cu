@@ -1,6 +1,6 @@
 // Sparse MoE on device: router softmax + top-k + renormalisation (with the routing record),
 // grouping of (token, slot) pairs by expert (count, scan, scatter), a grouped expert GEMM over
-// the groups (bf16 in, fp32 accumulate), SwiGLU, the weighted combine of the top-k expert
+// the groups (act_t in, fp32 accumulate), SwiGLU, the weighted combine of the top-k expert
 // outputs with the gated shared expert.
 
 #define MOE_E_MAX 1024
@@ -9,7 +9,7 @@
 // index, like torch.topk on CPU), w = p_top / Σ p_top. Optionally `forced` [T, k] replays a
 // recorded routing (R3): then the same experts are used with weights from the current p.
 // idx [T, k] int, w [T, k] f32. block = 128 (4 tokens per block).
-extern "C" __global__ void router_topk(const float* __restrict__ logits, int* __restrict__ idx,
+extern "C" __global__ void KERNEL(router_topk)(const float* __restrict__ logits, int* __restrict__ idx,
                                        float* __restrict__ wts, const int* __restrict__ forced,
                                        int T, int E, int K) {
     int lane = threadIdx.x & 31;
@@ -47,19 +47,19 @@ extern "C" __global__ void router_topk(const float* __restrict__ logits, int* __
         pk[k] = best; ik[k] = bi; tot += best;
     }
     if (lane == 0) {
-        for (int k = 0; k < K; k++) { idx[(long long)t * K + k] = ik[k]; wts[(long long)t * K + k] = bf2f(f2bf(pk[k] / tot)); }
+        for (int k = 0; k < K; k++) { idx[(long long)t * K + k] = ik[k]; wts[(long long)t * K + k] = a2f(f2a(pk[k] / tot)); }
     }
 }
 
 // counts[e] = number of (t, k) pairs routed to e. counts must be zeroed. grid-stride over T*K.
-extern "C" __global__ void moe_count(const int* __restrict__ idx, int* __restrict__ counts, long long n) {
+extern "C" __global__ void KERNEL(moe_count)(const int* __restrict__ idx, int* __restrict__ counts, long long n) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
         atomicAdd(&counts[idx[i]], 1);
 }
 
 // offsets[0..=E] = exclusive scan of counts; cursor = copy of offsets[0..E]. One block, 1 thread
 // per expert chunk (E <= a few thousand; this is not on the critical path).
-extern "C" __global__ void moe_scan(const int* __restrict__ counts, int* __restrict__ offsets,
+extern "C" __global__ void KERNEL(moe_scan)(const int* __restrict__ counts, int* __restrict__ offsets,
                                     int* __restrict__ cursor, int E) {
     if (threadIdx.x == 0 && blockIdx.x == 0) {
         int acc = 0;
@@ -70,7 +70,7 @@ extern "C" __global__ void moe_scan(const int* __restrict__ counts, int* __restr
 
 // perm[row] = pair index (t*K + k) for rows grouped by expert. Deterministic order inside a group
 // is not required for correctness (each row is independent); the combine sums by pair index.
-extern "C" __global__ void moe_scatter(const int* __restrict__ idx, int* __restrict__ cursor,
+extern "C" __global__ void KERNEL(moe_scatter)(const int* __restrict__ idx, int* __restrict__ cursor,
                                        int* __restrict__ perm, int* __restrict__ row_of_pair, long long n) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         int r = atomicAdd(&cursor[idx[i]], 1);
@@ -82,12 +82,12 @@ extern "C" __global__ void moe_scatter(const int* __restrict__ idx, int* __restr
 #define GT 64   // output tile (rows x cols)
 #define GK 32   // k step
 // Grouped GEMM: for expert e (blockIdx.z), rows offsets[e]..offsets[e+1] of the grouped matrix:
-//   out[row, n] = Σ_k in(row)[k] · W[e][n, k]        (W: [E, N, Kd] bf16, nn.Linear layout)
+//   out[row, n] = Σ_k in(row)[k] · W[e][n, k]        (W: [E, N, Kd] act_t, nn.Linear layout)
 // in(row) = x[perm[row] / topk] when `gather` (token rows), else x[row] (already grouped rows).
-// out is [rows_total, N] bf16. grid = (ceil(N/GT), ceil(max_rows/GT), E), block = 256.
+// out is [rows_total, N] act_t. grid = (ceil(N/GT), ceil(max_rows/GT), E), block = 256.
 // Each thread computes a 4x4 sub-tile. Plain fp32 FMA (a tensor-core path is future work).
-extern "C" __global__ void grouped_gemm(const bf16* __restrict__ x, const bf16* __restrict__ W,
-                                        bf16* __restrict__ out, const int* __restrict__ offsets,
+extern "C" __global__ void KERNEL(grouped_gemm)(const act_t* __restrict__ x, const act_t* __restrict__ W,
+                                        act_t* __restrict__ out, const int* __restrict__ offsets,
                                         const int* __restrict__ perm, int gather, int topk,
                                         int N, int Kd) {
     __shared__ float xs[GT][GK + 1];
@@ -96,7 +96,7 @@ extern "C" __global__ void grouped_gemm(const bf16* __restrict__ x, const bf16* 
     int r0 = offsets[e] + blockIdx.y * GT, rend = offsets[e + 1];
     if (r0 >= rend) return;
     int n0 = blockIdx.x * GT;
-    const bf16* We = W + (long long)e * N * Kd;
+    const act_t* We = W + (long long)e * N * Kd;
     int tr = (threadIdx.x / 16) * 4, tc = (threadIdx.x % 16) * 4;
     float acc[4][4];
     for (int a = 0; a < 4; a++) for (int c = 0; c < 4; c++) acc[a][c] = 0.0f;
@@ -106,11 +106,11 @@ extern "C" __global__ void grouped_gemm(const bf16* __restrict__ x, const bf16* 
             float xv = 0.0f;
             if (row < rend && k < Kd) {
                 long long src = gather ? (long long)(perm[row] / topk) : (long long)row;
-                xv = bf2f(x[src * Kd + k]);
+                xv = a2f(x[src * Kd + k]);
             }
             xs[rr][kk] = xv;
             int n = n0 + rr;
-            ws[rr][kk] = (n < N && k < Kd) ? bf2f(We[(long long)n * Kd + k]) : 0.0f;
+            ws[rr][kk] = (n < N && k < Kd) ? a2f(We[(long long)n * Kd + k]) : 0.0f;
         }
         __syncthreads();
         for (int kk = 0; kk < GK; kk++) {
@@ -124,38 +124,38 @@ extern "C" __global__ void grouped_gemm(const bf16* __restrict__ x, const bf16* 
     for (int a = 0; a < 4; a++) {
         int row = r0 + tr + a;
         if (row >= rend) continue;
-        for (int c = 0; c < 4; c++) { int n = n0 + tc + c; if (n < N) out[(long long)row * N + n] = f2bf(acc[a][c]); }
+        for (int c = 0; c < 4; c++) { int n = n0 + tc + c; if (n < N) out[(long long)row * N + n] = f2a(acc[a][c]); }
     }
 }
 
-// SwiGLU on fused gate|up rows: gu [rows, 2I] -> act [rows, I] = bf16(SiLU(g)) * u. grid-stride.
-extern "C" __global__ void swiglu(const bf16* __restrict__ gu, bf16* __restrict__ act, int I, long long rows) {
+// SwiGLU on fused gate|up rows: gu [rows, 2I] -> act [rows, I] = act_t(SiLU(g)) * u. grid-stride.
+extern "C" __global__ void KERNEL(swiglu)(const act_t* __restrict__ gu, act_t* __restrict__ act, int I, long long rows) {
     long long n = rows * I;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         long long r = i / I; int c = (int)(i % I);
-        float g = bf2f(gu[r * 2 * I + c]), u = bf2f(gu[r * 2 * I + I + c]);
-        act[i] = f2bf(bf2f(f2bf(siluf_(g))) * u);
+        float g = a2f(gu[r * 2 * I + c]), u = a2f(gu[r * 2 * I + I + c]);
+        act[i] = f2a(a2f(f2a(siluf_(g))) * u);
     }
 }
 
 // Same for separate gate/up tensors (shared expert): act = SiLU(g) * u.
-extern "C" __global__ void silu_mul(const bf16* __restrict__ g, const bf16* __restrict__ u, bf16* __restrict__ act, long long n) {
+extern "C" __global__ void KERNEL(silu_mul)(const act_t* __restrict__ g, const act_t* __restrict__ u, act_t* __restrict__ act, long long n) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-        act[i] = f2bf(bf2f(f2bf(siluf_(bf2f(g[i])))) * bf2f(u[i]));
+        act[i] = f2a(a2f(f2a(siluf_(a2f(g[i])))) * a2f(u[i]));
 }
 
 // out[t, :] = Σ_k w[t,k] · y[row_of_pair[t*K+k], :]  +  sigmoid(sg[t]) · shared[t, :]
-// (k summed in slot order: deterministic). sg [T] is x·w_sgᵀ (bf16); shared may be null.
+// (k summed in slot order: deterministic). sg [T] is x·w_sgᵀ (act_t); shared may be null.
 // grid = T, block = 256.
-extern "C" __global__ void moe_combine(const bf16* __restrict__ y, const int* __restrict__ row_of_pair,
-                                       const float* __restrict__ wts, const bf16* __restrict__ shared,
-                                       const bf16* __restrict__ sg, bf16* __restrict__ out, int H, int K) {
+extern "C" __global__ void KERNEL(moe_combine)(const act_t* __restrict__ y, const int* __restrict__ row_of_pair,
+                                       const float* __restrict__ wts, const act_t* __restrict__ shared,
+                                       const act_t* __restrict__ sg, act_t* __restrict__ out, int H, int K) {
     long long t = blockIdx.x;
-    float gate = shared ? sigmoidf_(bf2f(sg[t])) : 0.0f;
+    float gate = shared ? sigmoidf_(a2f(sg[t])) : 0.0f;
     for (int c = threadIdx.x; c < H; c += blockDim.x) {
         float a = 0.0f;
-        for (int k = 0; k < K; k++) a += wts[t * K + k] * bf2f(y[(long long)row_of_pair[t * K + k] * H + c]);
-        if (shared) a = bf2f(f2bf(a)) + bf2f(f2bf(gate * bf2f(shared[t * H + c])));
-        out[t * H + c] = f2bf(a);
+        for (int k = 0; k < K; k++) a += wts[t * K + k] * a2f(y[(long long)row_of_pair[t * K + k] * H + c]);
+        if (shared) a = a2f(f2a(a)) + a2f(f2a(gate * a2f(shared[t * H + c])));
+        out[t * H + c] = f2a(a);
     }
 }

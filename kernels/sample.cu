@@ -1,97 +1,171 @@
-// Sampling from logits on device, one block per sequence: greedy (temperature 0) or
-// temperature + top-k + top-p with a seeded counter-based RNG, and the log-probability of the
-// chosen token under the temperature-scaled full distribution. Thresholds for top-k / top-p are
-// found by bisection on the probability value (no sort over the 248k vocabulary).
+// Sampling from logits on device, one block per sequence, with the CPU engine's semantics
+// (src/engine/sampler.rs): temperature 0 = greedy (argmax, lowest id on ties); otherwise divide by
+// the temperature, keep the top_k largest (ties towards the lower id), softmax, keep the smallest
+// most-likely-first prefix whose probability reaches top_p, renormalise, and draw by inverse CDF
+// over the kept tokens most likely first — or over the whole vocabulary in id order when nothing
+// is truncated. The uniform draw u[b] in [0, 1) comes from the sequence's own random stream on
+// the host, one per sampled token, so a seeded run picks the CPU's tokens when the logits agree.
+// Outputs: token, logprob = log_softmax(logits)[token] (the policy's: temperature 1, untruncated)
+// and sampling_logprob (under the distribution actually sampled; 0 when greedy).
+// Probabilities are summed in double as on the CPU. Reductions go through shared memory.
 
-__device__ __forceinline__ u64 splitmix64(u64 x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
+#define SAMPLE_THREADS 1024
+#define SAMPLE_MAX_KEEP 2048
+
+// Block-wide double sum (every thread gets it). blockDim.x == SAMPLE_THREADS.
+__device__ __forceinline__ double block_sum_d(double v, double* red) {
+    int tid = threadIdx.x;
+    __syncthreads();
+    red[tid] = v;
+    __syncthreads();
+    for (int s = SAMPLE_THREADS / 2; s > 0; s >>= 1) {
+        if (tid < s) red[tid] += red[tid + s];
+        __syncthreads();
+    }
+    return red[0];
 }
 
-// logits [B, V] f32. params per sequence: temp[b], top_k[b] (0 = off), top_p[b] (1 = off),
-// seed[b], step[b] (the RNG draws u = hash(seed, step)). Outputs token[b], logprob[b].
-// block = 1024.
-extern "C" __global__ void sample_tokens(const float* __restrict__ logits, int V, const float* __restrict__ temp,
+// Block-wide argmax of (value, -index): the largest value, lowest index on ties. Every thread gets
+// the index (-1 when no thread had a candidate).
+__device__ __forceinline__ int block_argmax(float v, int i, float* rv, int* ri) {
+    int tid = threadIdx.x;
+    __syncthreads();
+    rv[tid] = v; ri[tid] = i;
+    __syncthreads();
+    for (int s = SAMPLE_THREADS / 2; s > 0; s >>= 1) {
+        if (tid < s) {
+            float ov = rv[tid + s]; int oi = ri[tid + s];
+            if (oi >= 0 && (ri[tid] < 0 || ov > rv[tid] || (ov == rv[tid] && oi < ri[tid]))) { rv[tid] = ov; ri[tid] = oi; }
+        }
+        __syncthreads();
+    }
+    return ri[0];
+}
+
+// logits [B, V] f32; temp[b], top_k[b] (0 = off), top_p[b] (1 = off), u[b]. grid = B,
+// block = SAMPLE_THREADS. With truncation at most SAMPLE_MAX_KEEP tokens are kept (checked on
+// the host for top_k; a nucleus without top-k that needs more is cut there: the one difference
+// from the CPU sampler).
+extern "C" __global__ void KERNEL(sample_tokens)(const float* __restrict__ logits, int V, const float* __restrict__ temp,
                                          const int* __restrict__ top_k, const float* __restrict__ top_p,
-                                         const u64* __restrict__ seed, const u64* __restrict__ step,
-                                         int* __restrict__ token, float* __restrict__ logprob) {
-    __shared__ float scratch[32];
-    __shared__ float tsum[1024];
-    __shared__ int pick;
-    __shared__ int amax;
+                                         const double* __restrict__ u, int* __restrict__ token,
+                                         float* __restrict__ logprob, float* __restrict__ sampling_logprob) {
+    __shared__ double red[SAMPLE_THREADS];
+    __shared__ float rv[SAMPLE_THREADS];
+    __shared__ int ri[SAMPLE_THREADS];
+    __shared__ int keep_id[SAMPLE_MAX_KEEP];
+    __shared__ double slice[SAMPLE_THREADS];
+    __shared__ int pick_thread;
+    __shared__ double pick_acc;
     int b = blockIdx.x, tid = threadIdx.x, nth = blockDim.x;
     const float* lg = logits + (long long)b * V;
+    // argmax (lowest id on ties) and the policy's log-normaliser
+    float mx = -INFINITY; int am = -1;
+    for (int i = tid; i < V; i += nth) { float x = lg[i]; if (am < 0 || x > mx) { mx = x; am = i; } }
+    am = block_argmax(mx, am, rv, ri);
+    float gmax = lg[am];
+    double s1 = 0.0;
+    for (int i = tid; i < V; i += nth) s1 += (double)expf(lg[i] - gmax);
+    double log_z = (double)gmax + log(block_sum_d(s1, red));
     float T = temp[b];
-    float inv_t = T > 0.0f ? 1.0f / T : 1.0f;
-    // max and argmax (lowest index on ties)
-    float mx = -INFINITY; int am = 0x7fffffff;
-    for (int i = tid; i < V; i += nth) { float x = lg[i]; if (x > mx || (x == mx && i < am)) { mx = x; am = i; } }
-    if (tid == 0) amax = 0x7fffffff;
-    float gmax = block_max(mx, scratch);  // (contains barriers: amax is initialised)
-    if (mx == gmax) atomicMin(&amax, am);
-    __syncthreads();
-    float s = 0.0f;
-    for (int i = tid; i < V; i += nth) s += expf((lg[i] - gmax) * inv_t);
-    float lse = logf(block_sum(s, scratch));  // log Σ e^{(x-max)/T}
-    if (T <= 0.0f) {
-        if (tid == 0) { token[b] = amax; logprob[b] = (lg[amax] - gmax) - lse; }
-        return;
-    }
-    // keep set = { i : p_i >= thr }. top-k: largest thr with count(p >= thr) >= k.
-    // top-p: largest thr with mass(p >= thr) >= top_p. Bisection on log-prob thresholds.
-    float lo = -1e30f;  // keep everything
     int K = top_k[b];
     float P = top_p[b];
-    if (K > 0 && K < V) {
-        float a = -80.0f, c = 0.0f;  // log-prob range searched
-        for (int it = 0; it < 40; it++) {
-            float mid = 0.5f * (a + c);
-            float cnt = 0.0f;
-            for (int i = tid; i < V; i += nth) cnt += ((lg[i] - gmax) * inv_t - lse >= mid) ? 1.0f : 0.0f;
-            if (block_sum(cnt, scratch) >= (float)K) a = mid; else c = mid;
+    double ub = u[b];
+    int chosen;
+    double slp;
+    if (T == 0.0f) {
+        chosen = am; slp = 0.0;
+    } else if ((K <= 0 || K >= V) && P >= 1.0f) {
+        // whole vocabulary, id order: contiguous slices per thread, f32 weights summed in double
+        float inv_t = 1.0f / T;
+        int per = (V + nth - 1) / nth, i0 = min(V, tid * per), i1 = min(V, i0 + per);
+        double ms = 0.0;
+        for (int i = i0; i < i1; i++) ms += (double)expf((lg[i] - gmax) * inv_t);
+        slice[tid] = ms;
+        double total = block_sum_d(ms, red);
+        __syncthreads();
+        if (tid == 0) {
+            double target = ub * total, acc = 0.0;
+            int th = -1;
+            for (int j = 0; j < nth; j++) { if (target < acc + slice[j]) { th = j; break; } acc += slice[j]; }
+            pick_thread = th; pick_acc = acc;
+            if (th < 0) {  // rounding past the end: the last token with a positive weight
+                int last = 0;
+                for (int i = V - 1; i >= 0; i--) if (expf((lg[i] - gmax) * inv_t) > 0.0f) { last = i; break; }
+                ri[0] = last;
+            }
         }
-        lo = fmaxf(lo, a);
-    }
-    if (P < 1.0f) {
-        float a = -80.0f, c = 0.0f;
-        for (int it = 0; it < 40; it++) {
-            float mid = 0.5f * (a + c);
-            float m = 0.0f;
-            for (int i = tid; i < V; i += nth) { float lp = (lg[i] - gmax) * inv_t - lse; m += lp >= mid ? expf(lp) : 0.0f; }
-            if (block_sum(m, scratch) >= P) a = mid; else c = mid;
+        __syncthreads();
+        if (pick_thread >= 0 && tid == pick_thread) {
+            double target = ub * total, acc = pick_acc;
+            int c = i1 - 1;
+            for (int i = i0; i < i1; i++) { acc += (double)expf((lg[i] - gmax) * inv_t); if (target < acc) { c = i; break; } }
+            ri[0] = c;
         }
-        lo = fmaxf(lo, a);
+        __syncthreads();
+        chosen = ri[0];
+        slp = log((double)expf((lg[chosen] - gmax) * inv_t) / total);
+    } else {
+        // candidates most likely first, by repeated argmax below the previous one in (value, -id)
+        double t = (double)fmaxf(T, 1.17549435e-38f);
+        int n = (K > 0 && K < V) ? min(K, SAMPLE_MAX_KEEP) : V;
+        double m_t = (double)gmax / t;
+        double total = 0.0;
+        if (n == V) {
+            double s = 0.0;
+            for (int i = tid; i < V; i += nth) s += exp((double)lg[i] / t - m_t);
+            total = block_sum_d(s, red);
+        }
+        float pv = INFINITY; int pi = -1;  // previous candidate
+        int kept = 0;
+        double cum = 0.0;
+        int limit = min(n, SAMPLE_MAX_KEEP);
+        for (int c = 0; c < limit; c++) {
+            float bv = -INFINITY; int bi = -1;
+            for (int i = tid; i < V; i += nth) {
+                float x = lg[i];
+                bool below = pi < 0 || x < pv || (x == pv && i > pi);
+                if (below && (bi < 0 || x > bv)) { bv = x; bi = i; }
+            }
+            int next = block_argmax(bv, bi, rv, ri);
+            if (next < 0) break;
+            if (tid == 0) keep_id[c] = next;
+            pv = lg[next]; pi = next;
+            kept = c + 1;
+            if (n == V && P < 1.0f) {  // nucleus without top-k: stop once it holds top_p
+                cum += exp((double)pv / t - m_t) / total;
+                if (cum >= (double)P) break;
+            }
+        }
+        cum = 0.0;
+        __syncthreads();
+        if (n < V) {  // top-k: normalise over the k candidates
+            double s = 0.0;
+            for (int c = 0; c < kept; c++) s += exp((double)lg[keep_id[c]] / t - m_t);
+            total = s;
+        }
+        if (P < 1.0f) {  // nucleus over the (renormalised) candidates
+            int k2 = kept;
+            for (int c = 0; c < kept; c++) {
+                cum += exp((double)lg[keep_id[c]] / t - m_t) / total;
+                if (cum >= (double)P) { k2 = c + 1; break; }
+            }
+            kept = k2;
+        }
+        double mass = 0.0;
+        for (int c = 0; c < kept; c++) mass += exp((double)lg[keep_id[c]] / t - m_t) / total;
+        double acc = 0.0;
+        int pick = kept - 1;
+        for (int c = 0; c < kept; c++) {
+            acc += exp((double)lg[keep_id[c]] / t - m_t) / total / mass;
+            if (ub < acc) { pick = c; break; }
+        }
+        chosen = keep_id[pick];
+        slp = log(exp((double)lg[chosen] / t - m_t) / total / mass);
     }
-    // inverse-CDF draw over the kept set in index order: contiguous slices per thread
-    int per = (V + nth - 1) / nth, i0 = tid * per, i1 = min(V, i0 + per);
-    float ms = 0.0f;
-    for (int i = i0; i < i1; i++) { float lp = (lg[i] - gmax) * inv_t - lse; if (lp >= lo) ms += expf(lp); }
-    tsum[tid] = ms;
-    __syncthreads();
     if (tid == 0) {
-        float tot = 0.0f;
-        for (int i = 0; i < nth; i++) tot += tsum[i];
-        u64 r = splitmix64(seed[b] ^ splitmix64(step[b]));
-        float u = (float)((r >> 40) * (1.0 / 16777216.0)) * tot;  // 24-bit uniform in [0, tot)
-        int th = nth - 1;
-        float acc = 0.0f;
-        for (int i = 0; i < nth; i++) { if (acc + tsum[i] > u) { th = i; break; } acc += tsum[i]; }
-        tsum[0] = u - acc;
-        pick = th;
-    }
-    __syncthreads();
-    if (tid == pick) {
-        float u = tsum[0], acc = 0.0f; int chosen = -1, last = -1;
-        for (int i = i0; i < i1; i++) {
-            float lp = (lg[i] - gmax) * inv_t - lse;
-            if (lp < lo) continue;
-            last = i; acc += expf(lp);
-            if (acc > u) { chosen = i; break; }
-        }
-        if (chosen < 0) chosen = last >= 0 ? last : amax;  // rounding at the slice end
         token[b] = chosen;
-        logprob[b] = (lg[chosen] - gmax) * inv_t - lse;
+        logprob[b] = (float)((double)lg[chosen] - log_z);
+        sampling_logprob[b] = (float)slp;
     }
 }

@@ -12,6 +12,9 @@
 #       on random weights generated on the GPU; writes $OUT/gpu-check.json (+ cuda-bench.json
 #       and the logs). --dry-run checks binaries, flags and paths and writes the plan without
 #       touching the GPU. --no-bench skips the benchmark.
+#   Each test runs in its own process under a timeout (EXECCRITIC_TEST_TIMEOUT, default 300 s), so
+#   one illegal address or hang cannot poison the rest; when the host has compute-sanitizer, the
+#   op tests also run under its memcheck (one process per test) and the result is reported.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=gpu-bin
@@ -93,27 +96,57 @@ PY
 fi
 
 export EXECCRITIC_REQUIRE_GPU=1
+TIMEOUT="${EXECCRITIC_TEST_TIMEOUT:-300}"
+# one process per test: "<binary>::<test> <status>" lines in $OUT/results.txt
+: >"$OUT/results.txt"
 declare -A rc
+run_each() {  # $1 = binary, $2 = log prefix, rest = wrapper command (may be empty)
+  local t=$1 prefix=$2; shift 2
+  local names; names=$("$BIN/$t" --list 2>/dev/null | sed -n 's/: test$//p')
+  local worst=0
+  for n in $names; do
+    local code=0
+    timeout "$TIMEOUT" "$@" "$BIN/$t" --exact "$n" --test-threads=1 --nocapture \
+      >"$OUT/$prefix.$n.log" 2>&1 || code=$?
+    local status=ok
+    [ "$code" = 0 ] || status=failed
+    [ "$code" = 124 ] && status=timeout
+    echo "$prefix::$n $status" >>"$OUT/results.txt"
+    [ "$code" = 0 ] || worst=1
+  done
+  return $worst
+}
 for t in $TESTS; do
   rc[$t]=0
-  "$BIN/$t" --test-threads=1 >"$OUT/$t.log" 2>&1 || rc[$t]=$?
+  run_each "$t" "$t" || rc[$t]=1
 done
+rc_sanitizer=skipped
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  rc_sanitizer=0
+  run_each cuda_ops sanitizer.cuda_ops compute-sanitizer --tool memcheck --error-exitcode 86 \
+    || rc_sanitizer=1
+fi
 rc_bench=skipped
 if [ "$bench" = 1 ]; then
   rc_bench=0
-  OUT="$OUT" "$BIN/cuda_model" --ignored full_size_benchmark --nocapture --test-threads=1 >"$OUT/bench.log" 2>&1 || rc_bench=$?
+  OUT="$OUT" timeout 1200 "$BIN/cuda_model" --ignored --exact full_size_benchmark --nocapture \
+    --test-threads=1 >"$OUT/bench.log" 2>&1 || rc_bench=$?
 fi
-python3 - "$OUT" "${rc[cuda_nvrtc]}" "${rc[cuda_ops]}" "${rc[cuda_model]}" "$rc_bench" <<PY
-import json, os, re, sys
+python3 - "$OUT" "${rc[cuda_nvrtc]}" "${rc[cuda_ops]}" "${rc[cuda_model]}" "$rc_bench" "$rc_sanitizer" <<PY
+import json, os, sys
 out = sys.argv[1]
-def results(log):
-    return {m.group(1): m.group(2) for m in re.finditer(r"^test (\S+) \.\.\. (\w+)", open(f"{out}/{log}").read(), re.M)}
+lines = [l.split() for l in open(f"{out}/results.txt") if l.strip()]
+def results(prefix):
+    return {k.split("::", 1)[1]: v for k, v in lines if k.split("::", 1)[0] == prefix}
 bench = json.load(open(f"{out}/cuda-bench.json")) if os.path.exists(f"{out}/cuda-bench.json") else None
 json.dump({"mode": "run", "commit": "$commit", "gpu": "$gpu_name", "nvrtc": "$EXECCRITIC_NVRTC",
-  "nvrtc_compile": {"rc": int(sys.argv[2]), "tests": results("cuda_nvrtc.log")},
-  "op_parity": {"rc": int(sys.argv[3]), "tests": results("cuda_ops.log")},
-  "model_parity": {"rc": int(sys.argv[4]), "tests": results("cuda_model.log")},
+  "nvrtc_compile": {"rc": int(sys.argv[2]), "tests": results("cuda_nvrtc")},
+  "op_parity": {"rc": int(sys.argv[3]), "tests": results("cuda_ops")},
+  "model_parity": {"rc": int(sys.argv[4]), "tests": results("cuda_model")},
+  "compute_sanitizer": {"rc": sys.argv[6], "tests": results("sanitizer.cuda_ops")},
   "full_size_benchmark": {"rc": sys.argv[5], "result": bench}}, open(f"{out}/gpu-check.json", "w"), indent=1)
 PY
-echo "gpu-check: nvrtc rc=${rc[cuda_nvrtc]} ops rc=${rc[cuda_ops]} model rc=${rc[cuda_model]} bench rc=$rc_bench; $OUT/gpu-check.json"
-[ "${rc[cuda_nvrtc]}" = 0 ] && [ "${rc[cuda_ops]}" = 0 ] && [ "${rc[cuda_model]}" = 0 ] && { [ "$rc_bench" = 0 ] || [ "$rc_bench" = skipped ]; }
+echo "gpu-check: nvrtc rc=${rc[cuda_nvrtc]} ops rc=${rc[cuda_ops]} model rc=${rc[cuda_model]} sanitizer rc=$rc_sanitizer bench rc=$rc_bench; $OUT/gpu-check.json"
+[ "${rc[cuda_nvrtc]}" = 0 ] && [ "${rc[cuda_ops]}" = 0 ] && [ "${rc[cuda_model]}" = 0 ] \
+  && { [ "$rc_sanitizer" = 0 ] || [ "$rc_sanitizer" = skipped ]; } \
+  && { [ "$rc_bench" = 0 ] || [ "$rc_bench" = skipped ]; }

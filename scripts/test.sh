@@ -6,6 +6,8 @@ bash scripts/setup.sh
 cargo test --locked
 # The emulated CUDA kernels under AddressSanitizer and ThreadSanitizer (docs/cuda.md).
 bash scripts/emu-sanitize.sh
-# The CUDA backend must keep compiling on machines without a toolkit or GPU (its GPU tests skip
-# without a driver; the kernels' NVRTC compile test above runs without the feature).
+# The CUDA backend must keep compiling on machines without a toolkit or GPU: the library and
+# binary with the real device, and the CUDA tests as they run on a GPU host (above they ran on the
+# emulated device; the kernels' NVRTC compile test runs without the feature).
 cargo build --locked --features cuda
+cargo test --locked --features cuda --no-run --test cuda_ops --test cuda_model --test cuda_nvrtc

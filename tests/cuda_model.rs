@@ -1,15 +1,18 @@
-//! Whole-model parity of the CUDA forward on the committed fixtures (models/tiny-qwen35*):
-//! logits vs the CPU reference forward (itself checked against transformers to 1e-4 by
-//! tests/model_parity.rs) within bf16 tolerance, decode through the caches ==
-//! prefill, greedy generation identical to the CPU engine for 32 tokens; plus the full-size
-//! Qwen3.5-35B-A3B benchmark on random weights generated on the GPU (`#[ignore]`, run by
-//! scripts/gpu-check.sh). Built with `--features cuda`; skips without a GPU unless
-//! `EXECCRITIC_REQUIRE_GPU=1`.
-#![cfg(feature = "cuda")]
+//! Whole-model parity of the CUDA forward on the committed fixtures (models/tiny-qwen35*), on the
+//! real GPU when one is present and on the emulated device otherwise (same test bodies):
+//! * f32 mode (activations and weights in f32): logits equal the CPU engine's (itself checked
+//!   against transformers to 1e-4 by tests/model_parity.rs) to 1e-4, decode through the caches
+//!   equals prefill, greedy generation identical to the CPU engine for 32 tokens;
+//! * bf16 mode: the bf16 fixture's logits vs transformers' bf16 logits, f32 fixtures vs the CPU
+//!   engine, both with the reference's routing forced (expert choices that sit within bf16 noise
+//!   of a tie would otherwise flip), decode == prefill, routing record and replay;
+//! * the full-size Qwen3.5-35B-A3B benchmark on random weights (`#[ignore]`, GPU only, run by
+//!   scripts/gpu-check.sh).
+//! `EXECCRITIC_REQUIRE_GPU=1` makes a missing GPU a failure instead of falling back.
 
 use execcritic::model::{ForwardOptions, LogitsMode, Model, ModelConfig, SeqInput};
 use execcritic::tensor::cuda::forward::{CudaModel, CudaState};
-use execcritic::tensor::cuda::Gpu;
+use execcritic::tensor::cuda::{Act, ActType, Gpu};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -22,16 +25,50 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The fixture's token ids `key` ("ids.a", "ids.b"; chosen by scripts/make_fixtures.py with a
-/// router top-k margin check, so bf16 rounding does not flip experts).
-fn fixture_ids(name: &str, key: &str) -> Vec<u32> {
+/// One tensor of the fixture's `reference.safetensors` as (dtype, shape, raw bytes).
+fn reference(name: &str, key: &str) -> (safetensors::Dtype, Vec<usize>, Vec<u8>) {
     let bytes = std::fs::read(fixture(name).join("reference.safetensors")).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let t = st.tensor(key).unwrap();
-    assert_eq!(t.dtype(), safetensors::Dtype::I64);
-    t.data()
-        .chunks_exact(8)
+    (t.dtype(), t.shape().to_vec(), t.data().to_vec())
+}
+
+/// The fixture's token ids `key` ("ids.a", "ids.b"; chosen by scripts/make_fixtures.py with a
+/// router top-k margin check, so bf16 rounding does not flip experts).
+fn fixture_ids(name: &str, key: &str) -> Vec<u32> {
+    let (dt, _, data) = reference(name, key);
+    assert_eq!(dt, safetensors::Dtype::I64);
+    data.chunks_exact(8)
         .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32)
+        .collect()
+}
+
+fn fixture_f32(name: &str, key: &str) -> (Vec<usize>, Vec<f32>) {
+    let (dt, shape, data) = reference(name, key);
+    assert_eq!(dt, safetensors::Dtype::F32);
+    let v = data
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    (shape, v)
+}
+
+/// The reference's routing of sequence `seq` ("a"/"b"): per layer the top-k experts of
+/// transformers' router logits (ties to the lower index), in the forward's `[T · k]` layout.
+fn reference_routing(name: &str, seq: &str, cfg: &ModelConfig) -> Vec<Vec<i32>> {
+    let k = cfg.num_experts_per_tok;
+    (0..cfg.num_hidden_layers)
+        .map(|l| {
+            let (shape, r) = fixture_f32(name, &format!("router.{seq}.{l}"));
+            let e = shape[1];
+            r.chunks_exact(e)
+                .flat_map(|row| {
+                    let mut order: Vec<usize> = (0..e).collect();
+                    order.sort_by(|a, b| row[*b].total_cmp(&row[*a]).then(a.cmp(b)));
+                    order[..k].iter().map(|&x| x as i32).collect::<Vec<_>>()
+                })
+                .collect()
+        })
         .collect()
 }
 
@@ -57,22 +94,16 @@ fn cpu_logits(cpu: &Model, toks: &[u32]) -> Vec<f32> {
         .to_vec()
 }
 
-fn gpu() -> Option<Gpu> {
-    match Gpu::new(0) {
-        Ok(g) => Some(g),
-        Err(e) => {
-            if std::env::var("EXECCRITIC_REQUIRE_GPU").as_deref() == Ok("1") {
-                panic!("GPU required but unavailable: {e}");
-            }
-            eprintln!("SKIP (no GPU): {e}");
-            None
-        }
-    }
+/// The real GPU when present, else the emulated device.
+fn gpu() -> Gpu {
+    let g = Gpu::auto().expect("no device: neither a GPU nor the emulator");
+    eprintln!("device: {}", g.name());
+    g
 }
 
-/// bf16 tolerance on logits: relative to the largest |logit| of the reference.
+/// Tolerance on logits relative to the largest |logit| of the reference (at least 1).
 fn close_rel(what: &str, got: &[f32], want: &[f32], rel: f32) {
-    let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(1e-6);
+    let scale = want.iter().fold(1.0f32, |m, v| m.max(v.abs()));
     let err = max_abs_err(got, want);
     eprintln!("{what}: max abs err {err:.4e} (scale {scale:.3})");
     assert!(
@@ -81,70 +112,180 @@ fn close_rel(what: &str, got: &[f32], want: &[f32], rel: f32) {
     );
 }
 
+/// bf16 tolerance: relative RMS error `‖got − want‖ / ‖want‖` and the share of rows whose top-1
+/// token agrees. Element-wise maxima are not a fair bf16 measure: a few rows near a rounding
+/// cliff (e.g. where transformers' bf16 run routed differently) dominate them.
+fn close_bf16(what: &str, got: &[f32], want: &[f32], vocab: usize, rel_rms: f32, top1: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let num: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| ((a - b) as f64).powi(2))
+        .sum();
+    let den: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
+    let rms = (num / den.max(1e-30)).sqrt() as f32;
+    let rows = want.len() / vocab;
+    let agree = (0..rows)
+        .filter(|r| {
+            let s = r * vocab..(r + 1) * vocab;
+            argmax(&got[s.clone()]) == argmax(&want[s])
+        })
+        .count();
+    eprintln!(
+        "{what}: relative RMS error {rms:.4}, top-1 agreement {agree}/{rows}, max abs err {:.4}",
+        max_abs_err(got, want)
+    );
+    assert!(
+        rms <= rel_rms,
+        "{what}: relative RMS error {rms} > {rel_rms}"
+    );
+    assert!(
+        agree as f32 >= top1 * rows as f32,
+        "{what}: top-1 agreement {agree}/{rows} < {top1}"
+    );
+}
+
 fn argmax(x: &[f32]) -> u32 {
     (0..x.len()).fold(0, |m, j| if x[j] > x[m] { j } else { m }) as u32
 }
 
-const REL: f32 = 0.05;
+/// f32 mode vs the CPU engine: max |error| relative to the largest |logit|.
+const F32_TOL: f32 = 1e-4;
+/// bf16 mode vs a bf16 reference (transformers in bf16) or the f32 CPU engine, routing forced:
+/// relative RMS error and top-1 agreement (docs/cuda.md, "Tolerances"; measured 2-5 %, while
+/// transformers' own bf16 run is 4.0 % from its f32 run on the bf16 fixture).
+const BF16_RMS: f32 = 0.08;
+const BF16_TOP1: f32 = 0.9;
+
+const FIXTURES: [&str; 3] = ["tiny-qwen35", "tiny-qwen35-b", "tiny-qwen35-bf16"];
+
+/// Both fixture sequences in one packed batch (different lengths) vs the CPU engine; with
+/// `force`, the reference routing is replayed. f32: max-abs check; bf16: RMS + top-1.
+fn prefill_batch_vs_cpu<A: Act>(g: &Gpu, name: &str, force: bool) {
+    let cpu = Model::load(&fixture(name)).unwrap();
+    let m = CudaModel::<A>::load(g, &fixture(name)).unwrap();
+    let v = m.cfg.vocab_size;
+    let (a, b) = (fixture_ids(name, "ids.a"), fixture_ids(name, "ids.b"));
+    let mut st = CudaState::new(g, &m.cfg, 2, 128, 128).unwrap();
+    if force {
+        let (ra, rb) = (
+            reference_routing(name, "a", &m.cfg),
+            reference_routing(name, "b", &m.cfg),
+        );
+        st.forced = Some(
+            ra.into_iter()
+                .zip(rb)
+                .map(|(x, y)| [x, y].concat())
+                .collect(),
+        );
+    }
+    let logits = m.forward(g, &mut st, &[(0, &a), (1, &b)]).unwrap();
+    let t = A::TYPE.suffix();
+    let check = |what: String, got: &[f32], want: &[f32]| match A::TYPE {
+        ActType::F32 => close_rel(&what, got, want, F32_TOL),
+        ActType::Bf16 => close_bf16(&what, got, want, v, BF16_RMS, BF16_TOP1),
+    };
+    check(
+        format!("{name} {t} logits.a"),
+        &logits[..a.len() * v],
+        &cpu_logits(&cpu, &a),
+    );
+    check(
+        format!("{name} {t} logits.b"),
+        &logits[a.len() * v..],
+        &cpu_logits(&cpu, &b),
+    );
+}
 
 #[test]
-fn fixtures_prefill_batch_matches_cpu_reference() {
-    let Some(g) = gpu() else { return };
-    for name in ["tiny-qwen35", "tiny-qwen35-b", "tiny-qwen35-bf16"] {
-        let cpu = Model::load(&fixture(name)).unwrap();
-        let m = CudaModel::load(&g, &fixture(name)).unwrap();
-        let v = m.cfg.vocab_size;
-        let (a, b) = (fixture_ids(name, "ids.a"), fixture_ids(name, "ids.b"));
-        let mut st = CudaState::new(&g, &m.cfg, 2, 256, 256).unwrap();
-        // both sequences in one packed batch (different lengths)
-        let logits = m.forward(&g, &mut st, &[(0, &a), (1, &b)]).unwrap();
-        close_rel(
-            &format!("{name} logits.a"),
-            &logits[..a.len() * v],
-            &cpu_logits(&cpu, &a),
-            REL,
-        );
-        close_rel(
-            &format!("{name} logits.b"),
-            &logits[a.len() * v..],
-            &cpu_logits(&cpu, &b),
-            REL,
-        );
+fn f32_mode_prefill_batch_matches_cpu_engine() {
+    let g = gpu();
+    for name in FIXTURES {
+        prefill_batch_vs_cpu::<f32>(&g, name, false);
     }
 }
 
 #[test]
-fn fixtures_decode_through_caches_equals_prefill() {
-    let Some(g) = gpu() else { return };
+fn bf16_mode_prefill_batch_matches_cpu_engine_with_reference_routing() {
+    let g = gpu();
+    for name in FIXTURES {
+        prefill_batch_vs_cpu::<u16>(&g, name, true);
+    }
+}
+
+#[test]
+fn bf16_mode_matches_transformers_bf16_logits() {
+    let g = gpu();
+    let name = "tiny-qwen35-bf16";
+    let m = CudaModel::<u16>::load(&g, &fixture(name)).unwrap();
+    let a = fixture_ids(name, "ids.a");
+    let mut st = CudaState::new(&g, &m.cfg, 1, 128, 128).unwrap();
+    st.forced = Some(reference_routing(name, "a", &m.cfg));
+    let logits = m.forward(&g, &mut st, &[(0, &a)]).unwrap();
+    let (_, want) = fixture_f32(name, "bf16.logits.a");
+    close_bf16(
+        "bf16 logits.a vs transformers bf16",
+        &logits,
+        &want,
+        m.cfg.vocab_size,
+        BF16_RMS,
+        BF16_TOP1,
+    );
+}
+
+/// Prefill the first 40 tokens, then decode one by one: equals one prefill of everything.
+fn decode_equals_prefill<A: Act>(g: &Gpu, name: &str, tol: f32) {
+    let m = CudaModel::<A>::load(g, &fixture(name)).unwrap();
+    let v = m.cfg.vocab_size;
+    let (a, k) = (fixture_ids(name, "ids.a"), 40);
+    let mut st = CudaState::new(g, &m.cfg, 2, 128, 128).unwrap();
+    st.routing = Some(vec![]);
+    let full = m.forward(g, &mut st, &[(0, &a)]).unwrap();
+    // the decode replays the prefill's routing, so a near-tie cannot flip an expert
+    let rec = st.routing.take().unwrap();
+    let kk = m.cfg.num_experts_per_tok;
+    let rows = |r: std::ops::Range<usize>| -> Vec<Vec<i32>> {
+        rec.iter()
+            .map(|l| l[r.start * kk..r.end * kk].to_vec())
+            .collect()
+    };
+    st.forced = Some(rows(0..k));
+    let mut inc = m.forward(g, &mut st, &[(1, &a[..k])]).unwrap();
+    for t in k..a.len() {
+        st.forced = Some(rows(t..t + 1));
+        inc.extend(m.forward(g, &mut st, &[(1, &a[t..t + 1])]).unwrap());
+    }
+    assert_eq!(full.len(), a.len() * v);
+    close_rel(
+        &format!("{name} {} decode vs prefill", A::TYPE.suffix()),
+        &inc,
+        &full,
+        tol,
+    );
+}
+
+#[test]
+fn decode_through_caches_equals_prefill() {
+    let g = gpu();
     for name in ["tiny-qwen35", "tiny-qwen35-b"] {
-        let m = CudaModel::load(&g, &fixture(name)).unwrap();
-        let v = m.cfg.vocab_size;
-        let (a, k) = (fixture_ids(name, "ids.a"), 40);
-        let mut st = CudaState::new(&g, &m.cfg, 2, 256, 256).unwrap();
-        let full = m.forward(&g, &mut st, &[(0, &a)]).unwrap();
-        let mut inc = m.forward(&g, &mut st, &[(1, &a[..k])]).unwrap();
-        for t in k..a.len() {
-            inc.extend(m.forward(&g, &mut st, &[(1, &a[t..t + 1])]).unwrap());
-        }
-        assert_eq!(full.len(), a.len() * v);
-        close_rel(&format!("{name} decode vs prefill"), &inc, &full, 0.02);
+        decode_equals_prefill::<f32>(&g, name, F32_TOL);
+        decode_equals_prefill::<u16>(&g, name, 0.02);
     }
 }
 
 #[test]
-fn fixtures_greedy_32_tokens_equal_cpu() {
-    let Some(g) = gpu() else { return };
+fn f32_mode_greedy_32_tokens_equal_cpu_engine() {
+    let g = gpu();
     for name in ["tiny-qwen35", "tiny-qwen35-bf16"] {
         let cpu = Model::load(&fixture(name)).unwrap();
-        let m = CudaModel::load(&g, &fixture(name)).unwrap();
+        let m = CudaModel::<f32>::load(&g, &fixture(name)).unwrap();
         let prompt = &fixture_ids(name, "ids.b");
         let mut cs = cpu.new_state();
         let opts = ForwardOptions {
             logits: LogitsMode::Last,
             ..Default::default()
         };
-        let mut st = CudaState::new(&g, &m.cfg, 1, 256, 256).unwrap();
-        let v = m.cfg.vocab_size;
+        let mut st = CudaState::new(&g, &m.cfg, 1, 128, 64).unwrap();
         let (mut cpu_out, mut gpu_out) = (vec![], vec![]);
         let mut c_last = cpu
             .forward(&mut [SeqInput::new(prompt, &mut cs)], &opts)
@@ -153,8 +294,7 @@ fn fixtures_greedy_32_tokens_equal_cpu() {
             .logits
             .data()
             .to_vec();
-        let gl = m.forward(&g, &mut st, &[(0, prompt)]).unwrap();
-        let mut g_last = gl[(prompt.len() - 1) * v..].to_vec();
+        let mut g_last = m.forward_last(&g, &mut st, &[(0, prompt)]).unwrap();
         for _ in 0..32 {
             let (ct, gt) = (argmax(&c_last), argmax(&g_last));
             cpu_out.push(ct);
@@ -174,16 +314,16 @@ fn fixtures_greedy_32_tokens_equal_cpu() {
 
 #[test]
 fn fixture_routing_record_and_replay() {
-    let Some(g) = gpu() else { return };
+    let g = gpu();
     let name = "tiny-qwen35";
-    let m = CudaModel::load(&g, &fixture(name)).unwrap();
+    let m = CudaModel::<u16>::load(&g, &fixture(name)).unwrap();
     let (e, k, layers) = (
         m.cfg.num_experts,
         m.cfg.num_experts_per_tok,
         m.cfg.num_hidden_layers,
     );
     let a = fixture_ids(name, "ids.a");
-    let mut st = CudaState::new(&g, &m.cfg, 2, 256, 256).unwrap();
+    let mut st = CudaState::new(&g, &m.cfg, 2, 128, 128).unwrap();
     st.routing = Some(vec![]);
     let base = m.forward(&g, &mut st, &[(0, &a)]).unwrap();
     let rec = st.routing.take().unwrap();
@@ -211,6 +351,17 @@ fn fixture_routing_record_and_replay() {
     assert!(m.forward(&g, &mut st, &[(1, &a)]).is_err());
 }
 
+#[test]
+fn unsupported_shape_is_an_error_at_load() {
+    let g = gpu();
+    let mut cfg = ModelConfig::from_dir(&fixture("tiny-qwen35")).unwrap();
+    cfg.head_dim = 512;
+    let err = CudaModel::<f32>::random(&g, cfg, 1)
+        .err()
+        .expect("head_dim 512 must be refused");
+    assert!(err.to_string().contains("head_dim 512"), "{err}");
+}
+
 /// The exact text config of Qwen3.5-35B-A3B (shared/reference/qwen35-architecture.md §1).
 fn qwen35_35b_a3b() -> ModelConfig {
     let text = serde_json::json!({
@@ -226,24 +377,40 @@ fn qwen35_35b_a3b() -> ModelConfig {
     ModelConfig::from_json_str(&text.to_string(), std::path::Path::new("qwen3.5-35b-a3b")).unwrap()
 }
 
+#[test]
+fn released_and_fixture_configs_are_supported_shapes() {
+    use execcritic::tensor::cuda::forward::check_supported;
+    check_supported(&qwen35_35b_a3b()).unwrap();
+    for name in FIXTURES {
+        check_supported(&ModelConfig::from_dir(&fixture(name)).unwrap()).unwrap();
+    }
+}
+
 /// Full-size benchmark on random weights generated on the GPU. Prints one JSON line (and writes
 /// `$OUT/cuda-bench.json` when OUT is set).
 #[test]
 #[ignore = "full-size benchmark: needs an H200-class GPU (run by scripts/gpu-check.sh)"]
 fn full_size_benchmark() {
-    let Some(g) = gpu() else { return };
+    let g = Gpu::cuda(0).expect("the benchmark needs a GPU");
     let cfg = qwen35_35b_a3b();
-    let (free0, total) = g.ctx.mem_get_info().unwrap();
+    let mem = || g.device().memory_info().expect("device memory info");
+    let (free0, total) = mem();
     let t0 = Instant::now();
-    let m = CudaModel::random(&g, cfg.clone(), 1).unwrap();
+    let m = CudaModel::<u16>::random(&g, cfg.clone(), 1).unwrap();
     g.sync().unwrap();
     let load_s = t0.elapsed().as_secs_f64();
+    // weights only: measured before the caches and scratch are allocated
+    let (free1, _) = mem();
     let (prefill_len, slots) = (4096usize, 257usize);
     let mut st = CudaState::new(&g, &cfg, slots, prefill_len + 64, prefill_len).unwrap();
-    let (free1, _) = g.ctx.mem_get_info().unwrap();
     let ids: Vec<u32> = (0..prefill_len as u32)
         .map(|i| (i * 7919) % cfg.vocab_size as u32)
         .collect();
+    // warm-up (first launches load modules and pick cuBLAS algorithms) on slot 0, then reset
+    m.forward_last(&g, &mut st, &[(0, &ids[..256])]).unwrap();
+    m.forward_last(&g, &mut st, &[(0, &ids[..1])]).unwrap();
+    g.sync().unwrap();
+    st.reset_slot(&g, 0).unwrap();
     // prefill 4k tokens, one sequence (logits of the last row only, as in serving)
     let t1 = Instant::now();
     m.forward_last(&g, &mut st, &[(0, &ids)]).unwrap();
@@ -291,7 +458,7 @@ fn full_size_benchmark() {
     let flops = t as f64 * (k + 1.0) * 3.0 * 2.0 * h * i;
     let bytes = (e + 1.0) * 3.0 * h * i * 2.0;
     let res = serde_json::json!({
-        "gpu": g.ctx.name().unwrap_or_default(), "arch": g.arch,
+        "gpu": g.name(),
         "load_random_weights_s": load_s, "weights_gib": (free0 - free1) as f64 / (1u64 << 30) as f64,
         "total_gib": total as f64 / (1u64 << 30) as f64,
         "prefill_4k_tok_s": prefill_tps, "decode_batch1_tok_s": b1_tps, "concurrent": conc,

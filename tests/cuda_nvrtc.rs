@@ -49,8 +49,12 @@ fn every_kernel_compiles_to_ptx_for_sm90() {
     let (maj, min) = nv.version().unwrap();
     eprintln!("NVRTC {maj}.{min} from {}", nv.path.display());
     let mut failures = vec![];
-    for (name, src) in kernels::FILES {
-        let ptx = match nv.compile_ptx(name, &kernels::unit(name, src), "compute_90", &[]) {
+    for ((name, src), act) in kernels::FILES
+        .iter()
+        .flat_map(|f| kernels::ActType::ALL.map(|a| (f, a)))
+    {
+        let unit = kernels::unit_for(name, src, act);
+        let ptx = match nv.compile_ptx(name, &unit, "compute_90", &[]) {
             Ok(p) => p,
             Err(e) => {
                 failures.push(e.to_string());
@@ -61,7 +65,7 @@ fn every_kernel_compiles_to_ptx_for_sm90() {
             ptx.contains(".target sm_90"),
             "{name}: PTX is not for sm_90"
         );
-        let entries = kernels::entry_points(src);
+        let entries = kernels::entry_points_for(src, act);
         assert!(!entries.is_empty(), "{name}: no kernels found");
         for k in entries {
             assert!(
@@ -71,6 +75,25 @@ fn every_kernel_compiles_to_ptx_for_sm90() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The backend loads a CUBIN for the present architecture (PTX only as a fallback): every file
+/// in both storage types compiles to an sm_90 ELF image.
+#[test]
+fn every_kernel_compiles_to_a_cubin_for_sm90() {
+    let Some(nv) = nvrtc() else { return };
+    for (name, src) in kernels::FILES {
+        for act in kernels::ActType::ALL {
+            let cubin = nv
+                .compile_cubin(name, &kernels::unit_for(name, src, act), "sm_90", &[])
+                .unwrap_or_else(|e| panic!("{name} ({act:?}): {e}"));
+            assert_eq!(
+                &cubin[..4],
+                b"\x7fELF",
+                "{name} ({act:?}): not an ELF CUBIN"
+            );
+        }
+    }
 }
 
 #[test]

@@ -85,11 +85,13 @@ fn launch_err(r: Result<(), DeviceError>) -> (String, String) {
 fn every_kernel_entry_point_is_registered() {
     let names = EmuDevice::kernel_names();
     for (file, src) in kernels::FILES {
-        for k in kernels::entry_points(src) {
-            assert!(
-                names.contains(&k),
-                "{file}.cu: {k} is not in the emulator's launch table"
-            );
+        for act in kernels::ActType::ALL {
+            for k in kernels::entry_points_for(src, act) {
+                assert!(
+                    names.contains(&k),
+                    "{file}.cu: {k} is not in the emulator's launch table"
+                );
+            }
         }
     }
     assert!(names.iter().any(|n| n == "broken_skipped_barrier"));
@@ -105,7 +107,7 @@ fn add_rms_norm_1p_matches_cpu_reference() {
     let (pr, pd, pw) = (up(&d, &resid), up(&d, &delta), up(&d, &w));
     let po = d.alloc_zeroed(rows * dim * 2).unwrap();
     d.launch(
-        "add_rms_norm_1p",
+        "add_rms_norm_1p_bf16",
         dims((rows as u32, 1, 1), 256, 0),
         &[
             Ptr(pr),
@@ -160,13 +162,14 @@ fn sample_tokens_greedy_is_argmax_with_log_softmax() {
     let temp = vec![0.0f32; b];
     let (pl, pt) = (up(&d, &logits), up(&d, &temp));
     let (pk, pp) = (up(&d, &vec![0i32; b]), up(&d, &vec![1.0f32; b]));
-    let (ps, pst) = (up(&d, &vec![1u64; b]), up(&d, &vec![0u64; b]));
-    let (ptok, plp) = (
+    let pu = up(&d, &vec![0.5f64; b]);
+    let (ptok, plp, pslp) = (
+        d.alloc_zeroed(4 * b).unwrap(),
         d.alloc_zeroed(4 * b).unwrap(),
         d.alloc_zeroed(4 * b).unwrap(),
     );
     d.launch(
-        "sample_tokens",
+        "sample_tokens_bf16",
         dims((b as u32, 1, 1), 1024, 0),
         &[
             Ptr(pl),
@@ -174,10 +177,10 @@ fn sample_tokens_greedy_is_argmax_with_log_softmax() {
             Ptr(pt),
             Ptr(pk),
             Ptr(pp),
-            Ptr(ps),
-            Ptr(pst),
+            Ptr(pu),
             Ptr(ptok),
             Ptr(plp),
+            Ptr(pslp),
         ],
     )
     .unwrap();
@@ -215,7 +218,7 @@ fn router_topk_matches_cpu_softmax_topk() {
         d.alloc_zeroed(4 * t * k).unwrap(),
     );
     d.launch(
-        "router_topk",
+        "router_topk_bf16",
         dims((2, 1, 1), 128, 0),
         &[
             Ptr(pl),
@@ -257,7 +260,7 @@ fn moe_count_atomics_make_a_histogram() {
         .collect();
     let (pi, pc) = (up(&d, &idx), d.alloc_zeroed(4 * e).unwrap());
     d.launch(
-        "moe_count",
+        "moe_count_bf16",
         dims((4, 1, 1), 256, 0),
         &[Ptr(pi), Ptr(pc), I64(n as i64)],
     )
@@ -287,7 +290,7 @@ fn grouped_gemm_shared_memory_tiles_match_cpu() {
     );
     let poff = up(&d, &offsets);
     d.launch(
-        "grouped_gemm",
+        "grouped_gemm_bf16",
         dims((2, 2, 3), 256, 0),
         &[
             Ptr(px),
@@ -356,7 +359,7 @@ fn gdn_recurrent_dynamic_shared_memory_matches_cpu() {
         I32(dv as i32),
     ]);
     d.launch(
-        "gdn_recurrent",
+        "gdn_recurrent_bf16",
         dims((b as u32, hv as u32, 1), dv as u32, (2 * dk * 4) as u32),
         &all,
     )
@@ -568,7 +571,7 @@ fn a_barrier_skipped_by_some_threads_is_reported_with_the_kernel_name() {
 fn sm90_launch_limits_and_argument_checks() {
     let d = EmuDevice::new();
     let p = d.alloc_zeroed(4 * 1024).unwrap();
-    let fill = |dm: LaunchDims, args: &[KernelArg]| d.launch("fill_f32", dm, args);
+    let fill = |dm: LaunchDims, args: &[KernelArg]| d.launch("fill_f32_bf16", dm, args);
     fill(dims((1, 1, 1), 1024, 0), &[Ptr(p), I64(1024), F32(3.0)]).unwrap();
     assert_eq!(down::<f32>(&d, p, 1024), vec![3.0; 1024]);
     assert!(

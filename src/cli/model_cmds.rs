@@ -1,8 +1,80 @@
-//! CLI commands of the embedded engine: `logits`, `generate`.
+//! CLI commands of the embedded engine: `logits`, `generate`, on the CPU engine or the CUDA
+//! backend (`--device cuda[:N]` on a GPU, `--device emulator` on the emulated device) in bf16 or
+//! f32 storage (`--dtype`); same output format on every device.
 
+use crate::tensor::cuda::{ActType, DeviceKind};
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+/// Where the model runs: `cpu`, `cuda`, `cuda:N` or `emulator`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceChoice {
+    Cpu,
+    Gpu(DeviceKind),
+}
+
+impl std::str::FromStr for DeviceChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cpu" => Ok(DeviceChoice::Cpu),
+            "cuda" => Ok(DeviceChoice::Gpu(DeviceKind::Cuda(0))),
+            "emulator" | "emu" => Ok(DeviceChoice::Gpu(DeviceKind::Emulator)),
+            _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
+                Some(Ok(n)) => Ok(DeviceChoice::Gpu(DeviceKind::Cuda(n))),
+                _ => Err(format!(
+                    "unknown device {s:?} (cpu, cuda, cuda:N or emulator)"
+                )),
+            },
+        }
+    }
+}
+
+/// The device options shared by `logits` and `generate`.
+#[derive(Args, Debug, Clone)]
+pub struct DeviceArgs {
+    /// cpu, cuda, cuda:N (GPU N) or emulator (the CUDA kernels emulated on CPU threads).
+    #[arg(long, default_value = "cpu")]
+    pub device: DeviceChoice,
+    /// Storage type of activations and weights on cuda/emulator: bf16 (default there) or f32.
+    /// The CPU engine computes in f32 (bf16 checkpoints stay bf16 in memory).
+    #[arg(long)]
+    pub dtype: Option<ActType>,
+}
+
+/// A resolved device choice.
+enum Target {
+    Cpu,
+    Gpu(crate::tensor::cuda::Gpu, ActType),
+}
+
+impl DeviceArgs {
+    fn open(&self) -> anyhow::Result<Target> {
+        use anyhow::Context;
+        match (self.device, self.dtype) {
+            (DeviceChoice::Cpu, None | Some(ActType::F32)) => Ok(Target::Cpu),
+            (DeviceChoice::Cpu, Some(ActType::Bf16)) => anyhow::bail!(
+                "--dtype bf16 needs --device cuda or emulator (the CPU engine computes in f32)"
+            ),
+            (DeviceChoice::Gpu(kind), dtype) => {
+                let gpu = crate::tensor::cuda::Gpu::open(kind)
+                    .with_context(|| format!("opening device {kind:?}"))?;
+                Ok(Target::Gpu(gpu, dtype.unwrap_or(ActType::Bf16)))
+            }
+        }
+    }
+}
+
+/// Load a model folder onto a device (an unsupported shape is an error here, before any run).
+fn load_cuda<A: crate::tensor::cuda::Act>(
+    gpu: &crate::tensor::cuda::Gpu,
+    dir: &Path,
+) -> anyhow::Result<crate::tensor::cuda::forward::CudaModel<A>> {
+    use anyhow::Context;
+    crate::tensor::cuda::forward::CudaModel::<A>::load(gpu, dir)
+        .with_context(|| format!("loading {} onto {}", dir.display(), gpu.name()))
+}
 
 #[derive(Args, Debug)]
 pub struct LogitsArgs {
@@ -15,6 +87,8 @@ pub struct LogitsArgs {
     /// Prefill the first K tokens, then decode the rest one by one through the caches.
     #[arg(long)]
     pub decode_after: Option<usize>,
+    #[command(flatten)]
+    pub device: DeviceArgs,
 }
 
 #[derive(Args, Debug)]
@@ -43,12 +117,14 @@ pub struct GenerateArgs {
     /// Render the chat with enable_thinking=false (empty think block).
     #[arg(long)]
     pub no_thinking: bool,
+    #[command(flatten)]
+    pub device: DeviceArgs,
 }
 
 /// `execcritic logits`: print `{"logits": [[...], ...]}`, one row per input position.
 pub fn logits(a: LogitsArgs) -> anyhow::Result<ExitCode> {
     use anyhow::Context;
-    use crate::model::{ForwardOptions, LogitsMode, Model, SeqInput};
+    use crate::model::Model;
     let ids: Vec<u32> = a
         .ids
         .split(',')
@@ -57,21 +133,54 @@ pub fn logits(a: LogitsArgs) -> anyhow::Result<ExitCode> {
     if ids.is_empty() {
         anyhow::bail!("--ids is empty");
     }
-    let model = Model::load(&a.model).with_context(|| format!("loading model from {}", a.model.display()))?;
     // Prefill the first K tokens in one step, then one token per step through the caches.
     let k = a.decode_after.unwrap_or(ids.len()).clamp(1, ids.len());
     let mut chunks = vec![&ids[..k]];
     chunks.extend(ids[k..].chunks(1));
-    let mut state = model.new_state();
-    let opts = ForwardOptions { logits: LogitsMode::All, ..Default::default() };
-    let mut rows: Vec<Vec<f32>> = Vec::with_capacity(ids.len());
-    for chunk in chunks {
-        let out = model.forward(&mut [SeqInput::new(chunk, &mut state)], &opts)?;
-        let v = model.config().vocab_size;
-        rows.extend(out[0].logits.data().chunks_exact(v).map(<[f32]>::to_vec));
-    }
+    let rows = match a.device.open()? {
+        Target::Cpu => {
+            let model = Model::load(&a.model)
+                .with_context(|| format!("loading model from {}", a.model.display()))?;
+            cpu_logits(&model, &chunks)?
+        }
+        Target::Gpu(gpu, ActType::Bf16) => cuda_logits(&load_cuda::<u16>(&gpu, &a.model)?, &gpu, &chunks)?,
+        Target::Gpu(gpu, ActType::F32) => cuda_logits(&load_cuda::<f32>(&gpu, &a.model)?, &gpu, &chunks)?,
+    };
     println!("{}", serde_json::json!({ "logits": rows }));
     Ok(ExitCode::SUCCESS)
+}
+
+/// Logits of every position on the CPU engine, fed chunk by chunk.
+fn cpu_logits(model: &crate::model::Model, chunks: &[&[u32]]) -> anyhow::Result<Vec<Vec<f32>>> {
+    use crate::model::{ForwardOptions, LogitsMode, SeqInput};
+    let mut state = model.new_state();
+    let opts = ForwardOptions { logits: LogitsMode::All, ..Default::default() };
+    let mut rows: Vec<Vec<f32>> = Vec::new();
+    let v = model.config().vocab_size;
+    for chunk in chunks {
+        let out = model.forward(&mut [SeqInput::new(chunk, &mut state)], &opts)?;
+        rows.extend(out[0].logits.data().chunks_exact(v).map(<[f32]>::to_vec));
+    }
+    Ok(rows)
+}
+
+/// The same on the CUDA backend (one cache slot).
+fn cuda_logits<A: crate::tensor::cuda::Act>(
+    model: &crate::tensor::cuda::forward::CudaModel<A>,
+    gpu: &crate::tensor::cuda::Gpu,
+    chunks: &[&[u32]],
+) -> anyhow::Result<Vec<Vec<f32>>> {
+    use crate::tensor::cuda::forward::CudaState;
+    let n: usize = chunks.iter().map(|c| c.len()).sum();
+    let longest = chunks.iter().map(|c| c.len()).max().unwrap_or(1);
+    let mut st = CudaState::new(gpu, &model.cfg, 1, n, longest)?;
+    let v = model.cfg.vocab_size;
+    let mut rows = Vec::with_capacity(n);
+    for chunk in chunks {
+        let out = model.forward(gpu, &mut st, &[(0, chunk)])?;
+        rows.extend(out.chunks_exact(v).map(<[f32]>::to_vec));
+    }
+    Ok(rows)
 }
 /// Load the model folder into the engine, generate one completion, print it (stdout) and the
 /// token counts and speeds (stderr).
@@ -81,8 +190,12 @@ pub fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
     use anyhow::Context;
 
     let t0 = std::time::Instant::now();
-    let engine = Engine::load(&a.model, EngineConfig::default())
-        .with_context(|| format!("loading {}", a.model.display()))?;
+    let engine = match a.device.open()? {
+        Target::Cpu => Engine::load(&a.model, EngineConfig::default())
+            .with_context(|| format!("loading {}", a.model.display()))?,
+        Target::Gpu(gpu, ActType::Bf16) => cuda_engine(load_cuda::<u16>(&gpu, &a.model)?, gpu, &a)?,
+        Target::Gpu(gpu, ActType::F32) => cuda_engine(load_cuda::<f32>(&gpu, &a.model)?, gpu, &a)?,
+    };
     let load_secs = t0.elapsed().as_secs_f64();
     let prompt = match engine.template() {
         Some(_) if !a.raw => {
@@ -115,4 +228,27 @@ pub fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
         c.finish
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// An engine over the CUDA backend for one `generate` request: a few cache slots long enough for
+/// the prompt budget plus `--max-tokens`, prefill in chunks of 256 tokens.
+fn cuda_engine<A: crate::tensor::cuda::Act>(
+    model: crate::tensor::cuda::forward::CudaModel<A>,
+    gpu: crate::tensor::cuda::Gpu,
+    a: &GenerateArgs,
+) -> anyhow::Result<crate::engine::service::Engine> {
+    use crate::engine::cuda_backend::CudaDecoder;
+    use crate::engine::{EngineConfig, SchedulerConfig};
+    use anyhow::Context;
+    let scheduler = SchedulerConfig {
+        max_running: 2,
+        max_batch_tokens: 258,
+        prefill_chunk: 256,
+    };
+    const PROMPT_BUDGET: usize = 8192;
+    let max_len = PROMPT_BUDGET + a.max_tokens;
+    let decoder = CudaDecoder::new(gpu, model, scheduler.max_running, max_len, scheduler.max_batch_tokens)?;
+    let config = EngineConfig { scheduler, ..EngineConfig::default() };
+    crate::engine::service::Engine::load_with(&a.model, decoder, config)
+        .with_context(|| format!("loading {}", a.model.display()))
 }

@@ -11,11 +11,13 @@
 //! * [`conversation`]: per-conversation state snapshots, so a new turn reads only its suffix.
 //! * [`core`]: the synchronous step loop; [`service`]: the async front-end on its own thread;
 //!   [`chat`]: render → generate → parse for chat messages.
+//! * [`cuda_backend`]: the CUDA backend (GPU or emulator) as a [`DecoderModel`].
 
 pub mod backend;
 pub mod chat;
 pub mod conversation;
 pub mod core;
+pub mod cuda_backend;
 pub mod error;
 pub mod sampler;
 pub mod scheduler;

@@ -55,6 +55,16 @@ impl Engine {
     /// Load a Hugging Face model folder: weights, tokenizer and (if present) chat template.
     pub fn load(dir: &Path, config: EngineConfig) -> Result<Self, EngineError> {
         let model = Model::load(dir).map_err(|e| EngineError::Load(e.to_string()))?;
+        Self::load_with(dir, model, config)
+    }
+
+    /// Start over an already loaded `model` (e.g. the CUDA backend), with the tokenizer and chat
+    /// template of the model folder `dir`.
+    pub fn load_with<M: DecoderModel + 'static>(
+        dir: &Path,
+        model: M,
+        config: EngineConfig,
+    ) -> Result<Self, EngineError> {
         let tokenizer = Tokenizer::from_dir(dir)?;
         let template = match ChatTemplate::from_dir(dir) {
             Ok(t) => Some(t),

@@ -64,6 +64,50 @@ pub struct Gemm {
     pub ldc: usize,
 }
 
+/// Storage type of activations and weights on the device: each kernel file is compiled once per
+/// type (`act_t` in `kernels/prelude.cuh`), entry points suffixed `_bf16` / `_f32`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ActType {
+    Bf16,
+    F32,
+}
+
+impl ActType {
+    pub const ALL: [ActType; 2] = [ActType::Bf16, ActType::F32];
+    /// The entry-point suffix (`bf16`, `f32`).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            ActType::Bf16 => "bf16",
+            ActType::F32 => "f32",
+        }
+    }
+    /// The GEMM operand type of this storage type.
+    pub fn gemm_type(self) -> GemmType {
+        match self {
+            ActType::Bf16 => GemmType::Bf16,
+            ActType::F32 => GemmType::F32,
+        }
+    }
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            ActType::Bf16 => 2,
+            ActType::F32 => 4,
+        }
+    }
+}
+
+impl std::str::FromStr for ActType {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "bf16" => Ok(ActType::Bf16),
+            "f32" | "fp32" => Ok(ActType::F32),
+            _ => Err(format!("unknown dtype {s:?} (f32 or bf16)")),
+        }
+    }
+}
+
 /// A device failure. Never a verdict about the model: a bad launch, a missing driver, a shape
 /// a kernel does not support.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -105,6 +149,10 @@ pub trait Device: Send + Sync {
     /// `cublasGemmEx` semantics, fp32 accumulation.
     fn gemm(&self, g: &Gemm) -> Result<()>;
     fn synchronize(&self) -> Result<()>;
+    /// (free, total) device memory in bytes, where the device can tell.
+    fn memory_info(&self) -> Option<(usize, usize)> {
+        None
+    }
 }
 
 impl fmt::Display for LaunchDims {

@@ -1,6 +1,11 @@
 //! The CUDA C kernel sources (`kernels/*.cu`), embedded in the binary, and how they are turned
-//! into one compilable unit: the header-free prelude (`kernels/prelude.cuh`: bf16 conversions,
-//! reductions) is prepended to every file. Compiled by [`super::nvrtc`] for the present GPU.
+//! into one compilable unit: the header-free prelude (`kernels/prelude.cuh`: the storage type
+//! `act_t` and its conversions, reductions) is prepended to every file. Every file is compiled
+//! once per [`ActType`] (bf16, or f32 with `ACT_F32` defined); its entry points, declared
+//! `KERNEL(name)`, are then `name_bf16` / `name_f32`. Compiled by [`super::nvrtc`] for the present
+//! GPU, or by the host C++ compiler for the emulated device.
+
+pub use super::device::ActType;
 
 /// The shared prelude prepended to every kernel file.
 pub const PRELUDE: &str = include_str!("../../kernels/prelude.cuh");
@@ -15,18 +20,40 @@ pub const FILES: &[(&str, &str)] = &[
     ("init", include_str!("../../kernels/init.cu")),
 ];
 
-/// The full compile unit of one kernel file.
+/// The full compile unit of one kernel file in its bf16 variant.
 pub fn unit(name: &str, src: &str) -> String {
-    format!("#line 1 \"prelude.cuh\"\n{PRELUDE}\n#line 1 \"{name}.cu\"\n{src}")
+    unit_for(name, src, ActType::Bf16)
 }
 
-/// The `extern "C" __global__` function names a source defines (used to check that every
-/// kernel has a launch wrapper and appears in the PTX).
+/// The full compile unit of one kernel file for one storage type.
+pub fn unit_for(name: &str, src: &str, act: ActType) -> String {
+    let define = match act {
+        ActType::Bf16 => "",
+        ActType::F32 => "#define ACT_F32 1\n",
+    };
+    format!("{define}#line 1 \"prelude.cuh\"\n{PRELUDE}\n#line 1 \"{name}.cu\"\n{src}")
+}
+
+/// The entry points of `src` as compiled for `act` (`name_bf16` / `name_f32`).
+pub fn entry_points_for(src: &str, act: ActType) -> Vec<String> {
+    entry_points(src)
+        .into_iter()
+        .map(|n| format!("{n}_{}", act.suffix()))
+        .collect()
+}
+
+/// The base names of the `extern "C" __global__ void KERNEL(name)(...)` a source defines (used
+/// to check that every kernel has a launch wrapper and appears in the PTX).
 pub fn entry_points(src: &str) -> Vec<String> {
     let mut names = vec![];
     for chunk in src.split("__global__ void ").skip(1) {
-        if let Some(end) = chunk.find('(') {
-            names.push(chunk[..end].trim().to_string());
+        let chunk = chunk.trim_start();
+        let name = match chunk.strip_prefix("KERNEL(") {
+            Some(rest) => rest.find(')').map(|e| &rest[..e]),
+            None => chunk.find('(').map(|e| &chunk[..e]),
+        };
+        if let Some(n) = name {
+            names.push(n.trim().to_string());
         }
     }
     names

@@ -10,7 +10,6 @@
 pub mod cpu;
 pub mod cpu_avx512;
 pub mod cpu_bf16;
-#[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;
 pub mod dtype;

@@ -1,5 +1,7 @@
 //! NVRTC, the CUDA run-time compiler, loaded from a shared library at run time: turns the CUDA C
-//! sources in `kernels/` into PTX for a given GPU architecture. It needs no GPU and no toolkit,
+//! sources in `kernels/` into PTX for a virtual architecture (`compute_90`) or a CUBIN for a real
+//! one (`sm_90`; the backend prefers it, since PTX from an NVRTC newer than the driver does not
+//! load). It needs no GPU and no toolkit,
 //! only `libnvrtc.so` (a driver install, a PyTorch install or the `nvidia-cuda-nvrtc` wheel), so
 //! CI compiles every kernel for sm_90 on a CPU machine. This is not behind the `cuda` feature;
 //! the CUDA backend loads the PTX it produces through the driver API.
@@ -53,6 +55,8 @@ pub struct Nvrtc {
     compile: CompileFn,
     ptx_size: SizeFn,
     ptx: GetFn,
+    /// `nvrtcGetCUBIN*` (absent from very old NVRTCs: then only PTX is available).
+    cubin: Option<(SizeFn, GetFn)>,
     log_size: SizeFn,
     log: GetFn,
     destroy: DestroyFn,
@@ -113,6 +117,10 @@ impl Nvrtc {
             compile: sym(h, "nvrtcCompileProgram")?,
             ptx_size: sym(h, "nvrtcGetPTXSize")?,
             ptx: sym(h, "nvrtcGetPTX")?,
+            cubin: match (sym(h, "nvrtcGetCUBINSize"), sym(h, "nvrtcGetCUBIN")) {
+                (Ok(a), Ok(b)) => Some((a, b)),
+                _ => None,
+            },
             log_size: sym(h, "nvrtcGetProgramLogSize")?,
             log: sym(h, "nvrtcGetProgramLog")?,
             destroy: sym(h, "nvrtcDestroyProgram")?,
@@ -136,6 +144,32 @@ impl Nvrtc {
         arch: &str,
         extra_opts: &[&str],
     ) -> Result<String, NvrtcError> {
+        let guard = self.compile_prog(name, src, arch, extra_opts)?;
+        let bytes = self.read(guard.prog, self.ptx_size, self.ptx)?;
+        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        Ok(String::from_utf8_lossy(&bytes[..end]).into_owned())
+    }
+
+    /// Compile one CUDA C source to a CUBIN for the real architecture `arch` (e.g. "sm_90").
+    pub fn compile_cubin(
+        &self,
+        name: &str,
+        src: &str,
+        arch: &str,
+        extra_opts: &[&str],
+    ) -> Result<Vec<u8>, NvrtcError> {
+        let (size, get) = self.cubin.ok_or(NvrtcError::Symbol("nvrtcGetCUBIN"))?;
+        let guard = self.compile_prog(name, src, arch, extra_opts)?;
+        self.read(guard.prog, size, get)
+    }
+
+    fn compile_prog(
+        &self,
+        name: &str,
+        src: &str,
+        arch: &str,
+        extra_opts: &[&str],
+    ) -> Result<ProgGuard, NvrtcError> {
         let csrc = CString::new(src)
             .map_err(|_| NvrtcError::Input(format!("{name}: source contains NUL")))?;
         let cname =
@@ -171,6 +205,10 @@ impl Nvrtc {
         if rc != 0 {
             let log = self
                 .read(guard.prog, self.log_size, self.log)
+                .map(|b| {
+                    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+                    String::from_utf8_lossy(&b[..end]).into_owned()
+                })
                 .unwrap_or_else(|e| e.to_string());
             return Err(NvrtcError::Compile {
                 name: name.into(),
@@ -178,10 +216,10 @@ impl Nvrtc {
                 log,
             });
         }
-        self.read(guard.prog, self.ptx_size, self.ptx)
+        Ok(guard)
     }
 
-    fn read(&self, prog: Prog, size: SizeFn, get: GetFn) -> Result<String, NvrtcError> {
+    fn read(&self, prog: Prog, size: SizeFn, get: GetFn) -> Result<Vec<u8>, NvrtcError> {
         let mut n = 0usize;
         // SAFETY: prog is live; the buffer has the size NVRTC reported.
         check("nvrtcGet*Size", unsafe { size(prog, &mut n) })?;
@@ -189,8 +227,8 @@ impl Nvrtc {
         check("nvrtcGet*", unsafe {
             get(prog, buf.as_mut_ptr() as *mut c_char)
         })?;
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+        buf.truncate(n);
+        Ok(buf)
     }
 }
 

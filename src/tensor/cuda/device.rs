@@ -1,35 +1,23 @@
-//! The device: driver probe, context + stream + cuBLAS, NVRTC compilation of every kernel file
-//! for this GPU's architecture (cached per process), and the table of loaded kernel functions.
+//! The real device (feature `cuda`): driver probe, context, one non-default stream, cuBLAS, NVRTC
+//! compilation of every kernel file in both storage types to a CUBIN for this GPU's architecture
+//! (PTX only as a fallback, cached per process), the function table, and raw allocations, copies
+//! and launches — the [`Device`] trait over cudarc's driver API.
 
-use crate::tensor::kernels;
-use crate::tensor::nvrtc::{find_cuda_library, Nvrtc, NvrtcError};
-use cudarc::cublas::CudaBlas;
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
+use crate::tensor::device::{
+    ActType, DevPtr, Device, DeviceError, Gemm, GemmType, KernelArg, LaunchDims, Result,
 };
+use crate::tensor::kernels;
+use crate::tensor::nvrtc::{find_cuda_library, Nvrtc};
+use cudarc::cublas::{result::gemm_ex, sys as blas_sys, CudaBlas};
+use cudarc::driver::{result as drv, sys, CudaContext, CudaFunction, CudaStream};
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
+use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
 
-#[derive(Debug, thiserror::Error)]
-pub enum CudaError {
-    #[error("no CUDA device: {0}")]
-    NoDevice(String),
-    #[error("CUDA driver: {0}")]
-    Driver(#[from] cudarc::driver::DriverError),
-    #[error("cuBLAS: {0}")]
-    Blas(#[from] cudarc::cublas::result::CublasError),
-    #[error(transparent)]
-    Nvrtc(#[from] NvrtcError),
-    #[error("loading the PTX of kernels/{file}.cu failed ({msg}); PTX from a libnvrtc newer than the driver cannot load: point EXECCRITIC_NVRTC at the driver's CUDA version")]
-    ModuleLoad { file: String, msg: String },
-    #[error("kernel {0} was not compiled into any module")]
-    MissingKernel(String),
-    #[error("bad arguments to {op}: {msg}")]
-    Shape { op: &'static str, msg: String },
+fn driver(e: cudarc::driver::DriverError) -> DeviceError {
+    DeviceError::Driver(e.to_string())
 }
-
-pub type Result<T> = std::result::Result<T, CudaError>;
 
 /// Is a CUDA driver with at least one device present? Probes libcuda with dlopen first (cudarc
 /// panics when the library is missing), then asks the driver for the device count.
@@ -37,14 +25,16 @@ pub fn probe() -> Result<usize> {
     let names = ["libcuda.so.1", "libcuda.so"];
     let found = names.iter().any(|n| dlopen_global(n.as_bytes()));
     if !found {
-        return Err(CudaError::NoDevice(
+        return Err(DeviceError::NoDevice(
             "libcuda.so.1 (the NVIDIA driver) is not installed".into(),
         ));
     }
     let n = CudaContext::device_count()
-        .map_err(|e| CudaError::NoDevice(format!("cuInit/device count: {e}")))?;
+        .map_err(|e| DeviceError::NoDevice(format!("cuInit/device count: {e}")))?;
     if n <= 0 {
-        return Err(CudaError::NoDevice("the driver reports no devices".into()));
+        return Err(DeviceError::NoDevice(
+            "the driver reports no devices".into(),
+        ));
     }
     Ok(n as usize)
 }
@@ -75,105 +65,311 @@ fn preload(stem: &str, env: &str) -> Result<()> {
     if sonames.iter().any(|n| dlopen_global(n.as_bytes())) {
         return Ok(());
     }
-    Err(CudaError::NoDevice(format!(
+    Err(DeviceError::NoDevice(format!(
         "lib{stem} not found (set {env} to its path)"
     )))
 }
 
-/// (kernel file, PTX) for every kernel file.
-type Modules = Vec<(&'static str, String)>;
+/// One compiled module: kernel file, storage type, image (CUBIN bytes or PTX text).
+#[derive(Clone)]
+struct Module {
+    file: &'static str,
+    act: ActType,
+    image: Image,
+}
 
-/// PTX of every kernel file per architecture, compiled once per process.
-fn ptx_for(arch: &str) -> Result<Modules> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Modules>>> = OnceLock::new();
+#[derive(Clone)]
+enum Image {
+    Cubin(Vec<u8>),
+    Ptx(String),
+}
+
+/// Every kernel file in both storage types for `sm` (e.g. "90"), compiled once per process:
+/// a CUBIN for `sm_XX` (so a libnvrtc newer than the driver cannot break loading), PTX for
+/// `compute_XX` when this NVRTC cannot emit a CUBIN for the architecture.
+fn modules_for(sm: &str) -> Result<Vec<Module>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Vec<Module>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
-    if let Some(v) = cache.lock().expect("ptx cache poisoned").get(arch) {
+    if let Some(v) = cache.lock().expect("module cache poisoned").get(sm) {
         return Ok(v.clone());
     }
-    let nv = Nvrtc::get()?;
+    let nv = Nvrtc::get().map_err(|e| DeviceError::Driver(e.to_string()))?;
     let mut out = vec![];
-    for (name, src) in kernels::FILES {
-        out.push((
-            *name,
-            nv.compile_ptx(name, &kernels::unit(name, src), arch, &[])?,
-        ));
+    for (file, src) in kernels::FILES {
+        for act in ActType::ALL {
+            let unit = kernels::unit_for(file, src, act);
+            let image = match nv.compile_cubin(file, &unit, &format!("sm_{sm}"), &[]) {
+                Ok(c) => Image::Cubin(c),
+                Err(_) => Image::Ptx(
+                    nv.compile_ptx(file, &unit, &format!("compute_{sm}"), &[])
+                        .map_err(|e| DeviceError::Driver(e.to_string()))?,
+                ),
+            };
+            out.push(Module { file, act, image });
+        }
     }
     cache
         .lock()
-        .expect("ptx cache poisoned")
-        .insert(arch.to_string(), out.clone());
+        .expect("module cache poisoned")
+        .insert(sm.to_string(), out.clone());
     Ok(out)
 }
 
-/// One GPU: context, stream, cuBLAS handle and all kernels.
-pub struct Gpu {
-    pub ctx: Arc<CudaContext>,
-    pub stream: Arc<CudaStream>,
-    pub blas: CudaBlas,
-    pub arch: String,
-    funcs: HashMap<String, CudaFunction>,
+/// Launch limits of the device (checked before every launch).
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    threads_per_block: u32,
+    shared_per_block: u32,
+    grid_y_z: u32,
 }
 
-impl Gpu {
+/// One GPU: context, a non-default stream, cuBLAS handle and all kernels.
+pub struct CudaDevice {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    /// cuBLAS handle; one GEMM at a time (a handle must not be used by two threads at once).
+    blas: Mutex<CudaBlas>,
+    pub arch: String,
+    funcs: HashMap<String, CudaFunction>,
+    limits: Limits,
+    name: String,
+}
+
+impl CudaDevice {
     /// Open device `ordinal`, compile (or reuse) the kernels for its architecture, load them.
-    pub fn new(ordinal: usize) -> Result<Gpu> {
+    pub fn new(ordinal: usize) -> Result<CudaDevice> {
         probe()?;
         preload("cublasLt", "EXECCRITIC_CUBLASLT")?;
         preload("cublas", "EXECCRITIC_CUBLAS")?;
-        let ctx = CudaContext::new(ordinal)?;
-        let (maj, min) = ctx.compute_capability()?;
-        let arch = format!("compute_{maj}{min}");
-        let stream = ctx.default_stream();
-        let blas = CudaBlas::new(stream.clone())?;
+        let ctx = CudaContext::new(ordinal).map_err(driver)?;
+        let (maj, min) = ctx.compute_capability().map_err(driver)?;
+        let sm = format!("{maj}{min}");
+        let stream = ctx.new_stream().map_err(driver)?;
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| DeviceError::Driver(e.to_string()))?;
+        let attr = |a| ctx.attribute(a).map_err(driver);
+        use sys::CUdevice_attribute as A;
+        let limits = Limits {
+            threads_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)? as u32,
+            shared_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)? as u32,
+            grid_y_z: attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)? as u32,
+        };
         let mut funcs = HashMap::new();
-        for (name, ptx) in ptx_for(&arch)? {
-            let module =
-                ctx.load_module(Ptx::from_src(ptx))
-                    .map_err(|e| CudaError::ModuleLoad {
-                        file: name.to_string(),
-                        msg: e.to_string(),
-                    })?;
+        for m in modules_for(&sm)? {
+            let (ptx, kind) = match &m.image {
+                Image::Cubin(c) => (Ptx::from_binary(c.clone()), "CUBIN"),
+                Image::Ptx(p) => (Ptx::from_src(p.clone()), "PTX"),
+            };
+            let module = ctx.load_module(ptx).map_err(|e| {
+                DeviceError::Driver(format!(
+                    "loading the {kind} of kernels/{}.cu ({}) failed: {e}; PTX from a libnvrtc \
+                     newer than the driver cannot load: point EXECCRITIC_NVRTC at the driver's \
+                     CUDA version",
+                    m.file,
+                    m.act.suffix()
+                ))
+            })?;
             let src = kernels::FILES
                 .iter()
-                .find(|(n, _)| *n == name)
+                .find(|(n, _)| *n == m.file)
                 .map(|(_, s)| *s)
                 .unwrap_or("");
-            for entry in kernels::entry_points(src) {
-                funcs.insert(entry.clone(), module.load_function(&entry)?);
+            for entry in kernels::entry_points_for(src, m.act) {
+                let f = module.load_function(&entry).map_err(driver)?;
+                funcs.insert(entry, f);
             }
         }
-        Ok(Gpu {
+        let name = format!("{} (sm_{sm})", ctx.name().unwrap_or_else(|_| "GPU".into()));
+        Ok(CudaDevice {
             ctx,
             stream,
-            blas,
-            arch,
+            blas: Mutex::new(blas),
+            arch: format!("sm_{sm}"),
             funcs,
+            limits,
+            name,
         })
     }
 
-    /// A loaded kernel by name.
-    pub fn func(&self, name: &str) -> Result<&CudaFunction> {
+    fn func(&self, name: &str) -> Result<&CudaFunction> {
         self.funcs
             .get(name)
-            .ok_or_else(|| CudaError::MissingKernel(name.to_string()))
+            .ok_or_else(|| DeviceError::MissingKernel(name.to_string()))
     }
 
-    /// Device buffer of `n` zeros (weights, caches and scratch are allocated up front).
-    pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>> {
-        Ok(self.stream.alloc_zeros::<T>(n.max(1))?)
+    fn check_limits(&self, kernel: &str, d: &LaunchDims) -> Result<()> {
+        let threads = d.block.0 as u64 * d.block.1 as u64 * d.block.2 as u64;
+        let bad = |msg: String| {
+            Err(DeviceError::Launch {
+                kernel: kernel.to_string(),
+                msg,
+            })
+        };
+        if threads == 0 || threads > self.limits.threads_per_block as u64 {
+            return bad(format!("{threads} threads per block {d}"));
+        }
+        if d.shared_bytes > self.limits.shared_per_block {
+            return bad(format!("{} bytes of shared memory {d}", d.shared_bytes));
+        }
+        if d.grid.0 == 0
+            || d.grid.1 == 0
+            || d.grid.2 == 0
+            || d.grid.1 > self.limits.grid_y_z
+            || d.grid.2 > self.limits.grid_y_z
+        {
+            return bad(format!("grid {d}"));
+        }
+        Ok(())
+    }
+}
+
+fn cuda_type(t: GemmType) -> blas_sys::cudaDataType {
+    match t {
+        GemmType::Bf16 => blas_sys::cudaDataType::CUDA_R_16BF,
+        GemmType::F32 => blas_sys::cudaDataType::CUDA_R_32F,
+    }
+}
+
+impl Device for CudaDevice {
+    fn name(&self) -> String {
+        self.name.clone()
     }
 
-    /// Copy a host slice to a new device buffer.
-    pub fn upload<T: DeviceRepr>(&self, x: &[T]) -> Result<CudaSlice<T>> {
-        Ok(self.stream.clone_htod(x)?)
+    fn alloc_zeroed(&self, bytes: usize) -> Result<DevPtr> {
+        self.ctx.bind_to_thread().map_err(driver)?;
+        // SAFETY: a fresh allocation on this context's stream, zeroed before any use.
+        unsafe {
+            let p = drv::malloc_async(self.stream.cu_stream(), bytes.max(1))
+                .map_err(|_| DeviceError::OutOfMemory(bytes))?;
+            drv::memset_d8_async(p, 0, bytes.max(1), self.stream.cu_stream()).map_err(driver)?;
+            Ok(p)
+        }
     }
 
-    /// Copy a device buffer back (synchronises the stream).
-    pub fn download<T: DeviceRepr + Default + Clone>(&self, x: &CudaSlice<T>) -> Result<Vec<T>> {
-        Ok(self.stream.clone_dtoh(x)?)
+    fn free(&self, ptr: DevPtr) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: `ptr` came from alloc_zeroed; stream-ordered after the work using it.
+            let _ = unsafe { drv::free_async(ptr, self.stream.cu_stream()) };
+        }
     }
 
-    pub fn sync(&self) -> Result<()> {
-        Ok(self.stream.synchronize()?)
+    fn copy_htod(&self, dst: DevPtr, src: &[u8]) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(driver)?;
+        // SAFETY: the caller's buffer holds at least src.len() bytes; synchronous afterwards
+        // so the host slice may be dropped.
+        unsafe { drv::memcpy_htod_async(dst, src, self.stream.cu_stream()) }.map_err(driver)?;
+        self.stream.synchronize().map_err(driver)
     }
+
+    fn copy_dtoh(&self, src: DevPtr, dst: &mut [u8]) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(driver)?;
+        // SAFETY: as copy_htod; waits for the copy before returning.
+        unsafe { drv::memcpy_dtoh_async(dst, src, self.stream.cu_stream()) }.map_err(driver)?;
+        self.stream.synchronize().map_err(driver)
+    }
+
+    fn copy_dtod(&self, dst: DevPtr, src: DevPtr, bytes: usize) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(driver)?;
+        // SAFETY: both ranges lie in live allocations (checked by the typed buffers above).
+        unsafe { drv::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }.map_err(driver)
+    }
+
+    fn memset_zero(&self, dst: DevPtr, bytes: usize) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(driver)?;
+        // SAFETY: the range lies in a live allocation (checked by the typed buffers above).
+        unsafe { drv::memset_d8_async(dst, 0, bytes, self.stream.cu_stream()) }.map_err(driver)
+    }
+
+    fn launch(&self, kernel: &str, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
+        self.check_limits(kernel, &dims)?;
+        let f = self.func(kernel)?;
+        self.ctx.bind_to_thread().map_err(driver)?;
+        // Argument values live in `vals`; the driver reads them through `params` during the
+        // (asynchronous) launch call itself.
+        let mut vals: Vec<[u8; 8]> = args
+            .iter()
+            .map(|a| match *a {
+                KernelArg::Ptr(p) | KernelArg::U64(p) => p.to_ne_bytes(),
+                KernelArg::I64(v) => v.to_ne_bytes(),
+                KernelArg::I32(v) => widen(v.to_ne_bytes()),
+                KernelArg::U32(v) => widen(v.to_ne_bytes()),
+                KernelArg::F32(v) => widen(v.to_ne_bytes()),
+            })
+            .collect();
+        let mut params: Vec<*mut c_void> = vals
+            .iter_mut()
+            .map(|v| v.as_mut_ptr() as *mut c_void)
+            .collect();
+        // SAFETY: the argument list follows the kernel's parameter list (ops.rs); every
+        // parameter pointer points at a value of the parameter's size, alive for the call.
+        unsafe {
+            drv::launch_kernel(
+                f.cu_function(),
+                dims.grid,
+                dims.block,
+                dims.shared_bytes,
+                self.stream.cu_stream(),
+                &mut params,
+            )
+        }
+        .map_err(|e| DeviceError::Launch {
+            kernel: kernel.to_string(),
+            msg: format!("{e} {dims}"),
+        })
+    }
+
+    fn gemm(&self, g: &Gemm) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(driver)?;
+        let op = |t: bool| {
+            if t {
+                blas_sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                blas_sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        // SAFETY: pointers from live device buffers whose sizes the caller checked; the handle
+        // is bound to the device's stream.
+        let blas = self
+            .blas
+            .lock()
+            .map_err(|_| DeviceError::Driver("cuBLAS handle poisoned".into()))?;
+        unsafe {
+            gemm_ex(
+                *blas.handle(),
+                op(g.trans_a),
+                op(g.trans_b),
+                g.m as i32,
+                g.n as i32,
+                g.k as i32,
+                &g.alpha as *const f32 as *const c_void,
+                g.a as *const c_void,
+                cuda_type(g.a_type),
+                g.lda as i32,
+                g.b as *const c_void,
+                cuda_type(g.b_type),
+                g.ldb as i32,
+                &g.beta as *const f32 as *const c_void,
+                g.c as *mut c_void,
+                cuda_type(g.c_type),
+                g.ldc as i32,
+                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| DeviceError::Driver(format!("cuBLAS gemm_ex: {e}")))
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(driver)?;
+        self.stream.synchronize().map_err(driver)
+    }
+
+    fn memory_info(&self) -> Option<(usize, usize)> {
+        self.ctx.bind_to_thread().ok()?;
+        drv::mem_get_info().ok()
+    }
+}
+
+/// A 4-byte value in an 8-byte slot (the driver reads only the parameter's size).
+fn widen(b: [u8; 4]) -> [u8; 8] {
+    [b[0], b[1], b[2], b[3], 0, 0, 0, 0]
 }

@@ -5,62 +5,60 @@
 //! Weights are bf16 on device: uploaded from a checkpoint ([`CudaModel::load`]) or generated on
 //! the GPU with the exact shapes of a config ([`CudaModel::random`], for benchmarks).
 
-use super::device::{CudaError, Gpu, Result};
 use super::gemm::linear;
+use super::gpu::{Act, DeviceBuffer, Gpu};
 use super::ops::{self, DecodeScratch, DeltaBufs, GdnPool, KvIndex, KvPool, MoeGroups};
-use super::weight_bf16_bits;
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::{LayerType, ModelConfig};
-use cudarc::driver::CudaSlice;
+use crate::tensor::device::{DeviceError as CudaError, Result};
 use std::path::Path;
 
-type Bf = CudaSlice<u16>;
-type F32 = CudaSlice<f32>;
-type I32 = CudaSlice<i32>;
+type F32 = DeviceBuffer<f32>;
+type I32 = DeviceBuffer<i32>;
 
-struct AttnW {
-    q: Bf,
-    k: Bf,
-    v: Bf,
-    o: Bf,
-    q_norm: Bf,
-    k_norm: Bf,
+struct AttnW<A: Act> {
+    q: DeviceBuffer<A>,
+    k: DeviceBuffer<A>,
+    v: DeviceBuffer<A>,
+    o: DeviceBuffer<A>,
+    q_norm: DeviceBuffer<A>,
+    k_norm: DeviceBuffer<A>,
 }
 
-struct GdnW {
-    qkv: Bf,
-    z: Bf,
-    b: Bf,
-    a: Bf,
-    conv: Bf,
+struct GdnW<A: Act> {
+    qkv: DeviceBuffer<A>,
+    z: DeviceBuffer<A>,
+    b: DeviceBuffer<A>,
+    a: DeviceBuffer<A>,
+    conv: DeviceBuffer<A>,
     dt_bias: F32,
     a_log: F32,
-    norm: Bf,
-    out: Bf,
+    norm: DeviceBuffer<A>,
+    out: DeviceBuffer<A>,
 }
 
-struct MoeW {
-    router: Bf,
+struct MoeW<A: Act> {
+    router: DeviceBuffer<A>,
     /// `[E, 2I, H]`: rows 0..I gate, I..2I up (the fused checkpoint layout).
-    gate_up: Bf,
+    gate_up: DeviceBuffer<A>,
     /// `[E, H, I]`
-    down: Bf,
-    s_gate: Bf,
-    s_up: Bf,
-    s_down: Bf,
-    s_gate_w: Bf,
+    down: DeviceBuffer<A>,
+    s_gate: DeviceBuffer<A>,
+    s_up: DeviceBuffer<A>,
+    s_down: DeviceBuffer<A>,
+    s_gate_w: DeviceBuffer<A>,
 }
 
-enum MixerW {
-    Attn(AttnW),
-    Gdn(GdnW),
+enum MixerW<A: Act> {
+    Attn(AttnW<A>),
+    Gdn(GdnW<A>),
 }
 
-struct LayerW {
-    in_norm: Bf,
-    post_norm: Bf,
-    mixer: MixerW,
-    moe: MoeW,
+struct LayerW<A: Act> {
+    in_norm: DeviceBuffer<A>,
+    post_norm: DeviceBuffer<A>,
+    mixer: MixerW<A>,
+    moe: MoeW<A>,
 }
 
 /// Where weights come from: a checkpoint (f32 on the host, converted to bf16) or a seeded
@@ -71,18 +69,18 @@ enum Source<'a> {
 }
 
 impl Source<'_> {
-    fn bf(&mut self, gpu: &Gpu, name: &str, shape: &[usize]) -> Result<Bf> {
+    fn act<A: Act>(&mut self, gpu: &Gpu, name: &str, shape: &[usize]) -> Result<DeviceBuffer<A>> {
         match self {
             Source::Ckpt(ck) => {
                 let t = ck.get_weight(name, shape).map_err(|e| CudaError::Shape {
                     op: "load",
                     msg: e.to_string(),
                 })?;
-                gpu.upload(&weight_bf16_bits(t.weight()))
+                gpu.upload(&A::from_weight(t.weight()))
             }
             Source::Random { seed, next } => {
                 let n: usize = shape.iter().product();
-                let mut x = gpu.zeros::<u16>(n)?;
+                let mut x = gpu.zeros::<A>(n)?;
                 // uniform(±1/sqrt(fan_in)) keeps activations O(1); norm weights small around 0
                 let fan_in = *shape.last().unwrap_or(&1) as f32;
                 let s = if shape.len() == 1 {
@@ -91,7 +89,7 @@ impl Source<'_> {
                     1.0 / fan_in.sqrt()
                 };
                 *next += 1;
-                ops::fill_uniform_bf16(gpu, &mut x, *seed ^ next.wrapping_mul(0x9e37_79b9), -s, s)?;
+                ops::fill_uniform(gpu, &mut x, *seed ^ next.wrapping_mul(0x9e37_79b9), -s, s)?;
                 Ok(x)
             }
         }
@@ -114,18 +112,77 @@ impl Source<'_> {
     }
 }
 
-/// Model weights on one GPU.
-pub struct CudaModel {
-    pub cfg: ModelConfig,
-    embed: Bf,
-    layers: Vec<LayerW>,
-    norm: Bf,
-    lm_head: Bf,
+/// The shapes the kernels support (docs/cuda.md, "Supported shapes"); anything else is refused
+/// at load with the limit it breaks, never run to a wrong result.
+pub fn check_supported(c: &ModelConfig) -> Result<()> {
+    let mut bad = vec![];
+    let mut need = |ok: bool, what: String| {
+        if !ok {
+            bad.push(what)
+        }
+    };
+    let (hq, hkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+    need(
+        hd <= 256,
+        format!("head_dim {hd} > 256 (attention kernels)"),
+    );
+    need(
+        hkv > 0 && hq % hkv == 0 && hq / hkv <= 16,
+        format!("{hq} query heads over {hkv} KV heads (a multiple, at most 16 per KV head)"),
+    );
+    need(
+        c.rotary_dim % 2 == 0 && c.rotary_dim <= hd && c.rotary_dim <= 2048,
+        format!("rotary dim {} (even, <= head_dim)", c.rotary_dim),
+    );
+    let (hk, hv, dk, dv) = (
+        c.linear_num_key_heads,
+        c.linear_num_value_heads,
+        c.linear_key_head_dim,
+        c.linear_value_head_dim,
+    );
+    need(
+        hk > 0 && hv % hk == 0,
+        format!("{hv} GDN value heads over {hk} key heads (a multiple)"),
+    );
+    need(
+        dv <= 1024,
+        format!("GDN value head dim {dv} > 1024 (gdn_recurrent block)"),
+    );
+    need(
+        dk <= 4096,
+        format!("GDN key head dim {dk} > 4096 (gdn_recurrent shared memory)"),
+    );
+    need(
+        (2..=8).contains(&c.linear_conv_kernel_dim),
+        format!("conv kernel {} (2..=8)", c.linear_conv_kernel_dim),
+    );
+    let (e, k) = (c.num_experts, c.num_experts_per_tok);
+    need(
+        e <= 1024 && k <= 32 && k >= 1 && k <= e,
+        format!("{e} experts, top-{k} (at most 1024 experts, top-k 1..=32)"),
+    );
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(CudaError::Unsupported(format!(
+            "model shape not supported by the CUDA kernels: {}",
+            bad.join("; ")
+        )))
+    }
 }
 
-impl CudaModel {
+/// Model weights on one GPU.
+pub struct CudaModel<A: Act = u16> {
+    pub cfg: ModelConfig,
+    embed: DeviceBuffer<A>,
+    layers: Vec<LayerW<A>>,
+    norm: DeviceBuffer<A>,
+    lm_head: DeviceBuffer<A>,
+}
+
+impl<A: Act> CudaModel<A> {
     /// Upload a Hugging Face folder's weights (fused or per-expert MoE layouts).
-    pub fn load(gpu: &Gpu, dir: &Path) -> Result<CudaModel> {
+    pub fn load(gpu: &Gpu, dir: &Path) -> Result<CudaModel<A>> {
         let err = |e: crate::model::ModelError| CudaError::Shape {
             op: "load",
             msg: e.to_string(),
@@ -136,14 +193,15 @@ impl CudaModel {
     }
 
     /// Random bf16 weights of `cfg`'s exact shapes, generated on the GPU.
-    pub fn random(gpu: &Gpu, cfg: ModelConfig, seed: u64) -> Result<CudaModel> {
+    pub fn random(gpu: &Gpu, cfg: ModelConfig, seed: u64) -> Result<CudaModel<A>> {
         Self::build(gpu, cfg, Source::Random { seed, next: 0 })
     }
 
-    fn build(gpu: &Gpu, cfg: ModelConfig, mut src: Source<'_>) -> Result<CudaModel> {
+    fn build(gpu: &Gpu, cfg: ModelConfig, mut src: Source<'_>) -> Result<CudaModel<A>> {
+        check_supported(&cfg)?;
         let c = &cfg;
         let (v, h) = (c.vocab_size, c.hidden_size);
-        let embed = src.bf(gpu, "embed_tokens.weight", &[v, h])?;
+        let embed = src.act(gpu, "embed_tokens.weight", &[v, h])?;
         let mut layers = vec![];
         for (li, lt) in c.layer_types.iter().enumerate() {
             let p = format!("layers.{li}.");
@@ -152,12 +210,12 @@ impl CudaModel {
                     let (hq, hkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
                     let a = format!("{p}self_attn.");
                     MixerW::Attn(AttnW {
-                        q: src.bf(gpu, &format!("{a}q_proj.weight"), &[2 * hq * hd, h])?,
-                        k: src.bf(gpu, &format!("{a}k_proj.weight"), &[hkv * hd, h])?,
-                        v: src.bf(gpu, &format!("{a}v_proj.weight"), &[hkv * hd, h])?,
-                        o: src.bf(gpu, &format!("{a}o_proj.weight"), &[h, hq * hd])?,
-                        q_norm: src.bf(gpu, &format!("{a}q_norm.weight"), &[hd])?,
-                        k_norm: src.bf(gpu, &format!("{a}k_norm.weight"), &[hd])?,
+                        q: src.act(gpu, &format!("{a}q_proj.weight"), &[2 * hq * hd, h])?,
+                        k: src.act(gpu, &format!("{a}k_proj.weight"), &[hkv * hd, h])?,
+                        v: src.act(gpu, &format!("{a}v_proj.weight"), &[hkv * hd, h])?,
+                        o: src.act(gpu, &format!("{a}o_proj.weight"), &[h, hq * hd])?,
+                        q_norm: src.act(gpu, &format!("{a}q_norm.weight"), &[hd])?,
+                        k_norm: src.act(gpu, &format!("{a}k_norm.weight"), &[hd])?,
                     })
                 }
                 LayerType::Linear => {
@@ -169,32 +227,32 @@ impl CudaModel {
                         c.linear_conv_kernel_dim,
                     );
                     MixerW::Gdn(GdnW {
-                        qkv: src.bf(gpu, &format!("{g}in_proj_qkv.weight"), &[cd, h])?,
-                        z: src.bf(gpu, &format!("{g}in_proj_z.weight"), &[vd, h])?,
-                        b: src.bf(gpu, &format!("{g}in_proj_b.weight"), &[hv, h])?,
-                        a: src.bf(gpu, &format!("{g}in_proj_a.weight"), &[hv, h])?,
-                        conv: src.bf(gpu, &format!("{g}conv1d.weight"), &[cd, 1, k])?,
+                        qkv: src.act(gpu, &format!("{g}in_proj_qkv.weight"), &[cd, h])?,
+                        z: src.act(gpu, &format!("{g}in_proj_z.weight"), &[vd, h])?,
+                        b: src.act(gpu, &format!("{g}in_proj_b.weight"), &[hv, h])?,
+                        a: src.act(gpu, &format!("{g}in_proj_a.weight"), &[hv, h])?,
+                        conv: src.act(gpu, &format!("{g}conv1d.weight"), &[cd, 1, k])?,
                         dt_bias: src.f32s(gpu, &format!("{g}dt_bias"), hv, 1.0)?,
                         a_log: src.f32s(gpu, &format!("{g}A_log"), hv, 0.0)?,
-                        norm: src.bf(
+                        norm: src.act(
                             gpu,
                             &format!("{g}norm.weight"),
                             &[c.linear_value_head_dim],
                         )?,
-                        out: src.bf(gpu, &format!("{g}out_proj.weight"), &[h, vd])?,
+                        out: src.act(gpu, &format!("{g}out_proj.weight"), &[h, vd])?,
                     })
                 }
             };
             layers.push(LayerW {
-                in_norm: src.bf(gpu, &format!("{p}input_layernorm.weight"), &[h])?,
-                post_norm: src.bf(gpu, &format!("{p}post_attention_layernorm.weight"), &[h])?,
+                in_norm: src.act(gpu, &format!("{p}input_layernorm.weight"), &[h])?,
+                post_norm: src.act(gpu, &format!("{p}post_attention_layernorm.weight"), &[h])?,
                 mixer,
                 moe: Self::load_moe(gpu, c, &mut src, &format!("{p}mlp."))?,
             });
         }
-        let norm = src.bf(gpu, "norm.weight", &[h])?;
+        let norm = src.act(gpu, "norm.weight", &[h])?;
         let lm_head = match (&mut src, c.tie_word_embeddings) {
-            (_, true) => embed.try_clone()?,
+            (_, true) => gpu.duplicate(&embed)?,
             (Source::Ckpt(ck), false) => {
                 let t = ck
                     .get_weight_exact("lm_head.weight", &[v, h])
@@ -202,9 +260,9 @@ impl CudaModel {
                         op: "load",
                         msg: e.to_string(),
                     })?;
-                gpu.upload(&weight_bf16_bits(t.weight()))?
+                gpu.upload(&A::from_weight(t.weight()))?
             }
-            (s, false) => s.bf(gpu, "lm_head.weight", &[v, h])?,
+            (s, false) => s.act(gpu, "lm_head.weight", &[v, h])?,
         };
         Ok(CudaModel {
             cfg,
@@ -215,7 +273,7 @@ impl CudaModel {
         })
     }
 
-    fn load_moe(gpu: &Gpu, c: &ModelConfig, src: &mut Source<'_>, p: &str) -> Result<MoeW> {
+    fn load_moe(gpu: &Gpu, c: &ModelConfig, src: &mut Source<'_>, p: &str) -> Result<MoeW<A>> {
         let (h, e, i, is) = (
             c.hidden_size,
             c.num_experts,
@@ -238,7 +296,7 @@ impl CudaModel {
                                 op: "load",
                                 msg: e.to_string(),
                             })?;
-                        gu.extend(weight_bf16_bits(t.weight()));
+                        gu.extend(A::from_weight(t.weight()));
                     }
                     let t = ck
                         .get_weight(&format!("{p}experts.{x}.down_proj.weight"), &[h, i])
@@ -246,31 +304,31 @@ impl CudaModel {
                             op: "load",
                             msg: e.to_string(),
                         })?;
-                    dn.extend(weight_bf16_bits(t.weight()));
+                    dn.extend(A::from_weight(t.weight()));
                 }
                 (gpu.upload(&gu)?, gpu.upload(&dn)?)
             }
             s => (
-                s.bf(gpu, &fused, &[e, 2 * i, h])?,
-                s.bf(gpu, &format!("{p}experts.down_proj"), &[e, h, i])?,
+                s.act(gpu, &fused, &[e, 2 * i, h])?,
+                s.act(gpu, &format!("{p}experts.down_proj"), &[e, h, i])?,
             ),
         };
         Ok(MoeW {
-            router: src.bf(gpu, &format!("{p}gate.weight"), &[e, h])?,
+            router: src.act(gpu, &format!("{p}gate.weight"), &[e, h])?,
             gate_up,
             down,
-            s_gate: src.bf(gpu, &format!("{p}shared_expert.gate_proj.weight"), &[is, h])?,
-            s_up: src.bf(gpu, &format!("{p}shared_expert.up_proj.weight"), &[is, h])?,
-            s_down: src.bf(gpu, &format!("{p}shared_expert.down_proj.weight"), &[h, is])?,
-            s_gate_w: src.bf(gpu, &format!("{p}shared_expert_gate.weight"), &[1, h])?,
+            s_gate: src.act(gpu, &format!("{p}shared_expert.gate_proj.weight"), &[is, h])?,
+            s_up: src.act(gpu, &format!("{p}shared_expert.up_proj.weight"), &[is, h])?,
+            s_down: src.act(gpu, &format!("{p}shared_expert.down_proj.weight"), &[h, is])?,
+            s_gate_w: src.act(gpu, &format!("{p}shared_expert_gate.weight"), &[1, h])?,
         })
     }
 }
 
 /// Per-sequence caches for `slots` sequences (all allocated up front) and the step scratch for
 /// up to `max_tokens` tokens per forward call.
-pub struct CudaState {
-    kv: Vec<Option<KvPool>>,
+pub struct CudaState<A: Act = u16> {
+    kv: Vec<Option<KvPool<A>>>,
     gdn: Vec<Option<GdnPool>>,
     /// Tokens already consumed per slot (host copy; the kernels get positions per call).
     pub lens: Vec<usize>,
@@ -282,54 +340,54 @@ pub struct CudaState {
     /// Routing replay for the next step: per layer `[T · k]` expert indices used instead of the
     /// router's top-k (weights are still the router's renormalised probabilities). Consumed.
     pub forced: Option<Vec<Vec<i32>>>,
-    s: Scratch,
+    s: Scratch<A>,
 }
 
-struct Scratch {
-    resid: Bf,
-    xn: Bf,
-    delta: Bf,
-    big: Bf,
-    z: Bf,
-    conv_y: Bf,
-    bb: Bf,
-    aa: Bf,
+struct Scratch<A: Act> {
+    resid: DeviceBuffer<A>,
+    xn: DeviceBuffer<A>,
+    delta: DeviceBuffer<A>,
+    big: DeviceBuffer<A>,
+    z: DeviceBuffer<A>,
+    conv_y: DeviceBuffer<A>,
+    bb: DeviceBuffer<A>,
+    aa: DeviceBuffer<A>,
     beta: F32,
     g: F32,
     qn: F32,
     kn: F32,
     vv: F32,
-    o: Bf,
-    on: Bf,
-    q: Bf,
-    gate: Bf,
-    k: Bf,
-    v: Bf,
-    att: Bf,
+    o: DeviceBuffer<A>,
+    on: DeviceBuffer<A>,
+    q: DeviceBuffer<A>,
+    gate: DeviceBuffer<A>,
+    k: DeviceBuffer<A>,
+    v: DeviceBuffer<A>,
+    att: DeviceBuffer<A>,
     dec: DecodeScratch,
     delta_scratch: F32,
     router: F32,
     idx: I32,
     wts: F32,
     groups: MoeGroups,
-    gu: Bf,
-    act: Bf,
-    y: Bf,
-    sg_a: Bf,
-    sg_b: Bf,
-    shared: Bf,
-    sgate: Bf,
+    gu: DeviceBuffer<A>,
+    act: DeviceBuffer<A>,
+    y: DeviceBuffer<A>,
+    sg_a: DeviceBuffer<A>,
+    sg_b: DeviceBuffer<A>,
+    shared: DeviceBuffer<A>,
+    sgate: DeviceBuffer<A>,
     logits: F32,
 }
 
-impl CudaState {
+impl<A: Act> CudaState<A> {
     pub fn new(
         gpu: &Gpu,
         cfg: &ModelConfig,
         slots: usize,
         max_len: usize,
         max_tokens: usize,
-    ) -> Result<CudaState> {
+    ) -> Result<CudaState<A>> {
         let c = cfg;
         let t = max_tokens;
         let (h, hq, hkv, hd) = (
@@ -374,7 +432,7 @@ impl CudaState {
                 }
             }
         }
-        let z = |n: usize| gpu.zeros::<u16>(n);
+        let z = |n: usize| gpu.zeros::<A>(n);
         let f = |n: usize| gpu.zeros::<f32>(n);
         let s = Scratch {
             resid: z(t * h)?,
@@ -427,33 +485,31 @@ impl CudaState {
     /// Forget a slot's tokens (its pools are overwritten from position 0 on reuse; the GDN
     /// states are zeroed here).
     pub fn reset_slot(&mut self, gpu: &Gpu, slot: usize) -> Result<()> {
+        if slot >= self.lens.len() {
+            return Err(CudaError::Shape {
+                op: "reset_slot",
+                msg: format!("slot {slot} of {}", self.lens.len()),
+            });
+        }
         self.lens[slot] = 0;
-        // zero the whole GDN pools' slot regions by zeroing through a host copy of zeros
+        // zero the slot's regions of every GDN pool on the device
         for p in self.gdn.iter_mut().flatten() {
             let conv_per = p.conv.len() / p.slots;
             let rec_per = p.rec.len() / p.slots;
-            let zc = vec![0.0f32; conv_per];
-            let zr = vec![0.0f32; rec_per];
-            gpu.stream.memcpy_htod(
-                &zc,
-                &mut p.conv.slice_mut(slot * conv_per..(slot + 1) * conv_per),
-            )?;
-            gpu.stream.memcpy_htod(
-                &zr,
-                &mut p.rec.slice_mut(slot * rec_per..(slot + 1) * rec_per),
-            )?;
+            gpu.zero_range(&mut p.conv, slot * conv_per..(slot + 1) * conv_per)?;
+            gpu.zero_range(&mut p.rec, slot * rec_per..(slot + 1) * rec_per)?;
         }
         Ok(())
     }
 }
 
-impl CudaModel {
+impl<A: Act> CudaModel<A> {
     /// One step over a batch: `seqs[b] = (slot, tokens)`; the tokens are appended to the slot's
     /// caches. Returns fp32 logits `[T, vocab]` for every input row (packed in batch order).
     pub fn forward(
         &self,
         gpu: &Gpu,
-        st: &mut CudaState,
+        st: &mut CudaState<A>,
         seqs: &[(usize, &[u32])],
     ) -> Result<Vec<f32>> {
         self.step(gpu, st, seqs, true)
@@ -463,7 +519,7 @@ impl CudaModel {
     pub fn forward_last(
         &self,
         gpu: &Gpu,
-        st: &mut CudaState,
+        st: &mut CudaState<A>,
         seqs: &[(usize, &[u32])],
     ) -> Result<Vec<f32>> {
         self.step(gpu, st, seqs, false)
@@ -472,7 +528,7 @@ impl CudaModel {
     fn step(
         &self,
         gpu: &Gpu,
-        st: &mut CudaState,
+        st: &mut CudaState<A>,
         seqs: &[(usize, &[u32])],
         all_rows: bool,
     ) -> Result<Vec<f32>> {
@@ -698,7 +754,7 @@ impl CudaModel {
             self.moe(gpu, &layer.moe, s, t, f.as_ref())?;
             if let Some(rec) = st.routing.as_mut() {
                 let n = t * c.num_experts_per_tok;
-                rec.push(gpu.stream.clone_dtoh(&s.idx.slice(0..n))?);
+                rec.push(gpu.download_prefix(&s.idx, n)?);
             }
         }
         ops::add_rms_norm_1p(
@@ -732,7 +788,7 @@ impl CudaModel {
             st.lens[*slot] += toks.len();
         }
         let n = rows * c.vocab_size;
-        Ok(gpu.stream.clone_dtoh(&s.logits.slice(0..n))?)
+        gpu.download_prefix(&s.logits, n)
     }
 
     /// Run only layer `layer`'s MoE on the first `t` rows of the scratch (whatever they hold):
@@ -740,7 +796,7 @@ impl CudaModel {
     pub fn moe_layer_only(
         &self,
         gpu: &Gpu,
-        st: &mut CudaState,
+        st: &mut CudaState<A>,
         layer: usize,
         t: usize,
     ) -> Result<()> {
@@ -757,8 +813,8 @@ impl CudaModel {
     fn moe(
         &self,
         gpu: &Gpu,
-        w: &MoeW,
-        s: &mut Scratch,
+        w: &MoeW<A>,
+        s: &mut Scratch<A>,
         t: usize,
         forced: Option<&I32>,
     ) -> Result<()> {
@@ -772,7 +828,7 @@ impl CudaModel {
         );
         let pairs = t * k;
         linear(gpu, &s.xn, t, h, &w.router, e, &mut s.router)?;
-        ops::router_topk(gpu, &s.router, &mut s.idx, &mut s.wts, forced, t, e, k)?;
+        ops::router_topk::<A>(gpu, &s.router, &mut s.idx, &mut s.wts, forced, t, e, k)?;
         ops::moe_group(gpu, &s.idx, pairs, e, &mut s.groups)?;
         ops::grouped_gemm(
             gpu,

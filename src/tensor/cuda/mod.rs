@@ -1,19 +1,31 @@
-//! CUDA backend (feature `cuda`): one [`Gpu`] per device holds the driver context, a stream,
-//! cuBLAS, and every kernel of `kernels/*.cu` compiled by NVRTC for the present GPU's
-//! architecture (PTX cached per process and architecture). [`ops`] has one launch wrapper per
-//! kernel, mirroring the CPU op list; dense GEMMs go through cuBLAS ([`gemm`]).
+//! CUDA backend: the host code of the Qwen3.5-MoE forward on a GPU, written once over the device
+//! seam ([`crate::tensor::device::Device`]) so it runs unchanged on the real GPU (feature `cuda`,
+//! [`device::CudaDevice`]) and on the emulated device that executes the same `kernels/*.cu` on
+//! CPU threads (CI). [`Gpu`] is the handle, [`DeviceBuffer`] a typed allocation; [`ops`] has
+//! one launch wrapper per kernel, mirroring the CPU op list; dense GEMMs go through the device's
+//! cuBLAS-style GEMM ([`gemm`]); [`forward`] is the model.
 //!
-//! Buffers are `CudaSlice<u16>` for bf16 (raw bits; converted on the host with `half`),
-//! `CudaSlice<f32>` for fp32 states and accumulators, `CudaSlice<i32>` for ids and indices.
-//! Everything builds without a CUDA toolkit; at run time the driver (libcuda) is probed before
-//! cudarc touches it, so a machine without a GPU gets [`CudaError::NoDevice`], not a panic.
+//! Activations and weights are stored as [`Act`]: `u16` (raw bf16 bits, converted on the host
+//! with `half`) or `f32` (the fp32 mode); states and accumulators are `f32`, ids and indices
+//! `i32`. Everything builds without a CUDA toolkit; at run time the driver (libcuda) is probed
+//! before cudarc touches it, so a machine without a GPU gets a typed error, not a panic.
 
+#[cfg(feature = "cuda")]
 pub mod device;
 pub mod forward;
 pub mod gemm;
+pub mod gpu;
 pub mod ops;
 
-pub use device::{CudaError, Gpu};
+pub use crate::tensor::device::{ActType, DeviceError as CudaError};
+pub use gpu::{Act, DeviceBuffer, DeviceKind, Elem, Gpu};
+
+/// The emulated device (`--device emulator`).
+pub(crate) fn emulator() -> crate::tensor::device::Result<Gpu> {
+    Ok(Gpu::from_device(std::sync::Arc::new(
+        crate::tensor::emu::EmuDevice::new(),
+    )))
+}
 
 /// bf16 values on the host as the raw bits the kernels use.
 pub fn to_bf16_bits(x: &[f32]) -> Vec<u16> {

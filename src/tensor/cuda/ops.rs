@@ -1,63 +1,66 @@
 //! Launch wrappers, one per kernel in `kernels/*.cu`, in the order of the forward pass. Each
-//! checks the buffer sizes it is given (a bad size is a [`CudaError::Shape`], never an
-//! out-of-bounds launch) and enqueues the kernel on the GPU's stream without synchronising.
+//! checks the buffer sizes it is given (a bad size is a [`DeviceError::Shape`], never an
+//! out-of-bounds launch) and enqueues the kernel on the device's stream without synchronising.
+//! Written once over [`Gpu`]: the same wrappers drive the real GPU and the emulator. Wrappers are
+//! generic over the storage type [`Act`] of activations and weights, which picks the kernel's
+//! `_bf16` or `_f32` entry point; kernels without activations use their `_f32` build.
 //! Sequence batches are packed: `cu` holds B+1 token offsets, `slots` the per-sequence cache slot.
 #![allow(clippy::too_many_arguments)] // wrappers mirror the kernels' argument lists
 
-use super::device::{CudaError, Gpu, Result};
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use super::gpu::{Act, Arg, DeviceBuffer, Gpu};
+use crate::tensor::device::{DeviceError, LaunchDims, Result};
 
-type Bf = CudaSlice<u16>;
-type F32 = CudaSlice<f32>;
-type I32 = CudaSlice<i32>;
-const NULL: u64 = 0;
+type F32 = DeviceBuffer<f32>;
+type I32 = DeviceBuffer<i32>;
 
 fn need(op: &'static str, ok: bool, msg: impl FnOnce() -> String) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(CudaError::Shape { op, msg: msg() })
+        Err(DeviceError::Shape { op, msg: msg() })
     }
 }
 
-fn cfg(grid: (usize, usize, usize), block: usize, shmem: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (
+fn cfg(grid: (usize, usize, usize), block: usize, shmem: usize) -> LaunchDims {
+    LaunchDims {
+        grid: (
             grid.0.max(1) as u32,
             grid.1.max(1) as u32,
             grid.2.max(1) as u32,
         ),
-        block_dim: (block as u32, 1, 1),
-        shared_mem_bytes: shmem as u32,
+        block: (block as u32, 1, 1),
+        shared_bytes: shmem as u32,
     }
 }
 
 /// Grid for a grid-stride elementwise kernel over `n` items.
-fn stride_cfg(n: usize) -> LaunchConfig {
+fn stride_cfg(n: usize) -> LaunchDims {
     cfg((n.div_ceil(256).min(65535), 1, 1), 256, 0)
 }
 
+/// `launch!(gpu, kernel_name, dims, args...)`: arguments in the kernel's parameter order.
 macro_rules! launch {
-    ($gpu:expr, $name:literal, $cfg:expr, $($arg:expr),+ $(,)?) => {{
-        let f = $gpu.func($name)?;
-        // SAFETY: argument list matches the kernel's signature in kernels/*.cu; buffer sizes
-        // were checked by the caller. One expression, so scalar temporaries outlive the launch.
-        unsafe { $gpu.stream.launch_builder(f)$(.arg($arg))+.launch($cfg) }?;
-        Ok::<(), CudaError>(())
-    }};
+    ($gpu:expr, $name:expr, $cfg:expr, $($arg:expr),+ $(,)?) => {
+        $gpu.launch(&$name, $cfg, &[$(Arg::arg(&$arg)),+])
+    };
+}
+
+/// The `_f32` build of a kernel that has no activations (identical in both builds).
+fn plain(base: &str) -> String {
+    <f32 as Act>::kernel(base)
 }
 
 // ---------------------------------------------------------------- embedding and norms
 
 /// `out[t] = table[ids[t]]`; `ids` must be validated on the host (a bad id yields NaN rows).
-pub fn embedding(
+pub fn embedding<A: Act>(
     gpu: &Gpu,
-    table: &Bf,
+    table: &DeviceBuffer<A>,
     vocab: usize,
     hidden: usize,
     ids: &I32,
     t: usize,
-    out: &mut Bf,
+    out: &mut DeviceBuffer<A>,
 ) -> Result<()> {
     need(
         "embedding",
@@ -66,7 +69,7 @@ pub fn embedding(
     )?;
     launch!(
         gpu,
-        "embedding",
+        A::kernel("embedding"),
         cfg((t, 1, 1), 256, 0),
         table,
         ids,
@@ -77,12 +80,12 @@ pub fn embedding(
 }
 
 /// `resid += delta` (if given), then `out = RMSNorm1p(resid; w)` per row.
-pub fn add_rms_norm_1p(
+pub fn add_rms_norm_1p<A: Act>(
     gpu: &Gpu,
-    resid: &mut Bf,
-    delta: Option<&Bf>,
-    w: &Bf,
-    out: &mut Bf,
+    resid: &mut DeviceBuffer<A>,
+    delta: Option<&DeviceBuffer<A>>,
+    w: &DeviceBuffer<A>,
+    out: &mut DeviceBuffer<A>,
     rows: usize,
     d: usize,
     eps: f32,
@@ -93,25 +96,24 @@ pub fn add_rms_norm_1p(
         resid.len() >= n && out.len() >= n && w.len() >= d && delta.is_none_or(|x| x.len() >= n),
         || format!("rows={rows} d={d}"),
     )?;
-    let f = gpu.func("add_rms_norm_1p")?;
-    let mut b = gpu.stream.launch_builder(f);
-    b.arg(resid);
-    match delta {
-        Some(x) => b.arg(x),
-        None => b.arg(&NULL),
-    };
-    let d = d as i32;
-    b.arg(w).arg(out).arg(&d).arg(&eps);
-    // SAFETY: matches `add_rms_norm_1p(bf16*, const bf16*, const bf16*, bf16*, int, float)`.
-    unsafe { b.launch(cfg((rows, 1, 1), 256, 0)) }?;
-    Ok(())
+    launch!(
+        gpu,
+        A::kernel("add_rms_norm_1p"),
+        cfg((rows, 1, 1), 256, 0),
+        resid,
+        delta,
+        w,
+        out,
+        &(d as i32),
+        &eps
+    )
 }
 
 /// Per-head RMSNorm1p in place (q_norm / k_norm) on `[rows, heads, hd]` with row stride `stride`.
-pub fn head_rms_norm_1p(
+pub fn head_rms_norm_1p<A: Act>(
     gpu: &Gpu,
-    x: &mut Bf,
-    w: &Bf,
+    x: &mut DeviceBuffer<A>,
+    w: &DeviceBuffer<A>,
     rows: usize,
     heads: usize,
     hd: usize,
@@ -125,7 +127,7 @@ pub fn head_rms_norm_1p(
     )?;
     launch!(
         gpu,
-        "head_rms_norm_1p",
+        A::kernel("head_rms_norm_1p"),
         cfg((rows, heads, 1), 64, 0),
         x,
         w,
@@ -137,12 +139,12 @@ pub fn head_rms_norm_1p(
 }
 
 /// GDN output norm over `[t, hv, dv]`: `w·RMSNorm(o)·SiLU(z)`.
-pub fn gated_rms_norm(
+pub fn gated_rms_norm<A: Act>(
     gpu: &Gpu,
-    o: &Bf,
-    z: &Bf,
-    w: &Bf,
-    out: &mut Bf,
+    o: &DeviceBuffer<A>,
+    z: &DeviceBuffer<A>,
+    w: &DeviceBuffer<A>,
+    out: &mut DeviceBuffer<A>,
     t: usize,
     hv: usize,
     dv: usize,
@@ -156,7 +158,7 @@ pub fn gated_rms_norm(
     )?;
     launch!(
         gpu,
-        "gated_rms_norm",
+        A::kernel("gated_rms_norm"),
         cfg((t, hv, 1), 128, 0),
         o,
         z,
@@ -168,11 +170,11 @@ pub fn gated_rms_norm(
 }
 
 /// `dst[r] = src[rows[r]]` for `r < n` rows of width `d`.
-pub fn gather_rows(
+pub fn gather_rows<A: Act>(
     gpu: &Gpu,
-    src: &Bf,
+    src: &DeviceBuffer<A>,
     rows: &I32,
-    dst: &mut Bf,
+    dst: &mut DeviceBuffer<A>,
     n: usize,
     d: usize,
 ) -> Result<()> {
@@ -181,7 +183,7 @@ pub fn gather_rows(
     })?;
     launch!(
         gpu,
-        "gather_rows",
+        A::kernel("gather_rows"),
         cfg((n, 1, 1), 256, 0),
         src,
         rows,
@@ -192,11 +194,11 @@ pub fn gather_rows(
 
 // ---------------------------------------------------------------- gated attention
 
-pub fn split_q_gate(
+pub fn split_q_gate<A: Act>(
     gpu: &Gpu,
-    qg: &Bf,
-    q: &mut Bf,
-    gate: &mut Bf,
+    qg: &DeviceBuffer<A>,
+    q: &mut DeviceBuffer<A>,
+    gate: &mut DeviceBuffer<A>,
     t: usize,
     hq: usize,
     hd: usize,
@@ -209,7 +211,7 @@ pub fn split_q_gate(
     )?;
     launch!(
         gpu,
-        "split_q_gate",
+        A::kernel("split_q_gate"),
         cfg((t, 1, 1), 256, 0),
         qg,
         q,
@@ -220,9 +222,9 @@ pub fn split_q_gate(
 }
 
 /// Partial NeoX RoPE in place on `[t, heads, hd]` at positions `pos[t]`.
-pub fn rope_partial(
+pub fn rope_partial<A: Act>(
     gpu: &Gpu,
-    x: &mut Bf,
+    x: &mut DeviceBuffer<A>,
     pos: &I32,
     t: usize,
     heads: usize,
@@ -238,7 +240,7 @@ pub fn rope_partial(
     )?;
     launch!(
         gpu,
-        "rope_partial",
+        A::kernel("rope_partial"),
         cfg((t, heads, 1), (rot / 2).div_ceil(32) * 32, 0),
         x,
         pos,
@@ -256,18 +258,24 @@ pub struct KvIndex<'a> {
 }
 
 /// KV cache pool `[slots, hkv, max_len, hd]` for k and v.
-pub struct KvPool {
-    pub k: Bf,
-    pub v: Bf,
+pub struct KvPool<A: Act> {
+    pub k: DeviceBuffer<A>,
+    pub v: DeviceBuffer<A>,
     pub slots: usize,
     pub hkv: usize,
     pub max_len: usize,
     pub hd: usize,
 }
 
-impl KvPool {
+impl<A: Act> KvPool<A> {
     /// Allocate the whole pool up front.
-    pub fn new(gpu: &Gpu, slots: usize, hkv: usize, max_len: usize, hd: usize) -> Result<KvPool> {
+    pub fn new(
+        gpu: &Gpu,
+        slots: usize,
+        hkv: usize,
+        max_len: usize,
+        hd: usize,
+    ) -> Result<KvPool<A>> {
         let n = slots * hkv * max_len * hd;
         Ok(KvPool {
             k: gpu.zeros(n)?,
@@ -280,11 +288,11 @@ impl KvPool {
     }
 }
 
-pub fn kv_append(
+pub fn kv_append<A: Act>(
     gpu: &Gpu,
-    k: &Bf,
-    v: &Bf,
-    pool: &mut KvPool,
+    k: &DeviceBuffer<A>,
+    v: &DeviceBuffer<A>,
+    pool: &mut KvPool<A>,
     idx: &KvIndex<'_>,
     t: usize,
 ) -> Result<()> {
@@ -296,7 +304,7 @@ pub fn kv_append(
     )?;
     launch!(
         gpu,
-        "kv_append",
+        A::kernel("kv_append"),
         cfg((t, 1, 1), 256, 0),
         k,
         v,
@@ -311,12 +319,12 @@ pub fn kv_append(
 }
 
 /// Prefill attention of `t` packed query tokens over their sequences' caches (causal by position).
-pub fn attn_prefill(
+pub fn attn_prefill<A: Act>(
     gpu: &Gpu,
-    q: &Bf,
-    pool: &KvPool,
+    q: &DeviceBuffer<A>,
+    pool: &KvPool<A>,
     idx: &KvIndex<'_>,
-    out: &mut Bf,
+    out: &mut DeviceBuffer<A>,
     t: usize,
     hq: usize,
 ) -> Result<()> {
@@ -329,7 +337,7 @@ pub fn attn_prefill(
     let scale = 1.0 / (hd as f32).sqrt();
     launch!(
         gpu,
-        "attn_prefill",
+        A::kernel("attn_prefill"),
         cfg((t, hq, 1), 128, 0),
         q,
         &pool.k,
@@ -369,17 +377,17 @@ impl DecodeScratch {
 }
 
 /// Decode attention, one token per sequence: `lens[b]` visible keys, `max_len_now` the longest.
-pub fn attn_decode(
+pub fn attn_decode<A: Act>(
     gpu: &Gpu,
-    q: &Bf,
-    pool: &KvPool,
+    q: &DeviceBuffer<A>,
+    pool: &KvPool<A>,
     lens: &I32,
     slots: &I32,
     b: usize,
     hq: usize,
     max_len_now: usize,
     sc: &mut DecodeScratch,
-    out: &mut Bf,
+    out: &mut DeviceBuffer<A>,
 ) -> Result<()> {
     let hd = pool.hd;
     let grp = hq / pool.hkv.max(1);
@@ -397,7 +405,7 @@ pub fn attn_decode(
     let scale = 1.0 / (hd as f32).sqrt();
     launch!(
         gpu,
-        "attn_decode_split",
+        A::kernel("attn_decode_split"),
         cfg((b, pool.hkv, sc.nsplit), 128, 0),
         q,
         &pool.k,
@@ -415,7 +423,7 @@ pub fn attn_decode(
     )?;
     launch!(
         gpu,
-        "attn_decode_combine",
+        A::kernel("attn_decode_combine"),
         cfg((b, hq, 1), 128, 0),
         &sc.acc,
         &sc.ml,
@@ -427,11 +435,23 @@ pub fn attn_decode(
 }
 
 /// `o *= sigmoid(gate)` over `n` values.
-pub fn sigmoid_gate_mul(gpu: &Gpu, o: &mut Bf, gate: &Bf, n: usize) -> Result<()> {
+pub fn sigmoid_gate_mul<A: Act>(
+    gpu: &Gpu,
+    o: &mut DeviceBuffer<A>,
+    gate: &DeviceBuffer<A>,
+    n: usize,
+) -> Result<()> {
     need("sigmoid_gate_mul", o.len() >= n && gate.len() >= n, || {
         "sizes".into()
     })?;
-    launch!(gpu, "sigmoid_gate_mul", stride_cfg(n), o, gate, &(n as i64))
+    launch!(
+        gpu,
+        A::kernel("sigmoid_gate_mul"),
+        stride_cfg(n),
+        o,
+        gate,
+        &(n as i64)
+    )
 }
 
 // ---------------------------------------------------------------- Gated DeltaNet
@@ -462,12 +482,12 @@ impl GdnPool {
 }
 
 /// Causal depthwise conv + SiLU over packed sequences (`cu` = B+1 offsets), updating the state.
-pub fn causal_conv(
+pub fn causal_conv<A: Act>(
     gpu: &Gpu,
-    x: &Bf,
+    x: &DeviceBuffer<A>,
     pool: &mut GdnPool,
-    w: &Bf,
-    y: &mut Bf,
+    w: &DeviceBuffer<A>,
+    y: &mut DeviceBuffer<A>,
     cu: &I32,
     slots: &I32,
     b: usize,
@@ -486,7 +506,7 @@ pub fn causal_conv(
     )?;
     launch!(
         gpu,
-        "causal_conv",
+        A::kernel("causal_conv"),
         cfg((c.div_ceil(128), b, 1), 128, 0),
         x,
         &mut pool.conv,
@@ -499,10 +519,10 @@ pub fn causal_conv(
     )
 }
 
-pub fn gdn_gates(
+pub fn gdn_gates<A: Act>(
     gpu: &Gpu,
-    bproj: &Bf,
-    aproj: &Bf,
+    bproj: &DeviceBuffer<A>,
+    aproj: &DeviceBuffer<A>,
     a_log: &F32,
     dt_bias: &F32,
     beta: &mut F32,
@@ -522,7 +542,7 @@ pub fn gdn_gates(
     )?;
     launch!(
         gpu,
-        "gdn_gates",
+        A::kernel("gdn_gates"),
         stride_cfg(n),
         bproj,
         aproj,
@@ -536,9 +556,9 @@ pub fn gdn_gates(
 }
 
 /// fp32 q̂, k̂ (L2-normalised; q scaled by dk^-½) and v from the conv output.
-pub fn gdn_qkv_prep(
+pub fn gdn_qkv_prep<A: Act>(
     gpu: &Gpu,
-    y: &Bf,
+    y: &DeviceBuffer<A>,
     qn: &mut F32,
     kn: &mut F32,
     v: &mut F32,
@@ -559,7 +579,7 @@ pub fn gdn_qkv_prep(
     )?;
     launch!(
         gpu,
-        "gdn_qkv_prep",
+        A::kernel("gdn_qkv_prep"),
         cfg((t, hk, 1), 128, 0),
         y,
         qn,
@@ -587,13 +607,13 @@ pub struct DeltaBufs<'a> {
 }
 
 /// Recurrent delta rule, one token per sequence (decode).
-pub fn gdn_recurrent(
+pub fn gdn_recurrent<A: Act>(
     gpu: &Gpu,
     x: &DeltaBufs<'_>,
     pool: &mut GdnPool,
     slots: &I32,
     b: usize,
-    out: &mut Bf,
+    out: &mut DeviceBuffer<A>,
 ) -> Result<()> {
     need(
         "gdn_recurrent",
@@ -603,7 +623,7 @@ pub fn gdn_recurrent(
     let block = x.dv.div_ceil(32) * 32;
     launch!(
         gpu,
-        "gdn_recurrent",
+        A::kernel("gdn_recurrent"),
         cfg((b, x.hv, 1), block, 2 * x.dk * 4),
         x.qn,
         x.kn,
@@ -621,7 +641,7 @@ pub fn gdn_recurrent(
 }
 
 /// Chunked delta rule over packed sequences (prefill); `scratch` holds `b·hv·64·(dk+dv)` fp32.
-pub fn gdn_chunked(
+pub fn gdn_chunked<A: Act>(
     gpu: &Gpu,
     x: &DeltaBufs<'_>,
     pool: &mut GdnPool,
@@ -630,7 +650,7 @@ pub fn gdn_chunked(
     slots: &I32,
     b: usize,
     t: usize,
-    out: &mut Bf,
+    out: &mut DeviceBuffer<A>,
 ) -> Result<()> {
     need(
         "gdn_chunked",
@@ -639,7 +659,7 @@ pub fn gdn_chunked(
     )?;
     launch!(
         gpu,
-        "gdn_chunked",
+        A::kernel("gdn_chunked"),
         cfg((b, x.hv, 1), 256, 0),
         x.qn,
         x.kn,
@@ -661,7 +681,9 @@ pub fn gdn_chunked(
 // ---------------------------------------------------------------- MoE
 
 /// Routing on device: `idx`/`wts` `[t, k]`; `forced` replays a recorded routing.
-pub fn router_topk(
+/// Routing on device, generic over the storage type only for its rounding of the weights
+/// (bf16 like HF in the bf16 build, none in the f32 build).
+pub fn router_topk<A: Act>(
     gpu: &Gpu,
     logits: &F32,
     idx: &mut I32,
@@ -681,18 +703,18 @@ pub fn router_topk(
             && wts.len() >= t * k,
         || format!("e={e} k={k}"),
     )?;
-    let f = gpu.func("router_topk")?;
-    let mut l = gpu.stream.launch_builder(f);
-    l.arg(logits).arg(idx).arg(wts);
-    match forced {
-        Some(x) => l.arg(x),
-        None => l.arg(&NULL),
-    };
-    let (t32, e32, k32) = (t as i32, e as i32, k as i32);
-    l.arg(&t32).arg(&e32).arg(&k32);
-    // SAFETY: matches router_topk's signature; sizes checked above.
-    unsafe { l.launch(cfg((t.div_ceil(4), 1, 1), 128, 0)) }?;
-    Ok(())
+    launch!(
+        gpu,
+        A::kernel("router_topk"),
+        cfg((t.div_ceil(4), 1, 1), 128, 0),
+        logits,
+        idx,
+        wts,
+        forced,
+        &(t as i32),
+        &(e as i32),
+        &(k as i32)
+    )
 }
 
 /// Grouping of the `t·k` (token, slot) pairs by expert: `offsets [e+1]`, `perm [t·k]` (pair of
@@ -723,10 +745,11 @@ pub fn moe_group(gpu: &Gpu, idx: &I32, pairs: usize, e: usize, g: &mut MoeGroups
         idx.len() >= pairs && g.perm.len() >= pairs && g.counts.len() >= e,
         || "sizes".into(),
     )?;
-    gpu.stream.memset_zeros(&mut g.counts)?;
+    let n = g.counts.len();
+    gpu.zero_range(&mut g.counts, 0..n)?;
     launch!(
         gpu,
-        "moe_count",
+        plain("moe_count"),
         stride_cfg(pairs),
         idx,
         &mut g.counts,
@@ -734,7 +757,7 @@ pub fn moe_group(gpu: &Gpu, idx: &I32, pairs: usize, e: usize, g: &mut MoeGroups
     )?;
     launch!(
         gpu,
-        "moe_scan",
+        plain("moe_scan"),
         cfg((1, 1, 1), 32, 0),
         &g.counts,
         &mut g.offsets,
@@ -743,7 +766,7 @@ pub fn moe_group(gpu: &Gpu, idx: &I32, pairs: usize, e: usize, g: &mut MoeGroups
     )?;
     launch!(
         gpu,
-        "moe_scatter",
+        plain("moe_scatter"),
         stride_cfg(pairs),
         idx,
         &mut g.cursor,
@@ -755,11 +778,11 @@ pub fn moe_group(gpu: &Gpu, idx: &I32, pairs: usize, e: usize, g: &mut MoeGroups
 
 /// Grouped expert GEMM: rows of group `e` times `w[e]ᵀ` (`w` `[E, n, kd]`). `gather` reads token
 /// rows `x[perm[row] / topk]`; otherwise `x` is already grouped. `max_rows` bounds any group.
-pub fn grouped_gemm(
+pub fn grouped_gemm<A: Act>(
     gpu: &Gpu,
-    x: &Bf,
-    w: &Bf,
-    out: &mut Bf,
+    x: &DeviceBuffer<A>,
+    w: &DeviceBuffer<A>,
+    out: &mut DeviceBuffer<A>,
     g: &MoeGroups,
     gather: bool,
     topk: usize,
@@ -776,7 +799,7 @@ pub fn grouped_gemm(
     )?;
     launch!(
         gpu,
-        "grouped_gemm",
+        A::kernel("grouped_gemm"),
         cfg((n.div_ceil(64), max_rows.div_ceil(64), e), 256, 0),
         x,
         w,
@@ -790,7 +813,13 @@ pub fn grouped_gemm(
     )
 }
 
-pub fn swiglu(gpu: &Gpu, gu: &Bf, act: &mut Bf, rows: usize, i: usize) -> Result<()> {
+pub fn swiglu<A: Act>(
+    gpu: &Gpu,
+    gu: &DeviceBuffer<A>,
+    act: &mut DeviceBuffer<A>,
+    rows: usize,
+    i: usize,
+) -> Result<()> {
     need(
         "swiglu",
         gu.len() >= rows * 2 * i && act.len() >= rows * i,
@@ -798,7 +827,7 @@ pub fn swiglu(gpu: &Gpu, gu: &Bf, act: &mut Bf, rows: usize, i: usize) -> Result
     )?;
     launch!(
         gpu,
-        "swiglu",
+        A::kernel("swiglu"),
         stride_cfg(rows * i),
         gu,
         act,
@@ -807,23 +836,37 @@ pub fn swiglu(gpu: &Gpu, gu: &Bf, act: &mut Bf, rows: usize, i: usize) -> Result
     )
 }
 
-pub fn silu_mul(gpu: &Gpu, g: &Bf, u: &Bf, act: &mut Bf, n: usize) -> Result<()> {
+pub fn silu_mul<A: Act>(
+    gpu: &Gpu,
+    g: &DeviceBuffer<A>,
+    u: &DeviceBuffer<A>,
+    act: &mut DeviceBuffer<A>,
+    n: usize,
+) -> Result<()> {
     need(
         "silu_mul",
         g.len() >= n && u.len() >= n && act.len() >= n,
         || "sizes".into(),
     )?;
-    launch!(gpu, "silu_mul", stride_cfg(n), g, u, act, &(n as i64))
+    launch!(
+        gpu,
+        A::kernel("silu_mul"),
+        stride_cfg(n),
+        g,
+        u,
+        act,
+        &(n as i64)
+    )
 }
 
 /// `out[t] = Σ_k w·y[row_of_pair] + sigmoid(sg[t])·shared[t]` (shared expert optional).
-pub fn moe_combine(
+pub fn moe_combine<A: Act>(
     gpu: &Gpu,
-    y: &Bf,
+    y: &DeviceBuffer<A>,
     g: &MoeGroups,
     wts: &F32,
-    shared: Option<(&Bf, &Bf)>,
-    out: &mut Bf,
+    shared: Option<(&DeviceBuffer<A>, &DeviceBuffer<A>)>,
+    out: &mut DeviceBuffer<A>,
     t: usize,
     h: usize,
     k: usize,
@@ -833,32 +876,77 @@ pub fn moe_combine(
         y.len() >= t * k * h && out.len() >= t * h && wts.len() >= t * k,
         || "sizes".into(),
     )?;
-    let f = gpu.func("moe_combine")?;
-    let mut l = gpu.stream.launch_builder(f);
-    l.arg(y).arg(&g.row_of_pair).arg(wts);
-    match shared {
-        Some((s, sg)) => l.arg(s).arg(sg),
-        None => l.arg(&NULL).arg(&NULL),
+    let (sh, sg) = match shared {
+        Some((a, b)) => (Some(a), Some(b)),
+        None => (None, None),
     };
-    let (h32, k32) = (h as i32, k as i32);
-    l.arg(out).arg(&h32).arg(&k32);
-    // SAFETY: matches moe_combine's signature; sizes checked above.
-    unsafe { l.launch(cfg((t, 1, 1), 256, 0)) }?;
-    Ok(())
+    launch!(
+        gpu,
+        A::kernel("moe_combine"),
+        cfg((t, 1, 1), 256, 0),
+        y,
+        &g.row_of_pair,
+        wts,
+        sh,
+        sg,
+        out,
+        &(h as i32),
+        &(k as i32)
+    )
 }
 
 // ---------------------------------------------------------------- sampling
 
-/// Per-sequence sampling parameters on device.
-pub struct SampleParams {
-    pub temp: F32,
-    pub top_k: I32,
-    pub top_p: F32,
-    pub seed: CudaSlice<u64>,
-    pub step: CudaSlice<u64>,
+/// Most tokens a truncated draw keeps on device (`SAMPLE_MAX_KEEP` in kernels/sample.cu).
+pub const SAMPLE_MAX_KEEP: usize = 2048;
+
+/// One row's sampling settings (as the engine's `SamplingParams`) and its uniform draw in
+/// `[0, 1)` from the sequence's random stream.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SampleRow {
+    pub temperature: f32,
+    pub top_k: usize,
+    pub top_p: f32,
+    pub u: f64,
 }
 
-/// One token (and its log-probability under the temperature-scaled distribution) per row.
+/// Per-row sampling parameters on device (validated on the host).
+pub struct SampleParams {
+    temp: F32,
+    top_k: I32,
+    top_p: F32,
+    u: DeviceBuffer<f64>,
+}
+
+impl SampleParams {
+    pub fn new(gpu: &Gpu, rows: &[SampleRow]) -> Result<SampleParams> {
+        for (i, r) in rows.iter().enumerate() {
+            need(
+                "sample_tokens",
+                r.temperature.is_finite()
+                    && r.temperature >= 0.0
+                    && r.top_p > 0.0
+                    && r.top_p <= 1.0
+                    && r.top_k <= SAMPLE_MAX_KEEP
+                    && (0.0..1.0).contains(&r.u),
+                || {
+                    format!(
+                        "row {i}: {r:?} (top_k <= {SAMPLE_MAX_KEEP}, top_p in (0, 1], u in [0, 1))"
+                    )
+                },
+            )?;
+        }
+        Ok(SampleParams {
+            temp: gpu.upload(&rows.iter().map(|r| r.temperature).collect::<Vec<_>>())?,
+            top_k: gpu.upload(&rows.iter().map(|r| r.top_k as i32).collect::<Vec<_>>())?,
+            top_p: gpu.upload(&rows.iter().map(|r| r.top_p).collect::<Vec<_>>())?,
+            u: gpu.upload(&rows.iter().map(|r| r.u).collect::<Vec<_>>())?,
+        })
+    }
+}
+
+/// One token per row with the CPU engine's sampling semantics, its policy log-probability
+/// (temperature 1, untruncated) and its log-probability under the sampled distribution.
 pub fn sample_tokens(
     gpu: &Gpu,
     logits: &F32,
@@ -867,36 +955,49 @@ pub fn sample_tokens(
     p: &SampleParams,
     token: &mut I32,
     logprob: &mut F32,
+    sampling_logprob: &mut F32,
 ) -> Result<()> {
     need(
         "sample_tokens",
-        logits.len() >= b * v && token.len() >= b && logprob.len() >= b && p.temp.len() >= b,
+        v > 0
+            && logits.len() >= b * v
+            && token.len() >= b
+            && logprob.len() >= b
+            && sampling_logprob.len() >= b
+            && p.temp.len() >= b,
         || "sizes".into(),
     )?;
     launch!(
         gpu,
-        "sample_tokens",
+        plain("sample_tokens"),
         cfg((b, 1, 1), 1024, 0),
         logits,
         &(v as i32),
         &p.temp,
         &p.top_k,
         &p.top_p,
-        &p.seed,
-        &p.step,
+        &p.u,
         token,
-        logprob
+        logprob,
+        sampling_logprob
     )
 }
 
 // ---------------------------------------------------------------- initialisation
 
-/// Uniform random bf16 in `[lo, hi)` from a counter hash of (seed, index), on device.
-pub fn fill_uniform_bf16(gpu: &Gpu, x: &mut Bf, seed: u64, lo: f32, hi: f32) -> Result<()> {
+/// Uniform random values in `[lo, hi)` from a counter hash of (seed, index), on device.
+/// Uniform random values in the storage type.
+pub fn fill_uniform<A: Act>(
+    gpu: &Gpu,
+    x: &mut DeviceBuffer<A>,
+    seed: u64,
+    lo: f32,
+    hi: f32,
+) -> Result<()> {
     let n = x.len();
     launch!(
         gpu,
-        "fill_uniform_bf16",
+        A::kernel("fill_uniform"),
         cfg((n.div_ceil(256).min(65535 * 8), 1, 1), 256, 0),
         x,
         &(n as i64),
@@ -908,5 +1009,5 @@ pub fn fill_uniform_bf16(gpu: &Gpu, x: &mut Bf, seed: u64, lo: f32, hi: f32) -> 
 
 pub fn fill_f32(gpu: &Gpu, x: &mut F32, v: f32) -> Result<()> {
     let n = x.len();
-    launch!(gpu, "fill_f32", stride_cfg(n), x, &(n as i64), &v)
+    launch!(gpu, plain("fill_f32"), stride_cfg(n), x, &(n as i64), &v)
 }

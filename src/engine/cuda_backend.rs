@@ -1,0 +1,164 @@
+//! The CUDA backend (real GPU or emulator) as a [`DecoderModel`], so the engine's scheduler,
+//! sampler and stop handling drive it exactly as they drive the CPU model: the same seeded
+//! sampling, the same text. Each sequence state leases one cache slot of a [`CudaState`] (taken
+//! on its first step, zeroed, returned when the last clone of the state is dropped). Slot
+//! contents cannot be copied yet, so a cloned state that is fed after its original moved on is
+//! refused with an error instead of computing on the wrong cache.
+
+use super::backend::{DecoderModel, StepInput, StepOutput};
+use super::error::EngineError;
+use crate::tensor::cuda::forward::{CudaModel, CudaState};
+use crate::tensor::cuda::{Act, Gpu};
+use std::sync::{Arc, Mutex};
+
+type FreeSlots = Arc<Mutex<Vec<usize>>>;
+
+/// A cache slot owned by one sequence (shared by its clones); returned to the pool on drop.
+#[derive(Debug)]
+struct SlotLease {
+    slot: usize,
+    free: FreeSlots,
+}
+
+impl Drop for SlotLease {
+    fn drop(&mut self) {
+        if let Ok(mut f) = self.free.lock() {
+            f.push(self.slot);
+        }
+    }
+}
+
+/// One sequence on the device: its slot (once it has one) and the tokens it has consumed.
+#[derive(Debug, Clone, Default)]
+pub struct CudaSeqState {
+    lease: Option<Arc<SlotLease>>,
+    len: usize,
+}
+
+/// A [`CudaModel`] with its caches, as an engine model.
+pub struct CudaDecoder<A: Act = u16> {
+    gpu: Gpu,
+    model: CudaModel<A>,
+    state: Mutex<CudaState<A>>,
+    free: FreeSlots,
+}
+
+impl<A: Act> CudaDecoder<A> {
+    /// Caches for `slots` sequences of up to `max_len` tokens, at most `max_tokens` per step.
+    pub fn new(
+        gpu: Gpu,
+        model: CudaModel<A>,
+        slots: usize,
+        max_len: usize,
+        max_tokens: usize,
+    ) -> Result<Self, EngineError> {
+        let state = CudaState::new(&gpu, &model.cfg, slots, max_len, max_tokens)
+            .map_err(|e| EngineError::Load(e.to_string()))?;
+        Ok(CudaDecoder {
+            gpu,
+            model,
+            state: Mutex::new(state),
+            free: Arc::new(Mutex::new((0..slots).rev().collect())),
+        })
+    }
+
+    fn lease(&self, st: &mut CudaState<A>) -> Result<Arc<SlotLease>, EngineError> {
+        let slot = self
+            .free
+            .lock()
+            .map_err(|_| EngineError::Model("slot pool poisoned".into()))?
+            .pop()
+            .ok_or_else(|| EngineError::Model("every device cache slot is in use".into()))?;
+        let lease = Arc::new(SlotLease {
+            slot,
+            free: self.free.clone(),
+        });
+        st.reset_slot(&self.gpu, slot)
+            .map_err(|e| EngineError::Model(e.to_string()))?;
+        Ok(lease)
+    }
+}
+
+impl<A: Act> DecoderModel for CudaDecoder<A> {
+    type State = CudaSeqState;
+
+    fn new_state(&self) -> CudaSeqState {
+        CudaSeqState::default()
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.model.cfg.vocab_size
+    }
+
+    fn experts_per_token(&self) -> usize {
+        self.model.cfg.num_experts_per_tok
+    }
+
+    fn step(
+        &self,
+        batch: &mut [StepInput<'_, CudaSeqState>],
+        routing: bool,
+    ) -> Result<Vec<StepOutput>, EngineError> {
+        let err = |e: crate::tensor::device::DeviceError| EngineError::Model(e.to_string());
+        let mut st = self
+            .state
+            .lock()
+            .map_err(|_| EngineError::Model("device state poisoned".into()))?;
+        let mut slots = Vec::with_capacity(batch.len());
+        for s in batch.iter_mut() {
+            if s.state.lease.is_none() {
+                if s.state.len != 0 {
+                    return Err(EngineError::Model("sequence state without a slot".into()));
+                }
+                s.state.lease = Some(self.lease(&mut st)?);
+            }
+            let slot = s.state.lease.as_ref().map_or(0, |l| l.slot);
+            if st.lens[slot] != s.state.len {
+                return Err(EngineError::Model(format!(
+                    "cache slot {slot} holds {} tokens but the sequence state {}: state \
+                     snapshots are not supported on the CUDA backend yet",
+                    st.lens[slot], s.state.len
+                )));
+            }
+            slots.push(slot);
+        }
+        let seqs: Vec<(usize, &[u32])> = slots
+            .iter()
+            .zip(batch.iter())
+            .map(|(&slot, s)| (slot, s.tokens))
+            .collect();
+        st.routing = routing.then(Vec::new);
+        let logits = self
+            .model
+            .forward_last(&self.gpu, &mut st, &seqs)
+            .map_err(err)?;
+        let rec = st.routing.take();
+        let (v, k) = (
+            self.model.cfg.vocab_size,
+            self.model.cfg.num_experts_per_tok,
+        );
+        let mut out = Vec::with_capacity(batch.len());
+        let mut tok0 = 0;
+        for (b, s) in batch.iter_mut().enumerate() {
+            let n = s.tokens.len();
+            s.state.len += n;
+            let experts = rec.as_ref().map(|layers| {
+                layers
+                    .iter()
+                    .map(|l| {
+                        l[tok0 * k..(tok0 + n) * k]
+                            .iter()
+                            .map(|&e| e as u32)
+                            .collect()
+                    })
+                    .collect()
+            });
+            tok0 += n;
+            out.push(StepOutput {
+                logits: logits[b * v..(b + 1) * v].to_vec(),
+                experts,
+            });
+        }
+        Ok(out)
+    }
+}

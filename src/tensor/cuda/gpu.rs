@@ -1,0 +1,335 @@
+//! The host side of the device seam: [`Gpu`], a cheap handle on one [`Device`] (the real GPU or
+//! the emulator, chosen at run time), and [`DeviceBuffer`], a typed allocation freed on drop.
+//! Launch wrappers, GEMMs, pools and the forward are written once against these two types.
+//!
+//! The storage type of activations and weights is a type parameter [`Act`] of the host code:
+//! `u16` (raw bf16 bits) or `f32`; it selects the kernels' `_bf16` / `_f32` entry points and the
+//! GEMM operand type.
+
+use crate::tensor::device::{
+    ActType, DevPtr, Device, DeviceError, Gemm, GemmType, KernelArg, LaunchDims, Result,
+};
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// A plain-old-data element that can live in device memory and be copied byte for byte.
+///
+/// # Safety
+/// Implementors must have no padding and accept every bit pattern.
+pub unsafe trait Elem: Copy + Default + Send + Sync + 'static {}
+// SAFETY: primitive integers and floats: no padding, every bit pattern valid.
+unsafe impl Elem for u8 {}
+unsafe impl Elem for u16 {}
+unsafe impl Elem for i32 {}
+unsafe impl Elem for u64 {}
+unsafe impl Elem for f32 {}
+unsafe impl Elem for f64 {}
+
+fn bytes<T: Elem>(x: &[T]) -> &[u8] {
+    // SAFETY: T is plain old data (Elem); the byte view covers exactly the slice.
+    unsafe { std::slice::from_raw_parts(x.as_ptr() as *const u8, std::mem::size_of_val(x)) }
+}
+
+fn bytes_mut<T: Elem>(x: &mut [T]) -> &mut [u8] {
+    // SAFETY: as `bytes`; every bit pattern is a valid T, so writes through the view are sound.
+    unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr() as *mut u8, std::mem::size_of_val(x)) }
+}
+
+/// Storage type of activations and weights on the device: `u16` (bf16 bits) or `f32`.
+pub trait Act: GemmElem {
+    const TYPE: ActType;
+    /// Host f32 values in this storage (bf16: round to nearest even).
+    fn from_f32(x: &[f32]) -> Vec<Self>;
+    /// Back to f32.
+    fn to_f32(x: &[Self]) -> Vec<f32>;
+    /// A host weight in this storage (bf16 weights copied as they are when the storage is bf16).
+    fn from_weight(w: crate::tensor::Weight<'_>) -> Vec<Self>;
+    /// The name of the kernel `base` compiled for this storage type.
+    fn kernel(base: &str) -> String {
+        format!("{base}_{}", Self::TYPE.suffix())
+    }
+}
+
+impl Act for u16 {
+    const TYPE: ActType = ActType::Bf16;
+    fn from_f32(x: &[f32]) -> Vec<u16> {
+        super::to_bf16_bits(x)
+    }
+    fn to_f32(x: &[u16]) -> Vec<f32> {
+        super::from_bf16_bits(x)
+    }
+    fn from_weight(w: crate::tensor::Weight<'_>) -> Vec<u16> {
+        super::weight_bf16_bits(w)
+    }
+}
+
+impl Act for f32 {
+    const TYPE: ActType = ActType::F32;
+    fn from_f32(x: &[f32]) -> Vec<f32> {
+        x.to_vec()
+    }
+    fn to_f32(x: &[f32]) -> Vec<f32> {
+        x.to_vec()
+    }
+    fn from_weight(w: crate::tensor::Weight<'_>) -> Vec<f32> {
+        match w {
+            crate::tensor::Weight::F32(v) => v.to_vec(),
+            crate::tensor::Weight::Bf16(v) => v.iter().map(|b| b.to_f32()).collect(),
+        }
+    }
+}
+
+/// The GEMM operand type of an element type used as a GEMM output (`u16` = bf16, `f32`).
+pub trait GemmElem: Elem {
+    const GEMM: GemmType;
+}
+impl GemmElem for u16 {
+    const GEMM: GemmType = GemmType::Bf16;
+}
+impl GemmElem for f32 {
+    const GEMM: GemmType = GemmType::F32;
+}
+
+/// A typed device allocation of `len` elements; freed when dropped.
+pub struct DeviceBuffer<T: Elem> {
+    ptr: DevPtr,
+    len: usize,
+    dev: Arc<dyn Device>,
+    _t: PhantomData<T>,
+}
+
+impl<T: Elem> DeviceBuffer<T> {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The device address of element 0.
+    pub fn ptr(&self) -> DevPtr {
+        self.ptr
+    }
+    /// The device address of element `i` (`i <= len`).
+    pub fn ptr_at(&self, i: usize) -> DevPtr {
+        debug_assert!(i <= self.len);
+        self.ptr + (i * std::mem::size_of::<T>()) as u64
+    }
+}
+
+impl<T: Elem> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        self.dev.free(self.ptr);
+    }
+}
+
+impl<T: Elem> std::fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceBuffer[{}; {:#x}]", self.len, self.ptr)
+    }
+}
+
+/// Something passed to a kernel by value: a buffer (its address), an optional buffer (null when
+/// absent), or a scalar.
+pub trait Arg {
+    fn arg(&self) -> KernelArg;
+}
+impl<T: Elem> Arg for DeviceBuffer<T> {
+    fn arg(&self) -> KernelArg {
+        KernelArg::Ptr(self.ptr)
+    }
+}
+impl<T: Elem> Arg for Option<&DeviceBuffer<T>> {
+    fn arg(&self) -> KernelArg {
+        KernelArg::Ptr(self.map_or(0, |b| b.ptr))
+    }
+}
+impl Arg for i32 {
+    fn arg(&self) -> KernelArg {
+        KernelArg::I32(*self)
+    }
+}
+impl Arg for i64 {
+    fn arg(&self) -> KernelArg {
+        KernelArg::I64(*self)
+    }
+}
+impl Arg for u64 {
+    fn arg(&self) -> KernelArg {
+        KernelArg::U64(*self)
+    }
+}
+impl Arg for f32 {
+    fn arg(&self) -> KernelArg {
+        KernelArg::F32(*self)
+    }
+}
+impl<A: Arg + ?Sized> Arg for &A {
+    fn arg(&self) -> KernelArg {
+        (**self).arg()
+    }
+}
+impl<A: Arg + ?Sized> Arg for &mut A {
+    fn arg(&self) -> KernelArg {
+        (**self).arg()
+    }
+}
+
+/// Which device to open (`--device cuda[:N] | emulator`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    Cuda(usize),
+    Emulator,
+}
+
+/// A handle on one device; cloning shares it.
+#[derive(Clone)]
+pub struct Gpu {
+    dev: Arc<dyn Device>,
+}
+
+impl Gpu {
+    /// Wrap a device.
+    pub fn from_device(dev: Arc<dyn Device>) -> Gpu {
+        Gpu { dev }
+    }
+
+    /// Open the real GPU `ordinal` (feature `cuda`) or the emulated device.
+    pub fn open(kind: DeviceKind) -> Result<Gpu> {
+        match kind {
+            DeviceKind::Cuda(n) => Self::cuda(n),
+            DeviceKind::Emulator => Self::emulator(),
+        }
+    }
+
+    /// The real GPU `ordinal` (a typed error without the feature, driver or device).
+    pub fn cuda(ordinal: usize) -> Result<Gpu> {
+        #[cfg(feature = "cuda")]
+        {
+            Ok(Gpu::from_device(Arc::new(super::device::CudaDevice::new(
+                ordinal,
+            )?)))
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            Err(DeviceError::NoDevice(format!(
+                "cuda:{ordinal}: this binary was built without the `cuda` feature"
+            )))
+        }
+    }
+
+    /// The emulated device: the same kernels, compiled for the host, on CPU threads.
+    pub fn emulator() -> Result<Gpu> {
+        super::emulator()
+    }
+
+    /// The real GPU 0 when one is present, else the emulator — how the CUDA tests pick their
+    /// device. `EXECCRITIC_REQUIRE_GPU=1` makes a missing GPU an error instead.
+    pub fn auto() -> Result<Gpu> {
+        match Self::cuda(0) {
+            Ok(g) => Ok(g),
+            Err(e) if std::env::var("EXECCRITIC_REQUIRE_GPU").as_deref() == Ok("1") => Err(e),
+            Err(_) => Self::emulator(),
+        }
+    }
+
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.dev
+    }
+
+    pub fn name(&self) -> String {
+        self.dev.name()
+    }
+
+    /// Device buffer of `n` zeros (weights, caches and scratch are allocated up front).
+    pub fn zeros<T: Elem>(&self, n: usize) -> Result<DeviceBuffer<T>> {
+        let ptr = self
+            .dev
+            .alloc_zeroed((n * std::mem::size_of::<T>()).max(1))?;
+        Ok(DeviceBuffer {
+            ptr,
+            len: n,
+            dev: self.dev.clone(),
+            _t: PhantomData,
+        })
+    }
+
+    /// Copy a host slice to a new device buffer.
+    pub fn upload<T: Elem>(&self, x: &[T]) -> Result<DeviceBuffer<T>> {
+        let b = self.zeros::<T>(x.len())?;
+        if !x.is_empty() {
+            self.dev.copy_htod(b.ptr, bytes(x))?;
+        }
+        Ok(b)
+    }
+
+    /// Overwrite the start of `dst` with `x`.
+    pub fn write<T: Elem>(&self, dst: &mut DeviceBuffer<T>, x: &[T]) -> Result<()> {
+        if x.len() > dst.len {
+            return Err(DeviceError::Shape {
+                op: "write",
+                msg: format!("{} elements into a buffer of {}", x.len(), dst.len),
+            });
+        }
+        self.dev.copy_htod(dst.ptr, bytes(x))
+    }
+
+    /// Copy a device buffer back (waits for the work enqueued before).
+    pub fn download<T: Elem>(&self, x: &DeviceBuffer<T>) -> Result<Vec<T>> {
+        self.download_prefix(x, x.len)
+    }
+
+    /// Copy the first `n` elements back.
+    pub fn download_prefix<T: Elem>(&self, x: &DeviceBuffer<T>, n: usize) -> Result<Vec<T>> {
+        if n > x.len {
+            return Err(DeviceError::Shape {
+                op: "download",
+                msg: format!("{n} elements of a buffer of {}", x.len),
+            });
+        }
+        let mut out = vec![T::default(); n];
+        if n > 0 {
+            self.dev.copy_dtoh(x.ptr, bytes_mut(&mut out))?;
+        }
+        Ok(out)
+    }
+
+    /// A new buffer with the same contents.
+    pub fn duplicate<T: Elem>(&self, x: &DeviceBuffer<T>) -> Result<DeviceBuffer<T>> {
+        let b = self.zeros::<T>(x.len)?;
+        if x.len > 0 {
+            self.dev
+                .copy_dtod(b.ptr, x.ptr, x.len * std::mem::size_of::<T>())?;
+        }
+        Ok(b)
+    }
+
+    /// Zero elements `range` of `x` on the device.
+    pub fn zero_range<T: Elem>(
+        &self,
+        x: &mut DeviceBuffer<T>,
+        range: std::ops::Range<usize>,
+    ) -> Result<()> {
+        if range.start > range.end || range.end > x.len {
+            return Err(DeviceError::Shape {
+                op: "zero_range",
+                msg: format!("{range:?} of a buffer of {}", x.len),
+            });
+        }
+        let sz = std::mem::size_of::<T>();
+        self.dev
+            .memset_zero(x.ptr_at(range.start), (range.end - range.start) * sz)
+    }
+
+    /// Launch kernel `name` with `args` (see the `launch!` macro of `ops`).
+    pub fn launch(&self, name: &str, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
+        self.dev.launch(name, dims, args)
+    }
+
+    pub fn gemm(&self, g: &Gemm) -> Result<()> {
+        self.dev.gemm(g)
+    }
+
+    pub fn sync(&self) -> Result<()> {
+        self.dev.synchronize()
+    }
+}
