@@ -76,6 +76,10 @@ where
         rt.block_on(crate::harness::sandbox::docker::cleanup_all());
     }
     drop(rt);
+    // A command whose future outlived the runtime is killed here, and directories that earlier,
+    // killed runs left behind are swept as well as this run's own.
+    crate::harness::sandbox::local::kill_live_groups();
+    crate::harness::orphans::sweep();
     // Every sandbox of this run is dropped now; a directory that a dying sandboxed process was
     // still writing into when its destructor ran is removed here.
     let left = crate::harness::orphans::remove_own(std::time::Duration::from_secs(10));

@@ -233,7 +233,16 @@ fn gold_blobs(repo: &Path, gold_patch: &str) -> Result<Option<Vec<(String, Strin
     if gold_patch.trim().is_empty() {
         return Ok(Some(Vec::new()));
     }
-    let scratch = tempfile::tempdir().map_err(|e| TaskError::io(std::env::temp_dir(), e))?;
+    // Beside the repository (inside the sandbox's own directory when there is one), so an
+    // interrupted run's scratch goes with the workspace instead of lingering in the temp dir.
+    let near = repo
+        .parent()
+        .filter(|p| p.is_dir())
+        .map_or_else(std::env::temp_dir, Path::to_path_buf);
+    let scratch = tempfile::Builder::new()
+        .prefix(".gold-scratch-")
+        .tempdir_in(&near)
+        .map_err(|e| TaskError::io(&near, e))?;
     let index = scratch.path().join("index");
     let objects = scratch.path().join("objects");
     let repo_objects = git::run(repo, &["rev-parse", "--git-path", "objects"])?;

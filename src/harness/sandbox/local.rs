@@ -301,6 +301,7 @@ impl LocalSandbox {
             limits.max_procs += user_tasks();
         }
         let uid = self.uid;
+        let parent = std::process::id() as libc::pid_t;
         let staged = self.staged.clone();
         let overlay = if ephemeral {
             self.overlay.clone()
@@ -316,7 +317,8 @@ impl LocalSandbox {
                     join_in_child(fd)?;
                 }
                 cloexec_from(3)?;
-                apply_limits(&limits, uid, cgroup_fd.is_none())
+                apply_limits(&limits, uid, cgroup_fd.is_none())?;
+                die_with_parent(parent)
             });
         }
         let start = Instant::now();
@@ -325,6 +327,9 @@ impl LocalSandbox {
             .map_err(|e| HarnessError::SandboxStart(format!("spawning bwrap: {e}")))?;
         drop(cmd); // close our copies of the pipe's write end
         let pgid = child.id().map(|p| p as i32);
+        // Until the command has been waited for, its process group is killed when this future
+        // is dropped (Ctrl-C, a cancelled episode) and by `kill_live_groups` at exit.
+        let mut live = pgid.map(LiveGroup::register);
         let (tx, rx) = tokio::sync::oneshot::channel();
         let cap = self.limits.output_cap;
         let log_cap = self.limits.log_cap;
@@ -353,6 +358,9 @@ impl LocalSandbox {
                 (None, true)
             }
         };
+        if let Some(l) = live.as_mut() {
+            l.finished();
+        }
         let duration = start.elapsed();
         let (output, truncated) = match tokio::time::timeout(Duration::from_secs(10), rx).await {
             Ok(Ok(r)) => r,
@@ -672,7 +680,7 @@ fn overlay_supported() -> bool {
 fn probe_overlay() -> std::io::Result<bool> {
     use std::os::unix::process::CommandExt;
     let dir = tempfile::Builder::new()
-        .prefix("execcritic-ovl-probe-")
+        .prefix(&crate::harness::orphans::owned_prefix("ovl-probe"))
         .tempdir()?;
     let (lower, ovl) = (dir.path().join("lower"), dir.path().join("ovl"));
     std::fs::create_dir_all(&lower)?;
@@ -741,6 +749,70 @@ fn stage_entries(
         out.push((entry, src));
     }
     Ok((out, staged))
+}
+
+/// Process groups of the bubblewrap commands this process has started and not yet waited for.
+static LIVE_GROUPS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+/// A running command's process group: registered while it runs; SIGKILLed when dropped before
+/// the command was waited for, so no path out of `exec` leaves a sandbox running.
+struct LiveGroup {
+    pgid: i32,
+    done: bool,
+}
+
+impl LiveGroup {
+    fn register(pgid: i32) -> LiveGroup {
+        if let Ok(mut v) = LIVE_GROUPS.lock() {
+            v.push(pgid);
+        }
+        LiveGroup { pgid, done: false }
+    }
+
+    fn finished(&mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for LiveGroup {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(self.pgid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        if let Ok(mut v) = LIVE_GROUPS.lock() {
+            v.retain(|g| *g != self.pgid);
+        }
+    }
+}
+
+/// SIGKILL every bubblewrap process group this process started and has not waited for (the
+/// CLI's last step on Ctrl-C/SIGTERM, after its runtime is gone). Returns how many there were.
+pub fn kill_live_groups() -> usize {
+    let groups = LIVE_GROUPS.lock().map(|v| v.clone()).unwrap_or_default();
+    for pg in &groups {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(*pg),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    groups.len()
+}
+
+/// In the forked child, after the uid change (which clears it): SIGKILL this process when the
+/// harness thread that spawned it dies, and refuse to start when the harness is already gone.
+/// bubblewrap's own `--die-with-parent` is set only once bubblewrap runs, so a harness that
+/// exits (Ctrl-C, SIGTERM) between the fork and that point would otherwise leave an orphaned
+/// sandbox running.
+fn die_with_parent(parent: libc::pid_t) -> std::io::Result<()> {
+    // SAFETY: plain syscalls on integers.
+    check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) })?;
+    if unsafe { libc::getppid() } != parent {
+        return Err(std::io::Error::other("the harness exited before the sandbox started"));
+    }
+    Ok(())
 }
 
 /// Mark every descriptor from `first` on close-on-exec (in the forked child before exec), so
