@@ -119,8 +119,10 @@ async fn repair_rollouts_map_to_every_reward_tier() {
 async fn an_inconclusive_gold_run_scores_zero_not_masked() {
     let mut t = task("inikit__inikit-1");
     let frozen = FrozenBundle::freeze(oracle_bundle(&t).unwrap()).unwrap();
-    // A Gold patch that cannot be applied: the Gold check is inconclusive (patch_apply_failure).
-    t.patch = "diff --git a/nowhere.py b/nowhere.py\n--- a/nowhere.py\n+++ b/nowhere.py\n@@ -1,1 +1,1 @@\n-absent line\n+other line\n".into();
+    // A Gold patch that also edits the bundle's own test files: the Gold check is blocked by the
+    // harness (never a pass). (An unappliable Gold no longer gets this far: a workspace whose
+    // Gold patch does not apply to Base fails to provision, an operational error of the task.)
+    t.patch = format!("{}\n{}", t.patch.trim_end(), t.test_patch);
     t.candidates.clear();
     let qualified = test_result(&t, TestOutcome::Qualified { hash: frozen.hash.clone() }, Some(frozen), vec![]);
     let audit = audit_test_rollout(&t, &qualified, SandboxKind::Local).await;
