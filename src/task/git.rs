@@ -87,3 +87,19 @@ pub fn succeeds(dir: &Path, args: &[&str]) -> bool {
     cmd.args(args).stdout(Stdio::null()).stderr(Stdio::null());
     cmd.status().map(|s| s.success()).unwrap_or(false)
 }
+
+/// Expire every reflog entry now, so no commit stays reachable through a reflog (history
+/// sanitisation: what the workspace shows must be what its refs reach).
+pub fn expire_reflogs(dir: &Path) -> Result<(), TaskError> {
+    run(
+        dir,
+        &[
+            "reflog",
+            "expire",
+            "--expire=now",
+            "--expire-unreachable=now",
+            "--all",
+        ],
+    )
+    .map(|_| ())
+}

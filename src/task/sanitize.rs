@@ -130,16 +130,7 @@ pub fn sanitize(
         }
     }
     git::run(repo, &["worktree", "prune"])?;
-    git::run(
-        repo,
-        &[
-            "reflog",
-            "expire",
-            "--expire=now",
-            "--expire-unreachable=now",
-            "--all",
-        ],
-    )?;
+    git::expire_reflogs(repo)?;
     git::run(
         repo,
         &["-c", "gc.cruftPacks=false", "gc", "--prune=now", "--quiet"],

@@ -199,16 +199,7 @@ fn base_only(task: &TaskInstance, source: &Path, dest: &Path) -> Result<Workspac
     if !dirty.is_empty() {
         return Err(ws_err(format!("checkout of Base is not clean:\n{dirty}")));
     }
-    git::run(
-        dest,
-        &[
-            "reflog",
-            "expire",
-            "--expire=now",
-            "--expire-unreachable=now",
-            "--all",
-        ],
-    )?;
+    git::expire_reflogs(dest)?;
     let status = super::sanitize::verify_workspace(dest, &base, &task.patch)?;
     if !status.verified {
         return Err(TaskError::Sanitization {
