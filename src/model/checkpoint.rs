@@ -29,6 +29,15 @@ pub struct Checkpoint {
     /// `model.language_model.` or `model.`
     prefix: &'static str,
     used: BTreeSet<String>,
+    loaded: LoadedBytes,
+}
+
+/// What the tensors handed out so far cost: bytes used in place from the map (no allocation;
+/// pages are read only when touched) and bytes allocated for decoded copies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadedBytes {
+    pub mapped: u64,
+    pub owned: u64,
 }
 
 impl Checkpoint {
@@ -115,6 +124,7 @@ impl Checkpoint {
             entries,
             prefix,
             used: BTreeSet::new(),
+            loaded: LoadedBytes::default(),
         })
     }
 
@@ -183,15 +193,49 @@ impl Checkpoint {
         }
         let map = &self.maps[e.file];
         let bytes = &map[e.byte_offset..e.byte_offset + e.nbytes];
-        let storage = match dtype {
-            DType::F32 => Storage::mapped(map.clone(), e.byte_offset, numel, dtype)
-                .unwrap_or_else(|| Storage::owned(dtype.decode_to_f32(bytes))),
-            DType::BF16 if keep_bf16 => Storage::mapped(map.clone(), e.byte_offset, numel, dtype)
-                .unwrap_or_else(|| Storage::owned_bf16(DType::decode_bf16(bytes))),
-            d => Storage::owned(d.decode_to_f32(bytes)),
+        let in_place = match dtype {
+            DType::F32 => true,
+            DType::BF16 => keep_bf16,
+            DType::F16 => false,
+        };
+        let mapped = if in_place {
+            Storage::mapped(map.clone(), e.byte_offset, numel, dtype)
+        } else {
+            None
+        };
+        let storage = match (mapped, dtype) {
+            (Some(s), _) => {
+                self.loaded.mapped += e.nbytes as u64;
+                s
+            }
+            (None, DType::BF16) if keep_bf16 => {
+                self.loaded.owned += e.nbytes as u64;
+                Storage::owned_bf16(DType::decode_bf16(bytes))
+            }
+            (None, d) => {
+                self.loaded.owned += (numel * DType::F32.size()) as u64;
+                Storage::owned(d.decode_to_f32(bytes))
+            }
         };
         self.used.insert(full.to_string());
         Ok(Tensor::from_storage(shape.to_vec(), storage))
+    }
+
+    /// Bytes of the tensors handed out so far, in place vs decoded copies.
+    pub fn loaded_bytes(&self) -> LoadedBytes {
+        self.loaded
+    }
+
+    /// Names of the tensors not handed out yet, sorted (vision/MTP ones included).
+    pub fn unused(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self
+            .entries
+            .keys()
+            .filter(|n| !self.used.contains(*n))
+            .map(String::as_str)
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// Log, once, the tensors that were not used: vision/MTP ones at info level, others as a

@@ -11,6 +11,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod gdn;
+pub mod layout;
 pub mod moe;
 pub mod qwen35;
 pub mod rope;

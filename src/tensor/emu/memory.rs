@@ -77,6 +77,11 @@ impl Memory {
     pub fn live(&self) -> usize {
         self.map().len()
     }
+
+    /// Bytes held by the live allocations.
+    pub fn live_bytes(&self) -> usize {
+        self.map().values().sum()
+    }
 }
 
 impl Drop for Memory {

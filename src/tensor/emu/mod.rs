@@ -154,6 +154,11 @@ impl EmuDevice {
         self.mem.live()
     }
 
+    /// Bytes held by the live allocations (for memory accounting in tests).
+    pub fn live_bytes(&self) -> usize {
+        self.mem.live_bytes()
+    }
+
     fn launch_err(kernel: &str, msg: String) -> DeviceError {
         DeviceError::Launch {
             kernel: kernel.to_string(),
