@@ -35,6 +35,14 @@ pub enum TrainCommand {
         #[arg(long)]
         config: PathBuf,
     },
+    /// The per-GPU memory plan of a training config (bytes per category, whether it fits).
+    Plan {
+        #[arg(long)]
+        config: PathBuf,
+        /// Print the plan as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `execcritic grads`: mean next-token NLL of `--ids` and the gradient of every parameter,
@@ -62,6 +70,16 @@ pub fn train(c: TrainCommand) -> anyhow::Result<ExitCode> {
             let read = |p: &std::path::Path| crate::agent::trajectory::sft_conversations(p).map_err(|e| e.to_string());
             let fin = run_sft(&cfg, &read, |r| println!("{}", serde_json::to_string(r).unwrap_or_default()))?;
             eprintln!("saved {}", fin.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        TrainCommand::Plan { config, json } => {
+            let p = crate::train::plan::PlanConfig::from_file(&config)?;
+            let plan = crate::train::plan::plan(&p, &p.model_config()?)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&plan)?);
+            } else {
+                print!("{}", plan.table());
+            }
             Ok(ExitCode::SUCCESS)
         }
         TrainCommand::Grpo { config } => {

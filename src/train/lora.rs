@@ -24,6 +24,12 @@ pub struct LoraConfig {
     pub seed: u64,
 }
 
+/// True when the parameter `name` of `shape` gets an adapter: a 2-D weight whose name contains
+/// one of `targets`.
+pub fn is_target(name: &str, shape: &[usize], targets: &[String]) -> bool {
+    shape.len() == 2 && targets.iter().any(|t| name.contains(t.as_str()))
+}
+
 /// One adapted weight: the model parameter, its frozen base, and the adapter parameters.
 struct Adapted {
     target: Pid,
@@ -50,7 +56,7 @@ impl Lora {
         let mut adapters = ParamStore::default();
         let mut adapted = Vec::new();
         for (i, p) in store.params.iter().enumerate() {
-            if p.shape.len() != 2 || !cfg.targets.iter().any(|t| p.name.contains(t.as_str())) {
+            if !is_target(&p.name, &p.shape, &cfg.targets) {
                 continue;
             }
             let (out, inp, r) = (p.shape[0], p.shape[1], cfg.rank);

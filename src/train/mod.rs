@@ -12,6 +12,7 @@
 //! - [`advantage`], [`dynamic`]: group-mean advantages and DAPO dynamic sampling.
 //! - [`rollout`], [`iteration`], [`toy`], [`grpo_run`]: GRPO through the engine — rollouts,
 //!   one iteration (lend → sample → give back → update), the built-in toy task, `train grpo`.
+//! - [`plan`]: the per-GPU memory plan (`execcritic train plan`).
 //! - [`sft_data`]: conversations rendered with the chat template into ids + assistant masks.
 
 pub mod advantage;
@@ -29,6 +30,7 @@ pub mod network;
 pub mod ops;
 pub mod optim;
 pub mod params;
+pub mod plan;
 pub mod policy;
 pub mod rollout;
 pub mod sft_data;
