@@ -6,9 +6,11 @@
 //!   unused), weight matrices stay in place as bf16 (mapped bytes = every matrix), and only the
 //!   small vectors are decoded to f32 (owned bytes, checked to the byte).
 //! * The trainer (`TrainModel`, f32 master copy) and the CUDA model on the emulated device would
-//!   allocate 140 GB / 67 GB here, so they load the same layout scaled down (same writer, same
-//!   names, 4 layers, 8 experts) in both expert layouts; the trainer's parameters are exactly
-//!   the layout's tensors (fused experts split per expert).
+//!   allocate 140 GB / 67 GB here, so they load the same layout with 4 layers, 8 experts and a
+//!   512-token vocabulary — once with tiny widths, once with every per-layer tensor at its real
+//!   shape (hidden 2048, 16/2 × 256 attention, 16/32 × 128 GDN, experts 512 wide: ≈ 240 M
+//!   parameters) — in both expert layouts: the trainer's parameters are exactly the layout's
+//!   tensors (fused experts split per expert), and the emulated device holds them in bf16.
 
 use execcritic::model::checkpoint::{Checkpoint, LoadedBytes};
 use execcritic::model::layout::{decoder_tensors, qwen35_35b_a3b_config, ExpertLayout, TensorSpec};
@@ -19,7 +21,7 @@ use std::path::Path;
 
 #[path = "common/layout.rs"]
 mod layout;
-use layout::{scaled_config, write_layout, PREFIX};
+use layout::{real_layers_config, scaled_config, write_layout, PREFIX};
 
 /// Vision and MTP tensors of the release (a sample of each kind; loaders must skip them).
 fn extras() -> Vec<TensorSpec> {
@@ -109,13 +111,21 @@ fn disk_usage(dir: &Path) -> u64 {
         .sum()
 }
 
+/// The scaled layout and the real-layer-shapes one, each in both expert layouts.
+fn layouts() -> Vec<(serde_json::Value, ExpertLayout)> {
+    [scaled_config(), real_layers_config()]
+        .into_iter()
+        .flat_map(|c| [(c.clone(), ExpertLayout::Fused), (c, ExpertLayout::PerExpert)])
+        .collect()
+}
+
 /// The trainer's loader maps every tensor of the layout (both expert layouts) into its f32
 /// parameters: same count, and per-expert names/shapes exactly the layout's.
 #[test]
 fn trainer_maps_every_tensor_of_the_scaled_layout() {
-    for experts in [ExpertLayout::Fused, ExpertLayout::PerExpert] {
+    for (config, experts) in layouts() {
         let dir = tempfile::tempdir().unwrap();
-        let (cfg, specs) = write_layout(dir.path(), &scaled_config(), experts, &[]);
+        let (cfg, specs) = write_layout(dir.path(), &config, experts, &[]);
         let tm = TrainModel::load(dir.path()).unwrap();
         let per_expert = decoder_tensors(&cfg, ExpertLayout::PerExpert, PREFIX);
         let mut want: Vec<(String, Vec<usize>)> = per_expert
@@ -148,9 +158,9 @@ fn cuda_model_on_the_emulator_maps_every_tensor_of_the_scaled_layout() {
     use execcritic::tensor::cuda::Gpu;
     use execcritic::tensor::emu::EmuDevice;
     use std::sync::Arc;
-    for experts in [ExpertLayout::Fused, ExpertLayout::PerExpert] {
+    for (config, experts) in layouts() {
         let dir = tempfile::tempdir().unwrap();
-        let (_, specs) = write_layout(dir.path(), &scaled_config(), experts, &[]);
+        let (_, specs) = write_layout(dir.path(), &config, experts, &[]);
         let dev = Arc::new(EmuDevice::new());
         let gpu = Gpu::from_device(dev.clone());
         let before = dev.live_bytes();

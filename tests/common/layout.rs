@@ -52,3 +52,20 @@ pub fn scaled_config() -> Value {
     t["rope_parameters"]["mrope_section"] = json!([1, 1, 0]);
     c
 }
+
+/// The released config with every per-layer shape kept (hidden 2048, attention and GDN heads,
+/// expert widths) but 4 layers (3 GDN + 1 attention), 8 experts and a 512-token vocabulary:
+/// the real tensor shapes at ≈ 240 M parameters.
+pub fn real_layers_config() -> Value {
+    let mut c = qwen35_35b_a3b_config();
+    let t = c["text_config"].as_object_mut().unwrap();
+    for (k, v) in [
+        ("vocab_size", json!(512)),
+        ("num_hidden_layers", json!(4)),
+        ("layer_types", json!(["linear_attention", "linear_attention", "linear_attention", "full_attention"])),
+        ("num_experts", json!(8)),
+    ] {
+        t.insert(k.into(), v);
+    }
+    c
+}
