@@ -165,7 +165,7 @@ fn is_expert(name: &str) -> bool {
 
 /// Parameter counts of `cfg` per rank for `spec` on `gpus` ranks.
 pub fn param_counts(cfg: &ModelConfig, spec: &TrainSpec, gpus: usize, shard_optimizer: bool) -> Result<ParamCounts> {
-    if gpus == 0 || cfg.num_experts % gpus != 0 {
+    if gpus == 0 || !cfg.num_experts.is_multiple_of(gpus) {
         return Err(TrainError::BadInput(format!(
             "gpus must be positive and divide the {} experts (got {gpus})",
             cfg.num_experts
