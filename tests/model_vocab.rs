@@ -9,7 +9,8 @@
 //! * A full-vocabulary model (248,320 embedding rows, tiny random layers): the chat template
 //!   with tools rendered and tokenized with the real vocabulary, prefill + decode through the
 //!   model with logits of length 248,320, the sampler (temperature, top-k, top-p, seed) picking
-//!   the tokens of a tool call, incremental detokenisation, and tool-call parsing of the result.
+//!   the tokens of a tool call, incremental detokenisation, and tool-call parsing of the result;
+//!   and the engine (scheduler, batching, sampler) generating from it.
 
 #[path = "common/layout.rs"]
 mod layout;
@@ -188,4 +189,48 @@ fn full_vocabulary_model_samples_and_parses_a_tool_call() {
     assert_eq!(turn.tool_calls[0].arguments["timeout"], json!(30));
     // Rows past the tokenizer's 248,077 ids are padding: they decode to nothing, no error.
     assert_eq!(tok.decode(&[N_TOKENS as u32, REAL_VOCAB as u32 - 1], false).unwrap(), "");
+}
+
+/// The engine (scheduler, batched prefill/decode, sampler, detokenisation) on the
+/// full-vocabulary model: two requests batched give what each gives alone, every returned
+/// logits row has 248,320 entries, greedy picks their argmax, and the text is the decoding.
+#[test]
+fn engine_generates_at_the_real_vocabulary_size() {
+    use execcritic::engine::{sampler::argmax, Completion, EngineConfig, EngineCore, Request, SchedulerConfig};
+    use std::sync::Arc;
+    let dir = full_vocab_model();
+    let model = Arc::new(Model::load(dir.path()).unwrap());
+    let tok = Arc::new(Tokenizer::from_dir(dir.path()).unwrap());
+    let run = |reqs: &[Request]| -> Vec<Completion> {
+        let scheduler = SchedulerConfig { max_running: 4, max_batch_tokens: 256, prefill_chunk: 64 };
+        let mut core =
+            EngineCore::new(model.clone(), tok.clone(), EngineConfig { scheduler, max_conversations: 2 }).unwrap();
+        for r in reqs {
+            core.add(r.clone()).unwrap();
+        }
+        let mut done = core.run_to_completion();
+        done.sort_by_key(|(id, _)| *id);
+        done.into_iter().map(|(_, c)| c.unwrap()).collect()
+    };
+    let prompt = tok.encode("<|im_start|>user\nWrite a haiku about 東京.<|im_end|>\n<|im_start|>assistant\n").unwrap();
+    let sampled = SamplingParams { temperature: 1.0, top_k: 50, top_p: 0.9, seed: Some(9), max_tokens: 12, ..Default::default() };
+    let reqs = [
+        Request::new(prompt.clone(), SamplingParams::greedy(12)).with_logits(),
+        Request::new(prompt[..prompt.len() - 3].to_vec(), sampled).with_logits(),
+    ];
+    let together = run(&reqs);
+    for (r, c) in reqs.iter().zip(&together) {
+        let alone = run(std::slice::from_ref(r)).remove(0);
+        assert_eq!(alone.token_ids, c.token_ids);
+        assert!(!c.token_ids.is_empty());
+        assert!(c.logits.iter().all(|row| row.len() == REAL_VOCAB));
+        assert!(c.token_ids.iter().all(|&t| (t as usize) < REAL_VOCAB));
+        let stops = tok.stop_ids();
+        let text_ids: Vec<u32> = c.token_ids.iter().copied().filter(|t| !stops.contains(t)).collect();
+        assert_eq!(c.text, tok.decode(&text_ids, true).unwrap());
+    }
+    let greedy = &together[0];
+    for (row, &t) in greedy.logits.iter().zip(&greedy.token_ids) {
+        assert_eq!(argmax(row), t as usize);
+    }
 }
