@@ -1,7 +1,7 @@
 //! The memory plan (`train::plan`, `execcritic train plan`):
 //! * checked against what the code allocates for a scaled-down Qwen3.5 layout: the CPU trainer's
-//!   f32 parameters, AdamW states and gradients, LoRA adapters, and the engine's per-sequence
-//!   KV + GDN state after a prefill;
+//!   f32 parameters, AdamW states and gradients, LoRA adapters, the engine's per-sequence
+//!   KV + GDN state after a prefill, and the CUDA model's weights on the emulated device;
 //! * the two documented cases for Qwen3.5-35B-A3B (one H200 LoRA, eight H200s full-parameter
 //!   with expert parallel) — their exact rows and that both fit;
 //! * the CLI prints the table and the JSON.
@@ -88,6 +88,20 @@ fn plan_matches_the_cpu_trainer_allocations_on_a_scaled_layout() {
         .unwrap();
     let one = plan(&config(dir.path(), 1, spec(TrainMode::Full, 0, &[], 64), 1, n, 4), &cfg).unwrap();
     assert_eq!(row(&one, "KV cache") + row(&one, "GDN state"), state.cache_bytes() as u64);
+
+    // The CUDA model on the emulated device: the weights row, plus 2 bytes per element of
+    // `A_log`/`dt_bias` (kept in f32).
+    let dev = std::sync::Arc::new(execcritic::tensor::emu::EmuDevice::new());
+    let gpu = execcritic::tensor::cuda::Gpu::from_device(dev.clone());
+    let before = dev.live_bytes();
+    let cuda = execcritic::tensor::cuda::forward::CudaModel::<u16>::load(&gpu, dir.path()).unwrap();
+    let gates: u64 = specs
+        .iter()
+        .filter(|t| t.name.ends_with("A_log") || t.name.ends_with("dt_bias"))
+        .map(|t| 2 * t.numel() as u64)
+        .sum();
+    assert_eq!((dev.live_bytes() - before) as u64, row(&full, "weights (bf16)") + gates);
+    drop(cuda);
 
     // Expert parallel over 2 ranks: half the experts, every replicated parameter; ZeRO-1 shards
     // the replicated parameters' master/AdamW.
