@@ -33,7 +33,10 @@ fn extras() -> Vec<TensorSpec> {
         ("mtp.layers.0.mlp.experts.gate_up_proj", vec![256, 1024, 2048]),
     ]
     .into_iter()
-    .map(|(n, s)| TensorSpec { name: n.into(), shape: s })
+    .map(|(n, s)| TensorSpec {
+        name: n.into(),
+        shape: s,
+    })
     .collect()
 }
 
@@ -53,20 +56,53 @@ fn owned_f32_bytes(specs: &[TensorSpec]) -> u64 {
 
 #[test]
 fn real_config_has_the_released_architecture() {
-    let cfg = ModelConfig::from_json_str(&qwen35_35b_a3b_config().to_string(), Path::new("config.json")).unwrap();
-    assert_eq!((cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers), (248_320, 2048, 40));
-    assert_eq!(cfg.layer_types.iter().filter(|l| **l == LayerType::Full).count(), 10);
-    assert!(cfg.layer_types.iter().enumerate().all(|(i, l)| (*l == LayerType::Full) == ((i + 1) % 4 == 0)));
-    assert_eq!((cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rotary_dim), (16, 2, 256, 64));
+    let cfg =
+        ModelConfig::from_json_str(&qwen35_35b_a3b_config().to_string(), Path::new("config.json")).unwrap();
+    assert_eq!(
+        (cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers),
+        (248_320, 2048, 40)
+    );
+    assert_eq!(
+        cfg.layer_types.iter().filter(|l| **l == LayerType::Full).count(),
+        10
+    );
+    assert!(cfg
+        .layer_types
+        .iter()
+        .enumerate()
+        .all(|(i, l)| (*l == LayerType::Full) == ((i + 1) % 4 == 0)));
+    assert_eq!(
+        (
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+            cfg.rotary_dim
+        ),
+        (16, 2, 256, 64)
+    );
     assert_eq!((cfg.linear_num_key_heads, cfg.linear_num_value_heads), (16, 32));
-    assert_eq!((cfg.gdn_key_dim(), cfg.gdn_value_dim(), cfg.gdn_conv_dim()), (2048, 4096, 8192));
-    assert_eq!((cfg.num_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size), (256, 8, 512));
+    assert_eq!(
+        (cfg.gdn_key_dim(), cfg.gdn_value_dim(), cfg.gdn_conv_dim()),
+        (2048, 4096, 8192)
+    );
+    assert_eq!(
+        (
+            cfg.num_experts,
+            cfg.num_experts_per_tok,
+            cfg.moe_intermediate_size
+        ),
+        (256, 8, 512)
+    );
     assert_eq!(cfg.shared_expert_intermediate_size, 512);
     assert!(!cfg.tie_word_embeddings);
     // Parameter count: ≈ 35 B in all, of which the routed experts ≈ 32.2 B.
     let specs = decoder_tensors(&cfg, ExpertLayout::Fused, PREFIX);
     let total: usize = specs.iter().map(TensorSpec::numel).sum();
-    let experts: usize = specs.iter().filter(|t| t.name.contains(".experts.")).map(TensorSpec::numel).sum();
+    let experts: usize = specs
+        .iter()
+        .filter(|t| t.name.contains(".experts."))
+        .map(TensorSpec::numel)
+        .sum();
     assert_eq!(experts, 40 * 256 * 3 * 512 * 2048);
     assert!((34_000_000_000..36_000_000_000).contains(&total), "{total}");
     // Both layouts hold the same parameters.
@@ -85,7 +121,10 @@ fn cpu_model_maps_the_full_size_checkpoint() {
         assert!(data > 67_000_000_000, "{data}");
         // Sparse: the files take (almost) no disk space.
         let used = disk_usage(dir.path());
-        assert!(used < 64 << 20, "{experts:?}: sparse layout uses {used} bytes on disk");
+        assert!(
+            used < 64 << 20,
+            "{experts:?}: sparse layout uses {used} bytes on disk"
+        );
 
         let mut ck = Checkpoint::open(dir.path()).unwrap();
         let model = Model::from_checkpoint(cfg.clone(), &mut ck).unwrap();
@@ -94,7 +133,10 @@ fn cpu_model_maps_the_full_size_checkpoint() {
         let unused = ck.unused();
         let mut expected_unused: Vec<String> = extras().into_iter().map(|t| t.name).collect();
         expected_unused.sort();
-        assert_eq!(unused, expected_unused, "{experts:?}: only vision/MTP tensors stay unused");
+        assert_eq!(
+            unused, expected_unused,
+            "{experts:?}: only vision/MTP tensors stay unused"
+        );
         let owned = owned_f32_bytes(&specs);
         let mapped = data - owned / 2;
         assert_eq!(ck.loaded_bytes(), LoadedBytes { mapped, owned }, "{experts:?}");
@@ -130,14 +172,23 @@ fn trainer_maps_every_tensor_of_the_scaled_layout() {
         let per_expert = decoder_tensors(&cfg, ExpertLayout::PerExpert, PREFIX);
         let mut want: Vec<(String, Vec<usize>)> = per_expert
             .iter()
-            .map(|t| (t.name.strip_prefix(PREFIX).unwrap_or(&t.name).to_string(), t.shape.clone()))
+            .map(|t| {
+                (
+                    t.name.strip_prefix(PREFIX).unwrap_or(&t.name).to_string(),
+                    t.shape.clone(),
+                )
+            })
             .collect();
         let mut got: Vec<(String, Vec<usize>)> = tm
             .store
             .params
             .iter()
             .map(|p| {
-                let n = p.name.strip_prefix(PREFIX).or(p.name.strip_prefix("model.")).unwrap_or(&p.name);
+                let n = p
+                    .name
+                    .strip_prefix(PREFIX)
+                    .or(p.name.strip_prefix("model."))
+                    .unwrap_or(&p.name);
                 (n.to_string(), p.shape.clone())
             })
             .collect();
@@ -145,7 +196,11 @@ fn trainer_maps_every_tensor_of_the_scaled_layout() {
         got.sort();
         assert_eq!(got, want, "{experts:?}");
         let numel: usize = specs.iter().map(TensorSpec::numel).sum();
-        assert_eq!(tm.store.numel(), numel, "{experts:?}: f32 master bytes = 4 x layout params");
+        assert_eq!(
+            tm.store.numel(),
+            numel,
+            "{experts:?}: f32 master bytes = 4 x layout params"
+        );
     }
 }
 

@@ -49,13 +49,39 @@ fn corpus() -> Value {
 
 /// The 33 added tokens in id order from 248,044, as the package lists them.
 const SPECIALS: [&str; 33] = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-    "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>",
-    "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
-    "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>",
-    "<|audio_start|>", "<|audio_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>",
-    "<tts_text_bos_single>", "<|audio_pad|>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+    "<|audio_start|>",
+    "<|audio_end|>",
+    "<tts_pad>",
+    "<tts_text_bos>",
+    "<tts_text_eod>",
+    "<tts_text_bos_single>",
+    "<|audio_pad|>",
 ];
 
 #[test]
@@ -74,15 +100,28 @@ fn encodes_like_tiktoken_on_the_corpus() {
     let (mut texts, mut ids_total, mut seen_special) = (0, 0, std::collections::BTreeSet::<u32>::new());
     for case in cases {
         let text = case["text"].as_str().unwrap();
-        let want: Vec<u32> = case["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let want: Vec<u32> = case["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
         let got = tok.encode(text).unwrap();
         assert_eq!(got, want, "text {text:?}");
-        assert_eq!(tok.decode(&got, false).unwrap(), case["decoded"].as_str().unwrap(), "decode of {text:?}");
+        assert_eq!(
+            tok.decode(&got, false).unwrap(),
+            case["decoded"].as_str().unwrap(),
+            "decode of {text:?}"
+        );
         seen_special.extend(got.iter().filter(|&&i| i >= 248_044));
         texts += 1;
         ids_total += got.len();
     }
-    assert_eq!(seen_special.len(), SPECIALS.len(), "every special token is in the corpus");
+    assert_eq!(
+        seen_special.len(),
+        SPECIALS.len(),
+        "every special token is in the corpus"
+    );
     assert!(ids_total > 20_000, "{texts} texts, {ids_total} ids");
 }
 
@@ -108,7 +147,12 @@ fn full_vocab_model() -> tempfile::TempDir {
         .collect();
     write_safetensors(&dir.path().join("model.safetensors"), &tensors).unwrap();
     let tok = real_tokenizer_dir();
-    for f in ["tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja"] {
+    for f in [
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+        "chat_template.jinja",
+    ] {
         std::fs::copy(tok.join(f), dir.path().join(f)).unwrap();
     }
     dir
@@ -129,25 +173,45 @@ fn full_vocabulary_model_samples_and_parses_a_tool_call() {
     let tools = [bash_tool()];
     let prompt = template
         .render(
-            &[Message::system("You are a coding agent."), Message::user("List the files, 列出文件 🙂")],
+            &[
+                Message::system("You are a coding agent."),
+                Message::user("List the files, 列出文件 🙂"),
+            ],
             &tools,
-            ChatOptions { add_generation_prompt: true, enable_thinking: Some(false) },
+            ChatOptions {
+                add_generation_prompt: true,
+                enable_thinking: Some(false),
+            },
         )
         .unwrap();
     let prompt_ids = tok.encode(&prompt).unwrap();
     assert_eq!(prompt_ids[0], tok.token_id("<|im_start|>").unwrap());
-    assert!(prompt.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"), "{prompt:?}");
+    assert!(
+        prompt.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+        "{prompt:?}"
+    );
     assert_eq!(tok.decode(&prompt_ids, false).unwrap(), prompt);
 
     // The completion the sampler must produce: a tool call, then <|im_end|>.
     let completion = "I will list them.\n\n<tool_call>\n<function=bash>\n<parameter=command>\nls -la 'docs/ü'\n</parameter>\n<parameter=timeout>\n30\n</parameter>\n</function>\n</tool_call>";
     let mut target = tok.encode(completion).unwrap();
     target.push(tok.token_id("<|im_end|>").unwrap());
-    assert!(target.contains(&248_058) && target.contains(&248_059), "<tool_call> ids");
+    assert!(
+        target.contains(&248_058) && target.contains(&248_059),
+        "<tool_call> ids"
+    );
 
     let mut state = model.new_state();
-    let opts = ForwardOptions { logits: LogitsMode::Last, hidden_states: false, routing: false };
-    let mut logits = model.forward(&mut [SeqInput::new(&prompt_ids, &mut state)], &opts).unwrap().remove(0).logits;
+    let opts = ForwardOptions {
+        logits: LogitsMode::Last,
+        hidden_states: false,
+        routing: false,
+    };
+    let mut logits = model
+        .forward(&mut [SeqInput::new(&prompt_ids, &mut state)], &opts)
+        .unwrap()
+        .remove(0)
+        .logits;
     let mut sampler = Sampler::new(SamplingParams {
         temperature: 0.8,
         top_k: 40,
@@ -155,7 +219,11 @@ fn full_vocabulary_model_samples_and_parses_a_tool_call() {
         seed: Some(11),
         ..SamplingParams::default()
     });
-    let mut free = Sampler::new(SamplingParams { temperature: 1.0, seed: Some(3), ..SamplingParams::default() });
+    let mut free = Sampler::new(SamplingParams {
+        temperature: 1.0,
+        seed: Some(3),
+        ..SamplingParams::default()
+    });
     let mut dec = IncrementalDecoder::new(true);
     let (mut text, mut generated) = (String::new(), Vec::new());
     for &want in &target {
@@ -175,7 +243,11 @@ fn full_vocabulary_model_samples_and_parses_a_tool_call() {
             break;
         }
         text += &dec.push(&tok, s.token).unwrap();
-        logits = model.forward(&mut [SeqInput::new(&[s.token], &mut state)], &opts).unwrap().remove(0).logits;
+        logits = model
+            .forward(&mut [SeqInput::new(&[s.token], &mut state)], &opts)
+            .unwrap()
+            .remove(0)
+            .logits;
     }
     text += &dec.flush(&tok).unwrap();
     assert_eq!(generated, target);
@@ -188,7 +260,11 @@ fn full_vocabulary_model_samples_and_parses_a_tool_call() {
     assert_eq!(turn.tool_calls[0].arguments["command"], json!("ls -la 'docs/ü'"));
     assert_eq!(turn.tool_calls[0].arguments["timeout"], json!(30));
     // Rows past the tokenizer's 248,077 ids are padding: they decode to nothing, no error.
-    assert_eq!(tok.decode(&[N_TOKENS as u32, REAL_VOCAB as u32 - 1], false).unwrap(), "");
+    assert_eq!(
+        tok.decode(&[N_TOKENS as u32, REAL_VOCAB as u32 - 1], false)
+            .unwrap(),
+        ""
+    );
 }
 
 /// The engine (scheduler, batched prefill/decode, sampler, detokenisation) on the
@@ -196,15 +272,28 @@ fn full_vocabulary_model_samples_and_parses_a_tool_call() {
 /// logits row has 248,320 entries, greedy picks their argmax, and the text is the decoding.
 #[test]
 fn engine_generates_at_the_real_vocabulary_size() {
-    use execcritic::engine::{sampler::argmax, Completion, EngineConfig, EngineCore, Request, SchedulerConfig};
+    use execcritic::engine::{
+        sampler::argmax, Completion, EngineConfig, EngineCore, Request, SchedulerConfig,
+    };
     use std::sync::Arc;
     let dir = full_vocab_model();
     let model = Arc::new(Model::load(dir.path()).unwrap());
     let tok = Arc::new(Tokenizer::from_dir(dir.path()).unwrap());
     let run = |reqs: &[Request]| -> Vec<Completion> {
-        let scheduler = SchedulerConfig { max_running: 4, max_batch_tokens: 256, prefill_chunk: 64 };
-        let mut core =
-            EngineCore::new(model.clone(), tok.clone(), EngineConfig { scheduler, max_conversations: 2 }).unwrap();
+        let scheduler = SchedulerConfig {
+            max_running: 4,
+            max_batch_tokens: 256,
+            prefill_chunk: 64,
+        };
+        let mut core = EngineCore::new(
+            model.clone(),
+            tok.clone(),
+            EngineConfig {
+                scheduler,
+                max_conversations: 2,
+            },
+        )
+        .unwrap();
         for r in reqs {
             core.add(r.clone()).unwrap();
         }
@@ -212,8 +301,17 @@ fn engine_generates_at_the_real_vocabulary_size() {
         done.sort_by_key(|(id, _)| *id);
         done.into_iter().map(|(_, c)| c.unwrap()).collect()
     };
-    let prompt = tok.encode("<|im_start|>user\nWrite a haiku about 東京.<|im_end|>\n<|im_start|>assistant\n").unwrap();
-    let sampled = SamplingParams { temperature: 1.0, top_k: 50, top_p: 0.9, seed: Some(9), max_tokens: 12, ..Default::default() };
+    let prompt = tok
+        .encode("<|im_start|>user\nWrite a haiku about 東京.<|im_end|>\n<|im_start|>assistant\n")
+        .unwrap();
+    let sampled = SamplingParams {
+        temperature: 1.0,
+        top_k: 50,
+        top_p: 0.9,
+        seed: Some(9),
+        max_tokens: 12,
+        ..Default::default()
+    };
     let reqs = [
         Request::new(prompt.clone(), SamplingParams::greedy(12)).with_logits(),
         Request::new(prompt[..prompt.len() - 3].to_vec(), sampled).with_logits(),
@@ -226,7 +324,12 @@ fn engine_generates_at_the_real_vocabulary_size() {
         assert!(c.logits.iter().all(|row| row.len() == REAL_VOCAB));
         assert!(c.token_ids.iter().all(|&t| (t as usize) < REAL_VOCAB));
         let stops = tok.stop_ids();
-        let text_ids: Vec<u32> = c.token_ids.iter().copied().filter(|t| !stops.contains(t)).collect();
+        let text_ids: Vec<u32> = c
+            .token_ids
+            .iter()
+            .copied()
+            .filter(|t| !stops.contains(t))
+            .collect();
         assert_eq!(c.text, tok.decode(&text_ids, true).unwrap());
     }
     let greedy = &together[0];

@@ -29,7 +29,14 @@ fn spec(mode: TrainMode, rank: usize, targets: &[&str], tokens: usize) -> TrainS
     }
 }
 
-fn config(model: &Path, gpus: usize, train: TrainSpec, slots: usize, context: usize, cache_bytes: usize) -> PlanConfig {
+fn config(
+    model: &Path,
+    gpus: usize,
+    train: TrainSpec,
+    slots: usize,
+    context: usize,
+    cache_bytes: usize,
+) -> PlanConfig {
     PlanConfig {
         model: model.to_string_lossy().into_owned(),
         gpus,
@@ -37,12 +44,20 @@ fn config(model: &Path, gpus: usize, train: TrainSpec, slots: usize, context: us
         shard_optimizer: true,
         workspace_gib: 0.0,
         train,
-        rollout: RolloutSpec { slots, context, cache_bytes },
+        rollout: RolloutSpec {
+            slots,
+            context,
+            cache_bytes,
+        },
     }
 }
 
 fn row(p: &MemoryPlan, category: &str) -> u64 {
-    p.rows.iter().find(|r| r.category == category).unwrap_or_else(|| panic!("no row {category}")).bytes
+    p.rows
+        .iter()
+        .find(|r| r.category == category)
+        .unwrap_or_else(|| panic!("no row {category}"))
+        .bytes
 }
 
 #[test]
@@ -54,7 +69,11 @@ fn plan_matches_the_cpu_trainer_allocations_on_a_scaled_layout() {
 
     // Full-parameter, one rank: master = the trainer's f32 parameters, AdamW = its m + v,
     // gradients = its gradient buffers, weights = the same parameters in bf16.
-    let full = plan(&config(dir.path(), 1, spec(TrainMode::Full, 0, &[], 64), 1, 64, 4), &cfg).unwrap();
+    let full = plan(
+        &config(dir.path(), 1, spec(TrainMode::Full, 0, &[], 64), 1, 64, 4),
+        &cfg,
+    )
+    .unwrap();
     assert_eq!(full.params.total, numel);
     assert_eq!(row(&full, "master (fp32)"), 4 * numel);
     let opt = AdamW::new(AdamWConfig::default(), &tm.store);
@@ -66,9 +85,18 @@ fn plan_matches_the_cpu_trainer_allocations_on_a_scaled_layout() {
 
     // LoRA: the trainable count is the adapters the trainer creates for those targets.
     let targets = ["self_attn.", "linear_attn.", "shared_expert.", "experts."];
-    let lora = plan(&config(dir.path(), 1, spec(TrainMode::Lora, 4, &targets, 64), 1, 64, 4), &cfg).unwrap();
+    let lora = plan(
+        &config(dir.path(), 1, spec(TrainMode::Lora, 4, &targets, 64), 1, 64, 4),
+        &cfg,
+    )
+    .unwrap();
     let adapters = Lora::new(
-        LoraConfig { rank: 4, alpha: 8.0, targets: targets.iter().map(|t| t.to_string()).collect(), seed: 0 },
+        LoraConfig {
+            rank: 4,
+            alpha: 8.0,
+            targets: targets.iter().map(|t| t.to_string()).collect(),
+            seed: 0,
+        },
         &tm.store,
     )
     .unwrap()
@@ -84,10 +112,24 @@ fn plan_matches_the_cpu_trainer_allocations_on_a_scaled_layout() {
     let mut state = model.new_state();
     let ids: Vec<u32> = (0..n as u32).collect();
     model
-        .forward(&mut [SeqInput::new(&ids, &mut state)], &ForwardOptions { logits: LogitsMode::None, hidden_states: false, routing: false })
+        .forward(
+            &mut [SeqInput::new(&ids, &mut state)],
+            &ForwardOptions {
+                logits: LogitsMode::None,
+                hidden_states: false,
+                routing: false,
+            },
+        )
         .unwrap();
-    let one = plan(&config(dir.path(), 1, spec(TrainMode::Full, 0, &[], 64), 1, n, 4), &cfg).unwrap();
-    assert_eq!(row(&one, "KV cache") + row(&one, "GDN state"), state.cache_bytes() as u64);
+    let one = plan(
+        &config(dir.path(), 1, spec(TrainMode::Full, 0, &[], 64), 1, n, 4),
+        &cfg,
+    )
+    .unwrap();
+    assert_eq!(
+        row(&one, "KV cache") + row(&one, "GDN state"),
+        state.cache_bytes() as u64
+    );
 
     // The CUDA model on the emulated device: the weights row, plus 2 bytes per element of
     // `A_log`/`dt_bias` (kept in f32).
@@ -100,19 +142,37 @@ fn plan_matches_the_cpu_trainer_allocations_on_a_scaled_layout() {
         .filter(|t| t.name.ends_with("A_log") || t.name.ends_with("dt_bias"))
         .map(|t| 2 * t.numel() as u64)
         .sum();
-    assert_eq!((dev.live_bytes() - before) as u64, row(&full, "weights (bf16)") + gates);
+    assert_eq!(
+        (dev.live_bytes() - before) as u64,
+        row(&full, "weights (bf16)") + gates
+    );
     drop(cuda);
 
     // Expert parallel over 2 ranks: half the experts, every replicated parameter; ZeRO-1 shards
     // the replicated parameters' master/AdamW.
-    let ep = plan(&config(dir.path(), 2, spec(TrainMode::Full, 0, &[], 64), 1, 64, 4), &cfg).unwrap();
-    let experts: u64 = specs.iter().filter(|t| t.name.contains(".experts.")).map(|t| t.numel() as u64).sum();
+    let ep = plan(
+        &config(dir.path(), 2, spec(TrainMode::Full, 0, &[], 64), 1, 64, 4),
+        &cfg,
+    )
+    .unwrap();
+    let experts: u64 = specs
+        .iter()
+        .filter(|t| t.name.contains(".experts."))
+        .map(|t| t.numel() as u64)
+        .sum();
     let replicated = numel - experts;
     assert_eq!(ep.params.local, replicated + experts / 2);
-    assert_eq!(row(&ep, "master (fp32)"), 4 * (experts / 2 + replicated.div_ceil(2)));
+    assert_eq!(
+        row(&ep, "master (fp32)"),
+        4 * (experts / 2 + replicated.div_ceil(2))
+    );
     assert_eq!(row(&ep, "gradients (fp32)"), 4 * (replicated + experts / 2));
     // 8 experts do not split over 3 ranks.
-    assert!(plan(&config(dir.path(), 3, spec(TrainMode::Full, 0, &[], 64), 1, 64, 4), &cfg).is_err());
+    assert!(plan(
+        &config(dir.path(), 3, spec(TrainMode::Full, 0, &[], 64), 1, 64, 4),
+        &cfg
+    )
+    .is_err());
 }
 
 fn docs(name: &str) -> PathBuf {
@@ -124,14 +184,20 @@ fn documented_h200_plans_fit() {
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     let one = PlanConfig::from_file(&docs("train-plan-1xh200-lora.toml")).unwrap();
     let cfg = one.model_config().unwrap();
-    let all: u64 = decoder_tensors(&cfg, ExpertLayout::Fused, "").iter().map(|t: &TensorSpec| t.numel() as u64).sum();
+    let all: u64 = decoder_tensors(&cfg, ExpertLayout::Fused, "")
+        .iter()
+        .map(|t: &TensorSpec| t.numel() as u64)
+        .sum();
     let p1 = plan(&one, &cfg).unwrap();
     assert_eq!(p1.params.total, all);
     assert_eq!(row(&p1, "weights (bf16)"), 2 * all);
     // 10 attention layers x (k, v) x 2 kv-heads x 256 x bf16 per token; 30 GDN layers x
     // (f32 [32, 128, 128] state + bf16 3 x 8192 conv window) per slot.
     assert_eq!(row(&p1, "KV cache"), 32 * 32768 * 10 * 2 * 2 * 256 * 2);
-    assert_eq!(row(&p1, "GDN state"), 32 * 30 * (32 * 128 * 128 * 4 + 3 * 8192 * 2));
+    assert_eq!(
+        row(&p1, "GDN state"),
+        32 * 30 * (32 * 128 * 128 * 4 + 3 * 8192 * 2)
+    );
     assert!(p1.params.trainable < all / 20, "LoRA trains a small fraction");
     assert!(p1.fits, "{}", p1.table());
     assert!(gib(p1.total_bytes) > 70.0);
@@ -152,10 +218,21 @@ fn documented_h200_plans_fit() {
 fn cli_prints_the_plan() {
     let exe = env!("CARGO_BIN_EXE_execcritic");
     let cfg = docs("train-plan-8xh200-full.toml");
-    let out = std::process::Command::new(exe).args(["train", "plan", "--config"]).arg(&cfg).output().unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["train", "plan", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
-    for needle in ["weights (bf16)", "AdamW", "KV cache", "GDN state", "activations", "fits"] {
+    for needle in [
+        "weights (bf16)",
+        "AdamW",
+        "KV cache",
+        "GDN state",
+        "activations",
+        "fits",
+    ] {
         assert!(text.contains(needle), "{needle} missing from\n{text}");
     }
     let out = std::process::Command::new(exe)
@@ -167,12 +244,25 @@ fn cli_prints_the_plan() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["gpus"], 8);
     assert_eq!(v["fits"], true);
-    let sum: u64 = v["rows"].as_array().unwrap().iter().map(|r| r["bytes"].as_u64().unwrap()).sum();
+    let sum: u64 = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["bytes"].as_u64().unwrap())
+        .sum();
     assert_eq!(v["total_bytes"].as_u64().unwrap(), sum);
     // A bad config is an error, not a panic.
     let bad = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(bad.path(), "model = \"qwen3.5-35b-a3b\"\ngpus = 3\n[train]\nmode = \"full\"\nmicro_batch_tokens = 8\n[rollout]\nslots = 1\ncontext = 8\n").unwrap();
-    let out = std::process::Command::new(exe).args(["train", "plan", "--config"]).arg(bad.path()).output().unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["train", "plan", "--config"])
+        .arg(bad.path())
+        .output()
+        .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("divide"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("divide"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

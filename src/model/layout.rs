@@ -5,7 +5,6 @@
 //! a few MB of disk). Used to check every loader against the full-size model without its weights
 //! and to build random-weight fixtures of any shape.
 
-
 use super::config::{LayerType, ModelConfig};
 use super::error::{ModelError, Result};
 use crate::tensor::DType;
@@ -32,7 +31,10 @@ pub struct TensorSpec {
 
 impl TensorSpec {
     fn new(name: String, shape: &[usize]) -> Self {
-        TensorSpec { name, shape: shape.to_vec() }
+        TensorSpec {
+            name,
+            shape: shape.to_vec(),
+        }
     }
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
@@ -44,7 +46,10 @@ impl TensorSpec {
 /// the head is tied. Order: embedding, layers, final norm, head.
 pub fn decoder_tensors(cfg: &ModelConfig, experts: ExpertLayout, prefix: &str) -> Vec<TensorSpec> {
     let h = cfg.hidden_size;
-    let mut out = vec![TensorSpec::new(format!("{prefix}embed_tokens.weight"), &[cfg.vocab_size, h])];
+    let mut out = vec![TensorSpec::new(
+        format!("{prefix}embed_tokens.weight"),
+        &[cfg.vocab_size, h],
+    )];
     for (l, lt) in cfg.layer_types.iter().enumerate() {
         let p = format!("{prefix}layers.{l}.");
         let mut t = |name: &str, shape: &[usize]| out.push(TensorSpec::new(format!("{p}{name}"), shape));
@@ -66,14 +71,21 @@ pub fn decoder_tensors(cfg: &ModelConfig, experts: ExpertLayout, prefix: &str) -
                 t("linear_attn.in_proj_z.weight", &[vd, h]);
                 t("linear_attn.in_proj_b.weight", &[hv, h]);
                 t("linear_attn.in_proj_a.weight", &[hv, h]);
-                t("linear_attn.conv1d.weight", &[cfg.gdn_conv_dim(), 1, cfg.linear_conv_kernel_dim]);
+                t(
+                    "linear_attn.conv1d.weight",
+                    &[cfg.gdn_conv_dim(), 1, cfg.linear_conv_kernel_dim],
+                );
                 t("linear_attn.dt_bias", &[hv]);
                 t("linear_attn.A_log", &[hv]);
                 t("linear_attn.norm.weight", &[cfg.linear_value_head_dim]);
                 t("linear_attn.out_proj.weight", &[h, vd]);
             }
         }
-        let (e, i, is) = (cfg.num_experts, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size);
+        let (e, i, is) = (
+            cfg.num_experts,
+            cfg.moe_intermediate_size,
+            cfg.shared_expert_intermediate_size,
+        );
         t("mlp.gate.weight", &[e, h]);
         match experts {
             ExpertLayout::Fused => {
@@ -104,7 +116,13 @@ pub fn decoder_tensors(cfg: &ModelConfig, experts: ExpertLayout, prefix: &str) -
 /// `text_config`; the vision tower's config is kept for fidelity, the loaders ignore it).
 pub fn qwen35_35b_a3b_config() -> Value {
     let layer_types: Vec<&str> = (0..40)
-        .map(|i| if (i + 1) % 4 == 0 { "full_attention" } else { "linear_attention" })
+        .map(|i| {
+            if (i + 1) % 4 == 0 {
+                "full_attention"
+            } else {
+                "linear_attention"
+            }
+        })
         .collect();
     let text_config = json!({
             "model_type": "qwen3_5_moe_text", "dtype": "bfloat16",
@@ -188,7 +206,10 @@ pub fn write_sparse_checkpoint(
         // Pad the header so the data starts 8-byte aligned (as the safetensors writer does).
         text.resize((8 + text.len()).div_ceil(8) * 8 - 8, b' ');
         let path = dir.join(&file);
-        let io = |source| ModelError::Io { path: path.clone(), source };
+        let io = |source| ModelError::Io {
+            path: path.clone(),
+            source,
+        };
         let mut f = std::fs::File::create(&path).map_err(io)?;
         f.write_all(&(text.len() as u64).to_le_bytes()).map_err(io)?;
         f.write_all(&text).map_err(io)?;

@@ -102,7 +102,10 @@ fn workspace_gib() -> f64 {
 impl PlanConfig {
     /// Read a plan TOML.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| TrainError::Io { path: path.into(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| TrainError::Io {
+            path: path.into(),
+            source,
+        })?;
         let mut c: PlanConfig =
             toml::from_str(&text).map_err(|e| TrainError::BadInput(format!("{}: {e}", path.display())))?;
         if c.model != QWEN35_35B_A3B {
@@ -164,7 +167,12 @@ fn is_expert(name: &str) -> bool {
 }
 
 /// Parameter counts of `cfg` per rank for `spec` on `gpus` ranks.
-pub fn param_counts(cfg: &ModelConfig, spec: &TrainSpec, gpus: usize, shard_optimizer: bool) -> Result<ParamCounts> {
+pub fn param_counts(
+    cfg: &ModelConfig,
+    spec: &TrainSpec,
+    gpus: usize,
+    shard_optimizer: bool,
+) -> Result<ParamCounts> {
     if gpus == 0 || !cfg.num_experts.is_multiple_of(gpus) {
         return Err(TrainError::BadInput(format!(
             "gpus must be positive and divide the {} experts (got {gpus})",
@@ -172,7 +180,9 @@ pub fn param_counts(cfg: &ModelConfig, spec: &TrainSpec, gpus: usize, shard_opti
         )));
     }
     if spec.mode == TrainMode::Lora && (spec.lora_rank == 0 || spec.lora_targets.is_empty()) {
-        return Err(TrainError::BadInput("mode = \"lora\" needs lora_rank > 0 and lora_targets".into()));
+        return Err(TrainError::BadInput(
+            "mode = \"lora\" needs lora_rank > 0 and lora_targets".into(),
+        ));
     }
     let n = gpus as u64;
     let tensors: Vec<TensorSpec> = decoder_tensors(cfg, ExpertLayout::PerExpert, "model.");
@@ -200,7 +210,11 @@ pub fn param_counts(cfg: &ModelConfig, spec: &TrainSpec, gpus: usize, shard_opti
             }
         }
     }
-    let replicated_share = if shard_optimizer { trainable_replicated.div_ceil(n) } else { trainable_replicated };
+    let replicated_share = if shard_optimizer {
+        trainable_replicated.div_ceil(n)
+    } else {
+        trainable_replicated
+    };
     c.optimizer = c.trainable - trainable_replicated + replicated_share;
     Ok(c)
 }
@@ -215,7 +229,8 @@ pub fn cache_bytes(cfg: &ModelConfig, elem: usize) -> (u64, u64) {
     let attn = cfg.layer_types.iter().filter(|l| **l == LayerType::Full).count() as u64;
     let gdn = cfg.layer_types.len() as u64 - attn;
     let kv_per_token = attn * 2 * (cfg.num_key_value_heads * cfg.head_dim * elem) as u64;
-    let recurrent = (cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4) as u64;
+    let recurrent =
+        (cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4) as u64;
     let conv = ((cfg.linear_conv_kernel_dim - 1) * cfg.gdn_conv_dim() * elem) as u64;
     (kv_per_token, gdn * (recurrent + conv))
 }
@@ -226,9 +241,17 @@ pub fn cache_bytes(cfg: &ModelConfig, elem: usize) -> (u64, u64) {
 fn layer_activation_bytes_per_token(c: &ModelConfig) -> u64 {
     let b = 2u64;
     let h = c.hidden_size as u64;
-    let (hq, hkv, hd) = (c.num_attention_heads as u64, c.num_key_value_heads as u64, c.head_dim as u64);
+    let (hq, hkv, hd) = (
+        c.num_attention_heads as u64,
+        c.num_key_value_heads as u64,
+        c.head_dim as u64,
+    );
     let attention = b * (h + 2 * hq * hd + 2 * hkv * hd + 2 * hq * hd) + 4 * hq;
-    let (hv, dk, dv) = (c.linear_num_value_heads as u64, c.linear_key_head_dim as u64, c.linear_value_head_dim as u64);
+    let (hv, dk, dv) = (
+        c.linear_num_value_heads as u64,
+        c.linear_key_head_dim as u64,
+        c.linear_value_head_dim as u64,
+    );
     let (conv, vd) = (c.gdn_conv_dim() as u64, c.gdn_value_dim() as u64);
     let gdn = b * (h + 2 * conv + 3 * vd + 2 * hv) + 4 * 2 * hv + 4 * hv * dk * dv / 64;
     let (e, k, i, is) = (
@@ -247,50 +270,117 @@ pub fn plan(p: &PlanConfig, cfg: &ModelConfig) -> Result<MemoryPlan> {
     let counts = param_counts(cfg, t, p.gpus, p.shard_optimizer)?;
     let n = p.gpus;
     let mut rows = Vec::new();
-    let mut row = |category, bytes: u64, basis, note: String| rows.push(PlanRow { category, bytes, basis, note });
+    let mut row = |category, bytes: u64, basis, note: String| {
+        rows.push(PlanRow {
+            category,
+            bytes,
+            basis,
+            note,
+        })
+    };
     let experts_note = if n > 1 {
-        format!("{} of {} experts per rank + replicated parameters", cfg.num_experts / n, cfg.num_experts)
+        format!(
+            "{} of {} experts per rank + replicated parameters",
+            cfg.num_experts / n,
+            cfg.num_experts
+        )
     } else {
         "every parameter".to_string()
     };
-    row("weights (bf16)", 2 * counts.local, "exact", format!("{} params: {experts_note}; the rollouts' and the update's one copy", counts.local));
+    row(
+        "weights (bf16)",
+        2 * counts.local,
+        "exact",
+        format!(
+            "{} params: {experts_note}; the rollouts' and the update's one copy",
+            counts.local
+        ),
+    );
     let what = match t.mode {
         TrainMode::Lora => format!("LoRA rank {} adapters on {:?}", t.lora_rank, t.lora_targets),
         TrainMode::Full => "all parameters".to_string(),
     };
-    let shard_note = if n > 1 && p.shard_optimizer { ", replicated ones sharded over the ranks" } else { "" };
-    row("master (fp32)", 4 * counts.optimizer, "exact", format!("{} params ({what}){shard_note}", counts.optimizer));
-    row("AdamW m, v (fp32)", 8 * counts.optimizer, "exact", format!("2 x {} params", counts.optimizer));
+    let shard_note = if n > 1 && p.shard_optimizer {
+        ", replicated ones sharded over the ranks"
+    } else {
+        ""
+    };
+    row(
+        "master (fp32)",
+        4 * counts.optimizer,
+        "exact",
+        format!("{} params ({what}){shard_note}", counts.optimizer),
+    );
+    row(
+        "AdamW m, v (fp32)",
+        8 * counts.optimizer,
+        "exact",
+        format!("2 x {} params", counts.optimizer),
+    );
     let grad_note = match t.mode {
         TrainMode::Lora => "adapter gradients only (no dense weight gradient)",
         TrainMode::Full => "every local trainable parameter",
     };
-    row("gradients (fp32)", 4 * counts.trainable, "exact", format!("{} params: {grad_note}", counts.trainable));
+    row(
+        "gradients (fp32)",
+        4 * counts.trainable,
+        "exact",
+        format!("{} params: {grad_note}", counts.trainable),
+    );
     let tokens = t.micro_batch_tokens as u64;
     let layers = cfg.num_hidden_layers as u64;
     let per_layer = layer_activation_bytes_per_token(cfg);
     let (activations, act_note) = if t.recompute {
         (
             layers * tokens * 2 * cfg.hidden_size as u64 + 2 * tokens * per_layer,
-            format!("{tokens} tokens: each layer's input (bf16) + one layer's activations and their gradients"),
+            format!(
+                "{tokens} tokens: each layer's input (bf16) + one layer's activations and their gradients"
+            ),
         )
     } else {
-        (layers * tokens * per_layer + tokens * per_layer, format!("{tokens} tokens: every layer's activations"))
+        (
+            layers * tokens * per_layer + tokens * per_layer,
+            format!("{tokens} tokens: every layer's activations"),
+        )
     };
     row("activations", activations, "estimate", act_note);
-    let chunk = t.loss_chunk_tokens.unwrap_or(t.micro_batch_tokens).min(t.micro_batch_tokens) as u64;
-    row("logits (fp32)", 2 * 4 * chunk * cfg.vocab_size as u64, "exact", format!("logits + their gradient for {chunk} tokens x {} vocab", cfg.vocab_size));
+    let chunk = t
+        .loss_chunk_tokens
+        .unwrap_or(t.micro_batch_tokens)
+        .min(t.micro_batch_tokens) as u64;
+    row(
+        "logits (fp32)",
+        2 * 4 * chunk * cfg.vocab_size as u64,
+        "exact",
+        format!(
+            "logits + their gradient for {chunk} tokens x {} vocab",
+            cfg.vocab_size
+        ),
+    );
     let r = &p.rollout;
     let (kv_per_token, gdn_per_seq) = cache_bytes(cfg, r.cache_bytes);
     let (slots, ctx) = (r.slots as u64, r.context as u64);
-    row("KV cache", slots * ctx * kv_per_token, "exact", format!("{slots} slots x {ctx} tokens x {kv_per_token} B/token"));
-    row("GDN state", slots * gdn_per_seq, "exact", format!("{slots} slots x {gdn_per_seq} B (f32 recurrent + conv)"));
+    row(
+        "KV cache",
+        slots * ctx * kv_per_token,
+        "exact",
+        format!("{slots} slots x {ctx} tokens x {kv_per_token} B/token"),
+    );
+    row(
+        "GDN state",
+        slots * gdn_per_seq,
+        "exact",
+        format!("{slots} slots x {gdn_per_seq} B (f32 recurrent + conv)"),
+    );
     let decode_logits = 4 * slots * cfg.vocab_size as u64;
     row(
         "workspace",
         (p.workspace_gib * GIB) as u64 + decode_logits,
         "estimate",
-        format!("{} GiB scratch + one decode step's logits for {slots} slots", p.workspace_gib),
+        format!(
+            "{} GiB scratch + one decode step's logits for {slots} slots",
+            p.workspace_gib
+        ),
     );
     let total_bytes: u64 = rows.iter().map(|r| r.bytes).sum();
     let capacity_bytes = (p.gpu_memory_gib * GIB) as u64;
@@ -316,7 +406,13 @@ impl MemoryPlan {
         );
         s += &format!("{:<20} {:>10}  {:<9} {}\n", "category", "GiB", "basis", "what");
         for r in &self.rows {
-            s += &format!("{:<20} {:>10.2}  {:<9} {}\n", r.category, gib(r.bytes), r.basis, r.note);
+            s += &format!(
+                "{:<20} {:>10.2}  {:<9} {}\n",
+                r.category,
+                gib(r.bytes),
+                r.basis,
+                r.note
+            );
         }
         s += &format!(
             "{:<20} {:>10.2}  of {:.2} GiB: {}\n",

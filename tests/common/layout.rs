@@ -2,8 +2,8 @@
 //! (same names and structure) and a header-only checkpoint of a config written to a folder.
 #![allow(dead_code)]
 
-use execcritic::model::layout::{decoder_tensors, write_sparse_checkpoint, ExpertLayout, TensorSpec};
 use execcritic::model::layout::qwen35_35b_a3b_config;
+use execcritic::model::layout::{decoder_tensors, write_sparse_checkpoint, ExpertLayout, TensorSpec};
 use execcritic::model::ModelConfig;
 use execcritic::tensor::DType;
 use serde_json::{json, Value};
@@ -35,7 +35,15 @@ pub fn scaled_config() -> Value {
         ("vocab_size", json!(512)),
         ("hidden_size", json!(64)),
         ("num_hidden_layers", json!(4)),
-        ("layer_types", json!(["linear_attention", "linear_attention", "linear_attention", "full_attention"])),
+        (
+            "layer_types",
+            json!([
+                "linear_attention",
+                "linear_attention",
+                "linear_attention",
+                "full_attention"
+            ]),
+        ),
         ("num_attention_heads", json!(4)),
         ("head_dim", json!(16)),
         ("linear_num_key_heads", json!(2)),
@@ -62,7 +70,15 @@ pub fn real_layers_config() -> Value {
     for (k, v) in [
         ("vocab_size", json!(512)),
         ("num_hidden_layers", json!(4)),
-        ("layer_types", json!(["linear_attention", "linear_attention", "linear_attention", "full_attention"])),
+        (
+            "layer_types",
+            json!([
+                "linear_attention",
+                "linear_attention",
+                "linear_attention",
+                "full_attention"
+            ]),
+        ),
         ("num_experts", json!(8)),
     ] {
         t.insert(k.into(), v);
