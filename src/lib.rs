@@ -16,6 +16,7 @@ pub mod train;
 pub mod task;
 pub mod harness;
 pub mod policy;
+pub mod serve;
 pub mod agent;
 pub mod episode;
 pub mod pipeline;
