@@ -21,18 +21,9 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The tiny fixture's config and weights with the test tokenizer and chat template.
-fn model_dir() -> tempfile::TempDir {
-    let models = root().join("models");
-    let dir = tempfile::tempdir().unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(models.join("tiny-qwen35").join(f), dir.path().join(f)).unwrap();
-    }
-    for f in ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja"] {
-        std::fs::copy(models.join("tokenizer").join(f), dir.path().join(f)).unwrap();
-    }
-    dir
-}
+#[path = "common/tiny_model.rs"]
+mod tiny_model;
+use tiny_model::tiny_model_dir as model_dir;
 
 /// `execcritic serve` on the tiny model, on a free loopback port.
 struct BinServer {
@@ -108,7 +99,7 @@ impl DecoderModel for ScriptedModel {
                 let k = s.state.len().saturating_sub(start);
                 let next = self.script.get(k).copied().unwrap_or(self.end);
                 let mut logits = vec![0.0f32; self.vocab];
-                logits[next as usize] = 12.0;
+                logits[next as usize] = 40.0; // certain even at temperature 1
                 StepOutput { logits, experts: None }
             })
             .collect())
@@ -458,7 +449,7 @@ async fn our_http_policy_talks_to_our_server() {
     let request = |tools: Vec<Value>| ChatRequest {
         messages: vec![ChatMessage::system("You are terse."), ChatMessage::user("List the files.")],
         tools,
-        sampling: SamplingParams { temperature: 0.0, max_tokens: 24, logprobs: true, ..Default::default() },
+        sampling: SamplingParams { temperature: 0.0, max_tokens: 128, logprobs: true, ..Default::default() },
     };
     let scripted = ScriptedServer::start();
     let policy = HttpPolicy::new(HttpPolicyConfig::for_url(&format!("{}/v1", scripted.base), "tiny")).unwrap();

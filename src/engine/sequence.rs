@@ -274,7 +274,9 @@ impl<S> Sequence<S> {
             Some(_) => 0,
             None => self.request.sampling.stop.iter().map(String::len).max().unwrap_or(1) - 1,
         };
-        let mut end = self.text.len().saturating_sub(hold).max(self.streamed);
+        // A stop string never cuts into streamed text (the hold-back covers it); clamp anyway.
+        let start = self.streamed.min(self.text.len());
+        let mut end = self.text.len().saturating_sub(hold).max(start);
         while !self.text.is_char_boundary(end) {
             end -= 1;
         }
@@ -282,7 +284,7 @@ impl<S> Sequence<S> {
             token: s.token,
             logprob: s.logprob,
             top_logprobs,
-            delta: self.text[self.streamed..end].to_string(),
+            delta: self.text.get(start..end).unwrap_or_default().to_string(),
         };
         self.streamed = end;
         if let Some(sink) = &self.request.events {

@@ -21,7 +21,7 @@ agent_cfg = yaml.safe_load((builtin_config_dir / "mini.yaml").read_text())["agen
 agent_cfg.update(step_limit=3, max_consecutive_format_errors=0, wall_time_limit_seconds=120)
 lm = LitellmModel(
     model_name=f"openai/{model}",
-    model_kwargs={"api_base": base, "api_key": "unused", "max_tokens": 48, "temperature": 0.0, "timeout": 60},
+    model_kwargs={"api_base": base, "api_key": "unused", "max_tokens": 256 if expect == "tool_calls" else 48, "temperature": 0.0, "timeout": 60},
     cost_tracking="ignore_errors",
 )
 agent = DefaultAgent(lm, LocalEnvironment(cwd=workdir, timeout=10), **agent_cfg)
