@@ -125,7 +125,7 @@ async fn stream(
         let msg = match update {
             Update::Token(ev) => {
                 let lp = (logprobs && !stops.contains(&ev.token)).then(|| {
-                    completion_logprobs(tok, &[ev.token], &[ev.logprob], &[ev.top_logprobs.clone()], offsets[i])
+                    completion_logprobs(tok, &[ev.token], &[ev.logprob], std::slice::from_ref(&ev.top_logprobs), offsets[i])
                 });
                 if ev.delta.is_empty() && lp.is_none() {
                     continue;
