@@ -406,6 +406,29 @@ async fn full_queue_is_429_and_a_disconnect_frees_the_sequence() {
     assert_eq!(status, 200, "{v}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_requests_share_decode_steps() {
+    let server = BinServer::start(&[]);
+    let client = reqwest::Client::new();
+    let url = format!("{}/v1/completions", server.base);
+    let requests: Vec<_> = (0..4)
+        .map(|_| {
+            let (client, url) = (client.clone(), url.clone());
+            tokio::spawn(async move { post(&client, url, long_request(false)).await }).abort_handle()
+        })
+        .collect();
+    // All four are in one engine step at some point (a deadline, not a timing assertion).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while gauge(&client, &server.base, "execcritic_batch_size").await < 4.0 {
+        assert!(Instant::now() < deadline, "the four requests never shared a step");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for r in requests {
+        r.abort(); // the clients go away: their sequences are freed
+    }
+    wait_idle(&client, &server.base).await;
+}
+
 fn generate_cli(dir: &Path, extra: &[&str]) -> String {
     let out = run_ok(
         Command::new(env!("CARGO_BIN_EXE_execcritic"))
