@@ -3,7 +3,8 @@
 //!
 //! Layers, bottom to top (a module may use only the layers below it; see `../shared/DESIGN.md`):
 //! `tensor` → `model` → `engine` → `train`; `task` → `harness`; `policy` → `agent` → `episode` →
-//! `pipeline`; the binary's commands live in `cli`.
+//! `pipeline`; `serve` (the OpenAI-compatible server) sits beside `policy`, above `engine`; the
+//! binary's commands live in `cli`.
 //!
 //! Hard rules: `harness` and `task` know nothing of models; `model`, `engine`, `train` and `tensor`
 //! know nothing of agents, episodes or sandboxes; `episode` reaches a model only through
@@ -16,6 +17,7 @@ pub mod train;
 pub mod task;
 pub mod harness;
 pub mod policy;
+pub mod serve;
 pub mod agent;
 pub mod episode;
 pub mod pipeline;

@@ -11,6 +11,7 @@ pub mod resume;
 pub mod model_cmds;
 pub mod agent_cmds;
 pub mod train_cmds;
+pub mod serve_cmds;
 
 #[derive(Parser, Debug)]
 #[command(name = "execcritic", version, about = "ExecCritic: Test and Repair agents, fail-closed harness, in-process training")]
@@ -45,6 +46,8 @@ pub enum Command {
     /// Training: SFT or GRPO.
     #[command(subcommand)]
     Train(train_cmds::TrainCommand),
+    /// OpenAI-compatible HTTP server on the embedded engine.
+    Serve(serve_cmds::ServeArgs),
 }
 
 /// Parse arguments, run the command, map errors to a message and exit code 2.
@@ -69,6 +72,7 @@ pub fn main() -> ExitCode {
         Command::Bench(c) => agent_cmds::bench(c),
         Command::Grads(a) => train_cmds::grads(a),
         Command::Train(c) => train_cmds::train(c),
+        Command::Serve(a) => serve_cmds::serve(a),
     };
     match result {
         Ok(code) => code,

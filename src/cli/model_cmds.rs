@@ -231,24 +231,63 @@ pub fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// An engine over the CUDA backend for one `generate` request: a few cache slots long enough for
-/// the prompt budget plus `--max-tokens`, prefill in chunks of 256 tokens.
+/// the prompt budget plus `--max-tokens`.
 fn cuda_engine<A: crate::tensor::cuda::Act>(
     model: crate::tensor::cuda::forward::CudaModel<A>,
     gpu: crate::tensor::cuda::Gpu,
     a: &GenerateArgs,
 ) -> anyhow::Result<crate::engine::service::Engine> {
+    const PROMPT_BUDGET: usize = 8192;
+    cuda_engine_with(model, gpu, &a.model, 2, PROMPT_BUDGET + a.max_tokens, crate::engine::EngineConfig::default())
+}
+
+/// An engine over the CUDA backend with `max_running` cache slots of `max_len` tokens, prefill
+/// in chunks of 256 tokens.
+fn cuda_engine_with<A: crate::tensor::cuda::Act>(
+    model: crate::tensor::cuda::forward::CudaModel<A>,
+    gpu: crate::tensor::cuda::Gpu,
+    dir: &Path,
+    max_running: usize,
+    max_len: usize,
+    base: crate::engine::EngineConfig,
+) -> anyhow::Result<crate::engine::service::Engine> {
     use crate::engine::cuda_backend::CudaDecoder;
     use crate::engine::{EngineConfig, SchedulerConfig};
     use anyhow::Context;
     let scheduler = SchedulerConfig {
-        max_running: 2,
-        max_batch_tokens: 258,
+        max_running,
+        max_batch_tokens: 256 + max_running,
         prefill_chunk: 256,
     };
-    const PROMPT_BUDGET: usize = 8192;
-    let max_len = PROMPT_BUDGET + a.max_tokens;
     let decoder = CudaDecoder::new(gpu, model, scheduler.max_running, max_len, scheduler.max_batch_tokens)?;
-    let config = EngineConfig { scheduler, ..EngineConfig::default() };
-    crate::engine::service::Engine::load_with(&a.model, decoder, config)
-        .with_context(|| format!("loading {}", a.model.display()))
+    let config = EngineConfig { scheduler, ..base };
+    crate::engine::service::Engine::load_with(dir, decoder, config)
+        .with_context(|| format!("loading {}", dir.display()))
+}
+
+/// An engine for a server: `max_running` sequences at once of up to `max_len` tokens, keeping
+/// `max_conversations` conversation states, on the chosen device.
+pub fn open_engine(
+    dir: &Path,
+    device: &DeviceArgs,
+    max_running: usize,
+    max_len: usize,
+    max_conversations: usize,
+) -> anyhow::Result<crate::engine::service::Engine> {
+    use crate::engine::{Engine, EngineConfig, SchedulerConfig};
+    use anyhow::Context;
+    let base = EngineConfig { max_conversations, ..EngineConfig::default() };
+    match device.open()? {
+        Target::Cpu => {
+            let scheduler = SchedulerConfig {
+                max_running,
+                max_batch_tokens: base.scheduler.max_batch_tokens.max(max_running + 1),
+                ..base.scheduler
+            };
+            Engine::load(dir, EngineConfig { scheduler, ..base })
+                .with_context(|| format!("loading {}", dir.display()))
+        }
+        Target::Gpu(gpu, ActType::Bf16) => cuda_engine_with(load_cuda::<u16>(&gpu, dir)?, gpu, dir, max_running, max_len, base),
+        Target::Gpu(gpu, ActType::F32) => cuda_engine_with(load_cuda::<f32>(&gpu, dir)?, gpu, dir, max_running, max_len, base),
+    }
 }

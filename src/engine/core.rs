@@ -104,6 +104,25 @@ impl<M: DecoderModel> EngineCore<M> {
         self.running.len()
     }
 
+    /// Number of requests queued and not yet admitted.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Drop a waiting or running request at once (its caller has gone); its state is freed and
+    /// not kept for its conversation. Returns whether it was found.
+    pub fn cancel(&mut self, id: u64) -> bool {
+        if let Some(i) = self.waiting.iter().position(|(w, _)| *w == id) {
+            self.waiting.remove(i);
+            return true;
+        }
+        if let Some(i) = self.running.iter().position(|r| r.seq.id == id) {
+            self.running.remove(i);
+            return true;
+        }
+        false
+    }
+
     /// Drop a conversation's cached states.
     pub fn forget_conversation(&mut self, id: &str) {
         self.conversations.forget(id);
@@ -270,6 +289,11 @@ impl<M: DecoderModel> EngineCore<M> {
         let mut out = Vec::new();
         let mut i = 0;
         while i < self.running.len() {
+            if self.running[i].seq.cancelled {
+                let r = self.running.remove(i);
+                out.push((r.seq.id, Err(EngineError::Cancelled)));
+                continue;
+            }
             if self.running[i].seq.finish.is_none() {
                 i += 1;
                 continue;

@@ -1,5 +1,5 @@
 //! `EngineError`: why a generation request failed (bad request, model failure, tokenizer or chat
-//! template failure, or the engine thread being gone).
+//! template failure, the request being cancelled, or the engine thread being gone).
 
 use crate::model::chat::ChatError;
 use crate::model::tokenizer::TokenizerError;
@@ -18,6 +18,8 @@ pub enum EngineError {
     Chat(String),
     #[error("the engine has shut down")]
     Shutdown,
+    #[error("the request was cancelled")]
+    Cancelled,
 }
 
 impl From<crate::model::ModelError> for EngineError {

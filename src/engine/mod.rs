@@ -30,5 +30,5 @@ pub use core::{EngineConfig, EngineCore};
 pub use error::EngineError;
 pub use sampler::{Sampled, Sampler, SamplingParams};
 pub use scheduler::SchedulerConfig;
-pub use sequence::{Completion, FinishReason, Request, RoutingRecord, Timing};
-pub use service::{Engine, PendingCompletion};
+pub use sequence::{Completion, FinishReason, Request, RoutingRecord, Timing, TokenEvent, TokenSink};
+pub use service::{Engine, LoadStats, PendingCompletion};

@@ -249,3 +249,23 @@ pub fn log_softmax(xs: &[f32]) -> Vec<f32> {
     let z = log_sum_exp(xs);
     xs.iter().map(|&x| (x as f64 - z) as f32).collect()
 }
+
+/// The `n` most likely tokens of a row of logits with their policy log-probabilities
+/// (`log_softmax` of the raw logits), most likely first, ties to the lower id.
+pub fn top_logprobs(logits: &[f32], n: usize) -> Vec<(u32, f32)> {
+    let n = n.min(logits.len());
+    if n == 0 {
+        return Vec::new();
+    }
+    let z = log_sum_exp(logits);
+    let by_rank = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
+    let mut ids: Vec<usize> = (0..logits.len()).collect();
+    if n < ids.len() {
+        ids.select_nth_unstable_by(n - 1, by_rank);
+        ids.truncate(n);
+    }
+    ids.sort_unstable_by(by_rank);
+    ids.into_iter()
+        .map(|i| (i as u32, (logits[i] as f64 - z) as f32))
+        .collect()
+}

@@ -2,7 +2,7 @@
 //! history, how much of it the model state has consumed, the sampled tokens with their
 //! log-probabilities, incremental text with stop checks, and the routing record.
 
-use super::sampler::{Sampled, Sampler, SamplingParams};
+use super::sampler::{top_logprobs, Sampled, Sampler, SamplingParams};
 use crate::model::tokenizer::{IncrementalDecoder, Tokenizer};
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,29 @@ pub struct Request {
     pub return_logits: bool,
     /// Ignore the tokenizer's stop ids (`sampling.stop_token_ids` still apply); for benchmarks.
     pub ignore_eos: bool,
+    /// Also return the `top_logprobs` most likely tokens (policy log-probabilities) at every
+    /// sampled position (0 = none).
+    pub top_logprobs: usize,
+    /// Stream every sampled token here as it is sampled; when the receiver is gone (the client
+    /// left), the request is cancelled and its sequence freed.
+    pub events: Option<TokenSink>,
+}
+
+/// Where a streaming request's tokens go.
+pub type TokenSink = tokio::sync::mpsc::UnboundedSender<TokenEvent>;
+
+/// One sampled token of a streaming request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenEvent {
+    pub token: u32,
+    /// Policy log-probability of `token` (as [`Completion::logprobs`]).
+    pub logprob: f32,
+    /// The most likely tokens at this position (only with [`Request::top_logprobs`]).
+    pub top_logprobs: Vec<(u32, f32)>,
+    /// Text that became final with this token: the concatenation of all deltas is the
+    /// completion's `text` (text that could still turn into a stop string is held back until it
+    /// cannot; a stop token or stop string adds nothing).
+    pub delta: String,
 }
 
 impl Request {
@@ -32,6 +55,8 @@ impl Request {
             routing: false,
             return_logits: false,
             ignore_eos: false,
+            top_logprobs: 0,
+            events: None,
         }
     }
     pub fn in_conversation(mut self, id: impl Into<String>) -> Self {
@@ -88,6 +113,9 @@ pub struct Completion {
     pub logprobs: Vec<f32>,
     /// Log-probability of each sampled token under the sampling distribution.
     pub sampling_logprobs: Vec<f32>,
+    /// The [`Request::top_logprobs`] most likely tokens with their policy log-probabilities at
+    /// each sampled position, most likely first (empty when not asked for).
+    pub top_logprobs: Vec<Vec<(u32, f32)>>,
     pub finish: FinishReason,
     pub routing: Option<RoutingRecord>,
     /// Logits row of each sampled position (only with `return_logits`).
@@ -122,9 +150,14 @@ pub(crate) struct Sequence<S> {
     pub text: String,
     pub logprobs: Vec<f32>,
     pub sampling_logprobs: Vec<f32>,
+    pub top_logprobs: Vec<Vec<(u32, f32)>>,
     pub logits: Vec<Vec<f32>>,
     pub routing: Option<RoutingRecord>,
     pub finish: Option<FinishReason>,
+    /// The streaming receiver has gone: free the sequence without an answer.
+    pub cancelled: bool,
+    /// Bytes of `text` already streamed.
+    streamed: usize,
     admitted: Instant,
     first_token: Option<Instant>,
 }
@@ -170,9 +203,12 @@ impl<S> Sequence<S> {
             text: String::new(),
             logprobs: Vec::new(),
             sampling_logprobs: Vec::new(),
+            top_logprobs: Vec::new(),
             logits: Vec::new(),
             routing,
             finish: None,
+            cancelled: false,
+            streamed: 0,
             admitted: Instant::now(),
             first_token: None,
         }
@@ -210,6 +246,10 @@ impl<S> Sequence<S> {
     pub fn sample(&mut self, logits: Vec<f32>, tok: &Tokenizer) -> Sampled {
         let s = self.sampler.sample(&logits);
         self.first_token.get_or_insert_with(Instant::now);
+        let top = match self.request.top_logprobs {
+            0 => Vec::new(),
+            n => top_logprobs(&logits, n),
+        };
         if self.request.return_logits {
             self.logits.push(logits);
         }
@@ -217,24 +257,64 @@ impl<S> Sequence<S> {
         self.logprobs.push(s.logprob);
         self.sampling_logprobs.push(s.sampling_logprob);
         let generated = self.tokens.len() - self.request.prompt.len();
-        if self.stop_ids.contains(&s.token) {
+        self.apply_stops(s.token, generated, tok);
+        if self.request.events.is_some() {
+            self.stream(s, top.clone());
+        }
+        if self.request.top_logprobs > 0 {
+            self.top_logprobs.push(top);
+        }
+        s
+    }
+
+    /// Send the token and the text that became final to the streaming receiver; mark the
+    /// sequence cancelled when the receiver is gone.
+    fn stream(&mut self, s: Sampled, top_logprobs: Vec<(u32, f32)>) {
+        let hold = match self.finish {
+            Some(_) => 0,
+            None => self.request.sampling.stop.iter().map(String::len).max().unwrap_or(1) - 1,
+        };
+        // A stop string never cuts into streamed text (the hold-back covers it); clamp anyway.
+        let start = self.streamed.min(self.text.len());
+        let mut end = self.text.len().saturating_sub(hold).max(start);
+        while !self.text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let event = TokenEvent {
+            token: s.token,
+            logprob: s.logprob,
+            top_logprobs,
+            delta: self.text.get(start..end).unwrap_or_default().to_string(),
+        };
+        self.streamed = end;
+        if let Some(sink) = &self.request.events {
+            if sink.send(event).is_err() {
+                self.cancelled = true;
+            }
+        }
+    }
+
+    /// Append the token's text and decide whether generation ends here.
+    fn apply_stops(&mut self, token: u32, generated: usize, tok: &Tokenizer) {
+        if self.stop_ids.contains(&token) {
             self.finish_text(tok);
-            self.finish = Some(FinishReason::StopToken(s.token));
-            return s;
+            self.finish = Some(FinishReason::StopToken(token));
+            return;
         }
         let before = self.text.len();
         // An id the tokenizer cannot decode (e.g. padded embedding rows) adds no text.
         self.text
-            .push_str(&self.decoder.push(tok, s.token).unwrap_or_default());
+            .push_str(&self.decoder.push(tok, token).unwrap_or_default());
         if let Some(stop) = self.find_stop(before) {
             self.finish = Some(FinishReason::StopString(stop));
         } else if generated >= self.request.sampling.max_tokens {
             self.finish_text(tok);
-            if self.find_stop(before).is_none() {
+            if let Some(stop) = self.find_stop(before) {
+                self.finish = Some(FinishReason::StopString(stop));
+            } else {
                 self.finish = Some(FinishReason::Length);
             }
         }
-        s
     }
 
     fn finish_text(&mut self, tok: &Tokenizer) {
@@ -275,6 +355,7 @@ impl<S> Sequence<S> {
             text: self.text,
             logprobs: self.logprobs,
             sampling_logprobs: self.sampling_logprobs,
+            top_logprobs: self.top_logprobs,
             finish: self.finish.unwrap_or(FinishReason::Length),
             routing: self.routing,
             logits: self.logits,

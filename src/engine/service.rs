@@ -4,6 +4,8 @@
 //! cheap (all clones share the thread); the thread stops when the last clone is dropped
 //! (requests still in flight then fail with [`EngineError::Shutdown`]). [`Engine::stop`] shuts
 //! the thread down and hands the model back (the trainer's weights return to the trainer).
+//! A request whose [`PendingCompletion`] is dropped (its caller has gone) is cancelled before the
+//! next step and its sequence freed; [`Engine::load_stats`] reports queue depth and batch size.
 
 use super::backend::DecoderModel;
 use super::core::{EngineConfig, EngineCore, Finished};
@@ -17,6 +19,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::sync::{mpsc, oneshot};
@@ -40,6 +43,26 @@ struct Inner {
     tokenizer: Arc<Tokenizer>,
     template: Option<Arc<ChatTemplate>>,
     vocab_size: usize,
+    load: Arc<Load>,
+}
+
+/// Counters the engine thread updates after every command batch and step.
+#[derive(Debug, Default)]
+struct Load {
+    waiting: AtomicUsize,
+    running: AtomicUsize,
+    last_batch: AtomicUsize,
+}
+
+/// A snapshot of the engine's load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LoadStats {
+    /// Requests queued, not yet admitted.
+    pub waiting: usize,
+    /// Sequences in flight.
+    pub running: usize,
+    /// Sequences the last step sampled for or read prompt for (its batch size).
+    pub last_batch: usize,
 }
 
 impl Drop for Inner {
@@ -86,10 +109,12 @@ impl Engine {
         let model = Arc::new(model);
         let core = EngineCore::new(model.clone(), tokenizer.clone(), config)?;
         let (tx, rx) = mpsc::unbounded_channel();
+        let load = Arc::new(Load::default());
+        let thread_load = load.clone();
         let thread = std::thread::Builder::new()
             .name("execcritic-engine".into())
             .spawn(move || {
-                serve(core, rx);
+                serve(core, rx, &thread_load);
                 Box::new(model) as Box<dyn Any + Send>
             })
             .map_err(|e| EngineError::Load(format!("cannot start the engine thread: {e}")))?;
@@ -100,6 +125,7 @@ impl Engine {
                 tokenizer,
                 template: template.map(Arc::new),
                 vocab_size,
+                load,
             }),
         })
     }
@@ -148,6 +174,16 @@ impl Engine {
         let pending: Vec<PendingCompletion> =
             requests.into_iter().map(|r| self.submit(r)).collect();
         pending.into_iter().map(PendingCompletion::wait).collect()
+    }
+
+    /// Queue depth and batch size as of the engine thread's last step.
+    pub fn load_stats(&self) -> LoadStats {
+        let l = &self.inner.load;
+        LoadStats {
+            waiting: l.waiting.load(Ordering::Relaxed),
+            running: l.running.load(Ordering::Relaxed),
+            last_batch: l.last_batch.load(Ordering::Relaxed),
+        }
     }
 
     /// Number of live handles (clones) to this engine.
@@ -213,7 +249,11 @@ impl Future for PendingCompletion {
 }
 
 /// The engine thread: take commands, step while there is work, answer finished requests.
-fn serve<M: DecoderModel>(mut core: EngineCore<M>, mut rx: mpsc::UnboundedReceiver<Command>) {
+fn serve<M: DecoderModel>(
+    mut core: EngineCore<M>,
+    mut rx: mpsc::UnboundedReceiver<Command>,
+    load: &Load,
+) {
     let mut waiters: HashMap<u64, oneshot::Sender<Result<Completion, EngineError>>> =
         HashMap::new();
     loop {
@@ -245,10 +285,22 @@ fn serve<M: DecoderModel>(mut core: EngineCore<M>, mut rx: mpsc::UnboundedReceiv
                 }
             }
         }
+        // Callers that have gone (dropped their PendingCompletion) free their sequences now.
+        waiters.retain(|&id, reply| {
+            let gone = reply.is_closed();
+            if gone {
+                core.cancel(id);
+            }
+            !gone
+        });
         if core.has_work() {
             let finished = core.step();
+            load.last_batch
+                .store(core.running() + finished.len(), Ordering::Relaxed);
             answer(&mut waiters, finished);
         }
+        load.waiting.store(core.waiting(), Ordering::Relaxed);
+        load.running.store(core.running(), Ordering::Relaxed);
     }
 }
 
