@@ -8,16 +8,21 @@
 //!   Round-0 patch (the Gold fix) is kept and scored: resolved at Round 0 in both conditions.
 //! - `inikit__inikit-1`: the Repair script ends mid Round 0 (the policy fails): an infrastructure
 //!   failure, unresolved in both conditions and reported separately.
-//! - `jpvanhal__inflection-101` (PyPI): the Test agent qualifies the issue's own test, Round 0
-//!   applies the Gold fix, which passes the gate at Round 0.
+//! - `jpvanhal__inflection-101` (PyPI suite, when its sdist is fetched): today no agent sandbox
+//!   can be prepared for the PyPI suite's tasks ("history sanitisation not verified: the fixed
+//!   version of inflection/__init__.py is in the store" — the harness refuses rather than leak
+//!   Gold), so it is a second, real infrastructure failure: of the Test generation and of every
+//!   Repair run. When that suite becomes usable by the agents, this instance's expectations
+//!   change (its scripts would qualify the issue's own test and resolve at Round 0).
 //!
 //! The report's numbers are checked against hand-computed ones. The kill test SIGKILLs the same
 //! evaluation at three seeded random points, reruns it, and compares `results.jsonl` (without
 //! timings) and `report.json` with an uninterrupted run's.
 
-mod common;
+#[path = "common/agents.rs"]
+mod agents;
 
-use common::agents::{call, good_test_script, round0_partial, CHECK_FIX, EXPORT, FIX_FULL};
+use agents::{call, good_test_script, round0_partial, CHECK_FIX, EXPORT, FIX_FULL};
 use execcritic::task::{bundled_suite, load_tasks, TaskInstance};
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
@@ -110,6 +115,7 @@ fn setup() -> Setup {
     if let Some(p) = &pypi {
         write_script(&tdir, P, &official_test_script(p));
         write_script(&rdir, P, &round0_applying(&p.patch));
+        // Listed after the bundled instances (the report's order is the task file's).
         tasks.push(p.clone());
     }
     let lines: Vec<String> = tasks.iter().map(|t| t.to_json().unwrap().to_string()).collect();
@@ -187,12 +193,16 @@ fn check_report(s: &Setup, out: &Path) {
             assert!(c["infra_error"].as_str().unwrap().contains("ran out of responses"), "{c}");
         }
         if s.with_pypi {
-            let p = row(&rows, P, "generated", run);
-            assert_eq!((p["final_resolved"].as_bool(), p["terminal_reason"].as_str(), p["revision_turns"].as_u64()), (Some(true), Some("pass_at_round0"), Some(0)), "{p}");
+            for cond in ["generated", "none"] {
+                let p = row(&rows, P, cond, run);
+                assert_eq!(p["final_resolved"], false);
+                assert!(p["infra_error"].as_str().unwrap().contains("task preparation failed"), "{p}");
+            }
         }
     }
-    // Hand-computed report. none: B (and P) resolved at Round 0; generated adds A by revision.
-    let r0 = if s.with_pypi { 2.0 } else { 1.0 };
+    // Hand-computed report. none: B resolved at Round 0 (1 of n); generated adds A by revision.
+    let infra = if s.with_pypi { 2 } else { 1 };
+    let r0 = 1.0;
     let report: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["instances"], n as u64);
     let cond = |name: &str| report["conditions"].as_array().unwrap().iter().find(|c| c["condition"] == name).unwrap().clone();
@@ -204,17 +214,23 @@ fn check_report(s: &Setup, out: &Path) {
     assert!(close(&g["delta_vs_none"], 100.0 / n));
     assert!(close(&none["final"]["mean"], 100.0 * r0 / n));
     assert!(close(&none["delta"], 0.0));
-    assert_eq!(g["infra_errors"], 2);
-    assert_eq!(none["infra_errors"], 2);
-    let entered = if s.with_pypi { 4 } else { 2 };
-    assert_eq!(g["revision_turns"]["trajectories"], entered);
+    assert_eq!(g["infra_errors"], 2 * infra, "two runs");
+    assert_eq!(none["infra_errors"], 2 * infra);
+    assert_eq!(g["revision_turns"]["trajectories"], 2, "A in both runs");
+    assert!(close(&g["revision_turns"]["mean"], 3.0));
+    assert!(close(&g["revision_turns"]["at_most_5_pct"], 100.0));
     let t = &report["tests"][0];
     assert_eq!(t["source"], "generated");
-    let qualified = if s.with_pypi { 2 } else { 1 };
-    assert_eq!((t["qualified"].as_u64(), t["base_to_gold"].as_u64()), (Some(qualified), Some(qualified)), "{t}");
-    assert!(close(&t["base_to_gold_pct"], 100.0 * qualified as f64 / n));
-    assert_eq!(t["rejections"], serde_json::json!([["no_submission", 2]]));
-    assert_eq!(report["infra"][0][0], C);
+    assert_eq!((t["qualified"].as_u64(), t["base_to_gold"].as_u64()), (Some(1), Some(1)), "{t}");
+    assert!(close(&t["base_to_gold_pct"], 100.0 / n));
+    let mut rejections = vec![serde_json::json!(["no_submission", 2])];
+    if s.with_pypi {
+        rejections.insert(0, serde_json::json!(["infra_error", 1]));
+    }
+    assert_eq!(t["rejections"], Value::Array(rejections));
+    assert_eq!(t["infra_errors"], infra - 1);
+    let listed: Vec<&str> = report["infra"].as_array().unwrap().iter().map(|e| e[0].as_str().unwrap()).collect();
+    assert_eq!(listed, if s.with_pypi { vec![C, P] } else { vec![C] });
     // tests.jsonl, predictions, report and plots.
     let tests = jsonl(&out.join("tests.jsonl"));
     assert_eq!(tests.iter().find(|t| t["instance_id"] == A).unwrap()["base_to_gold"], true);
