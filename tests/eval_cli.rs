@@ -18,6 +18,10 @@
 //! The report's numbers are checked against hand-computed ones. The kill test SIGKILLs the same
 //! evaluation at three seeded random points, reruns it, and compares `results.jsonl` (without
 //! timings) and `report.json` with an uninterrupted run's.
+//!
+//! With docker available, a second `dockerd` on its own socket checks `--sandbox docker` with two
+//! `--docker-host`s: a host without the task image is an error naming it (nothing is pulled);
+//! once the image is `docker load`ed there, the instances are spread over both daemons.
 
 #[path = "common/agents.rs"]
 mod agents;
@@ -305,4 +309,111 @@ fn eval_report_matches_hand_computed_numbers_and_survives_kills() {
     let o = bin().arg("report").arg(&reference).arg(&killed).output().unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success() && text.contains("| reference | generated |") && text.contains("| killed | none |"), "{text}");
+}
+
+fn docker(host: &str) -> Command {
+    let mut c = Command::new("docker");
+    c.arg("-H").arg(host);
+    c
+}
+
+/// A second docker daemon on its own socket, stopped (SIGTERM to its pid) when dropped.
+struct SecondDaemon {
+    dir: tempfile::TempDir,
+    child: std::process::Child,
+}
+
+impl SecondDaemon {
+    fn start() -> Option<SecondDaemon> {
+        let dir = tempfile::Builder::new().prefix("ecd2").tempdir_in("/tmp").ok()?;
+        let d = dir.path();
+        let child = Command::new("dockerd")
+            .arg("--host")
+            .arg(format!("unix://{}/d.sock", d.display()))
+            .arg("--data-root")
+            .arg(d.join("data"))
+            .arg("--exec-root")
+            .arg(d.join("exec"))
+            .arg("--pidfile")
+            .arg(d.join("d.pid"))
+            .args(["--iptables=false", "--bridge=none"])
+            .stdout(std::fs::File::create(d.join("log")).ok()?)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        let daemon = SecondDaemon { dir, child };
+        for _ in 0..60 {
+            if docker(&daemon.host()).arg("info").output().is_ok_and(|o| o.status.success()) {
+                return Some(daemon);
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        None
+    }
+
+    fn host(&self) -> String {
+        format!("unix://{}/d.sock", self.dir.path().display())
+    }
+}
+
+impl Drop for SecondDaemon {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = self.child.wait();
+    }
+}
+
+/// Containers created on `host` since `since` (unix seconds).
+fn containers_created(host: &str, since: u64) -> usize {
+    let until = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 1;
+    let o = docker(host)
+        .args(["events", "--since", &since.to_string(), "--until", &until.to_string(), "--filter", "type=container", "--filter", "event=create", "--format", "{{.ID}}"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).lines().count()
+}
+
+#[test]
+fn eval_spreads_docker_sandboxes_over_hosts_and_never_pulls() {
+    const IMAGE: &str = "execcritic-suite:latest";
+    let default_host = "unix:///var/run/docker.sock";
+    let usable = docker(default_host).args(["image", "inspect", IMAGE]).output().is_ok_and(|o| o.status.success());
+    if !usable {
+        eprintln!("SKIPPED eval_spreads_docker_sandboxes_over_hosts_and_never_pulls: no docker daemon with {IMAGE} (scripts/ci-deps-harness.sh)");
+        return;
+    }
+    let Some(second) = SecondDaemon::start() else {
+        eprintln!("SKIPPED eval_spreads_docker_sandboxes_over_hosts_and_never_pulls: a second dockerd could not start");
+        return;
+    };
+    let s = setup();
+    let out = s.root.join("docker");
+    let eval = || {
+        let mut c = eval_cmd(&s, &out);
+        c.args(["--sandbox", "docker", "--instances", &format!("{A},{B}"), "--docker-host", default_host, "--docker-host", &second.host()]);
+        c
+    };
+    // The second host has no image yet: a clear error naming it, nothing pulled.
+    let o = eval().output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains(IMAGE) && err.contains(&second.host()) && err.contains("never pulled"), "{err}");
+    assert!(!docker(&second.host()).args(["image", "inspect", IMAGE]).output().unwrap().status.success());
+
+    // `docker load` a saved image there, and run.
+    let saved = s.root.join("image.tar");
+    assert!(docker(default_host).args(["save", "-o"]).arg(&saved).arg(IMAGE).status().unwrap().success());
+    assert!(docker(&second.host()).args(["load", "-i"]).arg(&saved).status().unwrap().success());
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let o = eval().output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows = results_without_timings(&out);
+    for run in [1, 2] {
+        assert_eq!(row(&rows, A, "generated", run)["final_resolved"], true, "{rows:?}");
+        assert_eq!(row(&rows, B, "none", run)["final_resolved"], true);
+        assert!(rows.iter().all(|r| r["infra_error"].is_null()), "{rows:?}");
+    }
+    let (first_n, second_n) = (containers_created(default_host, since), containers_created(&second.host(), since));
+    eprintln!("containers created: {first_n} on the default daemon, {second_n} on the second");
+    assert!(first_n > 0 && second_n > 0, "{first_n} / {second_n}");
 }

@@ -50,6 +50,11 @@ pub struct EvalArgs {
     pub slots: usize,
     #[arg(long, value_enum, default_value = "local")]
     pub sandbox: SandboxArg,
+    /// With --sandbox docker: a docker host (unix:///path or tcp://host:port) to run sandboxes
+    /// on; repeat to spread instances over several (default: DOCKER_HOST or the local daemon).
+    /// Images are never pulled: a missing one is an error naming it.
+    #[arg(long = "docker-host")]
+    pub docker_hosts: Vec<String>,
     /// TOML file overriding the budgets (Table 9 defaults; see docs/eval.md).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -114,6 +119,9 @@ pub fn eval(a: EvalArgs) -> anyhow::Result<ExitCode> {
     if a.runs == 0 {
         bail!("--runs must be at least 1");
     }
+    if !a.docker_hosts.is_empty() && !matches!(a.sandbox, SandboxArg::Docker) {
+        bail!("--docker-host needs --sandbox docker");
+    }
     let tasks = select(tasks_from(&a.tasks)?, &a.instances, a.limit)?;
     let spec = |role: &Option<String>| role.clone().or_else(|| a.policy.clone());
     let Some(repair_spec) = spec(&a.repair_policy) else {
@@ -125,7 +133,7 @@ pub fn eval(a: EvalArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let run = EvalRun {
-        config: EvalConfig { budgets, conditions: conditions.clone(), runs: a.runs, sandbox: a.sandbox.into(), workers: a.workers },
+        config: EvalConfig { budgets, conditions: conditions.clone(), runs: a.runs, sandbox: a.sandbox.into(), workers: a.workers, docker_hosts: a.docker_hosts.clone() },
         test_policy,
         repair_policy: PolicySource::open(&repair_spec, a.slots)?,
         out: a.out.clone(),

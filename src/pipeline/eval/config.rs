@@ -147,6 +147,8 @@ pub struct EvalConfig {
     pub sandbox: SandboxKind,
     /// Instances in flight at once.
     pub workers: usize,
+    /// Docker hosts the instances are spread over (round robin; empty: `DOCKER_HOST` or local).
+    pub docker_hosts: Vec<String>,
 }
 
 impl Default for EvalConfig {
@@ -157,6 +159,7 @@ impl Default for EvalConfig {
             runs: 3,
             sandbox: SandboxKind::Local,
             workers: 1,
+            docker_hosts: Vec::new(),
         }
     }
 }

@@ -48,6 +48,10 @@ pub enum EvalError {
     NoInstances,
     #[error("unknown instance {0:?}")]
     UnknownInstance(String),
+    #[error("docker host {host}: images not present locally (never pulled; `docker load` them): {}", images.join(", "))]
+    MissingImages { host: String, images: Vec<String> },
+    #[error("docker: {0}")]
+    Docker(#[from] crate::harness::HarnessError),
 }
 
 impl EvalError {

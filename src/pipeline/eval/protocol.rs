@@ -23,7 +23,9 @@ use crate::agent::trajectory::seed_messages;
 use crate::agent::Trajectory;
 use crate::episode::oracle::selected_oracle_bundle;
 use crate::episode::repair::RepairInputs;
-use crate::harness::{Bundle, FrozenBundle, Prediction};
+use crate::harness::provision::docker_image;
+use crate::harness::sandbox::docker::{missing_images, on_host};
+use crate::harness::{Bundle, FrozenBundle, Prediction, SandboxConfig, SandboxKind};
 use crate::pipeline::jobs::run_each;
 use crate::task::TaskInstance;
 use std::path::{Path, PathBuf};
@@ -301,6 +303,21 @@ impl Ctx {
     }
 }
 
+/// Fail early, naming them, when a docker host lacks an image the tasks need (nothing is pulled).
+async fn check_images(tasks: &[TaskInstance], hosts: &[String]) -> Result<(), EvalError> {
+    let mut images: Vec<String> = tasks.iter().map(|t| docker_image(t, &SandboxConfig::default())).collect();
+    images.sort();
+    images.dedup();
+    let hosts: Vec<Option<&str>> = if hosts.is_empty() { vec![None] } else { hosts.iter().map(|h| Some(h.as_str())).collect() };
+    for host in hosts {
+        let missing = missing_images(host, &images).await?;
+        if !missing.is_empty() {
+            return Err(EvalError::MissingImages { host: host.unwrap_or("(DOCKER_HOST or local)").to_string(), images: missing });
+        }
+    }
+    Ok(())
+}
+
 /// Run the evaluation; `on_row` sees each result row as its instance completes.
 pub async fn run_eval(run: EvalRun, on_row: Arc<dyn Fn(&ResultRow) + Send + Sync>) -> Result<EvalOutcome, EvalError> {
     if run.tasks.is_empty() {
@@ -309,19 +326,24 @@ pub async fn run_eval(run: EvalRun, on_row: Arc<dyn Fn(&ResultRow) + Send + Sync
     if run.config.conditions.contains(&Condition::Generated) && run.test_policy.is_none() {
         return Err(EvalError::BadCondition("generated (no Test policy given)".into()));
     }
+    if run.config.sandbox == SandboxKind::Docker {
+        check_images(&run.tasks, &run.config.docker_hosts).await?;
+    }
     std::fs::create_dir_all(&run.out).map_err(EvalError::io(format!("creating {}", run.out.display())))?;
     let store = UnitStore::open(&run.out.join("units.jsonl"))?;
     let ctx = Arc::new(Ctx { config: run.config, test_policy: run.test_policy, repair_policy: run.repair_policy, out: run.out, store });
     let ids: Vec<String> = run.tasks.iter().map(|t| t.instance_id.clone()).collect();
-    let items: Vec<(usize, TaskInstance)> = run.tasks.into_iter().enumerate().collect();
+    let items: Vec<(usize, (usize, TaskInstance))> = run.tasks.into_iter().enumerate().map(|(i, t)| (i, (i, t))).collect();
     let mut outs: Vec<Option<InstanceOut>> = (0..ids.len()).map(|_| None).collect();
     let c = ctx.clone();
     run_each(
         items,
         ctx.config.workers,
-        move |task: TaskInstance| {
+        move |(i, task): (usize, TaskInstance)| {
             let c = c.clone();
-            async move { c.run_instance(&task).await.map_err(|e| e.to_string()) }
+            let hosts = &c.config.docker_hosts;
+            let host = (!hosts.is_empty()).then(|| hosts[i % hosts.len()].clone());
+            async move { on_host(host, c.run_instance(&task)).await.map_err(|e| e.to_string()) }
         },
         |i, r| {
             let out = match r {
