@@ -417,3 +417,48 @@ fn eval_spreads_docker_sandboxes_over_hosts_and_never_pulls() {
     eprintln!("containers created: {first_n} on the default daemon, {second_n} on the second");
     assert!(first_n > 0 && second_n > 0, "{first_n} / {second_n}");
 }
+
+#[test]
+fn sigterm_stops_an_eval_leaving_no_sandbox_or_workspace() {
+    let s = setup();
+    let tmp = s.root.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let token = format!("3143.{}", std::process::id());
+    let scripts = s.root.join("sleepy");
+    write_script(&scripts, A, &[call("ls"), call(&format!("sleep {token}"))]);
+    let out = s.root.join("interrupted");
+    let mut child = bin()
+        .arg("eval")
+        .arg("--tasks")
+        .arg(&s.tasks)
+        .arg("--out")
+        .arg(&out)
+        .arg(format!("--policy=scripted:{}", scripts.display()))
+        .args(["--tests", "none", "--runs", "1", "--instances", A])
+        .env("TMPDIR", &tmp)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let sleeping = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(&format!("sleep {token}")))
+        })
+    };
+    let start = Instant::now();
+    while !sleeping() {
+        assert!(start.elapsed().as_secs() < 60, "the agent's command never started");
+        assert!(child.try_wait().unwrap().is_none(), "eval exited early");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(143));
+    let start = Instant::now();
+    while sleeping() {
+        assert!(start.elapsed().as_secs() < 10, "the sandboxed command survived");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "left in the temp dir: {left:?}");
+    assert!(!out.join("results.jsonl").exists(), "an interrupted evaluation writes no results");
+}

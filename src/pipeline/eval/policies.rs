@@ -103,6 +103,49 @@ impl PolicySource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts requests in flight and the most seen at once.
+    #[derive(Default)]
+    struct Counting {
+        now: AtomicUsize,
+        most: AtomicUsize,
+    }
+
+    impl Policy for Counting {
+        fn complete<'a>(&'a self, _: &'a [ChatRequest]) -> BoxFuture<'a, Result<Vec<Completion>, PolicyError>> {
+            Box::pin(async move {
+                let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+                self.most.fetch_max(n, Ordering::SeqCst);
+                for _ in 0..10 {
+                    tokio::task::yield_now().await;
+                }
+                self.now.fetch_sub(1, Ordering::SeqCst);
+                Err(PolicyError::Engine("counted".into()))
+            })
+        }
+        fn describe(&self) -> String {
+            "counting".into()
+        }
+    }
+
+    #[test]
+    fn a_shared_policy_serves_at_most_slots_requests_at_once() {
+        let counting = std::sync::Arc::new(Counting::default());
+        struct Shared(std::sync::Arc<Counting>);
+        impl Policy for Shared {
+            fn complete<'a>(&'a self, r: &'a [ChatRequest]) -> BoxFuture<'a, Result<Vec<Completion>, PolicyError>> {
+                self.0.complete(r)
+            }
+            fn describe(&self) -> String {
+                self.0.describe()
+            }
+        }
+        let slotted = Slotted { inner: Box::new(Shared(counting.clone())), slots: tokio::sync::Semaphore::new(2) };
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(futures_util::future::join_all((0..6).map(|_| slotted.complete(&[]))));
+        assert_eq!(counting.most.load(Ordering::SeqCst), 2);
+    }
 
     #[test]
     fn scripted_dir_replays_per_instance_files_after_skipped_turns() {
