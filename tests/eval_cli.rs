@@ -25,6 +25,8 @@
 
 #[path = "common/agents.rs"]
 mod agents;
+#[path = "common/process.rs"]
+mod process;
 
 use agents::{call, good_test_script, round0_partial, CHECK_FIX, EXPORT, FIX_FULL};
 use execcritic::task::{bundled_suite, load_tasks, TaskInstance};
@@ -440,24 +442,8 @@ fn sigterm_stops_an_eval_leaving_no_sandbox_or_workspace() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let sleeping = || {
-        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(&format!("sleep {token}")))
-        })
-    };
-    let start = Instant::now();
-    while !sleeping() {
-        assert!(start.elapsed().as_secs() < 60, "the agent's command never started");
-        assert!(child.try_wait().unwrap().is_none(), "eval exited early");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
-    assert_eq!(child.wait().unwrap().code(), Some(143));
-    let start = Instant::now();
-    while sleeping() {
-        assert!(start.elapsed().as_secs() < 10, "the sandboxed command survived");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let status = process::signal_while_running(&mut child, &format!("sleep {token}"), nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(status.code(), Some(143));
     let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(left.is_empty(), "left in the temp dir: {left:?}");
     assert!(!out.join("results.jsonl").exists(), "an interrupted evaluation writes no results");
