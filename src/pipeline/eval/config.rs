@@ -1,7 +1,9 @@
 //! Settings of an evaluation: the paper's budgets and sampling settings as defaults (Table 9:
-//! 60 Test turns, 200 Round-0 turns, 5 × 40 revision turns, temperature 0.6, three Repair runs;
-//! the harness's 240 s test timeout is `harness::gate::TEST_TIMEOUT`), overridable in a TOML
-//! file, and the test conditions compared in one run.
+//! 60 Test turns, a 600 s Test-generation instance timeout, 200 Round-0 turns, 5 × 40 revision
+//! turns, temperature 0.6, three Repair runs; the harness's 240 s test timeout is
+//! `harness::gate::TEST_TIMEOUT` and its environment install timeout
+//! `harness::environment::SETUP_TIMEOUT`, 600 s, for both roles), overridable in a TOML file, and
+//! the test conditions compared in one run.
 
 use super::EvalError;
 use crate::episode::repair::RepairConfig;
@@ -57,7 +59,8 @@ impl Condition {
 pub struct Budgets {
     /// Test agent: maximum turns (60).
     pub test_turns: usize,
-    /// Test agent: wall-clock limit of one generation episode, seconds (900).
+    /// Test agent: wall-clock limit of one generation episode, seconds (600: Table 9's instance
+    /// timeout of Test generation; training uses 900).
     pub test_wall_secs: u64,
     /// Test agent: submissions per episode (5).
     pub test_submissions: usize,
@@ -83,7 +86,7 @@ impl Default for Budgets {
     fn default() -> Self {
         Budgets {
             test_turns: 60,
-            test_wall_secs: 900,
+            test_wall_secs: 600,
             test_submissions: 5,
             test_temperature: None,
             round0_turns: 200,
@@ -172,7 +175,7 @@ mod tests {
     fn defaults_are_table_9() {
         let b = Budgets::default();
         assert_eq!((b.test_turns, b.round0_turns, b.revision_rounds, b.revision_turns), (60, 200, 5, 40));
-        assert_eq!(b.temperature, 0.6);
+        assert_eq!((b.temperature, b.test_wall_secs), (0.6, 600));
         assert_eq!(EvalConfig::default().runs, 3);
         assert_eq!(crate::harness::gate::TEST_TIMEOUT, Duration::from_secs(240));
     }
