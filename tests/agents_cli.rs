@@ -5,6 +5,9 @@
 use std::path::Path;
 use std::process::Command;
 
+#[path = "common/process.rs"]
+mod process;
+
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_execcritic"))
 }
@@ -282,28 +285,10 @@ fn sigint_and_sigterm_remove_every_sandbox_and_workspace() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        let sleeping = || {
-            std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-                std::fs::read(e.path().join("cmdline"))
-                    .is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(&format!("sleep {token}")))
-            })
-        };
-        let start = std::time::Instant::now();
-        while !sleeping() {
-            assert!(start.elapsed().as_secs() < 60, "the agent's command never started");
-            assert!(child.try_wait().unwrap().is_none(), "gen-test exited early");
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
-        let status = child.wait().unwrap();
+        let status = process::signal_while_running(&mut child, &format!("sleep {token}"), signal);
         assert_eq!(status.code(), Some(code), "{signal}: {status:?}");
         // Orderly: the workspace is gone when the command returns; the sandboxed processes were
-        // killed (the pid namespace goes down with bubblewrap, which takes the kernel a moment).
-        let start = std::time::Instant::now();
-        while sleeping() {
-            assert!(start.elapsed().as_secs() < 10, "{signal}: the sandboxed command survived");
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        // killed.
         let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.file_name()).collect();
         assert!(left.is_empty(), "{signal}: left in the temp dir: {left:?}");
         assert!(!dir.path().join("out/done.json").exists(), "an interrupted run is not finished");

@@ -12,6 +12,7 @@ pub mod model_cmds;
 pub mod agent_cmds;
 pub mod train_cmds;
 pub mod serve_cmds;
+pub mod eval_cmds;
 
 #[derive(Parser, Debug)]
 #[command(name = "execcritic", version, about = "ExecCritic: Test and Repair agents, fail-closed harness, in-process training")]
@@ -41,6 +42,11 @@ pub enum Command {
     /// Benchmarks of the system (e.g. the revision loop).
     #[command(subcommand)]
     Bench(agent_cmds::BenchCommand),
+    /// The paper's evaluation protocol over a task file (Test generation, Repair runs, official
+    /// grading, report).
+    Eval(eval_cmds::EvalArgs),
+    /// Rebuild an evaluation's report, or compare several.
+    Report(eval_cmds::ReportArgs),
     /// Gradient of the mean next-token NLL of a sequence.
     Grads(train_cmds::GradsArgs),
     /// Training: SFT or GRPO.
@@ -70,6 +76,8 @@ pub fn main() -> ExitCode {
         Command::Repair(a) => agent_cmds::repair(a),
         Command::Demo(a) => agent_cmds::demo(a),
         Command::Bench(c) => agent_cmds::bench(c),
+        Command::Eval(a) => eval_cmds::eval(a),
+        Command::Report(a) => eval_cmds::report(a),
         Command::Grads(a) => train_cmds::grads(a),
         Command::Train(c) => train_cmds::train(c),
         Command::Serve(a) => serve_cmds::serve(a),

@@ -1,12 +1,19 @@
-//! Pipeline layer: orchestration over many tasks for training (and, later, evaluation).
+//! Pipeline layer: orchestration over many tasks for training and evaluation.
 //!
 //! - [`score`]: a finished Test or Repair rollout in the terms of the paper's rewards (offline
 //!   audit of a Test bundle; selected-test and official outcome of a Repair terminal patch).
 //! - [`grpo`]: `train grpo` on agent tasks — groups of Test or Repair episodes sampled through
 //!   the engine the trainer lent its weights to, scored, turned into training sequences.
 //!
+//! - [`durable`]: append-and-fsync result logs keyed by input hashes, atomic writes, markers.
+//! - [`jobs`]: the bounded batch runner whose items fail alone.
+//! - [`eval`]: `execcritic eval`, the paper's generated-test evaluation protocol (Table 9, §A.3).
+//!
 //! The single-task commands (`gen-test`, `repair`, `demo`, `bench`) drive episodes directly from
 //! `cli`.
 
+pub mod durable;
+pub mod eval;
 pub mod grpo;
+pub mod jobs;
 pub mod score;

@@ -14,6 +14,8 @@ pub enum TaskError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{path}: unreadable Parquet file: {message}")]
+    Parquet { path: PathBuf, message: String },
     #[error("{path}: invalid JSON at line {line}, column {column}: {message}")]
     Json {
         path: PathBuf,

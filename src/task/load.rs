@@ -1,5 +1,6 @@
 //! Task files: a JSON list of instances or JSONL (one instance per line; any stream of JSON
-//! objects is accepted), and lookup by instance id.
+//! objects is accepted), or a Hugging Face dataset Parquet file (`*.parquet`, see
+//! [`super::parquet`]), and lookup by instance id.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -12,7 +13,11 @@ use super::instance::TaskInstance;
 /// Load every task instance of a JSON-list or JSONL file. Relative `repo_path`s resolve against
 /// the file's directory. Duplicate ids are an error.
 pub fn load_tasks(path: &Path) -> Result<Vec<TaskInstance>, TaskError> {
-    let text = std::fs::read_to_string(path).map_err(|e| TaskError::io(path, e))?;
+    let text = if path.extension().is_some_and(|e| e == "parquet") {
+        super::parquet::parquet_to_jsonl(path)?
+    } else {
+        std::fs::read_to_string(path).map_err(|e| TaskError::io(path, e))?
+    };
     let base_dir = path
         .parent()
         .map(|p| {

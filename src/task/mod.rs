@@ -5,6 +5,7 @@ pub mod error;
 pub mod git;
 pub mod instance;
 pub mod load;
+pub mod parquet;
 pub mod sanitize;
 pub mod workspace;
 

@@ -11,6 +11,10 @@
 //! process reads its attached stdin, so when this process dies (even by SIGKILL) the connection
 //! closes, the container stops and `auto_remove` deletes it; `Drop` removes it explicitly, a
 //! label-based sweep at start removes leftovers, and `cleanup_all` serves Ctrl-C handlers.
+//!
+//! Which daemon: `DOCKER_HOST` (unix:// or tcp://; bollard's defaults), or a host chosen for one
+//! piece of work with [`on_host`] (`eval --docker-host`, spreading instances over a fleet). Every
+//! container remembers its host, so removal and Ctrl-C cleanup reach the right daemon.
 
 use super::capture::Capture;
 use super::{
@@ -56,22 +60,71 @@ all=$(git cat-file --batch-all-objects --batch-check='%(objecttype)' | grep -c '
 test "$all" = "$(git rev-list --count HEAD)"
 test "$(git for-each-ref --format='%(refname)')" = "refs/heads/$b""#;
 
-fn live() -> &'static Mutex<HashSet<String>> {
-    static LIVE: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
-    LIVE.get_or_init(|| Mutex::new(HashSet::new()))
+/// Live containers of this process and the host each runs on (`None`: the default daemon).
+fn live() -> &'static Mutex<HashMap<String, Option<String>>> {
+    static LIVE: OnceLock<Mutex<HashMap<String, Option<String>>>> = OnceLock::new();
+    LIVE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+tokio::task_local! {
+    static HOST: String;
+}
+
+/// Run `work` with the docker sandboxes it opens on `host` (a `DOCKER_HOST`-style URL:
+/// `unix:///path` or `tcp://host:port`); `None` keeps the default daemon.
+pub async fn on_host<F: std::future::Future>(host: Option<String>, work: F) -> F::Output {
+    match host {
+        Some(h) => HOST.scope(h, work).await,
+        None => work.await,
+    }
+}
+
+/// The host chosen by the enclosing [`on_host`], if any.
+fn current_host() -> Option<String> {
+    HOST.try_with(Clone::clone).ok()
 }
 
 fn derr(what: &str) -> impl Fn(bollard::errors::Error) -> HarnessError + '_ {
     move |e| HarnessError::Docker(format!("{what}: {e}"))
 }
 
-/// Connect to the local daemon (API version negotiated).
+/// Connect to the daemon of the enclosing [`on_host`], else `DOCKER_HOST`'s, else the local one
+/// (API version negotiated).
 pub async fn connect() -> Result<Docker, HarnessError> {
-    let d =
-        Docker::connect_with_local_defaults().map_err(derr("connecting to the docker daemon"))?;
+    connect_to(current_host().as_deref()).await
+}
+
+/// Connect to `host` (`None`: `DOCKER_HOST` or the local socket).
+pub async fn connect_to(host: Option<&str>) -> Result<Docker, HarnessError> {
+    let what = format!("connecting to the docker daemon {}", host.unwrap_or("(DOCKER_HOST or local)"));
+    let d = match host {
+        None => Docker::connect_with_defaults(),
+        Some(h) if h.starts_with("unix://") => Docker::connect_with_unix(h, 120, bollard::API_DEFAULT_VERSION),
+        Some(h) if h.starts_with("tcp://") || h.starts_with("http://") => {
+            Docker::connect_with_http(h, 120, bollard::API_DEFAULT_VERSION)
+        }
+        Some(h) => {
+            return Err(HarnessError::Docker(format!(
+                "{what}: unsupported docker host {h:?} (unix:// or tcp://; TLS and ssh hosts are not built in)"
+            )))
+        }
+    }
+    .map_err(derr(&what))?;
     d.negotiate_version()
         .await
-        .map_err(derr("docker daemon not reachable (is dockerd running?)"))
+        .map_err(derr(&format!("docker daemon {} not reachable (is dockerd running?)", host.unwrap_or("(DOCKER_HOST or local)"))))
+}
+
+/// The images of `images` that the daemon at `host` does not hold locally (nothing is pulled).
+pub async fn missing_images(host: Option<&str>, images: &[String]) -> Result<Vec<String>, HarnessError> {
+    let d = connect_to(host).await?;
+    let mut missing = Vec::new();
+    for image in images {
+        if d.inspect_image(image).await.is_err() {
+            missing.push(image.clone());
+        }
+    }
+    Ok(missing)
 }
 
 /// Remove containers left by earlier runs whose owner process is gone.
@@ -114,15 +167,12 @@ pub async fn sweep_stale(docker: &Docker) -> Result<usize, HarnessError> {
 
 /// Remove every container this process created (for Ctrl-C handlers).
 pub async fn cleanup_all() {
-    let ids: Vec<String> = live()
+    let ids: Vec<(String, Option<String>)> = live()
         .lock()
-        .map(|s| s.iter().cloned().collect())
+        .map(|s| s.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
         .unwrap_or_default();
-    if ids.is_empty() {
-        return;
-    }
-    if let Ok(d) = connect().await {
-        for id in ids {
+    for (id, host) in ids {
+        if let Ok(d) = connect_to(host.as_deref()).await {
             let _ = d
                 .remove_container(
                     &id,
@@ -142,6 +192,8 @@ pub type Populate = Box<dyn Fn(&Path) -> Result<String, HarnessError> + Send + S
 /// A docker container sandbox.
 pub struct DockerSandbox {
     docker: Docker,
+    /// The daemon's host when not the default one.
+    host: Option<String>,
     image: String,
     id: Mutex<String>,
     base_commit: String,
@@ -194,13 +246,18 @@ impl DockerSandbox {
         sanitize_history: bool,
         config: &SandboxConfig,
     ) -> Result<Self, HarnessError> {
-        let docker = connect().await?;
-        static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-        SWEPT
-            .get_or_init(|| async {
-                let _ = sweep_stale(&docker).await;
-            })
-            .await;
+        let host = current_host();
+        let docker = connect_to(host.as_deref()).await?;
+        // Leftovers of earlier runs, once per daemon.
+        static SWEPT: OnceLock<Mutex<HashSet<Option<String>>>> = OnceLock::new();
+        let first = SWEPT
+            .get_or_init(|| Mutex::new(HashSet::new()))
+            .lock()
+            .map(|mut s| s.insert(host.clone()))
+            .unwrap_or(false);
+        if first {
+            let _ = sweep_stale(&docker).await;
+        }
         let staging = tempfile::Builder::new()
             .prefix(&crate::harness::orphans::owned_prefix("docker"))
             .tempdir()
@@ -233,6 +290,7 @@ impl DockerSandbox {
         std::fs::create_dir_all(&log_dir).map_err(|e| HarnessError::io(&log_dir, e))?;
         let sb = DockerSandbox {
             docker,
+            host,
             image: image.to_string(),
             id: Mutex::new(String::new()),
             base_commit,
@@ -309,7 +367,7 @@ impl DockerSandbox {
             )))?;
         let id = created.id;
         if let Ok(mut s) = live().lock() {
-            s.insert(id.clone());
+            s.insert(id.clone(), self.host.clone());
         }
         *self
             .id
@@ -691,6 +749,7 @@ impl Drop for DockerSandbox {
         if let Ok(mut s) = live().lock() {
             s.remove(&id);
         }
+        let host = self.host.clone();
         // Remove on a separate thread with its own runtime (Drop may run inside a runtime).
         let _ = std::thread::spawn(move || {
             if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
@@ -698,7 +757,7 @@ impl Drop for DockerSandbox {
                 .build()
             {
                 rt.block_on(async {
-                    if let Ok(d) = connect().await {
+                    if let Ok(d) = connect_to(host.as_deref()).await {
                         let _ = d
                             .remove_container(
                                 &id,
