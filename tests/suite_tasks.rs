@@ -341,12 +341,12 @@ fn bundled_suite_base_commits_match_the_lock() {
     );
 }
 
-#[test]
-fn sanitised_bundled_workspaces_hide_the_fix() {
-    let cache = tempfile::tempdir().unwrap();
-    let tasks = load_tasks(&bundled_suite_in(cache.path()).unwrap()).unwrap();
+/// Every task's agent workspace (history kept, then sanitised) verifies: no later commit, no
+/// reflog, and no fixed file version anywhere in the store — while the suite's repository does
+/// hold later commits.
+fn assert_sanitised_workspaces_hide_the_fix(tasks: &[TaskInstance]) {
     let scratch = tempfile::tempdir().unwrap();
-    for t in &tasks {
+    for t in tasks {
         let ws = materialize(t, &scratch.path().join(&t.instance_id), true).unwrap();
         let status = ws.sanitization.unwrap();
         assert!(
@@ -356,7 +356,6 @@ fn sanitised_bundled_workspaces_hide_the_fix() {
             status.failures()
         );
         assert!(status.gold_blobs_checked > 0, "{}", t.instance_id);
-        // The upstream repository does contain later commits (the fixes): they are gone.
         let upstream_commits = Command::new("git")
             .args(["rev-list", "--count", "--all"])
             .current_dir(t.repo_path.as_ref().unwrap())
@@ -371,17 +370,41 @@ fn sanitised_bundled_workspaces_hide_the_fix() {
 }
 
 #[test]
-fn pypi_suite_tasks_behave_as_recorded() {
+fn sanitised_bundled_workspaces_hide_the_fix() {
+    let cache = tempfile::tempdir().unwrap();
+    let tasks = load_tasks(&bundled_suite_in(cache.path()).unwrap()).unwrap();
+    assert_sanitised_workspaces_hide_the_fix(&tasks);
+}
+
+/// The PyPI suite injects its bugs: the tree before a bug is the fix's post-image, so a Base
+/// whose parent is that tree could never be sanitised (regression: every agent workspace of
+/// this suite was refused).
+#[test]
+fn sanitised_pypi_workspaces_hide_the_fix() {
+    let Some(tasks) = pypi_tasks("sanitised_pypi_workspaces_hide_the_fix") else {
+        return;
+    };
+    assert_sanitised_workspaces_hide_the_fix(&tasks);
+}
+
+/// The PyPI suite's tasks, or `None` (with a SKIPPED line) when its sources are not fetched.
+fn pypi_tasks(test: &str) -> Option<Vec<TaskInstance>> {
     let cache = execcritic::task::suite::cache_dir();
-    let tasks_file = match pypi_suite_in(&cache) {
-        Ok(path) => path,
+    match pypi_suite_in(&cache) {
+        Ok(path) => Some(load_tasks(&path).unwrap()),
         Err(TaskError::SuiteNotFetched { message, .. }) => {
-            eprintln!("SKIPPED pypi_suite_tasks_behave_as_recorded: {message}");
-            return;
+            eprintln!("SKIPPED {test}: {message}");
+            None
         }
         Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn pypi_suite_tasks_behave_as_recorded() {
+    let Some(tasks) = pypi_tasks("pypi_suite_tasks_behave_as_recorded") else {
+        return;
     };
-    let tasks = load_tasks(&tasks_file).unwrap();
     assert!(tasks.len() >= 2);
     verify_suite(&tasks);
 }

@@ -5,6 +5,10 @@
 //! order an optional bug-introducing commit (`bug.patch`), whose result is the task's Base, and a
 //! fix commit (gold + official tests). The fixes of later tasks are thus in the repository's
 //! future, as in SWE-bench, and must be hidden by sanitisation.
+//!
+//! A bug-introducing commit is written as a *root* commit: its parent would hold every fixed
+//! file exactly (gold's post-image is the tree before the bug), one `git show HEAD~1:FILE` away
+//! from any agent, and sanitisation rightly refuses such a Base.
 
 use std::path::{Path, PathBuf};
 
@@ -116,7 +120,7 @@ impl<'a> ProjectBuilder<'a> {
                     .bug_message
                     .clone()
                     .unwrap_or_else(|| format!("Refactor ({id})"));
-                self.commit(&work, &msg, when - DAY / 2)?;
+                self.commit_root(&work, &msg, when - DAY / 2)?;
             }
             let base = git::run(&work, &["rev-parse", "HEAD"])?;
             let gold = task.patch("gold.patch")?;
@@ -217,11 +221,8 @@ impl<'a> ProjectBuilder<'a> {
     /// Commit everything with a fixed date; returns the commit id.
     fn commit(&self, work: &Path, message: &str, when: i64) -> Result<String, TaskError> {
         git::run(work, &["add", "--all"])?;
-        let date = format!("@{when} +0000");
-        let mut cmd = git::command(work);
-        cmd.env("GIT_AUTHOR_DATE", &date)
-            .env("GIT_COMMITTER_DATE", &date)
-            .args([
+        let mut cmd = dated(work, when);
+        cmd.args([
                 "commit",
                 "--quiet",
                 "--allow-empty",
@@ -232,6 +233,30 @@ impl<'a> ProjectBuilder<'a> {
         git::output(cmd, work)?;
         git::run(work, &["rev-parse", "HEAD"])
     }
+
+    /// Commit everything as a parentless commit with a fixed date and move the branch to it;
+    /// returns the commit id. The earlier history stays reachable only through tags and is
+    /// removed by sanitisation.
+    fn commit_root(&self, work: &Path, message: &str, when: i64) -> Result<String, TaskError> {
+        git::run(work, &["add", "--all"])?;
+        let tree = git::run(work, &["write-tree"])?;
+        let mut cmd = dated(work, when);
+        cmd.args(["commit-tree", &tree, "-m", message]);
+        let id = String::from_utf8_lossy(&git::output(cmd, work)?.stdout)
+            .trim()
+            .to_string();
+        git::run(work, &["reset", "--quiet", "--soft", &id])?;
+        Ok(id)
+    }
+}
+
+/// A git command whose author and committer dates are `when` (seconds, UTC).
+fn dated(work: &Path, when: i64) -> std::process::Command {
+    let date = format!("@{when} +0000");
+    let mut cmd = git::command(work);
+    cmd.env("GIT_AUTHOR_DATE", &date)
+        .env("GIT_COMMITTER_DATE", &date);
+    cmd
 }
 
 /// Copy a directory tree, skipping byte-code caches and VCS metadata; files are written with
