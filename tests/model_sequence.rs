@@ -111,16 +111,36 @@ impl BackwardOps for BackTrace {
     fn head_backward(&mut self, w: &String) -> Result<Vec<String>, String> {
         self.op(format!("head {w}"), &[])
     }
-    fn norm_backward(&mut self, s: Site, w: &String, dy: &Vec<String>) -> Result<Vec<String>, String> {
+    fn norm_backward(
+        &mut self,
+        s: Site,
+        w: &String,
+        dy: &Vec<String>,
+    ) -> Result<Vec<String>, String> {
         self.op(format!("{s:?} {w}"), dy)
     }
-    fn attention_backward(&mut self, li: usize, _: &String, dy: &Vec<String>) -> Result<Vec<String>, String> {
+    fn attention_backward(
+        &mut self,
+        li: usize,
+        _: &String,
+        dy: &Vec<String>,
+    ) -> Result<Vec<String>, String> {
         self.op(format!("attention {li}"), dy)
     }
-    fn gdn_backward(&mut self, li: usize, _: &String, dy: &Vec<String>) -> Result<Vec<String>, String> {
+    fn gdn_backward(
+        &mut self,
+        li: usize,
+        _: &String,
+        dy: &Vec<String>,
+    ) -> Result<Vec<String>, String> {
         self.op(format!("gdn {li}"), dy)
     }
-    fn moe_backward(&mut self, li: usize, _: &String, dy: &Vec<String>) -> Result<Vec<String>, String> {
+    fn moe_backward(
+        &mut self,
+        li: usize,
+        _: &String,
+        dy: &Vec<String>,
+    ) -> Result<Vec<String>, String> {
         self.op(format!("moe {li}"), dy)
     }
     fn accumulate(&mut self, acc: &mut Vec<String>, g: Vec<String>) {
@@ -188,12 +208,35 @@ fn forward_is_the_qwen35_layer_sequence() {
     let mut want = vec!["embed embed_tokens.weight".to_string()];
     let mut resid: Vec<String> = vec![];
     for (i, mixer) in ["gdn", "gdn", "attention"].iter().enumerate() {
-        let kind = if *mixer == "gdn" { "linear_attn." } else { "self_attn." };
-        want.push(format!("Input({i}) {}input_layernorm.weight after {}", l(i), resid.join("+")));
-        want.push(format!("{mixer} {i} {}{kind} on n({}input_layernorm.weight)", l(i), l(i)));
-        resid.push(format!("{}{i}", if *mixer == "gdn" { "gdn" } else { "att" }));
-        want.push(format!("Post({i}) {}post_attention_layernorm.weight after {}", l(i), resid.join("+")));
-        want.push(format!("moe {i} {}mlp. on n({}post_attention_layernorm.weight)", l(i), l(i)));
+        let kind = if *mixer == "gdn" {
+            "linear_attn."
+        } else {
+            "self_attn."
+        };
+        want.push(format!(
+            "Input({i}) {}input_layernorm.weight after {}",
+            l(i),
+            resid.join("+")
+        ));
+        want.push(format!(
+            "{mixer} {i} {}{kind} on n({}input_layernorm.weight)",
+            l(i),
+            l(i)
+        ));
+        resid.push(format!(
+            "{}{i}",
+            if *mixer == "gdn" { "gdn" } else { "att" }
+        ));
+        want.push(format!(
+            "Post({i}) {}post_attention_layernorm.weight after {}",
+            l(i),
+            resid.join("+")
+        ));
+        want.push(format!(
+            "moe {i} {}mlp. on n({}post_attention_layernorm.weight)",
+            l(i),
+            l(i)
+        ));
         resid.push(format!("moe{i}"));
     }
     want.push(format!("Final norm.weight after {}", resid.join("+")));
@@ -216,10 +259,16 @@ fn backward_is_the_reverse_with_residual_gradients() {
     for (i, mixer) in [(2, "attention"), (1, "gdn"), (0, "gdn")] {
         want.push(format!("prepare {i}"));
         want.push(format!("moe {i} <- {}", dx.join(",")));
-        want.push(format!("Post({i}) {}post_attention_layernorm.weight <- moe {i}", l(i)));
+        want.push(format!(
+            "Post({i}) {}post_attention_layernorm.weight <- moe {i}",
+            l(i)
+        ));
         dx.push(format!("Post({i}) {}post_attention_layernorm.weight", l(i)));
         want.push(format!("{mixer} {i} <- {}", dx.join(",")));
-        want.push(format!("Input({i}) {}input_layernorm.weight <- {mixer} {i}", l(i)));
+        want.push(format!(
+            "Input({i}) {}input_layernorm.weight <- {mixer} {i}",
+            l(i)
+        ));
         dx.push(format!("Input({i}) {}input_layernorm.weight", l(i)));
     }
     want.push(format!("embed embed_tokens.weight <- {}", dx.join(",")));

@@ -85,7 +85,12 @@ impl Model {
         step.commit();
         let _p = scope("outputs");
 
-        let (h, v, k, ne) = (c.hidden_size, c.vocab_size, c.num_experts_per_tok, c.num_experts);
+        let (h, v, k, ne) = (
+            c.hidden_size,
+            c.vocab_size,
+            c.num_experts_per_tok,
+            c.num_experts,
+        );
         let mut outs = Vec::with_capacity(step.lens.len());
         let mut row_cursor = 0;
         for (&st, &len) in step.starts.iter().zip(&step.lens) {

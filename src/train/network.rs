@@ -14,6 +14,7 @@ use super::layers::moe::{MoeSaved, MoeW};
 use super::ops::{linear, linear_backward, rms_norm_1p_backward};
 use super::params::{Grads, ParamStore, Pid};
 use crate::model::backend::{Backend, Layer, Site, Stack, StackLoader, WeightTypes};
+use crate::model::backend::schema::{AttentionParams, FfnParams, GdnParams, MoeParams, Param};
 use crate::model::backward::{backward, BackwardOps};
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::ModelConfig;
@@ -95,13 +96,13 @@ impl StackLoader<TrainWeights> for ParamLoader<'_> {
         self.ps.load(self.ck, name, &[len])
     }
     fn attention(&mut self, prefix: &str, c: &ModelConfig) -> Result<AttentionW> {
-        load_attention(self.ck, self.ps, prefix, c)
+        self.load_attention(prefix, c)
     }
     fn gdn(&mut self, prefix: &str, c: &ModelConfig) -> Result<GdnW> {
-        load_gdn(self.ck, self.ps, prefix, c)
+        self.load_gdn(prefix, c)
     }
     fn moe(&mut self, prefix: &str, c: &ModelConfig) -> Result<MoeW> {
-        load_moe(self.ck, self.ps, prefix, c)
+        self.load_moe(prefix, c)
     }
     fn head(&mut self, name: &str, shape: [usize; 2]) -> Result<Pid> {
         let t = self.ck.get_exact(name, &shape)?;
@@ -346,95 +347,91 @@ impl BackwardOps for Backprop<'_> {
     }
 }
 
-fn load_attention(ck: &mut Checkpoint, ps: &mut ParamStore, p: &str, c: &ModelConfig) -> Result<AttentionW> {
-    let (h, hq, hkv, hd) = (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim);
-    Ok(AttentionW {
-        q_proj: ps.load(ck, &format!("{p}q_proj.weight"), &[hq * hd * 2, h])?,
-        k_proj: ps.load(ck, &format!("{p}k_proj.weight"), &[hkv * hd, h])?,
-        v_proj: ps.load(ck, &format!("{p}v_proj.weight"), &[hkv * hd, h])?,
-        o_proj: ps.load(ck, &format!("{p}o_proj.weight"), &[h, hq * hd])?,
-        q_norm: ps.load(ck, &format!("{p}q_norm.weight"), &[hd])?,
-        k_norm: ps.load(ck, &format!("{p}k_norm.weight"), &[hd])?,
-        hidden: h,
-        heads: hq,
-        kv_heads: hkv,
-        head_dim: hd,
-        eps: c.rms_norm_eps,
-    })
-}
+impl ParamLoader<'_> {
+    /// The f32 master parameter of a schema tensor.
+    fn param(&mut self, n: &Param) -> Result<Pid> {
+        self.ps.load(self.ck, &n.name, &n.shape)
+    }
 
-fn load_gdn(ck: &mut Checkpoint, ps: &mut ParamStore, p: &str, c: &ModelConfig) -> Result<GdnW> {
-    let h = c.hidden_size;
-    let (cd, vd, hv, k) = (c.gdn_conv_dim(), c.gdn_value_dim(), c.linear_num_value_heads, c.linear_conv_kernel_dim);
-    Ok(GdnW {
-        in_proj_qkv: ps.load(ck, &format!("{p}in_proj_qkv.weight"), &[cd, h])?,
-        in_proj_z: ps.load(ck, &format!("{p}in_proj_z.weight"), &[vd, h])?,
-        in_proj_b: ps.load(ck, &format!("{p}in_proj_b.weight"), &[hv, h])?,
-        in_proj_a: ps.load(ck, &format!("{p}in_proj_a.weight"), &[hv, h])?,
-        conv: ps.load(ck, &format!("{p}conv1d.weight"), &[cd, 1, k])?,
-        dt_bias: ps.load(ck, &format!("{p}dt_bias"), &[hv])?,
-        a_log: ps.load(ck, &format!("{p}A_log"), &[hv])?,
-        norm: ps.load(ck, &format!("{p}norm.weight"), &[c.linear_value_head_dim])?,
-        out_proj: ps.load(ck, &format!("{p}out_proj.weight"), &[h, vd])?,
-        hidden: h,
-        kh: c.linear_num_key_heads,
-        vh: hv,
-        dk: c.linear_key_head_dim,
-        dv: c.linear_value_head_dim,
-        kernel: k,
-        eps: c.rms_norm_eps,
-    })
-}
+    fn ffn(&mut self, n: &FfnParams, hidden: usize) -> Result<Ffn> {
+        let (gate, up, down) = (self.param(&n.gate)?, self.param(&n.up)?, self.param(&n.down)?);
+        Ok(Ffn { gate, up, down, hidden, inter: n.gate.shape[0] })
+    }
 
-fn load_moe(ck: &mut Checkpoint, ps: &mut ParamStore, p: &str, c: &ModelConfig) -> Result<MoeW> {
-    let (h, e, i, is) = (c.hidden_size, c.num_experts, c.moe_intermediate_size, c.shared_expert_intermediate_size);
-    let fused = format!("{p}experts.gate_up_proj");
-    let experts = if ck.contains(&fused) {
-        // Fused `[E, 2I, H]` / `[E, H, I]` tensors become per-expert parameters under the
-        // per-expert names (the layout transformers saves and loads).
-        let gu = ck.get(&fused, &[e, 2 * i, h])?;
-        let down = ck.get(&format!("{p}experts.down_proj"), &[e, h, i])?;
-        (0..e)
-            .map(|x| {
-                let name = |w: &str| ck.full_name(&format!("{p}experts.{x}.{w}.weight"));
-                let g = gu.index0(x);
-                Ffn {
-                    gate: ps.push(name("gate_proj"), &g.narrow0(0, i)),
-                    up: ps.push(name("up_proj"), &g.narrow0(i, i)),
-                    down: ps.push(name("down_proj"), &down.index0(x)),
-                    hidden: h,
-                    inter: i,
-                }
-            })
-            .collect()
-    } else {
-        (0..e)
-            .map(|x| {
-                let q = format!("{p}experts.{x}.");
-                Ok(Ffn {
-                    gate: ps.load(ck, &format!("{q}gate_proj.weight"), &[i, h])?,
-                    up: ps.load(ck, &format!("{q}up_proj.weight"), &[i, h])?,
-                    down: ps.load(ck, &format!("{q}down_proj.weight"), &[h, i])?,
-                    hidden: h,
-                    inter: i,
+    fn load_attention(&mut self, p: &str, c: &ModelConfig) -> Result<AttentionW> {
+        let n = AttentionParams::new(p, c);
+        Ok(AttentionW {
+            q_proj: self.param(&n.q_proj)?,
+            k_proj: self.param(&n.k_proj)?,
+            v_proj: self.param(&n.v_proj)?,
+            o_proj: self.param(&n.o_proj)?,
+            q_norm: self.param(&n.q_norm)?,
+            k_norm: self.param(&n.k_norm)?,
+            hidden: c.hidden_size,
+            heads: c.num_attention_heads,
+            kv_heads: c.num_key_value_heads,
+            head_dim: c.head_dim,
+            eps: c.rms_norm_eps,
+        })
+    }
+
+    fn load_gdn(&mut self, p: &str, c: &ModelConfig) -> Result<GdnW> {
+        let n = GdnParams::new(p, c);
+        Ok(GdnW {
+            in_proj_qkv: self.param(&n.in_proj_qkv)?,
+            in_proj_z: self.param(&n.in_proj_z)?,
+            in_proj_b: self.param(&n.in_proj_b)?,
+            in_proj_a: self.param(&n.in_proj_a)?,
+            conv: self.param(&n.conv1d)?,
+            dt_bias: self.param(&n.dt_bias)?,
+            a_log: self.param(&n.a_log)?,
+            norm: self.param(&n.norm)?,
+            out_proj: self.param(&n.out_proj)?,
+            hidden: c.hidden_size,
+            kh: c.linear_num_key_heads,
+            vh: c.linear_num_value_heads,
+            dk: c.linear_key_head_dim,
+            dv: c.linear_value_head_dim,
+            kernel: c.linear_conv_kernel_dim,
+            eps: c.rms_norm_eps,
+        })
+    }
+
+    fn load_moe(&mut self, p: &str, c: &ModelConfig) -> Result<MoeW> {
+        let (h, e, i) = (c.hidden_size, c.num_experts, c.moe_intermediate_size);
+        let n = MoeParams::new(p, c);
+        let experts = if self.ck.contains(&n.fused_gate_up.name) {
+            // Fused `[E, 2I, H]` / `[E, H, I]` tensors become per-expert parameters under the
+            // per-expert names (the layout transformers saves and loads).
+            let gu = self.ck.get(&n.fused_gate_up.name, &n.fused_gate_up.shape)?;
+            let down = self.ck.get(&n.fused_down.name, &n.fused_down.shape)?;
+            (0..e)
+                .map(|x| {
+                    let names = n.expert(x);
+                    let name = |w: &Param| self.ck.full_name(&w.name);
+                    let (gn, un, dn) = (name(&names.gate), name(&names.up), name(&names.down));
+                    let g = gu.index0(x);
+                    Ffn {
+                        gate: self.ps.push(gn, &g.narrow0(0, i)),
+                        up: self.ps.push(un, &g.narrow0(i, i)),
+                        down: self.ps.push(dn, &down.index0(x)),
+                        hidden: h,
+                        inter: i,
+                    }
                 })
-            })
-            .collect::<Result<Vec<_>>>()?
-    };
-    Ok(MoeW {
-        router: ps.load(ck, &format!("{p}gate.weight"), &[e, h])?,
-        experts,
-        shared: Ffn {
-            gate: ps.load(ck, &format!("{p}shared_expert.gate_proj.weight"), &[is, h])?,
-            up: ps.load(ck, &format!("{p}shared_expert.up_proj.weight"), &[is, h])?,
-            down: ps.load(ck, &format!("{p}shared_expert.down_proj.weight"), &[h, is])?,
+                .collect()
+        } else {
+            (0..e).map(|x| self.ffn(&n.expert(x), h)).collect::<Result<Vec<_>>>()?
+        };
+        Ok(MoeW {
+            router: self.param(&n.router)?,
+            experts,
+            shared: self.ffn(&n.shared, h)?,
+            shared_gate: self.param(&n.shared_gate)?,
+            top_k: c.num_experts_per_tok,
             hidden: h,
-            inter: is,
-        },
-        shared_gate: ps.load(ck, &format!("{p}shared_expert_gate.weight"), &[1, h])?,
-        top_k: c.num_experts_per_tok,
-        hidden: h,
-    })
+        })
+    }
 }
 
 impl TrainModel {

@@ -195,19 +195,19 @@ impl Backend for CpuStep<'_, '_> {
     fn moe(&mut self, li: usize, w: &Moe, u: Vec<f32>) -> Result<Vec<f32>> {
         let k = self.cfg.num_experts_per_tok;
         // Sequences without forced routing keep the router's choice: marked with u32::MAX.
-        let forced: Option<Vec<u32>> = self
-            .batch
-            .iter()
-            .any(|s| s.forced_experts.is_some())
-            .then(|| {
-                self.batch
-                    .iter()
-                    .flat_map(|s| match s.forced_experts {
-                        Some(f) => f[li].clone(),
-                        None => vec![u32::MAX; s.tokens.len() * k],
-                    })
-                    .collect()
-            });
+        let forced: Option<Vec<u32>> =
+            self.batch
+                .iter()
+                .any(|s| s.forced_experts.is_some())
+                .then(|| {
+                    self.batch
+                        .iter()
+                        .flat_map(|s| match s.forced_experts {
+                            Some(f) => f[li].clone(),
+                            None => vec![u32::MAX; s.tokens.len() * k],
+                        })
+                        .collect()
+                });
         let (y, rec) = w.forward(&u, self.n, forced.as_deref());
         if self.opts.routing {
             self.routing.push((rec.logits, rec.experts));

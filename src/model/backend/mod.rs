@@ -18,6 +18,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod schema;
 
 use super::config::{LayerType, ModelConfig};
 

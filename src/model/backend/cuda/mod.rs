@@ -147,7 +147,14 @@ impl<A: Act> CudaModel<A> {
                 msg: format!("t={t} layer={layer}"),
             });
         }
-        moe(gpu, &self.cfg, &self.stack.layers[layer].moe, &mut st.s, t, None)
+        moe(
+            gpu,
+            &self.cfg,
+            &self.stack.layers[layer].moe,
+            &mut st.s,
+            t,
+            None,
+        )
     }
 }
 
@@ -189,13 +196,36 @@ impl<A: Act> Backend for CudaStep<'_, A> {
 
     fn embed(&mut self, w: &DeviceBuffer<A>) -> Result<()> {
         let (c, s) = (self.c, &mut *self.s);
-        ops::embedding(self.gpu, w, c.vocab_size, c.hidden_size, &self.ids, self.t, &mut s.resid)
+        ops::embedding(
+            self.gpu,
+            w,
+            c.vocab_size,
+            c.hidden_size,
+            &self.ids,
+            self.t,
+            &mut s.resid,
+        )
     }
 
-    fn add_norm(&mut self, _: Site, _: &mut (), delta: Option<()>, w: &DeviceBuffer<A>) -> Result<()> {
+    fn add_norm(
+        &mut self,
+        _: Site,
+        _: &mut (),
+        delta: Option<()>,
+        w: &DeviceBuffer<A>,
+    ) -> Result<()> {
         let (c, s) = (self.c, &mut *self.s);
         let d = delta.map(|_| &s.delta);
-        ops::add_rms_norm_1p(self.gpu, &mut s.resid, d, w, &mut s.xn, self.t, c.hidden_size, c.rms_norm_eps)
+        ops::add_rms_norm_1p(
+            self.gpu,
+            &mut s.resid,
+            d,
+            w,
+            &mut s.xn,
+            self.t,
+            c.hidden_size,
+            c.rms_norm_eps,
+        )
     }
 
     fn gdn(&mut self, li: usize, w: &GdnW<A>, _: ()) -> Result<()> {
@@ -215,9 +245,33 @@ impl<A: Act> Backend for CudaStep<'_, A> {
         linear(gpu, &s.xn, t, h, &w.z, vd, &mut s.z)?;
         linear(gpu, &s.xn, t, h, &w.b, hv, &mut s.bb)?;
         linear(gpu, &s.xn, t, h, &w.a, hv, &mut s.aa)?;
-        ops::causal_conv(gpu, &s.big, pool, &w.conv, &mut s.conv_y, &self.cu, &self.slots, b, t, cd, kk)?;
-        ops::gdn_gates(gpu, &s.bb, &s.aa, &w.a_log, &w.dt_bias, &mut s.beta, &mut s.g, t, hv)?;
-        ops::gdn_qkv_prep(gpu, &s.conv_y, &mut s.qn, &mut s.kn, &mut s.vv, t, hk, hv, dk, dv)?;
+        ops::causal_conv(
+            gpu,
+            &s.big,
+            pool,
+            &w.conv,
+            &mut s.conv_y,
+            &self.cu,
+            &self.slots,
+            b,
+            t,
+            cd,
+            kk,
+        )?;
+        ops::gdn_gates(
+            gpu,
+            &s.bb,
+            &s.aa,
+            &w.a_log,
+            &w.dt_bias,
+            &mut s.beta,
+            &mut s.g,
+            t,
+            hv,
+        )?;
+        ops::gdn_qkv_prep(
+            gpu, &s.conv_y, &mut s.qn, &mut s.kn, &mut s.vv, t, hk, hv, dk, dv,
+        )?;
         let x = DeltaBufs {
             qn: &s.qn,
             kn: &s.kn,
@@ -232,7 +286,17 @@ impl<A: Act> Backend for CudaStep<'_, A> {
         if self.decode {
             ops::gdn_recurrent(gpu, &x, pool, &self.slots, b, &mut s.o)?;
         } else {
-            ops::gdn_chunked(gpu, &x, pool, &mut s.delta_scratch, &self.cu, &self.slots, b, t, &mut s.o)?;
+            ops::gdn_chunked(
+                gpu,
+                &x,
+                pool,
+                &mut s.delta_scratch,
+                &self.cu,
+                &self.slots,
+                b,
+                t,
+                &mut s.o,
+            )?;
         }
         ops::gated_rms_norm(gpu, &s.o, &s.z, &w.norm, &mut s.on, t, hv, dv, eps)?;
         linear(gpu, &s.on, t, vd, &w.out, h, &mut s.delta)
@@ -240,7 +304,9 @@ impl<A: Act> Backend for CudaStep<'_, A> {
 
     fn attention(&mut self, li: usize, w: &AttnW<A>, _: ()) -> Result<()> {
         let (gpu, c, s, t) = (self.gpu, self.c, &mut *self.s, self.t);
-        let pool = self.kv[li].as_mut().expect("KV pool for an attention layer");
+        let pool = self.kv[li]
+            .as_mut()
+            .expect("KV pool for an attention layer");
         let (h, eps) = (c.hidden_size, c.rms_norm_eps);
         let (hq, hkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
         let theta = c.rope_theta as f32;
@@ -250,8 +316,28 @@ impl<A: Act> Backend for CudaStep<'_, A> {
         linear(gpu, &s.xn, t, h, &w.v, hkv * hd, &mut s.v)?;
         ops::head_rms_norm_1p(gpu, &mut s.q, &w.q_norm, t, hq, hd, hq * hd, eps)?;
         ops::head_rms_norm_1p(gpu, &mut s.k, &w.k_norm, t, hkv, hd, hkv * hd, eps)?;
-        ops::rope_partial(gpu, &mut s.q, &self.pos, t, hq, hd, c.rotary_dim, theta, true)?;
-        ops::rope_partial(gpu, &mut s.k, &self.pos, t, hkv, hd, c.rotary_dim, theta, true)?;
+        ops::rope_partial(
+            gpu,
+            &mut s.q,
+            &self.pos,
+            t,
+            hq,
+            hd,
+            c.rotary_dim,
+            theta,
+            true,
+        )?;
+        ops::rope_partial(
+            gpu,
+            &mut s.k,
+            &self.pos,
+            t,
+            hkv,
+            hd,
+            c.rotary_dim,
+            theta,
+            true,
+        )?;
         let idx = KvIndex {
             cache_pos: &self.pos,
             slot_of_tok: &self.slot_of_tok,
@@ -259,7 +345,18 @@ impl<A: Act> Backend for CudaStep<'_, A> {
         ops::kv_append(gpu, &s.k, &s.v, pool, &idx, t)?;
         if self.decode {
             let (lens, slots) = (&self.lens, &self.slots);
-            ops::attn_decode(gpu, &s.q, pool, lens, slots, self.b, hq, self.max_len_now, &mut s.dec, &mut s.att)?;
+            ops::attn_decode(
+                gpu,
+                &s.q,
+                pool,
+                lens,
+                slots,
+                self.b,
+                hq,
+                self.max_len_now,
+                &mut s.dec,
+                &mut s.att,
+            )?;
         } else {
             ops::attn_prefill(gpu, &s.q, pool, &idx, &mut s.att, t, hq)?;
         }
@@ -319,9 +416,24 @@ fn moe<A: Act>(
     linear(gpu, &s.xn, t, h, &w.router, e, &mut s.router)?;
     ops::router_topk::<A>(gpu, &s.router, &mut s.idx, &mut s.wts, forced, t, e, k)?;
     ops::moe_group(gpu, &s.idx, pairs, e, &mut s.groups)?;
-    ops::grouped_gemm(gpu, &s.xn, &w.gate_up, &mut s.gu, &s.groups, true, k, e, 2 * i, h, pairs, pairs)?;
+    ops::grouped_gemm(
+        gpu,
+        &s.xn,
+        &w.gate_up,
+        &mut s.gu,
+        &s.groups,
+        true,
+        k,
+        e,
+        2 * i,
+        h,
+        pairs,
+        pairs,
+    )?;
     ops::swiglu(gpu, &s.gu, &mut s.act, pairs, i)?;
-    ops::grouped_gemm(gpu, &s.act, &w.down, &mut s.y, &s.groups, false, k, e, h, i, pairs, pairs)?;
+    ops::grouped_gemm(
+        gpu, &s.act, &w.down, &mut s.y, &s.groups, false, k, e, h, i, pairs, pairs,
+    )?;
     linear(gpu, &s.xn, t, h, &w.s_gate, is, &mut s.sg_a)?;
     linear(gpu, &s.xn, t, h, &w.s_up, is, &mut s.sg_b)?;
     ops::silu_mul(gpu, &s.sg_a, &s.sg_b, &mut s.act, t * is)?;

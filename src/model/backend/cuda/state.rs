@@ -187,4 +187,3 @@ impl<A: Act> CudaState<A> {
         Ok(())
     }
 }
-

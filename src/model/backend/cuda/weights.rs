@@ -3,7 +3,9 @@
 //! config's exact shapes ([`CudaModel::random`], for benchmarks), through the one loading
 //! skeleton [`Stack::load`]; and the shape limits of the kernels ([`check_supported`]).
 
+use crate::model::backend::schema::{AttentionParams, GdnParams, MoeParams, Param};
 use crate::model::backend::{Stack, StackLoader, WeightTypes};
+use crate::model::source::WeightSource;
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::ModelConfig;
 use crate::model::ModelError;
@@ -76,6 +78,9 @@ enum Source<'a> {
 }
 
 impl Source<'_> {
+    fn param<A: Act>(&mut self, gpu: &Gpu, n: &Param) -> Result<DeviceBuffer<A>> {
+        self.act(gpu, &n.name, &n.shape)
+    }
     fn act<A: Act>(&mut self, gpu: &Gpu, name: &str, shape: &[usize]) -> Result<DeviceBuffer<A>> {
         match self {
             Source::Ckpt(ck) => {
@@ -127,36 +132,29 @@ impl<A: Act> StackLoader<CudaWeights<A>> for DeviceLoader<'_, '_> {
     fn norm(&mut self, name: &str, len: usize) -> Result<DeviceBuffer<A>> {
         self.src.act(self.gpu, name, &[len])
     }
-    fn attention(&mut self, a: &str, c: &ModelConfig) -> Result<AttnW<A>> {
-        let (gpu, src, h) = (self.gpu, &mut self.src, c.hidden_size);
-        let (hq, hkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+    fn attention(&mut self, p: &str, c: &ModelConfig) -> Result<AttnW<A>> {
+        let (gpu, src, n) = (self.gpu, &mut self.src, AttentionParams::new(p, c));
         Ok(AttnW {
-            q: src.act(gpu, &format!("{a}q_proj.weight"), &[2 * hq * hd, h])?,
-            k: src.act(gpu, &format!("{a}k_proj.weight"), &[hkv * hd, h])?,
-            v: src.act(gpu, &format!("{a}v_proj.weight"), &[hkv * hd, h])?,
-            o: src.act(gpu, &format!("{a}o_proj.weight"), &[h, hq * hd])?,
-            q_norm: src.act(gpu, &format!("{a}q_norm.weight"), &[hd])?,
-            k_norm: src.act(gpu, &format!("{a}k_norm.weight"), &[hd])?,
+            q: src.param(gpu, &n.q_proj)?,
+            k: src.param(gpu, &n.k_proj)?,
+            v: src.param(gpu, &n.v_proj)?,
+            o: src.param(gpu, &n.o_proj)?,
+            q_norm: src.param(gpu, &n.q_norm)?,
+            k_norm: src.param(gpu, &n.k_norm)?,
         })
     }
-    fn gdn(&mut self, g: &str, c: &ModelConfig) -> Result<GdnW<A>> {
-        let (gpu, src, h) = (self.gpu, &mut self.src, c.hidden_size);
-        let (cd, vd, hv, k) = (
-            c.gdn_conv_dim(),
-            c.gdn_value_dim(),
-            c.linear_num_value_heads,
-            c.linear_conv_kernel_dim,
-        );
+    fn gdn(&mut self, p: &str, c: &ModelConfig) -> Result<GdnW<A>> {
+        let (gpu, src, n) = (self.gpu, &mut self.src, GdnParams::new(p, c));
         Ok(GdnW {
-            qkv: src.act(gpu, &format!("{g}in_proj_qkv.weight"), &[cd, h])?,
-            z: src.act(gpu, &format!("{g}in_proj_z.weight"), &[vd, h])?,
-            b: src.act(gpu, &format!("{g}in_proj_b.weight"), &[hv, h])?,
-            a: src.act(gpu, &format!("{g}in_proj_a.weight"), &[hv, h])?,
-            conv: src.act(gpu, &format!("{g}conv1d.weight"), &[cd, 1, k])?,
-            dt_bias: src.f32s(gpu, &format!("{g}dt_bias"), hv, 1.0)?,
-            a_log: src.f32s(gpu, &format!("{g}A_log"), hv, 0.0)?,
-            norm: src.act(gpu, &format!("{g}norm.weight"), &[c.linear_value_head_dim])?,
-            out: src.act(gpu, &format!("{g}out_proj.weight"), &[h, vd])?,
+            qkv: src.param(gpu, &n.in_proj_qkv)?,
+            z: src.param(gpu, &n.in_proj_z)?,
+            b: src.param(gpu, &n.in_proj_b)?,
+            a: src.param(gpu, &n.in_proj_a)?,
+            conv: src.param(gpu, &n.conv1d)?,
+            dt_bias: src.f32s(gpu, &n.dt_bias.name, n.dt_bias.shape[0], 1.0)?,
+            a_log: src.f32s(gpu, &n.a_log.name, n.a_log.shape[0], 0.0)?,
+            norm: src.param(gpu, &n.norm)?,
+            out: src.param(gpu, &n.out_proj)?,
         })
     }
     fn moe(&mut self, p: &str, c: &ModelConfig) -> Result<MoeW<A>> {
@@ -262,46 +260,29 @@ impl<A: Act> CudaModel<A> {
 }
 
 fn load_moe<A: Act>(gpu: &Gpu, c: &ModelConfig, src: &mut Source<'_>, p: &str) -> Result<MoeW<A>> {
-    let (h, e, i, is) = (
-        c.hidden_size,
-        c.num_experts,
-        c.moe_intermediate_size,
-        c.shared_expert_intermediate_size,
-    );
-    let fused = format!("{p}experts.gate_up_proj");
+    let n = MoeParams::new(p, c);
     let (gate_up, down) = match &mut *src {
-        Source::Ckpt(ck) if !ck.contains(&fused) => {
+        Source::Ckpt(ck) if !ck.contains(&n.fused_gate_up.name) => {
             // per-expert tensors: concatenate [gate; up] per expert on the host
-            let (mut gu, mut dn) = (
-                Vec::with_capacity(e * 2 * i * h),
-                Vec::with_capacity(e * h * i),
-            );
-            for x in 0..e {
-                for part in ["gate_proj", "up_proj"] {
-                    let t = ck
-                        .get_weight(&format!("{p}experts.{x}.{part}.weight"), &[i, h])
-                        .map_err(load_err)?;
-                    gu.extend(A::from_weight(t.weight()));
+            let (mut gu, mut dn) = (vec![], vec![]);
+            for x in 0..c.num_experts {
+                let ex = n.expert(x);
+                for (part, out) in [(&ex.gate, &mut gu), (&ex.up, &mut gu), (&ex.down, &mut dn)] {
+                    let t = ck.get_param_weight(part).map_err(load_err)?;
+                    out.extend(A::from_weight(t.weight()));
                 }
-                let t = ck
-                    .get_weight(&format!("{p}experts.{x}.down_proj.weight"), &[h, i])
-                    .map_err(load_err)?;
-                dn.extend(A::from_weight(t.weight()));
             }
             (gpu.upload(&gu)?, gpu.upload(&dn)?)
         }
-        s => (
-            s.act(gpu, &fused, &[e, 2 * i, h])?,
-            s.act(gpu, &format!("{p}experts.down_proj"), &[e, h, i])?,
-        ),
+        s => (s.param(gpu, &n.fused_gate_up)?, s.param(gpu, &n.fused_down)?),
     };
     Ok(MoeW {
-        router: src.act(gpu, &format!("{p}gate.weight"), &[e, h])?,
+        router: src.param(gpu, &n.router)?,
         gate_up,
         down,
-        s_gate: src.act(gpu, &format!("{p}shared_expert.gate_proj.weight"), &[is, h])?,
-        s_up: src.act(gpu, &format!("{p}shared_expert.up_proj.weight"), &[is, h])?,
-        s_down: src.act(gpu, &format!("{p}shared_expert.down_proj.weight"), &[h, is])?,
-        s_gate_w: src.act(gpu, &format!("{p}shared_expert_gate.weight"), &[1, h])?,
+        s_gate: src.param(gpu, &n.shared.gate)?,
+        s_up: src.param(gpu, &n.shared.up)?,
+        s_down: src.param(gpu, &n.shared.down)?,
+        s_gate_w: src.param(gpu, &n.shared_gate)?,
     })
 }
