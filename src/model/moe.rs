@@ -111,6 +111,28 @@ pub struct RouteRecord {
     pub experts: Vec<u32>,
 }
 
+/// One token's routing: softmax of its router logits `p` (in place, leaving the probabilities),
+/// then its experts — the `forced` ones (routing replay; a row starting with `u32::MAX` keeps the
+/// router's choice) or the top-k by probability (descending, ties to the lower index) — into
+/// `chosen`, and their probabilities renormalised over the chosen into `weights`.
+pub fn route(p: &mut [f32], forced: Option<&[u32]>, chosen: &mut [u32], weights: &mut [f32]) {
+    softmax(p);
+    let idx: Vec<u32> = match forced {
+        Some(f) if f[0] != u32::MAX => f.to_vec(),
+        _ => {
+            let mut order: Vec<u32> = (0..p.len() as u32).collect();
+            order.sort_by(|&a, &b| p[b as usize].total_cmp(&p[a as usize]).then(a.cmp(&b)));
+            order.truncate(chosen.len());
+            order
+        }
+    };
+    let sum: f32 = idx.iter().map(|&e| p[e as usize]).sum();
+    for (j, &e) in idx.iter().enumerate() {
+        chosen[j] = e;
+        weights[j] = p[e as usize] / sum;
+    }
+}
+
 impl Moe {
     pub fn load(ck: &mut dyn WeightSource, p: &str, c: &ModelConfig) -> Result<Self> {
         let (e, i) = (c.num_experts, c.moe_intermediate_size);
@@ -168,21 +190,8 @@ impl Moe {
         let mut weights = vec![0.0f32; n * k];
         for t in 0..n {
             let mut p = logits[t * ne..(t + 1) * ne].to_vec();
-            softmax(&mut p);
-            let idx: Vec<u32> = match forced.map(|f| &f[t * k..(t + 1) * k]) {
-                Some(f) if f[0] != u32::MAX => f.to_vec(),
-                _ => {
-                    let mut order: Vec<u32> = (0..ne as u32).collect();
-                    order.sort_by(|&a, &b| p[b as usize].total_cmp(&p[a as usize]).then(a.cmp(&b)));
-                    order.truncate(k);
-                    order
-                }
-            };
-            let sum: f32 = idx.iter().map(|&e| p[e as usize]).sum();
-            for (j, &e) in idx.iter().enumerate() {
-                chosen[t * k + j] = e;
-                weights[t * k + j] = p[e as usize] / sum;
-            }
+            let f = forced.map(|f| &f[t * k..(t + 1) * k]);
+            route(&mut p, f, &mut chosen[t * k..(t + 1) * k], &mut weights[t * k..(t + 1) * k]);
         }
 
         drop(p);

@@ -5,9 +5,9 @@
 
 use crate::model::backend::schema::{AttentionParams, GdnParams, MoeParams, Param};
 use crate::model::backend::{Stack, StackLoader, WeightTypes};
-use crate::model::source::WeightSource;
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::ModelConfig;
+use crate::model::source::WeightSource;
 use crate::model::ModelError;
 use crate::tensor::cuda::gpu::{Act, DeviceBuffer, Gpu};
 use crate::tensor::cuda::ops;
@@ -267,14 +267,18 @@ fn load_moe<A: Act>(gpu: &Gpu, c: &ModelConfig, src: &mut Source<'_>, p: &str) -
             let (mut gu, mut dn) = (vec![], vec![]);
             for x in 0..c.num_experts {
                 let ex = n.expert(x);
-                for (part, out) in [(&ex.gate, &mut gu), (&ex.up, &mut gu), (&ex.down, &mut dn)] {
+                for (part, into_gate_up) in [(&ex.gate, true), (&ex.up, true), (&ex.down, false)] {
                     let t = ck.get_param_weight(part).map_err(load_err)?;
+                    let out = if into_gate_up { &mut gu } else { &mut dn };
                     out.extend(A::from_weight(t.weight()));
                 }
             }
             (gpu.upload(&gu)?, gpu.upload(&dn)?)
         }
-        s => (s.param(gpu, &n.fused_gate_up)?, s.param(gpu, &n.fused_down)?),
+        s => (
+            s.param(gpu, &n.fused_gate_up)?,
+            s.param(gpu, &n.fused_down)?,
+        ),
     };
     Ok(MoeW {
         router: src.param(gpu, &n.router)?,
