@@ -11,7 +11,7 @@
 //! `EXECCRITIC_REQUIRE_GPU=1` makes a missing GPU a failure instead of falling back.
 
 use execcritic::model::{ForwardOptions, LogitsMode, Model, ModelConfig, SeqInput};
-use execcritic::tensor::cuda::forward::{CudaModel, CudaState};
+use execcritic::model::backend::cuda::{CudaModel, CudaState};
 use execcritic::tensor::cuda::{Act, ActType, Gpu};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -379,7 +379,7 @@ fn qwen35_35b_a3b() -> ModelConfig {
 
 #[test]
 fn released_and_fixture_configs_are_supported_shapes() {
-    use execcritic::tensor::cuda::forward::check_supported;
+    use execcritic::model::backend::cuda::check_supported;
     check_supported(&qwen35_35b_a3b()).unwrap();
     for name in FIXTURES {
         check_supported(&ModelConfig::from_dir(&fixture(name)).unwrap()).unwrap();

@@ -70,9 +70,9 @@ impl DeviceArgs {
 fn load_cuda<A: crate::tensor::cuda::Act>(
     gpu: &crate::tensor::cuda::Gpu,
     dir: &Path,
-) -> anyhow::Result<crate::tensor::cuda::forward::CudaModel<A>> {
+) -> anyhow::Result<crate::model::backend::cuda::CudaModel<A>> {
     use anyhow::Context;
-    crate::tensor::cuda::forward::CudaModel::<A>::load(gpu, dir)
+    crate::model::backend::cuda::CudaModel::<A>::load(gpu, dir)
         .with_context(|| format!("loading {} onto {}", dir.display(), gpu.name()))
 }
 
@@ -166,11 +166,11 @@ fn cpu_logits(model: &crate::model::Model, chunks: &[&[u32]]) -> anyhow::Result<
 
 /// The same on the CUDA backend (one cache slot).
 fn cuda_logits<A: crate::tensor::cuda::Act>(
-    model: &crate::tensor::cuda::forward::CudaModel<A>,
+    model: &crate::model::backend::cuda::CudaModel<A>,
     gpu: &crate::tensor::cuda::Gpu,
     chunks: &[&[u32]],
 ) -> anyhow::Result<Vec<Vec<f32>>> {
-    use crate::tensor::cuda::forward::CudaState;
+    use crate::model::backend::cuda::CudaState;
     let n: usize = chunks.iter().map(|c| c.len()).sum();
     let longest = chunks.iter().map(|c| c.len()).max().unwrap_or(1);
     let mut st = CudaState::new(gpu, &model.cfg, 1, n, longest)?;
@@ -233,7 +233,7 @@ pub fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
 /// An engine over the CUDA backend for one `generate` request: a few cache slots long enough for
 /// the prompt budget plus `--max-tokens`.
 fn cuda_engine<A: crate::tensor::cuda::Act>(
-    model: crate::tensor::cuda::forward::CudaModel<A>,
+    model: crate::model::backend::cuda::CudaModel<A>,
     gpu: crate::tensor::cuda::Gpu,
     a: &GenerateArgs,
 ) -> anyhow::Result<crate::engine::service::Engine> {

@@ -7,7 +7,7 @@
 
 use super::backend::{DecoderModel, StepInput, StepOutput};
 use super::error::EngineError;
-use crate::tensor::cuda::forward::{CudaModel, CudaState};
+use crate::model::backend::cuda::{CudaModel, CudaState};
 use crate::tensor::cuda::{Act, Gpu};
 use std::sync::{Arc, Mutex};
 

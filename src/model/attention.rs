@@ -2,6 +2,7 @@
 //! (1+w) q/k RMSNorm, partial RoPE, grouped-query causal attention over the KV cache, sigmoid
 //! output gate, output projection.
 
+use super::backend::schema::AttentionParams;
 use super::source::WeightSource;
 use super::config::ModelConfig;
 use super::error::Result;
@@ -40,17 +41,17 @@ pub struct Segment<'a, S> {
 
 impl Attention {
     pub fn load(ck: &mut dyn WeightSource, p: &str, c: &ModelConfig) -> Result<Self> {
-        let (h, hq, hkv, hd) = (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let n = AttentionParams::new(p, c);
         Ok(Attention {
-            q_proj: ck.get_weight(&format!("{p}q_proj.weight"), &[hq * hd * 2, h])?,
-            k_proj: ck.get_weight(&format!("{p}k_proj.weight"), &[hkv * hd, h])?,
-            v_proj: ck.get_weight(&format!("{p}v_proj.weight"), &[hkv * hd, h])?,
-            o_proj: ck.get_weight(&format!("{p}o_proj.weight"), &[h, hq * hd])?,
-            q_norm: ck.get(&format!("{p}q_norm.weight"), &[hd])?,
-            k_norm: ck.get(&format!("{p}k_norm.weight"), &[hd])?,
-            heads: hq,
-            kv_heads: hkv,
-            head_dim: hd,
+            q_proj: ck.get_param_weight(&n.q_proj)?,
+            k_proj: ck.get_param_weight(&n.k_proj)?,
+            v_proj: ck.get_param_weight(&n.v_proj)?,
+            o_proj: ck.get_param_weight(&n.o_proj)?,
+            q_norm: ck.get_param(&n.q_norm)?,
+            k_norm: ck.get_param(&n.k_norm)?,
+            heads: c.num_attention_heads,
+            kv_heads: c.num_key_value_heads,
+            head_dim: c.head_dim,
             eps: c.rms_norm_eps,
         })
     }

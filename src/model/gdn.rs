@@ -4,6 +4,7 @@
 //! checked against each other), and the gated RMSNorm before the output projection.
 
 use super::attention::Segment;
+use super::backend::schema::GdnParams;
 use super::source::WeightSource;
 use super::config::ModelConfig;
 use super::error::Result;
@@ -41,27 +42,19 @@ pub struct GatedDeltaNet {
 
 impl GatedDeltaNet {
     pub fn load(ck: &mut dyn WeightSource, p: &str, c: &ModelConfig) -> Result<Self> {
-        let h = c.hidden_size;
-        let (conv_dim, vd, hv, k) = (
-            c.gdn_conv_dim(),
-            c.gdn_value_dim(),
-            c.linear_num_value_heads,
-            c.linear_conv_kernel_dim,
-        );
+        let (n, k) = (GdnParams::new(p, c), c.linear_conv_kernel_dim);
         Ok(GatedDeltaNet {
-            in_proj_qkv: ck.get_weight(&format!("{p}in_proj_qkv.weight"), &[conv_dim, h])?,
-            in_proj_z: ck.get_weight(&format!("{p}in_proj_z.weight"), &[vd, h])?,
-            in_proj_b: ck.get_weight(&format!("{p}in_proj_b.weight"), &[hv, h])?,
-            in_proj_a: ck.get_weight(&format!("{p}in_proj_a.weight"), &[hv, h])?,
-            conv: ck
-                .get(&format!("{p}conv1d.weight"), &[conv_dim, 1, k])?
-                .reshape(vec![conv_dim, k]),
-            dt_bias: ck.get(&format!("{p}dt_bias"), &[hv])?,
-            a_log: ck.get(&format!("{p}A_log"), &[hv])?,
-            norm: ck.get(&format!("{p}norm.weight"), &[c.linear_value_head_dim])?,
-            out_proj: ck.get_weight(&format!("{p}out_proj.weight"), &[h, vd])?,
+            in_proj_qkv: ck.get_param_weight(&n.in_proj_qkv)?,
+            in_proj_z: ck.get_param_weight(&n.in_proj_z)?,
+            in_proj_b: ck.get_param_weight(&n.in_proj_b)?,
+            in_proj_a: ck.get_param_weight(&n.in_proj_a)?,
+            conv: ck.get_param(&n.conv1d)?.reshape(vec![c.gdn_conv_dim(), k]),
+            dt_bias: ck.get_param(&n.dt_bias)?,
+            a_log: ck.get_param(&n.a_log)?,
+            norm: ck.get_param(&n.norm)?,
+            out_proj: ck.get_param_weight(&n.out_proj)?,
             kh: c.linear_num_key_heads,
-            vh: hv,
+            vh: c.linear_num_value_heads,
             dk: c.linear_key_head_dim,
             dv: c.linear_value_head_dim,
             kernel: k,

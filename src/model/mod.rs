@@ -5,11 +5,14 @@
 //! [`Model::forward`] a batch of [`SeqInput`]s (prefill of any length or one-token decode).
 
 pub mod attention;
+pub mod backend;
+pub mod backward;
 pub mod batch;
 pub mod chat;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
+pub mod forward;
 pub mod gdn;
 pub mod layout;
 pub mod moe;

@@ -2,6 +2,7 @@
 //! (or forced experts for routing replay), SwiGLU experts (fused `gate_up_proj`/`down_proj` or
 //! per-expert tensors), and the sigmoid-gated shared expert.
 
+use super::backend::schema::{FfnParams, MoeParams};
 use super::source::WeightSource;
 use super::config::ModelConfig;
 use super::error::{ModelError, Result};
@@ -22,6 +23,16 @@ pub struct Ffn {
 }
 
 impl Ffn {
+    /// Separate gate, up and down matrices.
+    fn load(ck: &mut dyn WeightSource, n: &FfnParams) -> Result<Self> {
+        Ok(Ffn {
+            gate_up: None,
+            gate: ck.get_param_weight(&n.gate)?,
+            up: ck.get_param_weight(&n.up)?,
+            down: ck.get_param_weight(&n.down)?,
+        })
+    }
+
     /// Rows `x [m, hidden]` → `[m, hidden]`.
     fn forward(&self, x: &[f32], m: usize, parallel: bool) -> Vec<f32> {
         Self::forward_batch(&[(self, x, m)], parallel).pop().expect("one output per FFN")
@@ -100,18 +111,35 @@ pub struct RouteRecord {
     pub experts: Vec<u32>,
 }
 
+/// One token's routing: softmax of its router logits `p` (in place, leaving the probabilities),
+/// then its experts — the `forced` ones (routing replay; a row starting with `u32::MAX` keeps the
+/// router's choice) or the top-k by probability (descending, ties to the lower index) — into
+/// `chosen`, and their probabilities renormalised over the chosen into `weights`.
+pub fn route(p: &mut [f32], forced: Option<&[u32]>, chosen: &mut [u32], weights: &mut [f32]) {
+    softmax(p);
+    let idx: Vec<u32> = match forced {
+        Some(f) if f[0] != u32::MAX => f.to_vec(),
+        _ => {
+            let mut order: Vec<u32> = (0..p.len() as u32).collect();
+            order.sort_by(|&a, &b| p[b as usize].total_cmp(&p[a as usize]).then(a.cmp(&b)));
+            order.truncate(chosen.len());
+            order
+        }
+    };
+    let sum: f32 = idx.iter().map(|&e| p[e as usize]).sum();
+    for (j, &e) in idx.iter().enumerate() {
+        chosen[j] = e;
+        weights[j] = p[e as usize] / sum;
+    }
+}
+
 impl Moe {
     pub fn load(ck: &mut dyn WeightSource, p: &str, c: &ModelConfig) -> Result<Self> {
-        let (h, e, i, is) = (
-            c.hidden_size,
-            c.num_experts,
-            c.moe_intermediate_size,
-            c.shared_expert_intermediate_size,
-        );
-        let fused = format!("{p}experts.gate_up_proj");
-        let experts = if ck.contains(&fused) {
-            let gu = ck.get_weight(&fused, &[e, 2 * i, h])?;
-            let down = ck.get_weight(&format!("{p}experts.down_proj"), &[e, h, i])?;
+        let (e, i) = (c.num_experts, c.moe_intermediate_size);
+        let n = MoeParams::new(p, c);
+        let experts = if ck.contains(&n.fused_gate_up.name) {
+            let gu = ck.get_param_weight(&n.fused_gate_up)?;
+            let down = ck.get_param_weight(&n.fused_down)?;
             (0..e)
                 .map(|x| {
                     let g = gu.index0(x);
@@ -125,37 +153,23 @@ impl Moe {
                 .collect()
         } else {
             (0..e)
-                .map(|x| {
-                    Ok(Ffn {
-                        gate_up: None,
-                        gate: ck.get_weight(&format!("{p}experts.{x}.gate_proj.weight"), &[i, h])?,
-                        up: ck.get_weight(&format!("{p}experts.{x}.up_proj.weight"), &[i, h])?,
-                        down: ck.get_weight(&format!("{p}experts.{x}.down_proj.weight"), &[h, i])?,
-                    })
-                })
+                .map(|x| Ffn::load(ck, &n.expert(x)))
                 .collect::<Result<Vec<_>>>()
                 .map_err(|err| match err {
-                    ModelError::MissingTensor(n)
-                        if !ck.contains(&format!("{p}experts.0.gate_proj.weight")) =>
-                    {
+                    ModelError::MissingTensor(m) if !ck.contains(&n.expert(0).gate.name) => {
                         ModelError::MissingTensor(format!(
-                            "{} (fused) or {n} (per expert)",
-                            ck.full_name(&fused)
+                            "{} (fused) or {m} (per expert)",
+                            ck.full_name(&n.fused_gate_up.name)
                         ))
                     }
                     other => other,
                 })?
         };
         Ok(Moe {
-            router: ck.get_weight(&format!("{p}gate.weight"), &[e, h])?,
+            router: ck.get_param_weight(&n.router)?,
             experts,
-            shared: Ffn {
-                gate_up: None,
-                gate: ck.get_weight(&format!("{p}shared_expert.gate_proj.weight"), &[is, h])?,
-                up: ck.get_weight(&format!("{p}shared_expert.up_proj.weight"), &[is, h])?,
-                down: ck.get_weight(&format!("{p}shared_expert.down_proj.weight"), &[h, is])?,
-            },
-            shared_gate: ck.get(&format!("{p}shared_expert_gate.weight"), &[1, h])?,
+            shared: Ffn::load(ck, &n.shared)?,
+            shared_gate: ck.get_param(&n.shared_gate)?,
             top_k: c.num_experts_per_tok,
         })
     }
@@ -176,21 +190,8 @@ impl Moe {
         let mut weights = vec![0.0f32; n * k];
         for t in 0..n {
             let mut p = logits[t * ne..(t + 1) * ne].to_vec();
-            softmax(&mut p);
-            let idx: Vec<u32> = match forced.map(|f| &f[t * k..(t + 1) * k]) {
-                Some(f) if f[0] != u32::MAX => f.to_vec(),
-                _ => {
-                    let mut order: Vec<u32> = (0..ne as u32).collect();
-                    order.sort_by(|&a, &b| p[b as usize].total_cmp(&p[a as usize]).then(a.cmp(&b)));
-                    order.truncate(k);
-                    order
-                }
-            };
-            let sum: f32 = idx.iter().map(|&e| p[e as usize]).sum();
-            for (j, &e) in idx.iter().enumerate() {
-                chosen[t * k + j] = e;
-                weights[t * k + j] = p[e as usize] / sum;
-            }
+            let f = forced.map(|f| &f[t * k..(t + 1) * k]);
+            route(&mut p, f, &mut chosen[t * k..(t + 1) * k], &mut weights[t * k..(t + 1) * k]);
         }
 
         drop(p);

@@ -4,6 +4,7 @@
 //! parameters lent to the engine, `train::lease`). Names are given without the decoder prefix
 //! (`layers.0.mlp.gate.weight`) except through [`WeightSource::get_exact`].
 
+use super::backend::schema::Param;
 use super::checkpoint::Checkpoint;
 use super::error::Result;
 use crate::tensor::Tensor;
@@ -24,6 +25,14 @@ pub trait WeightSource {
     /// f32 buffers give f32). The model reads these only through the linear-layer kernels.
     fn get_weight(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
         self.get(name, shape)
+    }
+    /// [`WeightSource::get`] of a schema tensor.
+    fn get_param(&mut self, p: &Param) -> Result<Tensor> {
+        self.get(&p.name, &p.shape)
+    }
+    /// [`WeightSource::get_weight`] of a schema tensor.
+    fn get_param_weight(&mut self, p: &Param) -> Result<Tensor> {
+        self.get_weight(&p.name, &p.shape)
     }
     /// [`WeightSource::get_weight`] by exact full name.
     fn get_weight_exact(&mut self, full: &str, shape: &[usize]) -> Result<Tensor> {

@@ -287,6 +287,19 @@ pub fn rms_norm_1p(x: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
+/// The residual step of a decoder: `x += delta` (when given), then a normed copy
+/// `RMSNorm1p(x)` with weight `w` (see [`rms_norm_1p`]).
+pub fn add_rms_norm_1p(x: &mut [f32], delta: Option<&[f32]>, w: &[f32], eps: f32) -> Vec<f32> {
+    if let Some(d) = delta {
+        for (a, b) in x.iter_mut().zip(d) {
+            *a += b;
+        }
+    }
+    let mut u = x.to_vec();
+    rms_norm_1p(&mut u, w, eps);
+    u
+}
+
 simd_fn! {
     /// Gated RMSNorm of every row (width `w.len()`), plain weight: `w·(x·rsqrt(mean x²+eps))·SiLU(z)`.
     pub fn rms_norm_gated(x: &mut [f32], z: &[f32], w: &[f32], eps: f32) {

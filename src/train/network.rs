@@ -1,7 +1,10 @@
-//! `TrainModel`: the Qwen3.5-MoE decoder over a [`ParamStore`] with a training forward that
-//! records a [`Tape`] (per layer: its input and, unless recomputation is on, every saved
-//! activation) and the backward that walks the tape in reverse: head → final norm → per layer
-//! [MoE → post norm → mixer (GDN | attention) → input norm] → embedding.
+//! `TrainModel`: the Qwen3.5-MoE decoder over a [`ParamStore`]. Its training forward is the one
+//! layer sequence of [`crate::model::forward`] run by a [`Recorder`] backend whose ops push the
+//! activations each backward needs onto a [`Tape`] (per layer: its input and, unless
+//! recomputation is on, every saved activation); the backward is the one reverse sequence of
+//! [`crate::model::backward`] run by [`Backprop`], which implements each op's backward on the
+//! CPU (`train::layers`) and recomputes a layer through the same forward when only its input was
+//! kept.
 
 use super::error::{Result, TrainError};
 use super::layers::attention::{AttentionSaved, AttentionW};
@@ -10,32 +13,32 @@ use super::layers::gdn::{GdnSaved, GdnW};
 use super::layers::moe::{MoeSaved, MoeW};
 use super::ops::{linear, linear_backward, rms_norm_1p_backward};
 use super::params::{Grads, ParamStore, Pid};
+use crate::model::backend::{Backend, Layer, Site, Stack, StackLoader, WeightTypes};
+use crate::model::backend::schema::{AttentionParams, FfnParams, GdnParams, MoeParams, Param};
+use crate::model::backward::{backward, BackwardOps};
 use crate::model::checkpoint::Checkpoint;
-use crate::model::config::{LayerType, ModelConfig};
+use crate::model::config::ModelConfig;
+use crate::model::forward::{forward, layer_forward};
 use crate::model::rope::Rope;
-use crate::tensor::cpu::rms_norm_1p;
+use crate::tensor::cpu::add_rms_norm_1p;
 use std::path::Path;
 
-enum MixerW {
-    Attention(AttentionW),
-    Gdn(GdnW),
-}
+/// Parameters of the training model: handles into its [`ParamStore`].
+pub struct TrainWeights;
 
-struct LayerW {
-    input_norm: Pid,
-    post_norm: Pid,
-    mixer: MixerW,
-    moe: MoeW,
+impl WeightTypes for TrainWeights {
+    type Embed = Pid;
+    type Norm = Pid;
+    type Attention = AttentionW;
+    type Gdn = GdnW;
+    type Moe = MoeW;
+    type Head = Pid;
 }
 
 pub struct TrainModel {
     pub cfg: ModelConfig,
     pub store: ParamStore,
-    embed: Pid,
-    layers: Vec<LayerW>,
-    norm: Pid,
-    /// The head; equals `embed` when the embedding is tied.
-    head: Pid,
+    stack: Stack<TrainWeights>,
     rope: Rope,
 }
 
@@ -60,13 +63,14 @@ struct LayerSaved {
 struct LayerTape {
     input: Vec<f32>,
     saved: Option<LayerSaved>,
-    forced: Option<Vec<u32>>,
 }
 
 /// Everything the backward needs from one training forward of one sequence.
 pub struct Tape {
     ids: Vec<u32>,
     layers: Vec<LayerTape>,
+    /// The replayed routing of the forward (per layer), replayed again by recomputation.
+    forced: Option<Vec<Vec<u32>>>,
     /// Residual stream after the last layer `[T, hidden]`.
     last: Vec<f32>,
     /// Final-normed hidden states `[T, hidden]`.
@@ -77,237 +81,357 @@ pub struct Tape {
     pub experts: Vec<Vec<u32>>,
 }
 
+/// Builds [`TrainWeights`] as f32 master parameters (fused experts are split per expert).
+struct ParamLoader<'a> {
+    ck: &'a mut Checkpoint,
+    ps: &'a mut ParamStore,
+}
+
+impl StackLoader<TrainWeights> for ParamLoader<'_> {
+    type Error = TrainError;
+    fn embed(&mut self, name: &str, shape: [usize; 2]) -> Result<Pid> {
+        self.ps.load(self.ck, name, &shape)
+    }
+    fn norm(&mut self, name: &str, len: usize) -> Result<Pid> {
+        self.ps.load(self.ck, name, &[len])
+    }
+    fn attention(&mut self, prefix: &str, c: &ModelConfig) -> Result<AttentionW> {
+        self.load_attention(prefix, c)
+    }
+    fn gdn(&mut self, prefix: &str, c: &ModelConfig) -> Result<GdnW> {
+        self.load_gdn(prefix, c)
+    }
+    fn moe(&mut self, prefix: &str, c: &ModelConfig) -> Result<MoeW> {
+        self.load_moe(prefix, c)
+    }
+    fn head(&mut self, name: &str, shape: [usize; 2]) -> Result<Pid> {
+        let t = self.ck.get_exact(name, &shape)?;
+        Ok(self.ps.push(name.into(), &t))
+    }
+    fn tied_head(&mut self, embed: &Pid) -> Result<Pid> {
+        Ok(*embed)
+    }
+}
+
 impl TrainModel {
     /// Load a Hugging Face folder as f32 master parameters (fused experts are split per expert).
     pub fn load(dir: &Path) -> Result<Self> {
         let cfg = ModelConfig::from_dir(dir)?;
         let mut ck = Checkpoint::open(dir)?;
-        let mut ps = ParamStore::default();
-        let (v, h) = (cfg.vocab_size, cfg.hidden_size);
-        let embed = ps.load(&mut ck, "embed_tokens.weight", &[v, h])?;
-        let mut layers = Vec::new();
-        for (i, lt) in cfg.layer_types.iter().enumerate() {
-            let p = format!("layers.{i}.");
-            let input_norm = ps.load(&mut ck, &format!("{p}input_layernorm.weight"), &[h])?;
-            let mixer = match lt {
-                LayerType::Full => {
-                    MixerW::Attention(load_attention(&mut ck, &mut ps, &format!("{p}self_attn."), &cfg)?)
-                }
-                LayerType::Linear => MixerW::Gdn(load_gdn(&mut ck, &mut ps, &format!("{p}linear_attn."), &cfg)?),
-            };
-            let post_norm = ps.load(&mut ck, &format!("{p}post_attention_layernorm.weight"), &[h])?;
-            let moe = load_moe(&mut ck, &mut ps, &format!("{p}mlp."), &cfg)?;
-            layers.push(LayerW { input_norm, post_norm, mixer, moe });
-        }
-        let norm = ps.load(&mut ck, "norm.weight", &[h])?;
-        let head = if cfg.tie_word_embeddings {
-            embed
-        } else {
-            let t = ck.get_exact("lm_head.weight", &[v, h])?;
-            ps.push("lm_head.weight".into(), &t)
-        };
+        let mut store = ParamStore::default();
+        let stack = Stack::load(&cfg, &mut ParamLoader { ck: &mut ck, ps: &mut store })?;
         let rope = Rope::new(cfg.rotary_dim, cfg.rope_theta);
-        Ok(TrainModel { cfg, store: ps, embed, layers, norm, head, rope })
+        Ok(TrainModel { cfg, store, stack, rope })
     }
 
     /// Training forward of one sequence (positions `0..T`, fresh state). `forced`: per layer
     /// `[T · top_k]` expert indices to replay instead of the router's top-k.
     pub fn forward(&self, ids: &[u32], forced: Option<&[Vec<u32>]>, opts: TapeOptions) -> Result<Tape> {
         let c = &self.cfg;
-        let (h, v, n) = (c.hidden_size, c.vocab_size, ids.len());
+        let (v, n) = (c.vocab_size, ids.len());
         if n == 0 {
             return Err(TrainError::BadInput("empty sequence".into()));
         }
         if let Some(&t) = ids.iter().find(|&&t| t as usize >= v) {
             return Err(TrainError::BadInput(format!("token id {t} is outside the vocabulary (size {v})")));
         }
+        let layers = self.stack.layers.len();
         if let Some(f) = forced {
             let want = n * c.num_experts_per_tok;
-            if f.len() != self.layers.len()
+            if f.len() != layers
                 || f.iter().any(|l| l.len() != want || l.iter().any(|&e| e as usize >= c.num_experts))
             {
                 return Err(TrainError::BadInput(format!(
-                    "forced experts need {} layers of {want} indices < {}",
-                    self.layers.len(),
+                    "forced experts need {layers} layers of {want} indices < {}",
                     c.num_experts
                 )));
             }
         }
-        let emb = self.store.get(self.embed);
-        let mut x: Vec<f32> =
-            ids.iter().flat_map(|&t| emb[t as usize * h..(t as usize + 1) * h].iter().copied()).collect();
-        let mut layers = Vec::with_capacity(self.layers.len());
-        let mut experts = Vec::with_capacity(self.layers.len());
-        for (li, lw) in self.layers.iter().enumerate() {
-            let fl = forced.map(|f| f[li].clone());
-            let (out, saved) = self.layer_forward(lw, &x, fl.as_deref());
-            experts.push(saved.moe.chosen.clone());
-            let input = std::mem::replace(&mut x, out);
-            layers.push(LayerTape { input, saved: (!opts.recompute).then_some(saved), forced: fl });
-        }
-        let mut normed = x.clone();
-        rms_norm_1p(&mut normed, self.store.get(self.norm), c.rms_norm_eps);
-        let logits = linear(&normed, n, h, self.store.get(self.head), v);
-        Ok(Tape { ids: ids.to_vec(), layers, last: x, normed, logits, experts })
-    }
-
-    fn layer_forward(&self, lw: &LayerW, x: &[f32], forced: Option<&[u32]>) -> (Vec<f32>, LayerSaved) {
-        let (c, ps) = (&self.cfg, &self.store);
-        let n = x.len() / c.hidden_size;
-        let mut u = x.to_vec();
-        rms_norm_1p(&mut u, ps.get(lw.input_norm), c.rms_norm_eps);
-        let (y, mixer) = match &lw.mixer {
-            MixerW::Attention(a) => {
-                let (y, s) = a.forward(ps, u, n, &self.rope);
-                (y, MixerSaved::Attention(s))
-            }
-            MixerW::Gdn(g) => {
-                let (y, s) = g.forward(ps, u, n);
-                (y, MixerSaved::Gdn(s))
-            }
-        };
-        let mid: Vec<f32> = x.iter().zip(&y).map(|(a, b)| a + b).collect();
-        let mut u = mid.clone();
-        rms_norm_1p(&mut u, ps.get(lw.post_norm), c.rms_norm_eps);
-        let (y, moe) = lw.moe.forward(ps, u, n, forced);
-        let out: Vec<f32> = mid.iter().zip(&y).map(|(a, b)| a + b).collect();
-        (out, LayerSaved { mixer, mid, moe })
-    }
-
-    fn layer_backward(&self, lw: &LayerW, input: &[f32], s: &LayerSaved, dout: &[f32], gr: &mut Grads) -> Vec<f32> {
-        let (c, ps) = (&self.cfg, &self.store);
-        let du = lw.moe.backward(ps, &s.moe, dout, gr);
-        let dn = rms_norm_1p_backward(&s.mid, ps.get(lw.post_norm), c.rms_norm_eps, &du, gr.get_mut(lw.post_norm));
-        let dmid: Vec<f32> = dout.iter().zip(&dn).map(|(a, b)| a + b).collect();
-        let du = match (&lw.mixer, &s.mixer) {
-            (MixerW::Attention(a), MixerSaved::Attention(sv)) => a.backward(ps, &self.rope, sv, &dmid, gr),
-            (MixerW::Gdn(g), MixerSaved::Gdn(sv)) => g.backward(ps, sv, &dmid, gr),
-            _ => unreachable!("a layer's tape always matches its mixer"),
-        };
-        let dn = rms_norm_1p_backward(input, ps.get(lw.input_norm), c.rms_norm_eps, &du, gr.get_mut(lw.input_norm));
-        dmid.iter().zip(&dn).map(|(a, b)| a + b).collect()
+        let mut rec = Recorder::new(self, ids, forced, !opts.recompute);
+        let logits = forward(&mut rec, &self.stack)?;
+        Ok(Tape {
+            ids: ids.to_vec(),
+            layers: rec.layers,
+            forced: forced.map(|f| f.to_vec()),
+            last: rec.last,
+            normed: rec.normed,
+            logits,
+            experts: rec.experts,
+        })
     }
 
     /// Backward from `dlogits [T, vocab]` (the loss gradient w.r.t. the logits), accumulating
     /// into `gr` (from [`ParamStore::zero_grads`] of this model's store).
     pub fn backward(&self, tape: &Tape, dlogits: &[f32], gr: &mut Grads) -> Result<()> {
-        let c = &self.cfg;
-        let (h, v, n) = (c.hidden_size, c.vocab_size, tape.ids.len());
-        if dlogits.len() != n * v {
-            return Err(TrainError::BadInput(format!("dlogits has {} values, expected {}", dlogits.len(), n * v)));
+        let want = tape.ids.len() * self.cfg.vocab_size;
+        if dlogits.len() != want {
+            return Err(TrainError::BadInput(format!("dlogits has {} values, expected {want}", dlogits.len())));
         }
-        let ps = &self.store;
-        let dnormed = linear_backward(dlogits, &tape.normed, n, h, ps.get(self.head), v, gr.get_mut(self.head));
-        let mut dx =
-            rms_norm_1p_backward(&tape.last, ps.get(self.norm), c.rms_norm_eps, &dnormed, gr.get_mut(self.norm));
-        for (lw, lt) in self.layers.iter().zip(&tape.layers).rev() {
-            dx = match &lt.saved {
-                Some(s) => self.layer_backward(lw, &lt.input, s, &dx, gr),
-                None => {
-                    let (_, s) = self.layer_forward(lw, &lt.input, lt.forced.as_deref());
-                    self.layer_backward(lw, &lt.input, &s, &dx, gr)
-                }
-            };
+        let mut bp = Backprop { m: self, tape, dlogits, gr, recomputed: None };
+        backward(&mut bp, &self.stack)
+    }
+}
+
+/// The training forward's backend: the CPU training ops, each pushing what its backward needs.
+struct Recorder<'a> {
+    m: &'a TrainModel,
+    ids: &'a [u32],
+    forced: Option<&'a [Vec<u32>]>,
+    /// Keep every saved activation (else only each layer's input: recomputation).
+    keep: bool,
+    layers: Vec<LayerTape>,
+    mixer: Option<MixerSaved>,
+    mid: Option<Vec<f32>>,
+    experts: Vec<Vec<u32>>,
+    last: Vec<f32>,
+    normed: Vec<f32>,
+}
+
+impl<'a> Recorder<'a> {
+    fn new(m: &'a TrainModel, ids: &'a [u32], forced: Option<&'a [Vec<u32>]>, keep: bool) -> Self {
+        Recorder {
+            m,
+            ids,
+            forced,
+            keep,
+            layers: Vec::with_capacity(m.stack.layers.len()),
+            mixer: None,
+            mid: None,
+            experts: Vec::with_capacity(m.stack.layers.len()),
+            last: vec![],
+            normed: vec![],
         }
-        let de = gr.get_mut(self.embed);
-        for (t, &id) in tape.ids.iter().enumerate() {
-            for i in 0..h {
-                de[id as usize * h + i] += dx[t * h + i];
+    }
+}
+
+impl Backend for Recorder<'_> {
+    type W = TrainWeights;
+    type Hidden = Vec<f32>;
+    type Normed = Vec<f32>;
+    type Delta = Vec<f32>;
+    /// Logits `[T, vocab]`.
+    type Out = Vec<f32>;
+    type Error = TrainError;
+
+    fn embed(&mut self, w: &Pid) -> Result<Vec<f32>> {
+        let (emb, h) = (self.m.store.get(*w), self.m.cfg.hidden_size);
+        Ok(self.ids.iter().flat_map(|&t| emb[t as usize * h..(t as usize + 1) * h].iter().copied()).collect())
+    }
+
+    fn add_norm(&mut self, site: Site, x: &mut Vec<f32>, delta: Option<Vec<f32>>, w: &Pid) -> Result<Vec<f32>> {
+        let u = add_rms_norm_1p(x, delta.as_deref(), self.m.store.get(*w), self.m.cfg.rms_norm_eps);
+        match site {
+            Site::Input(_) => self.layers.push(LayerTape { input: x.clone(), saved: None }),
+            Site::Post(_) => self.mid = Some(x.clone()),
+            Site::Final => self.last = x.clone(),
+        }
+        if site == Site::Final {
+            self.normed = u.clone();
+        }
+        Ok(u)
+    }
+
+    fn attention(&mut self, _: usize, w: &AttentionW, u: Vec<f32>) -> Result<Vec<f32>> {
+        let (y, s) = w.forward(&self.m.store, u, self.ids.len(), &self.m.rope);
+        self.mixer = Some(MixerSaved::Attention(s));
+        Ok(y)
+    }
+
+    fn gdn(&mut self, _: usize, w: &GdnW, u: Vec<f32>) -> Result<Vec<f32>> {
+        let (y, s) = w.forward(&self.m.store, u, self.ids.len());
+        self.mixer = Some(MixerSaved::Gdn(s));
+        Ok(y)
+    }
+
+    fn moe(&mut self, li: usize, w: &MoeW, u: Vec<f32>) -> Result<Vec<f32>> {
+        let forced = self.forced.map(|f| f[li].as_slice());
+        let (y, moe) = w.forward(&self.m.store, u, self.ids.len(), forced);
+        self.experts.push(moe.chosen.clone());
+        let (mixer, mid) = (self.mixer.take(), self.mid.take());
+        if let (true, Some(mixer), Some(mid), Some(lt)) = (self.keep, mixer, mid, self.layers.last_mut()) {
+            lt.saved = Some(LayerSaved { mixer, mid, moe });
+        }
+        Ok(y)
+    }
+
+    fn head(&mut self, u: Vec<f32>, w: &Pid) -> Result<Vec<f32>> {
+        let c = &self.m.cfg;
+        Ok(linear(&u, self.ids.len(), c.hidden_size, self.m.store.get(*w), c.vocab_size))
+    }
+}
+
+/// The backward's backend: each op's CPU backward from the tape (or from a layer recomputed
+/// through the one forward when the tape kept only its input).
+struct Backprop<'a> {
+    m: &'a TrainModel,
+    tape: &'a Tape,
+    dlogits: &'a [f32],
+    gr: &'a mut Grads,
+    recomputed: Option<LayerSaved>,
+}
+
+/// Layer `li`'s saved activations: the recomputed ones, else the tape's.
+fn saved<'s>(recomputed: &'s Option<LayerSaved>, tape: &'s Tape, li: usize) -> &'s LayerSaved {
+    recomputed
+        .as_ref()
+        .or(tape.layers[li].saved.as_ref())
+        .expect("prepare_layer recomputes a layer the tape did not keep")
+}
+
+impl BackwardOps for Backprop<'_> {
+    type W = TrainWeights;
+    type Grad = Vec<f32>;
+    type Error = TrainError;
+
+    fn head_backward(&mut self, w: &Pid) -> Result<Vec<f32>> {
+        let (c, t) = (&self.m.cfg, self.tape);
+        let n = t.ids.len();
+        let dw = self.gr.get_mut(*w);
+        Ok(linear_backward(self.dlogits, &t.normed, n, c.hidden_size, self.m.store.get(*w), c.vocab_size, dw))
+    }
+
+    fn norm_backward(&mut self, site: Site, w: &Pid, dy: &Vec<f32>) -> Result<Vec<f32>> {
+        let x = match site {
+            Site::Final => &self.tape.last,
+            Site::Post(li) => &saved(&self.recomputed, self.tape, li).mid,
+            Site::Input(li) => &self.tape.layers[li].input,
+        };
+        let eps = self.m.cfg.rms_norm_eps;
+        Ok(rms_norm_1p_backward(x, self.m.store.get(*w), eps, dy, self.gr.get_mut(*w)))
+    }
+
+    fn attention_backward(&mut self, li: usize, w: &AttentionW, dy: &Vec<f32>) -> Result<Vec<f32>> {
+        match &saved(&self.recomputed, self.tape, li).mixer {
+            MixerSaved::Attention(s) => Ok(w.backward(&self.m.store, &self.m.rope, s, dy, self.gr)),
+            MixerSaved::Gdn(_) => unreachable!("a layer's tape always matches its mixer"),
+        }
+    }
+
+    fn gdn_backward(&mut self, li: usize, w: &GdnW, dy: &Vec<f32>) -> Result<Vec<f32>> {
+        match &saved(&self.recomputed, self.tape, li).mixer {
+            MixerSaved::Gdn(s) => Ok(w.backward(&self.m.store, s, dy, self.gr)),
+            MixerSaved::Attention(_) => unreachable!("a layer's tape always matches its mixer"),
+        }
+    }
+
+    fn moe_backward(&mut self, li: usize, w: &MoeW, dy: &Vec<f32>) -> Result<Vec<f32>> {
+        let s = saved(&self.recomputed, self.tape, li);
+        Ok(w.backward(&self.m.store, &s.moe, dy, self.gr))
+    }
+
+    fn accumulate(&mut self, acc: &mut Vec<f32>, g: Vec<f32>) {
+        acc.iter_mut().zip(&g).for_each(|(a, b)| *a += b);
+    }
+
+    fn embed_backward(&mut self, w: &Pid, dx: Vec<f32>) -> Result<()> {
+        let h = self.m.cfg.hidden_size;
+        let de = self.gr.get_mut(*w);
+        for (row, &id) in dx.chunks_exact(h).zip(&self.tape.ids) {
+            for (d, g) in de[id as usize * h..(id as usize + 1) * h].iter_mut().zip(row) {
+                *d += g;
             }
+        }
+        Ok(())
+    }
+
+    fn prepare_layer(&mut self, li: usize, w: &Layer<TrainWeights>) -> Result<()> {
+        self.recomputed = None;
+        let t = self.tape;
+        if t.layers[li].saved.is_none() {
+            let mut rec = Recorder::new(self.m, &t.ids, t.forced.as_deref(), true);
+            let mut x = t.layers[li].input.clone();
+            layer_forward(&mut rec, li, w, &mut x, None)?;
+            self.recomputed = rec.layers.pop().and_then(|lt| lt.saved);
         }
         Ok(())
     }
 }
 
-fn load_attention(ck: &mut Checkpoint, ps: &mut ParamStore, p: &str, c: &ModelConfig) -> Result<AttentionW> {
-    let (h, hq, hkv, hd) = (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim);
-    Ok(AttentionW {
-        q_proj: ps.load(ck, &format!("{p}q_proj.weight"), &[hq * hd * 2, h])?,
-        k_proj: ps.load(ck, &format!("{p}k_proj.weight"), &[hkv * hd, h])?,
-        v_proj: ps.load(ck, &format!("{p}v_proj.weight"), &[hkv * hd, h])?,
-        o_proj: ps.load(ck, &format!("{p}o_proj.weight"), &[h, hq * hd])?,
-        q_norm: ps.load(ck, &format!("{p}q_norm.weight"), &[hd])?,
-        k_norm: ps.load(ck, &format!("{p}k_norm.weight"), &[hd])?,
-        hidden: h,
-        heads: hq,
-        kv_heads: hkv,
-        head_dim: hd,
-        eps: c.rms_norm_eps,
-    })
-}
+impl ParamLoader<'_> {
+    /// The f32 master parameter of a schema tensor.
+    fn param(&mut self, n: &Param) -> Result<Pid> {
+        self.ps.load(self.ck, &n.name, &n.shape)
+    }
 
-fn load_gdn(ck: &mut Checkpoint, ps: &mut ParamStore, p: &str, c: &ModelConfig) -> Result<GdnW> {
-    let h = c.hidden_size;
-    let (cd, vd, hv, k) = (c.gdn_conv_dim(), c.gdn_value_dim(), c.linear_num_value_heads, c.linear_conv_kernel_dim);
-    Ok(GdnW {
-        in_proj_qkv: ps.load(ck, &format!("{p}in_proj_qkv.weight"), &[cd, h])?,
-        in_proj_z: ps.load(ck, &format!("{p}in_proj_z.weight"), &[vd, h])?,
-        in_proj_b: ps.load(ck, &format!("{p}in_proj_b.weight"), &[hv, h])?,
-        in_proj_a: ps.load(ck, &format!("{p}in_proj_a.weight"), &[hv, h])?,
-        conv: ps.load(ck, &format!("{p}conv1d.weight"), &[cd, 1, k])?,
-        dt_bias: ps.load(ck, &format!("{p}dt_bias"), &[hv])?,
-        a_log: ps.load(ck, &format!("{p}A_log"), &[hv])?,
-        norm: ps.load(ck, &format!("{p}norm.weight"), &[c.linear_value_head_dim])?,
-        out_proj: ps.load(ck, &format!("{p}out_proj.weight"), &[h, vd])?,
-        hidden: h,
-        kh: c.linear_num_key_heads,
-        vh: hv,
-        dk: c.linear_key_head_dim,
-        dv: c.linear_value_head_dim,
-        kernel: k,
-        eps: c.rms_norm_eps,
-    })
-}
+    fn ffn(&mut self, n: &FfnParams, hidden: usize) -> Result<Ffn> {
+        let (gate, up, down) = (self.param(&n.gate)?, self.param(&n.up)?, self.param(&n.down)?);
+        Ok(Ffn { gate, up, down, hidden, inter: n.gate.shape[0] })
+    }
 
-fn load_moe(ck: &mut Checkpoint, ps: &mut ParamStore, p: &str, c: &ModelConfig) -> Result<MoeW> {
-    let (h, e, i, is) = (c.hidden_size, c.num_experts, c.moe_intermediate_size, c.shared_expert_intermediate_size);
-    let fused = format!("{p}experts.gate_up_proj");
-    let experts = if ck.contains(&fused) {
-        // Fused `[E, 2I, H]` / `[E, H, I]` tensors become per-expert parameters under the
-        // per-expert names (the layout transformers saves and loads).
-        let gu = ck.get(&fused, &[e, 2 * i, h])?;
-        let down = ck.get(&format!("{p}experts.down_proj"), &[e, h, i])?;
-        (0..e)
-            .map(|x| {
-                let name = |w: &str| ck.full_name(&format!("{p}experts.{x}.{w}.weight"));
-                let g = gu.index0(x);
-                Ffn {
-                    gate: ps.push(name("gate_proj"), &g.narrow0(0, i)),
-                    up: ps.push(name("up_proj"), &g.narrow0(i, i)),
-                    down: ps.push(name("down_proj"), &down.index0(x)),
-                    hidden: h,
-                    inter: i,
-                }
-            })
-            .collect()
-    } else {
-        (0..e)
-            .map(|x| {
-                let q = format!("{p}experts.{x}.");
-                Ok(Ffn {
-                    gate: ps.load(ck, &format!("{q}gate_proj.weight"), &[i, h])?,
-                    up: ps.load(ck, &format!("{q}up_proj.weight"), &[i, h])?,
-                    down: ps.load(ck, &format!("{q}down_proj.weight"), &[h, i])?,
-                    hidden: h,
-                    inter: i,
+    fn load_attention(&mut self, p: &str, c: &ModelConfig) -> Result<AttentionW> {
+        let n = AttentionParams::new(p, c);
+        Ok(AttentionW {
+            q_proj: self.param(&n.q_proj)?,
+            k_proj: self.param(&n.k_proj)?,
+            v_proj: self.param(&n.v_proj)?,
+            o_proj: self.param(&n.o_proj)?,
+            q_norm: self.param(&n.q_norm)?,
+            k_norm: self.param(&n.k_norm)?,
+            hidden: c.hidden_size,
+            heads: c.num_attention_heads,
+            kv_heads: c.num_key_value_heads,
+            head_dim: c.head_dim,
+            eps: c.rms_norm_eps,
+        })
+    }
+
+    fn load_gdn(&mut self, p: &str, c: &ModelConfig) -> Result<GdnW> {
+        let n = GdnParams::new(p, c);
+        Ok(GdnW {
+            in_proj_qkv: self.param(&n.in_proj_qkv)?,
+            in_proj_z: self.param(&n.in_proj_z)?,
+            in_proj_b: self.param(&n.in_proj_b)?,
+            in_proj_a: self.param(&n.in_proj_a)?,
+            conv: self.param(&n.conv1d)?,
+            dt_bias: self.param(&n.dt_bias)?,
+            a_log: self.param(&n.a_log)?,
+            norm: self.param(&n.norm)?,
+            out_proj: self.param(&n.out_proj)?,
+            hidden: c.hidden_size,
+            kh: c.linear_num_key_heads,
+            vh: c.linear_num_value_heads,
+            dk: c.linear_key_head_dim,
+            dv: c.linear_value_head_dim,
+            kernel: c.linear_conv_kernel_dim,
+            eps: c.rms_norm_eps,
+        })
+    }
+
+    fn load_moe(&mut self, p: &str, c: &ModelConfig) -> Result<MoeW> {
+        let (h, e, i) = (c.hidden_size, c.num_experts, c.moe_intermediate_size);
+        let n = MoeParams::new(p, c);
+        let experts = if self.ck.contains(&n.fused_gate_up.name) {
+            // Fused `[E, 2I, H]` / `[E, H, I]` tensors become per-expert parameters under the
+            // per-expert names (the layout transformers saves and loads).
+            let gu = self.ck.get(&n.fused_gate_up.name, &n.fused_gate_up.shape)?;
+            let down = self.ck.get(&n.fused_down.name, &n.fused_down.shape)?;
+            (0..e)
+                .map(|x| {
+                    let names = n.expert(x);
+                    let name = |w: &Param| self.ck.full_name(&w.name);
+                    let (gn, un, dn) = (name(&names.gate), name(&names.up), name(&names.down));
+                    let g = gu.index0(x);
+                    Ffn {
+                        gate: self.ps.push(gn, &g.narrow0(0, i)),
+                        up: self.ps.push(un, &g.narrow0(i, i)),
+                        down: self.ps.push(dn, &down.index0(x)),
+                        hidden: h,
+                        inter: i,
+                    }
                 })
-            })
-            .collect::<Result<Vec<_>>>()?
-    };
-    Ok(MoeW {
-        router: ps.load(ck, &format!("{p}gate.weight"), &[e, h])?,
-        experts,
-        shared: Ffn {
-            gate: ps.load(ck, &format!("{p}shared_expert.gate_proj.weight"), &[is, h])?,
-            up: ps.load(ck, &format!("{p}shared_expert.up_proj.weight"), &[is, h])?,
-            down: ps.load(ck, &format!("{p}shared_expert.down_proj.weight"), &[h, is])?,
+                .collect()
+        } else {
+            (0..e).map(|x| self.ffn(&n.expert(x), h)).collect::<Result<Vec<_>>>()?
+        };
+        Ok(MoeW {
+            router: self.param(&n.router)?,
+            experts,
+            shared: self.ffn(&n.shared, h)?,
+            shared_gate: self.param(&n.shared_gate)?,
+            top_k: c.num_experts_per_tok,
             hidden: h,
-            inter: is,
-        },
-        shared_gate: ps.load(ck, &format!("{p}shared_expert_gate.weight"), &[1, h])?,
-        top_k: c.num_experts_per_tok,
-        hidden: h,
-    })
+        })
+    }
 }
 
 impl TrainModel {

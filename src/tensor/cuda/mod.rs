@@ -3,7 +3,8 @@
 //! [`device::CudaDevice`]) and on the emulated device that executes the same `kernels/*.cu` on
 //! CPU threads (CI). [`Gpu`] is the handle, [`DeviceBuffer`] a typed allocation; [`ops`] has
 //! one launch wrapper per kernel, mirroring the CPU op list; dense GEMMs go through the device's
-//! cuBLAS-style GEMM ([`gemm`]); [`forward`] is the model.
+//! cuBLAS-style GEMM ([`gemm`]). The model over these ops lives in
+//! `model::backend::cuda`; this layer knows no model.
 //!
 //! Activations and weights are stored as [`Act`]: `u16` (raw bf16 bits, converted on the host
 //! with `half`) or `f32` (the fp32 mode); states and accumulators are `f32`, ids and indices
@@ -12,7 +13,6 @@
 
 #[cfg(feature = "cuda")]
 pub mod device;
-pub mod forward;
 pub mod gemm;
 pub mod gpu;
 pub mod ops;

@@ -4,7 +4,8 @@
 //! experts into the router logits (`dp_j = (dw_j − Σ w_i dw_i)/S`, then softmax backward).
 
 use super::ffn::{Ffn, FfnSaved};
-use crate::tensor::cpu::{dot, sigmoid, softmax};
+use crate::model::moe::route;
+use crate::tensor::cpu::{dot, sigmoid};
 use crate::train::ops::{linear, linear_backward};
 use crate::train::params::{Grads, ParamStore, Pid};
 
@@ -48,22 +49,8 @@ impl MoeW {
         let mut chosen = vec![0u32; n * k];
         let mut weights = vec![0.0f32; n * k];
         for t in 0..n {
-            let pt = &mut p[t * ne..(t + 1) * ne];
-            softmax(pt);
-            let idx: Vec<u32> = match forced {
-                Some(f) => f[t * k..(t + 1) * k].to_vec(),
-                None => {
-                    let mut order: Vec<u32> = (0..ne as u32).collect();
-                    order.sort_by(|&a, &b| pt[b as usize].total_cmp(&pt[a as usize]).then(a.cmp(&b)));
-                    order.truncate(k);
-                    order
-                }
-            };
-            let sum: f32 = idx.iter().map(|&e| pt[e as usize]).sum();
-            for (j, &e) in idx.iter().enumerate() {
-                chosen[t * k + j] = e;
-                weights[t * k + j] = pt[e as usize] / sum;
-            }
+            let f = forced.map(|f| &f[t * k..(t + 1) * k]);
+            route(&mut p[t * ne..(t + 1) * ne], f, &mut chosen[t * k..(t + 1) * k], &mut weights[t * k..(t + 1) * k]);
         }
         let mut rows_of: Vec<Vec<(usize, usize)>> = vec![Vec::new(); ne];
         for t in 0..n {

@@ -1,0 +1,444 @@
+//! The CUDA backend of the model: [`CudaModel`] (weights on one GPU, `weights`) runs
+//! [`crate::model::forward::forward`] as a [`CudaStep`] over a packed batch of sequences that
+//! each own a cache slot of a [`CudaState`] (`state`). Each op is a few launches of the kernel
+//! wrappers in `tensor::cuda::ops` (the residual add is fused into the next RMSNorm1p); the same
+//! host code runs on a real GPU and on the emulated device ([`crate::tensor::cuda::Gpu`]).
+
+mod state;
+mod weights;
+
+pub use state::CudaState;
+pub use weights::{check_supported, AttnW, CudaModel, CudaWeights, GdnW, MoeW};
+
+use super::{Backend, Site};
+use crate::model::config::ModelConfig;
+use crate::tensor::cuda::gemm::linear;
+use crate::tensor::cuda::gpu::{Act, DeviceBuffer, Gpu};
+use crate::tensor::cuda::ops::{self, DeltaBufs, GdnPool, KvIndex, KvPool};
+use crate::tensor::device::{DeviceError as CudaError, Result};
+use state::Scratch;
+
+type I32 = DeviceBuffer<i32>;
+
+impl<A: Act> CudaModel<A> {
+    /// One step over a batch: `seqs[b] = (slot, tokens)`; the tokens are appended to the slot's
+    /// caches. Returns fp32 logits `[T, vocab]` for every input row (packed in batch order).
+    pub fn forward(
+        &self,
+        gpu: &Gpu,
+        st: &mut CudaState<A>,
+        seqs: &[(usize, &[u32])],
+    ) -> Result<Vec<f32>> {
+        self.step(gpu, st, seqs, true)
+    }
+
+    /// As [`Self::forward`] but only the last row of each sequence gets logits: `[B, vocab]`.
+    pub fn forward_last(
+        &self,
+        gpu: &Gpu,
+        st: &mut CudaState<A>,
+        seqs: &[(usize, &[u32])],
+    ) -> Result<Vec<f32>> {
+        self.step(gpu, st, seqs, false)
+    }
+
+    fn step(
+        &self,
+        gpu: &Gpu,
+        st: &mut CudaState<A>,
+        seqs: &[(usize, &[u32])],
+        all_rows: bool,
+    ) -> Result<Vec<f32>> {
+        let c = &self.cfg;
+        let bad = |msg: String| Err(CudaError::Shape { op: "forward", msg });
+        let t: usize = seqs.iter().map(|(_, x)| x.len()).sum();
+        if t == 0 || t > st.max_tokens {
+            return bad(format!("{t} tokens per call (1..={})", st.max_tokens));
+        }
+        let mut seen = vec![false; st.lens.len()];
+        let (mut ids, mut pos, mut slot_of_tok, mut cu, mut slots, mut lens_after) =
+            (vec![], vec![], vec![], vec![0i32], vec![], vec![]);
+        for (slot, toks) in seqs {
+            if *slot >= st.lens.len() || seen[*slot] || toks.is_empty() {
+                return bad(format!(
+                    "slot {slot} out of range, repeated or with no tokens"
+                ));
+            }
+            seen[*slot] = true;
+            if st.lens[*slot] + toks.len() > st.max_len {
+                return bad(format!(
+                    "slot {slot}: {} + {} tokens exceed max_len {}",
+                    st.lens[*slot],
+                    toks.len(),
+                    st.max_len
+                ));
+            }
+            for (j, &tk) in toks.iter().enumerate() {
+                if tk as usize >= c.vocab_size {
+                    return bad(format!("token id {tk} >= vocab {}", c.vocab_size));
+                }
+                ids.push(tk as i32);
+                pos.push((st.lens[*slot] + j) as i32);
+                slot_of_tok.push(*slot as i32);
+            }
+            cu.push(cu.last().copied().unwrap_or(0) + toks.len() as i32);
+            slots.push(*slot as i32);
+            lens_after.push((st.lens[*slot] + toks.len()) as i32);
+        }
+        let forced = st.forced.take();
+        if let Some(f) = &forced {
+            let k = c.num_experts_per_tok;
+            if f.len() != c.num_hidden_layers
+                || f.iter().any(|l| {
+                    l.len() != t * k || l.iter().any(|&e| e < 0 || e as usize >= c.num_experts)
+                })
+            {
+                return bad(format!(
+                    "forced routing must be {} layers of {t}x{k} expert ids < {}",
+                    c.num_hidden_layers, c.num_experts
+                ));
+            }
+        }
+        let last_rows = if all_rows {
+            None
+        } else {
+            let last: Vec<i32> = cu[1..].iter().map(|e| e - 1).collect();
+            Some(gpu.upload(&last)?)
+        };
+        let mut step = CudaStep {
+            gpu,
+            c,
+            b: seqs.len(),
+            t,
+            decode: seqs.iter().all(|(_, x)| x.len() == 1),
+            max_len_now: lens_after.iter().copied().max().unwrap_or(1) as usize,
+            ids: gpu.upload(&ids)?,
+            pos: gpu.upload(&pos)?,
+            slot_of_tok: gpu.upload(&slot_of_tok)?,
+            cu: gpu.upload(&cu)?,
+            slots: gpu.upload(&slots)?,
+            lens: gpu.upload(&lens_after)?,
+            last_rows,
+            forced,
+            kv: &mut st.kv,
+            gdn: &mut st.gdn,
+            routing: st.routing.as_mut(),
+            s: &mut st.s,
+        };
+        let rows = crate::model::forward::forward(&mut step, &self.stack)?;
+        for (slot, toks) in seqs {
+            st.lens[*slot] += toks.len();
+        }
+        gpu.download_prefix(&st.s.logits, rows * c.vocab_size)
+    }
+
+    /// Run only layer `layer`'s MoE on the first `t` rows of the scratch (whatever they hold):
+    /// the MoE-layer benchmark. Enqueues without synchronising.
+    pub fn moe_layer_only(
+        &self,
+        gpu: &Gpu,
+        st: &mut CudaState<A>,
+        layer: usize,
+        t: usize,
+    ) -> Result<()> {
+        if t == 0 || t > st.max_tokens || layer >= self.stack.layers.len() {
+            return Err(CudaError::Shape {
+                op: "moe_layer_only",
+                msg: format!("t={t} layer={layer}"),
+            });
+        }
+        moe(
+            gpu,
+            &self.cfg,
+            &self.stack.layers[layer].moe,
+            &mut st.s,
+            t,
+            None,
+        )
+    }
+}
+
+/// One forward step on the device: the step's index arrays (uploaded once) and the slot pools
+/// and scratch it writes. Activations live in the scratch, so the op values are unit markers:
+/// the residual in `s.resid`, a normed copy in `s.xn`, a block's output in `s.delta`.
+pub struct CudaStep<'a, A: Act> {
+    gpu: &'a Gpu,
+    c: &'a ModelConfig,
+    /// Sequences and packed tokens of the step.
+    b: usize,
+    t: usize,
+    /// Every sequence brings one token (recurrent GDN, split-K attention).
+    decode: bool,
+    max_len_now: usize,
+    ids: I32,
+    pos: I32,
+    slot_of_tok: I32,
+    cu: I32,
+    slots: I32,
+    lens: I32,
+    /// The last row of each sequence when only those get logits.
+    last_rows: Option<I32>,
+    forced: Option<Vec<Vec<i32>>>,
+    kv: &'a mut [Option<KvPool<A>>],
+    gdn: &'a mut [Option<GdnPool>],
+    routing: Option<&'a mut Vec<Vec<i32>>>,
+    s: &'a mut Scratch<A>,
+}
+
+impl<A: Act> Backend for CudaStep<'_, A> {
+    type W = CudaWeights<A>;
+    type Hidden = ();
+    type Normed = ();
+    type Delta = ();
+    /// Rows of logits written to the scratch.
+    type Out = usize;
+    type Error = CudaError;
+
+    fn embed(&mut self, w: &DeviceBuffer<A>) -> Result<()> {
+        let (c, s) = (self.c, &mut *self.s);
+        ops::embedding(
+            self.gpu,
+            w,
+            c.vocab_size,
+            c.hidden_size,
+            &self.ids,
+            self.t,
+            &mut s.resid,
+        )
+    }
+
+    fn add_norm(
+        &mut self,
+        _: Site,
+        _: &mut (),
+        delta: Option<()>,
+        w: &DeviceBuffer<A>,
+    ) -> Result<()> {
+        let (c, s) = (self.c, &mut *self.s);
+        let d = delta.map(|_| &s.delta);
+        ops::add_rms_norm_1p(
+            self.gpu,
+            &mut s.resid,
+            d,
+            w,
+            &mut s.xn,
+            self.t,
+            c.hidden_size,
+            c.rms_norm_eps,
+        )
+    }
+
+    fn gdn(&mut self, li: usize, w: &GdnW<A>, _: ()) -> Result<()> {
+        let (gpu, c, s, t, b) = (self.gpu, self.c, &mut *self.s, self.t, self.b);
+        let pool = self.gdn[li].as_mut().expect("GDN pool for a linear layer");
+        let (h, eps) = (c.hidden_size, c.rms_norm_eps);
+        let (hk, hv, dk, dv, cd, vd, kk) = (
+            c.linear_num_key_heads,
+            c.linear_num_value_heads,
+            c.linear_key_head_dim,
+            c.linear_value_head_dim,
+            c.gdn_conv_dim(),
+            c.gdn_value_dim(),
+            c.linear_conv_kernel_dim,
+        );
+        linear(gpu, &s.xn, t, h, &w.qkv, cd, &mut s.big)?;
+        linear(gpu, &s.xn, t, h, &w.z, vd, &mut s.z)?;
+        linear(gpu, &s.xn, t, h, &w.b, hv, &mut s.bb)?;
+        linear(gpu, &s.xn, t, h, &w.a, hv, &mut s.aa)?;
+        ops::causal_conv(
+            gpu,
+            &s.big,
+            pool,
+            &w.conv,
+            &mut s.conv_y,
+            &self.cu,
+            &self.slots,
+            b,
+            t,
+            cd,
+            kk,
+        )?;
+        ops::gdn_gates(
+            gpu,
+            &s.bb,
+            &s.aa,
+            &w.a_log,
+            &w.dt_bias,
+            &mut s.beta,
+            &mut s.g,
+            t,
+            hv,
+        )?;
+        ops::gdn_qkv_prep(
+            gpu, &s.conv_y, &mut s.qn, &mut s.kn, &mut s.vv, t, hk, hv, dk, dv,
+        )?;
+        let x = DeltaBufs {
+            qn: &s.qn,
+            kn: &s.kn,
+            v: &s.vv,
+            beta: &s.beta,
+            g: &s.g,
+            hk,
+            hv,
+            dk,
+            dv,
+        };
+        if self.decode {
+            ops::gdn_recurrent(gpu, &x, pool, &self.slots, b, &mut s.o)?;
+        } else {
+            ops::gdn_chunked(
+                gpu,
+                &x,
+                pool,
+                &mut s.delta_scratch,
+                &self.cu,
+                &self.slots,
+                b,
+                t,
+                &mut s.o,
+            )?;
+        }
+        ops::gated_rms_norm(gpu, &s.o, &s.z, &w.norm, &mut s.on, t, hv, dv, eps)?;
+        linear(gpu, &s.on, t, vd, &w.out, h, &mut s.delta)
+    }
+
+    fn attention(&mut self, li: usize, w: &AttnW<A>, _: ()) -> Result<()> {
+        let (gpu, c, s, t) = (self.gpu, self.c, &mut *self.s, self.t);
+        let pool = self.kv[li]
+            .as_mut()
+            .expect("KV pool for an attention layer");
+        let (h, eps) = (c.hidden_size, c.rms_norm_eps);
+        let (hq, hkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let theta = c.rope_theta as f32;
+        linear(gpu, &s.xn, t, h, &w.q, 2 * hq * hd, &mut s.big)?;
+        ops::split_q_gate(gpu, &s.big, &mut s.q, &mut s.gate, t, hq, hd)?;
+        linear(gpu, &s.xn, t, h, &w.k, hkv * hd, &mut s.k)?;
+        linear(gpu, &s.xn, t, h, &w.v, hkv * hd, &mut s.v)?;
+        ops::head_rms_norm_1p(gpu, &mut s.q, &w.q_norm, t, hq, hd, hq * hd, eps)?;
+        ops::head_rms_norm_1p(gpu, &mut s.k, &w.k_norm, t, hkv, hd, hkv * hd, eps)?;
+        ops::rope_partial(
+            gpu,
+            &mut s.q,
+            &self.pos,
+            t,
+            hq,
+            hd,
+            c.rotary_dim,
+            theta,
+            true,
+        )?;
+        ops::rope_partial(
+            gpu,
+            &mut s.k,
+            &self.pos,
+            t,
+            hkv,
+            hd,
+            c.rotary_dim,
+            theta,
+            true,
+        )?;
+        let idx = KvIndex {
+            cache_pos: &self.pos,
+            slot_of_tok: &self.slot_of_tok,
+        };
+        ops::kv_append(gpu, &s.k, &s.v, pool, &idx, t)?;
+        if self.decode {
+            let (lens, slots) = (&self.lens, &self.slots);
+            ops::attn_decode(
+                gpu,
+                &s.q,
+                pool,
+                lens,
+                slots,
+                self.b,
+                hq,
+                self.max_len_now,
+                &mut s.dec,
+                &mut s.att,
+            )?;
+        } else {
+            ops::attn_prefill(gpu, &s.q, pool, &idx, &mut s.att, t, hq)?;
+        }
+        ops::sigmoid_gate_mul(gpu, &mut s.att, &s.gate, t * hq * hd)?;
+        linear(gpu, &s.att, t, hq * hd, &w.o, h, &mut s.delta)
+    }
+
+    fn moe(&mut self, li: usize, w: &MoeW<A>, _: ()) -> Result<()> {
+        let gpu = self.gpu;
+        let f = match &self.forced {
+            Some(f) => Some(gpu.upload(&f[li])?),
+            None => None,
+        };
+        moe(gpu, self.c, w, self.s, self.t, f.as_ref())?;
+        if let Some(rec) = self.routing.as_mut() {
+            let n = self.t * self.c.num_experts_per_tok;
+            rec.push(gpu.download_prefix(&self.s.idx, n)?);
+        }
+        Ok(())
+    }
+
+    fn head(&mut self, _: (), w: &DeviceBuffer<A>) -> Result<usize> {
+        let (gpu, c, s) = (self.gpu, self.c, &mut *self.s);
+        let (h, v) = (c.hidden_size, c.vocab_size);
+        match &self.last_rows {
+            None => {
+                linear(gpu, &s.xn, self.t, h, w, v, &mut s.logits)?;
+                Ok(self.t)
+            }
+            Some(last) => {
+                ops::gather_rows(gpu, &s.xn, last, &mut s.delta, self.b, h)?;
+                linear(gpu, &s.delta, self.b, h, w, v, &mut s.logits)?;
+                Ok(self.b)
+            }
+        }
+    }
+}
+
+/// MoE of the normed rows `s.xn` into `s.delta`: router top-k (or the forced experts), grouped
+/// expert GEMMs with SwiGLU, the gated shared expert, weighted combine.
+fn moe<A: Act>(
+    gpu: &Gpu,
+    c: &ModelConfig,
+    w: &MoeW<A>,
+    s: &mut Scratch<A>,
+    t: usize,
+    forced: Option<&I32>,
+) -> Result<()> {
+    let (h, e, k, i, is) = (
+        c.hidden_size,
+        c.num_experts,
+        c.num_experts_per_tok,
+        c.moe_intermediate_size,
+        c.shared_expert_intermediate_size,
+    );
+    let pairs = t * k;
+    linear(gpu, &s.xn, t, h, &w.router, e, &mut s.router)?;
+    ops::router_topk::<A>(gpu, &s.router, &mut s.idx, &mut s.wts, forced, t, e, k)?;
+    ops::moe_group(gpu, &s.idx, pairs, e, &mut s.groups)?;
+    ops::grouped_gemm(
+        gpu,
+        &s.xn,
+        &w.gate_up,
+        &mut s.gu,
+        &s.groups,
+        true,
+        k,
+        e,
+        2 * i,
+        h,
+        pairs,
+        pairs,
+    )?;
+    ops::swiglu(gpu, &s.gu, &mut s.act, pairs, i)?;
+    ops::grouped_gemm(
+        gpu, &s.act, &w.down, &mut s.y, &s.groups, false, k, e, h, i, pairs, pairs,
+    )?;
+    linear(gpu, &s.xn, t, h, &w.s_gate, is, &mut s.sg_a)?;
+    linear(gpu, &s.xn, t, h, &w.s_up, is, &mut s.sg_b)?;
+    ops::silu_mul(gpu, &s.sg_a, &s.sg_b, &mut s.act, t * is)?;
+    linear(gpu, &s.act, t, is, &w.s_down, h, &mut s.shared)?;
+    linear(gpu, &s.xn, t, h, &w.s_gate_w, 1, &mut s.sgate)?;
+    let shared = Some((&s.shared, &s.sgate));
+    ops::moe_combine(gpu, &s.y, &s.groups, &s.wts, shared, &mut s.delta, t, h, k)
+}
