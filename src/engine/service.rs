@@ -9,6 +9,8 @@ use super::backend::DecoderModel;
 use super::core::{EngineConfig, EngineCore, Finished};
 use super::error::EngineError;
 use super::sequence::{Completion, Request};
+use super::stats::{Counters, EngineStats};
+use super::turns::TurnRecords;
 use crate::model::chat::{ChatError, ChatTemplate};
 use crate::model::tokenizer::Tokenizer;
 use crate::model::Model;
@@ -17,7 +19,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use tokio::sync::{mpsc, oneshot};
 
@@ -40,6 +42,9 @@ struct Inner {
     tokenizer: Arc<Tokenizer>,
     template: Option<Arc<ChatTemplate>>,
     vocab_size: usize,
+    counters: Arc<Counters>,
+    /// What each conversation's last chat turn read and sampled (see [`super::turns`]).
+    turns: Mutex<TurnRecords>,
 }
 
 impl Drop for Inner {
@@ -85,6 +90,7 @@ impl Engine {
         let vocab_size = model.vocab_size();
         let model = Arc::new(model);
         let core = EngineCore::new(model.clone(), tokenizer.clone(), config)?;
+        let counters = core.counters();
         let (tx, rx) = mpsc::unbounded_channel();
         let thread = std::thread::Builder::new()
             .name("execcritic-engine".into())
@@ -100,6 +106,8 @@ impl Engine {
                 tokenizer,
                 template: template.map(Arc::new),
                 vocab_size,
+                counters,
+                turns: Mutex::new(TurnRecords::new(config.max_conversations)),
             }),
         })
     }
@@ -183,8 +191,24 @@ impl Engine {
         })
     }
 
+    /// Token and turn counters since the engine started (prefilled, decoded and cached tokens).
+    pub fn stats(&self) -> EngineStats {
+        self.inner.counters.snapshot()
+    }
+
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.inner.counters
+    }
+
+    pub(crate) fn turn_records(&self) -> &Mutex<TurnRecords> {
+        &self.inner.turns
+    }
+
     /// Drop a conversation's cached model states.
     pub fn forget_conversation(&self, id: &str) {
+        if let Ok(mut t) = self.inner.turns.lock() {
+            t.forget(id);
+        }
         let _ = self.inner.tx.send(Command::Forget(id.to_string()));
     }
 }
