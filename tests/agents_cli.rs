@@ -187,6 +187,56 @@ fn bad_policy_spec_is_a_clear_error() {
     );
 }
 
+/// `gen-test` with the engine policy placed on the emulated CUDA device by `--device`/`--dtype`:
+/// the episode runs there (the tiny random model's gibberish ends it with format errors), the
+/// trajectory names the placement, and device options without an engine policy, or an unknown
+/// device in the spec, are clear errors.
+#[test]
+fn gen_test_runs_the_engine_policy_on_the_emulated_device() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    let model = tempfile::tempdir().unwrap();
+    for (sub, f) in [
+        ("tiny-qwen35", "config.json"),
+        ("tiny-qwen35", "model.safetensors"),
+        ("tokenizer", "tokenizer.json"),
+        ("tokenizer", "tokenizer_config.json"),
+        ("tokenizer", "chat_template.jinja"),
+    ] {
+        std::fs::copy(root.join(sub).join(f), model.path().join(f)).unwrap();
+    }
+    let tasks = execcritic::task::bundled_suite().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gen_test = |policy: &str, extra: &[&str]| {
+        bin()
+            .args(["gen-test", "--instance", "tablefmt__tablefmt-1", "--max-turns", "4"])
+            .args(["--max-tokens", "8", "--temperature", "1"])
+            .arg("--tasks")
+            .arg(&tasks)
+            .args(["--policy", policy])
+            .args(extra)
+            .arg("--out")
+            .arg(dir.path().join("gen"))
+            .output()
+            .unwrap()
+    };
+    let spec = format!("engine:{}", model.path().display());
+    let out = gen_test(&spec, &["--device", "emulator", "--dtype", "f32"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{err}");
+    let traj =
+        execcritic::agent::Trajectory::read_jsonl(&dir.path().join("gen/trajectory.jsonl")).unwrap();
+    let header = serde_json::to_value(&traj.entries[0]).unwrap();
+    assert_eq!(header["policy"], format!("{spec}@emulator:f32"), "{header}");
+    assert!(traj.messages().iter().any(|m| m.role == execcritic::policy::Role::Assistant));
+
+    let out = gen_test("scripted:/x.jsonl", &["--device", "emulator"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("engine:MODEL_DIR policy"));
+    let out = gen_test(&format!("{spec}@tpu"), &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown device"));
+}
+
 /// The output of a finished command.
 fn run_ok(cmd: &mut Command) -> (String, String) {
     let out = cmd.output().unwrap();

@@ -3,10 +3,14 @@
 //! observations) prefills, at every turn after the first, exactly the new tokens — the turn's
 //! closing token(s), the observation and the next generation prompt — on the CPU engine and on
 //! the emulated CUDA device (whose cached conversation states are device slot copies). Both
-//! devices sample the same tokens and route them to the same experts.
+//! devices sample the same tokens and route them to the same experts. Snapshots taken and
+//! resumed while the original state moves on (device slot copies) give the CPU engine's logits.
 
 use execcritic::engine::cuda_backend::CudaDecoder;
-use execcritic::engine::{Engine, EngineConfig, EngineStats, SchedulerConfig};
+use execcritic::engine::{
+    DecoderModel, Engine, EngineConfig, EngineStats, SchedulerConfig, StepInput, StepOutput,
+};
+use execcritic::model::Model;
 use execcritic::policy::{ChatMessage, ChatRequest, Completion, EnginePolicy, Policy, SamplingParams};
 use execcritic::tensor::cuda::forward::CudaModel;
 use execcritic::tensor::cuda::Gpu;
@@ -183,5 +187,68 @@ fn twenty_agent_turns_prefill_only_new_tokens_on_cpu_and_emulated_cuda() {
         {
             assert!((a - b).abs() < 1e-3, "turn {t}: logprob {a} vs {b}");
         }
+    }
+}
+
+/// Logits (and routing) of one step of `tokens` on `state`.
+fn step<M: DecoderModel>(m: &M, state: &mut M::State, tokens: &[u32]) -> StepOutput {
+    let mut batch = [StepInput { tokens, state }];
+    m.step(&mut batch, true).unwrap().remove(0)
+}
+
+/// Snapshots taken mid-conversation, the original moving on, the snapshot resumed with other
+/// tokens, both fed in one batch: the outputs of every step, in order.
+fn snapshot_script<M: DecoderModel>(m: &M) -> Vec<StepOutput> {
+    let prompt: Vec<u32> = (0..40).map(|i| (i * 37 + 11) % 900).collect();
+    let mut a = m.new_state();
+    let mut out = vec![step(m, &mut a, &prompt)];
+    let snap = a.clone();
+    out.push(step(m, &mut a, &[5, 6, 7])); // the original moves on (its slot is copied)
+    let mut b = snap.clone();
+    out.push(step(m, &mut b, &[9, 10])); // the snapshot resumes with other tokens
+    out.push(step(m, &mut a, &[11]));
+    drop(snap);
+    out.push(step(m, &mut b, &[12])); // sole owner now: fed in place
+    let mut c = b.clone();
+    let mut batch = [
+        StepInput { tokens: &[13], state: &mut a },
+        StepInput { tokens: &[14, 15], state: &mut b },
+        StepInput { tokens: &[16], state: &mut c },
+    ];
+    out.extend(m.step(&mut batch, true).unwrap());
+    // The resumed snapshot equals a fresh prefill of the same tokens.
+    let mut fresh = m.new_state();
+    let all = [&prompt[..], &[9, 10, 12, 14, 15]].concat();
+    out.push(step(m, &mut fresh, &all));
+    out
+}
+
+#[test]
+fn snapshot_and_resume_on_the_emulator_equal_the_cpu_engine() {
+    let dir = model_dir();
+    let cpu = Model::load(dir.path()).unwrap();
+    let gpu = Gpu::emulator().unwrap();
+    let model = CudaModel::<f32>::load(&gpu, dir.path()).unwrap();
+    let emu = CudaDecoder::new(gpu, model, 4, 128, 64).unwrap();
+    let (c, e) = (snapshot_script(&cpu), snapshot_script(&emu));
+    assert_eq!(c.len(), e.len());
+    for (i, (c, e)) in c.iter().zip(&e).enumerate() {
+        let err = c
+            .logits
+            .iter()
+            .zip(&e.logits)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(err <= 1e-4, "step {i}: max |emulator − cpu| = {err}");
+        assert_eq!(c.experts, e.experts, "step {i}: routing");
+    }
+    // the resumed snapshot's last logits equal the fresh prefill's (both devices)
+    for out in [&c, &e] {
+        let (resumed, fresh) = (&out[6], &out[8]);
+        let err = resumed
+            .logits
+            .iter()
+            .zip(&fresh.logits)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(err <= 1e-4, "resumed snapshot vs fresh prefill: {err}");
     }
 }
