@@ -187,54 +187,39 @@ fn bad_policy_spec_is_a_clear_error() {
     );
 }
 
-/// `gen-test` with the engine policy placed on the emulated CUDA device by `--device`/`--dtype`:
-/// the episode runs there (the tiny random model's gibberish ends it with format errors), the
-/// trajectory names the placement, and device options without an engine policy, or an unknown
-/// device in the spec, are clear errors.
+/// `--device`/`--dtype` of `gen-test` place an engine policy: with a model folder that has no
+/// weights the load fails on the emulated device (the error names it), not on the CPU; device
+/// options without an engine policy, or an unknown device in the spec, are clear errors. (A
+/// whole episode on the emulator is too slow for CI: it reads the ~2k-token agent prompt at
+/// ~25 tokens/s; `tests/engine_turns.rs` runs the engine policy there.)
 #[test]
-fn gen_test_runs_the_engine_policy_on_the_emulated_device() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
-    let model = tempfile::tempdir().unwrap();
-    for (sub, f) in [
-        ("tiny-qwen35", "config.json"),
-        ("tiny-qwen35", "model.safetensors"),
-        ("tokenizer", "tokenizer.json"),
-        ("tokenizer", "tokenizer_config.json"),
-        ("tokenizer", "chat_template.jinja"),
-    ] {
-        std::fs::copy(root.join(sub).join(f), model.path().join(f)).unwrap();
-    }
+fn gen_test_places_the_engine_policy_on_the_chosen_device() {
     let tasks = execcritic::task::bundled_suite().unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let empty = tempfile::tempdir().unwrap();
     let gen_test = |policy: &str, extra: &[&str]| {
-        bin()
-            .args(["gen-test", "--instance", "tablefmt__tablefmt-1", "--max-turns", "4"])
-            .args(["--max-tokens", "8", "--temperature", "1"])
-            .arg("--tasks")
+        let out = bin()
+            .args(["gen-test", "--instance", "tablefmt__tablefmt-1", "--tasks"])
             .arg(&tasks)
             .args(["--policy", policy])
             .args(extra)
             .arg("--out")
-            .arg(dir.path().join("gen"))
+            .arg(empty.path().join("gen"))
             .output()
-            .unwrap()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{policy} {extra:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
     };
-    let spec = format!("engine:{}", model.path().display());
-    let out = gen_test(&spec, &["--device", "emulator", "--dtype", "f32"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(matches!(out.status.code(), Some(0 | 1)), "{err}");
-    let traj =
-        execcritic::agent::Trajectory::read_jsonl(&dir.path().join("gen/trajectory.jsonl")).unwrap();
-    let header = serde_json::to_value(&traj.entries[0]).unwrap();
-    assert_eq!(header["policy"], format!("{spec}@emulator:f32"), "{header}");
-    assert!(traj.messages().iter().any(|m| m.role == execcritic::policy::Role::Assistant));
-
-    let out = gen_test("scripted:/x.jsonl", &["--device", "emulator"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("engine:MODEL_DIR policy"));
-    let out = gen_test(&format!("{spec}@tpu"), &[]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown device"));
+    let spec = format!("engine:{}", empty.path().display());
+    let err = gen_test(&spec, &["--device", "emulator", "--dtype", "f32"]);
+    assert!(err.contains("onto emulat"), "{err}");
+    let err = gen_test(&format!("{spec}@emulator"), &[]);
+    assert!(err.contains("onto emulat"), "{err}");
+    let err = gen_test(&spec, &[]);
+    assert!(!err.contains("onto"), "the CPU engine by default: {err}");
+    let err = gen_test("scripted:/x.jsonl", &["--device", "emulator"]);
+    assert!(err.contains("engine:MODEL_DIR policy"), "{err}");
+    let err = gen_test(&format!("{spec}@tpu"), &[]);
+    assert!(err.contains("unknown device"), "{err}");
 }
 
 /// The output of a finished command.

@@ -97,6 +97,19 @@ impl fmt::Display for Placement {
     }
 }
 
+/// Longest sequence (prompt + completion tokens) of an engine on the CUDA backend opened for a
+/// policy or for rollouts (every slot is allocated at this length until the paged KV cache lands).
+pub const DEVICE_MAX_LEN: usize = 32_768;
+
+/// `config` with the limits of an engine on the CUDA backend, whose caches are allocated up
+/// front: at most 8 sequences in flight and 8 kept conversations.
+pub fn device_config(config: EngineConfig) -> EngineConfig {
+    let mut c = config;
+    c.scheduler.max_running = c.scheduler.max_running.min(8);
+    c.max_conversations = c.max_conversations.min(8);
+    c
+}
+
 /// Cache slots a CUDA engine needs for `config`: every running sequence, plus the two snapshots
 /// (turn boundary and end of generation) each kept conversation may hold.
 pub fn device_slots(config: &EngineConfig) -> usize {

@@ -5,7 +5,8 @@
 //! the agent loop parses the tool call from the answer text.
 
 use super::{BoxFuture, ChatMessage, ChatRequest, Completion, Policy, PolicyError, Usage};
-use crate::engine::{self, Engine, EngineConfig, FinishReason, Placement, SchedulerConfig};
+use crate::engine::placement::{device_config, DEVICE_MAX_LEN};
+use crate::engine::{self, Engine, EngineConfig, FinishReason, Placement};
 use std::path::{Path, PathBuf};
 
 /// The embedded engine serving one model directory (weights, tokenizer, chat template).
@@ -15,21 +16,6 @@ pub struct EnginePolicy {
     engine: Engine,
 }
 
-/// The engine settings of a policy on the CUDA backend, whose caches are allocated up front
-/// (until the paged KV cache lands): 8 sequences in flight, 8 kept conversations, up to
-/// [`DEVICE_MAX_LEN`] tokens per sequence.
-pub fn device_engine_config() -> EngineConfig {
-    EngineConfig {
-        scheduler: SchedulerConfig {
-            max_running: 8,
-            ..SchedulerConfig::default()
-        },
-        max_conversations: 8,
-    }
-}
-
-/// Longest conversation (prompt + completion tokens) of a policy on the CUDA backend.
-pub const DEVICE_MAX_LEN: usize = 32_768;
 
 impl EnginePolicy {
     /// Load the model folder and start the engine thread (CPU engine).
@@ -41,7 +27,7 @@ impl EnginePolicy {
     pub fn open_on(model_dir: &Path, placement: Placement) -> Result<Self, PolicyError> {
         let config = match placement.device {
             engine::DeviceChoice::Cpu => EngineConfig::default(),
-            engine::DeviceChoice::Gpu(_) => device_engine_config(),
+            engine::DeviceChoice::Gpu(_) => device_config(EngineConfig::default()),
         };
         let engine = engine::open_engine(model_dir, placement, config, DEVICE_MAX_LEN)
             .map_err(|e| PolicyError::Engine(format!("loading {}: {e}", model_dir.display())))?;

@@ -9,6 +9,7 @@ use super::gemm::linear;
 use super::gpu::{Act, DeviceBuffer, Gpu};
 use super::ops::{self, DecodeScratch, DeltaBufs, GdnPool, KvIndex, KvPool, MoeGroups};
 use crate::model::checkpoint::Checkpoint;
+use crate::model::source::WeightSource;
 use crate::model::config::{LayerType, ModelConfig};
 use crate::tensor::device::{DeviceError as CudaError, Result};
 use std::path::Path;
@@ -64,7 +65,7 @@ struct LayerW<A: Act> {
 /// Where weights come from: a checkpoint (f32 on the host, converted to bf16) or a seeded
 /// device-side random fill.
 enum Source<'a> {
-    Ckpt(&'a mut Checkpoint),
+    Ckpt(&'a mut dyn WeightSource),
     Random { seed: u64, next: u64 },
 }
 
@@ -190,6 +191,11 @@ impl<A: Act> CudaModel<A> {
         let cfg = ModelConfig::from_dir(dir).map_err(err)?;
         let mut ck = Checkpoint::open(dir).map_err(err)?;
         Self::build(gpu, cfg, Source::Ckpt(&mut ck))
+    }
+
+    /// Upload weights from any source (e.g. the trainer's parameters, lent for the upload).
+    pub fn from_source(gpu: &Gpu, cfg: ModelConfig, src: &mut dyn WeightSource) -> Result<CudaModel<A>> {
+        Self::build(gpu, cfg, Source::Ckpt(src))
     }
 
     /// Random bf16 weights of `cfg`'s exact shapes, generated on the GPU.
