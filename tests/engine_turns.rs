@@ -190,6 +190,10 @@ fn twenty_agent_turns_prefill_only_new_tokens_on_cpu_and_emulated_cuda() {
     }
 }
 
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+}
+
 /// Logits (and routing) of one step of `tokens` on `state`.
 fn step<M: DecoderModel>(m: &M, state: &mut M::State, tokens: &[u32]) -> StepOutput {
     let mut batch = [StepInput { tokens, state }];
@@ -233,22 +237,14 @@ fn snapshot_and_resume_on_the_emulator_equal_the_cpu_engine() {
     let (c, e) = (snapshot_script(&cpu), snapshot_script(&emu));
     assert_eq!(c.len(), e.len());
     for (i, (c, e)) in c.iter().zip(&e).enumerate() {
-        let err = c
-            .logits
-            .iter()
-            .zip(&e.logits)
-            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        let err = max_abs_diff(&c.logits, &e.logits);
         assert!(err <= 1e-4, "step {i}: max |emulator − cpu| = {err}");
         assert_eq!(c.experts, e.experts, "step {i}: routing");
     }
     // the resumed snapshot's last logits equal the fresh prefill's (both devices)
     for out in [&c, &e] {
         let (resumed, fresh) = (&out[6], &out[8]);
-        let err = resumed
-            .logits
-            .iter()
-            .zip(&fresh.logits)
-            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        let err = max_abs_diff(&resumed.logits, &fresh.logits);
         assert!(err <= 1e-4, "resumed snapshot vs fresh prefill: {err}");
     }
 }

@@ -20,12 +20,11 @@ use execcritic::train::{TapeOptions, TrainModel};
 use std::path::Path;
 use std::time::Instant;
 
-#[test]
-fn grpo_through_the_engine_raises_mean_reward_on_a_toy_task() {
+/// The tiny fixture's trainer, the rollout engine's setup and the toy task (seed 7).
+fn toy() -> (Trainer, EngineSetup, MultipleOf8Task) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
     let model = TrainModel::load(&root.join("tiny-qwen35")).unwrap();
-    let v = model.cfg.vocab_size;
-    let mut tr = Trainer::new(
+    let tr = Trainer::new(
         model,
         AdamWConfig {
             lr: 3e-3,
@@ -37,7 +36,7 @@ fn grpo_through_the_engine_raises_mean_reward_on_a_toy_task() {
         template_dir: None,
         config: EngineConfig::default(),
     };
-    let mut task = MultipleOf8Task::new(
+    let task = MultipleOf8Task::new(
         ToyTaskConfig {
             prompts: vec![11, 222, 333, 444],
             completion_tokens: 2,
@@ -45,6 +44,13 @@ fn grpo_through_the_engine_raises_mean_reward_on_a_toy_task() {
         },
         7,
     );
+    (tr, setup, task)
+}
+
+#[test]
+fn grpo_through_the_engine_raises_mean_reward_on_a_toy_task() {
+    let (mut tr, setup, mut task) = toy();
+    let v = tr.model.cfg.vocab_size;
     let sampling = DynamicSamplingConfig {
         groups: 4,
         group_size: 8,
@@ -125,29 +131,8 @@ fn grpo_through_the_engine_raises_mean_reward_on_a_toy_task() {
 fn grpo_rollouts_on_the_emulated_device_equal_the_cpu_engine() {
     use execcritic::engine::Placement;
     use execcritic::train::iteration::rollout_phase_at;
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
     let run = |placement: Placement| {
-        let model = TrainModel::load(&root.join("tiny-qwen35")).unwrap();
-        let mut tr = Trainer::new(
-            model,
-            AdamWConfig {
-                lr: 3e-3,
-                ..Default::default()
-            },
-        );
-        let setup = EngineSetup {
-            tokenizer: Tokenizer::from_dir(&root.join("tokenizer")).unwrap(),
-            template_dir: None,
-            config: EngineConfig::default(),
-        };
-        let mut task = MultipleOf8Task::new(
-            ToyTaskConfig {
-                prompts: vec![11, 222, 333, 444],
-                completion_tokens: 2,
-                bos: 1,
-            },
-            7,
-        );
+        let (mut tr, setup, mut task) = toy();
         let sampling = DynamicSamplingConfig {
             groups: 2,
             group_size: 8,
