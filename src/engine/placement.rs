@@ -110,10 +110,11 @@ pub fn device_config(config: EngineConfig) -> EngineConfig {
     c
 }
 
-/// Cache slots a CUDA engine needs for `config`: every running sequence, plus the two snapshots
-/// (turn boundary and end of generation) each kept conversation may hold.
+/// Cache slots a CUDA engine needs for `config`: two per running sequence (its state and, in a
+/// conversation, its turn-boundary snapshot), plus the two snapshots (turn boundary and end of
+/// generation) each kept conversation may hold.
 pub fn device_slots(config: &EngineConfig) -> usize {
-    config.scheduler.max_running + 2 * config.max_conversations
+    2 * config.scheduler.max_running + 2 * config.max_conversations
 }
 
 /// Start an engine on the model folder `dir` at `placement`. On the CUDA backend every sequence
