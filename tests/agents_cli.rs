@@ -190,6 +190,41 @@ fn bad_policy_spec_is_a_clear_error() {
     );
 }
 
+/// `--device`/`--dtype` of `gen-test` place an engine policy: with a model folder that has no
+/// weights the load fails on the emulated device (the error names it), not on the CPU; device
+/// options without an engine policy, or an unknown device in the spec, are clear errors. (A
+/// whole episode on the emulator is too slow for CI: it reads the ~2k-token agent prompt at
+/// ~25 tokens/s; `tests/engine_turns.rs` runs the engine policy there.)
+#[test]
+fn gen_test_places_the_engine_policy_on_the_chosen_device() {
+    let tasks = execcritic::task::bundled_suite().unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let gen_test = |policy: &str, extra: &[&str]| {
+        let out = bin()
+            .args(["gen-test", "--instance", "tablefmt__tablefmt-1", "--tasks"])
+            .arg(&tasks)
+            .args(["--policy", policy])
+            .args(extra)
+            .arg("--out")
+            .arg(empty.path().join("gen"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{policy} {extra:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let spec = format!("engine:{}", empty.path().display());
+    let err = gen_test(&spec, &["--device", "emulator", "--dtype", "f32"]);
+    assert!(err.contains("onto emulat"), "{err}");
+    let err = gen_test(&format!("{spec}@emulator"), &[]);
+    assert!(err.contains("onto emulat"), "{err}");
+    let err = gen_test(&spec, &[]);
+    assert!(!err.contains("onto"), "the CPU engine by default: {err}");
+    let err = gen_test("scripted:/x.jsonl", &["--device", "emulator"]);
+    assert!(err.contains("engine:MODEL_DIR policy"), "{err}");
+    let err = gen_test(&format!("{spec}@tpu"), &[]);
+    assert!(err.contains("unknown device"), "{err}");
+}
+
 /// The output of a finished command.
 fn run_ok(cmd: &mut Command) -> (String, String) {
     let out = cmd.output().unwrap();

@@ -36,6 +36,7 @@ fn request(text: &str, seed: u64) -> ChatRequest {
             seed: Some(seed),
             ..SamplingParams::default()
         },
+        conversation: None,
     }
 }
 

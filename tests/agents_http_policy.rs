@@ -71,6 +71,7 @@ fn request(text: &str) -> ChatRequest {
             logprobs: true,
             ..SamplingParams::default()
         },
+        conversation: None,
     }
 }
 

@@ -78,7 +78,7 @@ fn generate(dir: &Path, extra: &[&str]) -> String {
         "--prompt",
         "List the files.",
         "--max-tokens",
-        "32",
+        "64",
     ];
     ok(&run(&[&base[..], extra].concat()))
 }

@@ -204,9 +204,10 @@ fn chat_through_the_async_engine() {
     assert_eq!(again.completion.token_ids, out.completion.token_ids);
 }
 
-/// Two agent turns through `Engine::chat` with a conversation id: the second turn reuses the
-/// cached state (at least the first turn's prompt) and generates exactly what a fresh engine
-/// generates for the whole conversation.
+/// Two agent turns through `Engine::chat` with a conversation id: the second turn's prompt is the
+/// first prompt + completion followed by the new messages' tokens, it reuses the cached state of
+/// all of them but the last sampled token, and it generates exactly what a fresh engine
+/// generates for the same prompt ids.
 #[test]
 fn chat_conversation_resumes_from_cache() {
     let dir = model_dir();
@@ -233,18 +234,20 @@ fn chat_conversation_resumes_from_cache() {
     let mut req = ChatRequest::new(messages.clone(), sampling.clone());
     req.conversation = Some("episode".into());
     let second = rt.block_on(engine.chat(req)).unwrap();
-    // The first prompt ends `<think>` `\n`; the re-rendered turn continues `<think>` `\n\n` …
-    // (a different token after `<think>`), so the engine resumes from the snapshot taken right
-    // after `<think>`: all of the first prompt but its last token is reused.
-    assert_eq!(
-        second.completion.cached_tokens,
-        first.completion.prompt_tokens - 1
-    );
+    // The second prompt continues the first turn's own tokens (not a re-rendering of its text).
+    let history = [&first.prompt_ids[..], &first.completion.token_ids[..]].concat();
+    assert!(second.prompt_ids.starts_with(&history));
+    assert_eq!(second.completion.cached_tokens, history.len() - 1);
+    assert_eq!(engine.stats().continued_turns, 1);
     let fresh_engine = Engine::load(dir.path(), EngineConfig::default()).unwrap();
-    let fresh = rt
+    let fresh = fresh_engine
+        .submit(Request::new(second.prompt_ids.clone(), sampling.clone()))
+        .wait()
+        .unwrap();
+    assert_eq!(fresh.cached_tokens, 0);
+    let rendered = rt
         .block_on(fresh_engine.chat(ChatRequest::new(messages, sampling)))
         .unwrap();
-    assert_eq!(fresh.completion.cached_tokens, 0);
-    assert_eq!(second.prompt, fresh.prompt);
-    assert_eq!(second.completion.token_ids, fresh.completion.token_ids);
+    assert_eq!(second.prompt, rendered.prompt);
+    assert_eq!(second.completion.token_ids, fresh.token_ids);
 }

@@ -209,7 +209,7 @@ fn trainer_maps_every_tensor_of_the_scaled_layout() {
 /// weights) except `A_log` and `dt_bias`, kept in f32 (2 more bytes per element).
 #[test]
 fn cuda_model_on_the_emulator_maps_every_tensor_of_the_scaled_layout() {
-    use execcritic::tensor::cuda::forward::CudaModel;
+    use execcritic::model::backend::cuda::CudaModel;
     use execcritic::tensor::cuda::Gpu;
     use execcritic::tensor::emu::EmuDevice;
     use std::sync::Arc;

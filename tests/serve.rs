@@ -473,6 +473,7 @@ async fn our_http_policy_talks_to_our_server() {
         messages: vec![ChatMessage::system("You are terse."), ChatMessage::user("List the files.")],
         tools,
         sampling: SamplingParams { temperature: 0.0, max_tokens: 128, logprobs: true, ..Default::default() },
+        conversation: None,
     };
     let scripted = ScriptedServer::start();
     let policy = HttpPolicy::new(HttpPolicyConfig::for_url(&format!("{}/v1", scripted.base), "tiny")).unwrap();

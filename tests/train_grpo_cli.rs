@@ -21,7 +21,7 @@ fn train_grpo_runs_the_toy_task_and_saves_a_checkpoint() {
         .replace("save_every = 10 ", "save_every = 2 ")
         .replace("groups = 16 ", "groups = 2 ");
     let path = dir.path().join("grpo.toml");
-    std::fs::write(&path, cfg).unwrap();
+    std::fs::write(&path, &cfg).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_execcritic"))
         .args(["train", "grpo", "--config"])
         .arg(&path)
@@ -47,6 +47,27 @@ fn train_grpo_runs_the_toy_task_and_saves_a_checkpoint() {
         assert!(d.join("config.json").exists(), "{ck} saved");
         Model::load(&d).unwrap();
     }
+
+    // `device = "…"`: rollouts on the emulated CUDA device (one iteration), a bad device refused.
+    let train = |cfg: String| {
+        std::fs::write(&path, cfg).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_execcritic"))
+            .args(["train", "grpo", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let on = |device: &str| {
+        let (a, b) = ("device = \"cpu\"", format!("device = {device:?}"));
+        assert!(cfg.contains(a), "the example config names its device");
+        cfg.replace(a, &b).replace("steps = 3", "steps = 1")
+    };
+    let out = train(on("emulator:f32"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+    let out = train(on("tpu"));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown device"));
 
     std::fs::write(
         &path,

@@ -20,12 +20,11 @@ use execcritic::train::{TapeOptions, TrainModel};
 use std::path::Path;
 use std::time::Instant;
 
-#[test]
-fn grpo_through_the_engine_raises_mean_reward_on_a_toy_task() {
+/// The tiny fixture's trainer, the rollout engine's setup and the toy task (seed 7).
+fn toy() -> (Trainer, EngineSetup, MultipleOf8Task) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
     let model = TrainModel::load(&root.join("tiny-qwen35")).unwrap();
-    let v = model.cfg.vocab_size;
-    let mut tr = Trainer::new(
+    let tr = Trainer::new(
         model,
         AdamWConfig {
             lr: 3e-3,
@@ -37,7 +36,7 @@ fn grpo_through_the_engine_raises_mean_reward_on_a_toy_task() {
         template_dir: None,
         config: EngineConfig::default(),
     };
-    let mut task = MultipleOf8Task::new(
+    let task = MultipleOf8Task::new(
         ToyTaskConfig {
             prompts: vec![11, 222, 333, 444],
             completion_tokens: 2,
@@ -45,6 +44,13 @@ fn grpo_through_the_engine_raises_mean_reward_on_a_toy_task() {
         },
         7,
     );
+    (tr, setup, task)
+}
+
+#[test]
+fn grpo_through_the_engine_raises_mean_reward_on_a_toy_task() {
+    let (mut tr, setup, mut task) = toy();
+    let v = tr.model.cfg.vocab_size;
     let sampling = DynamicSamplingConfig {
         groups: 4,
         group_size: 8,
@@ -115,4 +121,52 @@ fn grpo_through_the_engine_raises_mean_reward_on_a_toy_task() {
         "mean reward {} → {last}",
         curve[0]
     );
+}
+
+/// `device = "emulator:f32"`: rollouts on the emulated CUDA device from weights uploaded after
+/// every update, the update on the CPU trainer. Two iterations give the CPU engine's rollouts
+/// (same tokens, log-probabilities within 1e-4, same routing) and the same updates — the second
+/// iteration samples from the updated weights on both.
+#[test]
+fn grpo_rollouts_on_the_emulated_device_equal_the_cpu_engine() {
+    use execcritic::engine::Placement;
+    use execcritic::train::iteration::rollout_phase_at;
+    let run = |placement: Placement| {
+        let (mut tr, setup, mut task) = toy();
+        let sampling = DynamicSamplingConfig {
+            groups: 2,
+            group_size: 8,
+            max_attempts: 50,
+        };
+        let mut out = Vec::new();
+        for _ in 0..2 {
+            let collected = rollout_phase_at(&mut tr, &setup, placement, &mut task, &sampling).unwrap();
+            let samples: Vec<_> = collected
+                .kept
+                .iter()
+                .flat_map(|g| &g.samples)
+                .flat_map(|s| &s.sample)
+                .map(|r| (r.ids.clone(), r.logprobs.clone(), r.routing.clone()))
+                .collect();
+            let report = update_phase(&mut tr, &collected, usize::MAX).unwrap();
+            out.push((samples, report.update.map(|u| u.loss)));
+        }
+        out
+    };
+    let cpu = run(Placement::default());
+    let emu = run("emulator:f32".parse().unwrap());
+    for (it, ((cs, cl), (es, el))) in cpu.iter().zip(&emu).enumerate() {
+        assert_eq!(cs.len(), es.len(), "iteration {it}: kept samples");
+        assert!(!cs.is_empty());
+        for ((ci, clp, cr), (ei, elp, er)) in cs.iter().zip(es) {
+            assert_eq!(ci, ei, "iteration {it}: sampled ids");
+            assert_eq!(cr, er, "iteration {it}: routing");
+            let err = clp.iter().zip(elp).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(err <= 1e-4, "iteration {it}: log-probabilities differ by {err}");
+        }
+        match (cl, el) {
+            (Some(a), Some(b)) => assert!((a - b).abs() <= 1e-4, "iteration {it}: loss {a} vs {b}"),
+            (a, b) => assert_eq!(a.is_some(), b.is_some(), "iteration {it}: an update on one only"),
+        }
+    }
 }

@@ -136,7 +136,7 @@ fn plan_matches_the_cpu_trainer_allocations_on_a_scaled_layout() {
     let dev = std::sync::Arc::new(execcritic::tensor::emu::EmuDevice::new());
     let gpu = execcritic::tensor::cuda::Gpu::from_device(dev.clone());
     let before = dev.live_bytes();
-    let cuda = execcritic::tensor::cuda::forward::CudaModel::<u16>::load(&gpu, dir.path()).unwrap();
+    let cuda = execcritic::model::backend::cuda::CudaModel::<u16>::load(&gpu, dir.path()).unwrap();
     let gates: u64 = specs
         .iter()
         .filter(|t| t.name.ends_with("A_log") || t.name.ends_with("dt_bias"))

@@ -43,6 +43,7 @@ fn turn_requests(trajectories: &[Trajectory]) -> Vec<(ChatRequest, String)> {
                     seed: Some(0),
                     ..SamplingParams::default()
                 },
+                conversation: None,
             };
             out.push((request, command));
         }

@@ -105,6 +105,18 @@ pub struct Agent<'a> {
     /// Prompt + completion of the last turn with a token record (what the next record is stored
     /// relative to).
     token_reference: Vec<u32>,
+    /// This run's conversation id at the policy (unique in the process); the policy may keep
+    /// state for it (the engine's cache) until the agent is dropped.
+    conversation: String,
+}
+
+/// Runs started in this process (makes conversation ids unique).
+static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl Drop for Agent<'_> {
+    fn drop(&mut self) {
+        self.policy.end_conversation(&self.conversation);
+    }
 }
 
 impl<'a> Agent<'a> {
@@ -138,6 +150,10 @@ impl<'a> Agent<'a> {
             stats: AgentStats::default(),
             started: Instant::now(),
             token_reference: Vec::new(),
+            conversation: format!(
+                "{role}/{instance_id}/{}",
+                RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ),
         }
     }
 
@@ -229,6 +245,7 @@ impl<'a> Agent<'a> {
             messages: self.messages.clone(),
             tools: request_tools.clone(),
             sampling: self.sampling.clone(),
+            conversation: Some(self.conversation.clone()),
         };
         let t0 = Instant::now();
         let mut completion = complete_one(self.policy, request).await?;
@@ -361,6 +378,8 @@ impl<'a> Agent<'a> {
             tool_ms: self.stats.tool_time.as_millis() as u64,
             wall_ms: self.started.elapsed().as_millis() as u64,
         });
-        (self.messages, self.trajectory, self.stats)
+        let messages = std::mem::take(&mut self.messages);
+        let trajectory = std::mem::take(&mut self.trajectory);
+        (messages, trajectory, self.stats)
     }
 }

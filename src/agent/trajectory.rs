@@ -148,8 +148,8 @@ impl TurnSample {
     }
 
     /// The routing for replay over [`TurnSample::ids`]: per layer `[T · top_k]`, from the
-    /// engine's record (the whole prompt — this policy does not use the conversation cache, so
-    /// the record starts at 0 — and the completion but its never-forwarded last token; see
+    /// engine's record (the whole prompt — turns served from the conversation cache get a
+    /// record stitched onto the previous turn's, so it starts at 0 — and the completion but its never-forwarded last token; see
     /// [`crate::train::rollout::replay_routing`]). `None` without a record or when the record
     /// does not cover the sequence from its start.
     pub fn replay_routing(&self) -> Option<Vec<Vec<u32>>> {

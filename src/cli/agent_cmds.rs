@@ -38,6 +38,36 @@ pub struct BudgetArgs {
     pub max_tokens: u32,
 }
 
+/// Where an `engine:` policy runs: `--device`/`--dtype` place it like `engine:DIR@DEVICE[:DTYPE]`
+/// (and override a device given in the spec).
+#[derive(Args, Debug, Clone, Default)]
+pub struct PolicyDeviceArgs {
+    /// cpu, cuda, cuda:N or emulator, for an engine:MODEL_DIR policy.
+    #[arg(long)]
+    pub device: Option<crate::engine::DeviceChoice>,
+    /// Storage type on cuda/emulator: bf16 (default there) or f32.
+    #[arg(long)]
+    pub dtype: Option<crate::tensor::cuda::ActType>,
+}
+
+impl PolicyDeviceArgs {
+    /// The policy spec with these options applied.
+    pub fn apply(&self, spec: &str) -> anyhow::Result<String> {
+        if self.device.is_none() && self.dtype.is_none() {
+            return Ok(spec.to_string());
+        }
+        match spec.parse::<PolicySpec>()? {
+            PolicySpec::Engine { dir, placement } => {
+                let device = self.device.unwrap_or(placement.device);
+                let placement = crate::engine::Placement::new(device, self.dtype.or(placement.dtype))
+                    .map_err(|e| anyhow::anyhow!("--device/--dtype: {e}"))?;
+                Ok(format!("engine:{}@{placement}", dir.display()))
+            }
+            _ => bail!("--device/--dtype place an engine:MODEL_DIR policy; {spec:?} is not one"),
+        }
+    }
+}
+
 #[derive(clap::ValueEnum, Debug, Clone, Copy)]
 pub enum SandboxArg {
     Local,
@@ -59,9 +89,11 @@ pub struct GenTestArgs {
     pub tasks: PathBuf,
     #[arg(long)]
     pub instance: String,
-    /// scripted:FILE | http:URL | engine:MODEL_DIR
+    /// scripted:FILE | http:URL | engine:MODEL_DIR[@DEVICE[:DTYPE]]
     #[arg(long)]
     pub policy: String,
+    #[command(flatten)]
+    pub policy_device: PolicyDeviceArgs,
     #[arg(long)]
     pub out: PathBuf,
     /// Model turns of the Test agent.
@@ -82,6 +114,8 @@ pub struct RepairArgs {
     pub instance: String,
     #[arg(long)]
     pub policy: String,
+    #[command(flatten)]
+    pub policy_device: PolicyDeviceArgs,
     /// A Test bundle directory (test.patch, test_command, test_contract.json); it is qualified on
     /// Base first. Without one (or if it does not qualify) p0 is forwarded.
     #[arg(long)]
@@ -121,6 +155,8 @@ pub enum BenchCommand {
         tasks: PathBuf,
         #[arg(long)]
         policy: String,
+        #[command(flatten)]
+        policy_device: PolicyDeviceArgs,
         /// Only these instances (default: all in the file).
         #[arg(long)]
         instance: Vec<String>,
@@ -233,7 +269,8 @@ fn run_episode<T, F: std::future::Future<Output = T>>(
     }
 }
 
-pub fn gen_test(a: GenTestArgs) -> anyhow::Result<ExitCode> {
+pub fn gen_test(mut a: GenTestArgs) -> anyhow::Result<ExitCode> {
+    a.policy = a.policy_device.apply(&a.policy)?;
     let task = load_task(&a.tasks, &a.instance)?;
     let key = episode_key(
         "gen-test",
@@ -325,7 +362,8 @@ fn repair_config(rounds: (usize, usize, usize), budget: &BudgetArgs) -> RepairCo
     c
 }
 
-pub fn repair(a: RepairArgs) -> anyhow::Result<ExitCode> {
+pub fn repair(mut a: RepairArgs) -> anyhow::Result<ExitCode> {
+    a.policy = a.policy_device.apply(&a.policy)?;
     let task = load_task(&a.tasks, &a.instance)?;
     let config = repair_config(
         (a.round0_turns, a.revision_rounds, a.revision_turns),
@@ -578,6 +616,7 @@ pub fn bench(c: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::RevisionLoop {
             tasks,
             policy,
+            policy_device,
             instance,
             repeat,
             round0_turns,
@@ -586,6 +625,7 @@ pub fn bench(c: BenchCommand) -> anyhow::Result<ExitCode> {
             bundle,
             out,
         } => {
+            let policy = policy_device.apply(&policy)?;
             let all = load_tasks(&tasks)?;
             let selected: Vec<TaskInstance> = if instance.is_empty() {
                 all
@@ -620,5 +660,30 @@ pub fn bench(c: BenchCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PolicyDeviceArgs;
+
+    #[test]
+    fn device_options_place_an_engine_policy() {
+        let args = |device: Option<&str>, dtype: Option<&str>| PolicyDeviceArgs {
+            device: device.map(|d| d.parse().unwrap()),
+            dtype: dtype.map(|d| d.parse().unwrap()),
+        };
+        let none = args(None, None);
+        assert_eq!(none.apply("scripted:a.jsonl").unwrap(), "scripted:a.jsonl");
+        assert_eq!(none.apply("engine:/m@cuda:1").unwrap(), "engine:/m@cuda:1");
+        let emu = args(Some("emulator"), Some("f32"));
+        assert_eq!(emu.apply("engine:/m").unwrap(), "engine:/m@emulator:f32");
+        assert_eq!(emu.apply("engine:/m@cuda:1:bf16").unwrap(), "engine:/m@emulator:f32");
+        // --dtype alone keeps the spec's device
+        let f32 = args(None, Some("f32"));
+        assert_eq!(f32.apply("engine:/m@cuda:2").unwrap(), "engine:/m@cuda:2:f32");
+        assert!(args(None, Some("bf16")).apply("engine:/m").is_err());
+        assert!(emu.apply("scripted:a.jsonl").is_err());
+        assert!(emu.apply("http:http://h:1").is_err());
     }
 }

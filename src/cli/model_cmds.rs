@@ -2,34 +2,12 @@
 //! backend (`--device cuda[:N]` on a GPU, `--device emulator` on the emulated device) in bf16 or
 //! f32 storage (`--dtype`); same output format on every device.
 
-use crate::tensor::cuda::{ActType, DeviceKind};
+pub use crate::engine::DeviceChoice;
+use crate::engine::Placement;
+use crate::tensor::cuda::ActType;
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
-/// Where the model runs: `cpu`, `cuda`, `cuda:N` or `emulator`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeviceChoice {
-    Cpu,
-    Gpu(DeviceKind),
-}
-
-impl std::str::FromStr for DeviceChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "cpu" => Ok(DeviceChoice::Cpu),
-            "cuda" => Ok(DeviceChoice::Gpu(DeviceKind::Cuda(0))),
-            "emulator" | "emu" => Ok(DeviceChoice::Gpu(DeviceKind::Emulator)),
-            _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
-                Some(Ok(n)) => Ok(DeviceChoice::Gpu(DeviceKind::Cuda(n))),
-                _ => Err(format!(
-                    "unknown device {s:?} (cpu, cuda, cuda:N or emulator)"
-                )),
-            },
-        }
-    }
-}
 
 /// The device options shared by `logits` and `generate`.
 #[derive(Args, Debug, Clone)]
@@ -52,17 +30,24 @@ enum Target {
 impl DeviceArgs {
     fn open(&self) -> anyhow::Result<Target> {
         use anyhow::Context;
-        match (self.device, self.dtype) {
-            (DeviceChoice::Cpu, None | Some(ActType::F32)) => Ok(Target::Cpu),
-            (DeviceChoice::Cpu, Some(ActType::Bf16)) => anyhow::bail!(
-                "--dtype bf16 needs --device cuda or emulator (the CPU engine computes in f32)"
-            ),
-            (DeviceChoice::Gpu(kind), dtype) => {
+        let placement = self.placement()?;
+        match placement.device {
+            DeviceChoice::Cpu => Ok(Target::Cpu),
+            DeviceChoice::Gpu(kind) => {
                 let gpu = crate::tensor::cuda::Gpu::open(kind)
                     .with_context(|| format!("opening device {kind:?}"))?;
-                Ok(Target::Gpu(gpu, dtype.unwrap_or(ActType::Bf16)))
+                Ok(Target::Gpu(gpu, placement.act_type()))
             }
         }
+    }
+
+    /// The placement these options name (`--dtype bf16` on the CPU is an error).
+    pub fn placement(&self) -> anyhow::Result<Placement> {
+        Placement::new(self.device, self.dtype).map_err(|_| {
+            anyhow::anyhow!(
+                "--dtype bf16 needs --device cuda or emulator (the CPU engine computes in f32)"
+            )
+        })
     }
 }
 
@@ -185,17 +170,28 @@ fn cuda_logits<A: crate::tensor::cuda::Act>(
 /// Load the model folder into the engine, generate one completion, print it (stdout) and the
 /// token counts and speeds (stderr).
 pub fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
-    use crate::engine::{Engine, EngineConfig, Request, SamplingParams};
+    use crate::engine::{open_engine, EngineConfig, Request, SamplingParams, SchedulerConfig};
     use crate::model::chat::{ChatOptions, Message};
     use anyhow::Context;
 
     let t0 = std::time::Instant::now();
-    let engine = match a.device.open()? {
-        Target::Cpu => Engine::load(&a.model, EngineConfig::default())
-            .with_context(|| format!("loading {}", a.model.display()))?,
-        Target::Gpu(gpu, ActType::Bf16) => cuda_engine(load_cuda::<u16>(&gpu, &a.model)?, gpu, &a)?,
-        Target::Gpu(gpu, ActType::F32) => cuda_engine(load_cuda::<f32>(&gpu, &a.model)?, gpu, &a)?,
+    let placement = a.device.placement()?;
+    // On the CUDA backend: two cache slots long enough for the prompt budget plus
+    // --max-tokens, prefill in chunks of 256 tokens, no conversations kept.
+    let config = match placement.device {
+        DeviceChoice::Cpu => EngineConfig::default(),
+        DeviceChoice::Gpu(_) => EngineConfig {
+            scheduler: SchedulerConfig {
+                max_running: 2,
+                max_batch_tokens: 258,
+                prefill_chunk: 256,
+            },
+            max_conversations: 0,
+        },
     };
+    const PROMPT_BUDGET: usize = 8192;
+    let engine = open_engine(&a.model, placement, config, PROMPT_BUDGET + a.max_tokens)
+        .with_context(|| format!("loading {}", a.model.display()))?;
     let load_secs = t0.elapsed().as_secs_f64();
     let prompt = match engine.template() {
         Some(_) if !a.raw => {
@@ -229,65 +225,26 @@ pub fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
     );
     Ok(ExitCode::SUCCESS)
 }
-
-/// An engine over the CUDA backend for one `generate` request: a few cache slots long enough for
-/// the prompt budget plus `--max-tokens`.
-fn cuda_engine<A: crate::tensor::cuda::Act>(
-    model: crate::model::backend::cuda::CudaModel<A>,
-    gpu: crate::tensor::cuda::Gpu,
-    a: &GenerateArgs,
-) -> anyhow::Result<crate::engine::service::Engine> {
-    const PROMPT_BUDGET: usize = 8192;
-    cuda_engine_with(model, gpu, &a.model, 2, PROMPT_BUDGET + a.max_tokens, crate::engine::EngineConfig::default())
-}
-
-/// An engine over the CUDA backend with `max_running` cache slots of `max_len` tokens, prefill
-/// in chunks of 256 tokens.
-fn cuda_engine_with<A: crate::tensor::cuda::Act>(
-    model: crate::tensor::cuda::forward::CudaModel<A>,
-    gpu: crate::tensor::cuda::Gpu,
-    dir: &Path,
-    max_running: usize,
-    max_len: usize,
-    base: crate::engine::EngineConfig,
-) -> anyhow::Result<crate::engine::service::Engine> {
-    use crate::engine::cuda_backend::CudaDecoder;
-    use crate::engine::{EngineConfig, SchedulerConfig};
-    use anyhow::Context;
-    let scheduler = SchedulerConfig {
-        max_running,
-        max_batch_tokens: 256 + max_running,
-        prefill_chunk: 256,
-    };
-    let decoder = CudaDecoder::new(gpu, model, scheduler.max_running, max_len, scheduler.max_batch_tokens)?;
-    let config = EngineConfig { scheduler, ..base };
-    crate::engine::service::Engine::load_with(dir, decoder, config)
-        .with_context(|| format!("loading {}", dir.display()))
-}
-
 /// An engine for a server: `max_running` sequences at once of up to `max_len` tokens, keeping
 /// `max_conversations` conversation states, on the chosen device.
-pub fn open_engine(
+pub fn open_serving_engine(
     dir: &Path,
     device: &DeviceArgs,
     max_running: usize,
     max_len: usize,
     max_conversations: usize,
-) -> anyhow::Result<crate::engine::service::Engine> {
-    use crate::engine::{Engine, EngineConfig, SchedulerConfig};
+) -> anyhow::Result<crate::engine::Engine> {
+    use crate::engine::{EngineConfig, SchedulerConfig};
     use anyhow::Context;
-    let base = EngineConfig { max_conversations, ..EngineConfig::default() };
-    match device.open()? {
-        Target::Cpu => {
-            let scheduler = SchedulerConfig {
-                max_running,
-                max_batch_tokens: base.scheduler.max_batch_tokens.max(max_running + 1),
-                ..base.scheduler
-            };
-            Engine::load(dir, EngineConfig { scheduler, ..base })
-                .with_context(|| format!("loading {}", dir.display()))
-        }
-        Target::Gpu(gpu, ActType::Bf16) => cuda_engine_with(load_cuda::<u16>(&gpu, dir)?, gpu, dir, max_running, max_len, base),
-        Target::Gpu(gpu, ActType::F32) => cuda_engine_with(load_cuda::<f32>(&gpu, dir)?, gpu, dir, max_running, max_len, base),
-    }
+    let base = EngineConfig {
+        max_conversations,
+        ..EngineConfig::default()
+    };
+    let scheduler = SchedulerConfig {
+        max_running,
+        max_batch_tokens: base.scheduler.max_batch_tokens.max(max_running + 1),
+        ..base.scheduler
+    };
+    crate::engine::open_engine(dir, device.placement()?, EngineConfig { scheduler, ..base }, max_len)
+        .with_context(|| format!("loading {}", dir.display()))
 }

@@ -1,7 +1,7 @@
 //! `execcritic serve`: the OpenAI-compatible server (`crate::serve`) over the embedded engine,
 //! bound to loopback unless told otherwise; stops on Ctrl-C / SIGTERM.
 
-use super::model_cmds::{open_engine, DeviceArgs};
+use super::model_cmds::{open_serving_engine, DeviceArgs};
 use crate::serve::limits::TokenLimits;
 use crate::serve::{AppState, ServeConfig};
 use anyhow::Context;
@@ -77,7 +77,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
             .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
             .unwrap_or_else(|| "default".into()),
     };
-    let engine = open_engine(&a.model, &a.device, a.max_concurrency, max_model_len, a.max_conversations)?;
+    let engine = open_serving_engine(&a.model, &a.device, a.max_concurrency, max_model_len, a.max_conversations)?;
     let config = ServeConfig {
         served_model_name: name.clone(),
         api_key: a.api_key.clone().or_else(|| std::env::var("EXECCRITIC_API_KEY").ok()).filter(|k| !k.is_empty()),

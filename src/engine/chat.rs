@@ -5,6 +5,7 @@ use super::error::EngineError;
 use super::sampler::SamplingParams;
 use super::sequence::{Completion, Request};
 use super::service::Engine;
+use super::turns::{self, TurnRecords};
 use crate::model::chat::{ChatOptions, Message};
 use crate::model::toolcall::{parse_assistant, AssistantTurn, ParseOptions, ToolCallError};
 use serde_json::Value;
@@ -42,9 +43,11 @@ impl ChatRequest {
 /// A generated assistant turn.
 #[derive(Debug, Clone)]
 pub struct ChatCompletion {
-    /// The rendered prompt text.
+    /// The rendered prompt text (the whole conversation through the chat template).
     pub prompt: String,
-    /// The prompt's token ids, exactly as the engine read them.
+    /// The prompt's token ids, exactly as the engine read them: the tokenised `prompt`, or, for a
+    /// conversation's later turn, its previous prompt + completion ids followed by the new
+    /// messages' tokens (see [`super::turns`]).
     pub prompt_ids: Vec<u32>,
     pub completion: Completion,
     /// The completion split into reasoning / content / tool calls, or why a tool call is malformed.
@@ -52,6 +55,15 @@ pub struct ChatCompletion {
 }
 
 impl Engine {
+    /// Run `f` on the turn records (a poisoned lock is recovered: the records are plain data).
+    fn inner_turns<T>(&self, f: impl FnOnce(&mut TurnRecords) -> T) -> T {
+        let mut guard = self
+            .turn_records()
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut guard)
+    }
+
     /// Render a conversation with the chat template and tokenize it.
     pub fn render_chat(
         &self,
@@ -73,11 +85,42 @@ impl Engine {
             add_generation_prompt: true,
             ..request.options
         };
-        let (prompt, ids) = self.render_chat(&request.messages, &request.tools, options)?;
+        let (prompt, mut ids) = self.render_chat(&request.messages, &request.tools, options)?;
+        let previous = match &request.conversation {
+            Some(id) => self.inner_turns(|t| t.get(id)),
+            None => None,
+        };
+        if let (Some(prev), Some(template)) = (&previous, self.template()) {
+            let next = turns::continue_turn(
+                template,
+                self.tokenizer(),
+                prev,
+                &request.messages,
+                &request.tools,
+                options,
+                &prompt,
+            )?;
+            self.counters().turn(next.is_some());
+            if let Some(next) = next {
+                ids = next;
+            }
+        }
         let mut r = Request::new(ids.clone(), request.sampling);
-        r.conversation = request.conversation;
+        r.conversation = request.conversation.clone();
         r.routing = request.routing;
-        let completion = self.submit(r).await?;
+        let mut completion = self.submit(r).await?;
+        if let Some(rec) = completion.routing.as_mut() {
+            let earlier = previous.as_ref().and_then(|p| p.routing.as_ref());
+            turns::stitch_routing(earlier, rec);
+        }
+        if let Some(id) = request.conversation {
+            let record = turns::TurnRecord {
+                messages: request.messages.clone(),
+                tokens: [&ids[..], &completion.token_ids[..]].concat(),
+                routing: completion.routing.clone(),
+            };
+            self.inner_turns(|t| t.store(id, record));
+        }
         let opts = ParseOptions {
             prompt_opened_think: prompt.ends_with("<think>\n"),
         };

@@ -8,6 +8,7 @@ use super::conversation::{ConversationCache, Snapshot};
 use super::error::EngineError;
 use super::scheduler::{plan, Pending, SchedulerConfig};
 use super::sequence::{Completion, Request, Sequence};
+use super::stats::{Counters, EngineStats};
 use crate::model::tokenizer::Tokenizer;
 use rayon::prelude::*;
 use std::collections::VecDeque;
@@ -41,6 +42,7 @@ pub struct EngineCore<M: DecoderModel> {
     running: Vec<Running<M::State>>,
     conversations: ConversationCache<M::State>,
     next_id: u64,
+    counters: Arc<Counters>,
 }
 
 /// A running sequence plus its turn-boundary snapshot (conversations only).
@@ -69,6 +71,7 @@ impl<M: DecoderModel> EngineCore<M> {
             waiting: VecDeque::new(),
             running: Vec::new(),
             next_id: 0,
+            counters: Arc::default(),
         })
     }
 
@@ -126,6 +129,16 @@ impl<M: DecoderModel> EngineCore<M> {
     /// Drop a conversation's cached states.
     pub fn forget_conversation(&mut self, id: &str) {
         self.conversations.forget(id);
+    }
+
+    /// Token and turn counters since the engine started.
+    pub fn stats(&self) -> EngineStats {
+        self.counters.snapshot()
+    }
+
+    /// The live counters (shared with the async front-end's handles).
+    pub(crate) fn counters(&self) -> Arc<Counters> {
+        self.counters.clone()
     }
 
     /// Number of conversations with cached states.
@@ -208,6 +221,11 @@ impl<M: DecoderModel> EngineCore<M> {
         let mut logits: Vec<Option<Vec<f32>>> = vec![None; self.running.len()];
         for (&(i, n), out) in batch.iter().zip(outputs) {
             let r = &mut self.running[i];
+            if r.seq.in_prefill() {
+                self.counters.prefilled(n);
+            } else {
+                self.counters.decoded(n);
+            }
             r.seq.fed += n;
             r.seq.record_routing(out.experts);
             if r.seq.snapshot_at == Some(r.seq.fed) {
@@ -304,6 +322,7 @@ impl<M: DecoderModel> EngineCore<M> {
             } = self.running.remove(i);
             let (id, conversation) = (seq.id, seq.request.conversation.clone());
             let (completion, state, consumed) = seq.into_completion();
+            self.counters.finished(completion.cached_tokens);
             if let Some(conv) = conversation {
                 let mut snapshots: Vec<Snapshot<M::State>> =
                     boundary_snapshot.into_iter().collect();

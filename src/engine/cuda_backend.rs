@@ -1,9 +1,12 @@
 //! The CUDA backend (real GPU or emulator) as a [`DecoderModel`], so the engine's scheduler,
 //! sampler and stop handling drive it exactly as they drive the CPU model: the same seeded
 //! sampling, the same text. Each sequence state leases one cache slot of a [`CudaState`] (taken
-//! on its first step, zeroed, returned when the last clone of the state is dropped). Slot
-//! contents cannot be copied yet, so a cloned state that is fed after its original moved on is
-//! refused with an error instead of computing on the wrong cache.
+//! on its first step, zeroed, returned when the last clone of the state is dropped). Cloning a
+//! state (a turn-boundary snapshot, a conversation kept for the next turn) shares the slot;
+//! the slot is copied on write: a state about to be fed while another clone still holds its
+//! slot first moves to a fresh slot holding a device-to-device copy of it
+//! ([`CudaState::copy_slot`]: KV rows up to its length, GDN conv and recurrent states), so
+//! snapshot and resume give the CPU engine's results.
 
 use super::backend::{DecoderModel, StepInput, StepOutput};
 use super::error::EngineError;
@@ -112,13 +115,19 @@ impl<A: Act> DecoderModel for CudaDecoder<A> {
                 }
                 s.state.lease = Some(self.lease(&mut st)?);
             }
-            let slot = s.state.lease.as_ref().map_or(0, |l| l.slot);
+            let mut slot = s.state.lease.as_ref().map_or(0, |l| l.slot);
             if st.lens[slot] != s.state.len {
                 return Err(EngineError::Model(format!(
-                    "cache slot {slot} holds {} tokens but the sequence state {}: state \
-                     snapshots are not supported on the CUDA backend yet",
+                    "cache slot {slot} holds {} tokens but the sequence state {}",
                     st.lens[slot], s.state.len
                 )));
+            }
+            // Copy on write: another clone (a snapshot) still needs this slot as it is.
+            if s.state.lease.as_ref().is_some_and(|l| Arc::strong_count(l) > 1) {
+                let fresh = self.lease(&mut st)?;
+                st.copy_slot(&self.gpu, slot, fresh.slot).map_err(err)?;
+                slot = fresh.slot;
+                s.state.lease = Some(fresh);
             }
             slots.push(slot);
         }

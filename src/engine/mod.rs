@@ -11,6 +11,9 @@
 //! * [`conversation`]: per-conversation state snapshots, so a new turn reads only its suffix.
 //! * [`core`]: the synchronous step loop; [`service`]: the async front-end on its own thread;
 //!   [`chat`]: render → generate → parse for chat messages.
+//! * [`stats`]: token counters (prefilled, decoded, served from the cache); [`turns`]: the
+//!   next agent turn's prompt as the conversation's own tokens plus the new messages.
+//! * [`placement`]: `cpu` / `cuda[:N]` / `emulator` with a storage type, and [`open_engine`].
 //! * [`cuda_backend`]: the CUDA backend (GPU or emulator) as a [`DecoderModel`].
 
 pub mod backend;
@@ -19,16 +22,21 @@ pub mod conversation;
 pub mod core;
 pub mod cuda_backend;
 pub mod error;
+pub mod placement;
 pub mod sampler;
 pub mod scheduler;
 pub mod sequence;
 pub mod service;
+pub mod stats;
+pub mod turns;
 
 pub use backend::{DecoderModel, StepInput, StepOutput};
 pub use chat::{ChatCompletion, ChatRequest};
 pub use core::{EngineConfig, EngineCore};
 pub use error::EngineError;
+pub use placement::{open_engine, DeviceChoice, Placement};
 pub use sampler::{Sampled, Sampler, SamplingParams};
 pub use scheduler::SchedulerConfig;
 pub use sequence::{Completion, FinishReason, Request, RoutingRecord, Timing, TokenEvent, TokenSink};
 pub use service::{Engine, LoadStats, PendingCompletion};
+pub use stats::EngineStats;

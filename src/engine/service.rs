@@ -11,6 +11,8 @@ use super::backend::DecoderModel;
 use super::core::{EngineConfig, EngineCore, Finished};
 use super::error::EngineError;
 use super::sequence::{Completion, Request};
+use super::stats::{Counters, EngineStats};
+use super::turns::TurnRecords;
 use crate::model::chat::{ChatError, ChatTemplate};
 use crate::model::tokenizer::Tokenizer;
 use crate::model::Model;
@@ -20,7 +22,7 @@ use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use tokio::sync::{mpsc, oneshot};
 
@@ -44,6 +46,9 @@ struct Inner {
     template: Option<Arc<ChatTemplate>>,
     vocab_size: usize,
     load: Arc<Load>,
+    counters: Arc<Counters>,
+    /// What each conversation's last chat turn read and sampled (see [`super::turns`]).
+    turns: Mutex<TurnRecords>,
 }
 
 /// Counters the engine thread updates after every command batch and step.
@@ -108,6 +113,7 @@ impl Engine {
         let vocab_size = model.vocab_size();
         let model = Arc::new(model);
         let core = EngineCore::new(model.clone(), tokenizer.clone(), config)?;
+        let counters = core.counters();
         let (tx, rx) = mpsc::unbounded_channel();
         let load = Arc::new(Load::default());
         let thread_load = load.clone();
@@ -126,6 +132,8 @@ impl Engine {
                 template: template.map(Arc::new),
                 vocab_size,
                 load,
+                counters,
+                turns: Mutex::new(TurnRecords::new(config.max_conversations)),
             }),
         })
     }
@@ -219,8 +227,24 @@ impl Engine {
         })
     }
 
+    /// Token and turn counters since the engine started (prefilled, decoded and cached tokens).
+    pub fn stats(&self) -> EngineStats {
+        self.inner.counters.snapshot()
+    }
+
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.inner.counters
+    }
+
+    pub(crate) fn turn_records(&self) -> &Mutex<TurnRecords> {
+        &self.inner.turns
+    }
+
     /// Drop a conversation's cached model states.
     pub fn forget_conversation(&self, id: &str) {
+        if let Ok(mut t) = self.inner.turns.lock() {
+            t.forget(id);
+        }
         let _ = self.inner.tx.send(Command::Forget(id.to_string()));
     }
 }

@@ -126,6 +126,10 @@ pub struct ChatRequest {
     pub messages: Vec<ChatMessage>,
     pub tools: Vec<serde_json::Value>,
     pub sampling: SamplingParams,
+    /// The conversation this chat continues (an agent run): a backend that keeps per-conversation
+    /// state (the engine's cache) reads only what was added since the conversation's last turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<String>,
 }
 
 /// Token usage of one completion.

@@ -1,25 +1,39 @@
-//! `engine:MODEL_DIR` — the embedded Qwen3.5-MoE engine as a policy. Chats are rendered with the
+//! `engine:MODEL_DIR[@DEVICE]` — the embedded Qwen3.5-MoE engine as a policy. Chats are rendered with the
 //! checkpoint's own chat template (tools included), generated with continuous batching (all
 //! requests of a batch are submitted together), and returned with token ids and policy
 //! log-probabilities. Reasoning is split off here (the template may open `<think>` in the prompt);
 //! the agent loop parses the tool call from the answer text.
 
 use super::{BoxFuture, ChatMessage, ChatRequest, Completion, Policy, PolicyError, Usage};
-use crate::engine::{self, Engine, EngineConfig, FinishReason};
+use crate::engine::placement::{device_config, DEVICE_MAX_LEN};
+use crate::engine::{self, Engine, EngineConfig, FinishReason, Placement};
 use std::path::{Path, PathBuf};
 
 /// The embedded engine serving one model directory (weights, tokenizer, chat template).
 pub struct EnginePolicy {
     model_dir: PathBuf,
+    placement: Placement,
     engine: Engine,
 }
 
+
 impl EnginePolicy {
-    /// Load the model folder and start the engine thread.
+    /// Load the model folder and start the engine thread (CPU engine).
     pub fn open(model_dir: &Path) -> Result<Self, PolicyError> {
-        let engine = Engine::load(model_dir, EngineConfig::default())
+        Self::open_on(model_dir, Placement::default())
+    }
+
+    /// Load the model folder onto `placement`'s device and start the engine thread.
+    pub fn open_on(model_dir: &Path, placement: Placement) -> Result<Self, PolicyError> {
+        let config = match placement.device {
+            engine::DeviceChoice::Cpu => EngineConfig::default(),
+            engine::DeviceChoice::Gpu(_) => device_config(EngineConfig::default()),
+        };
+        let engine = engine::open_engine(model_dir, placement, config, DEVICE_MAX_LEN)
             .map_err(|e| PolicyError::Engine(format!("loading {}: {e}", model_dir.display())))?;
-        Self::from_engine(engine, model_dir)
+        let mut policy = Self::from_engine(engine, model_dir)?;
+        policy.placement = placement;
+        Ok(policy)
     }
 
     /// A policy over an engine that is already running (e.g. on weights lent by the trainer);
@@ -33,6 +47,7 @@ impl EnginePolicy {
         }
         Ok(EnginePolicy {
             model_dir: model_dir.to_path_buf(),
+            placement: Placement::default(),
             engine,
         })
     }
@@ -59,6 +74,7 @@ fn to_engine_request(req: &ChatRequest) -> engine::ChatRequest {
     );
     r.tools = req.tools.clone();
     r.routing = s.routing;
+    r.conversation = req.conversation.clone();
     r
 }
 
@@ -125,7 +141,14 @@ impl Policy for EnginePolicy {
     }
 
     fn describe(&self) -> String {
-        format!("engine:{}", self.model_dir.display())
+        match self.placement.device {
+            engine::DeviceChoice::Cpu => format!("engine:{}", self.model_dir.display()),
+            _ => format!("engine:{}@{}", self.model_dir.display(), self.placement),
+        }
+    }
+
+    fn end_conversation(&self, id: &str) {
+        self.engine.forget_conversation(id);
     }
 }
 

@@ -61,6 +61,9 @@ pub trait Policy: Send + Sync {
 
     /// A short human-readable description (recorded in trajectories).
     fn describe(&self) -> String;
+
+    /// The conversation `id` has ended: drop whatever state the backend kept for it.
+    fn end_conversation(&self, _id: &str) {}
 }
 
 /// Convenience: complete a single request.

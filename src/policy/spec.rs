@@ -1,7 +1,11 @@
 //! `PolicySpec`: the command-line form of a policy — `scripted:FILE`, `http:URL[#MODEL]` or
-//! `engine:MODEL_DIR` — and `open_policy`, which builds it.
+//! `engine:MODEL_DIR[@DEVICE[:DTYPE]]` (the embedded engine on `cpu`, the default, `cuda`,
+//! `cuda:N` or `emulator`, optionally in `bf16` or `f32`; see [`crate::engine::placement`]; a
+//! folder whose name contains `@` is written with an explicit `@cpu`) — and `open_policy`,
+//! which builds it.
 
 use super::{EnginePolicy, HttpPolicy, HttpPolicyConfig, Policy, PolicyError, ScriptedPolicy};
+use crate::engine::Placement;
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -14,7 +18,7 @@ pub enum PolicySpec {
         url: String,
         model: String,
     },
-    Engine(PathBuf),
+    Engine { dir: PathBuf, placement: Placement },
 }
 
 impl FromStr for PolicySpec {
@@ -27,13 +31,27 @@ impl FromStr for PolicySpec {
         };
         let (kind, rest) = spec
             .split_once(':')
-            .ok_or_else(|| bad("expected scripted:FILE, http:URL[#MODEL] or engine:MODEL_DIR"))?;
+            .ok_or_else(|| {
+                bad("expected scripted:FILE, http:URL[#MODEL] or engine:MODEL_DIR[@DEVICE]")
+            })?;
         if rest.trim().is_empty() {
             return Err(bad("nothing after the colon"));
         }
         match kind {
             "scripted" => Ok(PolicySpec::Scripted(PathBuf::from(rest))),
-            "engine" => Ok(PolicySpec::Engine(PathBuf::from(rest))),
+            "engine" => {
+                let (dir, placement) = match rest.rsplit_once('@') {
+                    Some((dir, device)) => (dir, device.parse().map_err(|e: String| bad(&e))?),
+                    None => (rest, Placement::default()),
+                };
+                if dir.trim().is_empty() {
+                    return Err(bad("no model folder before the @"));
+                }
+                Ok(PolicySpec::Engine {
+                    dir: PathBuf::from(dir),
+                    placement,
+                })
+            }
             "http" => {
                 let (url, model) = match rest.rsplit_once('#') {
                     Some((u, m)) if !m.is_empty() => (u, m),
@@ -65,7 +83,9 @@ pub fn open_policy(spec: &PolicySpec) -> Result<Box<dyn Policy>, PolicyError> {
                 .filter(|k| !k.is_empty());
             Ok(Box::new(HttpPolicy::new(config)?))
         }
-        PolicySpec::Engine(dir) => Ok(Box::new(EnginePolicy::open(dir)?)),
+        PolicySpec::Engine { dir, placement } => {
+            Ok(Box::new(EnginePolicy::open_on(dir, *placement)?))
+        }
     }
 }
 
@@ -88,15 +108,39 @@ mod tests {
                 model: "Qwen/Qwen3.5".into()
             }
         );
+        let engine = |dir: &str, placement: &str| PolicySpec::Engine {
+            dir: dir.into(),
+            placement: placement.parse().unwrap(),
+        };
         assert_eq!(
             "engine:/models/q".parse::<PolicySpec>().unwrap(),
-            PolicySpec::Engine("/models/q".into())
+            engine("/models/q", "cpu")
         );
+        for (spec, dir, placement) in [
+            ("engine:/models/q35@cuda", "/models/q35", "cuda:0"),
+            ("engine:/models/q35@cuda:1", "/models/q35", "cuda:1"),
+            ("engine:rel/q@emulator:f32", "rel/q", "emulator:f32"),
+            ("engine:/a@b/q@cuda:0:bf16", "/a@b/q", "cuda:0:bf16"),
+            ("engine:/x@y@cpu", "/x@y", "cpu"),
+        ] {
+            assert_eq!(spec.parse::<PolicySpec>().unwrap(), engine(dir, placement), "{spec}");
+        }
     }
 
     #[test]
     fn rejects_bad_specs() {
-        for s in ["", "scripted:", "foo:bar", "http:localhost:8000", "nocolon"] {
+        for s in [
+            "",
+            "scripted:",
+            "foo:bar",
+            "http:localhost:8000",
+            "nocolon",
+            "engine:/m@gpu",
+            "engine:/m@cpu:bf16",
+            "engine:/m@",
+            "engine:@cuda",
+            "engine:/m@cuda:x",
+        ] {
             assert!(s.parse::<PolicySpec>().is_err(), "{s}");
         }
     }

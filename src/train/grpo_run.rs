@@ -1,20 +1,20 @@
 //! `train grpo` runs: a TOML config mirroring the paper's App. A (groups × group size with DAPO
 //! dynamic sampling, clip 0.2/0.28, KL 0, AdamW β 0.9/0.98, lr, weight decay, constant
 //! schedule, save interval, tokens per micro-batch), the built-in verifiable task, the loop of
-//! [`grpo_iteration`]s (one JSON line of metrics each), and HF checkpoints with optimizer
+//! [`grpo_iteration_at`]s (one JSON line of metrics each), and HF checkpoints with optimizer
 //! state (`<out>/step-<n>` every `save_every` updates and `<out>/final`).
 
 use super::checkpoint::{save, SHARD_BYTES};
 use super::dynamic::DynamicSamplingConfig;
 use super::error::{Result, TrainError};
 use super::grpo::GrpoConfig;
-use super::iteration::{grpo_iteration, EngineSetup, IterationReport};
+use super::iteration::{grpo_iteration_at, EngineSetup, IterationReport};
 use super::network::{TapeOptions, TrainModel};
 use super::optim::{AdamW, AdamWConfig, Schedule};
 use super::rollout::GroupSampler;
 use super::toy::{MultipleOf8Task, ToyTaskConfig};
 use super::trainer::Trainer;
-use crate::engine::EngineConfig;
+use crate::engine::{EngineConfig, Placement};
 use crate::model::tokenizer::Tokenizer;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -67,6 +67,11 @@ pub struct GrpoRunConfig {
     /// Settings of a task defined above this layer (`[agent]`), passed through unread.
     #[serde(default)]
     pub agent: Option<toml::Table>,
+    /// Where rollouts are sampled: `cpu` (default: the trainer's weights are lent to the CPU
+    /// engine), `cuda`, `cuda:N` or `emulator`, optionally `:bf16`/`:f32` (the weights are
+    /// uploaded once per iteration); the update runs on the trainer (CPU) either way.
+    #[serde(default)]
+    pub device: Option<String>,
 }
 
 impl GrpoRunConfig {
@@ -127,10 +132,17 @@ pub fn run_grpo(
         template_dir: sampler.needs_chat_template().then(|| tokenizer_dir.to_path_buf()),
         config: EngineConfig::default(),
     };
+    let placement: Placement = match &c.device {
+        Some(d) => d
+            .parse()
+            .map_err(|e| TrainError::BadInput(format!("device = {d:?}: {e}")))?,
+        None => Placement::default(),
+    };
     for i in 0..c.steps {
-        let rep = grpo_iteration(
+        let rep = grpo_iteration_at(
             &mut tr,
             &setup,
+            placement,
             sampler,
             &c.sampling,
             c.max_tokens_per_micro_batch,

@@ -7,7 +7,7 @@ use super::dynamic::{collect_groups, Collected, DynamicSamplingConfig};
 use super::error::{Result, TrainError};
 use super::rollout::{grpo_batch, GroupSampler, Rollout};
 use super::trainer::{StepReport, Trainer};
-use crate::engine::EngineConfig;
+use crate::engine::{DeviceChoice, EngineConfig, Placement};
 use crate::model::chat::ChatTemplate;
 use crate::model::tokenizer::Tokenizer;
 use serde::Serialize;
@@ -45,11 +45,32 @@ pub fn rollout_phase(
     sampler: &mut dyn GroupSampler,
     sampling: &DynamicSamplingConfig,
 ) -> Result<Collected<Vec<Rollout>>> {
+    rollout_phase_at(trainer, setup, Placement::default(), sampler, sampling)
+}
+
+/// [`rollout_phase`] with the rollout engine at `placement`: on the CPU the weights are lent
+/// (no copy); on a CUDA device they are uploaded once ([`Trainer::device_engine`]), so the
+/// device model has the weights of the latest update.
+pub fn rollout_phase_at(
+    trainer: &mut Trainer,
+    setup: &EngineSetup,
+    placement: Placement,
+    sampler: &mut dyn GroupSampler,
+    sampling: &DynamicSamplingConfig,
+) -> Result<Collected<Vec<Rollout>>> {
     let template = match (&setup.template_dir, sampler.needs_chat_template()) {
         (Some(dir), _) => Some(ChatTemplate::from_dir(dir).map_err(|e| TrainError::BadInput(format!("chat template: {e}")))?),
         (None, true) => return Err(TrainError::BadInput("this task renders chats: the engine needs the model's chat template".into())),
         (None, false) => None,
     };
+    if let DeviceChoice::Gpu(_) = placement.device {
+        let engine = trainer.device_engine(placement, setup.tokenizer.clone(), template, setup.config)?;
+        let collected = collect_groups(sampling, |i| {
+            sampler.sample_group(&engine, i, sampling.group_size)
+        });
+        drop(engine);
+        return collected.map_err(|e| TrainError::Sampling(Box::new(e)));
+    }
     let lent = trainer.lend(setup.tokenizer.clone(), template, setup.config)?;
     let collected = collect_groups(sampling, |i| {
         sampler.sample_group(lent.engine(), i, sampling.group_size)
@@ -85,6 +106,18 @@ pub fn grpo_iteration(
     sampling: &DynamicSamplingConfig,
     max_tokens_per_micro_batch: usize,
 ) -> Result<IterationReport> {
-    let collected = rollout_phase(trainer, setup, sampler, sampling)?;
+    grpo_iteration_at(trainer, setup, Placement::default(), sampler, sampling, max_tokens_per_micro_batch)
+}
+
+/// [`grpo_iteration`] with the rollouts at `placement` (the update stays with the trainer).
+pub fn grpo_iteration_at(
+    trainer: &mut Trainer,
+    setup: &EngineSetup,
+    placement: Placement,
+    sampler: &mut dyn GroupSampler,
+    sampling: &DynamicSamplingConfig,
+    max_tokens_per_micro_batch: usize,
+) -> Result<IterationReport> {
+    let collected = rollout_phase_at(trainer, setup, placement, sampler, sampling)?;
     update_phase(trainer, &collected, max_tokens_per_micro_batch)
 }

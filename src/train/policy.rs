@@ -10,7 +10,11 @@
 use super::error::{Result, TrainError};
 use super::lease::ParamLease;
 use super::trainer::Trainer;
-use crate::engine::{Engine, EngineConfig};
+use crate::engine::cuda_backend::CudaDecoder;
+use crate::engine::placement::{device_config, device_slots, DEVICE_MAX_LEN};
+use crate::engine::{DeviceChoice, Engine, EngineConfig, Placement};
+use crate::model::backend::cuda::CudaModel;
+use crate::tensor::cuda::{Act, ActType, Gpu};
 use crate::model::chat::ChatTemplate;
 use crate::model::tokenizer::Tokenizer;
 use crate::model::Model;
@@ -51,6 +55,61 @@ impl Trainer {
             }
         }
     }
+}
+
+impl Trainer {
+    /// Start an engine on a CUDA device (GPU or emulator) with a copy of this trainer's weights:
+    /// one upload, after which the weights are back in the trainer, which may update them while
+    /// the engine keeps sampling from the uploaded copy (rollouts on the device, the update where
+    /// the trainer runs). The engine's limits are capped by [`device_config`].
+    pub fn device_engine(
+        &mut self,
+        placement: Placement,
+        tokenizer: Tokenizer,
+        template: Option<ChatTemplate>,
+        config: EngineConfig,
+    ) -> Result<Engine> {
+        let DeviceChoice::Gpu(kind) = placement.device else {
+            return Err(TrainError::BadInput(format!("{placement} is not a CUDA device")));
+        };
+        if self.model.store.is_empty() {
+            return Err(TrainError::WeightsAway);
+        }
+        let gpu = Gpu::open(kind)
+            .map_err(|e| TrainError::BadInput(format!("opening device {placement}: {e}")))?;
+        let config = device_config(config);
+        let mut lease = ParamLease::new(std::mem::take(&mut self.model.store));
+        let cfg = self.model.cfg.clone();
+        let decoder = match placement.act_type() {
+            ActType::Bf16 => upload::<u16>(gpu, cfg, &mut lease, &config).map(Decoder::Bf16),
+            ActType::F32 => upload::<f32>(gpu, cfg, &mut lease, &config).map(Decoder::F32),
+        };
+        // Every uploaded tensor is dropped by now: the weights come back either way.
+        self.model.store = lease.reclaim()?;
+        match decoder? {
+            Decoder::Bf16(d) => Ok(Engine::start(d, tokenizer, template, config)?),
+            Decoder::F32(d) => Ok(Engine::start(d, tokenizer, template, config)?),
+        }
+    }
+}
+
+/// A device model in either storage type.
+enum Decoder {
+    Bf16(CudaDecoder<u16>),
+    F32(CudaDecoder<f32>),
+}
+
+/// Upload the lent weights and allocate the engine's caches.
+fn upload<A: Act>(
+    gpu: Gpu,
+    cfg: crate::model::config::ModelConfig,
+    lease: &mut ParamLease,
+    config: &EngineConfig,
+) -> Result<CudaDecoder<A>> {
+    let model = CudaModel::<A>::from_source(&gpu, cfg, lease)
+        .map_err(|e| TrainError::BadInput(format!("uploading the weights to {}: {e}", gpu.name())))?;
+    let slots = device_slots(config);
+    Ok(CudaDecoder::new(gpu, model, slots, DEVICE_MAX_LEN, config.scheduler.max_batch_tokens)?)
 }
 
 impl<'t> LentPolicy<'t> {

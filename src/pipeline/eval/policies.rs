@@ -155,7 +155,7 @@ mod tests {
         let p = src.for_unit("a", 0).unwrap();
         assert_eq!(p.describe(), src.for_unit("a", 0).unwrap().describe());
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let req = ChatRequest { messages: Vec::new(), tools: Vec::new(), sampling: crate::policy::SamplingParams::default() };
+        let req = ChatRequest { messages: Vec::new(), tools: Vec::new(), sampling: crate::policy::SamplingParams::default(), conversation: None };
         let first = rt.block_on(crate::policy::complete_one(p.as_ref(), req.clone())).unwrap();
         assert_eq!(first.text, "one");
         let skipped = src.for_unit("a", 1).unwrap();

@@ -303,6 +303,28 @@ impl Gpu {
         Ok(b)
     }
 
+    /// Copy `n` elements of `x` from element `src` to element `dst` (ranges must not overlap).
+    pub fn copy_within<T: Elem>(
+        &self,
+        x: &mut DeviceBuffer<T>,
+        src: usize,
+        dst: usize,
+        n: usize,
+    ) -> Result<()> {
+        let overlap = src < dst + n && dst < src + n;
+        if src + n > x.len || dst + n > x.len || (overlap && n > 0) {
+            return Err(DeviceError::Shape {
+                op: "copy_within",
+                msg: format!("{n} elements from {src} to {dst} in a buffer of {}", x.len),
+            });
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let sz = std::mem::size_of::<T>();
+        self.dev.copy_dtod(x.ptr_at(dst), x.ptr_at(src), n * sz)
+    }
+
     /// Zero elements `range` of `x` on the device.
     pub fn zero_range<T: Elem>(
         &self,

@@ -186,4 +186,33 @@ impl<A: Act> CudaState<A> {
         }
         Ok(())
     }
+
+    /// Make slot `to` a copy of slot `from` (turn-boundary snapshots and resume): the KV rows of
+    /// its consumed tokens and its GDN conv/recurrent states, as device-to-device copies.
+    pub fn copy_slot(&mut self, gpu: &Gpu, from: usize, to: usize) -> Result<()> {
+        let slots = self.lens.len();
+        if from >= slots || to >= slots || from == to {
+            return Err(CudaError::Shape {
+                op: "copy_slot",
+                msg: format!("slot {from} to slot {to} of {slots}"),
+            });
+        }
+        let len = self.lens[from];
+        for p in self.kv.iter_mut().flatten() {
+            let row = p.max_len * p.hd;
+            for h in 0..p.hkv {
+                let (s, d) = ((from * p.hkv + h) * row, (to * p.hkv + h) * row);
+                gpu.copy_within(&mut p.k, s, d, len * p.hd)?;
+                gpu.copy_within(&mut p.v, s, d, len * p.hd)?;
+            }
+        }
+        for p in self.gdn.iter_mut().flatten() {
+            let conv_per = p.conv.len() / p.slots;
+            let rec_per = p.rec.len() / p.slots;
+            gpu.copy_within(&mut p.conv, from * conv_per, to * conv_per, conv_per)?;
+            gpu.copy_within(&mut p.rec, from * rec_per, to * rec_per, rec_per)?;
+        }
+        self.lens[to] = len;
+        Ok(())
+    }
 }

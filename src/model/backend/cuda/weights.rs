@@ -73,7 +73,7 @@ fn load_err(e: ModelError) -> CudaError {
 /// Where weights come from: a checkpoint (f32 on the host, converted to bf16) or a seeded
 /// device-side random fill.
 enum Source<'a> {
-    Ckpt(&'a mut Checkpoint),
+    Ckpt(&'a mut dyn WeightSource),
     Random { seed: u64, next: u64 },
 }
 
@@ -245,6 +245,15 @@ impl<A: Act> CudaModel<A> {
         let cfg = ModelConfig::from_dir(dir).map_err(load_err)?;
         let mut ck = Checkpoint::open(dir).map_err(load_err)?;
         Self::build(gpu, cfg, Source::Ckpt(&mut ck))
+    }
+
+    /// Upload weights from any source (e.g. the trainer's parameters, lent for the upload).
+    pub fn from_source(
+        gpu: &Gpu,
+        cfg: ModelConfig,
+        src: &mut dyn WeightSource,
+    ) -> Result<CudaModel<A>> {
+        Self::build(gpu, cfg, Source::Ckpt(src))
     }
 
     /// Random bf16 weights of `cfg`'s exact shapes, generated on the GPU.

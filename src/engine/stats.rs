@@ -1,0 +1,67 @@
+//! Engine counters: how many tokens the model read as prompt (prefill), how many it decoded, how
+//! many prompt tokens the conversation cache spared, and how chat turns were rendered
+//! (continued on the conversation's own tokens, or re-rendered in full). The engine thread adds to
+//! them; any [`crate::engine::Engine`] handle reads a consistent-enough snapshot at any time.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A snapshot of the counters (totals since the engine started).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Prompt tokens forwarded through the model (everything not served from the cache).
+    pub prefilled_tokens: u64,
+    /// Sampled tokens forwarded through the model (one per decode step and sequence).
+    pub decoded_tokens: u64,
+    /// Prompt tokens served from the conversation cache instead of being prefilled.
+    pub cached_tokens: u64,
+    /// Requests finished.
+    pub requests: u64,
+    /// Chat turns whose prompt continued the conversation's previous prompt + completion tokens.
+    pub continued_turns: u64,
+    /// Chat turns of a known conversation rendered in full (the template re-rendered history
+    /// differently, so only the longest cached prefix could be reused).
+    pub rerendered_turns: u64,
+}
+
+/// The shared, atomically updated counters behind [`EngineStats`].
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    prefilled: AtomicU64,
+    decoded: AtomicU64,
+    cached: AtomicU64,
+    requests: AtomicU64,
+    continued: AtomicU64,
+    rerendered: AtomicU64,
+}
+
+impl Counters {
+    pub fn prefilled(&self, n: usize) {
+        self.prefilled.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    pub fn decoded(&self, n: usize) {
+        self.decoded.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    pub fn finished(&self, cached: usize) {
+        self.cached.fetch_add(cached as u64, Ordering::Relaxed);
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn turn(&self, continued: bool) {
+        let c = if continued {
+            &self.continued
+        } else {
+            &self.rerendered
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn snapshot(&self) -> EngineStats {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        EngineStats {
+            prefilled_tokens: get(&self.prefilled),
+            decoded_tokens: get(&self.decoded),
+            cached_tokens: get(&self.cached),
+            requests: get(&self.requests),
+            continued_turns: get(&self.continued),
+            rerendered_turns: get(&self.rerendered),
+        }
+    }
+}
