@@ -4,9 +4,15 @@
 //!   audit of a Test bundle; selected-test and official outcome of a Repair terminal patch).
 //! - [`grpo`]: `train grpo` on agent tasks — groups of Test or Repair episodes sampled through
 //!   the engine the trainer lent its weights to, scored, turned into training sequences.
+//! - [`teacher`], [`demo`], [`demo_report`], [`curve`]: `demo train` — scripted teacher
+//!   trajectories → SFT → GRPO on a small model, its metrics, report and reward curve.
 //!
 //! The single-task commands (`gen-test`, `repair`, `demo`, `bench`) drive episodes directly from
 //! `cli`.
 
 pub mod grpo;
 pub mod score;
+pub mod curve;
+pub mod demo;
+pub mod demo_report;
+pub mod teacher;
