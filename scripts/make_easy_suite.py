@@ -6,9 +6,9 @@ One tiny real Python project (`calc`) with two bug families a small model can le
 * `ops`: a helper in calc/ops.py subtracts instead of adding (`return a - b` for `a + b`);
 * `limits`: a check in calc/limits.py excludes its limit (`value < limit` for `value <= limit`).
 
-Each task introduces its one-line bug (bug.patch), fixes it (gold.patch, the exact reverse) and adds
-a real pytest test (test.patch) that fails on the bug and passes with the fix; the problem statement
-names the function and the family's symptom. The suite builder (`task::suite::build_suite`) replays
+The initial tree holds every bug (so no fixed file version exists before a task's Base); each task
+fixes one of them (gold.patch, one line) and adds a real pytest test (test.patch) that fails on the
+bug and passes with the fix; the problem statement names the function and the family's symptom. The suite builder (`task::suite::build_suite`) replays
 this history into a git repository exactly as for the bundled suite.
 
     python3 scripts/make_easy_suite.py [OUT_DIR]
@@ -32,18 +32,18 @@ ORDER = [("ops", 0), ("limits", 0), ("ops", 1), ("limits", 1), ("ops", 2), ("lim
          ("ops", 3), ("limits", 3), ("ops", 4), ("limits", 4)]
 
 
-def ops_source(buggy=None):
+def ops_source(fixed):
     out = ['"""Small arithmetic helpers."""\n']
     for name, a, b in OPS:
-        op = "-" if name == buggy else "+"
+        op = "+" if name in fixed else "-"
         out.append(f'\n\ndef {name}({a}, {b}):\n    """The sum of {a} and {b}."""\n    return {a} {op} {b}\n')
     return "".join(out)
 
 
-def limits_source(buggy=None):
+def limits_source(fixed):
     out = ['"""Inclusive limit checks."""\n']
     for name, v, lim in LIMITS:
-        op = "<" if name == buggy else "<="
+        op = "<=" if name in fixed else "<"
         out.append(f'\n\ndef {name}({v}, {lim}):\n    """True when {v} is at most {lim} (the limit is allowed)."""\n'
                    f'    return {v} {op} {lim}\n')
     return "".join(out)
@@ -110,8 +110,8 @@ def main():
     tree = os.path.join(proj, "tree")
     files = {
         "calc/__init__.py": '"""calc: tiny helpers (the easy demo suite)."""\n',
-        "calc/ops.py": ops_source(),
-        "calc/limits.py": limits_source(),
+        "calc/ops.py": ops_source(set()),
+        "calc/limits.py": limits_source(set()),
         "tests/test_ops.py": ops_test(set()),
         "tests/test_limits.py": limits_test(set()),
         "pyproject.toml": '[project]\nname = "calc"\nversion = "1.0.0"\nrequires-python = ">=3.8"\n',
@@ -139,21 +139,17 @@ def main():
             name = (OPS if family == "ops" else LIMITS)[idx][0]
             src_rel = f"calc/{family}.py"
             make = ops_source if family == "ops" else limits_source
-            write(work, src_rel, make(buggy=name))
-            bug = diff(work)
-            write(work, src_rel, make())
-            gold = diff(work)
             tested[family].add(name)
+            write(work, src_rel, make(tested[family]))
+            gold = diff(work)
             write(work, f"tests/test_{family}.py", (ops_test if family == "ops" else limits_test)(tested[family]))
             test = diff(work)
             tdir = os.path.join(proj, "tasks", tid)
-            write(tdir, "bug.patch", bug)
             write(tdir, "gold.patch", gold)
             write(tdir, "test.patch", test)
             write(tdir, "task.toml",
                   f'created_at = "2024-07-{10 + ids.index(tid):02d}T10:00:00Z"\n'
                   f'fix_message = "Fix {family}.{name} ({tid})"\n'
-                  f'bug_message = "Refactor {family}.{name}"\n'
                   f'problem_statement = """\n{problem(family, idx)}"""\n'
                   f'FAIL_TO_PASS = ["tests/test_{family}.py::test_{name}"]\n'
                   f'PASS_TO_PASS = ["tests/test_{family}.py::test_imports"]\n')

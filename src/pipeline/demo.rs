@@ -216,6 +216,9 @@ fn teacher_phase(
     let kept = Trajectory {
         entries: all.into_iter().filter(|(r, _)| r.reward.is_some()).flat_map(|(_, t)| t.entries).collect(),
     };
+    if kept.entries.is_empty() {
+        return Err(DemoError::Invalid("every teacher episode met an operational error (see teacher.jsonl)".into()));
+    }
     let path = out.join("trajectories.jsonl");
     kept.write_jsonl(&path).map_err(|e| DemoError::Invalid(e.to_string()))?;
     Ok(records)
