@@ -99,7 +99,7 @@ impl DemoConfig {
             held_back: 2,
             seed: 1,
             device: "cpu".into(),
-            sft_steps: 160,
+            sft_steps: 120,
             sft_batch_size: 4,
             sft_lr: 3e-3,
             grpo_iterations: 16,
@@ -108,7 +108,7 @@ impl DemoConfig {
             max_attempts: 8,
             grpo_lr: 1e-3,
             save_every: 8,
-            max_tokens: 96,
+            max_tokens: 224,
             round0_turns: 4,
             temperature: 1.0,
             eval_samples: 6,
@@ -119,7 +119,7 @@ impl DemoConfig {
     /// The CI-sized run (a few minutes on two cores).
     pub fn ci(models: &Path) -> Self {
         DemoConfig {
-            sft_steps: 100,
+            sft_steps: 60,
             grpo_iterations: 8,
             group_size: 4,
             eval_samples: 4,
