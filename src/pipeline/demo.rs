@@ -292,8 +292,8 @@ pub fn run_demo(c: &DemoConfig, out: &Path, progress: &mut dyn FnMut(String)) ->
         if let Err(e) = rec.log(&m) {
             sft_err.get_or_insert(e);
         }
-        if r.step % 20 == 0 || r.step + 1 == c.sft_steps {
-            progress(format!("[sft] step {:4}/{}  loss {:.4}", r.step + 1, c.sft_steps, r.loss));
+        if r.step % 20 == 0 || r.step == c.sft_steps {
+            progress(format!("[sft] step {:4}/{}  loss {:.4}", r.step, c.sft_steps, r.loss));
         }
         sft_curve.push(r.loss);
     })?;
