@@ -14,7 +14,8 @@ use std::path::Path;
 /// per-iteration mean reward over 8–16 episodes varies with a standard deviation of ≈ 0.12
 /// between neighbouring iterations (iterations 3–6: 0.40, 0.14, 0.39, 0.27), so the mean of two
 /// iterations has ≈ 0.085 and the difference of two such means ≈ 0.12; the margin is ≈ 1.7 of
-/// those. Measured: first quarter 0.096, last quarter ≥ 0.4.
+/// those. Measured: first quarter 0.096 in both runs; last quarter 0.394 (recorded CLI run) and
+/// 0.312 (this test, 2028 s on the loaded shared machine): the margin is met, but narrowly.
 const MARGIN: f64 = 0.2;
 
 #[test]
