@@ -145,6 +145,9 @@ pub struct RepairArgs {
 pub struct DemoArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// `demo train`: teacher trajectories → SFT → GRPO on a small model.
+    #[command(subcommand)]
+    pub command: Option<super::demo_cmds::DemoCommand>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -522,6 +525,9 @@ const DEMO_REPAIR_SCRIPT: &str = include_str!("../../tests/fixtures/scripted/dem
 pub const DEMO_INSTANCE: &str = "tablefmt__tablefmt-1";
 
 pub fn demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
+    if let Some(c) = a.command {
+        return super::demo_cmds::run(c);
+    }
     let out = match &a.out {
         Some(d) => d.clone(),
         None => std::env::temp_dir().join(format!("execcritic-demo-{}", std::process::id())),

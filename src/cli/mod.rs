@@ -13,6 +13,7 @@ pub mod agent_cmds;
 pub mod train_cmds;
 pub mod serve_cmds;
 pub mod eval_cmds;
+pub mod demo_cmds;
 
 #[derive(Parser, Debug)]
 #[command(name = "execcritic", version, about = "ExecCritic: Test and Repair agents, fail-closed harness, in-process training")]
@@ -37,7 +38,7 @@ pub enum Command {
     GenTest(agent_cmds::GenTestArgs),
     /// Run Round 0 and the Repair controller on one instance.
     Repair(agent_cmds::RepairArgs),
-    /// End-to-end demo on the bundled task suite.
+    /// End-to-end demo on the bundled task suite; `demo train`: a small training run that learns.
     Demo(agent_cmds::DemoArgs),
     /// Benchmarks of the system (e.g. the revision loop).
     #[command(subcommand)]

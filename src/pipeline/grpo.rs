@@ -157,6 +157,10 @@ pub struct RolloutLog {
     pub sampled_tokens: usize,
     /// Why the rollout was aborted, if it was.
     pub aborted: Option<String>,
+    /// Wall time of the episode and its scoring, and the part spent waiting for the policy
+    /// (the rest is sandbox, shell and harness time).
+    pub wall_ms: u64,
+    pub model_ms: u64,
 }
 
 /// Samples groups of agent rollouts through the lent engine.
@@ -168,6 +172,10 @@ pub struct AgentSampler {
     model_dir: PathBuf,
     seed: u64,
     rollouts_drawn: u64,
+    /// Groups drawn so far: the next group's task (tasks rotate across iterations).
+    groups_drawn: usize,
+    /// Every rollout logged since the last [`AgentSampler::take_drawn`].
+    drawn: Vec<RolloutLog>,
     log: Option<std::fs::File>,
     runtime: tokio::runtime::Runtime,
 }
@@ -214,11 +222,32 @@ impl AgentSampler {
             .enable_all()
             .build()
             .map_err(|e| TrainError::BadInput(format!("cannot start the async runtime: {e}")))?;
-        Ok(AgentSampler { role, cfg, tasks, model_dir: model_dir.to_path_buf(), seed, rollouts_drawn: 0, log, runtime })
+        Ok(AgentSampler {
+            role,
+            cfg,
+            tasks,
+            model_dir: model_dir.to_path_buf(),
+            seed,
+            rollouts_drawn: 0,
+            groups_drawn: 0,
+            drawn: Vec::new(),
+            log,
+            runtime,
+        })
     }
 
-    /// Run one episode of the role and score it: (reward, turns, trajectory).
-    async fn rollout(&self, task: &TaskInstance, bundle: Option<&FrozenBundle>, policy: &EnginePolicy, seed: u64) -> (Reward, usize, Trajectory) {
+    /// Number of tasks groups rotate over.
+    pub fn task_count(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// The rollouts logged since the previous call (rewards, turns, tokens, timings).
+    pub fn take_drawn(&mut self) -> Vec<RolloutLog> {
+        std::mem::take(&mut self.drawn)
+    }
+
+    /// Run one episode of the role and score it: (reward, turns, trajectory, policy time).
+    async fn rollout(&self, task: &TaskInstance, bundle: Option<&FrozenBundle>, policy: &EnginePolicy, seed: u64) -> (Reward, usize, Trajectory, Duration) {
         let c = &self.cfg;
         let sampling = c.sampling(self.role, seed);
         match (self.role, bundle) {
@@ -236,7 +265,7 @@ impl AgentSampler {
                 };
                 let r = run_test_episode(task, policy, &cfg).await;
                 let audit = audit_test_rollout(task, &r, c.sandbox).await;
-                (test_reward(&audit), r.record.stats.turns, r.trajectory)
+                (test_reward(&audit), r.record.stats.turns, r.trajectory, r.record.stats.model_time)
             }
             (Role::Repair, Some(bundle)) => {
                 let cfg = RepairConfig {
@@ -251,19 +280,20 @@ impl AgentSampler {
                 };
                 let r = run_repair(task, Some(bundle), policy, &cfg, RepairInputs::default()).await;
                 let terminal = score_repair_rollout(task, &r, bundle, c.sandbox).await;
-                (repair_reward(&terminal), r.record.stats.turns, r.trajectory)
+                (repair_reward(&terminal), r.record.stats.turns, r.trajectory, r.record.stats.model_time)
             }
-            (Role::Repair, None) => (Reward::Masked, 0, Trajectory::default()),
+            (Role::Repair, None) => (Reward::Masked, 0, Trajectory::default(), Duration::ZERO),
         }
     }
 
-    fn write_log(&mut self, entry: &RolloutLog) {
+    fn write_log(&mut self, entry: RolloutLog) {
         if let Some(f) = self.log.as_mut() {
-            let line = serde_json::to_string(entry).unwrap_or_default();
+            let line = serde_json::to_string(&entry).unwrap_or_default();
             if let Err(e) = writeln!(f, "{line}") {
                 tracing::warn!("cannot write the rollout log: {e}");
             }
         }
+        self.drawn.push(entry);
     }
 }
 
@@ -304,7 +334,8 @@ impl GroupSampler for AgentSampler {
     }
 
     fn sample_group(&mut self, engine: &Engine, attempt: usize, size: usize) -> Result<Vec<Scored<Vec<Rollout>>>> {
-        let (task, bundle) = self.tasks[attempt % self.tasks.len()].clone();
+        let (task, bundle) = self.tasks[self.groups_drawn % self.tasks.len()].clone();
+        self.groups_drawn += 1;
         let policy = EnginePolicy::from_engine(engine.clone(), &self.model_dir)
             .map_err(|e| TrainError::BadInput(e.to_string()))?;
         let first = self.rollouts_drawn;
@@ -312,23 +343,28 @@ impl GroupSampler for AgentSampler {
         let seeds: Vec<u64> = (0..size as u64).map(|j| self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(first + j)).collect();
         let results = {
             let this = &*self;
-            let runs = seeds.iter().map(|&s| this.rollout(&task, bundle.as_ref(), &policy, s));
+            let (task, bundle, policy) = (&task, bundle.as_ref(), &policy);
+            let runs = seeds.iter().map(|&s| async move {
+                let start = std::time::Instant::now();
+                let (reward, turns, trajectory, model_time) = this.rollout(task, bundle, policy, s).await;
+                (reward, turns, trajectory, (start.elapsed(), model_time))
+            });
             this.runtime.block_on(futures_util::future::join_all(runs))
         };
         drop(policy);
         // The Test reward's length penalty compares rollouts within the group.
         let rewards: Vec<Reward> = match self.role {
-            Role::Test => apply_length_penalty(&results.iter().map(|(r, turns, _)| (*r, *turns)).collect::<Vec<_>>()),
-            Role::Repair => results.iter().map(|(r, _, _)| *r).collect(),
+            Role::Test => apply_length_penalty(&results.iter().map(|(r, turns, _, _)| (*r, *turns)).collect::<Vec<_>>()),
+            Role::Repair => results.iter().map(|(r, _, _, _)| *r).collect(),
         };
         let mut group = Vec::with_capacity(size);
-        for (reward, (_, turns, trajectory)) in rewards.into_iter().zip(results) {
+        for (reward, (_, turns, trajectory, (wall, model_time))) in rewards.into_iter().zip(results) {
             let (sequences, aborted) = match (reward, trajectory_sequences(&trajectory)) {
                 (Reward::Masked, _) => (Vec::new(), Some("operational error (masked)".to_string())),
                 (_, Err(e)) => (Vec::new(), Some(format!("token records: {e}"))),
                 (Reward::Value(_), Ok(s)) => (s, None),
             };
-            self.write_log(&RolloutLog {
+            self.write_log(RolloutLog {
                 draw: attempt,
                 instance_id: task.instance_id.clone(),
                 role: self.role,
@@ -336,6 +372,8 @@ impl GroupSampler for AgentSampler {
                 turns,
                 sampled_tokens: sequences.iter().map(Rollout::sampled_tokens).sum(),
                 aborted: aborted.clone(),
+                wall_ms: wall.as_millis() as u64,
+                model_ms: model_time.as_millis() as u64,
             });
             group.push(Scored { sample: sequences, reward: reward.value().unwrap_or(0.0), aborted: aborted.is_some() });
         }

@@ -4,6 +4,8 @@
 //!   audit of a Test bundle; selected-test and official outcome of a Repair terminal patch).
 //! - [`grpo`]: `train grpo` on agent tasks — groups of Test or Repair episodes sampled through
 //!   the engine the trainer lent its weights to, scored, turned into training sequences.
+//! - [`teacher`], [`demo`], [`demo_report`], [`curve`]: `demo train` — scripted teacher
+//!   trajectories → SFT → GRPO on a small model, its metrics, report and reward curve.
 //!
 //! - [`durable`]: append-and-fsync result logs keyed by input hashes, atomic writes, markers.
 //! - [`jobs`]: the bounded batch runner whose items fail alone.
@@ -17,3 +19,7 @@ pub mod eval;
 pub mod grpo;
 pub mod jobs;
 pub mod score;
+pub mod curve;
+pub mod demo;
+pub mod demo_report;
+pub mod teacher;

@@ -15,4 +15,4 @@ pub use load::{find_task, load_tasks, parse_tasks, write_tasks};
 pub use sanitize::SanitizationStatus;
 pub use workspace::{materialize, materialize_with, History, Workspace};
 pub mod suite;
-pub use suite::{bundled_suite, pypi_suite};
+pub use suite::{bundled_suite, easy_suite, pypi_suite};

@@ -19,6 +19,7 @@ pub use cache::cache_dir;
 
 static BUNDLED: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/tests/fixtures/suites/bundled");
 static PYPI: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/tests/fixtures/suites/pypi");
+static EASY: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/tests/fixtures/suites/easy");
 
 /// The bundled default suite: builds (once) and returns the path of its `tasks.jsonl`.
 pub fn bundled_suite() -> Result<PathBuf, TaskError> {
@@ -27,13 +28,25 @@ pub fn bundled_suite() -> Result<PathBuf, TaskError> {
 
 /// [`bundled_suite`] with an explicit cache directory.
 pub fn bundled_suite_in(cache: &Path) -> Result<PathBuf, TaskError> {
-    let mut hash = cache::ContentHash::new("bundled");
-    for (path, bytes) in embedded_files(&BUNDLED) {
+    embedded_suite_in(&BUNDLED, "bundled", cache)
+}
+
+/// The easy suite (`scripts/make_easy_suite.py`: one tiny project, one-line bugs of two
+/// families, real pytest tests) that `execcritic demo train` trains a small model on: builds
+/// (once) and returns the path of its `tasks.jsonl`.
+pub fn easy_suite() -> Result<PathBuf, TaskError> {
+    embedded_suite_in(&EASY, "easy", &cache_dir())
+}
+
+/// Build (once per content hash) a suite embedded in the binary without upstream sources.
+fn embedded_suite_in(dir: &'static Dir<'static>, name: &str, cache: &Path) -> Result<PathBuf, TaskError> {
+    let mut hash = cache::ContentHash::new(name);
+    for (path, bytes) in embedded_files(dir) {
         hash.add(&path, bytes);
     }
-    let key = format!("bundled-{}", hash.hex16());
+    let key = format!("{name}-{}", hash.hex16());
     cache::get_or_build(&cache.join("suites"), &key, |out| {
-        let spec = extract(&BUNDLED)?;
+        let spec = extract(dir)?;
         build_suite(spec.path(), None, out)
     })
 }
