@@ -8,12 +8,9 @@
 //!   Round-0 patch (the Gold fix) is kept and scored: resolved at Round 0 in both conditions.
 //! - `inikit__inikit-1`: the Repair script ends mid Round 0 (the policy fails): an infrastructure
 //!   failure, unresolved in both conditions and reported separately.
-//! - `jpvanhal__inflection-101` (PyPI suite, when its sdist is fetched): today no agent sandbox
-//!   can be prepared for the PyPI suite's tasks ("history sanitisation not verified: the fixed
-//!   version of inflection/__init__.py is in the store" — the harness refuses rather than leak
-//!   Gold), so it is a second, real infrastructure failure: of the Test generation and of every
-//!   Repair run. When that suite becomes usable by the agents, this instance's expectations
-//!   change (its scripts would qualify the issue's own test and resolve at Round 0).
+//! - `jpvanhal__inflection-101` (PyPI suite, when its sdist is fetched): the Test agent submits
+//!   the issue's own test (qualified, Base-to-Gold), Round 0 applies the Gold fix: resolved at
+//!   Round 0 in both conditions, passing its first CHECK.
 //!
 //! The report's numbers are checked against hand-computed ones. The kill test SIGKILLs the same
 //! evaluation at three seeded random points, reruns it, and compares `results.jsonl` (without
@@ -201,14 +198,17 @@ fn check_report(s: &Setup, out: &Path) {
         if s.with_pypi {
             for cond in ["generated", "none"] {
                 let p = row(&rows, P, cond, run);
-                assert_eq!(p["final_resolved"], false);
-                assert!(p["infra_error"].as_str().unwrap().contains("task preparation failed"), "{p}");
+                assert_eq!((p["round0_resolved"].as_bool(), p["final_resolved"].as_bool()), (Some(true), Some(true)), "{p}");
+                assert!(p["infra_error"].is_null(), "{p}");
             }
+            let p = row(&rows, P, "generated", run);
+            assert_eq!((p["test_qualified"].as_bool(), p["terminal_reason"].as_str()), (Some(true), Some("pass")), "{p}");
         }
     }
-    // Hand-computed report. none: B resolved at Round 0 (1 of n); generated adds A by revision.
-    let infra = if s.with_pypi { 2 } else { 1 };
-    let r0 = 1.0;
+    // Hand-computed report. none: B (and P) resolved at Round 0; generated adds A by revision.
+    let infra = 1;
+    let r0 = if s.with_pypi { 2.0 } else { 1.0 };
+    let qualified = if s.with_pypi { 2 } else { 1 };
     let report: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["instances"], n as u64);
     let cond = |name: &str| report["conditions"].as_array().unwrap().iter().find(|c| c["condition"] == name).unwrap().clone();
@@ -227,16 +227,12 @@ fn check_report(s: &Setup, out: &Path) {
     assert!(close(&g["revision_turns"]["at_most_5_pct"], 100.0));
     let t = &report["tests"][0];
     assert_eq!(t["source"], "generated");
-    assert_eq!((t["qualified"].as_u64(), t["base_to_gold"].as_u64()), (Some(1), Some(1)), "{t}");
-    assert!(close(&t["base_to_gold_pct"], 100.0 / n));
-    let mut rejections = vec![serde_json::json!(["no_submission", 2])];
-    if s.with_pypi {
-        rejections.insert(0, serde_json::json!(["infra_error", 1]));
-    }
-    assert_eq!(t["rejections"], Value::Array(rejections));
-    assert_eq!(t["infra_errors"], infra - 1);
+    assert_eq!((t["qualified"].as_u64(), t["base_to_gold"].as_u64()), (Some(qualified), Some(qualified)), "{t}");
+    assert!(close(&t["base_to_gold_pct"], 100.0 * qualified as f64 / n));
+    assert_eq!(t["rejections"], serde_json::json!([["no_submission", 2]]));
+    assert_eq!(t["infra_errors"], 0);
     let listed: Vec<&str> = report["infra"].as_array().unwrap().iter().map(|e| e[0].as_str().unwrap()).collect();
-    assert_eq!(listed, if s.with_pypi { vec![C, P] } else { vec![C] });
+    assert_eq!(listed, vec![C]);
     // tests.jsonl, predictions, report and plots.
     let tests = jsonl(&out.join("tests.jsonl"));
     assert_eq!(tests.iter().find(|t| t["instance_id"] == A).unwrap()["base_to_gold"], true);
