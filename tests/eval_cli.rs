@@ -8,9 +8,9 @@
 //!   Round-0 patch (the Gold fix) is kept and scored: resolved at Round 0 in both conditions.
 //! - `inikit__inikit-1`: the Repair script ends mid Round 0 (the policy fails): an infrastructure
 //!   failure, unresolved in both conditions and reported separately.
-//! - `jpvanhal__inflection-101` (PyPI suite, when its sdist is fetched): the Test agent submits
-//!   the issue's own test (qualified, Base-to-Gold), Round 0 applies the Gold fix: resolved at
-//!   Round 0 in both conditions, passing its first CHECK.
+//! - `jpvanhal__inflection-101` (PyPI suite, when its sdist is fetched; its Base is a root commit
+//!   so the agents' sanitised workspaces hold no fixed file): no Test submission, Round 0 applies
+//!   the Gold fix: resolved at Round 0 in both conditions, the Round-0 patch kept.
 //!
 //! The report's numbers are checked against hand-computed ones. The kill test SIGKILLs the same
 //! evaluation at three seeded random points, reruns it, and compares `results.jsonl` (without
@@ -59,27 +59,6 @@ fn idle_test_script() -> Vec<String> {
     (0..8).map(|_| call("cd /testbed && ls")).collect()
 }
 
-/// A Test agent that submits the issue's own first F2P test as its bundle.
-fn official_test_script(t: &TaskInstance) -> Vec<String> {
-    let node = &t.fail_to_pass[0];
-    let contract = serde_json::json!({
-        "entrypoint": "inflection.humanize",
-        "trigger": "a word containing _id before its end",
-        "expected_output": "only a trailing _id is removed",
-        "issue_evidence": ["the issue: humanize strips _id inside words"],
-        "alternative_hypotheses": ["strip every _id: rejected by the issue"],
-        "non_assertions": ["capitalisation of other words"],
-        "test_nodes": [node],
-    });
-    vec![
-        call(&format!("cd /testbed && git apply <<'ECPATCH'\n{}ECPATCH", t.test_patch)),
-        call(&format!(
-            "cat > /tmp/test_contract.json <<'EOF'\n{contract}\nEOF\necho 'python -m pytest -rA {node}' > /tmp/test_command && cd /testbed && git add -AN && git diff --no-color > /tmp/test.patch"
-        )),
-        call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat /tmp/test.patch"),
-    ]
-}
-
 struct Setup {
     _dir: tempfile::TempDir,
     root: PathBuf,
@@ -116,7 +95,7 @@ fn setup() -> Setup {
     write_script(&tdir, C, &idle_test_script());
     write_script(&rdir, C, &[call("cd /testbed && ls")]);
     if let Some(p) = &pypi {
-        write_script(&tdir, P, &official_test_script(p));
+        write_script(&tdir, P, &idle_test_script());
         write_script(&rdir, P, &round0_applying(&p.patch));
         // Listed after the bundled instances (the report's order is the task file's).
         tasks.push(p.clone());
@@ -202,13 +181,13 @@ fn check_report(s: &Setup, out: &Path) {
                 assert!(p["infra_error"].is_null(), "{p}");
             }
             let p = row(&rows, P, "generated", run);
-            assert_eq!((p["test_qualified"].as_bool(), p["terminal_reason"].as_str()), (Some(true), Some("pass")), "{p}");
+            assert_eq!((p["test_qualified"].as_bool(), p["terminal_reason"].as_str()), (Some(false), Some("no_qualified_bundle")), "{p}");
         }
     }
     // Hand-computed report. none: B (and P) resolved at Round 0; generated adds A by revision.
     let infra = 1;
     let r0 = if s.with_pypi { 2.0 } else { 1.0 };
-    let qualified = if s.with_pypi { 2 } else { 1 };
+    let (qualified, no_submission) = if s.with_pypi { (1, 3) } else { (1, 2) };
     let report: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["instances"], n as u64);
     let cond = |name: &str| report["conditions"].as_array().unwrap().iter().find(|c| c["condition"] == name).unwrap().clone();
@@ -229,7 +208,7 @@ fn check_report(s: &Setup, out: &Path) {
     assert_eq!(t["source"], "generated");
     assert_eq!((t["qualified"].as_u64(), t["base_to_gold"].as_u64()), (Some(qualified), Some(qualified)), "{t}");
     assert!(close(&t["base_to_gold_pct"], 100.0 * qualified as f64 / n));
-    assert_eq!(t["rejections"], serde_json::json!([["no_submission", 2]]));
+    assert_eq!(t["rejections"], serde_json::json!([["no_submission", no_submission]]));
     assert_eq!(t["infra_errors"], 0);
     let listed: Vec<&str> = report["infra"].as_array().unwrap().iter().map(|e| e[0].as_str().unwrap()).collect();
     assert_eq!(listed, vec![C]);

@@ -136,7 +136,10 @@ impl<'a> ProjectBuilder<'a> {
                 }
             }
             self.apply(&work, &task, "test.patch")?;
-            self.commit(&work, &task.spec.fix_message, when)?;
+            let fix = self.commit(&work, &task.spec.fix_message, when)?;
+            // A later task's root commit cuts this fix (and its Base) off the branch; a tag keeps
+            // both in the published repository.
+            git::run(&work, &["tag", &format!("fix/{id}"), &fix])?;
 
             let candidates = task
                 .spec
@@ -235,8 +238,8 @@ impl<'a> ProjectBuilder<'a> {
     }
 
     /// Commit everything as a parentless commit with a fixed date and move the branch to it;
-    /// returns the commit id. The earlier history stays reachable only through tags and is
-    /// removed by sanitisation.
+    /// returns the commit id. The earlier history stays reachable only through tags (removed,
+    /// like every ref but HEAD's branch, by sanitisation).
     fn commit_root(&self, work: &Path, message: &str, when: i64) -> Result<String, TaskError> {
         git::run(work, &["add", "--all"])?;
         let tree = git::run(work, &["write-tree"])?;

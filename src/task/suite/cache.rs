@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use crate::task::error::TaskError;
 
 /// Bumped whenever the builder's output for the same input changes.
-pub const BUILDER_VERSION: &str = "2";
+pub const BUILDER_VERSION: &str = "3";
 
 /// `$EXECCRITIC_CACHE`, else `$HOME/.cache/execcritic`, else a directory under the temp dir.
 pub fn cache_dir() -> PathBuf {
