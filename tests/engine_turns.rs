@@ -16,22 +16,12 @@ use execcritic::model::backend::cuda::CudaModel;
 use execcritic::tensor::cuda::Gpu;
 use std::path::Path;
 
+#[path = "common/tiny_model.rs"]
+mod tiny_model;
+use tiny_model::tiny_model_dir as model_dir;
+
 const TURNS: usize = 20;
 
-fn model_dir() -> tempfile::TempDir {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
-    let dir = tempfile::tempdir().unwrap();
-    for (sub, f) in [
-        ("tiny-qwen35", "config.json"),
-        ("tiny-qwen35", "model.safetensors"),
-        ("tokenizer", "tokenizer.json"),
-        ("tokenizer", "tokenizer_config.json"),
-        ("tokenizer", "chat_template.jinja"),
-    ] {
-        std::os::unix::fs::symlink(root.join(sub).join(f), dir.path().join(f)).unwrap();
-    }
-    dir
-}
 
 fn config() -> EngineConfig {
     EngineConfig {
