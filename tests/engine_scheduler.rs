@@ -77,7 +77,11 @@ impl DecoderModel for CountingModel {
                     })
                     .collect()
             });
-            out.push(StepOutput { logits, experts });
+            out.push(StepOutput {
+                logits,
+                experts,
+                sampled: None,
+            });
         }
         Ok(out)
     }
