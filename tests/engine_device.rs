@@ -36,8 +36,14 @@ fn config(max_running: usize, max_batch_tokens: usize, prefill_chunk: usize) -> 
 }
 
 /// Run `requests` to completion on `core`: the completions in submission order and the stats.
-fn run<M: DecoderModel>(core: &mut EngineCore<M>, requests: &[Request]) -> (Vec<Completion>, EngineStats) {
-    let ids: Vec<u64> = requests.iter().map(|r| core.add(r.clone()).unwrap()).collect();
+fn run<M: DecoderModel>(
+    core: &mut EngineCore<M>,
+    requests: &[Request],
+) -> (Vec<Completion>, EngineStats) {
+    let ids: Vec<u64> = requests
+        .iter()
+        .map(|r| core.add(r.clone()).unwrap())
+        .collect();
     let mut done = core.run_to_completion();
     done.sort_by_key(|(id, _)| ids.iter().position(|i| i == id));
     let out = done.into_iter().map(|(_, c)| c.unwrap()).collect();
@@ -45,7 +51,11 @@ fn run<M: DecoderModel>(core: &mut EngineCore<M>, requests: &[Request]) -> (Vec<
 }
 
 /// The same requests on the CPU engine and on the emulated device.
-fn both(dir: &Path, cfg: EngineConfig, requests: &[Request]) -> [(Vec<Completion>, EngineStats); 2] {
+fn both(
+    dir: &Path,
+    cfg: EngineConfig,
+    requests: &[Request],
+) -> [(Vec<Completion>, EngineStats); 2] {
     let tok = Arc::new(Tokenizer::from_dir(dir).unwrap());
     let mut cpu = EngineCore::new(Arc::new(Model::load(dir).unwrap()), tok.clone(), cfg).unwrap();
     let gpu = Gpu::emulator().unwrap();
@@ -70,7 +80,12 @@ fn same_completions(cpu: &[Completion], dev: &[Completion]) {
         assert_eq!(c.token_ids, d.token_ids, "request {i}: tokens");
         assert_eq!(c.finish, d.finish, "request {i}");
         assert_eq!(c.routing, d.routing, "request {i}: routing");
-        close(&format!("request {i} logprobs"), &c.logprobs, &d.logprobs, 1e-3);
+        close(
+            &format!("request {i} logprobs"),
+            &c.logprobs,
+            &d.logprobs,
+            1e-3,
+        );
         close(
             &format!("request {i} sampling logprobs"),
             &c.sampling_logprobs,
@@ -92,7 +107,9 @@ fn same_completions(cpu: &[Completion], dev: &[Completion]) {
 }
 
 fn prompt(seed: u32, len: usize) -> Vec<u32> {
-    (0..len as u32).map(|i| (i * 37 + seed * 101 + 11) % 990).collect()
+    (0..len as u32)
+        .map(|i| (i * 37 + seed * 101 + 11) % 990)
+        .collect()
 }
 
 fn request(seed: u32, len: usize, sampling: SamplingParams) -> Request {
@@ -102,7 +119,13 @@ fn request(seed: u32, len: usize, sampling: SamplingParams) -> Request {
     }
 }
 
-fn sampled(temperature: f32, top_k: usize, top_p: f32, seed: u64, max_tokens: usize) -> SamplingParams {
+fn sampled(
+    temperature: f32,
+    top_k: usize,
+    top_p: f32,
+    seed: u64,
+    max_tokens: usize,
+) -> SamplingParams {
     SamplingParams {
         temperature,
         top_k,
@@ -117,11 +140,11 @@ fn sampled(temperature: f32, top_k: usize, top_p: f32, seed: u64, max_tokens: us
 fn seeded_sampling_on_the_device_picks_the_cpu_tokens() {
     let dir = tiny_model_dir();
     let requests = [
-        request(1, 9, sampled(1.0, 0, 1.0, 3, 24)),   // whole vocabulary
-        request(2, 9, sampled(1.0, 20, 1.0, 4, 24)),  // top-k
-        request(3, 9, sampled(1.0, 0, 0.5, 5, 6)),    // nucleus (hundreds of candidates here)
-        request(4, 9, sampled(1.0, 40, 0.8, 6, 24)),  // top-p over the top-k
-        request(5, 9, sampled(0.7, 0, 1.0, 7, 24)),   // another temperature
+        request(1, 9, sampled(1.0, 0, 1.0, 3, 24)), // whole vocabulary
+        request(2, 9, sampled(1.0, 20, 1.0, 4, 24)), // top-k
+        request(3, 9, sampled(1.0, 0, 0.5, 5, 6)),  // nucleus (hundreds of candidates here)
+        request(4, 9, sampled(1.0, 40, 0.8, 6, 24)), // top-p over the top-k
+        request(5, 9, sampled(0.7, 0, 1.0, 7, 24)), // another temperature
         request(6, 9, SamplingParams::greedy(24)),
     ];
     let [(cpu, cpu_stats), (dev, dev_stats)] = both(dir.path(), config(8, 128, 64), &requests);
@@ -129,7 +152,10 @@ fn seeded_sampling_on_the_device_picks_the_cpu_tokens() {
     // the draws are not all greedy: the sampled tokens differ from the argmax somewhere
     assert!(dev[0].sampling_logprobs.iter().any(|&l| l < -1.0));
     // a plain decode copies no logits to the host; the CPU model hands over its rows
-    assert_eq!(dev_stats.steps, 24, "one prefill step, then one decode step per token");
+    assert_eq!(
+        dev_stats.steps, 24,
+        "one prefill step, then one decode step per token"
+    );
     assert_eq!(dev_stats.logits_bytes_to_host, 0, "{dev_stats:?}");
     assert!(cpu_stats.logits_bytes_to_host > 0);
     assert_eq!(
