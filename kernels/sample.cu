@@ -44,8 +44,8 @@ __device__ __forceinline__ int block_argmax(float v, int i, float* rv, int* ri) 
 
 // logits [B, V] f32; temp[b], top_k[b] (0 = off), top_p[b] (1 = off), u[b]. grid = B,
 // block = SAMPLE_THREADS. With truncation at most SAMPLE_MAX_KEEP tokens are kept (checked on
-// the host for top_k; a nucleus without top-k that needs more is cut there: the one difference
-// from the CPU sampler).
+// the host for top_k); a row whose nucleus without top-k needs more gets token -1 (and zero
+// log-probabilities): the host samples it from its logits with the same u.
 extern "C" __global__ void KERNEL(sample_tokens)(const float* __restrict__ logits, int V, const float* __restrict__ temp,
                                          const int* __restrict__ top_k, const float* __restrict__ top_p,
                                          const double* __restrict__ u, int* __restrict__ token,
@@ -136,6 +136,12 @@ extern "C" __global__ void KERNEL(sample_tokens)(const float* __restrict__ logit
                 cum += exp((double)pv / t - m_t) / total;
                 if (cum >= (double)P) break;
             }
+        }
+        if (n == V && P < 1.0f && V > SAMPLE_MAX_KEEP && kept == SAMPLE_MAX_KEEP && cum < (double)P) {
+            // the nucleus needs more candidates than the block keeps: the host samples this row
+            // (uniform across the block: every thread computed the same kept and cum)
+            if (tid == 0) { token[b] = -1; logprob[b] = 0.0f; sampling_logprob[b] = 0.0f; }
+            return;
         }
         cum = 0.0;
         __syncthreads();

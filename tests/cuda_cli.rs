@@ -1,6 +1,7 @@
 //! `execcritic logits` and `execcritic generate` on the CUDA backend's devices, end to end: the
 //! emulated device in f32 mode prints the CPU engine's logits to 1e-4 and the same greedy (and
-//! seeded sampled) completions; bad devices, dtypes and shapes are clear errors before any run.
+//! seeded sampled, drawn on the device) completions; bad devices, dtypes and shapes are clear
+//! errors before any run.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -105,6 +106,12 @@ fn generate_on_the_emulator_in_f32_prints_the_cpu_tokens() {
     assert_eq!(
         generate(dir.path(), &[&sampled[..], &emu].concat()),
         generate(dir.path(), &sampled)
+    );
+    // temperature 1 over the whole vocabulary, drawn on the device
+    let plain = ["--temperature", "1", "--seed", "9"];
+    assert_eq!(
+        generate(dir.path(), &[&plain[..], &emu].concat()),
+        generate(dir.path(), &plain)
     );
 }
 

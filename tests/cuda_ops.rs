@@ -5,7 +5,6 @@
 //! output rounding (documented in docs/cuda.md: 1e-2 relative on bf16 outputs, 1e-4 on fp32
 //! states). The f32 build is checked end to end against the CPU engine by tests/cuda_model.rs.
 
-use execcritic::engine::sampler::{argmax, log_sum_exp};
 use execcritic::engine::{Sampler, SamplingParams};
 use execcritic::model::gdn::{chunked_delta_rule, recurrent_delta_rule, DeltaInput};
 use execcritic::model::rope::Rope;
@@ -422,22 +421,8 @@ fn cpu_draw(row: &[f32], r: &SampleRow) -> (u32, f32, f32) {
         seed: Some(0),
         ..Default::default()
     };
-    let policy = |t: usize| (row[t] as f64 - log_sum_exp(row)) as f32;
-    if r.temperature == 0.0 {
-        let t = argmax(row);
-        return (t as u32, policy(t), 0.0);
-    }
-    let support = Sampler::new(params).support(row);
-    let mut acc = 0.0;
-    let mut chosen = *support.last().unwrap();
-    for &(t, p) in &support {
-        acc += p;
-        if r.u < acc {
-            chosen = (t, p);
-            break;
-        }
-    }
-    (chosen.0 as u32, policy(chosen.0), chosen.1.ln() as f32)
+    let s = Sampler::new(params).sample_with(row, r.u);
+    (s.token, s.logprob, s.sampling_logprob)
 }
 
 #[test]
@@ -522,4 +507,34 @@ fn sampling_has_the_cpu_samplers_semantics() {
     };
     assert!(SampleParams::new(&g, &[bad]).is_err());
     assert!(SampleParams::new(&g, &[SampleRow { u: 1.0, ..bad }]).is_err());
+}
+
+/// A nucleus (top-p without top-k) that needs more candidates than the kernel keeps is left to
+/// the host (token -1); a small one in the same launch is drawn as on the CPU. The persistent
+/// parameter buffers refuse more rows than they hold.
+#[test]
+fn a_nucleus_beyond_the_kept_candidates_is_left_to_the_host() {
+    let g = gpu();
+    let v = ops::SAMPLE_MAX_KEEP + 100;
+    // nearly flat: a 0.99 nucleus needs almost every token, a 0.01 nucleus a few dozen
+    let row: Vec<f32> = (0..v).map(|i| (i * 7 % 13) as f32 * 1e-2).collect();
+    let logits = g.upload(&[row.clone(), row.clone()].concat()).unwrap();
+    let rows = [
+        SampleRow { temperature: 1.0, top_k: 0, top_p: 0.99, u: 0.3 },
+        SampleRow { temperature: 1.0, top_k: 0, top_p: 0.01, u: 0.3 },
+    ];
+    let mut p = SampleParams::with_capacity(&g, 2).unwrap();
+    p.write(&g, &rows).unwrap();
+    assert!(p.write(&g, &[rows[0]; 3]).is_err());
+    let (mut tok, mut lp, mut slp) = (
+        g.zeros::<i32>(2).unwrap(),
+        g.zeros::<f32>(2).unwrap(),
+        g.zeros::<f32>(2).unwrap(),
+    );
+    ops::sample_tokens(&g, &logits, 2, v, &p, &mut tok, &mut lp, &mut slp).unwrap();
+    let (tok, lp) = (g.download(&tok).unwrap(), g.download(&lp).unwrap());
+    assert_eq!(tok[0], -1, "the host samples the wide nucleus");
+    let (t, l, _) = cpu_draw(&row, &rows[1]);
+    assert_eq!(tok[1] as u32, t);
+    assert!((lp[1] - l).abs() < 1e-4);
 }

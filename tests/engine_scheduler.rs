@@ -1,11 +1,12 @@
 //! The engine's scheduling, batching, stop rules, routing records and conversation resume,
 //! driven by a small deterministic test model whose logits are a pure function of the tokens a
-//! sequence has consumed — so any batching or caching mistake changes the tokens or logits.
+//! sequence has consumed — so any batching or caching mistake changes the tokens or logits — and
+//! a variant that samples its tokens itself, as a device backend does.
 
 use execcritic::engine::scheduler::{plan, Pending};
 use execcritic::engine::{
     Completion, DecoderModel, Engine, EngineConfig, EngineCore, EngineError, FinishReason, Request,
-    SamplingParams, SchedulerConfig, StepInput, StepOutput,
+    Sampler, SamplingParams, SchedulerConfig, StepInput, StepOutput, Want,
 };
 use execcritic::model::tokenizer::Tokenizer;
 use std::path::Path;
@@ -77,7 +78,11 @@ impl DecoderModel for CountingModel {
                     })
                     .collect()
             });
-            out.push(StepOutput { logits, experts });
+            out.push(StepOutput {
+                logits,
+                experts,
+                sampled: None,
+            });
         }
         Ok(out)
     }
@@ -613,4 +618,78 @@ fn turn_boundary_snapshot_after_last_added_token() {
     let fresh = solo(&Request::new(turn2, sampling).with_logits());
     assert_same(&resumed, &fresh);
     assert_eq!(resumed.logits, fresh.logits);
+}
+
+/// A model that samples its next tokens itself (as a device backend does), from the engine's
+/// `SampleSpec`, returning logits only when they are asked for.
+struct SelfSampling(CountingModel);
+
+impl DecoderModel for SelfSampling {
+    type State = Vec<u32>;
+    fn new_state(&self) -> Vec<u32> {
+        Vec::new()
+    }
+    fn vocab_size(&self) -> usize {
+        VOCAB
+    }
+    fn experts_per_token(&self) -> usize {
+        TOP_K
+    }
+    fn step(
+        &self,
+        b: &mut [StepInput<'_, Vec<u32>>],
+        r: bool,
+    ) -> Result<Vec<StepOutput>, EngineError> {
+        let wants: Vec<Want> = b.iter().map(|s| s.want).collect();
+        let mut out = self.0.step(b, r)?;
+        for (o, want) in out.iter_mut().zip(wants) {
+            match want {
+                Want::Sample(spec) => {
+                    let params = SamplingParams {
+                        temperature: spec.temperature,
+                        top_k: spec.top_k,
+                        top_p: spec.top_p,
+                        ..Default::default()
+                    };
+                    o.sampled = Some(Sampler::new(params).sample_with(&o.logits, spec.u));
+                    if !spec.logits {
+                        o.logits.clear();
+                    }
+                }
+                Want::Nothing => o.logits.clear(),
+                Want::Logits => {}
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The engine hands a self-sampling model each token's uniform draw from the request's own
+/// stream: its seeded completions equal host sampling, top log-probabilities still come (their
+/// rows asked for), and only those rows reach the host.
+#[test]
+fn a_model_that_samples_itself_gets_the_requests_draws() {
+    let mut reqs = requests();
+    reqs[3].top_logprobs = 2;
+    let mut host = core(config(2, 24, 8));
+    let mut dev = EngineCore::new(
+        Arc::new(SelfSampling(CountingModel::default())),
+        Arc::new(tokenizer()),
+        config(2, 24, 8),
+    )
+    .unwrap();
+    for r in &reqs {
+        host.add(r.clone()).unwrap();
+        dev.add(r.clone()).unwrap();
+    }
+    let (a, b) = (by_id(host.run_to_completion()), by_id(dev.run_to_completion()));
+    for (x, y) in a.iter().zip(&b) {
+        assert_same(x, y);
+        assert_eq!(x.top_logprobs, y.top_logprobs);
+    }
+    assert!(b[1].sampling_logprobs.iter().any(|&l| l < 0.0), "sampled, not greedy");
+    let rows = b[3].token_ids.len() as u64;
+    assert_eq!(dev.stats().logits_bytes_to_host, rows * VOCAB as u64 * 4);
+    assert!(host.stats().logits_bytes_to_host > dev.stats().logits_bytes_to_host);
+    assert_eq!(host.stats().steps, dev.stats().steps);
 }

@@ -48,6 +48,8 @@ fn delta(a: EngineStats, b: EngineStats) -> EngineStats {
         requests: b.requests - a.requests,
         continued_turns: b.continued_turns - a.continued_turns,
         rerendered_turns: b.rerendered_turns - a.rerendered_turns,
+        steps: b.steps - a.steps,
+        logits_bytes_to_host: b.logits_bytes_to_host - a.logits_bytes_to_host,
     }
 }
 
@@ -186,7 +188,7 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 
 /// Logits (and routing) of one step of `tokens` on `state`.
 fn step<M: DecoderModel>(m: &M, state: &mut M::State, tokens: &[u32]) -> StepOutput {
-    let mut batch = [StepInput { tokens, state }];
+    let mut batch = [StepInput::new(tokens, state)];
     m.step(&mut batch, true).unwrap().remove(0)
 }
 
@@ -205,9 +207,9 @@ fn snapshot_script<M: DecoderModel>(m: &M) -> Vec<StepOutput> {
     out.push(step(m, &mut b, &[12])); // sole owner now: fed in place
     let mut c = b.clone();
     let mut batch = [
-        StepInput { tokens: &[13], state: &mut a },
-        StepInput { tokens: &[14, 15], state: &mut b },
-        StepInput { tokens: &[16], state: &mut c },
+        StepInput::new(&[13], &mut a),
+        StepInput::new(&[14, 15], &mut b),
+        StepInput::new(&[16], &mut c),
     ];
     out.extend(m.step(&mut batch, true).unwrap());
     // The resumed snapshot equals a fresh prefill of the same tokens.

@@ -100,7 +100,11 @@ impl DecoderModel for ScriptedModel {
                 let next = self.script.get(k).copied().unwrap_or(self.end);
                 let mut logits = vec![0.0f32; self.vocab];
                 logits[next as usize] = 40.0; // certain even at temperature 1
-                StepOutput { logits, experts: None }
+                StepOutput {
+                    logits,
+                    experts: None,
+                    sampled: None,
+                }
             })
             .collect())
     }

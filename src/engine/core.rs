@@ -3,7 +3,7 @@
 //! a token for every sequence whose pending tokens are all consumed, and retires finished
 //! sequences (storing their states in the conversation cache).
 
-use super::backend::{DecoderModel, StepInput};
+use super::backend::{DecoderModel, SampleSpec, StepInput, StepOutput, Want};
 use super::conversation::{ConversationCache, Snapshot};
 use super::error::EngineError;
 use super::scheduler::{plan, Pending, SchedulerConfig};
@@ -184,15 +184,19 @@ impl<M: DecoderModel> EngineCore<M> {
         let routing = batch
             .iter()
             .any(|&(i, _)| self.running[i].seq.request.routing);
+        let mut wants = Vec::with_capacity(batch.len());
         let result = {
             let mut chosen = batch.iter().peekable();
             let mut inputs = Vec::with_capacity(batch.len());
             for (i, r) in self.running.iter_mut().enumerate() {
                 if let Some(&(_, n)) = chosen.next_if(|(j, _)| *j == i) {
                     let seq = &mut r.seq;
+                    let want = seq.want(n);
+                    wants.push(want);
                     inputs.push(StepInput {
                         tokens: &seq.tokens[seq.fed..seq.fed + n],
                         state: &mut seq.state,
+                        want,
                     });
                 }
             }
@@ -202,13 +206,16 @@ impl<M: DecoderModel> EngineCore<M> {
         let outputs = match result {
             Ok(outputs)
                 if outputs.len() == batch.len()
-                    && outputs.iter().all(|o| o.logits.len() == vocab) =>
+                    && outputs
+                        .iter()
+                        .zip(&wants)
+                        .all(|(o, w)| answers(w, o, vocab)) =>
             {
                 outputs
             }
             Ok(outputs) => {
                 let e = EngineError::Model(format!(
-                    "the model returned {} outputs for {} sequences (or logits of the wrong size)",
+                    "the model returned {} outputs for {} sequences (or logits of the wrong size, or a token outside the vocabulary)",
                     outputs.len(),
                     batch.len()
                 ));
@@ -216,10 +223,16 @@ impl<M: DecoderModel> EngineCore<M> {
             }
             Err(e) => return self.fail(&batch, e),
         };
-        // Advance the states; sequences with nothing left pending get a token, sampled in
-        // parallel (each sequence has its own generator, so the order does not matter).
-        let mut logits: Vec<Option<Vec<f32>>> = vec![None; self.running.len()];
-        for (&(i, n), out) in batch.iter().zip(outputs) {
+        let logit_bytes: usize = outputs
+            .iter()
+            .map(|o| std::mem::size_of_val(&o.logits[..]))
+            .sum();
+        self.counters.step(logit_bytes);
+        // Advance the states; sequences with nothing left pending take their token (sampled by
+        // the model, or here in parallel: each sequence has its own generator, so the order does
+        // not matter).
+        let mut next: Vec<Option<(SampleSpec, StepOutput)>> = vec![None; self.running.len()];
+        for ((&(i, n), mut out), want) in batch.iter().zip(outputs).zip(wants) {
             let r = &mut self.running[i];
             if r.seq.in_prefill() {
                 self.counters.prefilled(n);
@@ -227,22 +240,21 @@ impl<M: DecoderModel> EngineCore<M> {
                 self.counters.decoded(n);
             }
             r.seq.fed += n;
-            r.seq.record_routing(out.experts);
+            r.seq.record_routing(out.experts.take());
             if r.seq.snapshot_at == Some(r.seq.fed) {
                 r.boundary_snapshot = Some(Snapshot {
                     tokens: r.seq.tokens[..r.seq.fed].to_vec(),
                     state: r.seq.state.clone(),
                 });
             }
-            if r.seq.fed < r.seq.tokens.len() {
-                continue; // more prompt to read
+            if let Want::Sample(spec) = want {
+                next[i] = Some((spec, out));
             }
-            logits[i] = Some(out.logits);
         }
         let tokenizer = &*self.tokenizer;
-        self.running.par_iter_mut().zip(logits).for_each(|(r, l)| {
-            if let Some(l) = l {
-                r.seq.sample(l, tokenizer);
+        self.running.par_iter_mut().zip(next).for_each(|(r, n)| {
+            if let Some((spec, out)) = n {
+                r.seq.accept(&spec, out.sampled, out.logits, tokenizer);
             }
         });
         self.retire()
@@ -340,5 +352,18 @@ impl<M: DecoderModel> EngineCore<M> {
             out.push((id, Ok(completion)));
         }
         out
+    }
+}
+
+/// Whether a step output answers what was wanted: logits of the vocabulary's size where they are
+/// needed, a sampled token inside the vocabulary.
+fn answers(want: &Want, out: &StepOutput, vocab: usize) -> bool {
+    let full = out.logits.len() == vocab;
+    match (want, &out.sampled) {
+        (Want::Nothing, None) => true,
+        (Want::Logits, None) => full,
+        (Want::Sample(_), None) => full,
+        (Want::Sample(spec), Some(s)) => (s.token as usize) < vocab && (full || !spec.logits),
+        (_, Some(_)) => false,
     }
 }

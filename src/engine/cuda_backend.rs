@@ -7,10 +7,17 @@
 //! slot first moves to a fresh slot holding a device-to-device copy of it
 //! ([`CudaState::copy_slot`]: KV rows up to its length, GDN conv and recurrent states), so
 //! snapshot and resume give the CPU engine's results.
+//!
+//! A step leaves the logits on the device: the next tokens are sampled there with each request's
+//! own uniform draw ([`super::device_sampling`]) and only token ids and log-probabilities come
+//! back; a logits row is copied to the host only when it is asked for.
 
-use super::backend::{DecoderModel, StepInput, StepOutput};
+use super::backend::{DecoderModel, StepInput, StepOutput, Want};
+use super::device_sampling::{kernel_row, DeviceSampler};
 use super::error::EngineError;
 use crate::model::backend::cuda::{CudaModel, CudaState};
+use crate::tensor::cuda::gpu::DeviceBuffer;
+use crate::tensor::cuda::ops::SampleRow;
 use crate::tensor::cuda::{Act, Gpu};
 use std::sync::{Arc, Mutex};
 
@@ -42,8 +49,15 @@ pub struct CudaSeqState {
 pub struct CudaDecoder<A: Act = u16> {
     gpu: Gpu,
     model: CudaModel<A>,
-    state: Mutex<CudaState<A>>,
+    dev: Mutex<OnDevice<A>>,
     free: FreeSlots,
+}
+
+/// What the decoder keeps on the device between steps: the caches and step scratch, and the
+/// sampling kernel's buffers.
+struct OnDevice<A: Act> {
+    state: CudaState<A>,
+    sampler: DeviceSampler,
 }
 
 impl<A: Act> CudaDecoder<A> {
@@ -55,12 +69,14 @@ impl<A: Act> CudaDecoder<A> {
         max_len: usize,
         max_tokens: usize,
     ) -> Result<Self, EngineError> {
-        let state = CudaState::new(&gpu, &model.cfg, slots, max_len, max_tokens)
-            .map_err(|e| EngineError::Load(e.to_string()))?;
+        let load = |e: crate::tensor::device::DeviceError| EngineError::Load(e.to_string());
+        let state = CudaState::new(&gpu, &model.cfg, slots, max_len, max_tokens).map_err(load)?;
+        // a step holds at most one row per slot
+        let sampler = DeviceSampler::new(&gpu, slots).map_err(load)?;
         Ok(CudaDecoder {
             gpu,
             model,
-            state: Mutex::new(state),
+            dev: Mutex::new(OnDevice { state, sampler }),
             free: Arc::new(Mutex::new((0..slots).rev().collect())),
         })
     }
@@ -80,6 +96,44 @@ impl<A: Act> CudaDecoder<A> {
             .map_err(|e| EngineError::Model(e.to_string()))?;
         Ok(lease)
     }
+
+    /// The cache slot each input is fed into: leased on a sequence's first step, moved to a
+    /// fresh copy when another clone (a snapshot) still holds it.
+    fn slots(
+        &self,
+        st: &mut CudaState<A>,
+        batch: &mut [StepInput<'_, CudaSeqState>],
+    ) -> Result<Vec<usize>, EngineError> {
+        let mut slots = Vec::with_capacity(batch.len());
+        for s in batch.iter_mut() {
+            if s.state.lease.is_none() {
+                if s.state.len != 0 {
+                    return Err(EngineError::Model("sequence state without a slot".into()));
+                }
+                s.state.lease = Some(self.lease(st)?);
+            }
+            let mut slot = s.state.lease.as_ref().map_or(0, |l| l.slot);
+            if st.lens[slot] != s.state.len {
+                return Err(EngineError::Model(format!(
+                    "cache slot {slot} holds {} tokens but the sequence state {}",
+                    st.lens[slot], s.state.len
+                )));
+            }
+            // Copy on write: another clone (a snapshot) still needs this slot as it is.
+            if s.state.lease.as_ref().is_some_and(|l| Arc::strong_count(l) > 1) {
+                let fresh = self.lease(st)?;
+                st.copy_slot(&self.gpu, slot, fresh.slot).map_err(device)?;
+                slot = fresh.slot;
+                s.state.lease = Some(fresh);
+            }
+            slots.push(slot);
+        }
+        Ok(slots)
+    }
+}
+
+fn device(e: crate::tensor::device::DeviceError) -> EngineError {
+    EngineError::Model(e.to_string())
 }
 
 impl<A: Act> DecoderModel for CudaDecoder<A> {
@@ -97,60 +151,64 @@ impl<A: Act> DecoderModel for CudaDecoder<A> {
         self.model.cfg.num_experts_per_tok
     }
 
+    /// The forward leaves the logits on the device; the next tokens are sampled there
+    /// ([`DeviceSampler`]) and a logits row is copied to the host only when it is wanted
+    /// ([`Want::Logits`], [`SampleSpec::logits`](super::backend::SampleSpec::logits)) or the host must draw the token. The routing
+    /// record comes back in one copy per step.
     fn step(
         &self,
         batch: &mut [StepInput<'_, CudaSeqState>],
         routing: bool,
     ) -> Result<Vec<StepOutput>, EngineError> {
-        let err = |e: crate::tensor::device::DeviceError| EngineError::Model(e.to_string());
-        let mut st = self
-            .state
+        let mut dev = self
+            .dev
             .lock()
             .map_err(|_| EngineError::Model("device state poisoned".into()))?;
-        let mut slots = Vec::with_capacity(batch.len());
-        for s in batch.iter_mut() {
-            if s.state.lease.is_none() {
-                if s.state.len != 0 {
-                    return Err(EngineError::Model("sequence state without a slot".into()));
-                }
-                s.state.lease = Some(self.lease(&mut st)?);
-            }
-            let mut slot = s.state.lease.as_ref().map_or(0, |l| l.slot);
-            if st.lens[slot] != s.state.len {
-                return Err(EngineError::Model(format!(
-                    "cache slot {slot} holds {} tokens but the sequence state {}",
-                    st.lens[slot], s.state.len
-                )));
-            }
-            // Copy on write: another clone (a snapshot) still needs this slot as it is.
-            if s.state.lease.as_ref().is_some_and(|l| Arc::strong_count(l) > 1) {
-                let fresh = self.lease(&mut st)?;
-                st.copy_slot(&self.gpu, slot, fresh.slot).map_err(err)?;
-                slot = fresh.slot;
-                s.state.lease = Some(fresh);
-            }
-            slots.push(slot);
-        }
+        let OnDevice { state: st, sampler } = &mut *dev;
+        let slots = self.slots(st, batch)?;
         let seqs: Vec<(usize, &[u32])> = slots
             .iter()
             .zip(batch.iter())
             .map(|(&slot, s)| (slot, s.tokens))
             .collect();
         st.routing = routing.then(Vec::new);
-        let logits = self
-            .model
-            .forward_last(&self.gpu, &mut st, &seqs)
-            .map_err(err)?;
+        let forwarded = self.model.forward_last_on_device(&self.gpu, st, &seqs);
         let rec = st.routing.take();
+        let rows = forwarded.map_err(device)?;
         let (v, k) = (
             self.model.cfg.vocab_size,
             self.model.cfg.num_experts_per_tok,
         );
+        if rows != batch.len() {
+            return Err(EngineError::Model(format!(
+                "{rows} logits rows for {} sequences",
+                batch.len()
+            )));
+        }
+        let kernel_rows: Vec<Option<SampleRow>> = batch
+            .iter()
+            .map(|s| match &s.want {
+                Want::Sample(spec) => kernel_row(spec, v),
+                _ => None,
+            })
+            .collect();
+        let sampled = sampler
+            .sample(&self.gpu, st.logits(), v, &kernel_rows)
+            .map_err(device)?;
+        let wants_row = |b: usize| match &batch[b].want {
+            Want::Logits => true,
+            Want::Nothing => false,
+            Want::Sample(spec) => spec.logits || sampled[b].is_none(),
+        };
+        let host = host_rows(&self.gpu, st.logits(), v, batch.len(), wants_row).map_err(device)?;
+        // The states have consumed their tokens now.
+        for s in batch.iter_mut() {
+            s.state.len += s.tokens.len();
+        }
         let mut out = Vec::with_capacity(batch.len());
         let mut tok0 = 0;
-        for (b, s) in batch.iter_mut().enumerate() {
+        for ((s, logits), sampled) in batch.iter().zip(host).zip(sampled) {
             let n = s.tokens.len();
-            s.state.len += n;
             let experts = rec.as_ref().map(|layers| {
                 layers
                     .iter()
@@ -164,10 +222,35 @@ impl<A: Act> DecoderModel for CudaDecoder<A> {
             });
             tok0 += n;
             out.push(StepOutput {
-                logits: logits[b * v..(b + 1) * v].to_vec(),
+                logits,
                 experts,
+                sampled,
             });
         }
         Ok(out)
     }
+}
+
+/// The logits rows `b < rows` for which `wanted(b)`, copied to the host (one copy when every
+/// row is wanted); the others empty.
+fn host_rows(
+    gpu: &Gpu,
+    logits: &DeviceBuffer<f32>,
+    v: usize,
+    rows: usize,
+    wanted: impl Fn(usize) -> bool,
+) -> crate::tensor::device::Result<Vec<Vec<f32>>> {
+    if rows > 1 && (0..rows).all(&wanted) {
+        let all = gpu.download_prefix(logits, rows * v)?;
+        return Ok(all.chunks(v).map(<[f32]>::to_vec).collect());
+    }
+    (0..rows)
+        .map(|b| {
+            if wanted(b) {
+                gpu.download_range(logits, b * v..(b + 1) * v)
+            } else {
+                Ok(Vec::new())
+            }
+        })
+        .collect()
 }

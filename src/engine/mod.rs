@@ -3,7 +3,7 @@
 //! records.
 //!
 //! * [`backend`]: the model interface the engine drives ([`DecoderModel`], implemented by
-//!   [`crate::model::Model`]).
+//!   [`crate::model::Model`]): a batched step that returns logits or samples the next tokens.
 //! * [`sampler`]: greedy / temperature / top-k / top-p sampling with seeded ChaCha generators and
 //!   the policy log-probability of every sampled token.
 //! * [`sequence`]: requests, completions and per-sequence bookkeeping (stop tokens and strings).
@@ -14,13 +14,15 @@
 //! * [`stats`]: token counters (prefilled, decoded, served from the cache); [`turns`]: the
 //!   next agent turn's prompt as the conversation's own tokens plus the new messages.
 //! * [`placement`]: `cpu` / `cuda[:N]` / `emulator` with a storage type, and [`open_engine`].
-//! * [`cuda_backend`]: the CUDA backend (GPU or emulator) as a [`DecoderModel`].
+//! * [`cuda_backend`]: the CUDA backend (GPU or emulator) as a [`DecoderModel`];
+//!   [`device_sampling`]: its next tokens drawn on the device.
 
 pub mod backend;
 pub mod chat;
 pub mod conversation;
 pub mod core;
 pub mod cuda_backend;
+pub mod device_sampling;
 pub mod error;
 pub mod placement;
 pub mod sampler;
@@ -30,7 +32,7 @@ pub mod service;
 pub mod stats;
 pub mod turns;
 
-pub use backend::{DecoderModel, StepInput, StepOutput};
+pub use backend::{DecoderModel, SampleSpec, StepInput, StepOutput, Want};
 pub use chat::{ChatCompletion, ChatRequest};
 pub use core::{EngineConfig, EngineCore};
 pub use error::EngineError;

@@ -114,6 +114,24 @@ impl Sampler {
 
     /// Sample one token from a row of logits.
     pub fn sample(&mut self, logits: &[f32]) -> Sampled {
+        let u = self.next_uniform();
+        self.sample_with(logits, u)
+    }
+
+    /// The next token's uniform draw in `[0, 1)` from the request's stream — the one draw
+    /// [`Sampler::sample`] makes; a greedy request draws nothing and gets 0. A backend that
+    /// samples on its device is handed this value, so the stream advances exactly as here.
+    pub fn next_uniform(&mut self) -> f64 {
+        if self.params.temperature == 0.0 {
+            0.0
+        } else {
+            self.rng.random()
+        }
+    }
+
+    /// Sample one token from a row of logits with the uniform draw `u` of
+    /// [`Sampler::next_uniform`] (ignored when greedy).
+    pub fn sample_with(&self, logits: &[f32], u: f64) -> Sampled {
         let log_z = log_sum_exp(logits);
         let policy = |t: usize| (logits[t] as f64 - log_z) as f32;
         if self.params.temperature == 0.0 {
@@ -124,7 +142,6 @@ impl Sampler {
                 sampling_logprob: 0.0,
             };
         }
-        let u: f64 = self.rng.random();
         if self.params.top_k == 0 && self.params.top_p >= 1.0 {
             return self.draw_untruncated(logits, u, policy);
         }

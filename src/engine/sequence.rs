@@ -2,6 +2,7 @@
 //! history, how much of it the model state has consumed, the sampled tokens with their
 //! log-probabilities, incremental text with stop checks, and the routing record.
 
+use super::backend::{SampleSpec, Want};
 use super::sampler::{top_logprobs, Sampled, Sampler, SamplingParams};
 use crate::model::tokenizer::{IncrementalDecoder, Tokenizer};
 use std::time::{Duration, Instant};
@@ -241,10 +242,35 @@ impl<S> Sequence<S> {
         }
     }
 
-    /// Sample the next token from the logits at the end of `tokens[..fed]` and apply the stop
-    /// rules. Returns the sampled token.
-    pub fn sample(&mut self, logits: Vec<f32>, tok: &Tokenizer) -> Sampled {
-        let s = self.sampler.sample(&logits);
+    /// What a step forwarding `n` of the pending tokens must produce for this sequence: nothing
+    /// while prompt remains to be read, else the next token — with the uniform draw taken here
+    /// from the request's stream (exactly once per token, as the host sampler draws it).
+    pub fn want(&mut self, n: usize) -> Want {
+        if self.fed + n < self.tokens.len() {
+            return Want::Nothing;
+        }
+        let p = self.sampler.params();
+        let (temperature, top_k, top_p) = (p.temperature, p.top_k, p.top_p);
+        Want::Sample(SampleSpec {
+            temperature,
+            top_k,
+            top_p,
+            u: self.sampler.next_uniform(),
+            logits: self.request.return_logits || self.request.top_logprobs > 0,
+        })
+    }
+
+    /// Take the next token at the end of `tokens[..fed]` — the one the model sampled
+    /// (`sampled`), or else one drawn here from `logits` with the spec's draw — and apply the
+    /// stop rules. `logits` is the row (empty when the model sampled and it was not asked for).
+    pub fn accept(
+        &mut self,
+        spec: &SampleSpec,
+        sampled: Option<Sampled>,
+        logits: Vec<f32>,
+        tok: &Tokenizer,
+    ) -> Sampled {
+        let s = sampled.unwrap_or_else(|| self.sampler.sample_with(&logits, spec.u));
         self.first_token.get_or_insert_with(Instant::now);
         let top = match self.request.top_logprobs {
             0 => Vec::new(),

@@ -1,6 +1,7 @@
 //! Engine counters: how many tokens the model read as prompt (prefill), how many it decoded, how
 //! many prompt tokens the conversation cache spared, and how chat turns were rendered
-//! (continued on the conversation's own tokens, or re-rendered in full). The engine thread adds to
+//! (continued on the conversation's own tokens, or re-rendered in full), and how many model steps
+//! ran with how many bytes of logits handed to the host. The engine thread adds to
 //! them; any [`crate::engine::Engine`] handle reads a consistent-enough snapshot at any time.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +22,13 @@ pub struct EngineStats {
     /// Chat turns of a known conversation rendered in full (the template re-rendered history
     /// differently, so only the longest cached prefix could be reused).
     pub rerendered_turns: u64,
+    /// Model steps run.
+    pub steps: u64,
+    /// Bytes of logits rows the model handed to the host. A device backend copies a row only
+    /// when it is asked for (top log-probabilities, returned logits, a draw its sampler leaves
+    /// to the host), so a plain decode on the device adds nothing here; the CPU model's rows
+    /// are on the host already and are counted as handed over.
+    pub logits_bytes_to_host: u64,
 }
 
 /// The shared, atomically updated counters behind [`EngineStats`].
@@ -32,6 +40,8 @@ pub(crate) struct Counters {
     requests: AtomicU64,
     continued: AtomicU64,
     rerendered: AtomicU64,
+    steps: AtomicU64,
+    logits_bytes: AtomicU64,
 }
 
 impl Counters {
@@ -44,6 +54,12 @@ impl Counters {
     pub fn finished(&self, cached: usize) {
         self.cached.fetch_add(cached as u64, Ordering::Relaxed);
         self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+    /// A model step that handed `logits_bytes` of logits to the host.
+    pub fn step(&self, logits_bytes: usize) {
+        self.steps.fetch_add(1, Ordering::Relaxed);
+        self.logits_bytes
+            .fetch_add(logits_bytes as u64, Ordering::Relaxed);
     }
     pub fn turn(&self, continued: bool) {
         let c = if continued {
@@ -62,6 +78,8 @@ impl Counters {
             requests: get(&self.requests),
             continued_turns: get(&self.continued),
             rerendered_turns: get(&self.rerendered),
+            steps: get(&self.steps),
+            logits_bytes_to_host: get(&self.logits_bytes),
         }
     }
 }

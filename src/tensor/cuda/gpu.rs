@@ -354,4 +354,48 @@ impl Gpu {
     pub fn sync(&self) -> Result<()> {
         self.dev.synchronize()
     }
+
+    /// Copy elements `range` of `x` back (waits for the work enqueued before).
+    pub fn download_range<T: Elem>(
+        &self,
+        x: &DeviceBuffer<T>,
+        range: std::ops::Range<usize>,
+    ) -> Result<Vec<T>> {
+        if range.start > range.end || range.end > x.len {
+            return Err(DeviceError::Shape {
+                op: "download",
+                msg: format!("{range:?} of a buffer of {}", x.len),
+            });
+        }
+        let mut out = vec![T::default(); range.end - range.start];
+        if !out.is_empty() {
+            self.dev.copy_dtoh(x.ptr_at(range.start), bytes_mut(&mut out))?;
+        }
+        Ok(out)
+    }
+
+    /// Copy `n` elements of `src` from element `from` into `dst` at element `to`, on the device.
+    pub fn copy_into<T: Elem>(
+        &self,
+        src: &DeviceBuffer<T>,
+        from: usize,
+        dst: &mut DeviceBuffer<T>,
+        to: usize,
+        n: usize,
+    ) -> Result<()> {
+        if from + n > src.len || to + n > dst.len {
+            return Err(DeviceError::Shape {
+                op: "copy_into",
+                msg: format!(
+                    "{n} elements from {from} of {} to {to} of {}",
+                    src.len, dst.len
+                ),
+            });
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let sz = std::mem::size_of::<T>();
+        self.dev.copy_dtod(dst.ptr_at(to), src.ptr_at(from), n * sz)
+    }
 }

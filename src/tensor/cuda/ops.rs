@@ -920,6 +920,31 @@ pub struct SampleParams {
 
 impl SampleParams {
     pub fn new(gpu: &Gpu, rows: &[SampleRow]) -> Result<SampleParams> {
+        let mut p = SampleParams::with_capacity(gpu, rows.len())?;
+        p.write(gpu, rows)?;
+        Ok(p)
+    }
+
+    /// Persistent buffers for up to `rows` rows (overwritten by [`SampleParams::write`]).
+    pub fn with_capacity(gpu: &Gpu, rows: usize) -> Result<SampleParams> {
+        Ok(SampleParams {
+            temp: gpu.zeros(rows)?,
+            top_k: gpu.zeros(rows)?,
+            top_p: gpu.zeros(rows)?,
+            u: gpu.zeros(rows)?,
+        })
+    }
+
+    /// Rows the buffers hold.
+    pub fn capacity(&self) -> usize {
+        self.temp.len()
+    }
+
+    /// Validate `rows` and copy them into the first rows of the buffers (no allocation).
+    pub fn write(&mut self, gpu: &Gpu, rows: &[SampleRow]) -> Result<()> {
+        need("sample_tokens", rows.len() <= self.capacity(), || {
+            format!("{} rows into buffers of {}", rows.len(), self.capacity())
+        })?;
         for (i, r) in rows.iter().enumerate() {
             need(
                 "sample_tokens",
@@ -936,17 +961,17 @@ impl SampleParams {
                 },
             )?;
         }
-        Ok(SampleParams {
-            temp: gpu.upload(&rows.iter().map(|r| r.temperature).collect::<Vec<_>>())?,
-            top_k: gpu.upload(&rows.iter().map(|r| r.top_k as i32).collect::<Vec<_>>())?,
-            top_p: gpu.upload(&rows.iter().map(|r| r.top_p).collect::<Vec<_>>())?,
-            u: gpu.upload(&rows.iter().map(|r| r.u).collect::<Vec<_>>())?,
-        })
+        gpu.write(&mut self.temp, &rows.iter().map(|r| r.temperature).collect::<Vec<_>>())?;
+        gpu.write(&mut self.top_k, &rows.iter().map(|r| r.top_k as i32).collect::<Vec<_>>())?;
+        gpu.write(&mut self.top_p, &rows.iter().map(|r| r.top_p).collect::<Vec<_>>())?;
+        gpu.write(&mut self.u, &rows.iter().map(|r| r.u).collect::<Vec<_>>())
     }
 }
 
 /// One token per row with the CPU engine's sampling semantics, its policy log-probability
-/// (temperature 1, untruncated) and its log-probability under the sampled distribution.
+/// (temperature 1, untruncated) and its log-probability under the sampled distribution. A row
+/// whose nucleus (top-p without top-k) needs more than [`SAMPLE_MAX_KEEP`] tokens gets token -1:
+/// sample that row on the host.
 pub fn sample_tokens(
     gpu: &Gpu,
     logits: &F32,

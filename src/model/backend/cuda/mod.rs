@@ -42,6 +42,17 @@ impl<A: Act> CudaModel<A> {
         self.step(gpu, st, seqs, false)
     }
 
+    /// As [`Self::forward_last`] but the logits stay on the device ([`CudaState::logits`]):
+    /// returns the number of rows (one per sequence).
+    pub fn forward_last_on_device(
+        &self,
+        gpu: &Gpu,
+        st: &mut CudaState<A>,
+        seqs: &[(usize, &[u32])],
+    ) -> Result<usize> {
+        self.step_on_device(gpu, st, seqs, false)
+    }
+
     fn step(
         &self,
         gpu: &Gpu,
@@ -49,6 +60,18 @@ impl<A: Act> CudaModel<A> {
         seqs: &[(usize, &[u32])],
         all_rows: bool,
     ) -> Result<Vec<f32>> {
+        let rows = self.step_on_device(gpu, st, seqs, all_rows)?;
+        gpu.download_prefix(&st.s.logits, rows * self.cfg.vocab_size)
+    }
+
+    /// One step; the logits rows stay in the scratch. Returns their number.
+    fn step_on_device(
+        &self,
+        gpu: &Gpu,
+        st: &mut CudaState<A>,
+        seqs: &[(usize, &[u32])],
+        all_rows: bool,
+    ) -> Result<usize> {
         let c = &self.cfg;
         let bad = |msg: String| Err(CudaError::Shape { op: "forward", msg });
         let t: usize = seqs.iter().map(|(_, x)| x.len()).sum();
@@ -122,14 +145,24 @@ impl<A: Act> CudaModel<A> {
             forced,
             kv: &mut st.kv,
             gdn: &mut st.gdn,
-            routing: st.routing.as_mut(),
+            routing: st.routing.is_some().then_some(RouteRecord {
+                buf: &mut st.route,
+                layers: 0,
+            }),
             s: &mut st.s,
         };
         let rows = crate::model::forward::forward(&mut step, &self.stack)?;
+        let layers = step.routing.as_ref().map_or(0, |r| r.layers);
         for (slot, toks) in seqs {
             st.lens[*slot] += toks.len();
         }
-        gpu.download_prefix(&st.s.logits, rows * c.vocab_size)
+        if let Some(rec) = st.routing.as_mut() {
+            // the whole step's record in one copy
+            let per = t * c.num_experts_per_tok;
+            let all = gpu.download_prefix(&st.route, layers * per)?;
+            rec.extend(all.chunks(per.max(1)).map(<[i32]>::to_vec));
+        }
+        Ok(rows)
     }
 
     /// Run only layer `layer`'s MoE on the first `t` rows of the scratch (whatever they hold):
@@ -181,8 +214,15 @@ pub struct CudaStep<'a, A: Act> {
     forced: Option<Vec<Vec<i32>>>,
     kv: &'a mut [Option<KvPool<A>>],
     gdn: &'a mut [Option<GdnPool>],
-    routing: Option<&'a mut Vec<Vec<i32>>>,
+    routing: Option<RouteRecord<'a>>,
     s: &'a mut Scratch<A>,
+}
+
+/// The step's routing record on the device: each MoE layer appends its `[T · k]` experts.
+struct RouteRecord<'a> {
+    buf: &'a mut I32,
+    /// Layers recorded so far.
+    layers: usize,
 }
 
 impl<A: Act> Backend for CudaStep<'_, A> {
@@ -373,7 +413,8 @@ impl<A: Act> Backend for CudaStep<'_, A> {
         moe(gpu, self.c, w, self.s, self.t, f.as_ref())?;
         if let Some(rec) = self.routing.as_mut() {
             let n = self.t * self.c.num_experts_per_tok;
-            rec.push(gpu.download_prefix(&self.s.idx, n)?);
+            gpu.copy_into(&self.s.idx, 0, rec.buf, rec.layers * n, n)?;
+            rec.layers += 1;
         }
         Ok(())
     }

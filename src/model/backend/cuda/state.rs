@@ -20,8 +20,11 @@ pub struct CudaState<A: Act = u16> {
     pub max_len: usize,
     pub(super) max_tokens: usize,
     /// Set to `Some(vec![])` to record the routing of the next steps: per layer, the `[T · k]`
-    /// chosen experts of that step's packed tokens (costs one device→host copy per layer).
+    /// chosen experts of that step's packed tokens. The layers write them into a device buffer
+    /// (`route`), copied to the host once per step.
     pub routing: Option<Vec<Vec<i32>>>,
+    /// The routing record of the current step on the device: `[layers, T · k]`, packed.
+    pub(super) route: I32,
     /// Routing replay for the next step: per layer `[T · k]` expert indices used instead of the
     /// router's top-k (weights are still the router's renormalised probabilities). Consumed.
     pub forced: Option<Vec<Vec<i32>>>,
@@ -162,9 +165,16 @@ impl<A: Act> CudaState<A> {
             max_len,
             max_tokens,
             routing: None,
+            route: gpu.zeros::<i32>(c.num_hidden_layers * t * k)?,
             forced: None,
             s,
         })
+    }
+
+    /// The logits rows of the last step (`[rows, vocab]`, f32), left on the device by
+    /// [`super::CudaModel::forward_last_on_device`].
+    pub fn logits(&self) -> &F32 {
+        &self.s.logits
     }
 
     /// Forget a slot's tokens (its pools are overwritten from position 0 on reuse; the GDN

@@ -1,0 +1,193 @@
+//! The decode step on the device: the engine driving the CUDA backend on the emulated device
+//! (f32 storage, tiny Qwen3.5-MoE fixture) samples every token on the device with the request's
+//! own random stream, and gives the CPU engine's results — seeded sampling at temperature 1 with
+//! and without top-k/top-p picks the same tokens with the same log-probabilities, continuous
+//! batching with sequences joining and leaving mid-decode gives the same completions, routing
+//! records and top log-probabilities — while a plain decode copies no logits to the host
+//! (`EngineStats::logits_bytes_to_host`).
+
+use execcritic::engine::cuda_backend::CudaDecoder;
+use execcritic::engine::{
+    Completion, DecoderModel, EngineConfig, EngineCore, EngineStats, Request, SamplingParams,
+    SchedulerConfig,
+};
+use execcritic::model::backend::cuda::CudaModel;
+use execcritic::model::tokenizer::Tokenizer;
+use execcritic::model::Model;
+use execcritic::tensor::cuda::Gpu;
+use std::path::Path;
+use std::sync::Arc;
+
+#[path = "common/tiny_model.rs"]
+mod tiny_model;
+use tiny_model::tiny_model_dir;
+
+const VOCAB: usize = 1024;
+
+fn config(max_running: usize, max_batch_tokens: usize, prefill_chunk: usize) -> EngineConfig {
+    EngineConfig {
+        scheduler: SchedulerConfig {
+            max_running,
+            max_batch_tokens,
+            prefill_chunk,
+        },
+        max_conversations: 0,
+    }
+}
+
+/// Run `requests` to completion on `core`: the completions in submission order and the stats.
+fn run<M: DecoderModel>(
+    core: &mut EngineCore<M>,
+    requests: &[Request],
+) -> (Vec<Completion>, EngineStats) {
+    let ids: Vec<u64> = requests
+        .iter()
+        .map(|r| core.add(r.clone()).unwrap())
+        .collect();
+    let mut done = core.run_to_completion();
+    done.sort_by_key(|(id, _)| ids.iter().position(|i| i == id));
+    let out = done.into_iter().map(|(_, c)| c.unwrap()).collect();
+    (out, core.stats())
+}
+
+/// The same requests on the CPU engine and on the emulated device.
+fn both(
+    dir: &Path,
+    cfg: EngineConfig,
+    requests: &[Request],
+) -> [(Vec<Completion>, EngineStats); 2] {
+    let tok = Arc::new(Tokenizer::from_dir(dir).unwrap());
+    let mut cpu = EngineCore::new(Arc::new(Model::load(dir).unwrap()), tok.clone(), cfg).unwrap();
+    let gpu = Gpu::emulator().unwrap();
+    let model = CudaModel::<f32>::load(&gpu, dir).unwrap();
+    let slots = cfg.scheduler.max_running;
+    let decoder = CudaDecoder::new(gpu, model, slots, 256, cfg.scheduler.max_batch_tokens).unwrap();
+    let mut emu = EngineCore::new(Arc::new(decoder), tok, cfg).unwrap();
+    [run(&mut cpu, requests), run(&mut emu, requests)]
+}
+
+fn close(what: &str, a: &[f32], b: &[f32], tol: f32) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!((x - y).abs() <= tol, "{what}[{i}]: cpu {x} vs device {y}");
+    }
+}
+
+/// Same tokens, routing and top-alternative ids; log-probabilities and logits within 1e-3.
+fn same_completions(cpu: &[Completion], dev: &[Completion]) {
+    assert_eq!(cpu.len(), dev.len());
+    for (i, (c, d)) in cpu.iter().zip(dev).enumerate() {
+        assert_eq!(c.token_ids, d.token_ids, "request {i}: tokens");
+        assert_eq!(c.finish, d.finish, "request {i}");
+        assert_eq!(c.routing, d.routing, "request {i}: routing");
+        close(
+            &format!("request {i} logprobs"),
+            &c.logprobs,
+            &d.logprobs,
+            1e-3,
+        );
+        close(
+            &format!("request {i} sampling logprobs"),
+            &c.sampling_logprobs,
+            &d.sampling_logprobs,
+            1e-3,
+        );
+        assert_eq!(c.top_logprobs.len(), d.top_logprobs.len(), "request {i}");
+        for (a, b) in c.top_logprobs.iter().zip(&d.top_logprobs) {
+            let ids = |x: &[(u32, f32)]| x.iter().map(|p| p.0).collect::<Vec<_>>();
+            let lps = |x: &[(u32, f32)]| x.iter().map(|p| p.1).collect::<Vec<_>>();
+            assert_eq!(ids(a), ids(b), "request {i}: top alternatives");
+            close(&format!("request {i} top logprobs"), &lps(a), &lps(b), 1e-3);
+        }
+        assert_eq!(c.logits.len(), d.logits.len(), "request {i}: logits rows");
+        for (a, b) in c.logits.iter().zip(&d.logits) {
+            close(&format!("request {i} logits"), a, b, 1e-4);
+        }
+    }
+}
+
+fn prompt(seed: u32, len: usize) -> Vec<u32> {
+    (0..len as u32)
+        .map(|i| (i * 37 + seed * 101 + 11) % 990)
+        .collect()
+}
+
+fn request(seed: u32, len: usize, sampling: SamplingParams) -> Request {
+    Request {
+        ignore_eos: true,
+        ..Request::new(prompt(seed, len), sampling)
+    }
+}
+
+fn sampled(
+    temperature: f32,
+    top_k: usize,
+    top_p: f32,
+    seed: u64,
+    max_tokens: usize,
+) -> SamplingParams {
+    SamplingParams {
+        temperature,
+        top_k,
+        top_p,
+        seed: Some(seed),
+        max_tokens,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn seeded_sampling_on_the_device_picks_the_cpu_tokens() {
+    let dir = tiny_model_dir();
+    let requests = [
+        request(1, 9, sampled(1.0, 0, 1.0, 3, 24)), // whole vocabulary
+        request(2, 9, sampled(1.0, 20, 1.0, 4, 24)), // top-k
+        request(3, 9, sampled(1.0, 0, 0.5, 5, 6)),  // nucleus (hundreds of candidates here)
+        request(4, 9, sampled(1.0, 40, 0.8, 6, 24)), // top-p over the top-k
+        request(5, 9, sampled(0.7, 0, 1.0, 7, 24)), // another temperature
+        request(6, 9, SamplingParams::greedy(24)),
+    ];
+    let [(cpu, cpu_stats), (dev, dev_stats)] = both(dir.path(), config(8, 128, 64), &requests);
+    same_completions(&cpu, &dev);
+    // the draws are not all greedy: the sampled tokens differ from the argmax somewhere
+    assert!(dev[0].sampling_logprobs.iter().any(|&l| l < -1.0));
+    // a plain decode copies no logits to the host; the CPU model hands over its rows
+    assert_eq!(
+        dev_stats.steps, 24,
+        "one prefill step, then one decode step per token"
+    );
+    assert_eq!(dev_stats.logits_bytes_to_host, 0, "{dev_stats:?}");
+    assert!(cpu_stats.logits_bytes_to_host > 0);
+    assert_eq!(
+        (cpu_stats.prefilled_tokens, cpu_stats.decoded_tokens),
+        (dev_stats.prefilled_tokens, dev_stats.decoded_tokens)
+    );
+}
+
+#[test]
+fn continuous_batching_on_the_device_equals_the_cpu_engine() {
+    let dir = tiny_model_dir();
+    // Two running at a time, long prompts read in chunks of 16 while the others decode: the
+    // later requests join as the earlier ones leave mid-decode.
+    let routed = |r: Request| r.with_routing();
+    let top = |mut r: Request| {
+        r.top_logprobs = 3;
+        r
+    };
+    let requests = [
+        routed(request(1, 30, sampled(1.0, 0, 1.0, 11, 10))),
+        request(2, 5, SamplingParams::greedy(4)),
+        top(routed(request(3, 50, sampled(1.0, 30, 0.9, 12, 12)))),
+        request(4, 12, sampled(0.8, 0, 1.0, 13, 7)).with_logits(),
+        routed(request(5, 3, SamplingParams::greedy(9))),
+    ];
+    let [(cpu, _), (dev, dev_stats)] = both(dir.path(), config(2, 40, 16), &requests);
+    same_completions(&cpu, &dev);
+    assert_eq!(dev[2].top_logprobs.len(), 12);
+    let r = dev[0].routing.as_ref().unwrap();
+    assert_eq!((r.start, r.experts.len()), (0, 4));
+    assert!(r.experts.iter().all(|l| l.len() == (30 + 10 - 1) * r.top_k));
+    // only the rows asked for were copied: one per sampled token of requests 2 and 3
+    let rows = (dev[2].token_ids.len() + dev[3].token_ids.len()) as u64;
+    assert_eq!(dev_stats.logits_bytes_to_host, rows * VOCAB as u64 * 4);
+}
