@@ -1,14 +1,19 @@
-//! Expert parallelism across ranks (GPUs of one node): the routing plan and the two all-to-all
-//! exchanges of an MoE layer. Experts are placed in contiguous blocks (`E / ranks` per rank);
-//! every rank holds its own tokens (data parallel for attention/GDN), routes them, **dispatches**
-//! each (token, slot) row to the rank owning the chosen expert, runs its local experts on what
-//! it received (grouped by expert), and **combines**: results travel back along the same route
-//! and are summed in slot order with the router weights, so the result is bitwise the one a
-//! single rank holding all experts computes.
+//! Expert parallelism across ranks (GPUs of one node): the routing plan of one rank and the
+//! collective all-to-all it is written against. Experts are placed in contiguous blocks
+//! (`E / ranks` per rank); every rank holds its own tokens (data parallel for attention/GDN),
+//! routes them, **dispatches** each (token, slot) row to the rank owning the chosen expert
+//! ([`Dispatch`]), groups what it received by local expert ([`Arrivals`]), runs its experts, and
+//! **combines**: results travel back along the same route to the (token, slot) they came from.
+//! The backward uses the same two routes transposed (gradient rows to the owners, input
+//! gradients back); the layer over them is `train::layers::moe_ep`.
 //!
-//! The exchanges are written against [`Exchange`]: on GPUs an NCCL all-to-all (grouped
-//! `ncclSend`/`ncclRecv`, see docs/cuda.md); here [`LocalExchange`] moves buffers in memory so
-//! the plan runs on CPU with any number of simulated ranks.
+//! [`Exchange`] is a per-rank collective, the shape NCCL has: each rank holds only its own send
+//! buffers and every rank of the group calls `all_to_all` in the same order. Implementations:
+//! `tensor::thread_exchange::ThreadExchange` (ranks as threads, CI) and, with the `cuda`
+//! feature, `tensor::cuda::nccl::NcclExchange` (grouped `ncclSend`/`ncclRecv`).
+
+use crate::tensor::cuda::Elem;
+use crate::tensor::device::DeviceError;
 
 /// Placement of `experts` experts on `ranks` ranks, contiguous blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,7 +22,7 @@ pub struct Placement {
     pub ranks: usize,
 }
 
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum EpError {
     #[error("{experts} experts cannot be split evenly over {ranks} ranks")]
     Uneven { experts: usize, ranks: usize },
@@ -25,6 +30,12 @@ pub enum EpError {
     BadExpert(usize),
     #[error("rank {rank}: {msg}")]
     Shape { rank: usize, msg: String },
+    #[error("rank {rank}: a peer left the group before the all-to-all completed")]
+    PeerGone { rank: usize },
+    #[error("all-to-all: {0}")]
+    Exchange(String),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
 }
 
 impl Placement {
@@ -40,159 +51,155 @@ impl Placement {
     pub fn owner(&self, expert: usize) -> usize {
         expert / self.per_rank()
     }
+    /// The experts rank `rank` holds.
+    pub fn experts_of(&self, rank: usize) -> std::ops::Range<usize> {
+        rank * self.per_rank()..(rank + 1) * self.per_rank()
+    }
 }
 
-/// One rank's routed tokens: hidden rows `x [t, h]`, top-k experts `idx [t, k]`, weights `w [t, k]`.
-pub struct RankTokens<'a> {
-    pub x: &'a [f32],
-    pub idx: &'a [usize],
-    pub w: &'a [f32],
-}
-
-/// A routed row in flight: where it came from (rank, token, slot) and its expert.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RowTag {
-    pub src_rank: usize,
-    pub token: usize,
-    pub slot: usize,
-    pub expert: usize,
-}
-
-/// An all-to-all among `ranks`: `send[src][dst]` → `recv[dst][src]`.
+/// One rank's side of a collective all-to-all among `size()` ranks.
 pub trait Exchange {
-    fn all_to_all<T: Clone>(&mut self, send: Vec<Vec<Vec<T>>>) -> Vec<Vec<Vec<T>>>;
+    /// This rank's index in the group.
+    fn rank(&self) -> usize;
+    /// Number of ranks in the group.
+    fn size(&self) -> usize;
+    /// `send[dst]` (any length, `size()` entries) goes to rank `dst`; returns `recv[src]`, what
+    /// rank `src` sent here. Every rank of the group must make the same sequence of calls.
+    fn all_to_all<T: Elem>(&mut self, send: Vec<Vec<T>>) -> Result<Vec<Vec<T>>, EpError>;
 }
 
-/// In-memory exchange (the CPU simulation of NCCL's all-to-all).
-pub struct LocalExchange;
+/// One rank's dispatch: the (token, slot) pairs (`pair = token·k + slot`) it sends to each rank,
+/// ascending, so every owner receives its rows in (source rank, token, slot) order.
+#[derive(Clone, Debug)]
+pub struct Dispatch {
+    /// `to[dst]`: the pairs routed to experts of rank `dst`.
+    pub to: Vec<Vec<usize>>,
+    /// Each pair's expert index local to its owner.
+    local: Vec<i32>,
+    pairs: usize,
+    rank: usize,
+}
 
-impl Exchange for LocalExchange {
-    fn all_to_all<T: Clone>(&mut self, send: Vec<Vec<Vec<T>>>) -> Vec<Vec<Vec<T>>> {
-        let n = send.len();
-        let mut recv: Vec<Vec<Vec<T>>> = (0..n)
-            .map(|_| (0..n).map(|_| Vec::new()).collect())
-            .collect();
-        for (src, row) in send.into_iter().enumerate() {
-            for (dst, buf) in row.into_iter().enumerate() {
-                recv[dst][src] = buf;
+impl Dispatch {
+    /// Plan the dispatch of this rank's routing `chosen [t·k]` (any `k`).
+    pub fn plan(place: Placement, rank: usize, chosen: &[u32]) -> Result<Dispatch, EpError> {
+        let mut to = vec![Vec::new(); place.ranks];
+        let mut local = Vec::with_capacity(chosen.len());
+        for (p, &e) in chosen.iter().enumerate() {
+            let e = e as usize;
+            if e >= place.experts {
+                return Err(EpError::BadExpert(e));
             }
+            to[place.owner(e)].push(p);
+            local.push((e % place.per_rank()) as i32);
         }
-        recv
+        Ok(Dispatch { to, local, pairs: chosen.len(), rank })
     }
-}
 
-/// Run one MoE layer's routed part with expert parallelism. `expert(e, rows, n)` computes expert
-/// `e` on `n` rows (`[n, h]` → `[n, h]`) and is called on the owning rank only. Returns each
-/// rank's `[t, h]` routed output `Σ_k w·expert(x)`.
-pub fn moe_expert_parallel<F, X>(
-    place: Placement,
-    h: usize,
-    k: usize,
-    ranks: &[RankTokens<'_>],
-    exchange: &mut X,
-    expert: F,
-) -> Result<Vec<Vec<f32>>, EpError>
-where
-    F: Fn(usize, &[f32], usize) -> Vec<f32>,
-    X: Exchange,
-{
-    let r = place.ranks;
-    if ranks.len() != r {
-        return Err(EpError::Shape {
-            rank: ranks.len(),
-            msg: format!("expected {r} ranks"),
-        });
+    /// The rows to send: for each destination, `row(pair)` (`width` values) of its pairs in order.
+    pub fn gather<'a>(&self, width: usize, row: impl Fn(usize) -> &'a [f32]) -> Vec<Vec<f32>> {
+        self.to
+            .iter()
+            .map(|ps| {
+                let mut v = Vec::with_capacity(ps.len() * width);
+                ps.iter().for_each(|&p| v.extend_from_slice(&row(p)[..width]));
+                v
+            })
+            .collect()
     }
-    // 1. dispatch: each source rank sorts its (token, slot) rows by destination rank.
-    let mut send_rows: Vec<Vec<Vec<f32>>> = vec![vec![vec![]; r]; r];
-    let mut send_tags: Vec<Vec<Vec<RowTag>>> = vec![vec![vec![]; r]; r];
-    for (src, rt) in ranks.iter().enumerate() {
-        let t = rt.x.len() / h;
-        if rt.x.len() != t * h || rt.idx.len() != t * k || rt.w.len() != t * k {
-            return Err(EpError::Shape {
-                rank: src,
-                msg: "x/idx/w sizes disagree".into(),
-            });
+
+    /// The local expert index of each row sent, per destination (the owner groups by it).
+    pub fn local_experts(&self) -> Vec<Vec<i32>> {
+        self.to.iter().map(|ps| ps.iter().map(|&p| self.local[p]).collect()).collect()
+    }
+
+    /// Rows returned along the route (`back[dst]` in the order sent) into `[pairs, width]`.
+    pub fn scatter(&self, back: &[Vec<f32>], width: usize) -> Result<Vec<f32>, EpError> {
+        if back.len() != self.to.len() {
+            return Err(EpError::Shape { rank: self.rank, msg: format!("{} return buffers for {} ranks", back.len(), self.to.len()) });
         }
-        for tok in 0..t {
-            for slot in 0..k {
-                let e = rt.idx[tok * k + slot];
-                if e >= place.experts {
-                    return Err(EpError::BadExpert(e));
-                }
-                let dst = place.owner(e);
-                send_rows[src][dst].extend_from_slice(&rt.x[tok * h..(tok + 1) * h]);
-                send_tags[src][dst].push(RowTag {
-                    src_rank: src,
-                    token: tok,
-                    slot,
-                    expert: e,
+        let mut out = vec![0.0f32; self.pairs * width];
+        for (dst, (ps, rows)) in self.to.iter().zip(back).enumerate() {
+            if rows.len() != ps.len() * width {
+                return Err(EpError::Shape {
+                    rank: self.rank,
+                    msg: format!("{} values back from rank {dst} for {} rows of {width}", rows.len(), ps.len()),
                 });
             }
+            for (i, &p) in ps.iter().enumerate() {
+                out[p * width..(p + 1) * width].copy_from_slice(&rows[i * width..(i + 1) * width]);
+            }
         }
+        Ok(out)
     }
-    let recv_rows = exchange.all_to_all(send_rows);
-    let recv_tags = exchange.all_to_all(send_tags);
-    // 2. local experts: group received rows by expert, compute, scatter back into arrival order.
-    let mut back: Vec<Vec<Vec<f32>>> = vec![vec![vec![]; r]; r];
-    for dst in 0..r {
-        let tags: Vec<(usize, usize, RowTag)> = recv_tags[dst]
-            .iter()
-            .enumerate()
-            .flat_map(|(src, v)| v.iter().enumerate().map(move |(i, t)| (src, i, *t)))
-            .collect();
-        let mut out: Vec<Vec<f32>> = recv_tags[dst]
-            .iter()
-            .map(|v| vec![0.0; v.len() * h])
-            .collect();
-        for e in dst * place.per_rank()..(dst + 1) * place.per_rank() {
-            let mine: Vec<&(usize, usize, RowTag)> =
-                tags.iter().filter(|(_, _, t)| t.expert == e).collect();
-            if mine.is_empty() {
-                continue;
-            }
-            let rows: Vec<f32> = mine
-                .iter()
-                .flat_map(|(src, i, _)| recv_rows[dst][*src][i * h..(i + 1) * h].iter().copied())
-                .collect();
-            let y = expert(e, &rows, mine.len());
-            for (j, (src, i, _)) in mine.iter().enumerate() {
-                out[*src][i * h..(i + 1) * h].copy_from_slice(&y[j * h..(j + 1) * h]);
-            }
-        }
-        back[dst] = out;
-    }
-    // 3. combine: results return to their source rank; weighted sum in slot order.
-    let returned = exchange.all_to_all(back);
-    let mut outs = vec![];
-    for (src, rt) in ranks.iter().enumerate() {
-        let t = rt.x.len() / h;
-        let mut y_of = vec![vec![0.0f32; h]; t * k];
-        for (dst, buf) in returned[src].iter().enumerate() {
-            for (i, tag) in send_tags_of(&recv_tags, dst, src).iter().enumerate() {
-                y_of[tag.token * k + tag.slot].copy_from_slice(&buf[i * h..(i + 1) * h]);
-            }
-        }
-        let mut o = vec![0.0f32; t * h];
-        for tok in 0..t {
-            for slot in 0..k {
-                let w = rt.w[tok * k + slot];
-                for (a, b) in o[tok * h..(tok + 1) * h]
-                    .iter_mut()
-                    .zip(&y_of[tok * k + slot])
-                {
-                    *a += w * b;
-                }
-            }
-        }
-        outs.push(o);
-    }
-    Ok(outs)
 }
 
-/// The tags `src` sent to `dst` (as `dst` received them), in order.
-fn send_tags_of(recv_tags: &[Vec<Vec<RowTag>>], dst: usize, src: usize) -> &[RowTag] {
-    &recv_tags[dst][src]
+/// The rows one rank received in a dispatch, grouped by local expert. The grouping is stable:
+/// each expert's rows keep arrival order, (source rank, token, slot), which is the order a single
+/// rank holding every expert sees them in when tokens are split over ranks in order.
+#[derive(Clone, Debug)]
+pub struct Arrivals {
+    /// Rows received from each source rank.
+    counts: Vec<usize>,
+    /// Grouped position → arrival index (arrivals concatenated over sources).
+    order: Vec<usize>,
+    /// `offsets[j]..offsets[j+1]`: the grouped rows of local expert `j`.
+    pub offsets: Vec<usize>,
+    rank: usize,
+}
+
+impl Arrivals {
+    /// Group the received local expert indices `ids[src]` (from [`Dispatch::local_experts`]).
+    pub fn group(place: Placement, rank: usize, ids: &[Vec<i32>]) -> Result<Arrivals, EpError> {
+        let per = place.per_rank();
+        let flat: Vec<i32> = ids.concat();
+        if let Some(&bad) = flat.iter().find(|&&j| j < 0 || j as usize >= per) {
+            return Err(EpError::Shape { rank, msg: format!("received local expert {bad} of {per}") });
+        }
+        let mut order: Vec<usize> = (0..flat.len()).collect();
+        order.sort_by_key(|&i| flat[i]);
+        let mut offsets = vec![0usize; per + 1];
+        flat.iter().for_each(|&j| offsets[j as usize + 1] += 1);
+        for j in 0..per {
+            offsets[j + 1] += offsets[j];
+        }
+        Ok(Arrivals { counts: ids.iter().map(Vec::len).collect(), order, offsets, rank })
+    }
+
+    /// Number of rows received.
+    pub fn rows(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Received rows (`recv[src]`, `width` values each) in grouped order.
+    pub fn grouped(&self, recv: &[Vec<f32>], width: usize) -> Result<Vec<f32>, EpError> {
+        let ok = recv.len() == self.counts.len() && recv.iter().zip(&self.counts).all(|(r, c)| r.len() == c * width);
+        if !ok {
+            return Err(EpError::Shape { rank: self.rank, msg: format!("received rows do not match the dispatch (width {width})") });
+        }
+        let flat = recv.concat();
+        let mut out = Vec::with_capacity(flat.len());
+        self.order.iter().for_each(|&i| out.extend_from_slice(&flat[i * width..(i + 1) * width]));
+        Ok(out)
+    }
+
+    /// Grouped rows back into arrival order, split per source rank (what the return trip sends).
+    pub fn ungroup(&self, grouped: &[f32], width: usize) -> Result<Vec<Vec<f32>>, EpError> {
+        if grouped.len() != self.rows() * width {
+            return Err(EpError::Shape { rank: self.rank, msg: format!("{} grouped values for {} rows", grouped.len(), self.rows()) });
+        }
+        let mut flat = vec![0.0f32; grouped.len()];
+        for (g, &i) in self.order.iter().enumerate() {
+            flat[i * width..(i + 1) * width].copy_from_slice(&grouped[g * width..(g + 1) * width]);
+        }
+        let mut out = Vec::with_capacity(self.counts.len());
+        let mut at = 0;
+        for &c in &self.counts {
+            out.push(flat[at..at + c * width].to_vec());
+            at += c * width;
+        }
+        Ok(out)
+    }
 }
 
 /// Bytes each rank sends in the dispatch all-to-all (bf16 rows) for a uniform routing: the
@@ -204,171 +211,38 @@ pub fn dispatch_bytes_per_rank(t: usize, h: usize, k: usize, r: usize) -> usize 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::{Rng, SeedableRng};
-    use rand_chacha::ChaCha8Rng;
-
-    /// Small SwiGLU experts: gate/up `[i, h]`, down `[h, i]` each.
-    struct Experts {
-        gate: Vec<Vec<f32>>,
-        up: Vec<Vec<f32>>,
-        down: Vec<Vec<f32>>,
-        h: usize,
-        i: usize,
-    }
-
-    impl Experts {
-        fn run(&self, e: usize, rows: &[f32], n: usize) -> Vec<f32> {
-            use crate::tensor::cpu::{matmul_t, silu};
-            let (h, i) = (self.h, self.i);
-            let (mut g, mut u, mut y) = (vec![0.0; n * i], vec![0.0; n * i], vec![0.0; n * h]);
-            matmul_t(rows, n, h, &self.gate[e], i, &mut g, false);
-            matmul_t(rows, n, h, &self.up[e], i, &mut u, false);
-            let act: Vec<f32> = g.iter().zip(&u).map(|(a, b)| silu(*a) * b).collect();
-            matmul_t(&act, n, i, &self.down[e], h, &mut y, false);
-            y
-        }
-    }
 
     #[test]
-    fn dispatch_combine_equals_single_rank() {
-        let (e, k, h, i) = (8, 3, 16, 8);
-        let mut rng = ChaCha8Rng::seed_from_u64(7);
-        let mut mat = |n: usize| {
-            (0..n)
-                .map(|_| rng.random_range(-0.5f32..0.5))
-                .collect::<Vec<f32>>()
-        };
-        let ex = Experts {
-            gate: (0..e).map(|_| mat(i * h)).collect(),
-            up: (0..e).map(|_| mat(i * h)).collect(),
-            down: (0..e).map(|_| mat(h * i)).collect(),
-            h,
-            i,
-        };
-        let t_total = 24;
-        let x = mat(t_total * h);
-        let mut idx = vec![];
-        let mut w = vec![];
-        let mut rng2 = ChaCha8Rng::seed_from_u64(9);
-        for _ in 0..t_total {
-            let mut chosen: Vec<usize> = vec![];
-            while chosen.len() < k {
-                let c = rng2.random_range(0..e);
-                if !chosen.contains(&c) {
-                    chosen.push(c);
-                }
-            }
-            let raw: Vec<f32> = (0..k).map(|_| rng2.random_range(0.1f32..1.0)).collect();
-            let s: f32 = raw.iter().sum();
-            idx.extend(chosen);
-            w.extend(raw.iter().map(|v| v / s));
-        }
-        // single rank: all experts local
-        let one = moe_expert_parallel(
-            Placement::new(e, 1).unwrap(),
-            h,
-            k,
-            &[RankTokens {
-                x: &x,
-                idx: &idx,
-                w: &w,
-            }],
-            &mut LocalExchange,
-            |e, r, n| ex.run(e, r, n),
-        )
-        .unwrap();
-        // direct reference, no exchange at all
-        let mut direct = vec![0.0f32; t_total * h];
-        for tok in 0..t_total {
-            for s in 0..k {
-                let y = ex.run(idx[tok * k + s], &x[tok * h..(tok + 1) * h], 1);
-                for (a, b) in direct[tok * h..(tok + 1) * h].iter_mut().zip(&y) {
-                    *a += w[tok * k + s] * b;
-                }
-            }
-        }
-        for (a, b) in one[0].iter().zip(&direct) {
-            assert!(
-                (a - b).abs() <= 1e-6 * (1.0 + b.abs()),
-                "single rank vs direct: {a} vs {b}"
-            );
-        }
-        for ranks in [2, 4] {
-            // tokens split unevenly over ranks (data parallel), experts in blocks
-            let cuts: Vec<usize> = (0..=ranks)
-                .map(|r| (r * t_total / ranks + r % 2).min(t_total))
-                .collect();
-            let mut cuts = cuts;
-            cuts[0] = 0;
-            cuts[ranks] = t_total;
-            let parts: Vec<RankTokens> = (0..ranks)
-                .map(|r| RankTokens {
-                    x: &x[cuts[r] * h..cuts[r + 1] * h],
-                    idx: &idx[cuts[r] * k..cuts[r + 1] * k],
-                    w: &w[cuts[r] * k..cuts[r + 1] * k],
-                })
-                .collect();
-            let calls = std::cell::RefCell::new(vec![0usize; e]);
-            let outs = moe_expert_parallel(
-                Placement::new(e, ranks).unwrap(),
-                h,
-                k,
-                &parts,
-                &mut LocalExchange,
-                |e, r, n| {
-                    calls.borrow_mut()[e] += n;
-                    ex.run(e, r, n)
-                },
-            )
-            .unwrap();
-            let joined: Vec<f32> = outs.concat();
-            assert_eq!(joined.len(), one[0].len());
-            for (a, b) in joined.iter().zip(&one[0]) {
-                assert!(
-                    (a - b).abs() <= 1e-6 * (1.0 + b.abs()),
-                    "{ranks} ranks: {a} vs {b}"
-                );
-            }
-            // every routed row was computed exactly once, on its owner
-            let routed: usize = calls.borrow().iter().sum();
-            assert_eq!(routed, t_total * k);
-        }
+    fn dispatch_and_grouping_round_trip() {
+        // 3 ranks, 6 experts (2 each); this rank (1) routes 4 tokens with k = 2.
+        let place = Placement::new(6, 3).unwrap();
+        let chosen = [5u32, 0, 2, 3, 0, 1, 4, 5];
+        let d = Dispatch::plan(place, 1, &chosen).unwrap();
+        assert_eq!(d.to, vec![vec![1, 4, 5], vec![2, 3], vec![0, 6, 7]]);
+        assert_eq!(d.local_experts(), vec![vec![0, 0, 1], vec![0, 1], vec![1, 0, 1]]);
+        let x: Vec<f32> = (0..8).map(|p| p as f32).collect();
+        let sent = d.gather(1, |p| &x[p..p + 1]);
+        assert_eq!(sent, vec![vec![1.0, 4.0, 5.0], vec![2.0, 3.0], vec![0.0, 6.0, 7.0]]);
+        assert_eq!(d.scatter(&sent, 1).unwrap(), x);
+        // The owner of experts 4, 5 receives [1, 0] from rank 0 and [1, 0, 1] from rank 1.
+        let a = Arrivals::group(place, 2, &[vec![1, 0], vec![], vec![1, 0, 1]]).unwrap();
+        assert_eq!(a.offsets, vec![0, 2, 5]);
+        let recv = vec![vec![10.0, 11.0], vec![], vec![20.0, 21.0, 22.0]];
+        let g = a.grouped(&recv, 1).unwrap();
+        assert_eq!(g, vec![11.0, 21.0, 10.0, 20.0, 22.0]);
+        assert_eq!(a.ungroup(&g, 1).unwrap(), recv);
     }
 
     #[test]
     fn rejects_bad_plans() {
-        assert_eq!(
-            Placement::new(10, 4),
-            Err(EpError::Uneven {
-                experts: 10,
-                ranks: 4
-            })
-        );
+        assert_eq!(Placement::new(10, 4), Err(EpError::Uneven { experts: 10, ranks: 4 }));
         let p = Placement::new(4, 2).unwrap();
-        let x = [0.0f32; 4];
-        let r = moe_expert_parallel(
-            p,
-            2,
-            1,
-            &[
-                RankTokens {
-                    x: &x,
-                    idx: &[0, 9],
-                    w: &[1.0, 1.0],
-                },
-                RankTokens {
-                    x: &[],
-                    idx: &[],
-                    w: &[],
-                },
-            ],
-            &mut LocalExchange,
-            |_, r, _| r.to_vec(),
-        );
-        assert_eq!(r.unwrap_err(), EpError::BadExpert(9));
-        assert_eq!(
-            dispatch_bytes_per_rank(256, 2048, 8, 8),
-            256 * 8 * 2048 * 2 * 7 / 8
-        );
+        assert_eq!(Dispatch::plan(p, 0, &[0, 9]).unwrap_err(), EpError::BadExpert(9));
+        assert!(matches!(Arrivals::group(p, 0, &[vec![2], vec![]]), Err(EpError::Shape { .. })));
+        let a = Arrivals::group(p, 0, &[vec![0], vec![1]]).unwrap();
+        assert!(matches!(a.grouped(&[vec![1.0], vec![]], 1), Err(EpError::Shape { .. })));
+        let d = Dispatch::plan(p, 0, &[0, 3]).unwrap();
+        assert!(matches!(d.scatter(&[vec![1.0], vec![]], 1), Err(EpError::Shape { .. })));
+        assert_eq!(dispatch_bytes_per_rank(256, 2048, 8, 8), 256 * 8 * 2048 * 2 * 7 / 8);
     }
 }

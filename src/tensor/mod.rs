@@ -21,6 +21,7 @@ pub mod nvrtc;
 pub mod profile;
 pub mod rows_avx2;
 pub mod storage;
+pub mod thread_exchange;
 
 pub use dtype::DType;
 pub use storage::{Storage, Tensor, Weight};

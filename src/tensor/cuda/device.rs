@@ -51,7 +51,7 @@ fn dlopen_global(name: &[u8]) -> bool {
 /// Make `lib<stem>` loadable for cudarc, which loads by soname and panics when it cannot:
 /// load it by full path first (hosts with CUDA only inside PyTorch's wheels have no libcublas
 /// on the loader path), else check the soname loads; a missing library is a typed error.
-fn preload(stem: &str, env: &str) -> Result<()> {
+pub(crate) fn preload(stem: &str, env: &str) -> Result<()> {
     if let Ok(p) = find_cuda_library(stem, env) {
         if dlopen_global(p.as_os_str().as_encoded_bytes()) {
             return Ok(());

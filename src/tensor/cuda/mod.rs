@@ -15,6 +15,8 @@
 pub mod device;
 pub mod gemm;
 pub mod gpu;
+#[cfg(feature = "cuda")]
+pub mod nccl;
 pub mod ops;
 
 pub use crate::tensor::device::{ActType, DeviceError as CudaError};

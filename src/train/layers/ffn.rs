@@ -23,6 +23,14 @@ pub struct FfnSaved {
     pub m: usize,
 }
 
+impl FfnSaved {
+    /// Activations computed elsewhere (e.g. by grouped GEMMs on a device): input `x [m, hidden]`,
+    /// gate and up projections `g`, `u` and `h = SiLU(g) ⊙ u`, each `[m, inter]`.
+    pub fn from_parts(x: Vec<f32>, g: Vec<f32>, u: Vec<f32>, h: Vec<f32>, m: usize) -> FfnSaved {
+        FfnSaved { x, g, u, h, m }
+    }
+}
+
 impl Ffn {
     pub fn forward(&self, ps: &ParamStore, x: Vec<f32>, m: usize) -> (Vec<f32>, FfnSaved) {
         let (hd, it) = (self.hidden, self.inter);

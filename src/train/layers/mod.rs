@@ -4,6 +4,8 @@
 
 pub mod attention;
 pub mod delta_rule;
+pub mod expert_gemm;
 pub mod ffn;
 pub mod gdn;
 pub mod moe;
+pub mod moe_ep;
