@@ -6,8 +6,9 @@
 use super::ffn::{Ffn, FfnSaved};
 use crate::model::moe::route;
 use crate::tensor::cpu::{dot, sigmoid};
-use crate::train::ops::{linear, linear_backward};
-use crate::train::params::{Grads, ParamStore, Pid};
+use crate::train::ops::linear;
+use crate::train::grad_sink::GradSink;
+use crate::train::params::{ParamStore, Pid};
 
 pub struct MoeW {
     pub router: Pid,
@@ -87,7 +88,7 @@ impl MoeW {
 
     /// Accumulates every weight gradient (router, experts, shared expert and its gate);
     /// returns `dx [N, hidden]`.
-    pub fn backward(&self, ps: &ParamStore, s: &MoeSaved, dy: &[f32], gr: &mut Grads) -> Vec<f32> {
+    pub fn backward(&self, ps: &ParamStore, s: &MoeSaved, dy: &[f32], gr: &mut dyn GradSink) -> Vec<f32> {
         let (hd, ne, k, n) = (self.hidden, self.experts.len(), self.top_k, s.n);
         let mut dx = vec![0.0; n * hd];
         // Routed experts: d(weight) per (token, slot), and each expert's backward.
@@ -124,7 +125,7 @@ impl MoeW {
                 dlogits[t * ne + e] = pt[e] * (dp[e] - pdp);
             }
         }
-        let dxr = linear_backward(&dlogits, &s.x, n, hd, ps.get(self.router), ne, gr.get_mut(self.router));
+        let dxr = gr.linear(self.router, &dlogits, &s.x, n, hd, ps.get(self.router), ne);
         dx.iter_mut().zip(&dxr).for_each(|(a, b)| *a += b);
         // Shared expert and its sigmoid gate.
         let mut dshared = vec![0.0; n * hd];
@@ -133,7 +134,7 @@ impl MoeW {
             let (dyt, ft) = (&dy[t * hd..(t + 1) * hd], &s.shared_out[t * hd..(t + 1) * hd]);
             let g = s.shared_gate[t];
             let dlogit = dot(dyt, ft) * g * (1.0 - g);
-            let dsg = gr.get_mut(self.shared_gate);
+            let dsg = gr.vector(self.shared_gate);
             for i in 0..hd {
                 dsg[i] += dlogit * s.x[t * hd + i];
                 dx[t * hd + i] += dlogit * sg[i];
