@@ -1,5 +1,7 @@
 //! LoRA adapters on attention, GDN and expert projections: zero-initialised B leaves the model
-//! unchanged, the projected adapter gradients match finite differences, SFT steps with adapters
+//! unchanged, the adapter gradients formed from activations and output gradients (no dense
+//! gradient) equal the projection of the dense gradient for every projection kind and match
+//! finite differences, SFT steps with adapters
 //! lower the loss while every non-adapted parameter stays bit-identical, and the merged
 //! checkpoint loads in the inference engine with the trained logits.
 
@@ -10,7 +12,7 @@ use execcritic::train::lora::{Lora, LoraConfig};
 use execcritic::train::loss::mean_nll;
 use execcritic::train::optim::{AdamW, AdamWConfig, Schedule};
 use execcritic::train::trainer::{SftExample, Trainer};
-use execcritic::train::{TapeOptions, TrainModel};
+use execcritic::train::{Grads, TapeOptions, TrainModel};
 use std::path::Path;
 
 fn cfg() -> LoraConfig {
@@ -24,6 +26,61 @@ fn cfg() -> LoraConfig {
     }
 }
 
+/// Non-zero B (so that dA is non-trivial), merged into the model.
+fn nonzero_b(lora: &mut Lora, model: &mut TrainModel) {
+    for p in lora.adapters.params.iter_mut().filter(|p| p.name.ends_with("lora_B")) {
+        for (i, x) in p.data.iter_mut().enumerate() {
+            *x = ((i * 7 % 11) as f32 - 5.0) * 0.01;
+        }
+    }
+    lora.apply(&mut model.store);
+}
+
+/// Adapter gradients of the mean NLL of `ids` through the LoRA sink (no dense gradient), and
+/// the scalars the sink allocated.
+fn adapter_gradients(model: &TrainModel, lora: &Lora, ids: &[u32]) -> (Grads, usize) {
+    let tape = model.forward(ids, None, TapeOptions::default()).unwrap();
+    let out = mean_nll(&tape.logits, model.cfg.vocab_size, ids).unwrap();
+    let mut sink = lora.sink(&model.store);
+    model.backward(&tape, &out.dlogits, &mut sink).unwrap();
+    let allocated = sink.allocated_scalars();
+    (sink.finish(), allocated)
+}
+
+#[test]
+fn adapter_gradients_from_activations_equal_the_projection_of_the_dense_gradient() {
+    let mut model = TrainModel::load(Path::new("models/tiny-qwen35")).unwrap();
+    // Every projection kind: attention, GDN, shared expert, routed experts (all 8 per layer).
+    let kinds = ["self_attn.q_proj", "self_attn.o_proj", "linear_attn.in_proj_qkv", "linear_attn.out_proj", "shared_expert.", "mlp.experts."];
+    let lcfg = LoraConfig { targets: kinds.map(String::from).to_vec(), ..cfg() };
+    let mut lora = Lora::new(lcfg, &model.store).unwrap();
+    nonzero_b(&mut lora, &mut model);
+    let ids: Vec<u32> = (0..40u32).map(|i| (i * 131 + 7) % 1024).collect();
+    let (got, allocated) = adapter_gradients(&model, &lora, &ids);
+    let (_, dense) = model.nll_gradients(&ids, TapeOptions::default()).unwrap();
+    let want = lora.project(&dense);
+    let mut seen = [0usize; 6];
+    for ((p, g), w) in lora.adapters.params.iter().zip(&got.0).zip(&want.0) {
+        let scale = w.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let err = g.iter().zip(w).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(err <= 1e-4 * scale.max(1e-12), "{}: max |Δ| {err} (scale {scale})", p.name);
+        let kind = kinds.iter().position(|k| p.name.contains(k)).unwrap();
+        seen[kind] += (scale > 0.0) as usize;
+    }
+    // Routed experts: only the experts some token was routed to get a gradient.
+    assert!(seen.iter().all(|&n| n > 0), "a projection kind got no gradient: {seen:?}");
+    // No dense gradient: the sink holds the adapter gradients plus one scratch vector of a frozen
+    // vector-sized parameter (norms, conv, gates), far below one adapted weight per kind.
+    let vector_max = model.store.params.iter().filter(|p| p.shape.len() != 2).map(|p| p.data.len()).max().unwrap();
+    assert!(allocated <= lora.adapters.numel() + vector_max, "allocated {allocated}");
+    let dense_adapted: usize = lora.adapters.params.iter().filter(|p| p.name.ends_with("lora_A")).count();
+    eprintln!(
+        "sink: {allocated} scalars for {} adapter scalars; the {dense_adapted} adapted weights' dense gradients would be {}",
+        lora.adapters.numel(),
+        model.store.params.iter().filter(|p| p.shape.len() == 2 && kinds.iter().any(|k| p.name.contains(k))).map(|p| p.data.len()).sum::<usize>()
+    );
+}
+
 #[test]
 fn adapter_gradients_match_finite_differences() {
     let mut model = TrainModel::load(Path::new("models/tiny-qwen35")).unwrap();
@@ -32,16 +89,9 @@ fn adapter_gradients_match_finite_differences() {
     assert_eq!(lora.len(), 1 + 3 + 4 + 4, "q_proj ×1, in_proj_qkv ×3, shared down ×4, expert 3 up ×4");
     lora.apply(&mut model.store);
     assert!(model.store.params.iter().zip(&before).all(|(p, b)| &p.data == b), "B = 0 leaves W unchanged");
-    // Non-zero B so that dA is non-trivial.
-    for p in lora.adapters.params.iter_mut().filter(|p| p.name.ends_with("lora_B")) {
-        for (i, x) in p.data.iter_mut().enumerate() {
-            *x = ((i * 7 % 11) as f32 - 5.0) * 0.01;
-        }
-    }
-    lora.apply(&mut model.store);
+    nonzero_b(&mut lora, &mut model);
     let ids: Vec<u32> = (0..20u32).map(|i| (i * 97 + 3) % 1024).collect();
-    let (_, full) = model.nll_gradients(&ids, TapeOptions::default()).unwrap();
-    let g = lora.project(&full);
+    let g = adapter_gradients(&model, &lora, &ids).0;
     // Hold the routing fixed (top-k is piecewise constant) while differencing.
     let experts = model.forward(&ids, None, TapeOptions::default()).unwrap().experts;
     let picks: Vec<usize> = (0..lora.adapters.len()).step_by(3).collect();
@@ -127,4 +177,24 @@ fn train_sft_cli_with_lora_writes_a_merged_checkpoint() {
     let fin = d.join("out/final");
     assert!(fin.join("model.safetensors.index.json").exists() && !fin.join("optimizer.safetensors").exists());
     Model::load(&fin).unwrap();
+}
+
+#[test]
+fn an_adapted_weight_reached_element_wise_is_projected_from_its_own_gradient() {
+    // The shared-expert gate `[1, hidden]` is 2-D (a valid target) but its backward accumulates
+    // element-wise, not as a projection: the sink keeps its (vector-sized) dense gradient and
+    // projects it, so its adapters still get the exact gradient.
+    let mut model = TrainModel::load(Path::new("models/tiny-qwen35")).unwrap();
+    let lcfg = LoraConfig { targets: vec!["shared_expert_gate".into()], ..cfg() };
+    let mut lora = Lora::new(lcfg, &model.store).unwrap();
+    assert_eq!(lora.len(), 4);
+    nonzero_b(&mut lora, &mut model);
+    let ids: Vec<u32> = (0..12u32).map(|i| (i * 57 + 1) % 1024).collect();
+    let got = adapter_gradients(&model, &lora, &ids).0;
+    let want = lora.project(&model.nll_gradients(&ids, TapeOptions::default()).unwrap().1);
+    for ((p, g), w) in lora.adapters.params.iter().zip(&got.0).zip(&want.0) {
+        let scale = w.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert!(scale > 0.0, "{}: vacuous", p.name);
+        assert!(g.iter().zip(w).all(|(a, b)| (a - b).abs() <= 1e-5 * scale), "{}", p.name);
+    }
 }

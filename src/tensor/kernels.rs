@@ -18,6 +18,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("moe", include_str!("../../kernels/moe.cu")),
     ("sample", include_str!("../../kernels/sample.cu")),
     ("init", include_str!("../../kernels/init.cu")),
+    ("optim", include_str!("../../kernels/optim.cu")),
 ];
 
 /// The full compile unit of one kernel file in its bf16 variant.

@@ -20,6 +20,8 @@ pub enum TrainError {
     Sampling(Box<super::dynamic::DynamicSamplingError<TrainError>>),
     #[error("engine: {0}")]
     Engine(#[from] crate::engine::EngineError),
+    #[error("device: {0}")]
+    Device(#[from] crate::tensor::device::DeviceError),
     #[error("cannot write safetensors {path}: {msg}")]
     Write { path: PathBuf, msg: String },
 }

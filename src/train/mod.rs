@@ -2,12 +2,15 @@
 //! and GRPO losses, and the `grads` computation.
 //!
 //! - [`params`]: `ParamStore` (HF-named f32 parameters) and `Grads`.
+//! - [`grad_sink`]: `GradSink`, where the backward puts weight gradients (dense or LoRA).
 //! - [`ops`]: backward kernels (strided GEMM, norms, activations).
 //! - [`layers`]: per-layer forward/backward pairs (attention, Gated DeltaNet, delta rule, MoE).
 //! - [`network`]: `TrainModel` — whole-model training forward with a tape, backward, optional
 //!   per-layer activation recomputation, routing replay.
 //! - [`loss`] (cross-entropy / SFT) and [`grpo`] (clipped policy loss): pure functions of logits.
 //! - [`trainer`]: one update (SFT or GRPO) in micro-batches under a token cap; [`optim`], [`lora`].
+//! - [`device_optim`]: `DeviceAdamW`, the same AdamW on a device (GPU or emulator) with the
+//!   serving weights rewritten in place; [`device_lora`]: LoRA adapter gradients on a device.
 //! - [`lease`] and [`policy`]: the trainer's weights lent to an engine without a copy and taken back.
 //! - [`advantage`], [`dynamic`]: group-mean advantages and DAPO dynamic sampling.
 //! - [`rollout`], [`iteration`], [`toy`], [`grpo_run`]: GRPO through the engine — rollouts,
@@ -17,8 +20,11 @@
 
 pub mod advantage;
 pub mod checkpoint;
+pub mod device_lora;
+pub mod device_optim;
 pub mod dynamic;
 pub mod error;
+pub mod grad_sink;
 pub mod grpo;
 pub mod grpo_run;
 pub mod iteration;

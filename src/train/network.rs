@@ -11,7 +11,8 @@ use super::layers::attention::{AttentionSaved, AttentionW};
 use super::layers::ffn::Ffn;
 use super::layers::gdn::{GdnSaved, GdnW};
 use super::layers::moe::{MoeSaved, MoeW};
-use super::ops::{linear, linear_backward, rms_norm_1p_backward};
+use super::grad_sink::GradSink;
+use super::ops::{linear, rms_norm_1p_backward};
 use super::params::{Grads, ParamStore, Pid};
 use crate::model::backend::{Backend, Layer, Site, Stack, StackLoader, WeightTypes};
 use crate::model::backend::schema::{AttentionParams, FfnParams, GdnParams, MoeParams, Param};
@@ -161,8 +162,9 @@ impl TrainModel {
     }
 
     /// Backward from `dlogits [T, vocab]` (the loss gradient w.r.t. the logits), accumulating
-    /// into `gr` (from [`ParamStore::zero_grads`] of this model's store).
-    pub fn backward(&self, tape: &Tape, dlogits: &[f32], gr: &mut Grads) -> Result<()> {
+    /// into `gr`: dense [`Grads`] from [`ParamStore::zero_grads`] of this model's store, or a
+    /// LoRA `AdapterGrads` (adapter gradients only).
+    pub fn backward(&self, tape: &Tape, dlogits: &[f32], gr: &mut dyn GradSink) -> Result<()> {
         let want = tape.ids.len() * self.cfg.vocab_size;
         if dlogits.len() != want {
             return Err(TrainError::BadInput(format!("dlogits has {} values, expected {want}", dlogits.len())));
@@ -266,7 +268,7 @@ struct Backprop<'a> {
     m: &'a TrainModel,
     tape: &'a Tape,
     dlogits: &'a [f32],
-    gr: &'a mut Grads,
+    gr: &'a mut dyn GradSink,
     recomputed: Option<LayerSaved>,
 }
 
@@ -286,8 +288,7 @@ impl BackwardOps for Backprop<'_> {
     fn head_backward(&mut self, w: &Pid) -> Result<Vec<f32>> {
         let (c, t) = (&self.m.cfg, self.tape);
         let n = t.ids.len();
-        let dw = self.gr.get_mut(*w);
-        Ok(linear_backward(self.dlogits, &t.normed, n, c.hidden_size, self.m.store.get(*w), c.vocab_size, dw))
+        Ok(self.gr.linear(*w, self.dlogits, &t.normed, n, c.hidden_size, self.m.store.get(*w), c.vocab_size))
     }
 
     fn norm_backward(&mut self, site: Site, w: &Pid, dy: &Vec<f32>) -> Result<Vec<f32>> {
@@ -297,7 +298,7 @@ impl BackwardOps for Backprop<'_> {
             Site::Input(li) => &self.tape.layers[li].input,
         };
         let eps = self.m.cfg.rms_norm_eps;
-        Ok(rms_norm_1p_backward(x, self.m.store.get(*w), eps, dy, self.gr.get_mut(*w)))
+        Ok(rms_norm_1p_backward(x, self.m.store.get(*w), eps, dy, self.gr.vector(*w)))
     }
 
     fn attention_backward(&mut self, li: usize, w: &AttentionW, dy: &Vec<f32>) -> Result<Vec<f32>> {
@@ -325,7 +326,7 @@ impl BackwardOps for Backprop<'_> {
 
     fn embed_backward(&mut self, w: &Pid, dx: Vec<f32>) -> Result<()> {
         let h = self.m.cfg.hidden_size;
-        let de = self.gr.get_mut(*w);
+        let Some(de) = self.gr.table(*w) else { return Ok(()) };
         for (row, &id) in dx.chunks_exact(h).zip(&self.tape.ids) {
             for (d, g) in de[id as usize * h..(id as usize + 1) * h].iter_mut().zip(row) {
                 *d += g;

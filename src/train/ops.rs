@@ -77,6 +77,11 @@ pub fn linear(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32> {
 /// Linear backward: accumulates `dw[n, k] += dyᵀ · x` and returns `dx[m, k] = dy · w`.
 pub fn linear_backward(dy: &[f32], x: &[f32], m: usize, k: usize, w: &[f32], n: usize, dw: &mut [f32]) -> Vec<f32> {
     gemm(n, k, m, View::t(dy, n), View::rows(x, k), dw, true);
+    linear_input_grad(dy, m, k, w, n)
+}
+
+/// The input gradient alone of the linear layer: `dx[m, k] = dy[m, n] · w[n, k]`.
+pub fn linear_input_grad(dy: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32> {
     let mut dx = vec![0.0; m * k];
     gemm(m, k, n, View::rows(dy, n), View::rows(w, k), &mut dx, false);
     dx

@@ -24,6 +24,14 @@ impl Default for AdamWConfig {
     }
 }
 
+impl AdamWConfig {
+    /// The bias corrections `(1 − β1^t, 1 − β2^t)` of step `t` (1-based), as f32 (the CPU and
+    /// the device optimizer share them).
+    pub fn bias_corrections(&self, t: u64) -> (f32, f32) {
+        (1.0 - self.beta1.powi(t as i32), 1.0 - self.beta2.powi(t as i32))
+    }
+}
+
 /// Learning-rate schedule as a multiplier of the base lr at a given step (0-based).
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -95,8 +103,7 @@ impl AdamW {
         let lr = self.cfg.lr * schedule.factor(self.step);
         self.step += 1;
         let c = self.cfg;
-        let bc1 = 1.0 - c.beta1.powi(self.step as i32);
-        let bc2 = 1.0 - c.beta2.powi(self.step as i32);
+        let (bc1, bc2) = c.bias_corrections(self.step);
         for (((p, g), m), v) in store.params.iter_mut().zip(&grads.0).zip(&mut self.m).zip(&mut self.v) {
             for i in 0..g.len() {
                 m[i] = c.beta1 * m[i] + (1.0 - c.beta1) * g[i];

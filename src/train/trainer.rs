@@ -2,11 +2,13 @@
 //! or GRPO on rollouts (advantages given, optional routing replay) — with token-level loss
 //! aggregation over the whole batch, gradient accumulation micro-batch by micro-batch under a
 //! tokens-per-micro-batch cap (a micro-batch's forwards run in parallel; each tape is dropped
-//! after its backward), clipping, AdamW and the lr schedule.
+//! after its backward), clipping, AdamW and the lr schedule. With LoRA the backward forms the
+//! adapter gradients only (`lora::AdapterGrads`), never the dense weight gradients.
 
 use super::error::{Result, TrainError};
 use super::grpo::{grpo_denominator, grpo_loss, GrpoConfig, GrpoSample};
-use super::lora::Lora;
+use super::grad_sink::GradSink;
+use super::lora::{AdapterGrads, Lora};
 use super::loss::{sft_denominator, sft_loss, LossOut};
 use super::network::{Tape, TapeOptions, TrainModel};
 use super::optim::{AdamW, Schedule, StepStats};
@@ -42,6 +44,29 @@ pub struct Trainer {
     pub grpo: GrpoConfig,
     /// When set, only the adapters train (`opt` must then be built over `lora.adapters`).
     pub lora: Option<Lora>,
+}
+
+/// Where a step's backward accumulates: every dense gradient, or (LoRA) adapter gradients only.
+enum Sink<'a> {
+    Dense(Grads),
+    Lora(AdapterGrads<'a>),
+}
+
+impl Sink<'_> {
+    fn as_dyn(&mut self) -> &mut dyn GradSink {
+        match self {
+            Sink::Dense(g) => g,
+            Sink::Lora(a) => a,
+        }
+    }
+
+    /// The gradients the optimizer steps on (dense, or the adapters').
+    fn finish(self) -> Grads {
+        match self {
+            Sink::Dense(g) => g,
+            Sink::Lora(a) => a.finish(),
+        }
+    }
 }
 
 /// One sequence of a step: token ids and, for routing replay, the experts per layer.
@@ -162,7 +187,10 @@ impl Trainer {
         if self.model.store.is_empty() {
             return Err(TrainError::WeightsAway);
         }
-        let mut grads = self.model.store.zero_grads();
+        let mut sink = match &self.lora {
+            None => Sink::Dense(self.model.store.zero_grads()),
+            Some(lora) => Sink::Lora(lora.sink(&self.model.store)),
+        };
         let (mut total, mut tokens) = (0.0, 0);
         let lens: Vec<usize> = seqs.iter().map(|s| s.0.len()).collect();
         let plan = plan_micro_batches(&lens, cap);
@@ -174,21 +202,21 @@ impl Trainer {
             for (i, tape) in mb.clone().zip(tapes) {
                 let tape = tape?;
                 let out = loss(i, &tape.logits)?;
-                self.model.backward(&tape, &out.dlogits, &mut grads)?;
+                self.model.backward(&tape, &out.dlogits, sink.as_dyn())?;
                 total += out.loss;
                 tokens += out.tokens;
             }
         }
-        Ok((grads, total, tokens, plan.len()))
+        Ok((sink.finish(), total, tokens, plan.len()))
     }
 
-    /// Clip + AdamW on the model's parameters, or on the LoRA adapters (then merged back).
+    /// Clip + AdamW on the model's parameters, or on the LoRA adapters (then merged back);
+    /// `grads` are the model's dense gradients or, with LoRA, the adapters'.
     fn update(&mut self, mut grads: Grads) -> StepStats {
         match &mut self.lora {
             None => self.opt.step(&mut self.model.store, &mut grads, &self.schedule),
             Some(lora) => {
-                let mut g = lora.project(&grads);
-                let stats = self.opt.step(&mut lora.adapters, &mut g, &self.schedule);
+                let stats = self.opt.step(&mut lora.adapters, &mut grads, &self.schedule);
                 lora.apply(&mut self.model.store);
                 stats
             }

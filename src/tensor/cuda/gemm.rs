@@ -51,3 +51,47 @@ pub fn linear<A: Act, O: GemmElem>(
         ldc: n,
     })
 }
+
+/// Row-major fp32 `c[m, n] = alpha · op(a) · op(b) + beta · c`, where `op(a)` is `[m, k]`
+/// (`a` stored `[m, k]`, or `[k, m]` when `ta`) and `op(b)` is `[k, n]` (`b` stored `[k, n]`,
+/// or `[n, k]` when `tb`). Row-major C = op(A)·op(B) is the column-major Cᵀ = op(B)ᵀ·op(A)ᵀ.
+#[allow(clippy::too_many_arguments)] // a GEMM's operands, sizes and scalars
+pub fn matmul_f32(
+    gpu: &Gpu,
+    (ta, tb): (bool, bool),
+    (m, n, k): (usize, usize, usize),
+    alpha: f32,
+    a: &DeviceBuffer<f32>,
+    b: &DeviceBuffer<f32>,
+    beta: f32,
+    c: &mut DeviceBuffer<f32>,
+) -> Result<()> {
+    if a.len() < m * k || b.len() < k * n || c.len() < m * n {
+        return Err(DeviceError::Shape {
+            op: "matmul_f32",
+            msg: format!("a {} b {} c {} too small for m={m} n={n} k={k}", a.len(), b.len(), c.len()),
+        });
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let t = <f32 as GemmElem>::GEMM;
+    gpu.gemm(&Gemm {
+        trans_a: tb,
+        trans_b: ta,
+        m: n,
+        n: m,
+        k,
+        alpha,
+        a: b.ptr(),
+        a_type: t,
+        lda: if tb { k } else { n },
+        b: a.ptr(),
+        b_type: t,
+        ldb: if ta { m } else { k },
+        beta,
+        c: c.ptr(),
+        c_type: t,
+        ldc: n,
+    })
+}

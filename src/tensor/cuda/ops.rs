@@ -1036,3 +1036,108 @@ pub fn fill_f32(gpu: &Gpu, x: &mut F32, v: f32) -> Result<()> {
     let n = x.len();
     launch!(gpu, plain("fill_f32"), stride_cfg(n), x, &(n as i64), &v)
 }
+
+// ---------------------------------------------------------------- optimizer (kernels/optim.cu)
+
+/// Threads per block of the optimizer's reductions (`OPT_THREADS` in `kernels/optim.cu`).
+pub const ADAMW_THREADS: usize = 256;
+
+/// Blocks [`adamw_sq_norm`] uses for a gradient of `n` elements (its number of partial sums).
+pub fn adamw_norm_blocks(n: usize) -> usize {
+    n.div_ceil(ADAMW_THREADS).clamp(1, 64)
+}
+
+/// Per-block sums of `g²` into `partials[offset .. offset + adamw_norm_blocks(g.len())]`.
+pub fn adamw_sq_norm(gpu: &Gpu, g: &F32, partials: &mut DeviceBuffer<f64>, offset: usize) -> Result<()> {
+    let blocks = adamw_norm_blocks(g.len());
+    need("adamw_sq_norm", partials.len() >= offset + blocks && offset <= i32::MAX as usize, || {
+        format!("{blocks} partials at {offset} in a buffer of {}", partials.len())
+    })?;
+    launch!(
+        gpu,
+        plain("adamw_sq_norm"),
+        cfg((blocks, 1, 1), ADAMW_THREADS, 0),
+        g,
+        &(g.len() as i64),
+        partials,
+        &(offset as i32)
+    )
+}
+
+/// `stats[0]` = global norm from the first `count` partial sums, `stats[1]` = the clip factor
+/// (`max_norm / (norm + 1e-6)` when `max_norm` is set and exceeded by a finite norm, else 1).
+pub fn adamw_clip_scale(
+    gpu: &Gpu,
+    partials: &DeviceBuffer<f64>,
+    count: usize,
+    max_norm: Option<f32>,
+    stats: &mut DeviceBuffer<f64>,
+) -> Result<()> {
+    need("adamw_clip_scale", partials.len() >= count && stats.len() >= 2 && count <= i32::MAX as usize, || {
+        format!("count={count} partials={} stats={}", partials.len(), stats.len())
+    })?;
+    launch!(
+        gpu,
+        plain("adamw_clip_scale"),
+        cfg((1, 1, 1), ADAMW_THREADS, 0),
+        partials,
+        &(count as i32),
+        &(max_norm.is_some() as i32),
+        &max_norm.unwrap_or(0.0),
+        stats
+    )
+}
+
+/// The host-side numbers of one AdamW step: lr with the schedule applied, the betas, eps,
+/// weight decay, and the bias corrections `1 − β^t`.
+#[derive(Clone, Copy, Debug)]
+pub struct AdamWStep {
+    pub lr: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub weight_decay: f32,
+    pub bc1: f32,
+    pub bc2: f32,
+}
+
+/// One AdamW update of a parameter: master `p` and moments `m`, `v` (fp32) from the gradient `g`
+/// times the clip factor `stats[1]`; `serve` (the engine's copy, storage type `A`) is rewritten
+/// from the new master when given.
+pub fn adamw_update<A: Act>(
+    gpu: &Gpu,
+    p: &mut F32,
+    m: &mut F32,
+    v: &mut F32,
+    g: &F32,
+    serve: Option<&mut DeviceBuffer<A>>,
+    stats: &DeviceBuffer<f64>,
+    h: &AdamWStep,
+) -> Result<()> {
+    let n = p.len();
+    need(
+        "adamw_update",
+        m.len() == n && v.len() == n && g.len() == n && stats.len() >= 2 && serve.as_ref().is_none_or(|s| s.len() == n),
+        || format!("master {n}, m {}, v {}, grad {}", m.len(), v.len(), g.len()),
+    )?;
+    let serve = serve.map(|s| &*s);
+    launch!(
+        gpu,
+        A::kernel("adamw_update"),
+        stride_cfg(n),
+        p,
+        m,
+        v,
+        g,
+        serve,
+        &(n as i64),
+        stats,
+        &h.lr,
+        &h.beta1,
+        &h.beta2,
+        &h.eps,
+        &h.weight_decay,
+        &h.bc1,
+        &h.bc2
+    )
+}

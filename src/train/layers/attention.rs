@@ -4,8 +4,9 @@
 
 use crate::model::rope::Rope;
 use crate::tensor::cpu::{dot, rms_norm_1p, sigmoid, softmax};
-use crate::train::ops::{linear, linear_backward, rms_norm_1p_backward};
-use crate::train::params::{Grads, ParamStore, Pid};
+use crate::train::ops::{linear, rms_norm_1p_backward};
+use crate::train::grad_sink::GradSink;
+use crate::train::params::{ParamStore, Pid};
 use rayon::prelude::*;
 
 pub struct AttentionW {
@@ -135,10 +136,10 @@ impl AttentionW {
     }
 
     /// Accumulates the weight gradients, returns `dx [n, hidden]`.
-    pub fn backward(&self, ps: &ParamStore, rope: &Rope, s: &AttentionSaved, dy: &[f32], gr: &mut Grads) -> Vec<f32> {
+    pub fn backward(&self, ps: &ParamStore, rope: &Rope, s: &AttentionSaved, dy: &[f32], gr: &mut dyn GradSink) -> Vec<f32> {
         let (hs, hq, hkv, hd, n) = (self.hidden, self.heads, self.kv_heads, self.head_dim, s.n);
         let og: Vec<f32> = s.o.iter().zip(&s.gate).map(|(a, g)| a * sigmoid(*g)).collect();
-        let dog = linear_backward(dy, &og, n, hq * hd, ps.get(self.o_proj), hs, gr.get_mut(self.o_proj));
+        let dog = gr.linear(self.o_proj, dy, &og, n, hq * hd, ps.get(self.o_proj), hs);
         let mut d_o = vec![0.0; n * hq * hd];
         let mut dgate = vec![0.0; n * hq * hd];
         for i in 0..n * hq * hd {
@@ -162,16 +163,16 @@ impl AttentionW {
         }
         self.rope_all(rope, &mut dq, hq, n, true);
         self.rope_all(rope, &mut dk, hkv, n, true);
-        let dq_raw = rms_norm_1p_backward(&s.q_raw, ps.get(self.q_norm), self.eps, &dq, gr.get_mut(self.q_norm));
-        let dk_raw = rms_norm_1p_backward(&s.k_raw, ps.get(self.k_norm), self.eps, &dk, gr.get_mut(self.k_norm));
+        let dq_raw = rms_norm_1p_backward(&s.q_raw, ps.get(self.q_norm), self.eps, &dq, gr.vector(self.q_norm));
+        let dk_raw = rms_norm_1p_backward(&s.k_raw, ps.get(self.k_norm), self.eps, &dk, gr.vector(self.k_norm));
         let mut dqg = vec![0.0; n * hq * hd * 2];
         for r in 0..n * hq {
             dqg[r * 2 * hd..r * 2 * hd + hd].copy_from_slice(&dq_raw[r * hd..(r + 1) * hd]);
             dqg[r * 2 * hd + hd..(r + 1) * 2 * hd].copy_from_slice(&dgate[r * hd..(r + 1) * hd]);
         }
-        let mut dx = linear_backward(&dqg, &s.x, n, hs, ps.get(self.q_proj), hq * hd * 2, gr.get_mut(self.q_proj));
+        let mut dx = gr.linear(self.q_proj, &dqg, &s.x, n, hs, ps.get(self.q_proj), hq * hd * 2);
         for (dpart, w) in [(&dk_raw, self.k_proj), (&dv, self.v_proj)] {
-            let d = linear_backward(dpart, &s.x, n, hs, ps.get(w), hkv * hd, gr.get_mut(w));
+            let d = gr.linear(w, dpart, &s.x, n, hs, ps.get(w), hkv * hd);
             dx.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
         }
         dx

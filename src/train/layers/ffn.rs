@@ -2,8 +2,9 @@
 //! (used by every routed expert and by the shared expert).
 
 use crate::tensor::cpu::silu;
-use crate::train::ops::{linear, linear_backward, silu_grad};
-use crate::train::params::{Grads, ParamStore, Pid};
+use crate::train::ops::{linear, silu_grad};
+use crate::train::grad_sink::GradSink;
+use crate::train::params::{ParamStore, Pid};
 
 #[derive(Clone, Copy, Debug)]
 pub struct Ffn {
@@ -42,17 +43,17 @@ impl Ffn {
     }
 
     /// Accumulates the weight gradients, returns `dx [m, hidden]`.
-    pub fn backward(&self, ps: &ParamStore, s: &FfnSaved, dy: &[f32], gr: &mut Grads) -> Vec<f32> {
+    pub fn backward(&self, ps: &ParamStore, s: &FfnSaved, dy: &[f32], gr: &mut dyn GradSink) -> Vec<f32> {
         let (hd, it, m) = (self.hidden, self.inter, s.m);
-        let dh = linear_backward(dy, &s.h, m, it, ps.get(self.down), hd, gr.get_mut(self.down));
+        let dh = gr.linear(self.down, dy, &s.h, m, it, ps.get(self.down), hd);
         let mut dg = vec![0.0; m * it];
         let mut du = vec![0.0; m * it];
         for i in 0..m * it {
             dg[i] = dh[i] * s.u[i] * silu_grad(s.g[i]);
             du[i] = dh[i] * silu(s.g[i]);
         }
-        let mut dx = linear_backward(&dg, &s.x, m, hd, ps.get(self.gate), it, gr.get_mut(self.gate));
-        let dx2 = linear_backward(&du, &s.x, m, hd, ps.get(self.up), it, gr.get_mut(self.up));
+        let mut dx = gr.linear(self.gate, &dg, &s.x, m, hd, ps.get(self.gate), it);
+        let dx2 = gr.linear(self.up, &du, &s.x, m, hd, ps.get(self.up), it);
         dx.iter_mut().zip(&dx2).for_each(|(a, b)| *a += b);
         dx
     }

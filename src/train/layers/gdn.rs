@@ -6,9 +6,10 @@ use super::delta_rule::{self, DeltaGrads};
 use crate::model::gdn::DeltaInput;
 use crate::tensor::cpu::{l2_normalize, rms_norm_gated, sigmoid, silu, softplus};
 use crate::train::ops::{
-    l2_normalize_backward, linear, linear_backward, rms_norm_gated_backward, silu_grad, softplus_grad,
+    l2_normalize_backward, linear, rms_norm_gated_backward, silu_grad, softplus_grad,
 };
-use crate::train::params::{Grads, ParamStore, Pid};
+use crate::train::grad_sink::GradSink;
+use crate::train::params::{ParamStore, Pid};
 use rayon::prelude::*;
 
 pub struct GdnW {
@@ -137,11 +138,11 @@ impl GdnW {
 
     /// Accumulates every weight gradient (projections, conv, A_log, dt_bias, norm); returns
     /// `dx [n, hidden]`.
-    pub fn backward(&self, ps: &ParamStore, s: &GdnSaved, dy: &[f32], gr: &mut Grads) -> Vec<f32> {
+    pub fn backward(&self, ps: &ParamStore, s: &GdnSaved, dy: &[f32], gr: &mut dyn GradSink) -> Vec<f32> {
         let (hs, vh, dk, dv, kk, n) = (self.hidden, self.vh, self.dk, self.dv, self.kernel, s.n);
         let (key, val, cd) = self.dims();
-        let d_on = linear_backward(dy, &s.on, n, val, ps.get(self.out_proj), hs, gr.get_mut(self.out_proj));
-        let (d_o, dz) = rms_norm_gated_backward(&s.o, &s.z, ps.get(self.norm), self.eps, &d_on, gr.get_mut(self.norm));
+        let d_on = gr.linear(self.out_proj, dy, &s.on, n, val, ps.get(self.out_proj), hs);
+        let (d_o, dz) = rms_norm_gated_backward(&s.o, &s.z, ps.get(self.norm), self.eps, &d_on, gr.vector(self.norm));
         let per_head: Vec<DeltaGrads> = (0..vh)
             .into_par_iter()
             .map(|h| {
@@ -179,7 +180,7 @@ impl GdnW {
         let w = ps.get(self.conv).to_vec();
         let mut dmixed = vec![0.0f32; n * cd];
         {
-            let dw = gr.get_mut(self.conv);
+            let dw = gr.vector(self.conv);
             for t in 0..n {
                 for c in 0..cd {
                     let dp = dpre[t * cd + c];
@@ -210,11 +211,11 @@ impl GdnW {
                 d_dt[h] += da[i];
             }
         }
-        gr.get_mut(self.a_log).iter_mut().zip(&d_alog).for_each(|(a, b)| *a += b);
-        gr.get_mut(self.dt_bias).iter_mut().zip(&d_dt).for_each(|(a, b)| *a += b);
-        let mut dx = linear_backward(&dmixed, &s.x, n, hs, ps.get(self.in_proj_qkv), cd, gr.get_mut(self.in_proj_qkv));
+        gr.vector(self.a_log).iter_mut().zip(&d_alog).for_each(|(a, b)| *a += b);
+        gr.vector(self.dt_bias).iter_mut().zip(&d_dt).for_each(|(a, b)| *a += b);
+        let mut dx = gr.linear(self.in_proj_qkv, &dmixed, &s.x, n, hs, ps.get(self.in_proj_qkv), cd);
         for (dpart, wp, rows) in [(&dz, self.in_proj_z, val), (&db, self.in_proj_b, vh), (&da, self.in_proj_a, vh)] {
-            let d = linear_backward(dpart, &s.x, n, hs, ps.get(wp), rows, gr.get_mut(wp));
+            let d = gr.linear(wp, dpart, &s.x, n, hs, ps.get(wp), rows);
             dx.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
         }
         dx

@@ -11,8 +11,9 @@
 use super::ffn::{Ffn, FfnSaved};
 use crate::model::moe::route;
 use crate::tensor::cpu::{dot, sigmoid};
-use crate::train::ops::{linear, linear_backward};
-use crate::train::params::{Grads, ParamStore, Pid};
+use crate::train::grad_sink::GradSink;
+use crate::train::ops::linear;
+use crate::train::params::{ParamStore, Pid};
 use std::convert::Infallible;
 
 pub struct MoeW {
@@ -45,7 +46,7 @@ pub trait RoutedExperts {
         ps: &ParamStore,
         saved: &Self::Saved,
         dy_pair: &[f32],
-        gr: &mut Grads,
+        gr: &mut dyn GradSink,
     ) -> Result<Vec<f32>, Self::Error>;
 }
 
@@ -85,7 +86,7 @@ impl RoutedExperts for AllExperts {
         Ok((y_pair, runs))
     }
 
-    fn backward(&mut self, moe: &MoeW, ps: &ParamStore, runs: &Vec<ExpertRun>, dy_pair: &[f32], gr: &mut Grads) -> Result<Vec<f32>, Infallible> {
+    fn backward(&mut self, moe: &MoeW, ps: &ParamStore, runs: &Vec<ExpertRun>, dy_pair: &[f32], gr: &mut dyn GradSink) -> Result<Vec<f32>, Infallible> {
         let hd = moe.hidden;
         let mut dx_pair = vec![0.0f32; dy_pair.len()];
         for ExpertRun { expert, pairs, saved } in runs {
@@ -135,7 +136,7 @@ impl MoeW {
 
     /// Accumulates every weight gradient (router, experts, shared expert and its gate);
     /// returns `dx [N, hidden]`.
-    pub fn backward(&self, ps: &ParamStore, s: &MoeSaved, dy: &[f32], gr: &mut Grads) -> Vec<f32> {
+    pub fn backward(&self, ps: &ParamStore, s: &MoeSaved, dy: &[f32], gr: &mut dyn GradSink) -> Vec<f32> {
         match self.backward_with(ps, s, dy, gr, &mut AllExperts) {
             Ok(v) => v,
             Err(never) => match never {},
@@ -186,7 +187,7 @@ impl MoeW {
         ps: &ParamStore,
         s: &MoeSaved<R::Saved>,
         dy: &[f32],
-        gr: &mut Grads,
+        gr: &mut dyn GradSink,
         routed: &mut R,
     ) -> Result<Vec<f32>, R::Error> {
         let (hd, ne, k, n) = (self.hidden, self.experts.len(), self.top_k, s.n);
@@ -229,7 +230,7 @@ impl MoeW {
                 dlogits[t * ne + e] = pt[e] * (dp[e] - pdp);
             }
         }
-        let dxr = linear_backward(&dlogits, &s.x, n, hd, ps.get(self.router), ne, gr.get_mut(self.router));
+        let dxr = gr.linear(self.router, &dlogits, &s.x, n, hd, ps.get(self.router), ne);
         dx.iter_mut().zip(&dxr).for_each(|(a, b)| *a += b);
         // Shared expert and its sigmoid gate.
         let mut dshared = vec![0.0; n * hd];
@@ -238,7 +239,7 @@ impl MoeW {
             let (dyt, ft) = (&dy[t * hd..(t + 1) * hd], &s.shared_out[t * hd..(t + 1) * hd]);
             let g = s.shared_gate[t];
             let dlogit = dot(dyt, ft) * g * (1.0 - g);
-            let dsg = gr.get_mut(self.shared_gate);
+            let dsg = gr.vector(self.shared_gate);
             for i in 0..hd {
                 dsg[i] += dlogit * s.x[t * hd + i];
                 dx[t * hd + i] += dlogit * sg[i];

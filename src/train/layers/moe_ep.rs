@@ -19,7 +19,8 @@ use super::expert_gemm::DeviceExperts;
 use super::ffn::FfnSaved;
 use super::moe::{MoeW, RoutedExperts};
 use crate::tensor::expert_parallel::{Arrivals, Dispatch, EpError, Exchange, Placement};
-use crate::train::params::{Grads, ParamStore};
+use crate::train::grad_sink::GradSink;
+use crate::train::params::ParamStore;
 
 /// One rank: its placement, its end of the exchange, its experts on its device.
 pub struct EpExperts<'a, X: Exchange> {
@@ -71,7 +72,7 @@ impl<X: Exchange> RoutedExperts for EpExperts<'_, X> {
         Ok((y_pair, EpSaved { dispatch, arrivals, local }))
     }
 
-    fn backward(&mut self, moe: &MoeW, ps: &ParamStore, s: &EpSaved, dy_pair: &[f32], gr: &mut Grads) -> Result<Vec<f32>, EpError> {
+    fn backward(&mut self, moe: &MoeW, ps: &ParamStore, s: &EpSaved, dy_pair: &[f32], gr: &mut dyn GradSink) -> Result<Vec<f32>, EpError> {
         let hd = moe.hidden;
         let rows = s.dispatch.gather(hd, |p| &dy_pair[p * hd..(p + 1) * hd]);
         let dyg = self.there(&s.arrivals, rows, hd)?;
