@@ -169,24 +169,22 @@ fn paged_attention_matches_cpu<A: Act>(tol: f32) {
         stride,
     };
     let mut pool = KvPool::<A>::new(&g, nblocks, bs, hkv, hd).unwrap();
-    // two prefill chunks: tokens [from[b], to[b]) of every sequence, packed
-    let zero = [0usize; 3];
-    for (from, to) in [(&zero, &chunk1), (&chunk1, &lens)] {
-        let (mut q, mut k, mut v, mut pos, mut seq, mut want) = (vec![], vec![], vec![], vec![], vec![], vec![]);
-        for b in 0..lens.len() {
-            for p in from[b]..to[b] {
-                q.extend_from_slice(&qs[b][p * hq * hd..(p + 1) * hq * hd]);
-                k.extend_from_slice(&kv[b].0[p * hkv * hd..(p + 1) * hkv * hd]);
-                v.extend_from_slice(&kv[b].1[p * hkv * hd..(p + 1) * hkv * hd]);
-                pos.push(p as i32);
-                seq.push(b as i32);
-                for h in 0..hq {
-                    let qv = &qs[b][(p * hq + h) * hd..(p * hq + h + 1) * hd];
-                    want.extend(attention_ref(qv, &kv[b].0, &kv[b].1, p + 1, h / (hq / hkv), hkv, hd));
-                }
+    // Append packed (sequence, position) tokens' k, v rows to the pool; their queries, positions,
+    // block-table rows (on the device) and the CPU reference output.
+    let append = |pool: &mut KvPool<A>, toks: &[(usize, usize)]| {
+        let (mut q, mut k, mut v, mut pos, mut seq, mut want) =
+            (vec![], vec![], vec![], vec![], vec![], vec![]);
+        for &(b, p) in toks {
+            q.extend_from_slice(&qs[b][p * hq * hd..(p + 1) * hq * hd]);
+            k.extend_from_slice(&kv[b].0[p * hkv * hd..(p + 1) * hkv * hd]);
+            v.extend_from_slice(&kv[b].1[p * hkv * hd..(p + 1) * hkv * hd]);
+            pos.push(p as i32);
+            seq.push(b as i32);
+            for h in 0..hq {
+                let qv = &qs[b][(p * hq + h) * hd..(p * hq + h + 1) * hd];
+                want.extend(attention_ref(qv, &kv[b].0, &kv[b].1, p + 1, h / (hq / hkv), hkv, hd));
             }
         }
-        let t = pos.len();
         let (dpos, dseq) = (g.upload(&pos).unwrap(), g.upload(&seq).unwrap());
         let idx = KvIndex {
             cache_pos: &dpos,
@@ -194,37 +192,32 @@ fn paged_attention_matches_cpu<A: Act>(tol: f32) {
             blocks: blocks(),
         };
         let (dk, dv) = (g.upload(&A::from_f32(&k)).unwrap(), g.upload(&A::from_f32(&v)).unwrap());
-        ops::kv_append(&g, &dk, &dv, &mut pool, &idx, t).unwrap();
-        let dq = g.upload(&A::from_f32(&q)).unwrap();
+        ops::kv_append(&g, &dk, &dv, pool, &idx, toks.len()).unwrap();
+        (g.upload(&A::from_f32(&q)).unwrap(), dpos, dseq, want)
+    };
+    // two prefill chunks: tokens [from[b], to[b]) of every sequence, packed
+    let zero = [0usize; 3];
+    for (from, to) in [(&zero, &chunk1), (&chunk1, &lens)] {
+        let toks: Vec<(usize, usize)> =
+            (0..lens.len()).flat_map(|b| (from[b]..to[b]).map(move |p| (b, p))).collect();
+        let (dq, dpos, dseq, want) = append(&mut pool, &toks);
+        let t = toks.len();
+        let idx = KvIndex {
+            cache_pos: &dpos,
+            seq_of_tok: &dseq,
+            blocks: blocks(),
+        };
         let mut out = g.zeros::<A>(t * hq * hd).unwrap();
         ops::attn_prefill(&g, &dq, &pool, &idx, &mut out, t, hq).unwrap();
         close("paged attn_prefill", &A::to_f32(&g.download(&out).unwrap()), &want, tol);
     }
     // one decode token per sequence at position lens[b], split-KV over the paged cache
     let b = lens.len();
-    let (mut q, mut k, mut v, mut want) = (vec![], vec![], vec![], vec![]);
-    for (s, &p) in lens.iter().enumerate() {
-        q.extend_from_slice(&qs[s][p * hq * hd..]);
-        k.extend_from_slice(&kv[s].0[p * hkv * hd..]);
-        v.extend_from_slice(&kv[s].1[p * hkv * hd..]);
-        for h in 0..hq {
-            let qv = &qs[s][(p * hq + h) * hd..(p * hq + h + 1) * hd];
-            want.extend(attention_ref(qv, &kv[s].0, &kv[s].1, p + 1, h / (hq / hkv), hkv, hd));
-        }
-    }
-    let pos: Vec<i32> = lens.iter().map(|&n| n as i32).collect();
-    let lens_after: Vec<i32> = lens.iter().map(|&n| n as i32 + 1).collect();
-    let (dpos, dseq) = (g.upload(&pos).unwrap(), g.upload(&[0i32, 1, 2]).unwrap());
-    let idx = KvIndex {
-        cache_pos: &dpos,
-        seq_of_tok: &dseq,
-        blocks: blocks(),
-    };
-    let (dk, dv) = (g.upload(&A::from_f32(&k)).unwrap(), g.upload(&A::from_f32(&v)).unwrap());
-    ops::kv_append(&g, &dk, &dv, &mut pool, &idx, b).unwrap();
+    let toks: Vec<(usize, usize)> = lens.iter().copied().enumerate().collect();
+    let (dq, _, _, want) = append(&mut pool, &toks);
     let mut sc = ops::DecodeScratch::new(&g, b, hq, hd, 4).unwrap();
+    let lens_after: Vec<i32> = lens.iter().map(|&n| n as i32 + 1).collect();
     let dlens = g.upload(&lens_after).unwrap();
-    let dq = g.upload(&A::from_f32(&q)).unwrap();
     let mut dec = g.zeros::<A>(b * hq * hd).unwrap();
     let longest = *lens.iter().max().unwrap() + 1;
     ops::attn_decode(&g, &dq, &pool, &dlens, &blocks(), b, hq, longest, &mut sc, &mut dec).unwrap();

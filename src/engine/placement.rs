@@ -200,4 +200,26 @@ mod tests {
         assert_eq!(p("emulator:bf16").unwrap().act_type(), ActType::Bf16);
         assert_eq!(p("cuda:3").unwrap().act_type(), ActType::Bf16);
     }
+
+    #[test]
+    fn the_device_kv_pool_is_a_token_budget_per_sequence_family() {
+        let config = device_config(EngineConfig::default());
+        let cache = device_cache(&config, DEVICE_MAX_LEN);
+        let families = config.scheduler.max_running + config.max_conversations;
+        assert_eq!(cache.slots, device_slots(&config));
+        assert_eq!(cache.max_len, DEVICE_MAX_LEN);
+        // room for every running sequence and kept conversation at full length (+ partial
+        // blocks of their snapshots), half of one max_len region per slot
+        assert!(cache.kv_tokens >= families * DEVICE_MAX_LEN);
+        assert!(cache.kv_tokens < families * DEVICE_MAX_LEN + families * 3 * cache.block_size);
+        assert!(2 * cache.kv_tokens <= cache.slots * (DEVICE_MAX_LEN + 2 * cache.block_size));
+        assert_eq!(cache.kv_tokens % cache.block_size, 0);
+        // a small engine (generate: no conversation, two sequences) gets a small pool
+        let mut small = EngineConfig::default();
+        small.scheduler.max_running = 2;
+        small.max_conversations = 0;
+        let c = device_cache(&small, 1000);
+        assert_eq!(c.blocks() * c.block_size, c.kv_tokens);
+        assert_eq!(c.kv_tokens, 2 * (1008 + 32));
+    }
 }
