@@ -47,7 +47,9 @@ fn config() -> EngineConfig {
 }
 
 fn prompt(seed: u32, len: usize) -> Vec<u32> {
-    (0..len as u32).map(|i| (i * 37 + seed * 101 + 11) % 900).collect()
+    (0..len as u32)
+        .map(|i| (i * 37 + seed * 101 + 11) % 900)
+        .collect()
 }
 
 /// Five requests (greedy and seeded sampling) of 9 to 33 prompt tokens.
@@ -111,9 +113,17 @@ fn continuous_batching_through_a_small_paged_pool_equals_the_cpu_engine() {
         .map(|c| c.prompt_tokens + c.token_ids.len() - 1)
         .sum();
     eprintln!("served {served} tokens; at most {peak} of {pool} blocks in use");
-    assert!(served > pool * BLOCK, "{served} tokens served vs a pool of {}", pool * BLOCK);
+    assert!(
+        served > pool * BLOCK,
+        "{served} tokens served vs a pool of {}",
+        pool * BLOCK
+    );
     assert!(peak > 0 && peak <= pool);
-    assert_eq!(emu.kv_blocks().unwrap(), (pool, pool), "every block back once all ended");
+    assert_eq!(
+        emu.kv_blocks().unwrap(),
+        (pool, pool),
+        "every block back once all ended"
+    );
     assert_eq!(cpu.len(), got.len());
     for (i, (c, e)) in cpu.iter().zip(&got).enumerate() {
         assert_eq!(c.token_ids, e.token_ids, "request {i}: tokens");
@@ -173,7 +183,10 @@ fn snapshots_share_blocks_and_copy_only_a_written_partial_block() {
     let (snap, csnap) = (a.clone(), ca.clone());
     assert_eq!(used(), 3, "a snapshot allocates nothing");
     // the original moves on: it shares the two full blocks, copies the partial one
-    outs.push((step(&emu, &mut a, &[5, 6, 7]), step(&cpu, &mut ca, &[5, 6, 7])));
+    outs.push((
+        step(&emu, &mut a, &[5, 6, 7]),
+        step(&cpu, &mut ca, &[5, 6, 7]),
+    ));
     assert_eq!(used(), 4);
     // the snapshot resumes with other tokens (a clone of it is fed: it shares again)
     let (mut b, mut cb) = (snap.clone(), csnap.clone());
@@ -189,7 +202,11 @@ fn snapshots_share_blocks_and_copy_only_a_written_partial_block() {
     outs.push((step(&emu, &mut b, &[12]), step(&cpu, &mut cb, &[12])));
     assert_eq!(used(), 5);
     drop((a, ca));
-    assert_eq!(used(), 3, "a's own blocks (its copied tail, its fourth) went back");
+    assert_eq!(
+        used(),
+        3,
+        "a's own blocks (its copied tail, its fourth) went back"
+    );
     for (i, (e, c)) in outs.iter().enumerate() {
         let err = max_abs_diff(&e.logits, &c.logits);
         assert!(err <= 1e-4, "step {i}: max |emulator − cpu| = {err}");

@@ -232,7 +232,10 @@ mod tests {
         let (full, tail) = (t.table(0)[0], t.table(0)[1]);
         assert_eq!((t.refs(full), t.refs(tail)), (2, 2));
         // the original appends into the shared partial block: it gets its own copy
-        let copy = t.reserve(0, 6, 7).unwrap().expect("copy-on-write of the tail");
+        let copy = t
+            .reserve(0, 6, 7)
+            .unwrap()
+            .expect("copy-on-write of the tail");
         assert_eq!(copy.from, tail);
         assert_eq!(t.table(0), &[full, copy.to]);
         assert_eq!(t.table(1), &[full, tail]);
@@ -258,7 +261,18 @@ mod tests {
         t.reserve(0, 0, 10).unwrap(); // 3 blocks
         let before = t.clone();
         let e = t.reserve(1, 0, 1).unwrap_err();
-        assert!(matches!(e, PagedError::Full { need: 1, free: 0, total: 3, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                PagedError::Full {
+                    need: 1,
+                    free: 0,
+                    total: 3,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         assert!(e.to_string().contains("KV cache full"));
         assert_eq!(t.tables, before.tables);
         assert_eq!(t.free(), 0);
@@ -266,7 +280,10 @@ mod tests {
         t.share(0, 1, 10).unwrap();
         assert!(t.reserve(1, 10, 11).is_err());
         assert_eq!(t.table(1), t.table(0));
-        assert!(matches!(t.reserve(5, 0, 1), Err(PagedError::Slot { slot: 5, .. })));
+        assert!(matches!(
+            t.reserve(5, 0, 1),
+            Err(PagedError::Slot { slot: 5, .. })
+        ));
         consistent(&t);
         // once the sequence ends its blocks serve the next one
         t.release(0).unwrap();
