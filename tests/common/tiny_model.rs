@@ -9,11 +9,7 @@ pub fn tiny_model_dir() -> tempfile::TempDir {
     for f in ["config.json", "model.safetensors"] {
         std::fs::copy(models.join("tiny-qwen35").join(f), dir.path().join(f)).unwrap();
     }
-    for f in [
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "chat_template.jinja",
-    ] {
+    for f in ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja"] {
         std::fs::copy(models.join("tokenizer").join(f), dir.path().join(f)).unwrap();
     }
     dir
