@@ -1,6 +1,11 @@
-// Gated full attention: q/gate split, partial NeoX RoPE, paged-free per-slot KV cache append,
-// prefill (tiled flash-style, online softmax, causal) and decode (split-KV + combine, GQA),
-// and the sigmoid output gate.
+// Gated full attention: q/gate split, partial NeoX RoPE, the paged KV cache (append through a
+// block table), prefill (tiled flash-style, online softmax, causal) and decode (split-KV +
+// combine, GQA) reading keys and values through the block table, and the sigmoid output gate.
+//
+// Paged KV cache: one pool per attention layer of fixed-size blocks, k and v each
+// [blocks, Hkv, bs, hd] (bs = tokens per block). Row r of the step's block table bt
+// [rows, bt_stride] lists the blocks of the r-th sequence of the batch in token order: the
+// sequence's token at position p lives in block bt[r * bt_stride + p / bs], row p % bs.
 
 // Split q_proj output qg [T, Hq, 2*hd] into q [T, Hq, hd] and gate [T, Hq*hd]. grid = T, block = 256
 extern "C" __global__ void KERNEL(split_q_gate)(const act_t* __restrict__ qg, act_t* __restrict__ q,
@@ -32,20 +37,29 @@ extern "C" __global__ void KERNEL(rope_partial)(act_t* __restrict__ x, const int
     v[i + half] = f2a(x2 * c + x1 * s);
 }
 
-// Append k, v [T, Hkv, hd] of sequence b's new tokens into its cache slot:
-// cache [slots, Hkv, max_len, hd]; token t of the batch goes to (slot[seq[t]], start[seq[t]] + t - tok0[seq[t]]).
-// grid = T, block = 256
+// Offset of the (kv head g) row of position p of block-table row `row` in a paged pool.
+__device__ __forceinline__ long long kv_row(const int* __restrict__ bt, int bt_stride, int row, int p,
+                                          int hkv, int g, int bs, int hd) {
+    long long blk = bt[(long long)row * bt_stride + p / bs];
+    return ((blk * hkv + g) * bs + p % bs) * (long long)hd;
+}
+
+// Append k, v [T, Hkv, hd] of the batch's new tokens into the paged pool: token t belongs to
+// block-table row seq_of_tok[t] at position cache_pos[t]. grid = T, block = 256
 extern "C" __global__ void KERNEL(kv_append)(const act_t* __restrict__ k, const act_t* __restrict__ v,
                                      act_t* __restrict__ kc, act_t* __restrict__ vc,
-                                     const int* __restrict__ cache_pos, const int* __restrict__ slot_of_tok,
-                                     int hkv, int hd, int max_len) {
+                                     const int* __restrict__ cache_pos, const int* __restrict__ seq_of_tok,
+                                     const int* __restrict__ bt, int bt_stride,
+                                     int hkv, int hd, int bs, int blocks) {
     int t = blockIdx.x;
-    long long slot = slot_of_tok[t];
+    int row = seq_of_tok[t];
     int p = cache_pos[t];
-    if (p < 0 || p >= max_len) return;  // checked on the host; never write out of bounds
+    if (p < 0 || p / bs >= bt_stride) return;  // checked on the host; never write out of bounds
+    int blk = bt[(long long)row * bt_stride + p / bs];
+    if (blk < 0 || blk >= blocks) return;
     for (int i = threadIdx.x; i < hkv * hd; i += blockDim.x) {
         int h = i / hd, c = i % hd;
-        long long dst = ((slot * hkv + h) * max_len + p) * hd + c;
+        long long dst = kv_row(bt, bt_stride, row, p, hkv, h, bs, hd) + c;
         kc[dst] = k[(long long)t * hkv * hd + i];
         vc[dst] = v[(long long)t * hkv * hd + i];
     }
@@ -57,23 +71,22 @@ extern "C" __global__ void KERNEL(kv_append)(const act_t* __restrict__ k, const 
 #define ATT_TILE 32
 
 // Prefill attention (flash-style): one block per (query token, head); keys of the same sequence
-// read from the cache in tiles of ATT_TILE with an online softmax. A query at cache position p
+// read through its block-table row from the paged cache in tiles of ATT_TILE with an online softmax. A query at cache position p
 // sees keys 0..=p (causal). q [T, Hq, hd]; out [T, Hq, hd]. block = 128, hd <= ATT_HD_MAX.
 // Each thread owns output dims d = threadIdx.x + k*blockDim.x.
 extern "C" __global__ void KERNEL(attn_prefill)(const act_t* __restrict__ q, const act_t* __restrict__ kc,
                                         const act_t* __restrict__ vc, act_t* __restrict__ out,
-                                        const int* __restrict__ cache_pos, const int* __restrict__ slot_of_tok,
-                                        int hq, int hkv, int hd, int max_len, float scale) {
+                                        const int* __restrict__ cache_pos, const int* __restrict__ seq_of_tok,
+                                        const int* __restrict__ bt, int bt_stride,
+                                        int hq, int hkv, int hd, int bs, float scale) {
     __shared__ float qs[ATT_HD_MAX];
     __shared__ float sc[ATT_TILE];
     __shared__ float scratch[32];
     int t = blockIdx.x, h = blockIdx.y, g = h / (hq / hkv);
-    long long slot = slot_of_tok[t];
+    int row = seq_of_tok[t];
     int p = cache_pos[t];
     const act_t* qv = q + ((long long)t * hq + h) * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = a2f(qv[d]) * scale;
-    const act_t* kb = kc + (slot * hkv + g) * (long long)max_len * hd;
-    const act_t* vb = vc + (slot * hkv + g) * (long long)max_len * hd;
     float acc[ATT_HD_MAX / 32];
     for (int k = 0; k < ATT_HD_MAX / 32; k++) acc[k] = 0.0f;
     float m = -INFINITY, l = 0.0f;
@@ -83,7 +96,7 @@ extern "C" __global__ void KERNEL(attn_prefill)(const act_t* __restrict__ q, con
         int n = min(ATT_TILE, p + 1 - j0);
         // scores: one warp per key, lanes split the head dims
         for (int j = wid; j < n; j += nw) {
-            const act_t* kr = kb + (long long)(j0 + j) * hd;
+            const act_t* kr = kc + kv_row(bt, bt_stride, row, j0 + j, hkv, g, bs, hd);
             float s = 0.0f;
             for (int d = lane; d < hd; d += 32) s += qs[d] * a2f(kr[d]);
             s = warp_sum(s);
@@ -99,7 +112,7 @@ extern "C" __global__ void KERNEL(attn_prefill)(const act_t* __restrict__ q, con
         for (int j = 0; j < n; j++) {
             float pj = __expf(sc[j] - mn);
             l += pj;
-            const act_t* vr = vb + (long long)(j0 + j) * hd;
+            const act_t* vr = vc + kv_row(bt, bt_stride, row, j0 + j, hkv, g, bs, hd);
             int k = 0;
             for (int d = threadIdx.x; d < hd; d += blockDim.x, k++) acc[k] += pj * a2f(vr[d]);
         }
@@ -115,22 +128,21 @@ extern "C" __global__ void KERNEL(attn_prefill)(const act_t* __restrict__ q, con
 // Decode attention, split-KV: one block per (sequence, kv head, split); the block handles all
 // Hq/Hkv query heads of that kv head (GQA: each cache row is read once for the group).
 // Partial results (unnormalised acc, max m, sum l) go to part_* for attn_decode_combine.
-// q [B, Hq, hd] (one token per sequence), lens[b] = keys visible (cache length incl. new token).
+// q [B, Hq, hd] (one token per sequence), lens[b] = keys visible (cache length incl. new token),
+// read through block-table row b.
 // block = 128 (4 warps); each warp owns query heads w, w+4, ...; lanes split hd.
 #define DEC_GROUP_MAX 16
 extern "C" __global__ void KERNEL(attn_decode_split)(const act_t* __restrict__ q, const act_t* __restrict__ kc,
                                              const act_t* __restrict__ vc, const int* __restrict__ lens,
-                                             const int* __restrict__ slots, float* __restrict__ part_acc,
+                                             const int* __restrict__ bt, int bt_stride,
+                                             float* __restrict__ part_acc,
                                              float* __restrict__ part_ml, int hq, int hkv, int hd,
-                                             int max_len, int split_len, float scale) {
+                                             int bs, int split_len, float scale) {
     int b = blockIdx.x, g = blockIdx.y, sp = blockIdx.z, nsplit = gridDim.z;
     int grp = hq / hkv;
     int len = lens[b];
-    long long slot = slots[b];
     int j0 = sp * split_len, j1 = min(len, j0 + split_len);
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const act_t* kb = kc + (slot * hkv + g) * (long long)max_len * hd;
-    const act_t* vb = vc + (slot * hkv + g) * (long long)max_len * hd;
     for (int hh = wid; hh < grp; hh += nw) {
         int h = g * grp + hh;
         const act_t* qv = q + ((long long)b * hq + h) * hd;
@@ -143,13 +155,13 @@ extern "C" __global__ void KERNEL(attn_decode_split)(const act_t* __restrict__ q
         }
         float m = -INFINITY, l = 0.0f;
         for (int j = j0; j < j1; j++) {
-            const act_t* kr = kb + (long long)j * hd;
+            const act_t* kr = kc + kv_row(bt, bt_stride, b, j, hkv, g, bs, hd);
             float s = 0.0f;
             for (int k = 0; k < nd; k++) { int d = lane + 32 * k; if (d < hd) s += qr[k] * a2f(kr[d]); }
             s = warp_sum(s);
             float mn = fmaxf(m, s), corr = __expf(m - mn), pj = __expf(s - mn);
             l = l * corr + pj;
-            const act_t* vr = vb + (long long)j * hd;
+            const act_t* vr = vc + kv_row(bt, bt_stride, b, j, hkv, g, bs, hd);
             for (int k = 0; k < nd; k++) { int d = lane + 32 * k; acc[k] = acc[k] * corr + (d < hd ? pj * a2f(vr[d]) : 0.0f); }
             m = mn;
         }

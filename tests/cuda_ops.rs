@@ -1,4 +1,4 @@
-//! Parity of the CUDA ops (bf16 build) against the CPU reference (`tensor::cpu`, `model::gdn`,
+//! Parity of the CUDA ops (bf16 build; the paged attention in both builds) against the CPU reference (`tensor::cpu`, `model::gdn`,
 //! `model::rope`), on the real GPU when one is present and on the emulated device otherwise
 //! (`EXECCRITIC_REQUIRE_GPU=1`, set by scripts/gpu-check.sh, makes a missing GPU a failure).
 //! Inputs are bf16-representable, so tolerances only cover fp32 accumulation order and bf16
@@ -10,9 +10,9 @@ use execcritic::model::gdn::{chunked_delta_rule, recurrent_delta_rule, DeltaInpu
 use execcritic::model::rope::Rope;
 use execcritic::tensor::cpu;
 use execcritic::tensor::cuda::ops::{
-    self, DeltaBufs, GdnPool, KvIndex, KvPool, MoeGroups, SampleParams, SampleRow,
+    self, BlockTable, DeltaBufs, GdnPool, KvIndex, KvPool, MoeGroups, SampleParams, SampleRow,
 };
-use execcritic::tensor::cuda::{from_bf16_bits, gemm, to_bf16_bits, Gpu};
+use execcritic::tensor::cuda::{from_bf16_bits, gemm, to_bf16_bits, Act, Gpu};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -110,68 +110,130 @@ fn rope_matches_cpu() {
     );
 }
 
-#[test]
-fn attention_decode_equals_prefill() {
+/// Causal GQA softmax attention of one query row over keys/values `[n, hkv, hd]` (rows 0..n).
+fn attention_ref(qv: &[f32], k: &[f32], v: &[f32], n: usize, kh: usize, hkv: usize, hd: usize) -> Vec<f32> {
+    let row = |j: usize| (j * hkv + kh) * hd..(j * hkv + kh + 1) * hd;
+    let mut s: Vec<f32> = (0..n)
+        .map(|j| cpu::dot(qv, &k[row(j)]) / (hd as f32).sqrt())
+        .collect();
+    cpu::softmax(&mut s);
+    let mut out = vec![0.0f32; hd];
+    for (j, p) in s.iter().enumerate() {
+        cpu::axpy(*p, &v[row(j)], &mut out);
+    }
+    out
+}
+
+/// Paged KV cache in storage type `A`: three sequences whose blocks are scattered over a pool in
+/// shuffled order (block size 5, which divides no length), filled by two appends (the second
+/// starts inside partial blocks), prefill attention after each, then one split-KV decode step;
+/// everything against the CPU softmax reference over the sequences' own keys.
+fn paged_attention_matches_cpu<A: Act>(tol: f32) {
     let g = gpu();
     let mut rng = ChaCha8Rng::seed_from_u64(3);
-    let (t, hq, hkv, hd, max_len) = (40, 4, 2, 64, 64);
-    let (q, k, v) = (
-        rnd(&mut rng, t * hq * hd, 1.0),
-        rnd(&mut rng, t * hkv * hd, 1.0),
-        rnd(&mut rng, t * hkv * hd, 1.0),
-    );
-    let mut pool = KvPool::new(&g, 1, hkv, max_len, hd).unwrap();
-    let pos = g.upload(&(0..t as i32).collect::<Vec<_>>()).unwrap();
-    let slot = g.upload(&vec![0i32; t]).unwrap();
-    let idx = KvIndex {
-        cache_pos: &pos,
-        slot_of_tok: &slot,
-    };
-    let (dk, dv) = (
-        g.upload(&to_bf16_bits(&k)).unwrap(),
-        g.upload(&to_bf16_bits(&v)).unwrap(),
-    );
-    ops::kv_append(&g, &dk, &dv, &mut pool, &idx, t).unwrap();
-    let dq = g.upload(&to_bf16_bits(&q)).unwrap();
-    let mut pre = g.zeros::<u16>(t * hq * hd).unwrap();
-    ops::attn_prefill(&g, &dq, &pool, &idx, &mut pre, t, hq).unwrap();
-    let pre = from_bf16_bits(&g.download(&pre).unwrap());
-    // CPU reference: causal softmax attention with GQA
-    let mut want = vec![0.0f32; t * hq * hd];
-    for ti in 0..t {
-        for h in 0..hq {
-            let kh = h / (hq / hkv);
-            let qv = &q[(ti * hq + h) * hd..(ti * hq + h + 1) * hd];
-            let mut s: Vec<f32> = (0..=ti)
-                .map(|j| {
-                    cpu::dot(qv, &k[(j * hkv + kh) * hd..(j * hkv + kh + 1) * hd])
-                        / (hd as f32).sqrt()
-                })
-                .collect();
-            cpu::softmax(&mut s);
-            for (j, p) in s.iter().enumerate() {
-                cpu::axpy(
-                    *p,
-                    &v[(j * hkv + kh) * hd..(j * hkv + kh + 1) * hd],
-                    &mut want[(ti * hq + h) * hd..(ti * hq + h + 1) * hd],
-                );
-            }
+    let (hq, hkv, hd, bs, nblocks) = (4, 2, 32, 5, 24);
+    let lens = [23usize, 7, 34]; // after the two prefill chunks
+    let chunk1 = [13usize, 3, 20];
+    let round = |x: Vec<f32>| A::to_f32(&A::from_f32(&x));
+    // per sequence: keys/values of its prefill tokens and one decode token, queries likewise
+    let kv: Vec<(Vec<f32>, Vec<f32>)> = lens
+        .iter()
+        .map(|&n| {
+            (
+                round(rnd(&mut rng, (n + 1) * hkv * hd, 1.0)),
+                round(rnd(&mut rng, (n + 1) * hkv * hd, 1.0)),
+            )
+        })
+        .collect();
+    let qs: Vec<Vec<f32>> = lens
+        .iter()
+        .map(|&n| round(rnd(&mut rng, (n + 1) * hq * hd, 1.0)))
+        .collect();
+    // shuffled, non-contiguous block ids: sequence b's blocks in token order
+    let mut ids: Vec<i32> = (0..nblocks as i32).collect();
+    for i in (1..ids.len()).rev() {
+        ids.swap(i, rng.random_range(0..=i));
+    }
+    let stride = lens.iter().map(|n| (n + 1).div_ceil(bs)).max().unwrap();
+    let mut table = vec![0i32; lens.len() * stride];
+    let mut next = ids.into_iter();
+    for (b, n) in lens.iter().enumerate() {
+        for i in 0..(n + 1).div_ceil(bs) {
+            table[b * stride + i] = next.next().unwrap();
         }
     }
-    close("attn_prefill", &pre, &want, 2e-2);
-    // decode the last token with split-KV over the same cache: equals the prefill row
-    let mut sc = ops::DecodeScratch::new(&g, 1, hq, hd, 4).unwrap();
-    let lens = g.upload(&[t as i32]).unwrap();
-    let slots = g.upload(&[0i32]).unwrap();
-    let dq1 = g.upload(&to_bf16_bits(&q[(t - 1) * hq * hd..])).unwrap();
-    let mut dec = g.zeros::<u16>(hq * hd).unwrap();
-    ops::attn_decode(&g, &dq1, &pool, &lens, &slots, 1, hq, t, &mut sc, &mut dec).unwrap();
-    close(
-        "attn_decode",
-        &from_bf16_bits(&g.download(&dec).unwrap()),
-        &pre[(t - 1) * hq * hd..],
-        2e-2,
-    );
+    let dtable = g.upload(&table).unwrap();
+    let blocks = || BlockTable {
+        table: &dtable,
+        stride,
+    };
+    let mut pool = KvPool::<A>::new(&g, nblocks, bs, hkv, hd).unwrap();
+    // Append packed (sequence, position) tokens' k, v rows to the pool; their queries, positions,
+    // block-table rows (on the device) and the CPU reference output.
+    let append = |pool: &mut KvPool<A>, toks: &[(usize, usize)]| {
+        let (mut q, mut k, mut v, mut pos, mut seq, mut want) =
+            (vec![], vec![], vec![], vec![], vec![], vec![]);
+        for &(b, p) in toks {
+            q.extend_from_slice(&qs[b][p * hq * hd..(p + 1) * hq * hd]);
+            k.extend_from_slice(&kv[b].0[p * hkv * hd..(p + 1) * hkv * hd]);
+            v.extend_from_slice(&kv[b].1[p * hkv * hd..(p + 1) * hkv * hd]);
+            pos.push(p as i32);
+            seq.push(b as i32);
+            for h in 0..hq {
+                let qv = &qs[b][(p * hq + h) * hd..(p * hq + h + 1) * hd];
+                want.extend(attention_ref(qv, &kv[b].0, &kv[b].1, p + 1, h / (hq / hkv), hkv, hd));
+            }
+        }
+        let (dpos, dseq) = (g.upload(&pos).unwrap(), g.upload(&seq).unwrap());
+        let idx = KvIndex {
+            cache_pos: &dpos,
+            seq_of_tok: &dseq,
+            blocks: blocks(),
+        };
+        let (dk, dv) = (g.upload(&A::from_f32(&k)).unwrap(), g.upload(&A::from_f32(&v)).unwrap());
+        ops::kv_append(&g, &dk, &dv, pool, &idx, toks.len()).unwrap();
+        (g.upload(&A::from_f32(&q)).unwrap(), dpos, dseq, want)
+    };
+    // two prefill chunks: tokens [from[b], to[b]) of every sequence, packed
+    let zero = [0usize; 3];
+    for (from, to) in [(&zero, &chunk1), (&chunk1, &lens)] {
+        let toks: Vec<(usize, usize)> =
+            (0..lens.len()).flat_map(|b| (from[b]..to[b]).map(move |p| (b, p))).collect();
+        let (dq, dpos, dseq, want) = append(&mut pool, &toks);
+        let t = toks.len();
+        let idx = KvIndex {
+            cache_pos: &dpos,
+            seq_of_tok: &dseq,
+            blocks: blocks(),
+        };
+        let mut out = g.zeros::<A>(t * hq * hd).unwrap();
+        ops::attn_prefill(&g, &dq, &pool, &idx, &mut out, t, hq).unwrap();
+        close("paged attn_prefill", &A::to_f32(&g.download(&out).unwrap()), &want, tol);
+    }
+    // one decode token per sequence at position lens[b], split-KV over the paged cache
+    let b = lens.len();
+    let toks: Vec<(usize, usize)> = lens.iter().copied().enumerate().collect();
+    let (dq, _, _, want) = append(&mut pool, &toks);
+    let mut sc = ops::DecodeScratch::new(&g, b, hq, hd, 4).unwrap();
+    let lens_after: Vec<i32> = lens.iter().map(|&n| n as i32 + 1).collect();
+    let dlens = g.upload(&lens_after).unwrap();
+    let mut dec = g.zeros::<A>(b * hq * hd).unwrap();
+    let longest = *lens.iter().max().unwrap() + 1;
+    ops::attn_decode(&g, &dq, &pool, &dlens, &blocks(), b, hq, longest, &mut sc, &mut dec).unwrap();
+    close("paged attn_decode", &A::to_f32(&g.download(&dec).unwrap()), &want, tol);
+    // a decode longer than the block table can hold is refused on the host
+    let short = BlockTable { table: &dtable, stride: 1 };
+    assert!(ops::attn_decode(&g, &dq, &pool, &dlens, &short, b, hq, longest, &mut sc, &mut dec).is_err());
+}
+
+#[test]
+fn paged_attention_matches_cpu_bf16() {
+    paged_attention_matches_cpu::<u16>(2e-2);
+}
+
+#[test]
+fn paged_attention_matches_cpu_f32() {
+    paged_attention_matches_cpu::<f32>(1e-4);
 }
 
 #[test]

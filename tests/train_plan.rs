@@ -47,6 +47,7 @@ fn config(
         rollout: RolloutSpec {
             slots,
             context,
+            kv_tokens: None,
             cache_bytes,
         },
     }
@@ -106,9 +107,10 @@ fn plan_matches_the_cpu_trainer_allocations_on_a_scaled_layout() {
     assert_eq!(row(&lora, "master (fp32)"), 4 * adapters);
     assert_eq!(row(&lora, "gradients (fp32)"), 4 * adapters);
 
-    // Caches: one slot of `n` tokens in f32 = what the CPU engine's state holds after a prefill.
+    // Caches: one slot of `n` tokens in f32 = what the CPU engine's state holds after a prefill
+    // (`n` a whole number of the paged pool's 16-token blocks, which the plan rounds up to).
     let model = Model::load(dir.path()).unwrap();
-    let n = 37;
+    let n = 48;
     let mut state = model.new_state();
     let ids: Vec<u32> = (0..n as u32).collect();
     model

@@ -1,12 +1,17 @@
 //! The CUDA backend (real GPU or emulator) as a [`DecoderModel`], so the engine's scheduler,
 //! sampler and stop handling drive it exactly as they drive the CPU model: the same seeded
 //! sampling, the same text. Each sequence state leases one cache slot of a [`CudaState`] (taken
-//! on its first step, zeroed, returned when the last clone of the state is dropped). Cloning a
-//! state (a turn-boundary snapshot, a conversation kept for the next turn) shares the slot;
-//! the slot is copied on write: a state about to be fed while another clone still holds its
-//! slot first moves to a fresh slot holding a device-to-device copy of it
-//! ([`CudaState::copy_slot`]: KV rows up to its length, GDN conv and recurrent states), so
-//! snapshot and resume give the CPU engine's results.
+//! on its first step; when the last clone of the state is dropped the slot is queued, and the
+//! next step or [`CudaDecoder::kv_blocks`] gives its KV blocks back to the paged pool and zeroes
+//! its GDN states before the slot is leased again). Cloning a state (a turn-boundary snapshot, a
+//! conversation kept for the next turn) shares the slot; the slot is copied on write: a state
+//! about to be fed while another clone still holds its slot first moves to a fresh slot
+//! ([`CudaState::copy_slot`]: the KV blocks shared by reference — only a partially filled last
+//! block is copied, when it is written — and device copies of the GDN conv and recurrent
+//! states), so snapshot and resume give the CPU engine's results. The KV pool is sized by a
+//! token budget ([`CacheConfig`]); a step whose tokens find no free block fails with a "KV
+//! cache full" error.
+
 //!
 //! A step leaves the logits on the device: the next tokens are sampled there with each request's
 //! own uniform draw ([`super::device_sampling`]) and only token ids and log-probabilities come
@@ -15,24 +20,24 @@
 use super::backend::{DecoderModel, StepInput, StepOutput, Want};
 use super::device_sampling::{kernel_row, DeviceSampler};
 use super::error::EngineError;
-use crate::model::backend::cuda::{CudaModel, CudaState};
+use crate::model::backend::cuda::{CacheConfig, CudaModel, CudaState};
 use crate::tensor::cuda::gpu::DeviceBuffer;
 use crate::tensor::cuda::ops::SampleRow;
 use crate::tensor::cuda::{Act, Gpu};
 use std::sync::{Arc, Mutex};
 
-type FreeSlots = Arc<Mutex<Vec<usize>>>;
+type EndedSlots = Arc<Mutex<Vec<usize>>>;
 
-/// A cache slot owned by one sequence (shared by its clones); returned to the pool on drop.
+/// A cache slot owned by one sequence (shared by its clones); queued for reclaiming on drop.
 #[derive(Debug)]
 struct SlotLease {
     slot: usize,
-    free: FreeSlots,
+    ended: EndedSlots,
 }
 
 impl Drop for SlotLease {
     fn drop(&mut self) {
-        if let Ok(mut f) = self.free.lock() {
+        if let Ok(mut f) = self.ended.lock() {
             f.push(self.slot);
         }
     }
@@ -50,7 +55,14 @@ pub struct CudaDecoder<A: Act = u16> {
     gpu: Gpu,
     model: CudaModel<A>,
     dev: Mutex<OnDevice<A>>,
-    free: FreeSlots,
+    /// Slots ready to lease (their blocks released, GDN states zeroed); guarded by `dev`'s lock.
+    free: Mutex<Vec<usize>>,
+    /// Slots whose last holder was dropped, not yet reclaimed.
+    ended: EndedSlots,
+}
+
+fn poisoned<T>(_: T) -> EngineError {
+    EngineError::Model("device state poisoned".into())
 }
 
 /// What the decoder keeps on the device between steps: the caches and step scratch, and the
@@ -61,7 +73,8 @@ struct OnDevice<A: Act> {
 }
 
 impl<A: Act> CudaDecoder<A> {
-    /// Caches for `slots` sequences of up to `max_len` tokens, at most `max_tokens` per step.
+    /// Caches for `slots` sequences that may all hold `max_len` tokens at once
+    /// ([`CacheConfig::dense`]), at most `max_tokens` per step.
     pub fn new(
         gpu: Gpu,
         model: CudaModel<A>,
@@ -69,32 +82,61 @@ impl<A: Act> CudaDecoder<A> {
         max_len: usize,
         max_tokens: usize,
     ) -> Result<Self, EngineError> {
+        Self::with_cache(gpu, model, CacheConfig::dense(slots, max_len), max_tokens)
+    }
+
+    /// Caches shaped by `cache` (sequence slots, longest sequence, KV token budget, block
+    /// size), at most `max_tokens` per step.
+    pub fn with_cache(
+        gpu: Gpu,
+        model: CudaModel<A>,
+        cache: CacheConfig,
+        max_tokens: usize,
+    ) -> Result<Self, EngineError> {
         let load = |e: crate::tensor::device::DeviceError| EngineError::Load(e.to_string());
-        let state = CudaState::new(&gpu, &model.cfg, slots, max_len, max_tokens).map_err(load)?;
+        let state = CudaState::with_cache(&gpu, &model.cfg, cache, max_tokens).map_err(load)?;
         // a step holds at most one row per slot
-        let sampler = DeviceSampler::new(&gpu, slots).map_err(load)?;
+        let sampler = DeviceSampler::new(&gpu, cache.slots).map_err(load)?;
         Ok(CudaDecoder {
             gpu,
             model,
             dev: Mutex::new(OnDevice { state, sampler }),
-            free: Arc::new(Mutex::new((0..slots).rev().collect())),
+            free: Mutex::new((0..cache.slots).rev().collect()),
+            ended: Arc::new(Mutex::new(vec![])),
         })
     }
 
-    fn lease(&self, st: &mut CudaState<A>) -> Result<Arc<SlotLease>, EngineError> {
+    /// Give the slots of ended sequences back: their KV blocks to the pool, their GDN states
+    /// zeroed, the slots to the free list.
+    fn reclaim(&self, st: &mut CudaState<A>) -> Result<(), EngineError> {
+        let ended = std::mem::take(&mut *self.ended.lock().map_err(poisoned)?);
+        let mut free = self.free.lock().map_err(poisoned)?;
+        for slot in ended {
+            st.reset_slot(&self.gpu, slot)
+                .map_err(|e| EngineError::Model(e.to_string()))?;
+            free.push(slot);
+        }
+        Ok(())
+    }
+
+    fn lease(&self) -> Result<Arc<SlotLease>, EngineError> {
         let slot = self
             .free
             .lock()
-            .map_err(|_| EngineError::Model("slot pool poisoned".into()))?
+            .map_err(poisoned)?
             .pop()
             .ok_or_else(|| EngineError::Model("every device cache slot is in use".into()))?;
-        let lease = Arc::new(SlotLease {
+        Ok(Arc::new(SlotLease {
             slot,
-            free: self.free.clone(),
-        });
-        st.reset_slot(&self.gpu, slot)
-            .map_err(|e| EngineError::Model(e.to_string()))?;
-        Ok(lease)
+            ended: self.ended.clone(),
+        }))
+    }
+
+    /// `(free, total)` blocks of the paged KV pool, after the blocks of ended sequences went back.
+    pub fn kv_blocks(&self) -> Result<(usize, usize), EngineError> {
+        let mut dev = self.dev.lock().map_err(poisoned)?;
+        self.reclaim(&mut dev.state)?;
+        Ok(dev.state.kv_blocks())
     }
 
     /// The cache slot each input is fed into: leased on a sequence's first step, moved to a
@@ -110,7 +152,7 @@ impl<A: Act> CudaDecoder<A> {
                 if s.state.len != 0 {
                     return Err(EngineError::Model("sequence state without a slot".into()));
                 }
-                s.state.lease = Some(self.lease(st)?);
+                s.state.lease = Some(self.lease()?);
             }
             let mut slot = s.state.lease.as_ref().map_or(0, |l| l.slot);
             if st.lens[slot] != s.state.len {
@@ -121,7 +163,7 @@ impl<A: Act> CudaDecoder<A> {
             }
             // Copy on write: another clone (a snapshot) still needs this slot as it is.
             if s.state.lease.as_ref().is_some_and(|l| Arc::strong_count(l) > 1) {
-                let fresh = self.lease(st)?;
+                let fresh = self.lease()?;
                 st.copy_slot(&self.gpu, slot, fresh.slot).map_err(device)?;
                 slot = fresh.slot;
                 s.state.lease = Some(fresh);
@@ -160,11 +202,9 @@ impl<A: Act> DecoderModel for CudaDecoder<A> {
         batch: &mut [StepInput<'_, CudaSeqState>],
         routing: bool,
     ) -> Result<Vec<StepOutput>, EngineError> {
-        let mut dev = self
-            .dev
-            .lock()
-            .map_err(|_| EngineError::Model("device state poisoned".into()))?;
+        let mut dev = self.dev.lock().map_err(poisoned)?;
         let OnDevice { state: st, sampler } = &mut *dev;
+        self.reclaim(st)?;
         let slots = self.slots(st, batch)?;
         let seqs: Vec<(usize, &[u32])> = slots
             .iter()

@@ -9,7 +9,7 @@ use super::core::EngineConfig;
 use super::cuda_backend::CudaDecoder;
 use super::error::EngineError;
 use super::service::Engine;
-use crate::model::backend::cuda::CudaModel;
+use crate::model::backend::cuda::{CacheConfig, CudaModel};
 use crate::tensor::cuda::{Act, ActType, DeviceKind, Gpu};
 use std::fmt;
 use std::path::Path;
@@ -98,7 +98,7 @@ impl fmt::Display for Placement {
 }
 
 /// Longest sequence (prompt + completion tokens) of an engine on the CUDA backend opened for a
-/// policy or for rollouts (every slot is allocated at this length until the paged KV cache lands).
+/// policy or for rollouts (a per-sequence limit: the paged KV pool is sized by [`device_cache`]).
 pub const DEVICE_MAX_LEN: usize = 32_768;
 
 /// `config` with the limits of an engine on the CUDA backend, whose caches are allocated up
@@ -117,9 +117,27 @@ pub fn device_slots(config: &EngineConfig) -> usize {
     2 * config.scheduler.max_running + 2 * config.max_conversations
 }
 
+/// The caches of a CUDA engine for `config` whose sequences hold at most `max_len` tokens:
+/// [`device_slots`] sequence slots (GDN states, allocated up front) and a paged KV pool with a
+/// token budget of `max_len` (plus two blocks) per running sequence and per kept conversation.
+/// A snapshot shares its source's blocks (at most its partial last block is copied), and every
+/// slot the engine holds is a running sequence, a kept conversation or a snapshot of one of
+/// them, so this budget never runs out where one `max_len` allocation per slot (twice as many
+/// tokens) would not.
+pub fn device_cache(config: &EngineConfig, max_len: usize) -> CacheConfig {
+    let bs = CacheConfig::BLOCK_SIZE;
+    let families = config.scheduler.max_running + config.max_conversations;
+    CacheConfig {
+        slots: device_slots(config),
+        max_len,
+        kv_tokens: families.max(1) * (max_len.next_multiple_of(bs) + 2 * bs),
+        block_size: bs,
+    }
+}
+
 /// Start an engine on the model folder `dir` at `placement`. On the CUDA backend every sequence
-/// may hold `max_len` tokens (prompt + completion) and [`device_slots`] caches are allocated up
-/// front, so keep `config.max_conversations` modest there.
+/// may hold `max_len` tokens (prompt + completion); [`device_cache`] sizes the slots and the
+/// paged KV pool, so keep `config.max_conversations` modest there.
 pub fn open_engine(
     dir: &Path,
     placement: Placement,
@@ -134,8 +152,9 @@ pub fn open_engine(
     ) -> Result<Engine, EngineError> {
         let model = CudaModel::<A>::load(&gpu, dir)
             .map_err(|e| EngineError::Load(format!("{} onto {}: {e}", dir.display(), gpu.name())))?;
-        let slots = device_slots(&config);
-        let decoder = CudaDecoder::new(gpu, model, slots, max_len, config.scheduler.max_batch_tokens)?;
+        let cache = device_cache(&config, max_len);
+        let decoder =
+            CudaDecoder::with_cache(gpu, model, cache, config.scheduler.max_batch_tokens)?;
         Engine::load_with(dir, decoder, config)
     }
     match placement.device {
@@ -180,5 +199,27 @@ mod tests {
         }
         assert_eq!(p("emulator:bf16").unwrap().act_type(), ActType::Bf16);
         assert_eq!(p("cuda:3").unwrap().act_type(), ActType::Bf16);
+    }
+
+    #[test]
+    fn the_device_kv_pool_is_a_token_budget_per_sequence_family() {
+        let config = device_config(EngineConfig::default());
+        let cache = device_cache(&config, DEVICE_MAX_LEN);
+        let families = config.scheduler.max_running + config.max_conversations;
+        assert_eq!(cache.slots, device_slots(&config));
+        assert_eq!(cache.max_len, DEVICE_MAX_LEN);
+        // room for every running sequence and kept conversation at full length (+ partial
+        // blocks of their snapshots), half of one max_len region per slot
+        assert!(cache.kv_tokens >= families * DEVICE_MAX_LEN);
+        assert!(cache.kv_tokens < families * DEVICE_MAX_LEN + families * 3 * cache.block_size);
+        assert!(2 * cache.kv_tokens <= cache.slots * (DEVICE_MAX_LEN + 2 * cache.block_size));
+        assert_eq!(cache.kv_tokens % cache.block_size, 0);
+        // a small engine (generate: no conversation, two sequences) gets a small pool
+        let mut small = EngineConfig::default();
+        small.scheduler.max_running = 2;
+        small.max_conversations = 0;
+        let c = device_cache(&small, 1000);
+        assert_eq!(c.blocks() * c.block_size, c.kv_tokens);
+        assert_eq!(c.kv_tokens, 2 * (1008 + 32));
     }
 }

@@ -126,6 +126,9 @@ pub enum DeviceError {
     Shape { op: &'static str, msg: String },
     #[error("unsupported on this device: {0}")]
     Unsupported(String),
+    /// The paged KV cache has no free block left for a sequence (not a device failure).
+    #[error("{0}")]
+    CacheFull(String),
 }
 
 pub type Result<T> = std::result::Result<T, DeviceError>;

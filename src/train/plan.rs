@@ -77,6 +77,10 @@ pub struct RolloutSpec {
     pub slots: usize,
     /// Context length each slot may reach.
     pub context: usize,
+    /// Token budget of the paged KV pool, all sequences together (default `slots × context`,
+    /// the most the slots can hold at once; snapshots share blocks, so less usually serves).
+    #[serde(default)]
+    pub kv_tokens: Option<usize>,
     /// Bytes per element of the KV cache and the conv state (2: bf16, 4: f32 as on the CPU);
     /// the GDN recurrent state is always f32.
     #[serde(default = "two")]
@@ -360,11 +364,16 @@ pub fn plan(p: &PlanConfig, cfg: &ModelConfig) -> Result<MemoryPlan> {
     let r = &p.rollout;
     let (kv_per_token, gdn_per_seq) = cache_bytes(cfg, r.cache_bytes);
     let (slots, ctx) = (r.slots as u64, r.context as u64);
+    let bs = crate::model::backend::cuda::CacheConfig::BLOCK_SIZE as u64;
+    let budget = r.kv_tokens.map_or(slots * ctx, |t| t as u64);
+    let blocks = budget.div_ceil(bs);
     row(
         "KV cache",
-        slots * ctx * kv_per_token,
+        blocks * bs * kv_per_token,
         "exact",
-        format!("{slots} slots x {ctx} tokens x {kv_per_token} B/token"),
+        format!(
+            "paged: {budget}-token budget = {blocks} blocks x {bs} tokens x {kv_per_token} B/token"
+        ),
     );
     row(
         "GDN state",

@@ -11,7 +11,7 @@ use super::error::{Result, TrainError};
 use super::lease::ParamLease;
 use super::trainer::Trainer;
 use crate::engine::cuda_backend::CudaDecoder;
-use crate::engine::placement::{device_config, device_slots, DEVICE_MAX_LEN};
+use crate::engine::placement::{device_cache, device_config, DEVICE_MAX_LEN};
 use crate::engine::{DeviceChoice, Engine, EngineConfig, Placement};
 use crate::model::backend::cuda::CudaModel;
 use crate::tensor::cuda::{Act, ActType, Gpu};
@@ -108,8 +108,8 @@ fn upload<A: Act>(
 ) -> Result<CudaDecoder<A>> {
     let model = CudaModel::<A>::from_source(&gpu, cfg, lease)
         .map_err(|e| TrainError::BadInput(format!("uploading the weights to {}: {e}", gpu.name())))?;
-    let slots = device_slots(config);
-    Ok(CudaDecoder::new(gpu, model, slots, DEVICE_MAX_LEN, config.scheduler.max_batch_tokens)?)
+    let cache = device_cache(config, DEVICE_MAX_LEN);
+    Ok(CudaDecoder::with_cache(gpu, model, cache, config.scheduler.max_batch_tokens)?)
 }
 
 impl<'t> LentPolicy<'t> {

@@ -251,43 +251,79 @@ pub fn rope_partial<A: Act>(
     )
 }
 
-/// Per-token cache geometry for attention: position in the cache and cache slot of each token.
-pub struct KvIndex<'a> {
-    pub cache_pos: &'a I32,
-    pub slot_of_tok: &'a I32,
+/// The step's block table: row `r` lists, in token order, the blocks of the `r`-th sequence of
+/// the batch (`[rows, stride]` block ids; unused entries point at any valid block).
+pub struct BlockTable<'a> {
+    pub table: &'a I32,
+    pub stride: usize,
 }
 
-/// KV cache pool `[slots, hkv, max_len, hd]` for k and v.
+impl BlockTable<'_> {
+    fn rows_ok(&self, rows: usize) -> bool {
+        self.stride > 0 && self.table.len() >= rows * self.stride
+    }
+}
+
+/// Per-token cache geometry for attention: position in the cache and block-table row of each
+/// token, and the block table.
+pub struct KvIndex<'a> {
+    pub cache_pos: &'a I32,
+    pub seq_of_tok: &'a I32,
+    pub blocks: BlockTable<'a>,
+}
+
+/// Paged KV cache of one attention layer: `blocks` blocks of `block_size` tokens, k and v each
+/// `[blocks, hkv, block_size, hd]` (a block is contiguous, so one copy moves it). Which block
+/// holds which tokens is the host's business (block tables); the pool only stores rows.
 pub struct KvPool<A: Act> {
     pub k: DeviceBuffer<A>,
     pub v: DeviceBuffer<A>,
-    pub slots: usize,
+    pub blocks: usize,
+    pub block_size: usize,
     pub hkv: usize,
-    pub max_len: usize,
     pub hd: usize,
 }
 
 impl<A: Act> KvPool<A> {
-    /// Allocate the whole pool up front.
+    /// Allocate all `blocks` blocks up front.
     pub fn new(
         gpu: &Gpu,
-        slots: usize,
+        blocks: usize,
+        block_size: usize,
         hkv: usize,
-        max_len: usize,
         hd: usize,
     ) -> Result<KvPool<A>> {
-        let n = slots * hkv * max_len * hd;
+        need("KvPool::new", blocks > 0 && block_size > 0, || {
+            format!("{blocks} blocks of {block_size} tokens")
+        })?;
+        let n = blocks * hkv * block_size * hd;
         Ok(KvPool {
             k: gpu.zeros(n)?,
             v: gpu.zeros(n)?,
-            slots,
+            blocks,
+            block_size,
             hkv,
-            max_len,
             hd,
         })
     }
+
+    /// Elements of one block (k or v).
+    fn block_len(&self) -> usize {
+        self.hkv * self.block_size * self.hd
+    }
+
+    /// Make block `to` a device copy of block `from` (copy-on-write of a shared partial block).
+    pub fn copy_block(&mut self, gpu: &Gpu, from: usize, to: usize) -> Result<()> {
+        need("KvPool::copy_block", from < self.blocks && to < self.blocks, || {
+            format!("block {from} to block {to} of {}", self.blocks)
+        })?;
+        let n = self.block_len();
+        gpu.copy_within(&mut self.k, from * n, to * n, n)?;
+        gpu.copy_within(&mut self.v, from * n, to * n, n)
+    }
 }
 
+/// Write the k, v rows of `t` packed tokens into their blocks (through `idx`'s block table).
 pub fn kv_append<A: Act>(
     gpu: &Gpu,
     k: &DeviceBuffer<A>,
@@ -299,7 +335,11 @@ pub fn kv_append<A: Act>(
     let n = t * pool.hkv * pool.hd;
     need(
         "kv_append",
-        k.len() >= n && v.len() >= n && idx.cache_pos.len() >= t && idx.slot_of_tok.len() >= t,
+        k.len() >= n
+            && v.len() >= n
+            && idx.cache_pos.len() >= t
+            && idx.seq_of_tok.len() >= t
+            && idx.blocks.rows_ok(1),
         || "sizes".into(),
     )?;
     launch!(
@@ -311,10 +351,13 @@ pub fn kv_append<A: Act>(
         &mut pool.k,
         &mut pool.v,
         idx.cache_pos,
-        idx.slot_of_tok,
+        idx.seq_of_tok,
+        idx.blocks.table,
+        &(idx.blocks.stride as i32),
         &(pool.hkv as i32),
         &(pool.hd as i32),
-        &(pool.max_len as i32)
+        &(pool.block_size as i32),
+        &(pool.blocks as i32)
     )
 }
 
@@ -331,7 +374,13 @@ pub fn attn_prefill<A: Act>(
     let hd = pool.hd;
     need(
         "attn_prefill",
-        hd <= 256 && hq % pool.hkv == 0 && q.len() >= t * hq * hd && out.len() >= t * hq * hd,
+        hd <= 256
+            && hq % pool.hkv == 0
+            && q.len() >= t * hq * hd
+            && out.len() >= t * hq * hd
+            && idx.cache_pos.len() >= t
+            && idx.seq_of_tok.len() >= t
+            && idx.blocks.rows_ok(1),
         || format!("hd={hd} hq={hq}"),
     )?;
     let scale = 1.0 / (hd as f32).sqrt();
@@ -344,11 +393,13 @@ pub fn attn_prefill<A: Act>(
         &pool.v,
         out,
         idx.cache_pos,
-        idx.slot_of_tok,
+        idx.seq_of_tok,
+        idx.blocks.table,
+        &(idx.blocks.stride as i32),
         &(hq as i32),
         &(pool.hkv as i32),
         &(hd as i32),
-        &(pool.max_len as i32),
+        &(pool.block_size as i32),
         &scale
     )
 }
@@ -376,13 +427,14 @@ impl DecodeScratch {
     }
 }
 
-/// Decode attention, one token per sequence: `lens[b]` visible keys, `max_len_now` the longest.
+/// Decode attention, one token per sequence: `lens[b]` visible keys read through row `b` of the
+/// block table, `max_len_now` the longest.
 pub fn attn_decode<A: Act>(
     gpu: &Gpu,
     q: &DeviceBuffer<A>,
     pool: &KvPool<A>,
     lens: &I32,
-    slots: &I32,
+    blocks: &BlockTable<'_>,
     b: usize,
     hq: usize,
     max_len_now: usize,
@@ -398,6 +450,9 @@ pub fn attn_decode<A: Act>(
             && grp <= 16
             && q.len() >= b * hq * hd
             && out.len() >= b * hq * hd
+            && lens.len() >= b
+            && blocks.rows_ok(b)
+            && max_len_now <= blocks.stride * pool.block_size
             && sc.acc.len() >= b * hq * sc.nsplit * hd,
         || format!("hd={hd} hq={hq} b={b}"),
     )?;
@@ -411,13 +466,14 @@ pub fn attn_decode<A: Act>(
         &pool.k,
         &pool.v,
         lens,
-        slots,
+        blocks.table,
+        &(blocks.stride as i32),
         &mut sc.acc,
         &mut sc.ml,
         &(hq as i32),
         &(pool.hkv as i32),
         &(hd as i32),
-        &(pool.max_len as i32),
+        &(pool.block_size as i32),
         &(split_len as i32),
         &scale
     )?;

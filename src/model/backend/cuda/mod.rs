@@ -1,20 +1,22 @@
 //! The CUDA backend of the model: [`CudaModel`] (weights on one GPU, `weights`) runs
 //! [`crate::model::forward::forward`] as a [`CudaStep`] over a packed batch of sequences that
-//! each own a cache slot of a [`CudaState`] (`state`). Each op is a few launches of the kernel
+//! each own a cache slot of a [`CudaState`] (`state`; KV in a paged pool, `paged`). Each op is a few launches of the kernel
 //! wrappers in `tensor::cuda::ops` (the residual add is fused into the next RMSNorm1p); the same
 //! host code runs on a real GPU and on the emulated device ([`crate::tensor::cuda::Gpu`]).
 
+mod paged;
 mod state;
 mod weights;
 
-pub use state::CudaState;
+pub use paged::{BlockCopy, BlockTables, PagedError};
+pub use state::{CacheConfig, CudaState};
 pub use weights::{check_supported, AttnW, CudaModel, CudaWeights, GdnW, MoeW};
 
 use super::{Backend, Site};
 use crate::model::config::ModelConfig;
 use crate::tensor::cuda::gemm::linear;
 use crate::tensor::cuda::gpu::{Act, DeviceBuffer, Gpu};
-use crate::tensor::cuda::ops::{self, DeltaBufs, GdnPool, KvIndex, KvPool};
+use crate::tensor::cuda::ops::{self, BlockTable, DeltaBufs, GdnPool, KvIndex, KvPool};
 use crate::tensor::device::{DeviceError as CudaError, Result};
 use state::Scratch;
 
@@ -79,9 +81,9 @@ impl<A: Act> CudaModel<A> {
             return bad(format!("{t} tokens per call (1..={})", st.max_tokens));
         }
         let mut seen = vec![false; st.lens.len()];
-        let (mut ids, mut pos, mut slot_of_tok, mut cu, mut slots, mut lens_after) =
+        let (mut ids, mut pos, mut seq_of_tok, mut cu, mut slots, mut lens_after) =
             (vec![], vec![], vec![], vec![0i32], vec![], vec![]);
-        for (slot, toks) in seqs {
+        for (b, (slot, toks)) in seqs.iter().enumerate() {
             if *slot >= st.lens.len() || seen[*slot] || toks.is_empty() {
                 return bad(format!(
                     "slot {slot} out of range, repeated or with no tokens"
@@ -102,7 +104,7 @@ impl<A: Act> CudaModel<A> {
                 }
                 ids.push(tk as i32);
                 pos.push((st.lens[*slot] + j) as i32);
-                slot_of_tok.push(*slot as i32);
+                seq_of_tok.push(b as i32);
             }
             cu.push(cu.last().copied().unwrap_or(0) + toks.len() as i32);
             slots.push(*slot as i32);
@@ -122,6 +124,12 @@ impl<A: Act> CudaModel<A> {
                 ));
             }
         }
+        // KV blocks for the new tokens (copy-on-write of shared partial blocks), then the
+        // batch's block table: row b = the blocks of sequence b.
+        let batch_slots: Vec<usize> = seqs.iter().map(|(s, _)| *s).collect();
+        let news: Vec<usize> = seqs.iter().map(|(_, x)| x.len()).collect();
+        st.reserve_kv(gpu, &batch_slots, &news)?;
+        let (table, bt_stride) = st.blocks.batch_table(&batch_slots);
         let last_rows = if all_rows {
             None
         } else {
@@ -137,7 +145,9 @@ impl<A: Act> CudaModel<A> {
             max_len_now: lens_after.iter().copied().max().unwrap_or(1) as usize,
             ids: gpu.upload(&ids)?,
             pos: gpu.upload(&pos)?,
-            slot_of_tok: gpu.upload(&slot_of_tok)?,
+            seq_of_tok: gpu.upload(&seq_of_tok)?,
+            block_table: gpu.upload(&table)?,
+            bt_stride,
             cu: gpu.upload(&cu)?,
             slots: gpu.upload(&slots)?,
             lens: gpu.upload(&lens_after)?,
@@ -191,8 +201,8 @@ impl<A: Act> CudaModel<A> {
     }
 }
 
-/// One forward step on the device: the step's index arrays (uploaded once) and the slot pools
-/// and scratch it writes. Activations live in the scratch, so the op values are unit markers:
+/// One forward step on the device: the step's index arrays and block table (uploaded once) and
+/// the pools and scratch it writes. Activations live in the scratch, so the op values are unit markers:
 /// the residual in `s.resid`, a normed copy in `s.xn`, a block's output in `s.delta`.
 pub struct CudaStep<'a, A: Act> {
     gpu: &'a Gpu,
@@ -205,7 +215,11 @@ pub struct CudaStep<'a, A: Act> {
     max_len_now: usize,
     ids: I32,
     pos: I32,
-    slot_of_tok: I32,
+    /// Block-table row (batch index) of each packed token.
+    seq_of_tok: I32,
+    /// The batch's KV block table `[b, bt_stride]`.
+    block_table: I32,
+    bt_stride: usize,
     cu: I32,
     slots: I32,
     lens: I32,
@@ -380,17 +394,20 @@ impl<A: Act> Backend for CudaStep<'_, A> {
         )?;
         let idx = KvIndex {
             cache_pos: &self.pos,
-            slot_of_tok: &self.slot_of_tok,
+            seq_of_tok: &self.seq_of_tok,
+            blocks: BlockTable {
+                table: &self.block_table,
+                stride: self.bt_stride,
+            },
         };
         ops::kv_append(gpu, &s.k, &s.v, pool, &idx, t)?;
         if self.decode {
-            let (lens, slots) = (&self.lens, &self.slots);
             ops::attn_decode(
                 gpu,
                 &s.q,
                 pool,
-                lens,
-                slots,
+                &self.lens,
+                &idx.blocks,
                 self.b,
                 hq,
                 self.max_len_now,

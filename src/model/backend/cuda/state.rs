@@ -1,7 +1,9 @@
-//! Per-sequence device caches and the step scratch of the CUDA model ([`CudaState`]): a KV pool
-//! per attention layer and a conv/recurrent pool per GDN layer, each holding `slots` sequences of
-//! up to `max_len` tokens, allocated up front; scratch for up to `max_tokens` tokens per call.
+//! Per-sequence device caches and the step scratch of the CUDA model ([`CudaState`]): a paged KV
+//! pool per attention layer (fixed-size blocks; which blocks a sequence slot holds is kept by the
+//! host's [`BlockTables`], sized by a token budget, [`CacheConfig`]) and a conv/recurrent pool per
+//! GDN layer with one fixed-size state per slot; scratch for up to `max_tokens` tokens per call.
 
+use super::paged::{BlockTables, PagedError};
 use crate::model::config::{LayerType, ModelConfig};
 use crate::tensor::cuda::gpu::{Act, DeviceBuffer, Gpu};
 use crate::tensor::cuda::ops::{DecodeScratch, GdnPool, KvPool, MoeGroups};
@@ -10,10 +12,50 @@ use crate::tensor::device::{DeviceError as CudaError, Result};
 type F32 = DeviceBuffer<f32>;
 type I32 = DeviceBuffer<i32>;
 
-/// Per-sequence caches for `slots` sequences (all allocated up front) and the step scratch for
-/// up to `max_tokens` tokens per forward call.
+/// The shape of a [`CudaState`]'s caches: `slots` sequence slots (a GDN state and a block table
+/// each), sequences of at most `max_len` tokens, and a paged KV pool of `kv_tokens` tokens (all
+/// sequences together) in blocks of `block_size` tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheConfig {
+    pub slots: usize,
+    pub max_len: usize,
+    pub kv_tokens: usize,
+    pub block_size: usize,
+}
+
+impl CacheConfig {
+    /// Tokens per KV block unless chosen otherwise.
+    pub const BLOCK_SIZE: usize = 16;
+
+    /// A pool where every slot may hold `max_len` tokens at once (the most a slot can use).
+    pub fn dense(slots: usize, max_len: usize) -> Self {
+        CacheConfig {
+            slots,
+            max_len,
+            kv_tokens: slots * max_len.next_multiple_of(Self::BLOCK_SIZE),
+            block_size: Self::BLOCK_SIZE,
+        }
+    }
+
+    /// Blocks in the pool (at least one).
+    pub fn blocks(&self) -> usize {
+        self.kv_tokens.div_ceil(self.block_size.max(1)).max(1)
+    }
+}
+
+impl From<PagedError> for CudaError {
+    fn from(e: PagedError) -> Self {
+        CudaError::CacheFull(e.to_string())
+    }
+}
+
+/// Per-sequence caches for `slots` sequences (GDN states allocated up front, KV in a paged pool
+/// of blocks handed out as tokens arrive) and the step scratch for up to `max_tokens` tokens per
+/// forward call.
 pub struct CudaState<A: Act = u16> {
     pub(super) kv: Vec<Option<KvPool<A>>>,
+    /// The paged KV pool's block tables (one per slot) and free blocks, for every layer's pool.
+    pub(super) blocks: BlockTables,
     pub(super) gdn: Vec<Option<GdnPool>>,
     /// Tokens already consumed per slot (host copy; the kernels get positions per call).
     pub lens: Vec<usize>,
@@ -69,6 +111,8 @@ pub(super) struct Scratch<A: Act> {
 }
 
 impl<A: Act> CudaState<A> {
+    /// Caches for `slots` sequences that may all hold `max_len` tokens at once
+    /// ([`CacheConfig::dense`]).
     pub fn new(
         gpu: &Gpu,
         cfg: &ModelConfig,
@@ -76,6 +120,29 @@ impl<A: Act> CudaState<A> {
         max_len: usize,
         max_tokens: usize,
     ) -> Result<CudaState<A>> {
+        Self::with_cache(gpu, cfg, CacheConfig::dense(slots, max_len), max_tokens)
+    }
+
+    /// Caches shaped by `cache` (the paged KV pool sized by its token budget).
+    pub fn with_cache(
+        gpu: &Gpu,
+        cfg: &ModelConfig,
+        cache: CacheConfig,
+        max_tokens: usize,
+    ) -> Result<CudaState<A>> {
+        let CacheConfig {
+            slots,
+            max_len,
+            block_size,
+            ..
+        } = cache;
+        let blocks = cache.blocks();
+        if slots == 0 || block_size == 0 {
+            return Err(CudaError::Shape {
+                op: "CudaState",
+                msg: format!("{slots} slots, blocks of {block_size} tokens"),
+            });
+        }
         let c = cfg;
         let t = max_tokens;
         let (h, hq, hkv, hd) = (
@@ -103,7 +170,7 @@ impl<A: Act> CudaState<A> {
         for lt in &c.layer_types {
             match lt {
                 LayerType::Full => {
-                    kv.push(Some(KvPool::new(gpu, slots, hkv, max_len, hd)?));
+                    kv.push(Some(KvPool::new(gpu, blocks, block_size, hkv, hd)?));
                     gdn.push(None);
                 }
                 LayerType::Linear => {
@@ -160,6 +227,7 @@ impl<A: Act> CudaState<A> {
         };
         Ok(CudaState {
             kv,
+            blocks: BlockTables::new(blocks, block_size, slots),
             gdn,
             lens: vec![0; slots],
             max_len,
@@ -177,8 +245,8 @@ impl<A: Act> CudaState<A> {
         &self.s.logits
     }
 
-    /// Forget a slot's tokens (its pools are overwritten from position 0 on reuse; the GDN
-    /// states are zeroed here).
+    /// Forget a slot's tokens: its KV blocks go back to the pool (shared ones stay with their
+    /// other holders) and its GDN states are zeroed.
     pub fn reset_slot(&mut self, gpu: &Gpu, slot: usize) -> Result<()> {
         if slot >= self.lens.len() {
             return Err(CudaError::Shape {
@@ -187,6 +255,7 @@ impl<A: Act> CudaState<A> {
             });
         }
         self.lens[slot] = 0;
+        self.blocks.release(slot)?;
         // zero the slot's regions of every GDN pool on the device
         for p in self.gdn.iter_mut().flatten() {
             let conv_per = p.conv.len() / p.slots;
@@ -197,8 +266,9 @@ impl<A: Act> CudaState<A> {
         Ok(())
     }
 
-    /// Make slot `to` a copy of slot `from` (turn-boundary snapshots and resume): the KV rows of
-    /// its consumed tokens and its GDN conv/recurrent states, as device-to-device copies.
+    /// Make slot `to` a copy of slot `from` (turn-boundary snapshots and resume): `to` shares the
+    /// KV blocks of `from`'s tokens by reference (a shared partial last block is copied when one
+    /// of them appends to it) and gets device-to-device copies of its GDN conv/recurrent states.
     pub fn copy_slot(&mut self, gpu: &Gpu, from: usize, to: usize) -> Result<()> {
         let slots = self.lens.len();
         if from >= slots || to >= slots || from == to {
@@ -208,14 +278,7 @@ impl<A: Act> CudaState<A> {
             });
         }
         let len = self.lens[from];
-        for p in self.kv.iter_mut().flatten() {
-            let row = p.max_len * p.hd;
-            for h in 0..p.hkv {
-                let (s, d) = ((from * p.hkv + h) * row, (to * p.hkv + h) * row);
-                gpu.copy_within(&mut p.k, s, d, len * p.hd)?;
-                gpu.copy_within(&mut p.v, s, d, len * p.hd)?;
-            }
-        }
+        self.blocks.share(from, to, len)?;
         for p in self.gdn.iter_mut().flatten() {
             let conv_per = p.conv.len() / p.slots;
             let rec_per = p.rec.len() / p.slots;
@@ -224,5 +287,37 @@ impl<A: Act> CudaState<A> {
         }
         self.lens[to] = len;
         Ok(())
+    }
+}
+
+impl<A: Act> CudaState<A> {
+    /// Let `slots[i]` (holding `lens[slots[i]]` tokens) take `news[i]` more tokens: reserve their
+    /// KV blocks and make the copies of shared partial blocks they write into. A full pool is a
+    /// [`CudaError::CacheFull`]; slots already served keep what they reserved.
+    pub(super) fn reserve_kv(&mut self, gpu: &Gpu, slots: &[usize], news: &[usize]) -> Result<()> {
+        for (&slot, &n) in slots.iter().zip(news) {
+            let len = self.lens[slot];
+            if let Some(c) = self.blocks.reserve(slot, len, len + n)? {
+                for p in self.kv.iter_mut().flatten() {
+                    p.copy_block(gpu, c.from, c.to)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `(free, total)` blocks of the paged KV pool.
+    pub fn kv_blocks(&self) -> (usize, usize) {
+        (self.blocks.free(), self.blocks.total())
+    }
+
+    /// Tokens per KV block.
+    pub fn kv_block_size(&self) -> usize {
+        self.blocks.block_size()
+    }
+
+    /// The KV blocks `slot` holds, in token order (for tests and accounting).
+    pub fn kv_table(&self, slot: usize) -> &[usize] {
+        self.blocks.table(slot)
     }
 }

@@ -1,0 +1,216 @@
+//! The paged KV cache of the CUDA backend under the engine, on the emulated device in f32 mode
+//! against the CPU engine (tiny Qwen3.5-MoE fixture): continuous batching with sequences joining
+//! and leaving mid-decode through a pool smaller than the tokens served over the run (blocks of
+//! ended sequences are reused, all of them are free at the end), snapshots sharing their
+//! source's blocks (only a partially filled last block is copied, when written), and a full pool
+//! reported as an error that the engine survives.
+
+use execcritic::engine::cuda_backend::CudaDecoder;
+use execcritic::engine::{
+    Completion, DecoderModel, EngineConfig, EngineCore, EngineError, Request, SamplingParams,
+    SchedulerConfig, StepInput, StepOutput,
+};
+use execcritic::model::backend::cuda::{CacheConfig, CudaModel};
+use execcritic::model::tokenizer::Tokenizer;
+use execcritic::model::Model;
+use execcritic::tensor::cuda::Gpu;
+use std::path::Path;
+use std::sync::Arc;
+
+#[path = "common/tiny_model.rs"]
+mod tiny_model;
+use tiny_model::tiny_model_dir as model_dir;
+
+const BLOCK: usize = 8;
+
+fn emulated(dir: &Path, slots: usize, kv_tokens: usize, block_size: usize) -> CudaDecoder<f32> {
+    let gpu = Gpu::emulator().unwrap();
+    let model = CudaModel::<f32>::load(&gpu, dir).unwrap();
+    let cache = CacheConfig {
+        slots,
+        max_len: 256,
+        kv_tokens,
+        block_size,
+    };
+    CudaDecoder::with_cache(gpu, model, cache, 64).unwrap()
+}
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        scheduler: SchedulerConfig {
+            max_running: 3,
+            max_batch_tokens: 40,
+            prefill_chunk: 16,
+        },
+        max_conversations: 1,
+    }
+}
+
+fn prompt(seed: u32, len: usize) -> Vec<u32> {
+    (0..len as u32)
+        .map(|i| (i * 37 + seed * 101 + 11) % 900)
+        .collect()
+}
+
+/// Five requests (greedy and seeded sampling) of 9 to 33 prompt tokens.
+fn requests() -> Vec<Request> {
+    let seeded = |seed, max_tokens| SamplingParams {
+        temperature: 1.0,
+        top_k: 50,
+        seed: Some(seed),
+        max_tokens,
+        ..Default::default()
+    };
+    vec![
+        Request::new(prompt(1, 20), SamplingParams::greedy(12)),
+        Request::new(prompt(2, 9), seeded(7, 16)),
+        Request::new(prompt(3, 33), SamplingParams::greedy(10)),
+        Request::new(prompt(4, 17), seeded(9, 14)),
+        Request::new(prompt(5, 25), SamplingParams::greedy(8)),
+    ]
+}
+
+/// Requests 0 and 1 start; 2, 3 and 4 join while they decode (4 waits for a free place, as
+/// `max_running` = 3). Calls `after_step` after every step; completions in request order.
+fn serve<M: DecoderModel>(model: Arc<M>, mut after_step: impl FnMut(&M)) -> Vec<Completion> {
+    let tok = Tokenizer::from_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tokenizer"))
+        .unwrap();
+    let mut core = EngineCore::new(model.clone(), Arc::new(tok), config()).unwrap();
+    let reqs = requests();
+    let mut done = vec![];
+    core.add(reqs[0].clone()).unwrap();
+    core.add(reqs[1].clone()).unwrap();
+    for _ in 0..4 {
+        done.extend(core.step());
+        after_step(&model);
+    }
+    for r in &reqs[2..] {
+        core.add(r.clone()).unwrap();
+    }
+    while core.has_work() {
+        done.extend(core.step());
+        after_step(&model);
+    }
+    done.sort_by_key(|(id, _)| *id);
+    done.into_iter().map(|(_, c)| c.unwrap()).collect()
+}
+
+#[test]
+fn continuous_batching_through_a_small_paged_pool_equals_the_cpu_engine() {
+    let dir = model_dir();
+    let cpu = serve(Arc::new(Model::load(dir.path()).unwrap()), |_| {});
+    // 14 blocks of 8 tokens: 112 tokens, fewer than the run serves in all (148)
+    let pool = 14;
+    let emu = Arc::new(emulated(dir.path(), 8, pool * BLOCK, BLOCK));
+    let mut peak = 0;
+    let got = serve(emu.clone(), |m| {
+        let (free, total) = m.kv_blocks().unwrap();
+        assert_eq!(total, pool);
+        peak = peak.max(total - free);
+    });
+    let served: usize = got
+        .iter()
+        .map(|c| c.prompt_tokens + c.token_ids.len() - 1)
+        .sum();
+    eprintln!("served {served} tokens; at most {peak} of {pool} blocks in use");
+    assert!(
+        served > pool * BLOCK,
+        "{served} tokens served vs a pool of {}",
+        pool * BLOCK
+    );
+    assert!(peak > 0 && peak <= pool);
+    assert_eq!(
+        emu.kv_blocks().unwrap(),
+        (pool, pool),
+        "every block back once all ended"
+    );
+    assert_eq!(cpu.len(), got.len());
+    for (i, (c, e)) in cpu.iter().zip(&got).enumerate() {
+        assert_eq!(c.token_ids, e.token_ids, "request {i}: tokens");
+        assert_eq!(c.finish, e.finish, "request {i}");
+        for (a, b) in c.logprobs.iter().zip(&e.logprobs) {
+            assert!((a - b).abs() < 1e-3, "request {i}: logprob {a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn a_full_pool_fails_the_request_with_an_error_and_frees_its_blocks() {
+    let dir = model_dir();
+    // 4 blocks of 8 tokens; a 40-token prompt needs 5
+    let emu = Arc::new(emulated(dir.path(), 4, 32, BLOCK));
+    let tok = Tokenizer::from_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tokenizer"))
+        .unwrap();
+    let mut core = EngineCore::new(emu.clone(), Arc::new(tok), config()).unwrap();
+    core.add(Request::new(prompt(6, 40), SamplingParams::greedy(4)))
+        .unwrap();
+    let done = core.run_to_completion();
+    assert_eq!(done.len(), 1);
+    match &done[0].1 {
+        Err(EngineError::Model(m)) => assert!(m.contains("KV cache full"), "{m}"),
+        other => panic!("expected a KV-cache-full error, got {other:?}"),
+    }
+    assert_eq!(emu.kv_blocks().unwrap(), (4, 4));
+    // the engine goes on: a request that fits is served
+    core.add(Request::new(prompt(7, 12), SamplingParams::greedy(4)))
+        .unwrap();
+    let done = core.run_to_completion();
+    assert_eq!(done[0].1.as_ref().unwrap().token_ids.len(), 4);
+}
+
+fn step<M: DecoderModel>(m: &M, state: &mut M::State, tokens: &[u32]) -> StepOutput {
+    let mut batch = [StepInput { tokens, state }];
+    m.step(&mut batch, false).unwrap().remove(0)
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+}
+
+#[test]
+fn snapshots_share_blocks_and_copy_only_a_written_partial_block() {
+    let dir = model_dir();
+    let cpu = Model::load(dir.path()).unwrap();
+    let emu = emulated(dir.path(), 6, 16 * 16, 16);
+    let used = || {
+        let (free, total) = emu.kv_blocks().unwrap();
+        total - free
+    };
+    let p = prompt(8, 40); // blocks of 16: two full, one holding 8 tokens
+    let (mut a, mut ca) = (emu.new_state(), cpu.new_state());
+    let mut outs = vec![(step(&emu, &mut a, &p), step(&cpu, &mut ca, &p))];
+    assert_eq!(used(), 3);
+    let (snap, csnap) = (a.clone(), ca.clone());
+    assert_eq!(used(), 3, "a snapshot allocates nothing");
+    // the original moves on: it shares the two full blocks, copies the partial one
+    outs.push((
+        step(&emu, &mut a, &[5, 6, 7]),
+        step(&cpu, &mut ca, &[5, 6, 7]),
+    ));
+    assert_eq!(used(), 4);
+    // the snapshot resumes with other tokens (a clone of it is fed: it shares again)
+    let (mut b, mut cb) = (snap.clone(), csnap.clone());
+    outs.push((step(&emu, &mut b, &[9, 10]), step(&cpu, &mut cb, &[9, 10])));
+    assert_eq!(used(), 5);
+    // a's third block fills up and a fourth starts
+    let fill: Vec<u32> = (0..10).map(|i| 100 + i).collect();
+    outs.push((step(&emu, &mut a, &fill), step(&cpu, &mut ca, &fill)));
+    assert_eq!(used(), 6);
+    drop((snap, csnap));
+    // the snapshot's slot is reclaimed (its partial block goes back, the full ones stay with
+    // a and b); b, sole owner of its blocks, is written in place
+    outs.push((step(&emu, &mut b, &[12]), step(&cpu, &mut cb, &[12])));
+    assert_eq!(used(), 5);
+    drop((a, ca));
+    assert_eq!(
+        used(),
+        3,
+        "a's own blocks (its copied tail, its fourth) went back"
+    );
+    for (i, (e, c)) in outs.iter().enumerate() {
+        let err = max_abs_diff(&e.logits, &c.logits);
+        assert!(err <= 1e-4, "step {i}: max |emulator − cpu| = {err}");
+    }
+    drop((b, cb));
+    assert_eq!(used(), 0);
+}
