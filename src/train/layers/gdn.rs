@@ -76,20 +76,7 @@ impl GdnW {
         let z = linear(&x, n, hs, ps.get(self.in_proj_z), val);
         let b = linear(&x, n, hs, ps.get(self.in_proj_b), vh);
         let a = linear(&x, n, hs, ps.get(self.in_proj_a), vh);
-        // Causal depthwise conv from zero history: pre[t,c] = Σ_j w[c,j]·in[t+j−(K−1), c].
-        let w = ps.get(self.conv);
-        let mut pre = vec![0.0; n * cd];
-        for t in 0..n {
-            for c in 0..cd {
-                let mut s = 0.0;
-                for j in 0..kk {
-                    if t + j >= kk - 1 {
-                        s += w[c * kk + j] * mixed[(t + j + 1 - kk) * cd + c];
-                    }
-                }
-                pre[t * cd + c] = s;
-            }
-        }
+        let pre = causal_conv_forward(&mixed, ps.get(self.conv), n, cd, kk);
         let beta: Vec<f32> = b.iter().map(|v| sigmoid(*v)).collect();
         let (al, dt) = (ps.get(self.a_log), ps.get(self.dt_bias));
         let g: Vec<f32> = a.iter().enumerate().map(|(i, v)| -al[i % vh].exp() * softplus(v + dt[i % vh])).collect();
@@ -177,22 +164,7 @@ impl GdnW {
         }
         let dpre: Vec<f32> = dact.iter().zip(&s.pre).map(|(d, p)| d * silu_grad(*p)).collect();
         let w = ps.get(self.conv).to_vec();
-        let mut dmixed = vec![0.0f32; n * cd];
-        {
-            let dw = gr.get_mut(self.conv);
-            for t in 0..n {
-                for c in 0..cd {
-                    let dp = dpre[t * cd + c];
-                    for j in 0..kk {
-                        if t + j >= kk - 1 {
-                            let src = (t + j + 1 - kk) * cd + c;
-                            dw[c * kk + j] += dp * s.mixed[src];
-                            dmixed[src] += dp * w[c * kk + j];
-                        }
-                    }
-                }
-            }
-        }
+        let dmixed = causal_conv_backward(&dpre, &s.mixed, &w, n, cd, kk, gr.get_mut(self.conv));
         // Gates.
         let al = ps.get(self.a_log).to_vec();
         let dt = ps.get(self.dt_bias).to_vec();
@@ -219,4 +191,40 @@ impl GdnW {
         }
         dx
     }
+}
+
+/// Causal depthwise conv from zero history over `n` rows of `cd` channels (kernel `kk`, weights
+/// `w [cd, kk]`): `pre[t, c] = Σ_j w[c, j]·x[t + j − (kk − 1), c]`.
+pub fn causal_conv_forward(x: &[f32], w: &[f32], n: usize, cd: usize, kk: usize) -> Vec<f32> {
+    let mut pre = vec![0.0; n * cd];
+    for t in 0..n {
+        for c in 0..cd {
+            let mut s = 0.0;
+            for j in 0..kk {
+                if t + j >= kk - 1 {
+                    s += w[c * kk + j] * x[(t + j + 1 - kk) * cd + c];
+                }
+            }
+            pre[t * cd + c] = s;
+        }
+    }
+    pre
+}
+
+/// Backward of [`causal_conv_forward`] given `dpre`: accumulates `dw [cd, kk]`, returns `dx`.
+pub fn causal_conv_backward(dpre: &[f32], x: &[f32], w: &[f32], n: usize, cd: usize, kk: usize, dw: &mut [f32]) -> Vec<f32> {
+    let mut dx = vec![0.0f32; n * cd];
+    for t in 0..n {
+        for c in 0..cd {
+            let dp = dpre[t * cd + c];
+            for j in 0..kk {
+                if t + j >= kk - 1 {
+                    let src = (t + j + 1 - kk) * cd + c;
+                    dw[c * kk + j] += dp * x[src];
+                    dx[src] += dp * w[c * kk + j];
+                }
+            }
+        }
+    }
+    dx
 }
