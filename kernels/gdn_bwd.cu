@@ -49,3 +49,29 @@ extern "C" __global__ void KERNEL(causal_conv_bwd)(const act_t* __restrict__ x, 
     }
     for (int j = 0; j < K; j++) dw[(long long)c * K + j] += dwk[j];
 }
+
+// Gates backward: β = σ(b), g = −exp(A_log[h])·softplus(a + dt_bias[h]). From dβ, dg [T, Hv] (fp32,
+// the delta rule's backward): db = dβ·β(1 − β), da = dg·(−exp(A_log))·softplus'(a + dt_bias)
+// (act_t), and the per-head parameter gradients d_alog[h] += Σ_t dg·g, d_dt[h] += Σ_t da, summed
+// over t in order by one thread per head. grid = ceil(Hv/128), block = 128.
+extern "C" __global__ void KERNEL(gdn_gates_bwd)(const act_t* __restrict__ bb, const act_t* __restrict__ aa,
+                                         const float* __restrict__ a_log, const float* __restrict__ dt_bias,
+                                         const float* __restrict__ dbeta, const float* __restrict__ dg,
+                                         act_t* __restrict__ db, act_t* __restrict__ da,
+                                         float* __restrict__ d_alog, float* __restrict__ d_dt, int T, int hv) {
+    int h = blockIdx.x * blockDim.x + threadIdx.x;
+    if (h >= hv) return;
+    float ea = expf(a_log[h]), sa = 0.0f, sd = 0.0f;
+    for (int t = 0; t < T; t++) {
+        long long i = (long long)t * hv + h;
+        float beta = sigmoidf_(a2f(bb[i])), x = a2f(aa[i]) + dt_bias[h];
+        db[i] = f2a(dbeta[i] * beta * (1.0f - beta));
+        float sp_grad = x > 20.0f ? 1.0f : sigmoidf_(x);
+        float dav = dg[i] * -ea * sp_grad;
+        da[i] = f2a(dav);
+        sa += dg[i] * (-ea * softplusf_(x));
+        sd += dav;
+    }
+    d_alog[h] += sa;
+    d_dt[h] += sd;
+}

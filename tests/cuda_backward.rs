@@ -646,3 +646,49 @@ fn causal_conv_backward_through_the_state_matches_the_cpu_trainer() {
     on_device(conv::<f32>, 10);
     on_device(conv::<u16>, 10);
 }
+
+/// GDN gates backward against `train::layers::gdn::gates_backward`.
+fn gates<A: Act>(g: &Gpu, seed: u64) {
+    use execcritic::tensor::cpu::softplus;
+    use execcritic::train::layers::gdn::{gates_backward, GateSaved};
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let (t, hv) = (5, 6);
+    let (b, mut a) = (rnd(&mut rng, t * hv, 3.0), rnd(&mut rng, t * hv, 3.0));
+    a[3] = 24.0; // above softplus's threshold (identity there)
+    let (al, dt) = (rnd(&mut rng, hv, 1.0), rnd(&mut rng, hv, 1.0));
+    let (dbeta, dg) = (rnd(&mut rng, t * hv, 1.0), rnd(&mut rng, t * hv, 1.0));
+    let beta: Vec<f32> = b.iter().map(|&v| sigmoid(v)).collect();
+    let gv: Vec<f32> = (0..t * hv).map(|i| -al[i % hv].exp() * softplus(a[i] + dt[i % hv])).collect();
+    let (d0a, d0d) = (rnd(&mut rng, hv, 0.3), rnd(&mut rng, hv, 0.3));
+    let (mut want_al, mut want_dt) = (d0a.clone(), d0d.clone());
+    let s = GateSaved { beta: &beta, g: &gv, a: &a, a_log: &al, dt_bias: &dt };
+    let (want_db, want_da) = gates_backward(&s, &dbeta, &dg, &mut want_al, &mut want_dt);
+    let (mut db, mut da) = (g.zeros::<A>(t * hv).unwrap(), g.zeros::<A>(t * hv).unwrap());
+    let (mut d_al, mut d_dt) = (g.upload(&d0a).unwrap(), g.upload(&d0d).unwrap());
+    bw::gdn_gates_backward(
+        g,
+        &up::<A>(g, &b),
+        &up::<A>(g, &a),
+        &g.upload(&al).unwrap(),
+        &g.upload(&dt).unwrap(),
+        &g.upload(&dbeta).unwrap(),
+        &g.upload(&dg).unwrap(),
+        &mut db,
+        &mut da,
+        &mut d_al,
+        &mut d_dt,
+        t,
+        hv,
+    )
+    .unwrap();
+    close("gates db", &down(g, &db), &want_db, tol::<A>());
+    close("gates da", &down(g, &da), &want_da, tol::<A>());
+    close("gates d A_log", &g.download(&d_al).unwrap(), &want_al, tol::<A>());
+    close("gates d dt_bias", &g.download(&d_dt).unwrap(), &want_dt, tol::<A>());
+}
+
+#[test]
+fn gdn_gates_backward_matches_the_cpu_trainer() {
+    on_device(gates::<f32>, 11);
+    on_device(gates::<u16>, 11);
+}

@@ -137,7 +137,7 @@ pub fn rope_partial_backward<A: Act>(
 ) -> Result<()> {
     need(
         "rope_partial_backward",
-        dx.len() >= t * heads * hd && pos.len() >= t && rot <= hd && rot % 2 == 0 && rot / 2 <= 1024,
+        dx.len() >= t * heads * hd && pos.len() >= t && rot <= hd && rot.is_multiple_of(2) && rot / 2 <= 1024,
         || format!("t={t} heads={heads} hd={hd} rot={rot}"),
     )?;
     launch!(
@@ -781,7 +781,7 @@ pub fn attention_backward<A: Act>(
         "attention_backward",
         hd <= 256
             && hkv > 0
-            && hq % hkv == 0
+            && hq.is_multiple_of(hkv)
             && [q.len(), o.len(), dout.len(), dq.len()].iter().all(|&l| l >= nq)
             && [k.len(), v.len(), dk.len(), dv.len()].iter().all(|&l| l >= nk),
         || format!("t={t} hq={hq} hkv={hkv} hd={hd}"),
@@ -903,5 +903,51 @@ pub fn causal_conv_backward<A: Act>(
         &(b as i32),
         &(c as i32),
         &(k as i32)
+    )
+}
+
+/// Backward of [`ops::gdn_gates`] (`β = σ(b)`, `g = −exp(A_log)·softplus(a + dt_bias)` over
+/// `[t, hv]`) from the delta rule's `dβ`, `dg` (fp32): writes `db`, `da`, accumulates the
+/// per-head `d_alog`, `d_dt` (fp32, tokens summed in order).
+pub fn gdn_gates_backward<A: Act>(
+    gpu: &Gpu,
+    b: &DeviceBuffer<A>,
+    a: &DeviceBuffer<A>,
+    a_log: &F32,
+    dt_bias: &F32,
+    dbeta: &F32,
+    dg: &F32,
+    db: &mut DeviceBuffer<A>,
+    da: &mut DeviceBuffer<A>,
+    d_alog: &mut F32,
+    d_dt: &mut F32,
+    t: usize,
+    hv: usize,
+) -> Result<()> {
+    let n = t * hv;
+    need(
+        "gdn_gates_backward",
+        [b.len(), a.len(), db.len(), da.len()].iter().all(|&l| l >= n)
+            && dbeta.len() >= n
+            && dg.len() >= n
+            && [a_log.len(), dt_bias.len(), d_alog.len(), d_dt.len()].iter().all(|&l| l >= hv),
+        || format!("t={t} hv={hv}"),
+    )?;
+    launch!(
+        gpu,
+        A::kernel("gdn_gates_bwd"),
+        cfg((hv.div_ceil(128), 1, 1), 128, 0),
+        b,
+        a,
+        a_log,
+        dt_bias,
+        dbeta,
+        dg,
+        db,
+        da,
+        d_alog,
+        d_dt,
+        &(t as i32),
+        &(hv as i32)
     )
 }

@@ -168,20 +168,12 @@ impl GdnW {
         // Gates.
         let al = ps.get(self.a_log).to_vec();
         let dt = ps.get(self.dt_bias).to_vec();
-        let mut db = vec![0.0f32; n * vh];
-        let mut da = vec![0.0f32; n * vh];
         let mut d_alog = vec![0.0f32; vh];
         let mut d_dt = vec![0.0f32; vh];
-        for t in 0..n {
-            for h in 0..vh {
-                let i = t * vh + h;
-                db[i] = per_head[h].dbeta[t] * s.beta[i] * (1.0 - s.beta[i]);
-                let dg = per_head[h].dg[t];
-                d_alog[h] += dg * s.g[i];
-                da[i] = dg * -al[h].exp() * softplus_grad(s.a[i] + dt[h]);
-                d_dt[h] += da[i];
-            }
-        }
+        let dbeta: Vec<f32> = (0..n * vh).map(|i| per_head[i % vh].dbeta[i / vh]).collect();
+        let dg: Vec<f32> = (0..n * vh).map(|i| per_head[i % vh].dg[i / vh]).collect();
+        let gs = GateSaved { beta: &s.beta, g: &s.g, a: &s.a, a_log: &al, dt_bias: &dt };
+        let (db, da) = gates_backward(&gs, &dbeta, &dg, &mut d_alog, &mut d_dt);
         gr.get_mut(self.a_log).iter_mut().zip(&d_alog).for_each(|(a, b)| *a += b);
         gr.get_mut(self.dt_bias).iter_mut().zip(&d_dt).for_each(|(a, b)| *a += b);
         let mut dx = linear_backward(&dmixed, &s.x, n, hs, ps.get(self.in_proj_qkv), cd, gr.get_mut(self.in_proj_qkv));
@@ -227,4 +219,30 @@ pub fn causal_conv_backward(dpre: &[f32], x: &[f32], w: &[f32], n: usize, cd: us
         }
     }
     dx
+}
+
+/// What the gates' backward reads: `β = σ(b)`, `g = −exp(A_log)·softplus(a + dt_bias)` and the
+/// input `a`, all `[n, vh]`, and the per-head parameters `A_log`, `dt_bias` `[vh]`.
+pub struct GateSaved<'a> {
+    pub beta: &'a [f32],
+    pub g: &'a [f32],
+    pub a: &'a [f32],
+    pub a_log: &'a [f32],
+    pub dt_bias: &'a [f32],
+}
+
+/// Backward of the gates from `dβ`, `dg` `[n, vh]`: returns `(db, da)` and accumulates the
+/// per-head `d_alog`, `d_dt` (sums over tokens in order).
+pub fn gates_backward(s: &GateSaved<'_>, dbeta: &[f32], dg: &[f32], d_alog: &mut [f32], d_dt: &mut [f32]) -> (Vec<f32>, Vec<f32>) {
+    let vh = s.a_log.len();
+    let mut db = vec![0.0f32; dbeta.len()];
+    let mut da = vec![0.0f32; dbeta.len()];
+    for i in 0..dbeta.len() {
+        let h = i % vh;
+        db[i] = dbeta[i] * s.beta[i] * (1.0 - s.beta[i]);
+        d_alog[h] += dg[i] * s.g[i];
+        da[i] = dg[i] * -s.a_log[h].exp() * softplus_grad(s.a[i] + s.dt_bias[h]);
+        d_dt[h] += da[i];
+    }
+    (db, da)
 }
