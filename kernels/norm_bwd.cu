@@ -5,6 +5,13 @@
 // Weight gradients are a second, column-parallel kernel (`norm_dw`) that sums the rows in order
 // (deterministic, no atomics), reading the per-row r saved by the dx kernel.
 
+// r = rsqrt(mean x^2 + eps) of one row (every thread gets it).
+__device__ __forceinline__ float row_rstd(const act_t* __restrict__ x, int d, float eps, float* scratch) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) { float a = a2f(x[i]); ss += a * a; }
+    return rsqrtf(block_sum(ss, scratch) / (float)d + eps);
+}
+
 // Zero-centred RMSNorm y = x̂ ⊙ (1 + w) over rows of width d (also the per-head q/k norm with
 // rows = tokens·heads). x, dy, dx: [rows, d] act_t; w [d]; rstd [rows] fp32 out.
 // grid = rows, block = 256 (multiple of 32).
@@ -13,9 +20,7 @@ extern "C" __global__ void KERNEL(rms_norm_1p_bwd)(const act_t* __restrict__ x, 
                                            float* __restrict__ rstd, int d, float eps) {
     __shared__ float scratch[32];
     long long base = (long long)blockIdx.x * d;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) { float a = a2f(x[base + i]); ss += a * a; }
-    float r = rsqrtf(block_sum(ss, scratch) / (float)d + eps);
+    float r = row_rstd(x + base, d, eps, scratch);
     float dot = 0.0f;
     for (int i = threadIdx.x; i < d; i += blockDim.x)
         dot += a2f(dy[base + i]) * (1.0f + a2f(w[i])) * a2f(x[base + i]) * r;
@@ -35,9 +40,7 @@ extern "C" __global__ void KERNEL(gated_rms_norm_bwd)(const act_t* __restrict__ 
                                               float* __restrict__ rstd, int d, float eps) {
     __shared__ float scratch[32];
     long long base = (long long)blockIdx.x * d;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) { float a = a2f(x[base + i]); ss += a * a; }
-    float r = rsqrtf(block_sum(ss, scratch) / (float)d + eps);
+    float r = row_rstd(x + base, d, eps, scratch);
     float dot = 0.0f;
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float xh = a2f(x[base + i]) * r, zi = a2f(z[base + i]), g = a2f(dy[base + i]) * a2f(w[i]);
