@@ -120,6 +120,7 @@ inline unsigned __ballot_sync(unsigned m, int p) { return emu::vote_ballot(m, p)
 inline int __all_sync(unsigned m, int p) { return emu::vote_ballot(m, p) == m; }
 inline int __any_sync(unsigned m, int p) { return emu::vote_ballot(m, p) != 0; }
 inline void __syncwarp(unsigned m = 0xffffffffu) { uint64_t all[32]; emu::warp_exchange(m, 0, all, "__syncwarp"); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline void __trap() { emu::fail("__trap() called"); }
 
 // Bit casts and fast math (the GPU's approximate intrinsics are the libm functions here).

@@ -19,6 +19,14 @@ pub const FILES: &[(&str, &str)] = &[
     ("sample", include_str!("../../kernels/sample.cu")),
     ("init", include_str!("../../kernels/init.cu")),
     ("optim", include_str!("../../kernels/optim.cu")),
+    // Backward (training) kernels: tensor::cuda::backward.
+    ("norm_bwd", include_str!("../../kernels/norm_bwd.cu")),
+    ("act_bwd", include_str!("../../kernels/act_bwd.cu")),
+    ("attention_bwd", include_str!("../../kernels/attention_bwd.cu")),
+    ("embedding_bwd", include_str!("../../kernels/embedding_bwd.cu")),
+    ("gdn_bwd", include_str!("../../kernels/gdn_bwd.cu")),
+    ("loss", include_str!("../../kernels/loss.cu")),
+    ("moe_bwd", include_str!("../../kernels/moe_bwd.cu")),
 ];
 
 /// The full compile unit of one kernel file in its bf16 variant.

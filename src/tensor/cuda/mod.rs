@@ -13,6 +13,7 @@
 
 #[cfg(feature = "cuda")]
 pub mod device;
+pub mod backward;
 pub mod gemm;
 pub mod gpu;
 #[cfg(feature = "cuda")]

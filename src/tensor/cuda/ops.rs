@@ -13,7 +13,7 @@ use crate::tensor::device::{DeviceError, LaunchDims, Result};
 type F32 = DeviceBuffer<f32>;
 type I32 = DeviceBuffer<i32>;
 
-fn need(op: &'static str, ok: bool, msg: impl FnOnce() -> String) -> Result<()> {
+pub(super) fn need(op: &'static str, ok: bool, msg: impl FnOnce() -> String) -> Result<()> {
     if ok {
         Ok(())
     } else {
@@ -21,7 +21,7 @@ fn need(op: &'static str, ok: bool, msg: impl FnOnce() -> String) -> Result<()> 
     }
 }
 
-fn cfg(grid: (usize, usize, usize), block: usize, shmem: usize) -> LaunchDims {
+pub(super) fn cfg(grid: (usize, usize, usize), block: usize, shmem: usize) -> LaunchDims {
     LaunchDims {
         grid: (
             grid.0.max(1) as u32,
@@ -34,7 +34,7 @@ fn cfg(grid: (usize, usize, usize), block: usize, shmem: usize) -> LaunchDims {
 }
 
 /// Grid for a grid-stride elementwise kernel over `n` items.
-fn stride_cfg(n: usize) -> LaunchDims {
+pub(super) fn stride_cfg(n: usize) -> LaunchDims {
     cfg((n.div_ceil(256).min(65535), 1, 1), 256, 0)
 }
 
@@ -44,6 +44,8 @@ macro_rules! launch {
         $gpu.launch(&$name, $cfg, &[$(Arg::arg(&$arg)),+])
     };
 }
+/// The launch macro for the other wrapper modules (`backward`).
+pub(super) use launch;
 
 /// The `_f32` build of a kernel that has no activations (identical in both builds).
 fn plain(base: &str) -> String {

@@ -77,20 +77,7 @@ impl GdnW {
         let z = linear(&x, n, hs, ps.get(self.in_proj_z), val);
         let b = linear(&x, n, hs, ps.get(self.in_proj_b), vh);
         let a = linear(&x, n, hs, ps.get(self.in_proj_a), vh);
-        // Causal depthwise conv from zero history: pre[t,c] = Σ_j w[c,j]·in[t+j−(K−1), c].
-        let w = ps.get(self.conv);
-        let mut pre = vec![0.0; n * cd];
-        for t in 0..n {
-            for c in 0..cd {
-                let mut s = 0.0;
-                for j in 0..kk {
-                    if t + j >= kk - 1 {
-                        s += w[c * kk + j] * mixed[(t + j + 1 - kk) * cd + c];
-                    }
-                }
-                pre[t * cd + c] = s;
-            }
-        }
+        let pre = causal_conv_forward(&mixed, ps.get(self.conv), n, cd, kk);
         let beta: Vec<f32> = b.iter().map(|v| sigmoid(*v)).collect();
         let (al, dt) = (ps.get(self.a_log), ps.get(self.dt_bias));
         let g: Vec<f32> = a.iter().enumerate().map(|(i, v)| -al[i % vh].exp() * softplus(v + dt[i % vh])).collect();
@@ -178,39 +165,16 @@ impl GdnW {
         }
         let dpre: Vec<f32> = dact.iter().zip(&s.pre).map(|(d, p)| d * silu_grad(*p)).collect();
         let w = ps.get(self.conv).to_vec();
-        let mut dmixed = vec![0.0f32; n * cd];
-        {
-            let dw = gr.vector(self.conv);
-            for t in 0..n {
-                for c in 0..cd {
-                    let dp = dpre[t * cd + c];
-                    for j in 0..kk {
-                        if t + j >= kk - 1 {
-                            let src = (t + j + 1 - kk) * cd + c;
-                            dw[c * kk + j] += dp * s.mixed[src];
-                            dmixed[src] += dp * w[c * kk + j];
-                        }
-                    }
-                }
-            }
-        }
+        let dmixed = causal_conv_backward(&dpre, &s.mixed, &w, n, cd, kk, gr.vector(self.conv));
         // Gates.
         let al = ps.get(self.a_log).to_vec();
         let dt = ps.get(self.dt_bias).to_vec();
-        let mut db = vec![0.0f32; n * vh];
-        let mut da = vec![0.0f32; n * vh];
         let mut d_alog = vec![0.0f32; vh];
         let mut d_dt = vec![0.0f32; vh];
-        for t in 0..n {
-            for h in 0..vh {
-                let i = t * vh + h;
-                db[i] = per_head[h].dbeta[t] * s.beta[i] * (1.0 - s.beta[i]);
-                let dg = per_head[h].dg[t];
-                d_alog[h] += dg * s.g[i];
-                da[i] = dg * -al[h].exp() * softplus_grad(s.a[i] + dt[h]);
-                d_dt[h] += da[i];
-            }
-        }
+        let dbeta: Vec<f32> = (0..n * vh).map(|i| per_head[i % vh].dbeta[i / vh]).collect();
+        let dg: Vec<f32> = (0..n * vh).map(|i| per_head[i % vh].dg[i / vh]).collect();
+        let gs = GateSaved { beta: &s.beta, g: &s.g, a: &s.a, a_log: &al, dt_bias: &dt };
+        let (db, da) = gates_backward(&gs, &dbeta, &dg, &mut d_alog, &mut d_dt);
         gr.vector(self.a_log).iter_mut().zip(&d_alog).for_each(|(a, b)| *a += b);
         gr.vector(self.dt_bias).iter_mut().zip(&d_dt).for_each(|(a, b)| *a += b);
         let mut dx = gr.linear(self.in_proj_qkv, &dmixed, &s.x, n, hs, ps.get(self.in_proj_qkv), cd);
@@ -220,4 +184,66 @@ impl GdnW {
         }
         dx
     }
+}
+
+/// Causal depthwise conv from zero history over `n` rows of `cd` channels (kernel `kk`, weights
+/// `w [cd, kk]`): `pre[t, c] = Σ_j w[c, j]·x[t + j − (kk − 1), c]`.
+pub fn causal_conv_forward(x: &[f32], w: &[f32], n: usize, cd: usize, kk: usize) -> Vec<f32> {
+    let mut pre = vec![0.0; n * cd];
+    for t in 0..n {
+        for c in 0..cd {
+            let mut s = 0.0;
+            for j in 0..kk {
+                if t + j >= kk - 1 {
+                    s += w[c * kk + j] * x[(t + j + 1 - kk) * cd + c];
+                }
+            }
+            pre[t * cd + c] = s;
+        }
+    }
+    pre
+}
+
+/// Backward of [`causal_conv_forward`] given `dpre`: accumulates `dw [cd, kk]`, returns `dx`.
+pub fn causal_conv_backward(dpre: &[f32], x: &[f32], w: &[f32], n: usize, cd: usize, kk: usize, dw: &mut [f32]) -> Vec<f32> {
+    let mut dx = vec![0.0f32; n * cd];
+    for t in 0..n {
+        for c in 0..cd {
+            let dp = dpre[t * cd + c];
+            for j in 0..kk {
+                if t + j >= kk - 1 {
+                    let src = (t + j + 1 - kk) * cd + c;
+                    dw[c * kk + j] += dp * x[src];
+                    dx[src] += dp * w[c * kk + j];
+                }
+            }
+        }
+    }
+    dx
+}
+
+/// What the gates' backward reads: `β = σ(b)`, `g = −exp(A_log)·softplus(a + dt_bias)` and the
+/// input `a`, all `[n, vh]`, and the per-head parameters `A_log`, `dt_bias` `[vh]`.
+pub struct GateSaved<'a> {
+    pub beta: &'a [f32],
+    pub g: &'a [f32],
+    pub a: &'a [f32],
+    pub a_log: &'a [f32],
+    pub dt_bias: &'a [f32],
+}
+
+/// Backward of the gates from `dβ`, `dg` `[n, vh]`: returns `(db, da)` and accumulates the
+/// per-head `d_alog`, `d_dt` (sums over tokens in order).
+pub fn gates_backward(s: &GateSaved<'_>, dbeta: &[f32], dg: &[f32], d_alog: &mut [f32], d_dt: &mut [f32]) -> (Vec<f32>, Vec<f32>) {
+    let vh = s.a_log.len();
+    let mut db = vec![0.0f32; dbeta.len()];
+    let mut da = vec![0.0f32; dbeta.len()];
+    for i in 0..dbeta.len() {
+        let h = i % vh;
+        db[i] = dbeta[i] * s.beta[i] * (1.0 - s.beta[i]);
+        d_alog[h] += dg[i] * s.g[i];
+        da[i] = dg[i] * -s.a_log[h].exp() * softplus_grad(s.a[i] + s.dt_bias[h]);
+        d_dt[h] += da[i];
+    }
+    (db, da)
 }
