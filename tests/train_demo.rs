@@ -7,6 +7,7 @@
 //! margin, and that the run directory holds what the command promises.
 
 use execcritic::pipeline::demo::{run_demo, DemoConfig};
+use serde_json::Value;
 use std::path::Path;
 
 /// Mean reward gain (eq. 6 units, max 1.5) required between the first and the last quarter of
@@ -63,4 +64,56 @@ fn demo_train_learns_on_real_episodes() {
     assert!(s.eval("grpo", "held_back").is_some() && s.eval("sft", "held_back").is_some());
     let svg = std::fs::read_to_string(out.path().join("reward_curve.svg")).unwrap();
     assert!(svg.contains("Resolve rate") && svg.contains("<polyline"));
+
+    // Seeded means reproducible: a second run with the same seed and 2 GRPO iterations (fewer
+    // evaluation episodes, which use their own samplers) repeats the first run's teacher
+    // episodes, SFT losses and weights, and its first 2 iterations bit for bit (episode rewards
+    // and tokens, update losses and gradient norms, checkpointed weights and optimizer state).
+    let short = DemoConfig { grpo_iterations: 2, eval_samples: 1, ..cfg.clone() };
+    let again = tempfile::tempdir().unwrap();
+    run_demo(&short, again.path(), &mut |line| eprintln!("[rerun] {line}")).unwrap();
+    let (a, b) = (out.path(), again.path());
+    assert_eq!(read(a, "teacher.jsonl"), read(b, "teacher.jsonl"));
+    assert_eq!(read(a, "trajectories.jsonl"), read(b, "trajectories.jsonl"));
+    for (x, y) in [("sft/final", "sft/final"), ("grpo/step-2", "grpo/final")] {
+        let tensors: Vec<_> = std::fs::read_dir(a.join(x))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|f| f.ends_with(".safetensors"))
+            .collect();
+        assert!(tensors.iter().any(|f| f.starts_with("model")), "{x}: no weights among {tensors:?}");
+        for f in &tensors {
+            let same = std::fs::read(a.join(x).join(f)).unwrap() == std::fs::read(b.join(y).join(f)).unwrap();
+            assert!(same, "{x}/{f} differs from the rerun's {y}/{f}");
+        }
+    }
+    let phase = |lines: &[Value], p: &str| lines.iter().filter(|l| l["phase"] == p).cloned().collect::<Vec<_>>();
+    let (ma, mb) = (timeless(a, "metrics.jsonl"), timeless(b, "metrics.jsonl"));
+    assert_eq!(phase(&ma, "sft"), phase(&mb, "sft"));
+    assert_eq!(phase(&ma, "grpo")[..2], phase(&mb, "grpo")[..]);
+    let (ra, rb) = (timeless(a, "rollouts.jsonl"), timeless(b, "rollouts.jsonl"));
+    assert!(!rb.is_empty() && ra.len() > rb.len());
+    assert_eq!(ra[..rb.len()], rb[..]);
+}
+
+fn read(dir: &Path, f: &str) -> String {
+    std::fs::read_to_string(dir.join(f)).unwrap()
+}
+
+/// The JSON lines of `dir/f` without their wall-clock fields (`*_s`, `*_ms`).
+fn timeless(dir: &Path, f: &str) -> Vec<Value> {
+    fn strip(v: &mut Value) {
+        if let Value::Object(m) = v {
+            m.retain(|k, _| !k.ends_with("_s") && !k.ends_with("_ms"));
+            m.values_mut().for_each(strip);
+        }
+    }
+    read(dir, f)
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            strip(&mut v);
+            v
+        })
+        .collect()
 }
