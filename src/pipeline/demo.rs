@@ -111,10 +111,10 @@ impl DemoConfig {
             held_back: 2,
             seed: 1,
             device: "cpu".into(),
-            sft_steps: 120,
+            sft_steps: 60,
             sft_batch_size: 4,
             sft_lr: 3e-3,
-            grpo_iterations: 16,
+            grpo_iterations: 10,
             groups: 2,
             group_size: 6,
             max_attempts: 8,
@@ -132,7 +132,6 @@ impl DemoConfig {
     /// The CI-sized run (a few minutes on two cores).
     pub fn ci(models: &Path) -> Self {
         DemoConfig {
-            sft_steps: 60,
             grpo_iterations: 8,
             group_size: 4,
             eval_samples: 4,
