@@ -17,8 +17,8 @@
 //!   a control character by six) they are re-rendered with smaller bounds, then cut; the tail
 //!   says how many earlier characters it leaves out;
 //! - what differs between two runs of the same test on the same code is left out
-//!   ([`run_invariant`]): the per-run pytest config folder's `mktemp` name and the session's wall
-//!   time on pytest's summary line, so identical code gets identical feedback (a seeded training
+//!   ([`run_invariant`]): the per-run pytest config folder's `mktemp` name, the session's wall
+//!   time on pytest's summary line and Python object addresses in reprs, so identical code gets identical feedback (a seeded training
 //!   run is reproducible).
 
 use serde_json::json;
@@ -194,7 +194,9 @@ fn bounded_head(e: &EnvelopeInput) -> String {
 
 /// `output` without its run-dependent text: the harness's per-run pytest config folder
 /// (`/tmp/.execcritic-cfg.XXXXXX`, a `mktemp` name, becomes `/tmp/.execcritic-cfg`) and the wall
-/// time on pytest's summary line (`=== 1 passed in 0.10s ===` becomes `=== 1 passed ===`).
+/// time on pytest's summary line (`=== 1 passed in 0.10s ===` becomes `=== 1 passed ===`) and
+/// Python object addresses in reprs (`<function add at 0x7f43662b4360>` becomes
+/// `<function add at 0x…>`: they move with address-space randomisation).
 pub fn run_invariant(output: &str) -> String {
     use std::sync::OnceLock;
     static CFG: OnceLock<regex::Regex> = OnceLock::new();
@@ -203,7 +205,10 @@ pub fn run_invariant(output: &str) -> String {
     let elapsed = ELAPSED.get_or_init(|| {
         regex::Regex::new(r"(?m)^(=+ [^\n]*?) in \d+(?:\.\d+)?s(?: \(\d+:\d{2}:\d{2}\))?( =+[ \t\r]*)$").expect("valid regex")
     });
+    static ADDRESS: OnceLock<regex::Regex> = OnceLock::new();
+    let address = ADDRESS.get_or_init(|| regex::Regex::new(r"(<[^<>\n]* at )0x[0-9a-fA-F]+>").expect("valid regex"));
     let out = cfg.replace_all(output, "/tmp/.execcritic-cfg");
+    let out = address.replace_all(&out, "${1}0x…>");
     elapsed.replace_all(&out, "$1$2").into_owned()
 }
 
@@ -255,6 +260,9 @@ mod tests {
         // Only the summary line's wall time goes: assertion text with seconds stays.
         let text = "E   assert 'done in 3s' == 'x'\n=== 1 failed in 0.1s ===";
         assert_eq!(run_invariant(text), "E   assert 'done in 3s' == 'x'\n=== 1 failed ===");
+        let repr = |a: &str| run_invariant(&format!("E  +  where -3 = <function add at {a}>(2, 5)"));
+        assert_eq!(repr("0x7f43662b4360"), repr("0x7ff755cfc360"));
+        assert_eq!(repr("0x7f43662b4360"), "E  +  where -3 = <function add at 0x…>(2, 5)");
     }
 
     fn assert_order(s: &str) {
