@@ -28,22 +28,31 @@ extern "C" __global__ void KERNEL(causal_conv)(const act_t* __restrict__ x, floa
     for (int j = 0; j < K - 1; j++) st[j] = win[j];
 }
 
+
+// beta = sigmoid(b), g = -exp(A_log[h]) * softplus(a + dt_bias[h]) of element i of [T, Hv].
+__device__ __forceinline__ void gdn_gate_at(const act_t* bb, const act_t* aa, const float* a_log,
+                                            const float* dt_bias, float* beta, float* g, long long i, int h) {
+    beta[i] = sigmoidf_(a2f(bb[i]));
+    g[i] = -expf(a_log[h]) * softplusf_(a2f(aa[i]) + dt_bias[h]);
+}
+
 // Per token t and value head h: beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias).
 // b, a [T, Hv] act_t; beta, g [T, Hv] f32. grid-stride over T*Hv.
 extern "C" __global__ void KERNEL(gdn_gates)(const act_t* __restrict__ bb, const act_t* __restrict__ aa,
                                      const float* __restrict__ a_log, const float* __restrict__ dt_bias,
                                      float* __restrict__ beta, float* __restrict__ g, int hv, long long n) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        int h = (int)(i % hv);
-        beta[i] = sigmoidf_(a2f(bb[i]));
-        g[i] = -expf(a_log[h]) * softplusf_(a2f(aa[i]) + dt_bias[h]);
-    }
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        gdn_gate_at(bb, aa, a_log, dt_bias, beta, g, i, (int)(i % hv));
 }
 
 // From the conv output y [T, 2*Hk*dk + Hv*dv] write fp32 q̂ = q/|q|·dk^-½, k̂ = k/|k| ([T, Hk, dk])
-// and v ([T, Hv, dv]). grid = (T, Hk), block = 128 (dk <= 1024).
+// and v ([T, Hv, dv]). When `bb` is given the block also computes the gates of its value heads
+// (as gdn_gates: one launch fewer per GDN layer). grid = (T, Hk), block = 128 (dk <= 1024).
 extern "C" __global__ void KERNEL(gdn_qkv_prep)(const act_t* __restrict__ y, float* __restrict__ qn, float* __restrict__ kn,
-                                        float* __restrict__ v, int hk, int hv, int dk, int dv, float eps) {
+                                        float* __restrict__ v, const act_t* __restrict__ bb,
+                                        const act_t* __restrict__ aa, const float* __restrict__ a_log,
+                                        const float* __restrict__ dt_bias, float* __restrict__ beta,
+                                        float* __restrict__ g, int hk, int hv, int dk, int dv, float eps) {
     __shared__ float scratch[32];
     long long t = blockIdx.x;
     int h = blockIdx.y;
@@ -65,33 +74,62 @@ extern "C" __global__ void KERNEL(gdn_qkv_prep)(const act_t* __restrict__ y, flo
         int vh = h * per + i / dv, c = i % dv;
         v[(t * hv + vh) * dv + c] = a2f(row[2 * hk * dk + vh * dv + c]);
     }
+    if (bb)
+        for (int i = threadIdx.x; i < per; i += blockDim.x) gdn_gate_at(bb, aa, a_log, dt_bias, beta, g, t * hv + h * per + i, h * per + i);
 }
 
-// Recurrent delta rule for decode (one token per sequence). State pool [slots, Hv, dk, dv] f32.
-// grid = (B, Hv), block = dv threads (one output column each).
-//   S = e^g S;  m = Sᵀk;  δ = β(v - m);  S += k δᵀ;  o = Sᵀq
+// Recurrent delta rule for decode (one token per sequence), state pool [slots, Hv, dk, dv] f32,
+//   S' = e^g S + k δᵀ,  δ = β(v - e^g Sᵀk),  o = S'ᵀq = e^g Sᵀq + δ (k·q),
+// so each state element is read once (into a register) and written once per step: pass 1 reads
+// the thread's rows of S and forms its partial Sᵀk, Sᵀq and k·q; the parts are summed through
+// shared memory; pass 2 writes S' from the registers. grid = (B, Hv), block = dv · P threads with
+// P = ceil(dk / GDN_ROWS): thread (p, j) owns column j, rows p·GDN_ROWS .. +GDN_ROWS (coalesced
+// over j). Dynamic shared memory: q[dk], k[dk], parts [2·P·dv + P] floats.
+#define GDN_ROWS 32
 extern "C" __global__ void KERNEL(gdn_recurrent)(const float* __restrict__ qn, const float* __restrict__ kn,
                                          const float* __restrict__ v, const float* __restrict__ beta,
                                          const float* __restrict__ g, float* __restrict__ state,
                                          act_t* __restrict__ out, const int* __restrict__ slots,
                                          int hk, int hv, int dk, int dv) {
-    DYNAMIC_SHARED(float, sh);  // q[dk], k[dk]
-    int b = blockIdx.x, h = blockIdx.y, j = threadIdx.x, kh = h / (hv / hk);
-    float* qs = sh; float* ks = sh + dk;
+    DYNAMIC_SHARED(float, sh);
+    int b = blockIdx.x, h = blockIdx.y, kh = h / (hv / hk);
+    int P = blockDim.x / dv, j = threadIdx.x % dv, p = threadIdx.x / dv;
+    float* qs = sh; float* ks = sh + dk; float* part = sh + 2 * dk;  // [P][dv] Sᵀk, [P][dv] Sᵀq, [P] k·q
     for (int i = threadIdx.x; i < dk; i += blockDim.x) {
         qs[i] = qn[((long long)b * hk + kh) * dk + i];
         ks[i] = kn[((long long)b * hk + kh) * dk + i];
     }
     __syncthreads();
-    if (j >= dv) return;
+    bool live = p < P;  // threads past dv·P (none when blockDim = dv·P) only join the barriers
     float* S = state + ((long long)slots[b] * hv + h) * dk * dv;
+    int i0 = p * GDN_ROWS, rows = live ? min(GDN_ROWS, dk - i0) : 0;
+    float s[GDN_ROWS];
+    float sk = 0.0f, sq = 0.0f, kq = 0.0f;
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS; r++) {
+        if (r < rows) {
+            float x = S[(long long)(i0 + r) * dv + j];
+            s[r] = x;
+            sk += x * ks[i0 + r];
+            sq += x * qs[i0 + r];
+            kq += ks[i0 + r] * qs[i0 + r];
+        }
+    }
+    if (live) {
+        part[p * dv + j] = sk;
+        part[(P + p) * dv + j] = sq;
+        if (j == 0) part[2 * P * dv + p] = kq;
+    }
+    __syncthreads();
+    if (!live) return;
+    float a = 0.0f, c = 0.0f, kqt = 0.0f;
+    for (int pp = 0; pp < P; pp++) { a += part[pp * dv + j]; c += part[(P + pp) * dv + j]; kqt += part[2 * P * dv + pp]; }
     float decay = expf(g[(long long)b * hv + h]), bt = beta[(long long)b * hv + h];
-    float m = 0.0f;
-    for (int i = 0; i < dk; i++) { float s = S[i * dv + j] * decay; S[i * dv + j] = s; m += s * ks[i]; }
-    float d = bt * (v[((long long)b * hv + h) * dv + j] - m);
-    float o = 0.0f;
-    for (int i = 0; i < dk; i++) { float s = S[i * dv + j] + ks[i] * d; S[i * dv + j] = s; o += s * qs[i]; }
-    out[((long long)b * hv + h) * dv + j] = f2a(o);
+    float d = bt * (v[((long long)b * hv + h) * dv + j] - decay * a);
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS; r++)
+        if (r < rows) S[(long long)(i0 + r) * dv + j] = decay * s[r] + ks[i0 + r] * d;
+    if (p == 0) out[((long long)b * hv + h) * dv + j] = f2a(decay * c + d * kqt);
 }
 
 #define GDN_CHUNK 64

@@ -1,17 +1,22 @@
-// Sparse MoE on device: router softmax + top-k + renormalisation (with the routing record),
-// grouping of (token, slot) pairs by expert (count, scan, scatter), a grouped expert GEMM over
-// the groups (act_t in, fp32 accumulate), SwiGLU, the weighted combine of the top-k expert
-// outputs with the gated shared expert.
+// Sparse MoE on device: router softmax + top-k + renormalisation (with the routing record) fused
+// with the per-expert count; grouping of (token, slot) pairs by expert in one block (parallel
+// scan of the counts, the GEMM's tile list built from them, scatter); grouped expert GEMMs over
+// that tile list — bf16 tensor cores (`mma.sync` m16n8k16, fp32 accumulation) for tiles of up
+// to 64 rows, a weight-streaming tensor-core path for tiles of up to 16 rows (decode), and plain
+// fp32 FMA tiles (the f32 build's path); SwiGLU; the weighted combine of the top-k expert outputs
+// with the gated shared expert.
 
 #define MOE_E_MAX 1024
 #define MOE_K_MAX 32
 // One warp per token: p = softmax(logits[t]) (f32), top-k by repeated warp argmax (ties: lower
 // index, like torch.topk on CPU), w = p_top / Σ p_top. Optionally `forced` [T, k] replays a
 // recorded routing (R3): then the same experts are used with weights from the current p.
-// idx [T, k] int, w [T, k] f32. block = 128 (4 tokens per block).
+// idx [T, k] int, w [T, k] f32. block = 128 (4 tokens per block). When `counts` [E] is given
+// (zero on entry; moe_scan_scatter zeroes it again after use) each chosen expert is counted
+// here: route and count are one launch.
 extern "C" __global__ void KERNEL(router_topk)(const float* __restrict__ logits, int* __restrict__ idx,
                                        float* __restrict__ wts, const int* __restrict__ forced,
-                                       int T, int E, int K) {
+                                       int* __restrict__ counts, int T, int E, int K) {
     int lane = threadIdx.x & 31;
     int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (t >= T) return;
@@ -47,7 +52,11 @@ extern "C" __global__ void KERNEL(router_topk)(const float* __restrict__ logits,
         pk[k] = best; ik[k] = bi; tot += best;
     }
     if (lane == 0) {
-        for (int k = 0; k < K; k++) { idx[(long long)t * K + k] = ik[k]; wts[(long long)t * K + k] = a2f(f2a(pk[k] / tot)); }
+        for (int k = 0; k < K; k++) {
+            idx[(long long)t * K + k] = ik[k];
+            wts[(long long)t * K + k] = a2f(f2a(pk[k] / tot));
+            if (counts && ik[k] >= 0 && ik[k] < E) atomicAdd(&counts[ik[k]], 1);
+        }
     }
 }
 
@@ -57,44 +66,80 @@ extern "C" __global__ void KERNEL(moe_count)(const int* __restrict__ idx, int* _
         atomicAdd(&counts[idx[i]], 1);
 }
 
-// offsets[0..=E] = exclusive scan of counts; cursor = copy of offsets[0..E]. One block, 1 thread
-// per expert chunk (E <= a few thousand; this is not on the critical path).
-extern "C" __global__ void KERNEL(moe_scan)(const int* __restrict__ counts, int* __restrict__ offsets,
-                                    int* __restrict__ cursor, int E) {
-    if (threadIdx.x == 0 && blockIdx.x == 0) {
-        int acc = 0;
-        for (int e = 0; e < E; e++) { offsets[e] = acc; cursor[e] = acc; acc += counts[e]; }
-        offsets[E] = acc;
+// Grouping in one block (blockDim a multiple of 32, >= E, E <= MOE_E_MAX), after the counts:
+//   offsets[0..=E] = exclusive scan of counts (warp shuffles, then one warp over the warp sums);
+//   the GEMM's tile list: expert e owns ceil(counts[e] / tile_m) tiles, written in expert order
+//     as (e, first row) pairs to tiles[2·j], tiles[2·j+1]; *ntiles = their number;
+//   perm[row] = pair index (t·K + k) of each grouped row and row_of_pair[pair] = row (rows within
+//     a group in arrival order of a shared-memory cursor: each row is independent, the combine
+//     sums by pair index, so the result does not depend on it);
+//   counts zeroed again for the next routing.
+extern "C" __global__ void KERNEL(moe_scan_scatter)(const int* __restrict__ idx, int* __restrict__ counts,
+                                            int* __restrict__ offsets, int* __restrict__ perm,
+                                            int* __restrict__ row_of_pair, int* __restrict__ tiles,
+                                            int* __restrict__ ntiles, long long n, int E, int tile_m) {
+    __shared__ int cursor[MOE_E_MAX];
+    __shared__ int wrow[32], wtile[32];
+    int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, nw = blockDim.x >> 5;
+    int c = tid < E ? counts[tid] : 0;
+    int nt = (c + tile_m - 1) / tile_m;
+    int ic = c, it = nt;  // inclusive scans within the warp
+    for (int o = 1; o < 32; o <<= 1) {
+        int a = __shfl_up_sync(0xffffffffu, ic, o), b = __shfl_up_sync(0xffffffffu, it, o);
+        if (lane >= o) { ic += a; it += b; }
     }
-}
-
-// perm[row] = pair index (t*K + k) for rows grouped by expert. Deterministic order inside a group
-// is not required for correctness (each row is independent); the combine sums by pair index.
-extern "C" __global__ void KERNEL(moe_scatter)(const int* __restrict__ idx, int* __restrict__ cursor,
-                                       int* __restrict__ perm, int* __restrict__ row_of_pair, long long n) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    if (lane == 31) { wrow[w] = ic; wtile[w] = it; }
+    __syncthreads();
+    if (w == 0) {
+        int a = lane < nw ? wrow[lane] : 0, b = lane < nw ? wtile[lane] : 0;
+        for (int o = 1; o < 32; o <<= 1) {
+            int x = __shfl_up_sync(0xffffffffu, a, o), y = __shfl_up_sync(0xffffffffu, b, o);
+            if (lane >= o) { a += x; b += y; }
+        }
+        wrow[lane] = a; wtile[lane] = b;  // inclusive over warps
+    }
+    __syncthreads();
+    int off = (w > 0 ? wrow[w - 1] : 0) + ic - c;
+    int toff = (w > 0 ? wtile[w - 1] : 0) + it - nt;
+    if (tid < E) {
+        offsets[tid] = off;
+        cursor[tid] = off;
+        for (int j = 0; j < nt; j++) { tiles[2 * (toff + j)] = tid; tiles[2 * (toff + j) + 1] = off + j * tile_m; }
+        counts[tid] = 0;
+    }
+    if (tid == E - 1) { offsets[E] = off + c; *ntiles = toff + nt; }
+    __syncthreads();
+    for (long long i = tid; i < n; i += blockDim.x) {
         int r = atomicAdd(&cursor[idx[i]], 1);
         perm[r] = (int)i;
         row_of_pair[i] = r;
     }
 }
 
+// The row of the input that grouped row `row` reads: the token row x[perm[row] / topk] when
+// `gather`, else the grouped row itself.
+__device__ __forceinline__ long long moe_src_row(const int* perm, int gather, int topk, int row) {
+    return gather ? (long long)(perm[row] / topk) : (long long)row;
+}
+
 #define GT 64   // output tile (rows x cols)
 #define GK 32   // k step
-// Grouped GEMM: for expert e (blockIdx.z), rows offsets[e]..offsets[e+1] of the grouped matrix:
+// Grouped GEMM, plain fp32 FMA (the f32 build's path): tile j = blockIdx.y of the device tile
+// list (blocks past *ntiles exit), rows r0 .. min(r0 + tile_m, offsets[e+1]) of expert e:
 //   out[row, n] = Σ_k in(row)[k] · W[e][n, k]        (W: [E, N, Kd] act_t, nn.Linear layout)
 // in(row) = x[perm[row] / topk] when `gather` (token rows), else x[row] (already grouped rows).
-// out is [rows_total, N] act_t. grid = (ceil(N/GT), ceil(max_rows/GT), E), block = 256.
-// Each thread computes a 4x4 sub-tile. Plain fp32 FMA (a tensor-core path is future work).
+// out is [rows_total, N] act_t. grid = (ceil(N/GT), max tiles), block = 256, tile_m <= GT.
+// Each thread computes a 4x4 sub-tile.
 extern "C" __global__ void KERNEL(grouped_gemm)(const act_t* __restrict__ x, const act_t* __restrict__ W,
                                         act_t* __restrict__ out, const int* __restrict__ offsets,
-                                        const int* __restrict__ perm, int gather, int topk,
-                                        int N, int Kd) {
+                                        const int* __restrict__ perm, const int* __restrict__ tiles,
+                                        const int* __restrict__ ntiles, int gather, int topk,
+                                        int N, int Kd, int tile_m) {
     __shared__ float xs[GT][GK + 1];
     __shared__ float ws[GT][GK + 1];
-    int e = blockIdx.z;
-    int r0 = offsets[e] + blockIdx.y * GT, rend = offsets[e + 1];
-    if (r0 >= rend) return;
+    int j = blockIdx.y;
+    if (j >= *ntiles) return;
+    int e = tiles[2 * j], r0 = tiles[2 * j + 1], rend = min(r0 + tile_m, offsets[e + 1]);
     int n0 = blockIdx.x * GT;
     const act_t* We = W + (long long)e * N * Kd;
     int tr = (threadIdx.x / 16) * 4, tc = (threadIdx.x % 16) * 4;
@@ -104,10 +149,7 @@ extern "C" __global__ void KERNEL(grouped_gemm)(const act_t* __restrict__ x, con
         for (int p = threadIdx.x; p < GT * GK; p += blockDim.x) {
             int rr = p / GK, kk = p % GK, row = r0 + rr, k = k0 + kk;
             float xv = 0.0f;
-            if (row < rend && k < Kd) {
-                long long src = gather ? (long long)(perm[row] / topk) : (long long)row;
-                xv = a2f(x[src * Kd + k]);
-            }
+            if (row < rend && k < Kd) xv = a2f(x[moe_src_row(perm, gather, topk, row) * Kd + k]);
             xs[rr][kk] = xv;
             int n = n0 + rr;
             ws[rr][kk] = (n < N && k < Kd) ? a2f(We[(long long)n * Kd + k]) : 0.0f;
@@ -126,6 +168,169 @@ extern "C" __global__ void KERNEL(grouped_gemm)(const act_t* __restrict__ x, con
         if (row >= rend) continue;
         for (int c = 0; c < 4; c++) { int n = n0 + tc + c; if (n < N) out[(long long)row * N + n] = f2a(acc[a][c]); }
     }
+}
+
+// Two consecutive k elements of a row as one bf16x2 register (lower k in the low half), zero
+// past Kd. In the f32 build the values are rounded to bf16 (the tensor-core GEMM is bf16).
+__device__ __forceinline__ u32 moe_pair(const act_t* row, int k, int Kd) {
+    u32 lo = k < Kd ? bf16_bits(a2f(row[k])) : 0u;
+    u32 hi = k + 1 < Kd ? bf16_bits(a2f(row[k + 1])) : 0u;
+    return lo | (hi << 16);
+}
+
+#define MT 64   // tensor-core tile: 64 rows x 64 cols, 4 warps as 2 x 2 (32 x 32 each)
+#define MK 32   // k step staged in shared memory (two k16 mma steps)
+#define MKP 40  // padded shared row (bf16 elements)
+// Grouped GEMM on tensor cores (same contract as grouped_gemm; tile_m <= MT): per k step the
+// tile's 64 input rows (gathered through perm) and 64 weight rows are staged as bf16 in shared
+// memory; each warp computes 32 x 32 outputs as 2 x 4 mma.sync m16n8k16 fragments (PTX ISA
+// fragment layouts: A row-major from the input rows, B "col" = weight rows, which are k-major).
+// Warps whose 32 rows lie past the tile's rows skip their mma. grid = (ceil(N/64), max tiles),
+// block = 128.
+// `swiglu` (W = the fused gate|up weights [E, 2N, Kd]): the output is act [rows, N] =
+// act_t(SiLU(g)) · u of the bf16-rounded g = x·W[c], u = x·W[N + c] (the swiglu kernel's
+// rounding), computed in the epilogue — the gate|up rows never go to memory. A block then covers
+// 32 act columns: its 64 staged weight rows are gate/up/gate/up in 16-row groups, so each warp's
+// four fragments hold gate and up of the same 16 columns. grid = (ceil(N/32), max tiles).
+__device__ __forceinline__ float swiglu_pair(float g, float u) { return a2f(f2a(siluf_(a2f(f2a(g))))) * a2f(f2a(u)); }
+// The weight row staged in row r of a 64-row B tile whose first output column is n0.
+__device__ __forceinline__ int moe_wrow(int r, int n0, int N, int swiglu) {
+    if (!swiglu) return n0 + r;
+    int q = r >> 4, c = n0 + ((q >> 1) << 4) + (r & 15);
+    return c < N ? c + (q & 1) * N : 2 * N;  // 2N: past the weights (zero)
+}
+extern "C" __global__ void KERNEL(grouped_gemm_mma)(const act_t* __restrict__ x, const act_t* __restrict__ W,
+                                            act_t* __restrict__ out, const int* __restrict__ offsets,
+                                            const int* __restrict__ perm, const int* __restrict__ tiles,
+                                            const int* __restrict__ ntiles, int gather, int topk,
+                                            int N, int Kd, int tile_m, int swiglu) {
+    __shared__ unsigned short as[MT][MKP];
+    __shared__ unsigned short bs[MT][MKP];
+    int j = blockIdx.y;
+    if (j >= *ntiles) return;
+    int e = tiles[2 * j], r0 = tiles[2 * j + 1], rend = min(r0 + tile_m, offsets[e + 1]);
+    int n0 = blockIdx.x * (swiglu ? MT / 2 : MT), wrows = swiglu ? 2 * N : N;
+    const act_t* We = W + (long long)e * wrows * Kd;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;  // the warp's sub-tile
+    int g = lane >> 2, tq = lane & 3;                 // PTX groupID, threadID_in_group
+    bool active = r0 + wm < rend;                     // warp-uniform
+    float acc[2][4][4];
+    for (int a = 0; a < 2; a++) for (int b = 0; b < 4; b++) for (int c = 0; c < 4; c++) acc[a][b][c] = 0.0f;
+    for (int k0 = 0; k0 < Kd; k0 += MK) {
+        for (int p = threadIdx.x; p < MT * (MK / 2); p += blockDim.x) {
+            int rr = p / (MK / 2), kk = (p % (MK / 2)) * 2, row = r0 + rr, n = moe_wrow(rr, n0, N, swiglu);
+            u32 xa = row < rend ? moe_pair(x + moe_src_row(perm, gather, topk, row) * Kd, k0 + kk, Kd) : 0u;
+            u32 wb = n < wrows ? moe_pair(We + (long long)n * Kd, k0 + kk, Kd) : 0u;
+            as[rr][kk] = (unsigned short)(xa & 0xffffu); as[rr][kk + 1] = (unsigned short)(xa >> 16);
+            bs[rr][kk] = (unsigned short)(wb & 0xffffu); bs[rr][kk + 1] = (unsigned short)(wb >> 16);
+        }
+        __syncthreads();
+        if (active) {
+            for (int ks = 0; ks < MK; ks += 16) {
+                u32 af[2][4], bfr[4][2];
+                for (int mi = 0; mi < 2; mi++) {
+                    int ra = wm + mi * 16 + g, c0 = ks + 2 * tq;
+                    af[mi][0] = as[ra][c0] | ((u32)as[ra][c0 + 1] << 16);
+                    af[mi][1] = as[ra + 8][c0] | ((u32)as[ra + 8][c0 + 1] << 16);
+                    af[mi][2] = as[ra][c0 + 8] | ((u32)as[ra][c0 + 9] << 16);
+                    af[mi][3] = as[ra + 8][c0 + 8] | ((u32)as[ra + 8][c0 + 9] << 16);
+                }
+                for (int ni = 0; ni < 4; ni++) {
+                    int nb = wn + ni * 8 + g, c0 = ks + 2 * tq;
+                    bfr[ni][0] = bs[nb][c0] | ((u32)bs[nb][c0 + 1] << 16);
+                    bfr[ni][1] = bs[nb][c0 + 8] | ((u32)bs[nb][c0 + 9] << 16);
+                }
+                for (int mi = 0; mi < 2; mi++)
+                    for (int ni = 0; ni < 4; ni++) mma_bf16_16816(acc[mi][ni], af[mi], bfr[ni]);
+            }
+        }
+        __syncthreads();
+    }
+    if (!active) return;
+    for (int mi = 0; mi < 2; mi++)
+        for (int ni = 0; ni < (swiglu ? 2 : 4); ni++)
+            for (int h = 0; h < 2; h++) {  // accumulator rows g (c0, c1) and g + 8 (c2, c3)
+                int row = r0 + wm + mi * 16 + g + 8 * h;
+                if (row >= rend) continue;
+                for (int q = 0; q < 2; q++) {
+                    float a = acc[mi][ni][2 * h + q];
+                    int n = n0 + (swiglu ? wn / 2 : wn) + ni * 8 + 2 * tq + q;
+                    if (swiglu) a = swiglu_pair(a, acc[mi][ni + 2][2 * h + q]);
+                    if (n < N) out[(long long)row * N + n] = f2a(a);
+                }
+            }
+}
+
+#define ST_N 64  // weight-streaming tile: 16 rows x 64 cols, 4 warps x 16 cols
+// Weight-streaming grouped GEMM for tiles of at most 16 rows (decode: 1–16 rows per expert), same
+// contract as grouped_gemm with tile_m <= 16. The GEMM is bandwidth-bound on the weights: no
+// shared-memory staging, each weight element is loaded once straight into a B fragment register
+// (4 lanes of a group read 16 contiguous bytes of a weight row), the few input rows come in as A
+// fragments (cached), two mma.sync m16n8k16 per warp and k16 step. grid = (ceil(N/64), max tiles),
+// block = 128. `swiglu` as grouped_gemm_mma: a warp's two fragments are gate and up of the same
+// 8 act columns (combined in registers), a block covers 32 act columns: grid.x = ceil(N/32).
+extern "C" __global__ void KERNEL(grouped_gemm_stream)(const act_t* __restrict__ x, const act_t* __restrict__ W,
+                                               act_t* __restrict__ out, const int* __restrict__ offsets,
+                                               const int* __restrict__ perm, const int* __restrict__ tiles,
+                                               const int* __restrict__ ntiles, int gather, int topk,
+                                               int N, int Kd, int tile_m, int swiglu) {
+    int j = blockIdx.y;
+    if (j >= *ntiles) return;
+    int e = tiles[2 * j], r0 = tiles[2 * j + 1], rend = min(r0 + min(tile_m, 16), offsets[e + 1]);
+    const act_t* We = W + (long long)e * (swiglu ? 2 * N : N) * Kd;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int g = lane >> 2, tq = lane & 3;
+    int wcols = swiglu ? 8 : 16;  // output columns per warp
+    int nw0 = blockIdx.x * 4 * wcols + warp * wcols;
+    if (nw0 >= N) return;  // warp-uniform: the whole warp leaves
+    const act_t* xr0 = r0 + g < rend ? x + moe_src_row(perm, gather, topk, r0 + g) * Kd : nullptr;
+    const act_t* xr8 = r0 + g + 8 < rend ? x + moe_src_row(perm, gather, topk, r0 + g + 8) * Kd : nullptr;
+    const act_t* wr[2];
+    for (int ni = 0; ni < 2; ni++) {
+        int n = swiglu ? nw0 + g : nw0 + ni * 8 + g;  // swiglu: gate row n, up row N + n
+        wr[ni] = n < N ? We + ((long long)n + (swiglu ? ni * (long long)N : 0)) * Kd : nullptr;
+    }
+    float acc[2][4];
+    for (int a = 0; a < 2; a++) for (int c = 0; c < 4; c++) acc[a][c] = 0.0f;
+    for (int k0 = 0; k0 < Kd; k0 += 16) {
+        int c0 = k0 + 2 * tq;
+        u32 af[4];
+        af[0] = xr0 ? moe_pair(xr0, c0, Kd) : 0u;
+        af[1] = xr8 ? moe_pair(xr8, c0, Kd) : 0u;
+        af[2] = xr0 ? moe_pair(xr0, c0 + 8, Kd) : 0u;
+        af[3] = xr8 ? moe_pair(xr8, c0 + 8, Kd) : 0u;
+        for (int ni = 0; ni < 2; ni++) {
+            u32 bfr[2];
+            bfr[0] = wr[ni] ? moe_pair(wr[ni], c0, Kd) : 0u;
+            bfr[1] = wr[ni] ? moe_pair(wr[ni], c0 + 8, Kd) : 0u;
+            mma_bf16_16816(acc[ni], af, bfr);
+        }
+    }
+    for (int ni = 0; ni < (swiglu ? 1 : 2); ni++)
+        for (int h = 0; h < 2; h++) {
+            int row = r0 + g + 8 * h;
+            if (row >= rend) continue;
+            for (int q = 0; q < 2; q++) {
+                int n = nw0 + ni * 8 + 2 * tq + q;
+                float a = swiglu ? swiglu_pair(acc[0][2 * h + q], acc[1][2 * h + q]) : acc[ni][2 * h + q];
+                if (n < N) out[(long long)row * N + n] = f2a(a);
+            }
+        }
+}
+
+// The tensor-core lane probe: one warp runs one mma.sync m16n8k16 on raw per-lane registers
+// a [32][4], b [32][2], c [32][4] -> d [32][4]. Tests fill the registers from matrices by the PTX
+// ISA fragment tables and read d back by them, on the GPU and on the emulator alike. block = 32.
+extern "C" __global__ void KERNEL(mma_probe)(const u32* __restrict__ a, const u32* __restrict__ b,
+                                     const float* __restrict__ c, float* __restrict__ d) {
+    int l = threadIdx.x & 31;
+    u32 ar[4], br[2];
+    float acc[4];
+    for (int i = 0; i < 4; i++) { ar[i] = a[l * 4 + i]; acc[i] = c[l * 4 + i]; }
+    for (int i = 0; i < 2; i++) br[i] = b[l * 2 + i];
+    mma_bf16_16816(acc, ar, br);
+    for (int i = 0; i < 4; i++) d[l * 4 + i] = acc[i];
 }
 
 // SwiGLU on fused gate|up rows: gu [rows, 2I] -> act [rows, I] = act_t(SiLU(g)) * u. grid-stride.

@@ -38,6 +38,34 @@ __device__ __forceinline__ act_t f2a(float f) {
 }
 #endif
 
+// bf16 bits of a float (round to nearest even, NaN kept quiet), whatever the storage type: the
+// operands of the bf16 tensor-core instructions.
+__device__ __forceinline__ u32 bf16_bits(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (u >> 16) | 0x40u;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return u >> 16;
+}
+
+// d += A·B on tensor cores for one warp: `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`,
+// per-lane fragments as in the PTX ISA (groupID g = lane/4, t = lane%4; two bf16 per register,
+// lower column/row in the low half):
+//   a[0] = A[g][2t..2t+1], a[1] = A[g+8][2t..2t+1], a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..]
+//   b[0] = B[2t..2t+1][g], b[1] = B[2t+8..2t+9][g]
+//   d[0..1] = D[g][2t..2t+1], d[2..3] = D[g+8][2t..2t+1]
+// Every lane of the warp must execute it. Inline PTX on the GPU (no header); the emulator
+// (kernels/emu/cuda_emu.h, which defines EMU_MMA) exchanges the 32 lanes' fragments and computes
+// the same lane mapping on the CPU.
+#ifdef EMU_MMA
+__device__ __forceinline__ void mma_bf16_16816(float* d, const u32* a, const u32* b) { ::emu::mma_m16n8k16_bf16(d, a, b); }
+#else
+__device__ __forceinline__ void mma_bf16_16816(float* d, const u32* a, const u32* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + __expf(-x)); }
 __device__ __forceinline__ float siluf_(float x) { return x * sigmoidf_(x); }
 // d SiLU(z)/dz = σ(z)(1 + z(1 − σ(z))) (backward kernels).

@@ -129,7 +129,7 @@ fi
 rc_bench=skipped
 if [ "$bench" = 1 ]; then
   rc_bench=0
-  OUT="$OUT" timeout 1200 "$BIN/cuda_model" --ignored --exact full_size_benchmark --nocapture \
+  OUT="$OUT" EXECCRITIC_COMMIT="$commit" timeout 1200 "$BIN/cuda_model" --ignored --exact full_size_benchmark --nocapture \
     --test-threads=1 >"$OUT/bench.log" 2>&1 || rc_bench=$?
 fi
 python3 - "$OUT" "${rc[cuda_nvrtc]}" "${rc[cuda_ops]}" "${rc[cuda_model]}" "$rc_bench" "$rc_sanitizer" <<PY

@@ -378,6 +378,41 @@ fn qwen35_35b_a3b() -> ModelConfig {
 }
 
 #[test]
+fn launches_per_step_equal_the_performance_model() {
+    // The op counter at the device seam against tensor::cuda::perf: a batch-3 decode step, a
+    // prefill and one MoE layer of the tiny fixture launch exactly the kernels and GEMMs the
+    // performance model lists (and no memset: counts are zeroed by the grouping kernel).
+    use execcritic::tensor::cuda::perf::{self, Step, H200};
+    let g = gpu();
+    let name = "tiny-qwen35";
+    let m = CudaModel::<u16>::load(&g, &fixture(name)).unwrap();
+    let cfg = ModelConfig::from_dir(&fixture(name)).unwrap();
+    let mut st = CudaState::new(&g, &cfg, 3, 32, 16).unwrap();
+    let ids: Vec<u32> = (0..8).map(|i| 5 + 3 * i).collect();
+    let before = g.op_counts();
+    m.forward_last(&g, &mut st, &[(0, &ids[..6])]).unwrap();
+    let prefill = g.op_counts().since(before);
+    m.forward_last(&g, &mut st, &[(1, &ids[..2]), (2, &ids[..3])]).unwrap();
+    let before = g.op_counts();
+    m.forward_last(&g, &mut st, &[(0, &ids[6..7]), (1, &ids[2..3]), (2, &ids[3..4])])
+        .unwrap();
+    let decode = g.op_counts().since(before);
+    let before = g.op_counts();
+    m.moe_layer_only(&g, &mut st, 0, 3).unwrap();
+    let moe = g.op_counts().since(before);
+    g.sync().unwrap();
+    let want = |costs: &[perf::KernelCost]| {
+        let t = perf::totals(costs, &H200);
+        (t.launches, t.gemms, 0u64)
+    };
+    let got = |c: execcritic::tensor::cuda::OpCounts| (c.launches, c.gemms, c.memsets);
+    eprintln!("decode step: {decode:?}, prefill: {prefill:?}, MoE layer: {moe:?}");
+    assert_eq!(got(decode), want(&perf::step(&cfg, Step::Decode { batch: 3, context: 3 }, 2)));
+    assert_eq!(got(prefill), want(&perf::step(&cfg, Step::Prefill { tokens: 6 }, 2)));
+    assert_eq!(got(moe), want(&perf::moe_layer(&cfg, 3, 2)));
+}
+
+#[test]
 fn released_and_fixture_configs_are_supported_shapes() {
     use execcritic::model::backend::cuda::check_supported;
     check_supported(&qwen35_35b_a3b()).unwrap();
@@ -457,7 +492,26 @@ fn full_size_benchmark() {
     );
     let flops = t as f64 * (k + 1.0) * 3.0 * 2.0 * h * i;
     let bytes = (e + 1.0) * 3.0 * h * i * 2.0;
+    // every number as a fraction of its roofline limit (tensor::cuda::perf, docs/cuda.md)
+    use execcritic::tensor::cuda::perf::{self, H200};
+    let limits = perf::workloads(&cfg, &H200);
+    let decode_256 = conc["decode_256_output_tok_s"].as_f64().unwrap_or(0.0);
+    let measured = [b1_tps, decode_256, prefill_tps, moe_s];
+    let mut roofline = serde_json::Map::new();
+    for ((name, tot, limit), got) in limits.iter().zip(measured) {
+        // tokens/s: measured / limit; the MoE layer (seconds): limit / measured
+        let frac = if *name == "moe_layer_4k_s" { limit / got } else { got / limit };
+        println!("roofline {name}: limit {limit:.4e}, measured {got:.4e}: {:.1} % of the limit ({} launches + {} GEMMs, {:.2} GB, {:.1} GFLOP)",
+                 100.0 * frac, tot.launches, tot.gemms, tot.bytes / 1e9, tot.flops / 1e9);
+        roofline.insert(name.to_string(), serde_json::json!({"limit": limit, "measured": got, "fraction_of_limit": frac,
+            "launches": tot.launches, "gemms": tot.gemms, "bytes": tot.bytes, "flops": tot.flops}));
+    }
+    let moe_flops_model = perf::totals(&perf::moe_layer(&cfg, t, 2), &H200).flops;
     let res = serde_json::json!({
+        "commit": std::env::var("EXECCRITIC_COMMIT").unwrap_or_else(|_| "unknown".into()),
+        "batch1_decode_tok_s": b1_tps, "decode_256_output_tok_s": decode_256,
+        "prefill_4k_tok_s": prefill_tps, "moe_peak_fraction": moe_flops_model / moe_s / H200.flops_s,
+        "roofline": roofline, "roofline_device": H200.name,
         "gpu": g.name(),
         "load_random_weights_s": load_s, "weights_gib": (free0 - free1) as f64 / (1u64 << 30) as f64,
         "total_gib": total as f64 / (1u64 << 30) as f64,

@@ -10,7 +10,8 @@ use execcritic::model::gdn::{chunked_delta_rule, recurrent_delta_rule, DeltaInpu
 use execcritic::model::rope::Rope;
 use execcritic::tensor::cpu;
 use execcritic::tensor::cuda::ops::{
-    self, BlockTable, DeltaBufs, GdnPool, KvIndex, KvPool, MoeGroups, SampleParams, SampleRow,
+    self, BlockTable, DeltaBufs, ExpertGemm, GdnPool, KvIndex, KvPool, MoeGroups, SampleParams,
+    SampleRow,
 };
 use execcritic::tensor::cuda::{from_bf16_bits, gemm, to_bf16_bits, Act, Gpu};
 use rand::{Rng, SeedableRng};
@@ -376,11 +377,18 @@ fn gdn_chunked_and_recurrent_match_cpu() {
     );
 }
 
-#[test]
-fn moe_routing_grouping_and_combine_match_cpu() {
-    let g = gpu();
-    let mut rng = ChaCha8Rng::seed_from_u64(5);
-    let (t, e, k, h, i) = (33, 16, 4, 32, 24);
+/// One MoE case in storage type `A`: route (or replay `forced`) and group on the device, the
+/// grouped expert GEMMs by `path` with SwiGLU between, the weighted combine; compared with a CPU
+/// MoE over the device's expert choices and weights (the unforced top-k is checked against a
+/// CPU softmax top-k as well). Returns the tile height the grouping chose.
+fn moe_case<A: Act>(
+    g: &Gpu,
+    (t, e, k, h, i): (usize, usize, usize, usize, usize),
+    forced: Option<Vec<i32>>,
+    path: ExpertGemm,
+    rel: f32,
+) -> usize {
+    let mut rng = ChaCha8Rng::seed_from_u64((t * 1000 + e * 10 + k) as u64);
     let logits: Vec<f32> = (0..t * e).map(|_| rng.random_range(-3.0f32..3.0)).collect();
     let x = rnd(&mut rng, t * h, 1.0);
     let gu = rnd(&mut rng, e * 2 * i * h, 0.3);
@@ -390,62 +398,68 @@ fn moe_routing_grouping_and_combine_match_cpu() {
         g.zeros::<i32>(t * k).unwrap(),
         g.zeros::<f32>(t * k).unwrap(),
     );
-    ops::router_topk::<u16>(&g, &dl, &mut idx, &mut wts, None, t, e, k).unwrap();
+    let df = forced.as_ref().map(|f| g.upload(f).unwrap());
+    let mut groups = MoeGroups::new(g, t * k, e).unwrap();
+    ops::route_and_group::<A>(g, &dl, &mut idx, &mut wts, df.as_ref(), t, e, k, &mut groups)
+        .unwrap();
     let (hidx, hw) = (g.download(&idx).unwrap(), g.download(&wts).unwrap());
-    let mut groups = MoeGroups::new(&g, t * k, e).unwrap();
-    ops::moe_group(&g, &idx, t * k, e, &mut groups).unwrap();
-    let dx = g.upload(&to_bf16_bits(&x)).unwrap();
-    let mut h1 = g.zeros::<u16>(t * k * 2 * i).unwrap();
-    ops::grouped_gemm(
-        &g,
-        &dx,
-        &g.upload(&to_bf16_bits(&gu)).unwrap(),
-        &mut h1,
-        &groups,
-        true,
-        k,
-        e,
-        2 * i,
-        h,
-        t * k,
-        t * k,
-    )
-    .unwrap();
-    let mut act = g.zeros::<u16>(t * k * i).unwrap();
-    ops::swiglu(&g, &h1, &mut act, t * k, i).unwrap();
-    let mut y = g.zeros::<u16>(t * k * h).unwrap();
-    ops::grouped_gemm(
-        &g,
-        &act,
-        &g.upload(&to_bf16_bits(&down)).unwrap(),
-        &mut y,
-        &groups,
-        false,
-        k,
-        e,
-        h,
-        i,
-        t * k,
-        t * k,
-    )
-    .unwrap();
-    let mut out = g.zeros::<u16>(t * h).unwrap();
-    ops::moe_combine(&g, &y, &groups, &wts, None, &mut out, t, h, k).unwrap();
-    let got = from_bf16_bits(&g.download(&out).unwrap());
+    let dx = g.upload(&A::from_f32(&x)).unwrap();
+    let mut h1 = g.zeros::<A>(t * k * 2 * i).unwrap();
+    let (dgu, ddown) = (
+        g.upload(&A::from_f32(&gu)).unwrap(),
+        g.upload(&A::from_f32(&down)).unwrap(),
+    );
+    ops::grouped_gemm_with(g, path, &dx, &dgu, &mut h1, &groups, true, k, e, 2 * i, h, t * k)
+        .unwrap();
+    let mut act = g.zeros::<A>(t * k * i).unwrap();
+    ops::swiglu(g, &h1, &mut act, t * k, i).unwrap();
+    if path != ExpertGemm::Fma && ops::fuses_swiglu::<A>() {
+        // SwiGLU in the GEMM's epilogue: the same act as GEMM + swiglu (same roundings; fp32
+        // sums in the same order)
+        let mut fused = g.zeros::<A>(t * k * i).unwrap();
+        ops::grouped_gemm_swiglu(g, path, &dx, &dgu, &mut fused, &groups, k, e, i, h, t * k)
+            .unwrap();
+        assert_eq!(
+            A::to_f32(&g.download(&fused).unwrap()),
+            A::to_f32(&g.download(&act).unwrap()),
+            "fused SwiGLU ({path:?})"
+        );
+    }
+    let mut y = g.zeros::<A>(t * k * h).unwrap();
+    ops::grouped_gemm_with(g, path, &act, &ddown, &mut y, &groups, false, k, e, h, i, t * k)
+        .unwrap();
+    let mut out = g.zeros::<A>(t * h).unwrap();
+    ops::moe_combine(g, &y, &groups, &wts, None, &mut out, t, h, k).unwrap();
+    let got = A::to_f32(&g.download(&out).unwrap());
+    // the grouping itself: offsets are the scan of the expert histogram
+    let mut hist = vec![0i32; e + 1];
+    for &ex in &hidx {
+        hist[ex as usize + 1] += 1;
+    }
+    for j in 0..e {
+        hist[j + 1] += hist[j];
+    }
+    assert_eq!(g.download(&groups.offsets).unwrap(), hist, "offsets");
+    assert_eq!(g.download(&groups.counts).unwrap(), vec![0; e], "counts left zero");
     let mut want = vec![0.0f32; t * h];
     for ti in 0..t {
         let mut p = logits[ti * e..(ti + 1) * e].to_vec();
         cpu::softmax(&mut p);
-        let mut order: Vec<usize> = (0..e).collect();
-        order.sort_by(|a, b| p[*b].partial_cmp(&p[*a]).unwrap().then(a.cmp(b)));
-        let top = &order[..k];
+        let chosen: Vec<usize> = match &forced {
+            Some(f) => f[ti * k..(ti + 1) * k].iter().map(|&v| v as usize).collect(),
+            None => {
+                let mut order: Vec<usize> = (0..e).collect();
+                order.sort_by(|a, b| p[*b].partial_cmp(&p[*a]).unwrap().then(a.cmp(b)));
+                order[..k].to_vec()
+            }
+        };
         assert_eq!(
             &hidx[ti * k..(ti + 1) * k],
-            &top.iter().map(|v| *v as i32).collect::<Vec<_>>()[..],
-            "top-k of token {ti}"
+            &chosen.iter().map(|v| *v as i32).collect::<Vec<_>>()[..],
+            "experts of token {ti}"
         );
-        let s: f32 = top.iter().map(|j| p[*j]).sum();
-        for (slot, &ex) in top.iter().enumerate() {
+        let s: f32 = chosen.iter().map(|j| p[*j]).sum();
+        for (slot, &ex) in chosen.iter().enumerate() {
             assert!((hw[ti * k + slot] - p[ex] / s).abs() < 1e-2, "weight");
             let mut guv = vec![0.0; 2 * i];
             cpu::matmul_t(
@@ -468,10 +482,105 @@ fn moe_routing_grouping_and_combine_match_cpu() {
                 &mut yy,
                 false,
             );
-            cpu::axpy(p[ex] / s, &yy, &mut want[ti * h..(ti + 1) * h]);
+            cpu::axpy(hw[ti * k + slot], &yy, &mut want[ti * h..(ti + 1) * h]);
         }
     }
-    close("moe", &got, &want, 3e-2);
+    close(&format!("moe {path:?} t={t} e={e} k={k}"), &got, &want, rel);
+    groups.tile_m
+}
+
+#[test]
+fn moe_routing_grouping_and_combine_match_cpu() {
+    let g = gpu();
+    let all_to = |t: usize, k: usize, ex: i32| Some(vec![ex; t * k]);
+    // bf16: 132 rows over 16 experts -> 64-row tiles, staged tensor cores
+    assert_eq!(moe_case::<u16>(&g, (33, 16, 4, 32, 24), None, ExpertGemm::Auto, 3e-2), 64);
+    // decode-sized: 20 rows over 16 experts, most experts with 0 rows -> 16-row tiles, the
+    // weight-streaming kernel; the staged kernel over the same tile list
+    assert_eq!(moe_case::<u16>(&g, (5, 16, 4, 32, 24), None, ExpertGemm::Auto, 3e-2), 16);
+    moe_case::<u16>(&g, (5, 16, 4, 32, 24), None, ExpertGemm::Mma, 3e-2);
+    // one expert takes every row: 80 rows in 5 streaming tiles; 140 rows in 3 staged tiles
+    assert_eq!(moe_case::<u16>(&g, (40, 16, 2, 32, 24), all_to(40, 2, 3), ExpertGemm::Stream, 3e-2), 16);
+    assert_eq!(moe_case::<u16>(&g, (70, 16, 2, 32, 24), all_to(70, 2, 15), ExpertGemm::Auto, 3e-2), 64);
+    moe_case::<u16>(&g, (33, 16, 4, 32, 24), None, ExpertGemm::Fma, 3e-2);
+    // f32 storage: the FMA kernel, exact up to summation order
+    moe_case::<f32>(&g, (33, 16, 4, 32, 24), None, ExpertGemm::Auto, 1e-4);
+    moe_case::<f32>(&g, (5, 16, 4, 32, 24), None, ExpertGemm::Auto, 1e-4);
+    moe_case::<f32>(&g, (40, 16, 2, 32, 24), all_to(40, 2, 0), ExpertGemm::Auto, 1e-4);
+}
+
+/// The PTX ISA's m16n8k16 fragment tables (bf16 A/B, f32 C/D), written out independently of
+/// the emulator: element (row, col) of each per-lane register half.
+fn a_elem(lane: usize, reg: usize, half: usize) -> (usize, usize) {
+    let (g, t) = (lane / 4, lane % 4);
+    (g + 8 * (reg % 2), 2 * t + half + 8 * (reg / 2))
+}
+fn b_elem(lane: usize, reg: usize, half: usize) -> (usize, usize) {
+    (2 * (lane % 4) + half + 8 * reg, lane / 4)
+}
+fn d_elem(lane: usize, i: usize) -> (usize, usize) {
+    (lane / 4 + 8 * (i / 2), 2 * (lane % 4) + i % 2)
+}
+
+#[test]
+fn mma_fragments_follow_the_ptx_isa() {
+    // One mma.sync m16n8k16 (GPU: the tensor core; emulator: its model) on registers filled by
+    // the ISA tables: D read back by the same tables must be A·B + C.
+    let g = gpu();
+    let mut rng = ChaCha8Rng::seed_from_u64(16);
+    let am = rnd(&mut rng, 16 * 16, 1.0);
+    let bm = rnd(&mut rng, 16 * 8, 1.0);
+    let cm: Vec<f32> = (0..16 * 8).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let bits = |v: f32| to_bf16_bits(&[v])[0] as u32;
+    let (mut a, mut b, mut c) = (vec![0i32; 128], vec![0i32; 64], vec![0f32; 128]);
+    for lane in 0..32 {
+        for reg in 0..4 {
+            let w: Vec<u32> = (0..2)
+                .map(|hf| {
+                    let (r, col) = a_elem(lane, reg, hf);
+                    bits(am[r * 16 + col])
+                })
+                .collect();
+            a[lane * 4 + reg] = (w[0] | (w[1] << 16)) as i32;
+        }
+        for reg in 0..2 {
+            let w: Vec<u32> = (0..2)
+                .map(|hf| {
+                    let (r, col) = b_elem(lane, reg, hf);
+                    bits(bm[r * 8 + col])
+                })
+                .collect();
+            b[lane * 2 + reg] = (w[0] | (w[1] << 16)) as i32;
+        }
+        for i in 0..4 {
+            let (r, col) = d_elem(lane, i);
+            c[lane * 4 + i] = cm[r * 8 + col];
+        }
+    }
+    let mut d = g.zeros::<f32>(128).unwrap();
+    ops::mma_probe(
+        &g,
+        &g.upload(&a).unwrap(),
+        &g.upload(&b).unwrap(),
+        &g.upload(&c).unwrap(),
+        &mut d,
+    )
+    .unwrap();
+    let d = g.download(&d).unwrap();
+    for lane in 0..32 {
+        for i in 0..4 {
+            let (r, col) = d_elem(lane, i);
+            let want: f64 = cm[r * 8 + col] as f64
+                + (0..16)
+                    .map(|kk| am[r * 16 + kk] as f64 * bm[kk * 8 + col] as f64)
+                    .sum::<f64>();
+            assert!(
+                (d[lane * 4 + i] as f64 - want).abs() < 1e-4,
+                "lane {lane} d{i} = D[{r}][{col}]: {} vs {want}",
+                d[lane * 4 + i]
+            );
+        }
+    }
 }
 
 /// The CPU sampler's draw for uniform `u` (what `Sampler::sample` does with its own stream).

@@ -213,9 +213,10 @@ fn router_topk_matches_cpu_softmax_topk() {
     let (t, e, k) = (6usize, 40usize, 4usize);
     let logits = vals(t * e, 11);
     let pl = up(&d, &logits);
-    let (pi, pw) = (
+    let (pi, pw, pc) = (
         d.alloc_zeroed(4 * t * k).unwrap(),
         d.alloc_zeroed(4 * t * k).unwrap(),
+        d.alloc_zeroed(4 * e).unwrap(),
     );
     d.launch(
         "router_topk_bf16",
@@ -225,6 +226,7 @@ fn router_topk_matches_cpu_softmax_topk() {
             Ptr(pi),
             Ptr(pw),
             Ptr(0),
+            Ptr(pc),
             I32(t as i32),
             I32(e as i32),
             I32(k as i32),
@@ -233,6 +235,12 @@ fn router_topk_matches_cpu_softmax_topk() {
     .unwrap();
     let idx: Vec<i32> = down(&d, pi, t * k);
     let w: Vec<f32> = down(&d, pw, t * k);
+    // route and count in one launch: the atomics' histogram of the chosen experts
+    let mut want_counts = vec![0i32; e];
+    for &i in &idx {
+        want_counts[i as usize] += 1;
+    }
+    assert_eq!(down::<i32>(&d, pc, e), want_counts);
     for r in 0..t {
         let row = &logits[r * e..(r + 1) * e];
         let mut order: Vec<usize> = (0..e).collect();
@@ -273,36 +281,56 @@ fn moe_count_atomics_make_a_histogram() {
     assert_eq!(got, want);
 }
 
-#[test]
-fn grouped_gemm_shared_memory_tiles_match_cpu() {
-    // 64x64 output tiles staged through shared memory with two barriers per k step; groups of
-    // 70, 0 and 65 rows and N, K that are not multiples of the tile.
+/// Launch one grouped-GEMM kernel over groups `offsets` (3 experts) with a host-built tile list
+/// of `tile_m`-row tiles (a few extra grid rows past the list, which must exit) and compare with
+/// the CPU product.
+fn grouped_gemm_case(
+    kernel: &str,
+    block: u32,
+    tile_m: usize,
+    offsets: &[i32; 4],
+    extra: &[KernelArg],
+    tol: f32,
+) {
     let d = EmuDevice::new();
-    let (n, kd) = (96usize, 80usize);
-    let offsets = [0i32, 70, 70, 135];
-    let rows = 135usize;
+    let (n, kd) = (72usize, 40usize);
+    let rows = offsets[3] as usize;
     let x = bf(&vals(rows * kd, 21));
     let w = bf(&vals(3 * n * kd, 22));
+    let mut tiles = vec![];
+    for ex in 0..3 {
+        let mut r = offsets[ex];
+        while r < offsets[ex + 1] {
+            tiles.extend([ex as i32, r]);
+            r += tile_m as i32;
+        }
+    }
+    let nt = tiles.len() / 2;
+    tiles.extend([0, 0]);
     let (px, pw, po) = (
         up(&d, &x),
         up(&d, &w),
         d.alloc_zeroed(rows * n * 2).unwrap(),
     );
-    let poff = up(&d, &offsets);
+    let mut args = vec![
+        Ptr(px),
+        Ptr(pw),
+        Ptr(po),
+        Ptr(up(&d, offsets)),
+        Ptr(0),
+        Ptr(up(&d, &tiles)),
+        Ptr(up(&d, &[nt as i32])),
+        I32(0),
+        I32(1),
+        I32(n as i32),
+        I32(kd as i32),
+        I32(tile_m as i32),
+    ];
+    args.extend_from_slice(extra);
     d.launch(
-        "grouped_gemm_bf16",
-        dims((2, 2, 3), 256, 0),
-        &[
-            Ptr(px),
-            Ptr(pw),
-            Ptr(po),
-            Ptr(poff),
-            Ptr(0),
-            I32(0),
-            I32(1),
-            I32(n as i32),
-            I32(kd as i32),
-        ],
+        kernel,
+        dims((n.div_ceil(64) as u32, nt as u32 + 2, 1), block, 0),
+        &args,
     )
     .unwrap();
     let got: Vec<f32> = down::<bf16>(&d, po, rows * n)
@@ -323,13 +351,85 @@ fn grouped_gemm_shared_memory_tiles_match_cpu() {
         }
     }
     let err = max_abs_diff(&got, &want);
-    assert!(err <= 1e-2 * max_abs(&want), "max |diff| {err}");
+    assert!(err <= tol * max_abs(&want), "{kernel}: max |diff| {err}");
+}
+
+#[test]
+fn grouped_gemm_shared_memory_tiles_match_cpu() {
+    // fp32 FMA: 64x64 output tiles staged through shared memory with two barriers per k step;
+    // groups of 70, 0 and 65 rows and N, K that are not multiples of the tile.
+    grouped_gemm_case("grouped_gemm_bf16", 256, 64, &[0, 70, 70, 135], &[], 1e-2);
+}
+
+#[test]
+fn grouped_gemm_tensor_core_kernels_match_cpu() {
+    // mma.sync through the emulator's fragment exchange: staged 64-row tiles (2 x 2 warps, the
+    // lower warps idle on a 5-row tile), and the weight-streaming 16-row kernel (a warp past N
+    // leaves early)
+    // (without the SwiGLU epilogue; with it: tests/cuda_ops.rs)
+    grouped_gemm_case("grouped_gemm_mma_bf16", 128, 64, &[0, 37, 37, 42], &[I32(0)], 1e-2);
+    grouped_gemm_case("grouped_gemm_stream_bf16", 128, 16, &[0, 20, 20, 23], &[I32(0)], 1e-2);
+}
+
+#[test]
+fn moe_scan_scatter_groups_rows_and_builds_the_tile_list() {
+    // one block: warp-shuffle scan of the counts, the tile list, the shared-memory scatter;
+    // expert 1 has no rows, expert 3 more than two tiles
+    let d = EmuDevice::new();
+    let e = 5usize;
+    let idx: Vec<i32> = [0, 3, 3, 2, 3, 4, 3, 3, 0, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3]
+        .to_vec();
+    let n = idx.len();
+    let mut counts = vec![0i32; e];
+    for &i in &idx {
+        counts[i as usize] += 1;
+    }
+    let tile_m = 8usize;
+    let pc = up(&d, &counts);
+    let (poff, pperm, prow, ptiles, pnt) = (
+        d.alloc_zeroed(4 * (e + 1)).unwrap(),
+        d.alloc_zeroed(4 * n).unwrap(),
+        d.alloc_zeroed(4 * n).unwrap(),
+        d.alloc_zeroed(4 * 2 * (e + n / tile_m)).unwrap(),
+        d.alloc_zeroed(4).unwrap(),
+    );
+    d.launch(
+        "moe_scan_scatter_f32",
+        dims((1, 1, 1), 64, 0),
+        &[
+            Ptr(up(&d, &idx)),
+            Ptr(pc),
+            Ptr(poff),
+            Ptr(pperm),
+            Ptr(prow),
+            Ptr(ptiles),
+            Ptr(pnt),
+            I64(n as i64),
+            I32(e as i32),
+            I32(tile_m as i32),
+        ],
+    )
+    .unwrap();
+    let offsets: Vec<i32> = down(&d, poff, e + 1);
+    assert_eq!(offsets, vec![0, 2, 2, 3, 22, 23]);
+    assert_eq!(down::<i32>(&d, pc, e), vec![0; e], "counts zeroed for the next routing");
+    let nt: Vec<i32> = down(&d, pnt, 1);
+    let tiles: Vec<i32> = down(&d, ptiles, 2 * nt[0] as usize);
+    assert_eq!(tiles, vec![0, 0, 2, 2, 3, 3, 3, 11, 3, 19, 4, 22]);
+    let (perm, rop): (Vec<i32>, Vec<i32>) = (down(&d, pperm, n), down(&d, prow, n));
+    let mut seen = vec![false; n];
+    for (row, &pair) in perm.iter().enumerate() {
+        let ex = idx[pair as usize] as usize;
+        assert!(offsets[ex] as usize <= row && row < offsets[ex + 1] as usize);
+        assert_eq!(rop[pair as usize] as usize, row);
+        assert!(!std::mem::replace(&mut seen[pair as usize], true));
+    }
 }
 
 #[test]
 fn gdn_recurrent_dynamic_shared_memory_matches_cpu() {
     let d = EmuDevice::new();
-    let (b, hk, hv, dk, dv) = (2usize, 1usize, 2usize, 16usize, 24usize);
+    let (b, hk, hv, dk, dv) = (2usize, 1usize, 2usize, 40usize, 24usize);
     let (q, k, v) = (
         vals(b * hk * dk, 31),
         vals(b * hk * dk, 32),
@@ -358,9 +458,15 @@ fn gdn_recurrent_dynamic_shared_memory_matches_cpu() {
         I32(dk as i32),
         I32(dv as i32),
     ]);
+    // dk = 40 rows: two parts of 32 / 8 rows per column (block dv·2), summed in shared memory
+    let parts = dk.div_ceil(32);
     d.launch(
         "gdn_recurrent_bf16",
-        dims((b as u32, hv as u32, 1), dv as u32, (2 * dk * 4) as u32),
+        dims(
+            (b as u32, hv as u32, 1),
+            (dv * parts) as u32,
+            ((2 * dk + 2 * parts * dv + parts) * 4) as u32,
+        ),
         &all,
     )
     .unwrap();

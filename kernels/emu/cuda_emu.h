@@ -37,6 +37,7 @@
 #define __shared__ static thread_local
 #endif
 #define DYNAMIC_SHARED(T, name) T* name = (T*)::emu::dynamic_shared()
+#define EMU_MMA 1  // the prelude's mma_bf16_16816 calls emu::mma_m16n8k16_bf16
 
 struct uint3 { unsigned x, y, z; };
 struct dim3 { unsigned x, y, z; };
@@ -94,6 +95,45 @@ inline T shfl(ShflMode mode, unsigned mask, T var, int b, int width) {
     T r;
     memcpy(&r, &all[j], sizeof(T));
     return r;
+}
+// Tensor cores: `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32` (d += A·B) for the
+// calling lane. The whole warp must call it (a full-mask rendezvous: a missing lane is a
+// reported deadlock, a partial warp an error); each lane deposits its A and B registers, the
+// 16x16 A and 16x8 B are assembled by the PTX ISA fragment tables (groupID g = lane/4,
+// threadID_in_group t = lane%4, two bf16 per 32-bit register, the lower index in the low half):
+//   A: reg0 = A[g][2t,2t+1], reg1 = A[g+8][2t,2t+1], reg2 = A[g][2t+8,2t+9], reg3 = A[g+8][2t+8,2t+9]
+//   B: reg0 = B[2t,2t+1][g], reg1 = B[2t+8,2t+9][g]
+//   C/D (f32): d0 = D[g][2t], d1 = D[g][2t+1], d2 = D[g+8][2t], d3 = D[g+8][2t+1]
+// and the lane's four outputs are computed in fp32 (bf16 products are exact in fp32) in k order.
+inline float bf16_lo(uint32_t r) { float f; uint32_t u = r << 16; memcpy(&f, &u, 4); return f; }
+inline float bf16_hi(uint32_t r) { float f; uint32_t u = r & 0xffff0000u; memcpy(&f, &u, 4); return f; }
+inline void mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b) {
+    uint64_t a01[32], a23[32], bb[32];
+    warp_exchange(0xffffffffu, (uint64_t)a[0] | ((uint64_t)a[1] << 32), a01, "mma.sync");
+    warp_exchange(0xffffffffu, (uint64_t)a[2] | ((uint64_t)a[3] << 32), a23, "mma.sync");
+    warp_exchange(0xffffffffu, (uint64_t)b[0] | ((uint64_t)b[1] << 32), bb, "mma.sync");
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; l++) {
+        int g = l >> 2, t = l & 3;
+        uint32_t r[4] = {(uint32_t)a01[l], (uint32_t)(a01[l] >> 32), (uint32_t)a23[l], (uint32_t)(a23[l] >> 32)};
+        for (int i = 0; i < 4; i++) {
+            int row = g + 8 * (i & 1), col = 2 * t + 8 * (i >> 1);
+            A[row][col] = bf16_lo(r[i]);
+            A[row][col + 1] = bf16_hi(r[i]);
+        }
+        uint32_t q[2] = {(uint32_t)bb[l], (uint32_t)(bb[l] >> 32)};
+        for (int i = 0; i < 2; i++) {
+            B[2 * t + 8 * i][g] = bf16_lo(q[i]);
+            B[2 * t + 8 * i + 1][g] = bf16_hi(q[i]);
+        }
+    }
+    int g = (int)cur->lane >> 2, t = (int)cur->lane & 3;
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+        float s = d[i];
+        for (int k = 0; k < 16; k++) s += A[row][k] * B[k][col];
+        d[i] = s;
+    }
 }
 inline unsigned vote_ballot(unsigned mask, int pred) {
     uint64_t all[32];

@@ -181,16 +181,66 @@ pub enum DeviceKind {
     Emulator,
 }
 
-/// A handle on one device; cloning shares it.
+/// Work enqueued through a [`Gpu`] handle and its clones since it was opened: kernel launches,
+/// GEMM calls (cuBLAS: at least one kernel each) and memsets — what a decode step costs in
+/// launches, counted the same way on the GPU and on the emulator.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpCounts {
+    pub launches: u64,
+    pub gemms: u64,
+    pub memsets: u64,
+}
+
+impl OpCounts {
+    /// Everything enqueued: launches + GEMMs + memsets.
+    pub fn total(&self) -> u64 {
+        self.launches + self.gemms + self.memsets
+    }
+    /// `self - before` (the work of the calls in between).
+    pub fn since(&self, before: OpCounts) -> OpCounts {
+        OpCounts {
+            launches: self.launches - before.launches,
+            gemms: self.gemms - before.gemms,
+            memsets: self.memsets - before.memsets,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    launches: std::sync::atomic::AtomicU64,
+    gemms: std::sync::atomic::AtomicU64,
+    memsets: std::sync::atomic::AtomicU64,
+}
+
+fn bump(c: &std::sync::atomic::AtomicU64) {
+    c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A handle on one device; cloning shares it (and its [`OpCounts`]).
 #[derive(Clone)]
 pub struct Gpu {
     dev: Arc<dyn Device>,
+    counts: Arc<Counters>,
 }
 
 impl Gpu {
     /// Wrap a device.
     pub fn from_device(dev: Arc<dyn Device>) -> Gpu {
-        Gpu { dev }
+        Gpu {
+            dev,
+            counts: Arc::default(),
+        }
+    }
+
+    /// Launches, GEMMs and memsets enqueued through this handle and its clones so far.
+    pub fn op_counts(&self) -> OpCounts {
+        let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        OpCounts {
+            launches: get(&self.counts.launches),
+            gemms: get(&self.counts.gemms),
+            memsets: get(&self.counts.memsets),
+        }
     }
 
     /// Open the real GPU `ordinal` (feature `cuda`) or the emulated device.
@@ -338,16 +388,19 @@ impl Gpu {
             });
         }
         let sz = std::mem::size_of::<T>();
+        bump(&self.counts.memsets);
         self.dev
             .memset_zero(x.ptr_at(range.start), (range.end - range.start) * sz)
     }
 
     /// Launch kernel `name` with `args` (see the `launch!` macro of `ops`).
     pub fn launch(&self, name: &str, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
+        bump(&self.counts.launches);
         self.dev.launch(name, dims, args)
     }
 
     pub fn gemm(&self, g: &Gemm) -> Result<()> {
+        bump(&self.counts.gemms);
         self.dev.gemm(g)
     }
 

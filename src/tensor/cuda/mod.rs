@@ -19,9 +19,10 @@ pub mod gpu;
 #[cfg(feature = "cuda")]
 pub mod nccl;
 pub mod ops;
+pub mod perf;
 
 pub use crate::tensor::device::{ActType, DeviceError as CudaError};
-pub use gpu::{Act, DeviceBuffer, DeviceKind, Elem, Gpu};
+pub use gpu::{Act, DeviceBuffer, DeviceKind, Elem, Gpu, OpCounts};
 
 /// The emulated device (`--device emulator`).
 pub(crate) fn emulator() -> crate::tensor::device::Result<Gpu> {

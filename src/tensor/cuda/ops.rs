@@ -626,15 +626,78 @@ pub fn gdn_qkv_prep<A: Act>(
     dk: usize,
     dv: usize,
 ) -> Result<()> {
+    qkv_prep(gpu, y, None, qn, kn, v, t, hk, hv, dk, dv)
+}
+
+/// The gate inputs and outputs of [`gdn_gates`], for the fused [`gdn_qkv_prep_gates`].
+pub struct GdnGates<'a, A: Act> {
+    pub bproj: &'a DeviceBuffer<A>,
+    pub aproj: &'a DeviceBuffer<A>,
+    pub a_log: &'a F32,
+    pub dt_bias: &'a F32,
+    pub beta: &'a mut F32,
+    pub g: &'a mut F32,
+}
+
+/// [`gdn_qkv_prep`] and [`gdn_gates`] in one launch.
+pub fn gdn_qkv_prep_gates<A: Act>(
+    gpu: &Gpu,
+    y: &DeviceBuffer<A>,
+    gates: GdnGates<'_, A>,
+    qn: &mut F32,
+    kn: &mut F32,
+    v: &mut F32,
+    t: usize,
+    hk: usize,
+    hv: usize,
+    dk: usize,
+    dv: usize,
+) -> Result<()> {
+    let n = t * hv;
+    need(
+        "gdn_qkv_prep_gates",
+        gates.bproj.len() >= n
+            && gates.aproj.len() >= n
+            && gates.beta.len() >= n
+            && gates.g.len() >= n
+            && gates.a_log.len() >= hv
+            && gates.dt_bias.len() >= hv,
+        || "gate sizes".into(),
+    )?;
+    qkv_prep(gpu, y, Some(gates), qn, kn, v, t, hk, hv, dk, dv)
+}
+
+fn qkv_prep<A: Act>(
+    gpu: &Gpu,
+    y: &DeviceBuffer<A>,
+    gates: Option<GdnGates<'_, A>>,
+    qn: &mut F32,
+    kn: &mut F32,
+    v: &mut F32,
+    t: usize,
+    hk: usize,
+    hv: usize,
+    dk: usize,
+    dv: usize,
+) -> Result<()> {
     need(
         "gdn_qkv_prep",
-        hv % hk == 0
+        hk > 0
+            && hv % hk == 0
             && y.len() >= t * (2 * hk * dk + hv * dv)
             && qn.len() >= t * hk * dk
             && kn.len() >= t * hk * dk
             && v.len() >= t * hv * dv,
         || "sizes".into(),
     )?;
+    let (bp, ap, al, dt) = match &gates {
+        Some(x) => (Some(x.bproj), Some(x.aproj), Some(x.a_log), Some(x.dt_bias)),
+        None => (None, None, None, None),
+    };
+    let (beta, g) = match gates {
+        Some(x) => (Some(&*x.beta), Some(&*x.g)),
+        None => (None, None),
+    };
     launch!(
         gpu,
         A::kernel("gdn_qkv_prep"),
@@ -643,6 +706,12 @@ pub fn gdn_qkv_prep<A: Act>(
         qn,
         kn,
         v,
+        bp,
+        ap,
+        al,
+        dt,
+        beta,
+        g,
         &(hk as i32),
         &(hv as i32),
         &(dk as i32),
@@ -664,7 +733,16 @@ pub struct DeltaBufs<'a> {
     pub dv: usize,
 }
 
-/// Recurrent delta rule, one token per sequence (decode).
+/// Rows of the state one thread of `gdn_recurrent` keeps in registers (`GDN_ROWS` in gdn.cu).
+pub const GDN_ROWS: usize = 32;
+
+/// Threads per block of `gdn_recurrent`: `dv` columns times `ceil(dk / GDN_ROWS)` row parts.
+pub fn gdn_recurrent_block(dk: usize, dv: usize) -> usize {
+    dv * dk.div_ceil(GDN_ROWS)
+}
+
+/// Recurrent delta rule, one token per sequence (decode): each fp32 state element is read once
+/// and written once per step.
 pub fn gdn_recurrent<A: Act>(
     gpu: &Gpu,
     x: &DeltaBufs<'_>,
@@ -673,16 +751,21 @@ pub fn gdn_recurrent<A: Act>(
     b: usize,
     out: &mut DeviceBuffer<A>,
 ) -> Result<()> {
+    let block = gdn_recurrent_block(x.dk, x.dv);
     need(
         "gdn_recurrent",
-        x.dv <= 1024 && out.len() >= b * x.hv * x.dv && x.qn.len() >= b * x.hk * x.dk,
-        || "sizes".into(),
+        x.dv >= 1
+            && block <= 1024
+            && out.len() >= b * x.hv * x.dv
+            && x.qn.len() >= b * x.hk * x.dk,
+        || format!("dv·ceil(dk/{GDN_ROWS}) = {block} threads (at most 1024), or sizes"),
     )?;
-    let block = x.dv.div_ceil(32) * 32;
+    let parts = x.dk.div_ceil(GDN_ROWS);
+    let shmem = (2 * x.dk + 2 * parts * x.dv + parts) * 4;
     launch!(
         gpu,
         A::kernel("gdn_recurrent"),
-        cfg((b, x.hv, 1), block, 2 * x.dk * 4),
+        cfg((b, x.hv, 1), block, shmem),
         x.qn,
         x.kn,
         x.v,
@@ -738,15 +821,31 @@ pub fn gdn_chunked<A: Act>(
 
 // ---------------------------------------------------------------- MoE
 
-/// Routing on device: `idx`/`wts` `[t, k]`; `forced` replays a recorded routing.
-/// Routing on device, generic over the storage type only for its rounding of the weights
-/// (bf16 like HF in the bf16 build, none in the f32 build).
+/// Routing on device: `idx`/`wts` `[t, k]`; `forced` replays a recorded routing. Generic over
+/// the storage type only for its rounding of the weights (bf16 like HF in the bf16 build, none
+/// in the f32 build).
 pub fn router_topk<A: Act>(
     gpu: &Gpu,
     logits: &F32,
     idx: &mut I32,
     wts: &mut F32,
     forced: Option<&I32>,
+    t: usize,
+    e: usize,
+    k: usize,
+) -> Result<()> {
+    router_topk_counting::<A>(gpu, logits, idx, wts, forced, None, t, e, k)
+}
+
+/// [`router_topk`] that also counts the chosen experts into `counts` (which must be zero on
+/// entry: fresh, or left so by `moe_scan_scatter`).
+fn router_topk_counting<A: Act>(
+    gpu: &Gpu,
+    logits: &F32,
+    idx: &mut I32,
+    wts: &mut F32,
+    forced: Option<&I32>,
+    counts: Option<&mut I32>,
     t: usize,
     e: usize,
     k: usize,
@@ -769,6 +868,7 @@ pub fn router_topk<A: Act>(
         idx,
         wts,
         forced,
+        counts.map(|c| &*c),
         &(t as i32),
         &(e as i32),
         &(k as i32)
@@ -776,13 +876,37 @@ pub fn router_topk<A: Act>(
 }
 
 /// Grouping of the `t·k` (token, slot) pairs by expert: `offsets [e+1]`, `perm [t·k]` (pair of
-/// each grouped row), `row_of_pair [t·k]`.
+/// each grouped row), `row_of_pair [t·k]`, and the grouped GEMMs' tile list built on the device
+/// from the counts: `tiles [2·j..2·j+2]` = (expert, first row) of tile `j < ntiles[0]`, each tile
+/// at most `tile_m` rows of one expert. `counts` is zero between calls (the scan zeroes it).
 pub struct MoeGroups {
     pub counts: I32,
     pub offsets: I32,
-    pub cursor: I32,
     pub perm: I32,
     pub row_of_pair: I32,
+    pub tiles: I32,
+    pub ntiles: I32,
+    /// Rows per tile of the current grouping (16: weight-streaming decode tiles; 64).
+    pub tile_m: usize,
+    /// Upper bound on the current number of tiles (the GEMM grid; blocks past `ntiles` exit).
+    pub max_tiles: usize,
+    experts: usize,
+}
+
+/// Rows per tile for `pairs` routed rows over `e` experts: 16 (the weight-streaming tensor-core
+/// path) while experts average at most 8 rows, else 64.
+pub fn moe_tile_rows(pairs: usize, e: usize) -> usize {
+    if pairs <= 8 * e {
+        16
+    } else {
+        64
+    }
+}
+
+/// Most tiles `pairs` rows over `e` experts can need with `tile_m` rows per tile: every expert
+/// with rows adds at most one partial tile, `Σ ceil(c_e / m) ≤ min(e, pairs) + pairs / m`.
+pub fn moe_max_tiles(pairs: usize, e: usize, tile_m: usize) -> usize {
+    e.min(pairs) + pairs / tile_m
 }
 
 impl MoeGroups {
@@ -790,21 +914,55 @@ impl MoeGroups {
         Ok(MoeGroups {
             counts: gpu.zeros(e)?,
             offsets: gpu.zeros(e + 1)?,
-            cursor: gpu.zeros(e)?,
             perm: gpu.zeros(max_pairs)?,
             row_of_pair: gpu.zeros(max_pairs)?,
+            tiles: gpu.zeros(2 * moe_max_tiles(max_pairs, e, 16).max(1))?,
+            ntiles: gpu.zeros(1)?,
+            tile_m: 64,
+            max_tiles: 0,
+            experts: e,
         })
     }
 }
 
-pub fn moe_group(gpu: &Gpu, idx: &I32, pairs: usize, e: usize, g: &mut MoeGroups) -> Result<()> {
+/// Check the grouping buffers and pick the tile height for `pairs` rows.
+fn group_plan(op: &'static str, idx: &I32, pairs: usize, e: usize, g: &mut MoeGroups) -> Result<()> {
     need(
-        "moe_group",
-        idx.len() >= pairs && g.perm.len() >= pairs && g.counts.len() >= e,
-        || "sizes".into(),
+        op,
+        (1..=1024).contains(&e)
+            && e == g.experts
+            && idx.len() >= pairs
+            && g.perm.len() >= pairs,
+        || format!("{e} experts (1..=1024, as allocated: {}), {pairs} pairs", g.experts),
     )?;
-    let n = g.counts.len();
-    gpu.zero_range(&mut g.counts, 0..n)?;
+    g.tile_m = moe_tile_rows(pairs, e);
+    g.max_tiles = moe_max_tiles(pairs, e, g.tile_m);
+    Ok(())
+}
+
+/// Scan, tile list and scatter in one block (after the counts).
+fn scan_scatter(gpu: &Gpu, idx: &I32, pairs: usize, e: usize, g: &mut MoeGroups) -> Result<()> {
+    let block = (e.div_ceil(32) * 32).clamp(256, 1024);
+    launch!(
+        gpu,
+        plain("moe_scan_scatter"),
+        cfg((1, 1, 1), block, 0),
+        idx,
+        &mut g.counts,
+        &mut g.offsets,
+        &mut g.perm,
+        &mut g.row_of_pair,
+        &mut g.tiles,
+        &mut g.ntiles,
+        &(pairs as i64),
+        &(e as i32),
+        &(g.tile_m as i32)
+    )
+}
+
+/// Group given expert choices `idx [pairs]` (count, then one scan/tile-list/scatter block).
+pub fn moe_group(gpu: &Gpu, idx: &I32, pairs: usize, e: usize, g: &mut MoeGroups) -> Result<()> {
+    group_plan("moe_group", idx, pairs, e, g)?;
     launch!(
         gpu,
         plain("moe_count"),
@@ -813,29 +971,46 @@ pub fn moe_group(gpu: &Gpu, idx: &I32, pairs: usize, e: usize, g: &mut MoeGroups
         &mut g.counts,
         &(pairs as i64)
     )?;
-    launch!(
-        gpu,
-        plain("moe_scan"),
-        cfg((1, 1, 1), 32, 0),
-        &g.counts,
-        &mut g.offsets,
-        &mut g.cursor,
-        &(e as i32)
-    )?;
-    launch!(
-        gpu,
-        plain("moe_scatter"),
-        stride_cfg(pairs),
-        idx,
-        &mut g.cursor,
-        &mut g.perm,
-        &mut g.row_of_pair,
-        &(pairs as i64)
-    )
+    scan_scatter(gpu, idx, pairs, e, g)
 }
 
-/// Grouped expert GEMM: rows of group `e` times `w[e]ᵀ` (`w` `[E, n, kd]`). `gather` reads token
-/// rows `x[perm[row] / topk]`; otherwise `x` is already grouped. `max_rows` bounds any group.
+/// Route and group in two launches: [`router_topk`] counting the chosen experts as it writes
+/// them, then the scan / tile list / scatter block.
+pub fn route_and_group<A: Act>(
+    gpu: &Gpu,
+    logits: &F32,
+    idx: &mut I32,
+    wts: &mut F32,
+    forced: Option<&I32>,
+    t: usize,
+    e: usize,
+    k: usize,
+    g: &mut MoeGroups,
+) -> Result<()> {
+    let pairs = t * k;
+    group_plan("route_and_group", idx, pairs, e, g)?;
+    router_topk_counting::<A>(gpu, logits, idx, wts, forced, Some(&mut g.counts), t, e, k)?;
+    scan_scatter(gpu, idx, pairs, e, g)
+}
+
+/// Which kernel computes the grouped expert GEMM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertGemm {
+    /// bf16 storage: the weight-streaming tensor-core kernel for 16-row tiles, the staged
+    /// tensor-core kernel otherwise; f32 storage: the fp32 FMA kernel.
+    Auto,
+    /// `grouped_gemm`: fp32 FMA tiles (exact in f32 storage).
+    Fma,
+    /// `grouped_gemm_mma`: 64 x 64 tiles staged in shared memory, bf16 `mma.sync`.
+    Mma,
+    /// `grouped_gemm_stream`: 16-row tiles, weights streamed into `mma.sync` fragments
+    /// (needs a 16-row grouping).
+    Stream,
+}
+
+/// Grouped expert GEMM: rows of group `e` times `w[e]ᵀ` (`w` `[E, n, kd]`) over the grouping's
+/// device tile list. `gather` reads token rows `x[perm[row] / topk]`; otherwise `x` is already
+/// grouped. `pairs` rows are written.
 pub fn grouped_gemm<A: Act>(
     gpu: &Gpu,
     x: &DeviceBuffer<A>,
@@ -847,28 +1022,157 @@ pub fn grouped_gemm<A: Act>(
     e: usize,
     n: usize,
     kd: usize,
-    max_rows: usize,
+    pairs: usize,
+) -> Result<()> {
+    grouped_gemm_with(
+        gpu,
+        ExpertGemm::Auto,
+        x,
+        w,
+        out,
+        g,
+        gather,
+        topk,
+        e,
+        n,
+        kd,
+        pairs,
+    )
+}
+
+/// [`grouped_gemm`] with the kernel chosen by the caller.
+pub fn grouped_gemm_with<A: Act>(
+    gpu: &Gpu,
+    path: ExpertGemm,
+    x: &DeviceBuffer<A>,
+    w: &DeviceBuffer<A>,
+    out: &mut DeviceBuffer<A>,
+    g: &MoeGroups,
+    gather: bool,
+    topk: usize,
+    e: usize,
+    n: usize,
+    kd: usize,
+    pairs: usize,
+) -> Result<()> {
+    expert_gemm(gpu, path, x, w, out, g, gather, topk, e, n, kd, pairs, false)
+}
+
+/// Whether the grouped gate|up GEMM of storage type `A` runs with SwiGLU fused into its
+/// epilogue ([`grouped_gemm_swiglu`]): the tensor-core kernels of the bf16 build.
+pub fn fuses_swiglu<A: Act>() -> bool {
+    A::TYPE == crate::tensor::device::ActType::Bf16
+}
+
+/// The token rows' gate|up expert GEMM with SwiGLU in its epilogue: `act [pairs, i]` =
+/// `SiLU(g)·u` of `g`, `u` = the grouped rows times `w_gu[e]` rows `c` and `i + c` (`w_gu`
+/// `[E, 2i, kd]`), with the rounding of [`swiglu`]; the `[pairs, 2i]` gate|up rows never reach
+/// memory. Tensor-core paths only (`Auto`, `Mma`, `Stream`).
+pub fn grouped_gemm_swiglu<A: Act>(
+    gpu: &Gpu,
+    path: ExpertGemm,
+    x: &DeviceBuffer<A>,
+    w_gu: &DeviceBuffer<A>,
+    act: &mut DeviceBuffer<A>,
+    g: &MoeGroups,
+    topk: usize,
+    e: usize,
+    i: usize,
+    kd: usize,
     pairs: usize,
 ) -> Result<()> {
     need(
-        "grouped_gemm",
-        w.len() >= e * n * kd && out.len() >= pairs * n,
-        || "sizes".into(),
+        "grouped_gemm_swiglu",
+        w_gu.len() >= e * 2 * i * kd,
+        || "weights".into(),
     )?;
+    expert_gemm(gpu, path, x, w_gu, act, g, true, topk, e, i, kd, pairs, true)
+}
+
+fn expert_gemm<A: Act>(
+    gpu: &Gpu,
+    path: ExpertGemm,
+    x: &DeviceBuffer<A>,
+    w: &DeviceBuffer<A>,
+    out: &mut DeviceBuffer<A>,
+    g: &MoeGroups,
+    gather: bool,
+    topk: usize,
+    e: usize,
+    n: usize,
+    kd: usize,
+    pairs: usize,
+    swiglu: bool,
+) -> Result<()> {
+    let path = match path {
+        ExpertGemm::Auto if A::TYPE == crate::tensor::device::ActType::F32 => ExpertGemm::Fma,
+        ExpertGemm::Auto if g.tile_m <= 16 => ExpertGemm::Stream,
+        ExpertGemm::Auto => ExpertGemm::Mma,
+        p => p,
+    };
+    need(
+        "grouped_gemm",
+        e == g.experts
+            && w.len() >= e * n * kd
+            && out.len() >= pairs * n
+            && (path != ExpertGemm::Stream || g.tile_m <= 16)
+            && !(swiglu && path == ExpertGemm::Fma),
+        || format!("sizes, or {path:?} over {}-row tiles (swiglu: {swiglu})", g.tile_m),
+    )?;
+    let (name, block) = match path {
+        ExpertGemm::Fma => ("grouped_gemm", 256),
+        ExpertGemm::Mma => ("grouped_gemm_mma", 128),
+        _ => ("grouped_gemm_stream", 128),
+    };
+    let dims = cfg((n.div_ceil(if swiglu { 32 } else { 64 }), g.max_tiles, 1), block, 0);
+    if path == ExpertGemm::Fma {
+        return launch!(
+            gpu,
+            A::kernel(name),
+            dims,
+            x,
+            w,
+            out,
+            &g.offsets,
+            &g.perm,
+            &g.tiles,
+            &g.ntiles,
+            &(gather as i32),
+            &(topk as i32),
+            &(n as i32),
+            &(kd as i32),
+            &(g.tile_m as i32)
+        );
+    }
     launch!(
         gpu,
-        A::kernel("grouped_gemm"),
-        cfg((n.div_ceil(64), max_rows.div_ceil(64), e), 256, 0),
+        A::kernel(name),
+        dims,
         x,
         w,
         out,
         &g.offsets,
         &g.perm,
+        &g.tiles,
+        &g.ntiles,
         &(gather as i32),
         &(topk as i32),
         &(n as i32),
-        &(kd as i32)
+        &(kd as i32),
+        &(g.tile_m as i32),
+        &(swiglu as i32)
     )
+}
+
+/// One `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32` on raw per-lane registers
+/// (`a [32·4]`, `b [32·2]` bf16x2 words as i32 bits, `c`/`d` `[32·4]` f32): the tensor-core lane probe.
+pub fn mma_probe(gpu: &Gpu, a: &I32, b: &I32, c: &F32, d: &mut F32) -> Result<()> {
+    need(
+        "mma_probe",
+        a.len() >= 128 && b.len() >= 64 && c.len() >= 128 && d.len() >= 128,
+        || "sizes".into(),
+    )?;
+    launch!(gpu, <u16 as Act>::kernel("mma_probe"), cfg((1, 1, 1), 32, 0), a, b, c, d)
 }
 
 pub fn swiglu<A: Act>(

@@ -312,19 +312,16 @@ impl<A: Act> Backend for CudaStep<'_, A> {
             cd,
             kk,
         )?;
-        ops::gdn_gates(
-            gpu,
-            &s.bb,
-            &s.aa,
-            &w.a_log,
-            &w.dt_bias,
-            &mut s.beta,
-            &mut s.g,
-            t,
-            hv,
-        )?;
-        ops::gdn_qkv_prep(
-            gpu, &s.conv_y, &mut s.qn, &mut s.kn, &mut s.vv, t, hk, hv, dk, dv,
+        let gates = ops::GdnGates {
+            bproj: &s.bb,
+            aproj: &s.aa,
+            a_log: &w.a_log,
+            dt_bias: &w.dt_bias,
+            beta: &mut s.beta,
+            g: &mut s.g,
+        };
+        ops::gdn_qkv_prep_gates(
+            gpu, &s.conv_y, gates, &mut s.qn, &mut s.kn, &mut s.vv, t, hk, hv, dk, dv,
         )?;
         let x = DeltaBufs {
             qn: &s.qn,
@@ -472,25 +469,49 @@ fn moe<A: Act>(
     );
     let pairs = t * k;
     linear(gpu, &s.xn, t, h, &w.router, e, &mut s.router)?;
-    ops::router_topk::<A>(gpu, &s.router, &mut s.idx, &mut s.wts, forced, t, e, k)?;
-    ops::moe_group(gpu, &s.idx, pairs, e, &mut s.groups)?;
-    ops::grouped_gemm(
+    ops::route_and_group::<A>(
         gpu,
-        &s.xn,
-        &w.gate_up,
-        &mut s.gu,
-        &s.groups,
-        true,
-        k,
+        &s.router,
+        &mut s.idx,
+        &mut s.wts,
+        forced,
+        t,
         e,
-        2 * i,
-        h,
-        pairs,
-        pairs,
+        k,
+        &mut s.groups,
     )?;
-    ops::swiglu(gpu, &s.gu, &mut s.act, pairs, i)?;
+    if ops::fuses_swiglu::<A>() {
+        ops::grouped_gemm_swiglu(
+            gpu,
+            ops::ExpertGemm::Auto,
+            &s.xn,
+            &w.gate_up,
+            &mut s.act,
+            &s.groups,
+            k,
+            e,
+            i,
+            h,
+            pairs,
+        )?;
+    } else {
+        ops::grouped_gemm(
+            gpu,
+            &s.xn,
+            &w.gate_up,
+            &mut s.gu,
+            &s.groups,
+            true,
+            k,
+            e,
+            2 * i,
+            h,
+            pairs,
+        )?;
+        ops::swiglu(gpu, &s.gu, &mut s.act, pairs, i)?;
+    }
     ops::grouped_gemm(
-        gpu, &s.act, &w.down, &mut s.y, &s.groups, false, k, e, h, i, pairs, pairs,
+        gpu, &s.act, &w.down, &mut s.y, &s.groups, false, k, e, h, i, pairs,
     )?;
     linear(gpu, &s.xn, t, h, &w.s_gate, is, &mut s.sg_a)?;
     linear(gpu, &s.xn, t, h, &w.s_up, is, &mut s.sg_b)?;

@@ -207,8 +207,8 @@ pub fn check_supported(c: &ModelConfig) -> Result<()> {
         format!("{hv} GDN value heads over {hk} key heads (a multiple)"),
     );
     need(
-        dv <= 1024,
-        format!("GDN value head dim {dv} > 1024 (gdn_recurrent block)"),
+        dv >= 1 && crate::tensor::cuda::ops::gdn_recurrent_block(dk, dv) <= 1024,
+        format!("GDN value head dim {dv} x ceil(key head dim {dk} / 32) > 1024 threads (gdn_recurrent block)"),
     );
     need(
         dk <= 4096,
