@@ -404,9 +404,9 @@ fn moe<A: Act>(g: &Gpu, seed: u64) {
         assert!(grp.windows(2).all(|w| w[0] < w[1]), "expert {x}: pairs in ascending order");
     }
     let (mut gu, mut hh, mut y) = (g.zeros::<A>(pairs * 2 * it).unwrap(), g.zeros::<A>(pairs * it).unwrap(), g.zeros::<A>(pairs * h).unwrap());
-    ops::grouped_gemm(g, &dx_in, &d_gu, &mut gu, &groups, true, k, e, 2 * it, h, pairs, pairs).unwrap();
+    ops::grouped_gemm(g, &dx_in, &d_gu, &mut gu, &groups, true, k, e, 2 * it, h, pairs).unwrap();
     ops::swiglu(g, &gu, &mut hh, pairs, it).unwrap();
-    ops::grouped_gemm(g, &hh, &d_down, &mut y, &groups, false, k, e, h, it, pairs, pairs).unwrap();
+    ops::grouped_gemm(g, &hh, &d_down, &mut y, &groups, false, k, e, h, it, pairs).unwrap();
     let (ds_g, ds_u, ds_d, d_gate) = (up::<A>(g, &sgw), up::<A>(g, &suw), up::<A>(g, &sdw), up::<A>(g, &gate_w));
     let (mut s_g, mut s_u, mut s_h) = (g.zeros::<A>(t * is).unwrap(), g.zeros::<A>(t * is).unwrap(), g.zeros::<A>(t * is).unwrap());
     gemm::linear(g, &dx_in, t, h, &ds_g, is, &mut s_g).unwrap();
@@ -531,8 +531,10 @@ fn attention<A: Act>(g: &Gpu, seed: u64) {
     let mut k = g.duplicate(&k_raw).unwrap();
     ops::head_rms_norm_1p(g, &mut k, &dwkn, t, hkv, hd, hkv * hd, eps).unwrap();
     ops::rope_partial(g, &mut k, &dpos, t, hkv, hd, rot, theta, false).unwrap();
-    let mut pool = ops::KvPool::<A>::new(g, lens.len(), hkv, *lens.iter().max().unwrap(), hd).unwrap();
-    let idx = ops::KvIndex { cache_pos: &dpos, slot_of_tok: &dslot };
+    // The paged cache with one block per sequence (block table row s = [s]).
+    let mut pool = ops::KvPool::<A>::new(g, lens.len(), *lens.iter().max().unwrap(), hkv, hd).unwrap();
+    let table = g.upload(&(0..lens.len() as i32).collect::<Vec<_>>()).unwrap();
+    let idx = ops::KvIndex { cache_pos: &dpos, seq_of_tok: &dslot, blocks: ops::BlockTable { table: &table, stride: 1 } };
     ops::kv_append(g, &k, &v, &mut pool, &idx, t).unwrap();
     let mut o = g.zeros::<A>(nq).unwrap();
     ops::attn_prefill(g, &q, &pool, &idx, &mut o, t, hq).unwrap();

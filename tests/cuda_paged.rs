@@ -159,7 +159,7 @@ fn a_full_pool_fails_the_request_with_an_error_and_frees_its_blocks() {
 }
 
 fn step<M: DecoderModel>(m: &M, state: &mut M::State, tokens: &[u32]) -> StepOutput {
-    let mut batch = [StepInput { tokens, state }];
+    let mut batch = [StepInput::new(tokens, state)];
     m.step(&mut batch, false).unwrap().remove(0)
 }
 

@@ -66,17 +66,22 @@ impl DeviceExperts {
             (vec![], vec![], vec![])
         } else {
             let g = &self.gpu;
-            let max_rows = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+            // The rows arrive grouped: group them again on the device (each row's expert) so the
+            // grouping carries the GEMM's tile list; its offsets equal `offsets`.
             let mut groups = MoeGroups::new(g, rows, ne)?;
-            let offs: Vec<i32> = offsets.iter().map(|&o| o as i32).collect();
-            g.write(&mut groups.offsets, &offs)?;
+            let expert_of_row: Vec<i32> = offsets
+                .windows(2)
+                .enumerate()
+                .flat_map(|(e, w)| std::iter::repeat_n(e as i32, w[1] - w[0]))
+                .collect();
+            ops::moe_group(g, &g.upload(&expert_of_row)?, rows, ne, &mut groups)?;
             let x = g.upload(xg)?;
             let mut gu = g.zeros::<f32>(rows * 2 * i)?;
-            ops::grouped_gemm(g, &x, &self.gate_up, &mut gu, &groups, false, 1, ne, 2 * i, h, max_rows, rows)?;
+            ops::grouped_gemm(g, &x, &self.gate_up, &mut gu, &groups, false, 1, ne, 2 * i, h, rows)?;
             let mut act = g.zeros::<f32>(rows * i)?;
             ops::swiglu(g, &gu, &mut act, rows, i)?;
             let mut y = g.zeros::<f32>(rows * h)?;
-            ops::grouped_gemm(g, &act, &self.down, &mut y, &groups, false, 1, ne, h, i, max_rows, rows)?;
+            ops::grouped_gemm(g, &act, &self.down, &mut y, &groups, false, 1, ne, h, i, rows)?;
             (g.download(&y)?, g.download(&gu)?, g.download(&act)?)
         };
         let saved = offsets
