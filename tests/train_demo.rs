@@ -2,25 +2,19 @@
 //! easy suite (real Repair episodes in bubblewrap sandboxes, harness-scored), SFT of the tiny
 //! random-initialised Qwen3.5-MoE on them, then GRPO from the SFT checkpoint with rollouts through
 //! the engine on the trainer's lent weights, eq. 6 rewards from the harness, DAPO dynamic
-//! sampling and routing replay. Seeded and reproducible. Asserts that updates used non-zero
-//! advantages from real episodes and that the mean reward of the last iterations exceeds that of
-//! the first by a margin, that the run directory holds what the command promises, and that a
-//! second run with the same seed repeats the first one bit for bit.
+//! sampling and routing replay. Seeded. Asserts that updates used non-zero advantages from real
+//! episodes and that the mean reward of the last iterations exceeds that of the first by a
+//! margin, and that the run directory holds what the command promises.
 
 use execcritic::pipeline::demo::{run_demo, DemoConfig};
-use serde_json::Value;
 use std::path::Path;
 
 /// Mean reward gain (eq. 6 units, max 1.5) required between the first and the last quarter of
-/// the iterations (2 of 8). The run is now reproducible (one sequence per engine step, see
-/// docs/train.md), so for a given build the gain of this seed is one fixed number; the margin
-/// guards against changes that only reshuffle the random stream. Gains measured over three runs
-/// before the run was reproducible (each an independent draw of the same distribution, on 2
-/// loaded cores): 0.216, 0.298 (benches/results/demo-train-cpu.md) and 0.085 — mean 0.20,
-/// standard deviation 0.11 (the difference of two 2-iteration means is noisy). A margin of 0.2
-/// failed one run in three; 0 (the last quarter must beat the first) sits ≈ 1.8 sd below the
-/// mean and below the minimum observed. The reproducible seeds 1–3 could not be measured to the
-/// end on the shared machine (benches/results/demo-train-cpu.md, "Run-to-run variance").
+/// the iterations (2 of 8). Measured gains over three seeded runs on 2 cores (the run is not
+/// bit-deterministic: episodes finish in varying order): 0.216 and 0.298 (benches/results/
+/// demo-train-cpu.md) and 0.085 (a CI run); the difference of two 2-iteration means has a standard
+/// deviation of ≈ 0.12, so a margin of 0.2 failed one run in three. The margin is 0: the last
+/// quarter must beat the first, as in all three runs (the mean gain, ≈ 0.2, is ≈ 1.7 sd above 0).
 const MARGIN: f64 = 0.0;
 
 #[test]
@@ -69,56 +63,4 @@ fn demo_train_learns_on_real_episodes() {
     assert!(s.eval("grpo", "held_back").is_some() && s.eval("sft", "held_back").is_some());
     let svg = std::fs::read_to_string(out.path().join("reward_curve.svg")).unwrap();
     assert!(svg.contains("Resolve rate") && svg.contains("<polyline"));
-
-    // Seeded means reproducible: a second run with the same seed and 2 GRPO iterations (fewer
-    // evaluation episodes, which use their own samplers) repeats the first run's teacher
-    // episodes, SFT losses and weights, and its first 2 iterations bit for bit (episode rewards
-    // and tokens, update losses and gradient norms, checkpointed weights and optimizer state).
-    let short = DemoConfig { grpo_iterations: 2, eval_samples: 1, ..cfg.clone() };
-    let again = tempfile::tempdir().unwrap();
-    run_demo(&short, again.path(), &mut |line| eprintln!("[rerun] {line}")).unwrap();
-    let (a, b) = (out.path(), again.path());
-    assert_eq!(read(a, "teacher.jsonl"), read(b, "teacher.jsonl"));
-    assert_eq!(read(a, "trajectories.jsonl"), read(b, "trajectories.jsonl"));
-    for (x, y) in [("sft/final", "sft/final"), ("grpo/step-2", "grpo/final")] {
-        let tensors: Vec<_> = std::fs::read_dir(a.join(x))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|f| f.ends_with(".safetensors"))
-            .collect();
-        assert!(tensors.iter().any(|f| f.starts_with("model")), "{x}: no weights among {tensors:?}");
-        for f in &tensors {
-            let same = std::fs::read(a.join(x).join(f)).unwrap() == std::fs::read(b.join(y).join(f)).unwrap();
-            assert!(same, "{x}/{f} differs from the rerun's {y}/{f}");
-        }
-    }
-    let phase = |lines: &[Value], p: &str| lines.iter().filter(|l| l["phase"] == p).cloned().collect::<Vec<_>>();
-    let (ma, mb) = (timeless(a, "metrics.jsonl"), timeless(b, "metrics.jsonl"));
-    assert_eq!(phase(&ma, "sft"), phase(&mb, "sft"));
-    assert_eq!(phase(&ma, "grpo")[..2], phase(&mb, "grpo")[..]);
-    let (ra, rb) = (timeless(a, "rollouts.jsonl"), timeless(b, "rollouts.jsonl"));
-    assert!(!rb.is_empty() && ra.len() > rb.len());
-    assert_eq!(ra[..rb.len()], rb[..]);
-}
-
-fn read(dir: &Path, f: &str) -> String {
-    std::fs::read_to_string(dir.join(f)).unwrap()
-}
-
-/// The JSON lines of `dir/f` without their wall-clock fields (`*_s`, `*_ms`).
-fn timeless(dir: &Path, f: &str) -> Vec<Value> {
-    fn strip(v: &mut Value) {
-        if let Value::Object(m) = v {
-            m.retain(|k, _| !k.ends_with("_s") && !k.ends_with("_ms"));
-            m.values_mut().for_each(strip);
-        }
-    }
-    read(dir, f)
-        .lines()
-        .map(|l| {
-            let mut v: Value = serde_json::from_str(l).unwrap();
-            strip(&mut v);
-            v
-        })
-        .collect()
 }

@@ -15,12 +15,12 @@ use super::demo_report::{EvalMetrics, GrpoMetrics, RunSummary, SftMetrics, Split
 use super::grpo::{AgentSampler, AgentTaskConfig, Role};
 use super::teacher::{teacher_episodes, TeacherRecord};
 use crate::agent::trajectory::{sft_conversations, Trajectory};
-use crate::engine::placement::DEVICE_MAX_LEN;
-use crate::engine::{open_engine, Engine, EngineConfig, Placement, SchedulerConfig};
+use crate::engine::{Engine, EngineConfig};
 use crate::episode::oracle::selected_oracle_bundle;
 use crate::harness::SandboxKind;
 use crate::model::chat::ChatTemplate;
 use crate::model::tokenizer::Tokenizer;
+use crate::policy::EnginePolicy;
 use crate::task::{easy_suite, load_tasks, TaskError, TaskInstance};
 use crate::train::dynamic::{DynamicSamplingConfig, DynamicSamplingError};
 use crate::train::error::TrainError;
@@ -87,18 +87,6 @@ pub struct DemoConfig {
     /// Episodes per held-back task per evaluation, and evaluation interval (iterations).
     pub eval_samples: usize,
     pub eval_every: u64,
-    /// Sequences the engine forwards in one step. 1 (the default): every request is forwarded
-    /// on its own, so its numerics never depend on which other episodes' requests happen to
-    /// share a step (a row's result depends on the batch's kernel path and prefill chunking)
-    /// and a seeded run is reproducible bit for bit; episodes still run concurrently, their
-    /// shells and harness runs overlapping the model. More: concurrent episodes are batched
-    /// (faster on many cores, not reproducible).
-    #[serde(default = "one")]
-    pub engine_max_running: usize,
-}
-
-fn one() -> usize {
-    1
 }
 
 impl DemoConfig {
@@ -111,10 +99,10 @@ impl DemoConfig {
             held_back: 2,
             seed: 1,
             device: "cpu".into(),
-            sft_steps: 60,
+            sft_steps: 120,
             sft_batch_size: 4,
             sft_lr: 3e-3,
-            grpo_iterations: 10,
+            grpo_iterations: 16,
             groups: 2,
             group_size: 6,
             max_attempts: 8,
@@ -125,28 +113,20 @@ impl DemoConfig {
             temperature: 1.0,
             eval_samples: 6,
             eval_every: 4,
-            engine_max_running: 1,
         }
     }
 
     /// The CI-sized run (a few minutes on two cores).
     pub fn ci(models: &Path) -> Self {
         DemoConfig {
+            sft_steps: 60,
             grpo_iterations: 8,
             group_size: 4,
             eval_samples: 4,
             eval_every: 8,
-            save_every: 2,
+            save_every: 4,
             ..DemoConfig::full(models)
         }
-    }
-}
-
-/// The engines the run samples from (training rollouts and evaluations).
-fn engine_config(c: &DemoConfig) -> EngineConfig {
-    EngineConfig {
-        scheduler: SchedulerConfig { max_running: c.engine_max_running, ..SchedulerConfig::default() },
-        ..EngineConfig::default()
     }
 }
 
@@ -252,10 +232,8 @@ pub fn run_demo(c: &DemoConfig, out: &Path, progress: &mut dyn FnMut(String)) ->
             c.device
         )));
     }
-    if c.grpo_iterations == 0 || c.sft_steps == 0 || c.groups == 0 || c.group_size < 2 || c.engine_max_running == 0 {
-        return Err(DemoError::Invalid(
-            "sft_steps, grpo_iterations, groups, engine_max_running must be > 0 and group_size ≥ 2".into(),
-        ));
+    if c.grpo_iterations == 0 || c.sft_steps == 0 || c.groups == 0 || c.group_size < 2 {
+        return Err(DemoError::Invalid("sft_steps, grpo_iterations, groups must be > 0 and group_size ≥ 2".into()));
     }
     let started = Instant::now();
     std::fs::create_dir_all(out).map_err(io(out))?;
@@ -345,11 +323,10 @@ pub fn run_demo(c: &DemoConfig, out: &Path, progress: &mut dyn FnMut(String)) ->
 
     // Before SFT: the random model.
     {
-        let engine = open_engine(&init, Placement::default(), engine_config(c), DEVICE_MAX_LEN)
-            .map_err(|e| DemoError::Invalid(format!("loading {}: {e}", init.display())))?;
-        let s = evaluate(&mut eval_held, &engine, c.eval_samples)?;
+        let policy = EnginePolicy::open(&init).map_err(|e| DemoError::Invalid(e.to_string()))?;
+        let s = evaluate(&mut eval_held, policy.engine(), c.eval_samples)?;
         rec.eval(progress, "untrained", 0, "held_back", s)?;
-        let s = evaluate(&mut eval_train, &engine, c.eval_samples)?;
+        let s = evaluate(&mut eval_train, policy.engine(), c.eval_samples)?;
         rec.eval(progress, "untrained", 0, "trained", s)?;
     }
 
@@ -358,7 +335,7 @@ pub fn run_demo(c: &DemoConfig, out: &Path, progress: &mut dyn FnMut(String)) ->
     let opt = AdamW::new(AdamWConfig { lr: c.grpo_lr, ..AdamWConfig::default() }, &model.store);
     let mut tr = Trainer { model, opt, schedule: Schedule::Constant, tape: TapeOptions { recompute: false }, grpo: GrpoConfig::default(), lora: None };
     let tokenizer = Tokenizer::from_dir(&sft_final).map_err(|e| DemoError::Invalid(format!("tokenizer: {e}")))?;
-    let setup = EngineSetup { tokenizer, template_dir: Some(sft_final.clone()), config: engine_config(c) };
+    let setup = EngineSetup { tokenizer, template_dir: Some(sft_final.clone()), config: EngineConfig::default() };
     let sampling = DynamicSamplingConfig { groups: c.groups, group_size: c.group_size, max_attempts: c.max_attempts };
     let mut train_sampler = sampler(ids(train), &sft_final, c.seed, "rollouts.jsonl")?;
     let s = evaluate_trainer(&mut tr, &setup, &mut eval_held, c.eval_samples)?;
