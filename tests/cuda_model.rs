@@ -379,10 +379,10 @@ fn qwen35_35b_a3b() -> ModelConfig {
 
 #[test]
 fn launches_per_step_equal_the_performance_model() {
-    // The op counter at the device seam against tensor::cuda::perf: a batch-3 decode step, a
+    // The op counter at the device seam against model::backend::cuda::perf: a batch-3 decode step, a
     // prefill and one MoE layer of the tiny fixture launch exactly the kernels and GEMMs the
     // performance model lists (and no memset: counts are zeroed by the grouping kernel).
-    use execcritic::tensor::cuda::perf::{self, Step, H200};
+    use execcritic::model::backend::cuda::perf::{self, Step, H200};
     let g = gpu();
     let name = "tiny-qwen35";
     let m = CudaModel::<u16>::load(&g, &fixture(name)).unwrap();
@@ -492,8 +492,8 @@ fn full_size_benchmark() {
     );
     let flops = t as f64 * (k + 1.0) * 3.0 * 2.0 * h * i;
     let bytes = (e + 1.0) * 3.0 * h * i * 2.0;
-    // every number as a fraction of its roofline limit (tensor::cuda::perf, docs/cuda.md)
-    use execcritic::tensor::cuda::perf::{self, H200};
+    // every number as a fraction of its roofline limit (model::backend::cuda::perf, docs/cuda.md)
+    use execcritic::model::backend::cuda::perf::{self, H200};
     let limits = perf::workloads(&cfg, &H200);
     let decode_256 = conc["decode_256_output_tok_s"].as_f64().unwrap_or(0.0);
     let measured = [b1_tps, decode_256, prefill_tps, moe_s];

@@ -19,7 +19,6 @@ pub mod gpu;
 #[cfg(feature = "cuda")]
 pub mod nccl;
 pub mod ops;
-pub mod perf;
 
 pub use crate::tensor::device::{ActType, DeviceError as CudaError};
 pub use gpu::{Act, DeviceBuffer, DeviceKind, Elem, Gpu, OpCounts};

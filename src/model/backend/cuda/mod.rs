@@ -4,6 +4,7 @@
 //! wrappers in `tensor::cuda::ops` (the residual add is fused into the next RMSNorm1p); the same
 //! host code runs on a real GPU and on the emulated device ([`crate::tensor::cuda::Gpu`]).
 
+pub mod perf;
 mod paged;
 mod state;
 mod weights;

@@ -10,7 +10,7 @@
 //! once, L2 reuse assumed perfect within a launch); FLOPs count multiply-adds as 2. A launch's
 //! limit is `max(bytes / bandwidth, flops / peak)`; a step's limit is the sum over its launches
 //! (they run one after another on one stream). Launch overhead is not in the limit: the launch
-//! counts are reported beside it, and `launches` here equals what [`super::Gpu::op_counts`]
+//! counts are reported beside it, and `launches` here equals what [`crate::tensor::cuda::Gpu::op_counts`]
 //! measures for the same step (checked on the emulator by tests/cuda_model.rs).
 
 use crate::model::config::{LayerType, ModelConfig};
@@ -51,7 +51,7 @@ impl KernelCost {
             flops,
         }
     }
-    /// A cuBLAS GEMM (counted apart from kernel launches by [`super::Gpu::op_counts`]).
+    /// A cuBLAS GEMM (counted apart from kernel launches by [`crate::tensor::cuda::Gpu::op_counts`]).
     pub fn is_gemm(&self) -> bool {
         self.kernel.starts_with("gemm:")
     }
@@ -284,7 +284,7 @@ pub fn moe_layer(c: &ModelConfig, t: usize, a: usize) -> Vec<KernelCost> {
     let touched = experts_touched(t, e, k);
     let expert_gemm = if a == 4 {
         "grouped_gemm"
-    } else if super::ops::moe_tile_rows(pairs, e) <= 16 {
+    } else if crate::tensor::cuda::ops::moe_tile_rows(pairs, e) <= 16 {
         "grouped_gemm_stream"
     } else {
         "grouped_gemm_mma"
