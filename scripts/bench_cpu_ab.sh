@@ -8,6 +8,9 @@
 # random weights, as an f32 and as a bf16 checkpoint), then runs the two binaries interleaved
 # (order alternating per round, RAYON_NUM_THREADS=2) and prints per measure the median of each
 # commit and the ratio HEAD / BASE. The machine is shared and noisy: read ratios, not absolutes.
+# On a machine shared with builds: run them under `nice -n 19` and turn the kernel's autogroup
+# scheduling off (`echo 0 > /proc/sys/kernel/sched_autogroup_enabled`, root), else nice has no effect
+# across terminal sessions and the benchmark gets a fraction of the cores.
 # --write appends the table to FILE (e.g. benches/results/cpu-engine-ab.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
