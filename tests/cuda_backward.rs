@@ -694,3 +694,133 @@ fn gdn_gates_backward_matches_the_cpu_trainer() {
     on_device(gates::<f32>, 11);
     on_device(gates::<u16>, 11);
 }
+
+// ---------------------------------------------------------------- GDN core: delta rule, q/k prep
+
+/// The delta-rule backward over two packed sequences (70 tokens: more than one chunk; 9 tokens)
+/// with GQA (2 key heads, 4 value heads) against `train::layers::delta_rule` per (sequence,
+/// value head), dq/dk summed over the value heads of each key head.
+fn delta_rule<A: Act>(g: &Gpu, seed: u64) {
+    use execcritic::model::gdn::{DeltaInput, CHUNK};
+    use execcritic::tensor::cpu::l2_normalize;
+    use execcritic::train::layers::delta_rule as dr;
+    assert_eq!(bw::DELTA_CHUNK, CHUNK, "the device recomputes chunks of the CPU trainer's size");
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let (hk, hv, dk, dv) = (2, 4, 8, 6);
+    let cu = [0usize, 70, 79];
+    let t = cu[2];
+    // q̂, k̂ as the forward makes them: unit rows, q scaled by dk^-½.
+    let (mut q, mut k) = (rnd(&mut rng, t * hk * dk, 1.0), rnd(&mut rng, t * hk * dk, 1.0));
+    for r in 0..t * hk {
+        l2_normalize(&mut q[r * dk..(r + 1) * dk], 1e-6, 1.0 / (dk as f32).sqrt());
+        l2_normalize(&mut k[r * dk..(r + 1) * dk], 1e-6, 1.0);
+    }
+    let v = rnd(&mut rng, t * hv * dv, 1.0);
+    let beta: Vec<f32> = (0..t * hv).map(|_| rng.random_range(0.05..0.95)).collect();
+    let gl: Vec<f32> = (0..t * hv).map(|_| -rng.random_range(0.01..0.6)).collect();
+    let dout = rnd(&mut rng, t * hv * dv, 1.0);
+    let (mut want_dq, mut want_dk) = (vec![0.0f32; t * hk * dk], vec![0.0f32; t * hk * dk]);
+    let (mut want_dv, mut want_db, mut want_dg) = (vec![0.0f32; t * hv * dv], vec![0.0f32; t * hv], vec![0.0f32; t * hv]);
+    for w in cu.windows(2) {
+        let rows = w[0]..w[1];
+        for h in 0..hv {
+            let kh = h / (hv / hk);
+            let head = |x: &[f32], heads: usize, hh: usize, d: usize| -> Vec<f32> {
+                rows.clone().flat_map(|r| x[(r * heads + hh) * d..(r * heads + hh + 1) * d].to_vec()).collect()
+            };
+            let (qh, kh_, vh) = (head(&q, hk, kh, dk), head(&k, hk, kh, dk), head(&v, hv, h, dv));
+            let (bh, gh, doh) = (head(&beta, hv, h, 1), head(&gl, hv, h, 1), head(&dout, hv, h, dv));
+            let inp = DeltaInput { q: &qh, k: &kh_, v: &vh, beta: &bh, g: &gh, dk, dv };
+            let (_, starts) = dr::forward(&inp);
+            let gr = dr::backward(&inp, &starts, &doh);
+            for (i, r) in rows.clone().enumerate() {
+                for a in 0..dk {
+                    want_dq[(r * hk + kh) * dk + a] += gr.dq[i * dk + a];
+                    want_dk[(r * hk + kh) * dk + a] += gr.dk[i * dk + a];
+                }
+                want_dv[(r * hv + h) * dv..(r * hv + h + 1) * dv].copy_from_slice(&gr.dv[i * dv..(i + 1) * dv]);
+                want_db[r * hv + h] = gr.dbeta[i];
+                want_dg[r * hv + h] = gr.dg[i];
+            }
+        }
+    }
+    let (qd, kd, vd, bd, gd) = (
+        g.upload(&q).unwrap(),
+        g.upload(&k).unwrap(),
+        g.upload(&v).unwrap(),
+        g.upload(&beta).unwrap(),
+        g.upload(&gl).unwrap(),
+    );
+    let x = ops::DeltaBufs { qn: &qd, kn: &kd, v: &vd, beta: &bd, g: &gd, hk, hv, dk, dv };
+    let ddout = up::<A>(g, &dout);
+    // Outputs are overwritten: start them non-zero.
+    let junk = |n: usize| g.upload(&vec![7.0f32; n]).unwrap();
+    let (mut dq, mut dk_, mut dv_) = (junk(t * hk * dk), junk(t * hk * dk), junk(t * hv * dv));
+    let (mut db, mut dg) = (junk(t * hv), junk(t * hv));
+    bw::delta_rule_backward(g, &x, &cu, &ddout, &mut dq, &mut dk_, &mut dv_, &mut db, &mut dg).unwrap();
+    let dq_got = g.download(&dq).unwrap();
+    close("delta dq", &dq_got, &want_dq, tol::<A>());
+    close("delta dk", &g.download(&dk_).unwrap(), &want_dk, tol::<A>());
+    close("delta dv", &g.download(&dv_).unwrap(), &want_dv, tol::<A>());
+    close("delta dbeta", &g.download(&db).unwrap(), &want_db, tol::<A>());
+    close("delta dg", &g.download(&dg).unwrap(), &want_dg, tol::<A>());
+    // Deterministic: a second run gives the same bits.
+    bw::delta_rule_backward(g, &x, &cu, &ddout, &mut dq, &mut dk_, &mut dv_, &mut db, &mut dg).unwrap();
+    assert_eq!(g.download(&dq).unwrap(), dq_got, "same bits on every run");
+    // No tokens is a no-op; bad shapes are refused.
+    let mut none = junk(1);
+    let (mut n2, mut n3, mut n4, mut n5) = (junk(1), junk(1), junk(1), junk(1));
+    bw::delta_rule_backward(g, &x, &[0], &ddout, &mut none, &mut n2, &mut n3, &mut n4, &mut n5).unwrap();
+    assert_eq!(g.download(&none).unwrap(), vec![7.0], "t = 0 writes nothing");
+    let bad = |x: &ops::DeltaBufs<'_>, cu: &[usize], dq: &mut DeviceBuffer<f32>| {
+        let (mut a, mut b, mut c, mut d) = (junk(t * hk * dk), junk(t * hv * dv), junk(t * hv), junk(t * hv));
+        bw::delta_rule_backward(g, x, cu, &ddout, dq, &mut a, &mut b, &mut c, &mut d).is_err()
+    };
+    assert!(bad(&x, &[0, t + 1], &mut dq), "offsets past the buffers are refused");
+    assert!(bad(&x, &[0, 9, 5], &mut dq), "descending offsets are refused");
+    assert!(bad(&x, &cu, &mut junk(t * hk * dk - 1)), "a short dq is refused");
+    assert!(bad(&ops::DeltaBufs { hk: 3, ..x }, &cu, &mut dq), "hv not a multiple of hk is refused");
+    assert!(bad(&ops::DeltaBufs { dk: 300, ..x }, &cu, &mut dq), "dk above 256 is refused");
+}
+
+#[test]
+fn delta_rule_backward_matches_the_cpu_trainer() {
+    on_device(delta_rule::<f32>, 12);
+    on_device(delta_rule::<u16>, 12);
+}
+
+/// The q/k L2-norm prep backward against `train::ops::l2_normalize_backward` (q with the dk^-½
+/// scale, k without), v passed through.
+fn qkv_prep<A: Act>(g: &Gpu, seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let (t, hk, hv, dk, dv) = (5, 2, 4, 12, 5);
+    let conv = 2 * hk * dk + hv * dv;
+    let y = rnd(&mut rng, t * conv, 2.0);
+    let (dqn, dkn, dvv) = (rnd(&mut rng, t * hk * dk, 1.0), rnd(&mut rng, t * hk * dk, 1.0), rnd(&mut rng, t * hv * dv, 1.0));
+    let mut want = vec![0.0f32; t * conv];
+    for r in 0..t {
+        for h in 0..hk {
+            let head = |x: &[f32]| x[(r * hk + h) * dk..(r * hk + h + 1) * dk].to_vec();
+            for (off, dh, scale) in [(h * dk, head(&dqn), 1.0 / (dk as f32).sqrt()), ((hk + h) * dk, head(&dkn), 1.0)] {
+                let raw = &y[r * conv + off..r * conv + off + dk];
+                let d = cpu::l2_normalize_backward(raw, ops::GDN_QK_NORM_EPS, scale, &dh);
+                want[r * conv + off..r * conv + off + dk].copy_from_slice(&d);
+            }
+        }
+        want[r * conv + 2 * hk * dk..(r + 1) * conv].copy_from_slice(&dvv[r * hv * dv..(r + 1) * hv * dv]);
+    }
+    let mut dy = up::<A>(g, &vec![7.0f32; t * conv]);
+    let (yd, dq, dk_, dv_) = (up::<A>(g, &y), g.upload(&dqn).unwrap(), g.upload(&dkn).unwrap(), g.upload(&dvv).unwrap());
+    bw::gdn_qkv_prep_backward(g, &yd, &dq, &dk_, &dv_, &mut dy, t, hk, hv, dk, dv).unwrap();
+    close("qkv prep dy", &down(g, &dy), &want, tol::<A>());
+    let r = bw::gdn_qkv_prep_backward(g, &yd, &dq, &dk_, &dv_, &mut dy, t + 1, hk, hv, dk, dv);
+    assert!(r.is_err(), "more tokens than the buffers hold are refused");
+    let r = bw::gdn_qkv_prep_backward(g, &yd, &dq, &dk_, &dv_, &mut dy, t, 3, hv, dk, dv);
+    assert!(r.is_err(), "hv not a multiple of hk is refused");
+}
+
+#[test]
+fn gdn_qkv_prep_backward_matches_the_cpu_trainer() {
+    on_device(qkv_prep::<f32>, 13);
+    on_device(qkv_prep::<u16>, 13);
+}

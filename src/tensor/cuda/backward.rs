@@ -958,3 +958,158 @@ pub fn gdn_gates_backward<A: Act>(
         &(hv as i32)
     )
 }
+
+// ---------------------------------------------------------------- Gated DeltaNet core
+
+/// Tokens per chunk of [`delta_rule_backward`]'s recomputation (`model::gdn::CHUNK`, the CPU
+/// trainer's chunk: the states at the chunk starts are kept, the per-step states of one chunk
+/// are recomputed at a time).
+pub const DELTA_CHUNK: usize = 64;
+
+/// Largest key and value head dimension of [`delta_rule_backward`] (`DELTA_BWD_MAX` in
+/// `gdn_bwd.cu`).
+pub const DELTA_MAX_DIM: usize = 256;
+
+/// Backward of the gated delta rule (`ops::gdn_chunked` from ZERO states, one state per
+/// (sequence, value head), sequences packed by `cu` = B+1 token offsets) given the gradient of
+/// its output `dout [t, hv, dv]` (storage type A, as the forward's `out`). Recomputes the
+/// chunk-start states itself (a forward pass over each sequence, fp32 state, saving the state at
+/// the start of every chunk of `model::gdn::CHUNK` tokens in a device scratch), then walks each
+/// chunk backwards exactly like `train::layers::delta_rule::backward` (recompute the chunk's
+/// per-step states from its start state, back-propagate through time).
+/// Writes (overwrites) fp32: dq, dk `[t, hk, dk]` (the sum over the value heads that share each
+/// key head, in a fixed order: deterministic), dv `[t, hv, dv]`, dbeta, dg `[t, hv]`.
+/// Scratch (allocated here): `Σ_b ⌈len_b/64⌉·hv·dk·dv` floats of chunk starts,
+/// `B·hv·66·dk·dv` of per-step states and state gradients, `2·t·hv·dk` of per-head dq, dk.
+pub fn delta_rule_backward<A: Act>(
+    gpu: &Gpu,
+    x: &ops::DeltaBufs<'_>,
+    cu: &[usize],
+    dout: &DeviceBuffer<A>,
+    dq: &mut F32,
+    dk: &mut F32,
+    dv: &mut F32,
+    dbeta: &mut F32,
+    dg: &mut F32,
+) -> Result<()> {
+    let (hk, hv, kd, vd) = (x.hk, x.hv, x.dk, x.dv);
+    let b = cu.len().saturating_sub(1);
+    let t = cu.last().copied().unwrap_or(0);
+    let (nk, nv, ng) = (t * hk * kd, t * hv * vd, t * hv);
+    need(
+        "delta_rule_backward",
+        cu.first() == Some(&0)
+            && cu.windows(2).all(|w| w[0] <= w[1])
+            && hk > 0
+            && hv.is_multiple_of(hk)
+            && (1..=DELTA_MAX_DIM).contains(&kd)
+            && (1..=DELTA_MAX_DIM).contains(&vd)
+            && t <= i32::MAX as usize
+            && [x.qn.len(), x.kn.len(), dq.len(), dk.len()].iter().all(|&l| l >= nk)
+            && [x.v.len(), dout.len(), dv.len()].iter().all(|&l| l >= nv)
+            && [x.beta.len(), x.g.len(), dbeta.len(), dg.len()].iter().all(|&l| l >= ng),
+        || format!("cu={cu:?} hk={hk} hv={hv} dk={kd} dv={vd} (dk, dv in 1..={DELTA_MAX_DIM}, hv a multiple of hk)"),
+    )?;
+    if t == 0 {
+        return Ok(());
+    }
+    // First chunk of each sequence in the chunk-start scratch.
+    let mut coff = vec![0usize];
+    for w in cu.windows(2) {
+        coff.push(coff[coff.len() - 1] + (w[1] - w[0]).div_ceil(DELTA_CHUNK));
+    }
+    let state = kd * vd;
+    let mut starts = gpu.zeros::<f32>(coff[b] * hv * state)?;
+    let mut work = gpu.zeros::<f32>(b * hv * (DELTA_CHUNK + 2) * state)?;
+    let (mut dqh, mut dkh) = (gpu.zeros::<f32>(t * hv * kd)?, gpu.zeros::<f32>(t * hv * kd)?);
+    let to_i32 = |v: &[usize]| v.iter().map(|&x| x as i32).collect::<Vec<_>>();
+    let (cu_d, coff_d) = (gpu.upload(&to_i32(cu))?, gpu.upload(&to_i32(&coff))?);
+    let (hk32, hv32, kd32) = (hk as i32, hv as i32, kd as i32);
+    launch!(
+        gpu,
+        A::kernel("gdn_delta_bwd"),
+        cfg((b, hv, 1), vd.div_ceil(32) * 32, 0),
+        x.qn,
+        x.kn,
+        x.v,
+        x.beta,
+        x.g,
+        dout,
+        &mut dqh,
+        &mut dkh,
+        dv,
+        dbeta,
+        dg,
+        &mut starts,
+        &mut work,
+        &cu_d,
+        &coff_d,
+        &hk32,
+        &hv32,
+        &kd32,
+        &(vd as i32),
+        &(DELTA_CHUNK as i32)
+    )?;
+    for (per_head, out) in [(&dqh, dq), (&dkh, dk)] {
+        launch!(
+            gpu,
+            <f32 as Act>::kernel("gdn_heads_sum"),
+            stride_cfg(nk),
+            per_head,
+            out,
+            &hk32,
+            &hv32,
+            &kd32,
+            &(nk as i64)
+        )?;
+    }
+    Ok(())
+}
+
+/// Backward of `ops::gdn_qkv_prep` (q̂ = q/|q|·dk^-½, k̂ = k/|k| per key head, v copied, from
+/// the conv output `y [t, 2·hk·dk + hv·dv]`): from fp32 dq̂, dk̂ `[t, hk, dk]` and dv `[t, hv, dv]`
+/// writes (overwrites) `dy [t, 2·hk·dk + hv·dv]` in the storage type.
+pub fn gdn_qkv_prep_backward<A: Act>(
+    gpu: &Gpu,
+    y: &DeviceBuffer<A>,
+    dqn: &F32,
+    dkn: &F32,
+    dv: &F32,
+    dy: &mut DeviceBuffer<A>,
+    t: usize,
+    hk: usize,
+    hv: usize,
+    dk: usize,
+    dv_dim: usize,
+) -> Result<()> {
+    let conv = 2 * hk * dk + hv * dv_dim;
+    need(
+        "gdn_qkv_prep_backward",
+        hk > 0
+            && hv.is_multiple_of(hk)
+            && y.len() >= t * conv
+            && dy.len() >= t * conv
+            && dqn.len() >= t * hk * dk
+            && dkn.len() >= t * hk * dk
+            && dv.len() >= t * hv * dv_dim,
+        || format!("t={t} hk={hk} hv={hv} dk={dk} dv={dv_dim}"),
+    )?;
+    if t == 0 {
+        return Ok(());
+    }
+    launch!(
+        gpu,
+        A::kernel("gdn_qkv_prep_bwd"),
+        cfg((t, hk, 1), 128, 0),
+        y,
+        dqn,
+        dkn,
+        dv,
+        dy,
+        &(hk as i32),
+        &(hv as i32),
+        &(dk as i32),
+        &(dv_dim as i32),
+        &ops::GDN_QK_NORM_EPS
+    )
+}

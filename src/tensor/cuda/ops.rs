@@ -613,6 +613,9 @@ pub fn gdn_gates<A: Act>(
     )
 }
 
+/// Epsilon of the q/k L2 norm of [`gdn_qkv_prep`] (`(Σx² + eps)^-½`, as the CPU model's).
+pub const GDN_QK_NORM_EPS: f32 = 1e-6;
+
 /// fp32 q̂, k̂ (L2-normalised; q scaled by dk^-½) and v from the conv output.
 pub fn gdn_qkv_prep<A: Act>(
     gpu: &Gpu,
@@ -716,7 +719,7 @@ fn qkv_prep<A: Act>(
         &(hv as i32),
         &(dk as i32),
         &(dv as i32),
-        &1e-6f32
+        &GDN_QK_NORM_EPS
     )
 }
 
