@@ -114,9 +114,9 @@ pub(super) fn backward<A: Act>(
     let (mut dq, mut dkk) = (gpu.zeros::<f32>(t * hk * dk)?, gpu.zeros::<f32>(t * hk * dk)?);
     let (mut dvv, mut dbeta, mut dg) = (gpu.zeros::<f32>(t * hv * dv)?, gpu.zeros::<f32>(t * hv)?, gpu.zeros::<f32>(t * hv)?);
     let cu = seq.cu_host();
-    pending::delta_rule_backward(gpu, &s.delta(c), &cu, &d_o, &mut dq, &mut dkk, &mut dvv, &mut dbeta, &mut dg)?;
+    bw::delta_rule_backward(gpu, &s.delta(c), &cu, &d_o, &mut dq, &mut dkk, &mut dvv, &mut dbeta, &mut dg)?;
     let mut dconv_y = gpu.zeros::<A>(t * cd)?;
-    pending::gdn_qkv_prep_backward(gpu, &s.conv_y, &dq, &dkk, &dvv, &mut dconv_y, t, hk, hv, dk, dv)?;
+    bw::gdn_qkv_prep_backward(gpu, &s.conv_y, &dq, &dkk, &dvv, &mut dconv_y, t, hk, hv, dk, dv)?;
     let mut dmixed = gpu.zeros::<A>(t * cd)?;
     bw::causal_conv_backward(gpu, &s.mixed, None, &w.conv, &dconv_y, &mut dmixed, None, &mut g.conv, &cu, &[0], cd, kk)?;
     let (mut db, mut da) = (gpu.zeros::<A>(t * hv)?, gpu.zeros::<A>(t * hv)?);
@@ -134,27 +134,3 @@ pub(super) fn backward<A: Act>(
     Ok(dx)
 }
 
-/// TEMPORARY until the branch `gdnbwd` (the delta-rule and q/k-prep backward kernels) is merged:
-/// the same signatures, refusing to run.
-#[allow(clippy::too_many_arguments)]
-mod pending {
-    use crate::tensor::cuda::ops::DeltaBufs;
-    use crate::tensor::cuda::{Act, DeviceBuffer, Gpu};
-    use crate::tensor::device::{DeviceError, Result};
-    type F32 = DeviceBuffer<f32>;
-    fn missing() -> DeviceError {
-        DeviceError::Unsupported("the Gated DeltaNet backward kernels are not built yet".into())
-    }
-    pub fn delta_rule_backward<A: Act>(
-        _: &Gpu, _: &DeltaBufs<'_>, _: &[usize], _: &DeviceBuffer<A>, _: &mut F32, _: &mut F32, _: &mut F32,
-        _: &mut F32, _: &mut F32,
-    ) -> Result<()> {
-        Err(missing())
-    }
-    pub fn gdn_qkv_prep_backward<A: Act>(
-        _: &Gpu, _: &DeviceBuffer<A>, _: &F32, _: &F32, _: &F32, _: &mut DeviceBuffer<A>, _: usize, _: usize,
-        _: usize, _: usize, _: usize,
-    ) -> Result<()> {
-        Err(missing())
-    }
-}
