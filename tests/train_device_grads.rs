@@ -5,12 +5,14 @@
 //! own routing and with a replayed one. The logits equal the CPU forward's (1e-4 relative to the
 //! largest), the routing records are identical, and the gradient of every parameter equals the
 //! CPU's within 1e-4 relative to the largest value of that parameter's reference gradient
-//! (fused device experts compared per expert, under the CPU's per-expert names).
+//! (fused device experts compared per expert, under the CPU's per-expert names). Then one device
+//! AdamW step over those gradients rewrites the serving weights in place as the CPU AdamW does.
 
 use execcritic::model::checkpoint::Checkpoint;
 use execcritic::tensor::cuda::Gpu;
 use execcritic::train::device::DeviceTrainModel;
 use execcritic::train::loss::{sft_denominator, sft_loss};
+use execcritic::train::optim::{AdamW, AdamWConfig, Schedule};
 use execcritic::train::{TapeOptions, TrainModel};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,7 +37,7 @@ fn shifted(experts: &[Vec<u32>], e: u32) -> Vec<Vec<u32>> {
 
 fn check_fixture(gpu: &Gpu, name: &str) {
     let dir = fixture(name);
-    let cpu = TrainModel::load(&dir).unwrap();
+    let mut cpu = TrainModel::load(&dir).unwrap();
     let c = cpu.cfg.clone();
     let ids: Vec<u32> = (0..20u32).map(|i| (i * 37 + 11) % c.vocab_size as u32).collect();
     // A prompt of 6 tokens without loss, then trained tokens.
@@ -47,6 +49,7 @@ fn check_fixture(gpu: &Gpu, name: &str) {
     assert_ne!(forced, natural);
 
     let mut dev = DeviceTrainModel::<f32>::load(gpu, &dir).unwrap();
+    let mut last = None;
     for routing in [None, Some(&forced[..])] {
         let what = if routing.is_some() { "replayed" } else { "router" };
         let tape = cpu.forward(&ids, routing, TapeOptions::default()).unwrap();
@@ -76,6 +79,28 @@ fn check_fixture(gpu: &Gpu, name: &str) {
         }
         // Every parameter but the experts no token chose gets a gradient.
         assert!(nonzero * 10 >= got.len() * 8, "{name}: only {nonzero} of {} gradients nonzero", got.len());
+        last = Some(want);
+    }
+    // One AdamW step over the last gradients. eps = 1 keeps the update smooth in the gradient
+    // (near-zero gradients of either sign move a weight by ~0, not by ±lr), so the updates of
+    // the two sides differ as their gradients do.
+    let cfg = AdamWConfig { lr: 1e-2, eps: 1.0, ..AdamWConfig::default() };
+    let before = dev.weights(gpu, &prefix).unwrap();
+    let mut want = last.unwrap();
+    let mut opt = AdamW::new(cfg, &cpu.store);
+    let cs = opt.step(&mut cpu.store, &mut want, &Schedule::Constant);
+    let mut dopt = dev.optimizer(gpu, cfg).unwrap();
+    let ds = dev.step(gpu, &mut dopt, &Schedule::Constant).unwrap();
+    assert!((ds.grad_norm - cs.grad_norm).abs() <= 1e-4 * cs.grad_norm, "{name}: norm {} vs {}", ds.grad_norm, cs.grad_norm);
+    assert_eq!((ds.clipped, ds.lr), (cs.clipped, cs.lr));
+    let after = dev.weights(gpu, &prefix).unwrap();
+    assert_eq!(after.len(), cpu.store.len());
+    for (w, b) in after.iter().zip(&before) {
+        let p = cpu.store.params.iter().find(|p| p.name == w.name).unwrap();
+        let got: Vec<f32> = w.data.iter().zip(&b.data).map(|(n, o)| n - o).collect();
+        let exp: Vec<f32> = p.data.iter().zip(&b.data).map(|(n, o)| n - o).collect();
+        assert!(exp.iter().any(|&u| u != 0.0), "{name} {}: the CPU step moved nothing", w.name);
+        close(&format!("{name} update of {}", w.name), &got, &exp, 1e-3);
     }
     let bad = dev.forward(gpu, &[c.vocab_size as u32], None);
     assert!(bad.is_err(), "an id outside the vocabulary is refused");

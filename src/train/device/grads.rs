@@ -13,7 +13,8 @@ use crate::tensor::device::Result;
 
 type F32 = DeviceBuffer<f32>;
 
-/// One parameter's gradient on the host: full name, shape, fp32 values.
+/// One parameter's gradient (or, from `DeviceTrainModel::weights`, its weights) on the host:
+/// full name, shape, fp32 values.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NamedGrad {
     pub name: String,
@@ -27,7 +28,7 @@ fn param(name: String, shape: &[usize]) -> Param {
 
 /// Every gradient buffer of `g` with its checkpoint tensor (name without the decoder prefix),
 /// in the loading order; the head only when it is not tied.
-fn buffers<'g>(c: &ModelConfig, g: &'g Stack<CudaWeights<f32>>) -> Vec<(Param, &'g F32)> {
+pub(super) fn buffers<'g>(c: &ModelConfig, g: &'g Stack<CudaWeights<f32>>) -> Vec<(Param, &'g F32)> {
     let (v, h) = (c.vocab_size, c.hidden_size);
     let mut out = vec![(param("embed_tokens.weight".into(), &[v, h]), &g.embed)];
     for (i, l) in g.layers.iter().enumerate() {
@@ -59,15 +60,22 @@ fn buffers<'g>(c: &ModelConfig, g: &'g Stack<CudaWeights<f32>>) -> Vec<(Param, &
     out
 }
 
-/// Download every gradient in the CPU trainer's layout and names: `prefix` (the checkpoint's
-/// decoder prefix, `Checkpoint::full_name("")`) before every name but `lm_head.weight`; fused
-/// experts split per expert.
-pub(super) fn download(gpu: &Gpu, c: &ModelConfig, g: &Stack<CudaWeights<f32>>, prefix: &str) -> Result<Vec<NamedGrad>> {
+/// Download every buffer of `g` (gradients, or fp32 weights) in the CPU trainer's layout and
+/// names: `prefix` (the checkpoint's decoder prefix, `Checkpoint::full_name("")`) before every
+/// name but `lm_head.weight`; fused experts split per expert; with `fold_tied_head` a tied
+/// head's buffer is added to the embedding's (gradients).
+pub(super) fn download(
+    gpu: &Gpu,
+    c: &ModelConfig,
+    g: &Stack<CudaWeights<f32>>,
+    prefix: &str,
+    fold_tied_head: bool,
+) -> Result<Vec<NamedGrad>> {
     let (h, i) = (c.hidden_size, c.moe_intermediate_size);
     let mut out = vec![];
     for (p, buf) in buffers(c, g) {
         let mut data = gpu.download(buf)?;
-        if p.name == "embed_tokens.weight" && c.tie_word_embeddings {
+        if p.name == "embed_tokens.weight" && c.tie_word_embeddings && fold_tied_head {
             let head = gpu.download(&g.head)?;
             data.iter_mut().zip(head).for_each(|(a, b)| *a += b);
         }

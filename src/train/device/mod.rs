@@ -7,7 +7,8 @@
 //! reverse of [`crate::model::backward`] run by [`backprop::DeviceBackprop`] over the backward
 //! kernels (`tensor::cuda::backward`). Per block: [`attention`], [`gdn`], [`moe`] (forward with
 //! saved activations + backward), [`proj`] (input projections' backward), [`seq`] (the
-//! sequence's index arrays), [`grads`] (names and the CPU trainer's layout).
+//! sequence's index arrays), [`grads`] (names and the CPU trainer's layout), [`update`] (the
+//! `DeviceAdamW` step rewriting the serving weights in place).
 //! The same numbers as the CPU trainer in the f32 build: `tests/train_device_grads.rs`.
 
 mod attention;
@@ -18,6 +19,7 @@ mod moe;
 mod proj;
 mod record;
 mod seq;
+mod update;
 
 pub use grads::NamedGrad;
 
@@ -151,6 +153,14 @@ impl<A: Act> DeviceTrainModel<A> {
     /// the checkpoint's decoder prefix, `Checkpoint::full_name("")`; fused experts split per
     /// expert; a tied head's gradient added to the embedding's).
     pub fn gradients(&self, gpu: &Gpu, prefix: &str) -> Result<Vec<NamedGrad>> {
-        Ok(grads::download(gpu, &self.model.cfg, self.grads.stack(), prefix)?)
+        Ok(grads::download(gpu, &self.model.cfg, self.grads.stack(), prefix, true)?)
+    }
+}
+
+impl DeviceTrainModel<f32> {
+    /// The serving weights of the f32 build, downloaded in the CPU trainer's layout and names
+    /// (as [`Self::gradients`]).
+    pub fn weights(&self, gpu: &Gpu, prefix: &str) -> Result<Vec<NamedGrad>> {
+        Ok(grads::download(gpu, &self.model.cfg, self.model.stack(), prefix, false)?)
     }
 }
