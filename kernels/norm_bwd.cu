@@ -70,3 +70,11 @@ extern "C" __global__ void KERNEL(norm_dw)(const act_t* __restrict__ x, const ac
         dw[i] += acc;
     }
 }
+
+// The residual path of `add_rms_norm_1p` in the backward: the stream's gradient gets the norm
+// branch's, acc += g over n values (act_t; fp32 sum, rounded once). Grid-stride.
+extern "C" __global__ void KERNEL(residual_grad_add)(act_t* __restrict__ acc, const act_t* __restrict__ g,
+                                             long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        acc[i] = f2a(a2f(acc[i]) + a2f(g[i]));
+}

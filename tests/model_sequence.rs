@@ -143,8 +143,9 @@ impl BackwardOps for BackTrace {
     ) -> Result<Vec<String>, String> {
         self.op(format!("moe {li}"), dy)
     }
-    fn accumulate(&mut self, acc: &mut Vec<String>, g: Vec<String>) {
+    fn accumulate(&mut self, acc: &mut Vec<String>, g: Vec<String>) -> Result<(), String> {
         acc.extend(g);
+        Ok(())
     }
     fn embed_backward(&mut self, w: &String, dx: Vec<String>) -> Result<(), String> {
         self.0.push(format!("embed {w} <- {}", dx.join(",")));

@@ -104,3 +104,43 @@ fn grads_cli_writes_every_parameter() {
         .unwrap();
     assert!(!bad.status.success());
 }
+
+/// `grads --device emulator --dtype f32` (the device training backend on the emulated device)
+/// against the same PyTorch autograd reference, every parameter within 1e-3.
+#[test]
+fn device_grads_cli_matches_autograd_on_the_emulator() {
+    let (bytes, ids) = reference();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let file = out.path().join("g.safetensors");
+    let list = ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_execcritic"))
+        .args(["grads", "--model", FIXTURE, "--device", "emulator", "--dtype", "f32", "--ids", &list, "--out"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let want_loss = f32s(&st, "loss")[0] as f64;
+    let loss = v["loss"].as_f64().unwrap();
+    assert!((loss - want_loss).abs() < 1e-4 * want_loss, "loss {loss} vs {want_loss}");
+    let got_bytes = std::fs::read(&file).unwrap();
+    let got = SafeTensors::deserialize(&got_bytes).unwrap();
+    let refs: Vec<String> = st.names().into_iter().filter_map(|n| n.strip_prefix("grad.").map(str::to_string)).collect();
+    assert_eq!(got.names().len(), refs.len(), "one gradient per parameter");
+    let mut worst = (0.0f64, String::new());
+    for name in &refs {
+        let e = rel_err(&f32s(&got, name), &f32s(&st, &format!("grad.{name}")));
+        assert!(e <= 1e-3, "{name}: relative error {e:.3e}");
+        if e > worst.0 {
+            worst = (e, name.clone());
+        }
+    }
+    eprintln!("device (emulator, f32): {} parameters, worst relative error {:.3e} ({})", refs.len(), worst.0, worst.1);
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_execcritic"))
+        .args(["grads", "--model", FIXTURE, "--device", "emulator", "--recompute", "--ids", "1,2", "--out"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!bad.status.success(), "--recompute on a device is refused");
+}

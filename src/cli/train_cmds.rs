@@ -17,9 +17,13 @@ pub struct GradsArgs {
     pub ids: String,
     #[arg(long)]
     pub out: PathBuf,
-    /// Recompute each layer's activations in the backward instead of keeping them.
+    /// Recompute each layer's activations in the backward instead of keeping them (CPU only).
     #[arg(long)]
     pub recompute: bool,
+    /// Where the forward and backward run: cpu (the f32 trainer), or cuda[:N] / emulator (the
+    /// device training backend over the serving weights, `--dtype` bf16 or f32).
+    #[command(flatten)]
+    pub device: super::model_cmds::DeviceArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -53,12 +57,44 @@ pub fn grads(a: GradsArgs) -> anyhow::Result<ExitCode> {
         .split(',')
         .map(|s| s.trim().parse::<u32>().with_context(|| format!("--ids: {s:?} is not a token id")))
         .collect::<anyhow::Result<_>>()?;
+    if let crate::engine::DeviceChoice::Gpu(kind) = a.device.placement()?.device {
+        if a.recompute {
+            anyhow::bail!("--recompute is for --device cpu (the device backend keeps every activation)");
+        }
+        let gpu = crate::tensor::cuda::Gpu::open(kind).with_context(|| format!("opening device {kind:?}"))?;
+        return match a.device.placement()?.act_type() {
+            crate::tensor::cuda::ActType::F32 => device_grads::<f32>(&gpu, &a, &ids),
+            crate::tensor::cuda::ActType::Bf16 => device_grads::<u16>(&gpu, &a, &ids),
+        };
+    }
     let model = TrainModel::load(&a.model).with_context(|| format!("loading {}", a.model.display()))?;
     let t0 = std::time::Instant::now();
     let (loss, grads) = model.nll_gradients(&ids, TapeOptions { recompute: a.recompute })?;
     let secs = t0.elapsed().as_secs_f64();
     eprintln!("forward+backward: {secs:.3} s, {:.1} tokens/s", ids.len() as f64 / secs);
     grads.save(&model.store, &a.out).with_context(|| format!("writing {}", a.out.display()))?;
+    println!("{}", serde_json::json!({ "loss": loss }));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `grads` on a device: the device training backend (`train::device`) in storage type `A`;
+/// the same file layout and names as the CPU trainer's.
+fn device_grads<A: crate::tensor::cuda::Act>(
+    gpu: &crate::tensor::cuda::Gpu,
+    a: &GradsArgs,
+    ids: &[u32],
+) -> anyhow::Result<ExitCode> {
+    use crate::train::device::DeviceTrainModel;
+    let loading = || format!("loading {} onto {}", a.model.display(), gpu.name());
+    let mut model = DeviceTrainModel::<A>::load(gpu, &a.model).with_context(loading)?;
+    let prefix = crate::model::checkpoint::Checkpoint::open(&a.model).with_context(loading)?.full_name("");
+    let t0 = std::time::Instant::now();
+    let loss = model.nll_gradients(gpu, ids)?;
+    let grads = model.gradients(gpu, &prefix)?;
+    let secs = t0.elapsed().as_secs_f64();
+    eprintln!("forward+backward on {}: {secs:.3} s, {:.1} tokens/s", gpu.name(), ids.len() as f64 / secs);
+    let map = grads.iter().map(|g| (g.name.clone(), (g.shape.clone(), &g.data[..]))).collect();
+    crate::train::params::write_safetensors(&a.out, &map).with_context(|| format!("writing {}", a.out.display()))?;
     println!("{}", serde_json::json!({ "loss": loss }));
     Ok(ExitCode::SUCCESS)
 }

@@ -1,7 +1,8 @@
 //! The backward of [`crate::model::forward`], written once: head → final norm → per layer in
 //! reverse [MoE → post norm → residual → mixer by layer type → input norm → residual] →
 //! embedding. A backend supplies each op's backward from the activations its forward saved
-//! ([`BackwardOps`]); only the CPU training backend implements it so far.
+//! ([`BackwardOps`]): the CPU training backend (`train::network`) and the device one
+//! (`train::device`).
 
 use super::backend::{Layer, Mixer, Site, Stack, WeightTypes};
 
@@ -44,7 +45,7 @@ pub trait BackwardOps {
         dy: &Self::Grad,
     ) -> Result<Self::Grad, Self::Error>;
     /// `acc += g` (the residual path).
-    fn accumulate(&mut self, acc: &mut Self::Grad, g: Self::Grad);
+    fn accumulate(&mut self, acc: &mut Self::Grad, g: Self::Grad) -> Result<(), Self::Error>;
     /// Scatter the gradient of the embedded rows into the embedding.
     fn embed_backward(
         &mut self,
@@ -78,12 +79,12 @@ fn layer_backward<B: BackwardOps>(
     let du = b.moe_backward(li, &layer.moe, &dout)?;
     let dn = b.norm_backward(Site::Post(li), &layer.post_norm, &du)?;
     let mut dmid = dout;
-    b.accumulate(&mut dmid, dn);
+    b.accumulate(&mut dmid, dn)?;
     let du = match &layer.mixer {
         Mixer::Attention(a) => b.attention_backward(li, a, &dmid)?,
         Mixer::Gdn(g) => b.gdn_backward(li, g, &dmid)?,
     };
     let dn = b.norm_backward(Site::Input(li), &layer.input_norm, &du)?;
-    b.accumulate(&mut dmid, dn);
+    b.accumulate(&mut dmid, dn)?;
     Ok(dmid)
 }

@@ -13,6 +13,14 @@ use super::optim::{AdamWConfig, Schedule, StepStats};
 use crate::tensor::cuda::ops::{self, AdamWStep};
 use crate::tensor::cuda::{Act, DeviceBuffer, Gpu};
 
+/// The serving copy of one parameter, rewritten from its master after each step: in the
+/// storage type `A`, or fp32 (parameters the model keeps in fp32 in every build, e.g. GDN's
+/// `A_log` and `dt_bias`).
+pub enum Serving<'a, A: Act> {
+    Act(&'a mut DeviceBuffer<A>),
+    F32(&'a mut DeviceBuffer<f32>),
+}
+
 /// One trained parameter on the device: fp32 master and moments.
 struct Slot {
     master: DeviceBuffer<f32>,
@@ -72,6 +80,20 @@ impl DeviceAdamW {
         serving: &mut [Option<&mut DeviceBuffer<A>>],
         schedule: &Schedule,
     ) -> Result<StepStats> {
+        let mut serving: Vec<Option<Serving<'_, A>>> =
+            serving.iter_mut().map(|s| s.as_deref_mut().map(Serving::Act)).collect();
+        self.step_serving(gpu, grads, &mut serving, schedule)
+    }
+
+    /// [`Self::step`] with serving copies in the storage type or in fp32 ([`Serving`]: the
+    /// model keeps a few parameters in fp32 in every build).
+    pub fn step_serving<A: Act>(
+        &mut self,
+        gpu: &Gpu,
+        grads: &[&DeviceBuffer<f32>],
+        serving: &mut [Option<Serving<'_, A>>],
+        schedule: &Schedule,
+    ) -> Result<StepStats> {
         let n = self.slots.len();
         if grads.len() != n || serving.len() != n {
             return Err(TrainError::BadInput(format!(
@@ -98,7 +120,12 @@ impl DeviceAdamW {
         let c = self.cfg;
         let h = AdamWStep { lr, beta1: c.beta1, beta2: c.beta2, eps: c.eps, weight_decay: c.weight_decay, bc1, bc2 };
         for ((s, g), serve) in self.slots.iter_mut().zip(grads).zip(serving.iter_mut()) {
-            ops::adamw_update(gpu, &mut s.master, &mut s.m, &mut s.v, g, serve.as_deref_mut(), &self.stats, &h)?;
+            let (p, m, v, st) = (&mut s.master, &mut s.m, &mut s.v, &self.stats);
+            match serve {
+                Some(Serving::Act(b)) => ops::adamw_update(gpu, p, m, v, g, Some(&mut **b), st, &h)?,
+                Some(Serving::F32(b)) => ops::adamw_update::<f32>(gpu, p, m, v, g, Some(&mut **b), st, &h)?,
+                None => ops::adamw_update::<A>(gpu, p, m, v, g, None, st, &h)?,
+            }
         }
         let stats = gpu.download(&self.stats)?;
         let norm = stats[0];

@@ -9,6 +9,8 @@
 //!   per-layer activation recomputation, routing replay.
 //! - [`loss`] (cross-entropy / SFT) and [`grpo`] (clipped policy loss): pure functions of logits.
 //! - [`trainer`]: one update (SFT or GRPO) in micro-batches under a token cap; [`optim`], [`lora`].
+//! - [`device`]: `DeviceTrainModel`, the training forward/backward on a device (GPU or emulator)
+//!   over the serving weights, fp32 gradients of the same shapes.
 //! - [`device_optim`]: `DeviceAdamW`, the same AdamW on a device (GPU or emulator) with the
 //!   serving weights rewritten in place; [`device_lora`]: LoRA adapter gradients on a device.
 //! - [`lease`] and [`policy`]: the trainer's weights lent to an engine without a copy and taken back.
@@ -20,6 +22,7 @@
 
 pub mod advantage;
 pub mod checkpoint;
+pub mod device;
 pub mod device_lora;
 pub mod device_optim;
 pub mod dynamic;

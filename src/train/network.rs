@@ -128,26 +128,7 @@ impl TrainModel {
     /// Training forward of one sequence (positions `0..T`, fresh state). `forced`: per layer
     /// `[T · top_k]` expert indices to replay instead of the router's top-k.
     pub fn forward(&self, ids: &[u32], forced: Option<&[Vec<u32>]>, opts: TapeOptions) -> Result<Tape> {
-        let c = &self.cfg;
-        let (v, n) = (c.vocab_size, ids.len());
-        if n == 0 {
-            return Err(TrainError::BadInput("empty sequence".into()));
-        }
-        if let Some(&t) = ids.iter().find(|&&t| t as usize >= v) {
-            return Err(TrainError::BadInput(format!("token id {t} is outside the vocabulary (size {v})")));
-        }
-        let layers = self.stack.layers.len();
-        if let Some(f) = forced {
-            let want = n * c.num_experts_per_tok;
-            if f.len() != layers
-                || f.iter().any(|l| l.len() != want || l.iter().any(|&e| e as usize >= c.num_experts))
-            {
-                return Err(TrainError::BadInput(format!(
-                    "forced experts need {layers} layers of {want} indices < {}",
-                    c.num_experts
-                )));
-            }
-        }
+        check_sequence(&self.cfg, ids, forced)?;
         let mut rec = Recorder::new(self, ids, forced, !opts.recompute);
         let logits = forward(&mut rec, &self.stack)?;
         Ok(Tape {
@@ -172,6 +153,30 @@ impl TrainModel {
         let mut bp = Backprop { m: self, tape, dlogits, gr, recomputed: None };
         backward(&mut bp, &self.stack)
     }
+}
+
+/// Checks one training sequence of `c`'s model: non-empty, ids inside the vocabulary, and the
+/// forced routing (when given) `[layers][T · top_k]` expert indices in range. Every training
+/// backend's forward starts here.
+pub(crate) fn check_sequence(c: &ModelConfig, ids: &[u32], forced: Option<&[Vec<u32>]>) -> Result<()> {
+    let (v, n) = (c.vocab_size, ids.len());
+    if n == 0 {
+        return Err(TrainError::BadInput("empty sequence".into()));
+    }
+    if let Some(&t) = ids.iter().find(|&&t| t as usize >= v) {
+        return Err(TrainError::BadInput(format!("token id {t} is outside the vocabulary (size {v})")));
+    }
+    let layers = c.num_hidden_layers;
+    if let Some(f) = forced {
+        let want = n * c.num_experts_per_tok;
+        if f.len() != layers || f.iter().any(|l| l.len() != want || l.iter().any(|&e| e as usize >= c.num_experts)) {
+            return Err(TrainError::BadInput(format!(
+                "forced experts need {layers} layers of {want} indices < {}",
+                c.num_experts
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The training forward's backend: the CPU training ops, each pushing what its backward needs.
@@ -320,8 +325,9 @@ impl BackwardOps for Backprop<'_> {
         Ok(w.backward(&self.m.store, &s.moe, dy, self.gr))
     }
 
-    fn accumulate(&mut self, acc: &mut Vec<f32>, g: Vec<f32>) {
+    fn accumulate(&mut self, acc: &mut Vec<f32>, g: Vec<f32>) -> Result<()> {
         acc.iter_mut().zip(&g).for_each(|(a, b)| *a += b);
+        Ok(())
     }
 
     fn embed_backward(&mut self, w: &Pid, dx: Vec<f32>) -> Result<()> {

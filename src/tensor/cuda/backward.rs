@@ -121,6 +121,13 @@ pub fn gated_rms_norm_backward<A: Act>(
     norm_dw(gpu, x, dy, Some(z), &rstd, dw, rows, d)
 }
 
+/// The residual path of the fused add + norm in the backward: `acc += g` over `n` values (the
+/// stream's gradient plus the norm branch's; also any other sum of two activation gradients).
+pub fn residual_grad_add<A: Act>(gpu: &Gpu, acc: &mut DeviceBuffer<A>, g: &DeviceBuffer<A>, n: usize) -> Result<()> {
+    need("residual_grad_add", acc.len() >= n && g.len() >= n, || format!("n={n}"))?;
+    launch!(gpu, A::kernel("residual_grad_add"), stride_cfg(n), acc, g, &(n as i64))
+}
+
 // ---------------------------------------------------------------- RoPE and activations
 
 /// Backward of partial RoPE, in place on the gradient `[t, heads, hd]` (the inverse rotation).

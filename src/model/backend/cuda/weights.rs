@@ -70,11 +70,12 @@ fn load_err(e: ModelError) -> CudaError {
     }
 }
 
-/// Where weights come from: a checkpoint (f32 on the host, converted to bf16) or a seeded
-/// device-side random fill.
+/// Where weights come from: a checkpoint (f32 on the host, converted to bf16), a seeded
+/// device-side random fill, or zeros (gradient accumulators of the training backend).
 enum Source<'a> {
     Ckpt(&'a mut dyn WeightSource),
     Random { seed: u64, next: u64 },
+    Zeros,
 }
 
 impl Source<'_> {
@@ -101,6 +102,7 @@ impl Source<'_> {
                 ops::fill_uniform(gpu, &mut x, *seed ^ next.wrapping_mul(0x9e37_79b9), -s, s)?;
                 Ok(x)
             }
+            Source::Zeros => gpu.zeros(shape.iter().product()),
         }
     }
     fn f32s(&mut self, gpu: &Gpu, name: &str, n: usize, random_value: f32) -> Result<F32> {
@@ -114,6 +116,7 @@ impl Source<'_> {
                 ops::fill_f32(gpu, &mut x, random_value)?;
                 Ok(x)
             }
+            Source::Zeros => gpu.zeros(n),
         }
     }
 }
@@ -259,6 +262,22 @@ impl<A: Act> CudaModel<A> {
     /// Random bf16 weights of `cfg`'s exact shapes, generated on the GPU.
     pub fn random(gpu: &Gpu, cfg: ModelConfig, seed: u64) -> Result<CudaModel<A>> {
         Self::build(gpu, cfg, Source::Random { seed, next: 0 })
+    }
+
+    /// Zero buffers of `cfg`'s exact weight shapes (fused experts `[E, 2I, H]` / `[E, H, I]`):
+    /// the gradient accumulators of the training backend (`train::device`), with `A = f32`.
+    pub fn zeros(gpu: &Gpu, cfg: ModelConfig) -> Result<CudaModel<A>> {
+        Self::build(gpu, cfg, Source::Zeros)
+    }
+
+    /// The weights in the one layer-structure shape (read by the training backend).
+    pub fn stack(&self) -> &Stack<CudaWeights<A>> {
+        &self.stack
+    }
+
+    /// The weights, writable in place (the device optimizer's update of the serving copy).
+    pub fn stack_mut(&mut self) -> &mut Stack<CudaWeights<A>> {
+        &mut self.stack
     }
 
     fn build(gpu: &Gpu, cfg: ModelConfig, src: Source<'_>) -> Result<CudaModel<A>> {

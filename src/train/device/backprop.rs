@@ -1,0 +1,97 @@
+//! [`DeviceBackprop`]: the backward's backend on a device. Each op of
+//! `model::backward::BackwardOps` runs the backward kernels of `tensor::cuda::backward` over
+//! what the forward kept on the [`DeviceTape`], accumulating the fp32 weight gradients into a
+//! `Stack<CudaWeights<f32>>` of the weights' shapes (the activation gradients are in the storage
+//! type `A`, as the forward's activations).
+
+use super::{attention, gdn, moe, DeviceTape, MixerSaved};
+use crate::model::backend::cuda::{AttnW, CudaWeights, GdnW, MoeW};
+use crate::model::backend::{Layer, Mixer, Site, Stack};
+use crate::model::backward::BackwardOps;
+use crate::model::config::ModelConfig;
+use crate::tensor::cuda::backward as bw;
+use crate::tensor::cuda::{Act, DeviceBuffer, Gpu};
+use crate::train::error::{Result, TrainError};
+
+pub(super) struct DeviceBackprop<'a, A: Act> {
+    pub gpu: &'a Gpu,
+    pub c: &'a ModelConfig,
+    pub tape: &'a DeviceTape<A>,
+    /// The loss gradient w.r.t. the logits `[t, vocab]`.
+    pub dlogits: &'a DeviceBuffer<A>,
+    /// Where the weight gradients accumulate.
+    pub grads: &'a mut Stack<CudaWeights<f32>>,
+}
+
+/// The error of a layer whose saved mixer is not the weights' (never from a tape of this model).
+fn mismatch(li: usize) -> TrainError {
+    TrainError::BadInput(format!("layer {li}: the tape's mixer differs from the model's"))
+}
+
+impl<A: Act> DeviceBackprop<'_, A> {
+    fn rows(&self) -> usize {
+        self.tape.seq.t
+    }
+}
+
+impl<A: Act> BackwardOps for DeviceBackprop<'_, A> {
+    type W = CudaWeights<A>;
+    type Grad = DeviceBuffer<A>;
+    type Error = TrainError;
+
+    fn head_backward(&mut self, w: &DeviceBuffer<A>) -> Result<DeviceBuffer<A>> {
+        let (c, t) = (self.c, self.rows());
+        let mut dx = self.gpu.zeros::<A>(t * c.hidden_size)?;
+        let (normed, dl) = (&self.tape.normed, self.dlogits);
+        bw::linear_backward(self.gpu, dl, normed, t, c.hidden_size, w, c.vocab_size, &mut dx, false, &mut self.grads.head)?;
+        Ok(dx)
+    }
+
+    fn norm_backward(&mut self, site: Site, w: &DeviceBuffer<A>, dy: &DeviceBuffer<A>) -> Result<DeviceBuffer<A>> {
+        let (c, t, tape) = (self.c, self.rows(), self.tape);
+        let (x, dw) = match site {
+            Site::Final => (&tape.last, &mut self.grads.norm),
+            Site::Post(li) => (&tape.layers[li].mid, &mut self.grads.layers[li].post_norm),
+            Site::Input(li) => (&tape.layers[li].input, &mut self.grads.layers[li].input_norm),
+        };
+        let mut dx = self.gpu.zeros::<A>(t * c.hidden_size)?;
+        bw::rms_norm_1p_backward(self.gpu, x, w, dy, &mut dx, dw, t, c.hidden_size, c.rms_norm_eps)?;
+        Ok(dx)
+    }
+
+    fn attention_backward(&mut self, li: usize, w: &AttnW<A>, dy: &DeviceBuffer<A>) -> Result<DeviceBuffer<A>> {
+        let (MixerSaved::Attention(s), Mixer::Attention(g)) = (&self.tape.layers[li].mixer, &mut self.grads.layers[li].mixer)
+        else {
+            return Err(mismatch(li));
+        };
+        Ok(attention::backward(self.gpu, self.c, w, &self.tape.seq, s, dy, g)?)
+    }
+
+    fn gdn_backward(&mut self, li: usize, w: &GdnW<A>, dy: &DeviceBuffer<A>) -> Result<DeviceBuffer<A>> {
+        let (MixerSaved::Gdn(s), Mixer::Gdn(g)) = (&self.tape.layers[li].mixer, &mut self.grads.layers[li].mixer) else {
+            return Err(mismatch(li));
+        };
+        Ok(gdn::backward(self.gpu, self.c, w, &self.tape.seq, s, dy, g)?)
+    }
+
+    fn moe_backward(&mut self, li: usize, w: &MoeW<A>, dy: &DeviceBuffer<A>) -> Result<DeviceBuffer<A>> {
+        let (t, s, g) = (self.rows(), &self.tape.layers[li].moe, &mut self.grads.layers[li].moe);
+        Ok(moe::backward(self.gpu, self.c, w, t, s, dy, g)?)
+    }
+
+    fn accumulate(&mut self, acc: &mut DeviceBuffer<A>, g: DeviceBuffer<A>) -> Result<()> {
+        let n = self.rows() * self.c.hidden_size;
+        Ok(bw::residual_grad_add(self.gpu, acc, &g, n)?)
+    }
+
+    fn embed_backward(&mut self, _: &DeviceBuffer<A>, dx: DeviceBuffer<A>) -> Result<()> {
+        let c = self.c;
+        let groups = &self.tape.seq.groups;
+        Ok(bw::embedding_backward(self.gpu, &dx, groups, &mut self.grads.embed, c.vocab_size, c.hidden_size)?)
+    }
+
+    fn prepare_layer(&mut self, _: usize, _: &Layer<CudaWeights<A>>) -> Result<()> {
+        // The tape keeps every layer's activations (no recomputation on the device yet).
+        Ok(())
+    }
+}

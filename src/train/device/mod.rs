@@ -1,0 +1,166 @@
+//! The training backend on a device (`tensor::cuda::Gpu`: a real GPU or the emulated one):
+//! [`DeviceTrainModel`] trains the very weights the engine serves — a [`CudaModel`]'s
+//! `Stack<CudaWeights<A>>`, owned, one copy — and keeps fp32 gradient buffers of the same Stack
+//! shape (`CudaModel::<f32>::zeros`). Its forward is the one layer sequence of
+//! [`crate::model::forward`] run by a [`record::DeviceRecorder`] whose ops run the inference
+//! kernels and keep their activations on the device ([`DeviceTape`]); its backward is the one
+//! reverse of [`crate::model::backward`] run by [`backprop::DeviceBackprop`] over the backward
+//! kernels (`tensor::cuda::backward`). Per block: [`attention`], [`gdn`], [`moe`] (forward with
+//! saved activations + backward), [`proj`] (input projections' backward), [`seq`] (the
+//! sequence's index arrays), [`grads`] (names and the CPU trainer's layout), [`update`] (the
+//! `DeviceAdamW` step rewriting the serving weights in place).
+//! The same numbers as the CPU trainer in the f32 build: `tests/train_device_grads.rs`.
+
+mod attention;
+mod backprop;
+mod gdn;
+mod grads;
+mod moe;
+mod proj;
+mod record;
+mod seq;
+mod update;
+
+pub use grads::NamedGrad;
+
+use super::error::{Result, TrainError};
+use super::network::check_sequence;
+use crate::model::backend::cuda::CudaModel;
+use crate::model::config::ModelConfig;
+use crate::tensor::cuda::backward::{token_loss, LossRows, TokenObjective};
+use crate::tensor::cuda::{Act, DeviceBuffer, Gpu};
+use std::path::Path;
+
+/// A layer's mixer activations.
+enum MixerSaved<A: Act> {
+    Attention(attention::AttnSaved<A>),
+    Gdn(gdn::GdnSaved<A>),
+}
+
+/// What one layer's backward reads: its input stream, the stream after the mixer, the mixer's
+/// and the MoE's activations.
+struct LayerTape<A: Act> {
+    input: DeviceBuffer<A>,
+    mid: DeviceBuffer<A>,
+    mixer: MixerSaved<A>,
+    moe: moe::MoeSaved<A>,
+}
+
+/// Everything the device backward needs from one training forward of one sequence, on the
+/// device; the logits stay there too.
+pub struct DeviceTape<A: Act> {
+    ids: Vec<u32>,
+    seq: seq::SeqIndex,
+    layers: Vec<LayerTape<A>>,
+    /// The stream after the last layer and the final-normed rows `[t, hidden]`.
+    last: DeviceBuffer<A>,
+    normed: DeviceBuffer<A>,
+    /// Logits `[t, vocab]` (fp32).
+    pub logits: DeviceBuffer<f32>,
+    /// Chosen experts per layer `[t · top_k]` (the routing record of this forward).
+    pub experts: Vec<Vec<u32>>,
+}
+
+impl<A: Act> DeviceTape<A> {
+    /// The sequence's token ids.
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+}
+
+/// The serving weights on a device and their fp32 gradients.
+pub struct DeviceTrainModel<A: Act> {
+    model: CudaModel<A>,
+    grads: CudaModel<f32>,
+}
+
+impl<A: Act> DeviceTrainModel<A> {
+    /// Train `model`'s weights in place (no copy); the gradients start at zero.
+    pub fn new(gpu: &Gpu, model: CudaModel<A>) -> Result<Self> {
+        let grads = CudaModel::<f32>::zeros(gpu, model.cfg.clone())?;
+        Ok(DeviceTrainModel { model, grads })
+    }
+
+    /// Upload a Hugging Face folder's weights (as `CudaModel::load`) to train them.
+    pub fn load(gpu: &Gpu, dir: &Path) -> Result<Self> {
+        Self::new(gpu, CudaModel::load(gpu, dir)?)
+    }
+
+    pub fn cfg(&self) -> &ModelConfig {
+        &self.model.cfg
+    }
+
+    /// The weights (what the engine serves).
+    pub fn model(&self) -> &CudaModel<A> {
+        &self.model
+    }
+
+    /// Give the weights back (e.g. to an engine).
+    pub fn into_model(self) -> CudaModel<A> {
+        self.model
+    }
+
+    /// Reset every gradient to zero.
+    pub fn zero_grads(&mut self, gpu: &Gpu) -> Result<()> {
+        self.grads = CudaModel::<f32>::zeros(gpu, self.model.cfg.clone())?;
+        Ok(())
+    }
+
+    /// Training forward of one sequence (positions `0..t`, a fresh state). `forced`: per layer
+    /// `[t · top_k]` experts to replay instead of the router's top-k.
+    pub fn forward(&self, gpu: &Gpu, ids: &[u32], forced: Option<&[Vec<u32>]>) -> Result<DeviceTape<A>> {
+        let c = &self.model.cfg;
+        check_sequence(c, ids, forced)?;
+        let s = seq::SeqIndex::new(gpu, ids, c.vocab_size)?;
+        let mut rec = record::DeviceRecorder::new(gpu, c, s, forced);
+        let logits = crate::model::forward::forward(&mut rec, self.model.stack())?;
+        rec.finish(ids, logits)
+    }
+
+    /// Backward from `dlogits [t, vocab]` (the loss gradient w.r.t. the tape's logits, in the
+    /// storage type: what `tensor::cuda::backward::token_loss` writes), accumulating into the
+    /// gradient buffers.
+    pub fn backward(&mut self, gpu: &Gpu, tape: &DeviceTape<A>, dlogits: &DeviceBuffer<A>) -> Result<()> {
+        let c = &self.model.cfg;
+        let want = tape.ids.len() * c.vocab_size;
+        if dlogits.len() < want || tape.layers.len() != c.num_hidden_layers {
+            return Err(TrainError::BadInput(format!(
+                "dlogits has {} values for a tape of {} tokens (expected {want}) and {} layers",
+                dlogits.len(),
+                tape.ids.len(),
+                tape.layers.len()
+            )));
+        }
+        let mut bp = backprop::DeviceBackprop { gpu, c, tape, dlogits, grads: self.grads.stack_mut() };
+        crate::model::backward::backward(&mut bp, self.model.stack())
+    }
+
+    /// Mean next-token NLL of `ids` (computed on the device from logits that stay there) and
+    /// its gradients, accumulated into the gradient buffers (what `execcritic grads` reports).
+    pub fn nll_gradients(&mut self, gpu: &Gpu, ids: &[u32]) -> Result<f64> {
+        let tape = self.forward(gpu, ids, None)?;
+        let v = self.model.cfg.vocab_size;
+        let rows = LossRows::sft(gpu, ids, &vec![true; ids.len()], v)?;
+        let t = ids.len();
+        let (mut loss, mut logp, mut dlogits) = (gpu.zeros::<f32>(t)?, gpu.zeros::<f32>(t)?, gpu.zeros::<A>(t * v)?);
+        let denom = (t - 1) as f64;
+        token_loss(gpu, &tape.logits, v, &rows, TokenObjective::Sft, denom, &mut loss, &mut logp, &mut dlogits)?;
+        self.backward(gpu, &tape, &dlogits)?;
+        Ok(gpu.download(&loss)?.iter().map(|&x| x as f64).sum())
+    }
+
+    /// Every parameter's gradient, downloaded in the CPU trainer's layout and names (`prefix`:
+    /// the checkpoint's decoder prefix, `Checkpoint::full_name("")`; fused experts split per
+    /// expert; a tied head's gradient added to the embedding's).
+    pub fn gradients(&self, gpu: &Gpu, prefix: &str) -> Result<Vec<NamedGrad>> {
+        Ok(grads::download(gpu, &self.model.cfg, self.grads.stack(), prefix, true)?)
+    }
+}
+
+impl DeviceTrainModel<f32> {
+    /// The serving weights of the f32 build, downloaded in the CPU trainer's layout and names
+    /// (as [`Self::gradients`]).
+    pub fn weights(&self, gpu: &Gpu, prefix: &str) -> Result<Vec<NamedGrad>> {
+        Ok(grads::download(gpu, &self.model.cfg, self.model.stack(), prefix, false)?)
+    }
+}

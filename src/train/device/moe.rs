@@ -1,0 +1,128 @@
+//! The MoE block on a device, for training: router logits, top-k (or the replayed experts) with
+//! renormalised weights, a stable grouping of the (token, slot) pairs by expert (pairs of an
+//! expert in ascending order, so the grouped weight gradients sum rows in a fixed order), grouped
+//! gate|up GEMM, SwiGLU, grouped down GEMM, the sigmoid-gated shared expert and the combine —
+//! keeping what the backward reads — and that backward over `tensor::cuda::backward` (the top-k
+//! choice is not differentiated; fused experts keep their `[E, 2I, H]` / `[E, H, I]` gradients).
+
+use crate::model::backend::cuda::MoeW;
+use crate::model::config::ModelConfig;
+use crate::tensor::cuda::backward::{self as bw, SharedGrad};
+use crate::tensor::cuda::gemm::linear;
+use crate::tensor::cuda::ops::{self, MoeGroups};
+use crate::tensor::cuda::{Act, DeviceBuffer, Gpu};
+use crate::tensor::device::Result;
+
+type F32 = DeviceBuffer<f32>;
+type I32 = DeviceBuffer<i32>;
+
+/// What the MoE backward reads, per layer.
+pub(super) struct MoeSaved<A: Act> {
+    /// The normed input rows `[t, hidden]`.
+    u: DeviceBuffer<A>,
+    /// Router logits `[t, e]` (fp32), chosen experts and their renormalised weights `[t, k]`.
+    logits: F32,
+    idx: I32,
+    wts: F32,
+    groups: MoeGroups,
+    /// Most pairs any expert got (the grouped input-gradient GEMM's row bound).
+    max_rows: usize,
+    /// Grouped rows: gate|up `[pairs, 2I]`, SwiGLU output `[pairs, I]`, expert output `[pairs, h]`.
+    gu: DeviceBuffer<A>,
+    act: DeviceBuffer<A>,
+    y: DeviceBuffer<A>,
+    /// Shared expert: gate and up `[t, Is]`, SwiGLU output, its output `[t, h]`, gate logit `[t]`.
+    s_g: DeviceBuffer<A>,
+    s_u: DeviceBuffer<A>,
+    s_h: DeviceBuffer<A>,
+    s_out: DeviceBuffer<A>,
+    sg: DeviceBuffer<A>,
+}
+
+/// The block's output `[t, hidden]`, its saved activations and the chosen experts `[t · k]`.
+/// `forced`: the `[t · k]` experts to replay instead of the router's top-k (checked by the caller).
+pub(super) fn forward<A: Act>(
+    gpu: &Gpu,
+    c: &ModelConfig,
+    w: &MoeW<A>,
+    t: usize,
+    u: DeviceBuffer<A>,
+    forced: Option<&[u32]>,
+) -> Result<(DeviceBuffer<A>, MoeSaved<A>, Vec<u32>)> {
+    let (h, e, k, i, is) =
+        (c.hidden_size, c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size, c.shared_expert_intermediate_size);
+    let pairs = t * k;
+    let mut logits = gpu.zeros::<f32>(t * e)?;
+    linear(gpu, &u, t, h, &w.router, e, &mut logits)?;
+    let (mut idx, mut wts) = (gpu.zeros::<i32>(pairs)?, gpu.zeros::<f32>(pairs)?);
+    let forced = forced.map(|f| gpu.upload(&f.iter().map(|&x| x as i32).collect::<Vec<_>>())).transpose()?;
+    ops::router_topk::<A>(gpu, &logits, &mut idx, &mut wts, forced.as_ref(), t, e, k)?;
+    let mut groups = MoeGroups::new(gpu, pairs, e)?;
+    bw::moe_group_stable(gpu, &idx, pairs, e, &mut groups)?;
+    let chosen: Vec<u32> = gpu.download(&idx)?.iter().map(|&x| x as u32).collect();
+    let mut counts = vec![0usize; e];
+    chosen.iter().for_each(|&x| counts[x as usize] += 1);
+    let max_rows = counts.into_iter().max().unwrap_or(0);
+    let (mut gu, mut act, mut y) = (gpu.zeros::<A>(pairs * 2 * i)?, gpu.zeros::<A>(pairs * i)?, gpu.zeros::<A>(pairs * h)?);
+    ops::grouped_gemm(gpu, &u, &w.gate_up, &mut gu, &groups, true, k, e, 2 * i, h, pairs)?;
+    ops::swiglu(gpu, &gu, &mut act, pairs, i)?;
+    ops::grouped_gemm(gpu, &act, &w.down, &mut y, &groups, false, k, e, h, i, pairs)?;
+    let (mut s_g, mut s_u, mut s_h) = (gpu.zeros::<A>(t * is)?, gpu.zeros::<A>(t * is)?, gpu.zeros::<A>(t * is)?);
+    linear(gpu, &u, t, h, &w.s_gate, is, &mut s_g)?;
+    linear(gpu, &u, t, h, &w.s_up, is, &mut s_u)?;
+    ops::silu_mul(gpu, &s_g, &s_u, &mut s_h, t * is)?;
+    let (mut s_out, mut sg) = (gpu.zeros::<A>(t * h)?, gpu.zeros::<A>(t)?);
+    linear(gpu, &s_h, t, is, &w.s_down, h, &mut s_out)?;
+    linear(gpu, &u, t, h, &w.s_gate_w, 1, &mut sg)?;
+    let mut out = gpu.zeros::<A>(t * h)?;
+    ops::moe_combine(gpu, &y, &groups, &wts, Some((&s_out, &sg)), &mut out, t, h, k)?;
+    let saved = MoeSaved { u, logits, idx, wts, groups, max_rows, gu, act, y, s_g, s_u, s_h, s_out, sg };
+    Ok((out, saved, chosen))
+}
+
+/// From `dy [t, hidden]`: accumulates the weight gradients into `g` (fp32) and returns the
+/// gradient w.r.t. the normed input rows.
+pub(super) fn backward<A: Act>(
+    gpu: &Gpu,
+    c: &ModelConfig,
+    w: &MoeW<A>,
+    t: usize,
+    s: &MoeSaved<A>,
+    dy: &DeviceBuffer<A>,
+    g: &mut MoeW<f32>,
+) -> Result<DeviceBuffer<A>> {
+    let (h, e, k, i, is) =
+        (c.hidden_size, c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size, c.shared_expert_intermediate_size);
+    let pairs = t * k;
+    let (mut dwts, mut dye) = (gpu.zeros::<f32>(pairs)?, gpu.zeros::<A>(pairs * h)?);
+    let (mut ds_out, mut dsg) = (gpu.zeros::<A>(t * h)?, gpu.zeros::<A>(t)?);
+    let shared = SharedGrad { out: &s.s_out, sg: &s.sg, dout: &mut ds_out, dsg: &mut dsg };
+    bw::moe_combine_backward(gpu, dy, &s.y, &s.groups, &s.wts, Some(shared), &mut dwts, &mut dye, t, h, k)?;
+    let mut dlog = gpu.zeros::<A>(t * e)?;
+    bw::router_backward(gpu, &s.logits, &s.idx, &s.wts, &dwts, &mut dlog, t, e, k)?;
+    // Routed experts: down, SwiGLU, gate|up, then each pair's input gradient onto its token.
+    let mut dh = gpu.zeros::<A>(pairs * i)?;
+    bw::grouped_gemm_dx(gpu, &dye, &w.down, &mut dh, &s.groups, e, h, i, s.max_rows, pairs, false)?;
+    bw::grouped_gemm_dw(gpu, &dye, &s.act, &mut g.down, &s.groups, false, k, e, h, i, pairs)?;
+    let mut dgu = gpu.zeros::<A>(pairs * 2 * i)?;
+    bw::swiglu_backward(gpu, &s.gu, &dh, &mut dgu, i, pairs)?;
+    let mut dxr = gpu.zeros::<A>(pairs * h)?;
+    bw::grouped_gemm_dx(gpu, &dgu, &w.gate_up, &mut dxr, &s.groups, e, 2 * i, h, s.max_rows, pairs, false)?;
+    bw::grouped_gemm_dw(gpu, &dgu, &s.u, &mut g.gate_up, &s.groups, true, k, e, 2 * i, h, pairs)?;
+    // Shared expert: down, SwiGLU.
+    let mut dsh = gpu.zeros::<A>(t * is)?;
+    bw::linear_backward(gpu, &ds_out, &s.s_h, t, is, &w.s_down, h, &mut dsh, false, &mut g.s_down)?;
+    let (mut dsgt, mut dsut) = (gpu.zeros::<A>(t * is)?, gpu.zeros::<A>(t * is)?);
+    bw::silu_mul_backward(gpu, &s.s_g, &s.s_u, &dsh, &mut dsgt, &mut dsut, t * is)?;
+    // Every projection of the input rows: router, shared gate/up, shared-expert gate.
+    let mut dx = gpu.zeros::<A>(t * h)?;
+    let projs: [super::proj::Proj<'_, A>; 4] = [
+        (&dlog, &w.router, e, &mut g.router),
+        (&dsgt, &w.s_gate, is, &mut g.s_gate),
+        (&dsut, &w.s_up, is, &mut g.s_up),
+        (&dsg, &w.s_gate_w, 1, &mut g.s_gate_w),
+    ];
+    super::proj::backward(gpu, &s.u, t, h, &mut dx, false, projs)?;
+    bw::moe_gather_add(gpu, &dxr, &s.groups, &mut dx, t, h, k, true)?;
+    Ok(dx)
+}
