@@ -4,7 +4,8 @@
 //! and without top-k/top-p picks the same tokens with the same log-probabilities, continuous
 //! batching with sequences joining and leaving mid-decode gives the same completions, routing
 //! records and top log-probabilities — while a plain decode copies no logits to the host
-//! (`EngineStats::logits_bytes_to_host`).
+//! (`EngineStats::logits_bytes_to_host`), and a steady-state decode step allocates nothing on
+//! the device (its index arrays go into persistent buffers).
 
 use execcritic::engine::cuda_backend::CudaDecoder;
 use execcritic::engine::{
@@ -190,4 +191,32 @@ fn continuous_batching_on_the_device_equals_the_cpu_engine() {
     // only the rows asked for were copied: one per sampled token of requests 2 and 3
     let rows = (dev[2].token_ids.len() + dev[3].token_ids.len()) as u64;
     assert_eq!(dev_stats.logits_bytes_to_host, rows * VOCAB as u64 * 4);
+}
+
+#[test]
+fn steady_state_decode_steps_allocate_nothing_on_the_device() {
+    let dir = tiny_model_dir();
+    let tok = Arc::new(Tokenizer::from_dir(dir.path()).unwrap());
+    let gpu = Gpu::emulator().unwrap();
+    let model = CudaModel::<f32>::load(&gpu, dir.path()).unwrap();
+    let decoder = CudaDecoder::new(gpu.clone(), model, 2, 256, 64).unwrap();
+    let mut core = EngineCore::new(Arc::new(decoder), tok, config(2, 64, 32)).unwrap();
+    core.add(request(1, 12, SamplingParams::greedy(12))).unwrap();
+    core.add(request(2, 7, sampled(1.0, 20, 0.9, 5, 12))).unwrap();
+    // one step reads both prompts, the next ones decode
+    core.step();
+    let (allocs, ops) = (gpu.allocations(), gpu.op_counts());
+    for _ in 0..6 {
+        assert!(core.step().is_empty(), "nothing finishes yet");
+    }
+    let work = gpu.op_counts().since(ops);
+    assert!(work.launches > 0 && work.gemms > 0, "{work:?}");
+    assert_eq!(
+        gpu.allocations(),
+        allocs,
+        "decode steps allocated device memory"
+    );
+    let done = core.run_to_completion();
+    assert_eq!(done.len(), 2);
+    assert!(done.iter().all(|(_, c)| c.as_ref().unwrap().token_ids.len() == 12));
 }

@@ -9,8 +9,9 @@
 //! ([`CudaState::copy_slot`]: the KV blocks shared by reference — only a partially filled last
 //! block is copied, when it is written — and device copies of the GDN conv and recurrent
 //! states), so snapshot and resume give the CPU engine's results. The KV pool is sized by a
-//! token budget ([`CacheConfig`]); a step whose tokens find no free block fails with a "KV
-//! cache full" error.
+//! token budget ([`CacheConfig`]); a step whose tokens find no free block (or no free slot)
+//! fails with [`EngineError::CacheFull`] before anything runs, and the engine makes room by
+//! preempting sequences (`engine::scheduler`).
 
 //!
 //! A step leaves the logits on the device: the next tokens are sampled there with each request's
@@ -125,11 +126,16 @@ impl<A: Act> CudaDecoder<A> {
             .lock()
             .map_err(poisoned)?
             .pop()
-            .ok_or_else(|| EngineError::Model("every device cache slot is in use".into()))?;
+            .ok_or_else(|| EngineError::CacheFull("every device cache slot is in use".into()))?;
         Ok(Arc::new(SlotLease {
             slot,
             ended: self.ended.clone(),
         }))
+    }
+
+    /// The device the decoder runs on (its op and allocation counters).
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
     }
 
     /// `(free, total)` blocks of the paged KV pool, after the blocks of ended sequences went back.
@@ -174,8 +180,13 @@ impl<A: Act> CudaDecoder<A> {
     }
 }
 
+/// A device error as the engine's: a full KV pool is [`EngineError::CacheFull`] (the engine
+/// preempts), anything else a model failure.
 fn device(e: crate::tensor::device::DeviceError) -> EngineError {
-    EngineError::Model(e.to_string())
+    match e {
+        crate::tensor::device::DeviceError::CacheFull(m) => EngineError::CacheFull(m),
+        e => EngineError::Model(e.to_string()),
+    }
 }
 
 impl<A: Act> DecoderModel for CudaDecoder<A> {

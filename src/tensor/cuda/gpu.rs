@@ -211,6 +211,7 @@ struct Counters {
     launches: std::sync::atomic::AtomicU64,
     gemms: std::sync::atomic::AtomicU64,
     memsets: std::sync::atomic::AtomicU64,
+    allocs: std::sync::atomic::AtomicU64,
 }
 
 fn bump(c: &std::sync::atomic::AtomicU64) {
@@ -241,6 +242,14 @@ impl Gpu {
             gemms: get(&self.counts.gemms),
             memsets: get(&self.counts.memsets),
         }
+    }
+
+    /// Device allocations made through this handle and its clones so far (every buffer,
+    /// including uploads): a steady-state engine step should add none.
+    pub fn allocations(&self) -> u64 {
+        self.counts
+            .allocs
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Open the real GPU `ordinal` (feature `cuda`) or the emulated device.
@@ -292,6 +301,7 @@ impl Gpu {
 
     /// Device buffer of `n` zeros (weights, caches and scratch are allocated up front).
     pub fn zeros<T: Elem>(&self, n: usize) -> Result<DeviceBuffer<T>> {
+        bump(&self.counts.allocs);
         let ptr = self
             .dev
             .alloc_zeroed((n * std::mem::size_of::<T>()).max(1))?;

@@ -4,6 +4,7 @@
 //! GDN layer with one fixed-size state per slot; scratch for up to `max_tokens` tokens per call.
 
 use super::paged::{BlockTables, PagedError};
+use super::step_index::StepIndex;
 use crate::model::config::{LayerType, ModelConfig};
 use crate::tensor::cuda::gpu::{Act, DeviceBuffer, Gpu};
 use crate::tensor::cuda::ops::{DecodeScratch, GdnPool, KvPool, MoeGroups};
@@ -70,6 +71,8 @@ pub struct CudaState<A: Act = u16> {
     /// Routing replay for the next step: per layer `[T · k]` expert indices used instead of the
     /// router's top-k (weights are still the router's renormalised probabilities). Consumed.
     pub forced: Option<Vec<Vec<i32>>>,
+    /// The step's index arrays in persistent device buffers (written, never allocated, per step).
+    pub(super) idx: StepIndex,
     pub(super) s: Scratch<A>,
 }
 
@@ -235,6 +238,13 @@ impl<A: Act> CudaState<A> {
             routing: None,
             route: gpu.zeros::<i32>(c.num_hidden_layers * t * k)?,
             forced: None,
+            // a step holds at most one row per slot, and a row at most max_len tokens' blocks
+            idx: StepIndex::new(
+                gpu,
+                t,
+                slots.min(t),
+                max_len.div_ceil(block_size).min(blocks),
+            )?,
             s,
         })
     }
