@@ -54,15 +54,19 @@ fn prompt(seed: u32, len: usize) -> Vec<u32> {
         .collect()
 }
 
-/// Five requests (greedy and seeded sampling) of 9 to 33 prompt tokens.
-fn requests() -> Vec<Request> {
-    let seeded = |seed, max_tokens| SamplingParams {
+/// Seeded sampling at temperature 1 over the top 50.
+fn seeded(seed: u64, max_tokens: usize) -> SamplingParams {
+    SamplingParams {
         temperature: 1.0,
         top_k: 50,
         seed: Some(seed),
         max_tokens,
         ..Default::default()
-    };
+    }
+}
+
+/// Five requests (greedy and seeded sampling) of 9 to 33 prompt tokens.
+fn requests() -> Vec<Request> {
     vec![
         Request::new(prompt(1, 20), SamplingParams::greedy(12)),
         Request::new(prompt(2, 9), seeded(7, 16)),
@@ -157,13 +161,6 @@ fn run_all<M: DecoderModel>(
 #[test]
 fn more_requests_than_the_pool_holds_are_preempted_and_give_the_cpu_tokens() {
     let dir = model_dir();
-    let seeded = |seed, max_tokens| SamplingParams {
-        temperature: 1.0,
-        top_k: 50,
-        seed: Some(seed),
-        max_tokens,
-        ..Default::default()
-    };
     let quiet = |r: Request| Request {
         ignore_eos: true,
         ..r
