@@ -14,6 +14,9 @@
 //! preempting sequences (`engine::scheduler`).
 
 //!
+//! A pure decode step is replayed as a CUDA graph captured on first use per batch size and
+//! block-table width (`model::backend::cuda::DecodeGraphs`; `use_graphs(false)` turns it off).
+//!
 //! A step leaves the logits on the device: the next tokens are sampled there with each request's
 //! own uniform draw ([`super::device_sampling`]) and only token ids and log-probabilities come
 //! back; a logits row is copied to the host only when it is asked for.
@@ -95,7 +98,9 @@ impl<A: Act> CudaDecoder<A> {
         max_tokens: usize,
     ) -> Result<Self, EngineError> {
         let load = |e: crate::tensor::device::DeviceError| EngineError::Load(e.to_string());
-        let state = CudaState::with_cache(&gpu, &model.cfg, cache, max_tokens).map_err(load)?;
+        let mut state = CudaState::with_cache(&gpu, &model.cfg, cache, max_tokens).map_err(load)?;
+        // decode steps as CUDA graphs (where the device has them)
+        state.use_graphs(true);
         // a step holds at most one row per slot
         let sampler = DeviceSampler::new(&gpu, cache.slots).map_err(load)?;
         Ok(CudaDecoder {
@@ -131,6 +136,17 @@ impl<A: Act> CudaDecoder<A> {
             slot,
             ended: self.ended.clone(),
         }))
+    }
+
+    /// Replay decode steps as CUDA graphs (the default) or run every step directly.
+    pub fn use_graphs(&self, on: bool) -> Result<(), EngineError> {
+        self.dev.lock().map_err(poisoned)?.state.use_graphs(on);
+        Ok(())
+    }
+
+    /// Decode-step graphs captured and kept.
+    pub fn decode_graphs(&self) -> Result<usize, EngineError> {
+        Ok(self.dev.lock().map_err(poisoned)?.state.decode_graphs())
     }
 
     /// The device the decoder runs on (its op and allocation counters).

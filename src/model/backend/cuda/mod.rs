@@ -4,12 +4,14 @@
 //! wrappers in `tensor::cuda::ops` (the residual add is fused into the next RMSNorm1p); the same
 //! host code runs on a real GPU and on the emulated device ([`crate::tensor::cuda::Gpu`]).
 
+mod decode_graphs;
 pub mod perf;
 mod paged;
 mod state;
 mod step_index;
 mod weights;
 
+pub use decode_graphs::DecodeGraphs;
 pub use paged::{BlockCopy, BlockTables, PagedError};
 pub use state::{CacheConfig, CudaState};
 pub use step_index::{HostIndex, StepIndex};
@@ -142,14 +144,37 @@ impl<A: Act> CudaModel<A> {
         }
         // into the persistent buffers: no device allocation per step
         st.idx.write(gpu, &h)?;
+        let b = seqs.len();
+        let decode = seqs.iter().all(|(_, x)| x.len() == 1);
+        // a pure decode step is the same work each time for a (batch, stride): a CUDA graph
+        let graph = st.graphs.enabled && decode && st.routing.is_none() && forced.is_none();
+        if graph {
+            if let Some(id) = st.graphs.get(b, bt_stride) {
+                gpu.launch_graph(id)?;
+                for (slot, toks) in seqs {
+                    st.lens[*slot] += toks.len();
+                }
+                return Ok(b);
+            }
+        }
+        let capturing = graph
+            && match gpu.begin_capture() {
+                Ok(()) => true,
+                Err(CudaError::Unsupported(_)) => {
+                    st.graphs.enabled = false;
+                    false
+                }
+                Err(e) => return Err(e),
+            };
         let idx = &st.idx;
         let mut step = CudaStep {
             gpu,
             c,
-            b: seqs.len(),
+            b,
             t,
-            decode: seqs.iter().all(|(_, x)| x.len() == 1),
-            max_len_now: h.lens_after.iter().copied().max().unwrap_or(1) as usize,
+            decode,
+            // attention splits over the table's capacity (the same for every step of a graph)
+            max_len_now: bt_stride * st.blocks.block_size(),
             ids: &idx.ids,
             pos: &idx.pos,
             seq_of_tok: &idx.seq_of_tok,
@@ -168,7 +193,20 @@ impl<A: Act> CudaModel<A> {
             }),
             s: &mut st.s,
         };
-        let rows = crate::model::forward::forward(&mut step, &self.stack)?;
+        let forwarded = crate::model::forward::forward(&mut step, &self.stack);
+        if capturing {
+            // the captured work has not run yet: end the capture, keep the graph, launch it
+            let captured = gpu.end_capture();
+            let rows = forwarded?;
+            let id = captured?;
+            st.graphs.insert(b, bt_stride, id);
+            gpu.launch_graph(id)?;
+            for (slot, toks) in seqs {
+                st.lens[*slot] += toks.len();
+            }
+            return Ok(rows);
+        }
+        let rows = forwarded?;
         let layers = step.routing.as_ref().map_or(0, |r| r.layers);
         for (slot, toks) in seqs {
             st.lens[*slot] += toks.len();

@@ -4,6 +4,7 @@
 //! GDN layer with one fixed-size state per slot; scratch for up to `max_tokens` tokens per call.
 
 use super::paged::{BlockTables, PagedError};
+use super::decode_graphs::DecodeGraphs;
 use super::step_index::StepIndex;
 use crate::model::config::{LayerType, ModelConfig};
 use crate::tensor::cuda::gpu::{Act, DeviceBuffer, Gpu};
@@ -73,6 +74,8 @@ pub struct CudaState<A: Act = u16> {
     pub forced: Option<Vec<Vec<i32>>>,
     /// The step's index arrays in persistent device buffers (written, never allocated, per step).
     pub(super) idx: StepIndex,
+    /// Captured decode steps, replayed when enabled ([`CudaState::use_graphs`]).
+    pub(super) graphs: DecodeGraphs,
     pub(super) s: Scratch<A>,
 }
 
@@ -245,6 +248,7 @@ impl<A: Act> CudaState<A> {
                 slots.min(t),
                 max_len.div_ceil(block_size).min(blocks),
             )?,
+            graphs: DecodeGraphs::new(gpu),
             s,
         })
     }
@@ -314,6 +318,20 @@ impl<A: Act> CudaState<A> {
             }
         }
         Ok(())
+    }
+
+    /// Capture decode steps as CUDA graphs and replay them (`on`), or run every step directly
+    /// (the captured graphs are freed). A device without graphs runs directly either way.
+    pub fn use_graphs(&mut self, on: bool) {
+        self.graphs.enabled = on;
+        if !on {
+            self.graphs.clear();
+        }
+    }
+
+    /// Decode-step graphs captured and kept.
+    pub fn decode_graphs(&self) -> usize {
+        self.graphs.len()
     }
 
     /// `(free, total)` blocks of the paged KV pool.
