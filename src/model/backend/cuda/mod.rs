@@ -196,15 +196,27 @@ impl<A: Act> CudaModel<A> {
         let forwarded = crate::model::forward::forward(&mut step, &self.stack);
         if capturing {
             // the captured work has not run yet: end the capture, keep the graph, launch it
-            let captured = gpu.end_capture();
-            let rows = forwarded?;
-            let id = captured?;
-            st.graphs.insert(b, bt_stride, id);
-            gpu.launch_graph(id)?;
-            for (slot, toks) in seqs {
-                st.lens[*slot] += toks.len();
+            match (forwarded, gpu.end_capture()) {
+                (Ok(rows), Ok(id)) => {
+                    st.graphs.insert(b, bt_stride, id);
+                    gpu.launch_graph(id)?;
+                    for (slot, toks) in seqs {
+                        st.lens[*slot] += toks.len();
+                    }
+                    return Ok(rows);
+                }
+                (forwarded, captured) => {
+                    // nothing ran: turn graphs off and run the step directly (a real error
+                    // comes back from there)
+                    if let Ok(id) = captured {
+                        gpu.drop_graph(id);
+                    }
+                    let why = forwarded.err().map_or("the capture".into(), |e| e.to_string());
+                    tracing::warn!("capturing a decode step failed ({why}); running steps directly");
+                    st.use_graphs(false);
+                    return self.step_on_device(gpu, st, seqs, all_rows);
+                }
             }
-            return Ok(rows);
         }
         let rows = forwarded?;
         let layers = step.routing.as_ref().map_or(0, |r| r.layers);
