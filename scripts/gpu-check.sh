@@ -8,10 +8,13 @@
 #   On the GPU host:              bash scripts/gpu-check.sh [--dry-run]
 #       finds libnvrtc/libcublas (EXECCRITIC_NVRTC, else NVIDIA wheels beside PyTorch), runs
 #       the NVRTC compile check, every op-parity test and the whole-model parity tests on the
-#       fixtures (models/) with the GPU mandatory, then the full-size Qwen3.5-35B-A3B benchmark
-#       on random weights generated on the GPU; writes $OUT/gpu-check.json (+ cuda-bench.json
-#       and the logs). --dry-run checks binaries, flags and paths and writes the plan without
-#       touching the GPU. --no-bench skips the benchmark.
+#       fixtures (models/) with the GPU mandatory, then the full-size Qwen3.5-35B-A3B benchmarks
+#       on random weights generated on the GPU: the model-step loop (cuda-bench.json) and the
+#       real engine (scheduler, paged cache, device sampling: batch-1, 64- and 256-way decode,
+#       4k prefill, multi-turn agent traffic; engine-bench.json, and h200-engine.json with the
+#       keys of issue #15, measured through the engine); writes $OUT/gpu-check.json (+ the
+#       logs). --dry-run checks binaries, flags and paths and writes the plan without touching
+#       the GPU. --no-bench skips the benchmarks.
 #   Each test runs in its own process under a timeout (EXECCRITIC_TEST_TIMEOUT, default 300 s), so
 #   one illegal address or hang cannot poison the rest; when the host has compute-sanitizer, the
 #   op tests also run under its memcheck (one process per test) and the result is reported.
@@ -22,6 +25,7 @@ OUT="${OUT:-$PWD/gpu-check-out}"
 mode=run
 bench=1
 TESTS="cuda_nvrtc cuda_ops cuda_model"
+BENCHES="engine_bench"
 for a in "$@"; do
   case "$a" in
     --build) mode=build ;;
@@ -35,7 +39,7 @@ done
 if [ "$mode" = build ]; then
   export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
   mkdir -p "$BIN"
-  for t in $TESTS; do
+  for t in $TESTS $BENCHES; do
     exe=$(cargo test --release --features cuda --test "$t" --no-run --message-format=json 2>/dev/null \
       | python3 -c 'import sys,json
 for l in sys.stdin:
@@ -51,7 +55,7 @@ fi
 
 mkdir -p "$OUT"
 fail() { echo "gpu-check: $*" >&2; exit 1; }
-for t in $TESTS; do
+for t in $TESTS $BENCHES; do
   [ -x "$BIN/$t" ] || fail "missing $BIN/$t (run 'bash scripts/gpu-check.sh --build' on a machine with Rust first)"
 done
 # libnvrtc / libcublas: explicit env, else the NVIDIA wheels next to torch
@@ -80,7 +84,7 @@ commit=$(cat "$BIN/COMMIT" 2>/dev/null || echo unknown)
 
 if [ "$mode" = dry ]; then
   listing=""
-  for t in $TESTS; do
+  for t in $TESTS $BENCHES; do
     "$BIN/$t" --list >/dev/null || fail "$BIN/$t does not run"
     listing="$listing $("$BIN/$t" --list --include-ignored 2>/dev/null | grep ': test' | sed "s/: test//;s/^/$t::/" | tr '\n' ' ')"
   done
@@ -132,21 +136,34 @@ if [ "$bench" = 1 ]; then
   OUT="$OUT" EXECCRITIC_COMMIT="$commit" timeout 1200 "$BIN/cuda_model" --ignored --exact full_size_benchmark --nocapture \
     --test-threads=1 >"$OUT/bench.log" 2>&1 || rc_bench=$?
 fi
-python3 - "$OUT" "${rc[cuda_nvrtc]}" "${rc[cuda_ops]}" "${rc[cuda_model]}" "$rc_bench" "$rc_sanitizer" <<PY
+# the same workloads through the real engine; writes $OUT/engine-bench.json and $OUT/h200-engine.json
+rc_engine=skipped
+if [ "$bench" = 1 ]; then
+  rc_engine=0
+  OUT="$OUT" EXECCRITIC_COMMIT="$commit" EXECCRITIC_DATE="$(date -u +%F)" timeout 1800 \
+    "$BIN/engine_bench" --ignored --exact full_size_engine_benchmark --nocapture --test-threads=1 \
+    >"$OUT/engine-bench.log" 2>&1 || rc_engine=$?
+fi
+python3 - "$OUT" "${rc[cuda_nvrtc]}" "${rc[cuda_ops]}" "${rc[cuda_model]}" "$rc_bench" "$rc_sanitizer" "$rc_engine" <<PY
 import json, os, sys
 out = sys.argv[1]
 lines = [l.split() for l in open(f"{out}/results.txt") if l.strip()]
 def results(prefix):
     return {k.split("::", 1)[1]: v for k, v in lines if k.split("::", 1)[0] == prefix}
-bench = json.load(open(f"{out}/cuda-bench.json")) if os.path.exists(f"{out}/cuda-bench.json") else None
+def load(name):
+    return json.load(open(f"{out}/{name}")) if os.path.exists(f"{out}/{name}") else None
+bench = load("cuda-bench.json")
 json.dump({"mode": "run", "commit": "$commit", "gpu": "$gpu_name", "nvrtc": "$EXECCRITIC_NVRTC",
   "nvrtc_compile": {"rc": int(sys.argv[2]), "tests": results("cuda_nvrtc")},
   "op_parity": {"rc": int(sys.argv[3]), "tests": results("cuda_ops")},
   "model_parity": {"rc": int(sys.argv[4]), "tests": results("cuda_model")},
   "compute_sanitizer": {"rc": sys.argv[6], "tests": results("sanitizer.cuda_ops")},
-  "full_size_benchmark": {"rc": sys.argv[5], "result": bench}}, open(f"{out}/gpu-check.json", "w"), indent=1)
+  "full_size_benchmark": {"rc": sys.argv[5], "result": bench},
+  "engine_benchmark": {"rc": sys.argv[7], "h200": load("h200-engine.json"), "result": load("engine-bench.json")}},
+  open(f"{out}/gpu-check.json", "w"), indent=1)
 PY
-echo "gpu-check: nvrtc rc=${rc[cuda_nvrtc]} ops rc=${rc[cuda_ops]} model rc=${rc[cuda_model]} sanitizer rc=$rc_sanitizer bench rc=$rc_bench; $OUT/gpu-check.json"
+echo "gpu-check: nvrtc rc=${rc[cuda_nvrtc]} ops rc=${rc[cuda_ops]} model rc=${rc[cuda_model]} sanitizer rc=$rc_sanitizer bench rc=$rc_bench engine rc=$rc_engine; $OUT/gpu-check.json"
 [ "${rc[cuda_nvrtc]}" = 0 ] && [ "${rc[cuda_ops]}" = 0 ] && [ "${rc[cuda_model]}" = 0 ] \
   && { [ "$rc_sanitizer" = 0 ] || [ "$rc_sanitizer" = skipped ]; } \
-  && { [ "$rc_bench" = 0 ] || [ "$rc_bench" = skipped ]; }
+  && { [ "$rc_bench" = 0 ] || [ "$rc_bench" = skipped ]; } \
+  && { [ "$rc_engine" = 0 ] || [ "$rc_engine" = skipped ]; }

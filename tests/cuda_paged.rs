@@ -2,8 +2,10 @@
 //! against the CPU engine (tiny Qwen3.5-MoE fixture): continuous batching with sequences joining
 //! and leaving mid-decode through a pool smaller than the tokens served over the run (blocks of
 //! ended sequences are reused, all of them are free at the end), snapshots sharing their
-//! source's blocks (only a partially filled last block is copied, when written), and a full pool
-//! reported as an error that the engine survives.
+//! source's blocks (only a partially filled last block is copied, when written), more
+//! concurrent requests than the pool holds served by preempting the youngest (recompute
+//! preemption: same tokens, log-probabilities and routing records as the CPU engine), and a
+//! request that cannot fit alone reported as a typed error that the engine survives.
 
 use execcritic::engine::cuda_backend::CudaDecoder;
 use execcritic::engine::{
@@ -52,15 +54,19 @@ fn prompt(seed: u32, len: usize) -> Vec<u32> {
         .collect()
 }
 
-/// Five requests (greedy and seeded sampling) of 9 to 33 prompt tokens.
-fn requests() -> Vec<Request> {
-    let seeded = |seed, max_tokens| SamplingParams {
+/// Seeded sampling at temperature 1 over the top 50.
+fn seeded(seed: u64, max_tokens: usize) -> SamplingParams {
+    SamplingParams {
         temperature: 1.0,
         top_k: 50,
         seed: Some(seed),
         max_tokens,
         ..Default::default()
-    };
+    }
+}
+
+/// Five requests (greedy and seeded sampling) of 9 to 33 prompt tokens.
+fn requests() -> Vec<Request> {
     vec![
         Request::new(prompt(1, 20), SamplingParams::greedy(12)),
         Request::new(prompt(2, 9), seeded(7, 16)),
@@ -134,6 +140,68 @@ fn continuous_batching_through_a_small_paged_pool_equals_the_cpu_engine() {
     }
 }
 
+/// Run `reqs` (all submitted at once) to completion: completions in request order, and stats.
+fn run_all<M: DecoderModel>(
+    model: Arc<M>,
+    cfg: EngineConfig,
+    reqs: &[Request],
+) -> (Vec<Completion>, execcritic::engine::EngineStats) {
+    let tok = Tokenizer::from_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tokenizer"))
+        .unwrap();
+    let mut core = EngineCore::new(model, Arc::new(tok), cfg).unwrap();
+    for r in reqs {
+        core.add(r.clone()).unwrap();
+    }
+    let mut done = core.run_to_completion();
+    done.sort_by_key(|(id, _)| *id);
+    let out = done.into_iter().map(|(_, c)| c.unwrap()).collect();
+    (out, core.stats())
+}
+
+#[test]
+fn more_requests_than_the_pool_holds_are_preempted_and_give_the_cpu_tokens() {
+    let dir = model_dir();
+    let quiet = |r: Request| Request {
+        ignore_eos: true,
+        ..r
+    };
+    // four at once, each up to 36 tokens (5 blocks of 8): 20 blocks wanted, 10 in the pool
+    let reqs = vec![
+        quiet(Request::new(prompt(11, 20), seeded(3, 16))).with_routing(),
+        quiet(Request::new(prompt(12, 14), SamplingParams::greedy(16))),
+        quiet(Request::new(prompt(13, 18), seeded(4, 16))).with_routing(),
+        quiet(Request::new(prompt(14, 12), seeded(5, 16))),
+    ];
+    let cfg = EngineConfig {
+        scheduler: SchedulerConfig {
+            max_running: 4,
+            max_batch_tokens: 64,
+            prefill_chunk: 16,
+        },
+        max_conversations: 0,
+    };
+    let (cpu, cpu_stats) = run_all(Arc::new(Model::load(dir.path()).unwrap()), cfg, &reqs);
+    let pool = 10;
+    let emu = Arc::new(emulated(dir.path(), 8, pool * BLOCK, BLOCK));
+    let (got, stats) = run_all(emu.clone(), cfg, &reqs);
+    assert_eq!(cpu_stats.preemptions, 0);
+    assert!(stats.preemptions > 0, "{stats:?}");
+    // the preempted sequences re-read what they had read
+    assert!(stats.prefilled_tokens > cpu_stats.prefilled_tokens, "{stats:?}");
+    assert_eq!(emu.kv_blocks().unwrap(), (pool, pool), "every block back");
+    for (i, (c, e)) in cpu.iter().zip(&got).enumerate() {
+        assert_eq!(c.token_ids.len(), 16, "request {i}");
+        assert_eq!(c.token_ids, e.token_ids, "request {i}: tokens");
+        for (a, b) in c.logprobs.iter().zip(&e.logprobs) {
+            assert!((a - b).abs() < 1e-3, "request {i}: logprob {a} vs {b}");
+        }
+        // each position recorded once, preempted or not
+        assert_eq!(c.routing, e.routing, "request {i}: routing");
+    }
+    let r = got[0].routing.as_ref().unwrap();
+    assert!(r.experts.iter().all(|l| l.len() == (20 + 16 - 1) * r.top_k));
+}
+
 #[test]
 fn a_full_pool_fails_the_request_with_an_error_and_frees_its_blocks() {
     let dir = model_dir();
@@ -147,7 +215,7 @@ fn a_full_pool_fails_the_request_with_an_error_and_frees_its_blocks() {
     let done = core.run_to_completion();
     assert_eq!(done.len(), 1);
     match &done[0].1 {
-        Err(EngineError::Model(m)) => assert!(m.contains("KV cache full"), "{m}"),
+        Err(EngineError::CacheFull(m)) => assert!(m.contains("KV cache full"), "{m}"),
         other => panic!("expected a KV-cache-full error, got {other:?}"),
     }
     assert_eq!(emu.kv_blocks().unwrap(), (4, 4));

@@ -4,6 +4,7 @@
 //! limits, argument checking, memory checking; the CPU GEMM against cuBLAS column-major
 //! semantics; and the deliberately broken kernels of `tests/fixtures/emu` (a skipped barrier, a
 //! divergent barrier, a half-warp shuffle) reported with the kernel's name instead of hanging.
+//! CUDA graphs: captured work is recorded, not run, and replayed on each launch.
 //!
 //! The `sanitize_*` tests are ignored: `scripts/emu-sanitize.sh` runs them in the AddressSanitizer
 //! and ThreadSanitizer builds and expects the sanitizer to report the broken kernel.
@@ -890,4 +891,27 @@ fn sanitize_missing_sync() {
         &[Ptr(x), Ptr(out)],
     )
     .unwrap();
+}
+
+/// CUDA graphs on the emulator: work enqueued during a capture is recorded, not run; a launch
+/// of the graph runs it again each time; host copies cannot be captured.
+#[test]
+fn a_captured_graph_runs_only_when_launched_and_replays_its_work() {
+    use execcritic::tensor::cuda::{ops, Gpu};
+    let gpu = Gpu::emulator().unwrap();
+    let mut o = gpu.upload(&[2.0f32; 8]).unwrap();
+    let gate = gpu.upload(&[0.0f32; 8]).unwrap(); // sigmoid(0) = 0.5
+    gpu.begin_capture().unwrap();
+    assert!(gpu.begin_capture().is_err(), "no nested capture");
+    ops::sigmoid_gate_mul(&gpu, &mut o, &gate, 8).unwrap();
+    assert!(gpu.download(&o).is_err(), "a host copy is not capturable");
+    let id = gpu.end_capture().unwrap();
+    assert_eq!(gpu.download(&o).unwrap(), vec![2.0; 8], "capturing ran nothing");
+    gpu.launch_graph(id).unwrap();
+    assert_eq!(gpu.download(&o).unwrap(), vec![1.0; 8]);
+    gpu.launch_graph(id).unwrap();
+    assert_eq!(gpu.download(&o).unwrap(), vec![0.5; 8]);
+    assert_eq!(gpu.graph_launches(), 2);
+    gpu.drop_graph(id);
+    assert!(gpu.launch_graph(id).is_err(), "a dropped graph is gone");
 }

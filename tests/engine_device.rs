@@ -4,7 +4,9 @@
 //! and without top-k/top-p picks the same tokens with the same log-probabilities, continuous
 //! batching with sequences joining and leaving mid-decode gives the same completions, routing
 //! records and top log-probabilities — while a plain decode copies no logits to the host
-//! (`EngineStats::logits_bytes_to_host`).
+//! (`EngineStats::logits_bytes_to_host`), and a steady-state decode step allocates nothing on
+//! the device (its index arrays go into persistent buffers), and decode steps replayed as CUDA
+//! graphs give the direct steps' results bit for bit.
 
 use execcritic::engine::cuda_backend::CudaDecoder;
 use execcritic::engine::{
@@ -190,4 +192,72 @@ fn continuous_batching_on_the_device_equals_the_cpu_engine() {
     // only the rows asked for were copied: one per sampled token of requests 2 and 3
     let rows = (dev[2].token_ids.len() + dev[3].token_ids.len()) as u64;
     assert_eq!(dev_stats.logits_bytes_to_host, rows * VOCAB as u64 * 4);
+}
+
+#[test]
+fn steady_state_decode_steps_allocate_nothing_on_the_device() {
+    let dir = tiny_model_dir();
+    let tok = Arc::new(Tokenizer::from_dir(dir.path()).unwrap());
+    let gpu = Gpu::emulator().unwrap();
+    let model = CudaModel::<f32>::load(&gpu, dir.path()).unwrap();
+    let decoder = CudaDecoder::new(gpu.clone(), model, 2, 256, 64).unwrap();
+    let mut core = EngineCore::new(Arc::new(decoder), tok, config(2, 64, 32)).unwrap();
+    core.add(request(1, 12, SamplingParams::greedy(12))).unwrap();
+    core.add(request(2, 7, sampled(1.0, 20, 0.9, 5, 12))).unwrap();
+    // one step reads both prompts, the next ones decode
+    core.step();
+    let (allocs, ops) = (gpu.allocations(), gpu.op_counts());
+    for _ in 0..6 {
+        assert!(core.step().is_empty(), "nothing finishes yet");
+    }
+    let work = gpu.op_counts().since(ops);
+    assert!(work.launches > 0 && work.gemms > 0, "{work:?}");
+    assert_eq!(
+        gpu.allocations(),
+        allocs,
+        "decode steps allocated device memory"
+    );
+    let done = core.run_to_completion();
+    assert_eq!(done.len(), 2);
+    assert!(done.iter().all(|(_, c)| c.as_ref().unwrap().token_ids.len() == 12));
+}
+
+#[test]
+fn decode_steps_replayed_as_cuda_graphs_equal_direct_steps_and_the_cpu_engine() {
+    let dir = tiny_model_dir();
+    // four at a time, ending at different lengths (a fifth joins): decode batches of 4, 3, 2, 1
+    let requests = [
+        request(1, 9, sampled(1.0, 20, 0.9, 3, 6)),
+        request(2, 5, SamplingParams::greedy(10)),
+        request(3, 7, sampled(1.0, 0, 1.0, 4, 14)),
+        request(4, 11, sampled(0.7, 0, 1.0, 5, 20)),
+        request(5, 4, SamplingParams::greedy(24)),
+    ];
+    let cfg = config(4, 64, 32);
+    let tok = Arc::new(Tokenizer::from_dir(dir.path()).unwrap());
+    let cpu_model = Arc::new(Model::load(dir.path()).unwrap());
+    let (cpu, _) = run(
+        &mut EngineCore::new(cpu_model, tok.clone(), cfg).unwrap(),
+        &requests,
+    );
+    let on_device = |graphs: bool| {
+        let gpu = Gpu::emulator().unwrap();
+        let model = CudaModel::<f32>::load(&gpu, dir.path()).unwrap();
+        let decoder = Arc::new(CudaDecoder::new(gpu.clone(), model, 4, 256, 64).unwrap());
+        decoder.use_graphs(graphs).unwrap();
+        let mut core = EngineCore::new(decoder.clone(), tok.clone(), cfg).unwrap();
+        let (out, _) = run(&mut core, &requests);
+        (out, gpu.graph_launches(), decoder.decode_graphs().unwrap())
+    };
+    let (direct, direct_launches, direct_graphs) = on_device(false);
+    assert_eq!((direct_launches, direct_graphs), (0, 0));
+    let (graphed, launches, kept) = on_device(true);
+    same_completions(&cpu, &graphed);
+    for (d, g) in direct.iter().zip(&graphed) {
+        assert_eq!(d.token_ids, g.token_ids);
+        assert_eq!(d.logprobs, g.logprobs, "the same kernels on the same data");
+    }
+    // one graph kept per batch size (4, 3, 2, 1), each replayed after its capture
+    assert_eq!(kept, 4, "graphs kept");
+    assert!(launches > 2 * kept as u64, "{launches} graph launches");
 }

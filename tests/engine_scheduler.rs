@@ -1,7 +1,8 @@
 //! The engine's scheduling, batching, stop rules, routing records and conversation resume,
 //! driven by a small deterministic test model whose logits are a pure function of the tokens a
 //! sequence has consumed — so any batching or caching mistake changes the tokens or logits — and
-//! a variant that samples its tokens itself, as a device backend does.
+//! a variant that samples its tokens itself, as a device backend does, and one with a bounded
+//! cache (preemption, conversation eviction, a request too long to fit alone).
 
 use execcritic::engine::scheduler::{plan, Pending};
 use execcritic::engine::{
@@ -692,4 +693,168 @@ fn a_model_that_samples_itself_gets_the_requests_draws() {
     assert_eq!(dev.stats().logits_bytes_to_host, rows * VOCAB as u64 * 4);
     assert!(host.stats().logits_bytes_to_host > dev.stats().logits_bytes_to_host);
     assert_eq!(host.stats().steps, dev.stats().steps);
+}
+
+/// A model state whose tokens count against the model's cache (`live`) for as long as it (or
+/// a clone: a snapshot) exists, as a device's KV blocks do.
+struct Held {
+    tokens: Vec<u32>,
+    live: Arc<AtomicUsize>,
+}
+
+impl Clone for Held {
+    fn clone(&self) -> Self {
+        self.live.fetch_add(self.tokens.len(), Ordering::SeqCst);
+        Held {
+            tokens: self.tokens.clone(),
+            live: self.live.clone(),
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.live.fetch_sub(self.tokens.len(), Ordering::SeqCst);
+    }
+}
+
+/// [`CountingModel`] with a cache of `capacity` tokens: a step that would overfill it fails
+/// with [`EngineError::CacheFull`] and changes nothing.
+struct Bounded {
+    inner: CountingModel,
+    capacity: usize,
+    live: Arc<AtomicUsize>,
+}
+
+impl Bounded {
+    fn new(capacity: usize) -> Self {
+        Bounded {
+            inner: CountingModel::default(),
+            capacity,
+            live: Arc::default(),
+        }
+    }
+}
+
+impl DecoderModel for Bounded {
+    type State = Held;
+    fn new_state(&self) -> Held {
+        Held {
+            tokens: Vec::new(),
+            live: self.live.clone(),
+        }
+    }
+    fn vocab_size(&self) -> usize {
+        VOCAB
+    }
+    fn experts_per_token(&self) -> usize {
+        TOP_K
+    }
+    fn step(
+        &self,
+        batch: &mut [StepInput<'_, Held>],
+        routing: bool,
+    ) -> Result<Vec<StepOutput>, EngineError> {
+        let new: usize = batch.iter().map(|s| s.tokens.len()).sum();
+        let live = self.live.load(Ordering::SeqCst);
+        if live + new > self.capacity {
+            return Err(EngineError::CacheFull(format!(
+                "{live} + {new} tokens > {}",
+                self.capacity
+            )));
+        }
+        let mut inner: Vec<StepInput<'_, Vec<u32>>> = batch
+            .iter_mut()
+            .map(|s| StepInput {
+                tokens: s.tokens,
+                state: &mut s.state.tokens,
+                want: s.want,
+            })
+            .collect();
+        let out = self.inner.step(&mut inner, routing)?;
+        self.live.fetch_add(new, Ordering::SeqCst);
+        Ok(out)
+    }
+}
+
+fn quiet(r: Request) -> Request {
+    Request {
+        ignore_eos: true,
+        ..r.with_routing()
+    }
+}
+
+#[test]
+fn a_full_cache_preempts_the_youngest_and_the_output_is_unchanged() {
+    // four at once, up to 20 + 19 tokens each: 156 tokens wanted, a cache of 100
+    let reqs: Vec<Request> = (0..4)
+        .map(|i| {
+            let sampling = SamplingParams {
+                temperature: 1.0,
+                seed: Some(10 + i),
+                max_tokens: 20,
+                ..Default::default()
+            };
+            quiet(Request::new(prompt(20 + i, 20), sampling))
+        })
+        .collect();
+    let mut free = core(config(4, 64, 16));
+    let mut bounded = EngineCore::new(
+        Arc::new(Bounded::new(100)),
+        Arc::new(tokenizer()),
+        config(4, 64, 16),
+    )
+    .unwrap();
+    for r in &reqs {
+        free.add(r.clone()).unwrap();
+        bounded.add(r.clone()).unwrap();
+    }
+    let (want, got) = (
+        by_id(free.run_to_completion()),
+        by_id(bounded.run_to_completion()),
+    );
+    let stats = bounded.stats();
+    assert!(stats.preemptions > 0, "{stats:?}");
+    assert!(stats.prefilled_tokens > free.stats().prefilled_tokens);
+    for (a, b) in want.iter().zip(&got) {
+        assert_same(a, b);
+        assert_eq!(a.routing, b.routing, "every position recorded once");
+        assert_eq!(b.token_ids.len(), 20);
+    }
+}
+
+#[test]
+fn cached_conversations_are_evicted_before_preempting_and_a_too_long_request_fails() {
+    let mut c = EngineCore::new(
+        Arc::new(Bounded::new(60)),
+        Arc::new(tokenizer()),
+        config(4, 64, 16),
+    )
+    .unwrap();
+    // a conversation keeps its states (a 20-token snapshot, 24 tokens at the end: 44)
+    c.add(quiet(Request::new(prompt(30, 20), SamplingParams::greedy(5))).in_conversation("a"))
+        .unwrap();
+    assert!(c.run_to_completion()[0].1.is_ok());
+    assert_eq!(c.cached_conversations(), 1);
+    // a request that needs the room: the conversation goes, nothing is preempted
+    c.add(quiet(Request::new(prompt(31, 40), SamplingParams::greedy(5))))
+        .unwrap();
+    assert!(c.run_to_completion()[0].1.is_ok());
+    assert_eq!(c.cached_conversations(), 0);
+    assert_eq!(c.stats().preemptions, 0);
+    // alone and still too long: the typed error, and the engine goes on
+    c.add(quiet(Request::new(prompt(32, 70), SamplingParams::greedy(5))))
+        .unwrap();
+    let done = c.run_to_completion();
+    assert!(
+        matches!(&done[0].1, Err(EngineError::CacheFull(m)) if m.contains("> 60")),
+        "{:?}",
+        done[0].1
+    );
+    c.add(quiet(Request::new(prompt(33, 10), SamplingParams::greedy(5))))
+        .unwrap();
+    assert_eq!(
+        c.run_to_completion()[0].1.as_ref().unwrap().token_ids.len(),
+        5
+    );
 }

@@ -50,6 +50,7 @@ fn delta(a: EngineStats, b: EngineStats) -> EngineStats {
         rerendered_turns: b.rerendered_turns - a.rerendered_turns,
         steps: b.steps - a.steps,
         logits_bytes_to_host: b.logits_bytes_to_host - a.logits_bytes_to_host,
+        preemptions: b.preemptions - a.preemptions,
     }
 }
 

@@ -68,6 +68,15 @@ impl<S> ConversationCache<S> {
         self.entries.insert(id, snapshots);
     }
 
+    /// Drop the least recently used conversation (to make room in the model's cache); false
+    /// when none is cached.
+    pub fn evict_oldest(&mut self) -> bool {
+        match self.order.pop_front() {
+            Some(old) => self.entries.remove(&old).is_some(),
+            None => false,
+        }
+    }
+
     pub fn forget(&mut self, id: &str) {
         if self.entries.remove(id).is_some() {
             self.order.retain(|k| k != id);

@@ -1,12 +1,14 @@
 //! `EngineCore`: the synchronous generation loop. Requests wait in a queue, are admitted into the
 //! running set, and every [`EngineCore::step`] forwards one batch chosen by the scheduler, samples
 //! a token for every sequence whose pending tokens are all consumed, and retires finished
-//! sequences (storing their states in the conversation cache).
+//! sequences (storing their states in the conversation cache). When the model's cache cannot
+//! take a step's tokens, cached conversations are evicted and then the youngest running
+//! sequences preempted (`scheduler::preemption_victim`) until the step fits.
 
 use super::backend::{DecoderModel, SampleSpec, StepInput, StepOutput, Want};
 use super::conversation::{ConversationCache, Snapshot};
 use super::error::EngineError;
-use super::scheduler::{plan, Pending, SchedulerConfig};
+use super::scheduler::{plan, preemption_victim, Pending, SchedulerConfig};
 use super::sequence::{Completion, Request, Sequence};
 use super::stats::{Counters, EngineStats};
 use crate::model::tokenizer::Tokenizer;
@@ -38,11 +40,29 @@ pub struct EngineCore<M: DecoderModel> {
     model: Arc<M>,
     tokenizer: Arc<Tokenizer>,
     config: EngineConfig,
-    waiting: VecDeque<(u64, Request)>,
+    waiting: VecDeque<Waiting<M::State>>,
+    /// In admission order (the youngest last).
     running: Vec<Running<M::State>>,
+    /// No admission after a preemption until a sequence has finished (or none runs).
+    admission_paused: bool,
     conversations: ConversationCache<M::State>,
     next_id: u64,
     counters: Arc<Counters>,
+}
+
+/// A queued request, or a preempted sequence waiting to re-read what it had read.
+enum Waiting<S> {
+    New(u64, Request),
+    Preempted(Sequence<S>),
+}
+
+impl<S> Waiting<S> {
+    fn id(&self) -> u64 {
+        match self {
+            Waiting::New(id, _) => *id,
+            Waiting::Preempted(seq) => seq.id,
+        }
+    }
 }
 
 /// A running sequence plus its turn-boundary snapshot (conversations only).
@@ -70,6 +90,7 @@ impl<M: DecoderModel> EngineCore<M> {
             config,
             waiting: VecDeque::new(),
             running: Vec::new(),
+            admission_paused: false,
             next_id: 0,
             counters: Arc::default(),
         })
@@ -93,7 +114,7 @@ impl<M: DecoderModel> EngineCore<M> {
         }
         let id = self.next_id;
         self.next_id += 1;
-        self.waiting.push_back((id, request));
+        self.waiting.push_back(Waiting::New(id, request));
         Ok(id)
     }
 
@@ -115,7 +136,7 @@ impl<M: DecoderModel> EngineCore<M> {
     /// Drop a waiting or running request at once (its caller has gone); its state is freed and
     /// not kept for its conversation. Returns whether it was found.
     pub fn cancel(&mut self, id: u64) -> bool {
-        if let Some(i) = self.waiting.iter().position(|(w, _)| *w == id) {
+        if let Some(i) = self.waiting.iter().position(|w| w.id() == id) {
             self.waiting.remove(i);
             return true;
         }
@@ -151,7 +172,7 @@ impl<M: DecoderModel> EngineCore<M> {
         let mut out: Vec<Finished> = self
             .waiting
             .drain(..)
-            .map(|(id, _)| (id, Err(err.clone())))
+            .map(|w| (w.id(), Err(err.clone())))
             .collect();
         out.extend(self.running.drain(..).map(|r| (r.seq.id, Err(err.clone()))));
         out
@@ -167,41 +188,94 @@ impl<M: DecoderModel> EngineCore<M> {
     }
 
     /// Admit waiting requests, forward one scheduled batch, sample, retire finished sequences.
+    /// A batch the model's cache cannot hold is planned again after making room (cached
+    /// conversations evicted, then the youngest sequences preempted); it fails only when a
+    /// single sequence cannot fit alone.
     pub fn step(&mut self) -> Vec<Finished> {
         self.admit();
-        let pending: Vec<Pending> = self
-            .running
-            .iter()
-            .map(|r| Pending {
-                tokens: r.seq.pending().len(),
-                prefill: r.seq.in_prefill(),
-            })
-            .collect();
-        let batch = plan(&pending, &self.config.scheduler);
-        if batch.is_empty() {
-            return Vec::new();
+        loop {
+            let pending: Vec<Pending> = self
+                .running
+                .iter()
+                .map(|r| Pending {
+                    tokens: r.seq.pending().len(),
+                    prefill: r.seq.in_prefill(),
+                })
+                .collect();
+            let batch = plan(&pending, &self.config.scheduler);
+            if batch.is_empty() {
+                return Vec::new();
+            }
+            let (wants, result) = self.forward(&batch);
+            match result {
+                Err(EngineError::CacheFull(m)) => {
+                    // the step did not run: take its draws back, make room, plan again
+                    for &(i, _) in &batch {
+                        self.running[i].seq.unwant();
+                    }
+                    if !self.make_room() {
+                        return self.fail(&batch, EngineError::CacheFull(m));
+                    }
+                }
+                result => return self.finish_step(&batch, wants, result),
+            }
         }
+    }
+
+    /// Free cache for the running sequences: evict the least recently used cached
+    /// conversation, else preempt the youngest running sequence. False when nothing is left to
+    /// free.
+    fn make_room(&mut self) -> bool {
+        if self.conversations.evict_oldest() {
+            return true;
+        }
+        let Some(i) = preemption_victim(self.running.len()) else {
+            return false;
+        };
+        // its turn-boundary snapshot goes too (it holds cache); re-reading the prompt takes it again
+        let Running { mut seq, .. } = self.running.remove(i);
+        seq.restart(self.model.new_state());
+        self.waiting.push_front(Waiting::Preempted(seq));
+        self.counters.preempted();
+        self.admission_paused = true;
+        true
+    }
+
+    /// Forward one planned batch: what each sequence wants (its draw taken) and the model's
+    /// answer.
+    fn forward(
+        &mut self,
+        batch: &[(usize, usize)],
+    ) -> (Vec<Want>, Result<Vec<StepOutput>, EngineError>) {
         let routing = batch
             .iter()
             .any(|&(i, _)| self.running[i].seq.request.routing);
         let mut wants = Vec::with_capacity(batch.len());
-        let result = {
-            let mut chosen = batch.iter().peekable();
-            let mut inputs = Vec::with_capacity(batch.len());
-            for (i, r) in self.running.iter_mut().enumerate() {
-                if let Some(&(_, n)) = chosen.next_if(|(j, _)| *j == i) {
-                    let seq = &mut r.seq;
-                    let want = seq.want(n);
-                    wants.push(want);
-                    inputs.push(StepInput {
-                        tokens: &seq.tokens[seq.fed..seq.fed + n],
-                        state: &mut seq.state,
-                        want,
-                    });
-                }
+        let mut chosen = batch.iter().peekable();
+        let mut inputs = Vec::with_capacity(batch.len());
+        for (i, r) in self.running.iter_mut().enumerate() {
+            if let Some(&(_, n)) = chosen.next_if(|(j, _)| *j == i) {
+                let seq = &mut r.seq;
+                let want = seq.want(n);
+                wants.push(want);
+                inputs.push(StepInput {
+                    tokens: &seq.tokens[seq.fed..seq.fed + n],
+                    state: &mut seq.state,
+                    want,
+                });
             }
-            self.model.step(&mut inputs, routing)
-        };
+        }
+        let result = self.model.step(&mut inputs, routing);
+        (wants, result)
+    }
+
+    /// Take a step's outputs: advance the states, sample, retire finished sequences.
+    fn finish_step(
+        &mut self,
+        batch: &[(usize, usize)],
+        wants: Vec<Want>,
+        result: Result<Vec<StepOutput>, EngineError>,
+    ) -> Vec<Finished> {
         let vocab = self.model.vocab_size();
         let outputs = match result {
             Ok(outputs)
@@ -219,9 +293,9 @@ impl<M: DecoderModel> EngineCore<M> {
                     outputs.len(),
                     batch.len()
                 ));
-                return self.fail(&batch, e);
+                return self.fail(batch, e);
             }
-            Err(e) => return self.fail(&batch, e),
+            Err(e) => return self.fail(batch, e),
         };
         let logit_bytes: usize = outputs
             .iter()
@@ -239,8 +313,8 @@ impl<M: DecoderModel> EngineCore<M> {
             } else {
                 self.counters.decoded(n);
             }
+            r.seq.record_routing(r.seq.fed, out.experts.take());
             r.seq.fed += n;
-            r.seq.record_routing(out.experts.take());
             if r.seq.snapshot_at == Some(r.seq.fed) {
                 r.boundary_snapshot = Some(Snapshot {
                     tokens: r.seq.tokens[..r.seq.fed].to_vec(),
@@ -261,9 +335,20 @@ impl<M: DecoderModel> EngineCore<M> {
     }
 
     fn admit(&mut self) {
-        while self.running.len() < self.config.scheduler.max_running {
-            let Some((id, request)) = self.waiting.pop_front() else {
-                break;
+        if self.running.is_empty() {
+            self.admission_paused = false;
+        }
+        while self.running.len() < self.config.scheduler.max_running && !self.admission_paused {
+            let (id, request) = match self.waiting.pop_front() {
+                None => break,
+                Some(Waiting::Preempted(seq)) => {
+                    self.running.push(Running {
+                        seq,
+                        boundary_snapshot: None,
+                    });
+                    continue;
+                }
+                Some(Waiting::New(id, request)) => (id, request),
             };
             let resumed = request
                 .conversation
@@ -306,6 +391,7 @@ impl<M: DecoderModel> EngineCore<M> {
     }
 
     fn fail(&mut self, batch: &[(usize, usize)], err: EngineError) -> Vec<Finished> {
+        self.admission_paused = false;
         let mut out = Vec::new();
         for &(i, _) in batch.iter().rev() {
             let r = self.running.remove(i);
@@ -334,6 +420,7 @@ impl<M: DecoderModel> EngineCore<M> {
             } = self.running.remove(i);
             let (id, conversation) = (seq.id, seq.request.conversation.clone());
             let (completion, state, consumed) = seq.into_completion();
+            self.admission_paused = false;
             self.counters.finished(completion.cached_tokens);
             if let Some(conv) = conversation {
                 let mut snapshots: Vec<Snapshot<M::State>> =

@@ -9,9 +9,13 @@
 //! ([`CudaState::copy_slot`]: the KV blocks shared by reference — only a partially filled last
 //! block is copied, when it is written — and device copies of the GDN conv and recurrent
 //! states), so snapshot and resume give the CPU engine's results. The KV pool is sized by a
-//! token budget ([`CacheConfig`]); a step whose tokens find no free block fails with a "KV
-//! cache full" error.
+//! token budget ([`CacheConfig`]); a step whose tokens find no free block (or no free slot)
+//! fails with [`EngineError::CacheFull`] before anything runs, and the engine makes room by
+//! preempting sequences (`engine::scheduler`).
 
+//!
+//! A pure decode step is replayed as a CUDA graph captured on first use per batch size and
+//! block-table width (`model::backend::cuda::DecodeGraphs`; `use_graphs(false)` turns it off).
 //!
 //! A step leaves the logits on the device: the next tokens are sampled there with each request's
 //! own uniform draw ([`super::device_sampling`]) and only token ids and log-probabilities come
@@ -94,7 +98,9 @@ impl<A: Act> CudaDecoder<A> {
         max_tokens: usize,
     ) -> Result<Self, EngineError> {
         let load = |e: crate::tensor::device::DeviceError| EngineError::Load(e.to_string());
-        let state = CudaState::with_cache(&gpu, &model.cfg, cache, max_tokens).map_err(load)?;
+        let mut state = CudaState::with_cache(&gpu, &model.cfg, cache, max_tokens).map_err(load)?;
+        // decode steps as CUDA graphs (where the device has them)
+        state.use_graphs(true);
         // a step holds at most one row per slot
         let sampler = DeviceSampler::new(&gpu, cache.slots).map_err(load)?;
         Ok(CudaDecoder {
@@ -125,11 +131,27 @@ impl<A: Act> CudaDecoder<A> {
             .lock()
             .map_err(poisoned)?
             .pop()
-            .ok_or_else(|| EngineError::Model("every device cache slot is in use".into()))?;
+            .ok_or_else(|| EngineError::CacheFull("every device cache slot is in use".into()))?;
         Ok(Arc::new(SlotLease {
             slot,
             ended: self.ended.clone(),
         }))
+    }
+
+    /// Replay decode steps as CUDA graphs (the default) or run every step directly.
+    pub fn use_graphs(&self, on: bool) -> Result<(), EngineError> {
+        self.dev.lock().map_err(poisoned)?.state.use_graphs(on);
+        Ok(())
+    }
+
+    /// Decode-step graphs captured and kept.
+    pub fn decode_graphs(&self) -> Result<usize, EngineError> {
+        Ok(self.dev.lock().map_err(poisoned)?.state.decode_graphs())
+    }
+
+    /// The device the decoder runs on (its op and allocation counters).
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
     }
 
     /// `(free, total)` blocks of the paged KV pool, after the blocks of ended sequences went back.
@@ -174,8 +196,13 @@ impl<A: Act> CudaDecoder<A> {
     }
 }
 
+/// A device error as the engine's: a full KV pool is [`EngineError::CacheFull`] (the engine
+/// preempts), anything else a model failure.
 fn device(e: crate::tensor::device::DeviceError) -> EngineError {
-    EngineError::Model(e.to_string())
+    match e {
+        crate::tensor::device::DeviceError::CacheFull(m) => EngineError::CacheFull(m),
+        e => EngineError::Model(e.to_string()),
+    }
 }
 
 impl<A: Act> DecoderModel for CudaDecoder<A> {

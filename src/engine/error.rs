@@ -1,5 +1,6 @@
 //! `EngineError`: why a generation request failed (bad request, model failure, tokenizer or chat
-//! template failure, the request being cancelled, or the engine thread being gone).
+//! template failure, the request being cancelled, the engine thread being gone, or a request
+//! the model's cache cannot hold).
 
 use crate::model::chat::ChatError;
 use crate::model::tokenizer::TokenizerError;
@@ -20,6 +21,10 @@ pub enum EngineError {
     Shutdown,
     #[error("the request was cancelled")]
     Cancelled,
+    /// The model's cache (a device's paged KV pool, its sequence slots) cannot hold the
+    /// request even with every other sequence preempted and every cached conversation evicted.
+    #[error("{0}")]
+    CacheFull(String),
 }
 
 impl From<crate::model::ModelError> for EngineError {

@@ -16,8 +16,10 @@
 //! * [`placement`]: `cpu` / `cuda[:N]` / `emulator` with a storage type, and [`open_engine`].
 //! * [`cuda_backend`]: the CUDA backend (GPU or emulator) as a [`DecoderModel`];
 //!   [`device_sampling`]: its next tokens drawn on the device.
+//! * [`bench`]: the engine benchmark (decode, prefill and agent traffic against the roofline).
 
 pub mod backend;
+pub mod bench;
 pub mod chat;
 pub mod conversation;
 pub mod core;

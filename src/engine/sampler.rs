@@ -129,6 +129,17 @@ impl Sampler {
         }
     }
 
+    /// Where the request's random stream stands (to take a draw back with [`Sampler::rewind`]).
+    pub fn stream_position(&self) -> u128 {
+        self.rng.get_word_pos()
+    }
+
+    /// Put the random stream back at `pos` (a [`Sampler::stream_position`]): the draws made
+    /// since are made again, identically (a step that did not run is retried).
+    pub fn rewind(&mut self, pos: u128) {
+        self.rng.set_word_pos(pos);
+    }
+
     /// Sample one token from a row of logits with the uniform draw `u` of
     /// [`Sampler::next_uniform`] (ignored when greedy).
     pub fn sample_with(&self, logits: &[f32], u: f64) -> Sampled {

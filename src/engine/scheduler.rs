@@ -8,6 +8,14 @@
 //! 2. the rest of the `max_batch_tokens` budget goes to prefilling sequences in arrival order,
 //!    each at most `prefill_chunk` tokens, so a long prompt is read over several steps while
 //!    others keep decoding, and a new short prompt does not wait behind it for long.
+//!
+//! Recompute preemption (vLLM's policy) when the model's cache cannot take a step's tokens
+//! ([`preemption_victim`]): the youngest running sequence gives its cache back and waits at the
+//! front of the queue; when it is admitted again it re-reads its prompt and the tokens it has
+//! sampled (as a prefill) and goes on sampling from its own random stream, so its output is the
+//! one it would have had. Cached conversations are evicted (least recently used) before a
+//! running sequence is preempted, and no new request is admitted after a preemption until a
+//! sequence has finished. Only a sequence that cannot fit even alone fails.
 
 /// Limits of the scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,4 +70,11 @@ pub fn plan(running: &[Pending], cfg: &SchedulerConfig) -> Vec<(usize, usize)> {
     }
     chosen.sort_unstable();
     chosen
+}
+
+/// The running sequence to preempt when the cache is full: the youngest (the last admitted;
+/// `running` counts the sequences in flight, indexed in admission order). `None` when only one
+/// runs: it cannot be helped by preempting anything.
+pub fn preemption_victim(running: usize) -> Option<usize> {
+    (running > 1).then(|| running - 1)
 }

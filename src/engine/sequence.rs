@@ -146,6 +146,8 @@ pub(crate) struct Sequence<S> {
     pub snapshot_at: Option<usize>,
     pub cached_tokens: usize,
     sampler: Sampler,
+    /// The random stream's position before the last [`Self::want`]'s draw.
+    drawn_from: u128,
     decoder: IncrementalDecoder,
     stop_ids: Vec<u32>,
     pub text: String,
@@ -190,10 +192,12 @@ impl<S> Sequence<S> {
             top_k,
             experts: Vec::new(),
         });
+        let sampler = Sampler::new(request.sampling.clone());
         Sequence {
             id,
             tokens: request.prompt.clone(),
-            sampler: Sampler::new(request.sampling.clone()),
+            drawn_from: sampler.stream_position(),
+            sampler,
             request,
             state,
             fed: cached,
@@ -224,28 +228,48 @@ impl<S> Sequence<S> {
         }
     }
 
-    /// Still reading its prompt (more than the last sampled token is pending).
+    /// Still reading its prompt (more than the last sampled token is pending) — or, after a
+    /// preemption, re-reading its prompt and sampled tokens.
     pub fn in_prefill(&self) -> bool {
-        self.fed < self.request.prompt.len()
+        self.fed < self.request.prompt.len() || self.fed + 1 < self.tokens.len()
     }
 
-    /// Add the experts of `n` newly forwarded tokens.
-    pub fn record_routing(&mut self, experts: Option<Vec<Vec<u32>>>) {
-        if let (Some(rec), Some(experts)) = (self.routing.as_mut(), experts) {
-            if rec.experts.is_empty() {
-                rec.experts = experts;
-            } else {
-                for (acc, layer) in rec.experts.iter_mut().zip(experts) {
-                    acc.extend(layer);
-                }
-            }
+    /// Add the experts of the tokens forwarded from position `from` (`[n, top_k]` per layer).
+    /// Positions already recorded (re-read after a preemption) or served from the conversation
+    /// cache before the record's start are skipped: the record covers each position once.
+    pub fn record_routing(&mut self, from: usize, experts: Option<Vec<Vec<u32>>>) {
+        let (Some(rec), Some(experts)) = (self.routing.as_mut(), experts) else {
+            return;
+        };
+        let k = rec.top_k.max(1);
+        let end = rec.start + rec.experts.first().map_or(0, |l| l.len() / k);
+        let skip = end.saturating_sub(from) * k;
+        if rec.experts.is_empty() {
+            rec.experts = vec![Vec::new(); experts.len()];
         }
+        for (acc, layer) in rec.experts.iter_mut().zip(experts) {
+            acc.extend(layer.get(skip..).unwrap_or_default());
+        }
+    }
+
+    /// Preempted: drop the model state (`fresh` replaces it) so the cache it held goes back;
+    /// everything read so far — prompt and sampled tokens — is pending again, and the sampler,
+    /// text, log-probabilities and routing record carry on where they were.
+    pub fn restart(&mut self, fresh: S) {
+        self.state = fresh;
+        self.fed = 0;
+    }
+
+    /// Take back the draw of the last [`Self::want`]: its step did not run and is retried.
+    pub fn unwant(&mut self) {
+        self.sampler.rewind(self.drawn_from);
     }
 
     /// What a step forwarding `n` of the pending tokens must produce for this sequence: nothing
     /// while prompt remains to be read, else the next token — with the uniform draw taken here
     /// from the request's stream (exactly once per token, as the host sampler draws it).
     pub fn want(&mut self, n: usize) -> Want {
+        self.drawn_from = self.sampler.stream_position();
         if self.fed + n < self.tokens.len() {
             return Want::Nothing;
         }

@@ -1,7 +1,7 @@
 //! Engine counters: how many tokens the model read as prompt (prefill), how many it decoded, how
 //! many prompt tokens the conversation cache spared, and how chat turns were rendered
 //! (continued on the conversation's own tokens, or re-rendered in full), and how many model steps
-//! ran with how many bytes of logits handed to the host. The engine thread adds to
+//! ran with how many bytes of logits handed to the host, and how many sequences were preempted. The engine thread adds to
 //! them; any [`crate::engine::Engine`] handle reads a consistent-enough snapshot at any time.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +29,9 @@ pub struct EngineStats {
     /// to the host), so a plain decode on the device adds nothing here; the CPU model's rows
     /// are on the host already and are counted as handed over.
     pub logits_bytes_to_host: u64,
+    /// Running sequences preempted because the model's cache was full (their states dropped;
+    /// each was re-read from its prompt and sampled tokens when there was room again).
+    pub preemptions: u64,
 }
 
 /// The shared, atomically updated counters behind [`EngineStats`].
@@ -42,6 +45,7 @@ pub(crate) struct Counters {
     rerendered: AtomicU64,
     steps: AtomicU64,
     logits_bytes: AtomicU64,
+    preemptions: AtomicU64,
 }
 
 impl Counters {
@@ -60,6 +64,9 @@ impl Counters {
         self.steps.fetch_add(1, Ordering::Relaxed);
         self.logits_bytes
             .fetch_add(logits_bytes as u64, Ordering::Relaxed);
+    }
+    pub fn preempted(&self) {
+        self.preemptions.fetch_add(1, Ordering::Relaxed);
     }
     pub fn turn(&self, continued: bool) {
         let c = if continued {
@@ -80,6 +87,7 @@ impl Counters {
             rerendered_turns: get(&self.rerendered),
             steps: get(&self.steps),
             logits_bytes_to_host: get(&self.logits_bytes),
+            preemptions: get(&self.preemptions),
         }
     }
 }

@@ -81,7 +81,10 @@ impl From<crate::engine::EngineError> for ApiError {
     fn from(e: crate::engine::EngineError) -> Self {
         use crate::engine::EngineError as E;
         match e {
-            E::BadRequest(_) | E::Chat(_) | E::Tokenizer(_) => Self::bad_request(e.to_string()),
+            // CacheFull: the request does not fit the model's cache even alone (too long)
+            E::BadRequest(_) | E::Chat(_) | E::Tokenizer(_) | E::CacheFull(_) => {
+                Self::bad_request(e.to_string())
+            }
             E::Shutdown | E::Cancelled => Self::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
             E::Model(_) | E::Load(_) => Self::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         }

@@ -26,6 +26,9 @@ pub enum KernelArg {
     F32(f32),
 }
 
+/// A captured CUDA graph of a device (see [`Device::begin_capture`]).
+pub type GraphId = u64;
+
 /// Grid, block and dynamic shared memory of one launch (CUDA's `<<<grid, block, shared>>>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchDims {
@@ -156,6 +159,22 @@ pub trait Device: Send + Sync {
     fn memory_info(&self) -> Option<(usize, usize)> {
         None
     }
+    /// Start capturing (CUDA stream capture): launches, GEMMs, memsets and device copies
+    /// enqueued from now on are recorded into a graph instead of being run. A device without
+    /// graphs says `Unsupported` (the caller runs the work directly).
+    fn begin_capture(&self) -> Result<()> {
+        Err(DeviceError::Unsupported("CUDA graphs".into()))
+    }
+    /// End the capture: the recorded work as a graph to replay.
+    fn end_capture(&self) -> Result<GraphId> {
+        Err(DeviceError::Unsupported("CUDA graphs".into()))
+    }
+    /// Enqueue a captured graph: its work runs again with the pointers and scalars captured.
+    fn launch_graph(&self, _id: GraphId) -> Result<()> {
+        Err(DeviceError::Unsupported("CUDA graphs".into()))
+    }
+    /// Free a captured graph.
+    fn drop_graph(&self, _id: GraphId) {}
 }
 
 impl fmt::Display for LaunchDims {

@@ -4,12 +4,12 @@
 //! and launches — the [`Device`] trait over cudarc's driver API.
 
 use crate::tensor::device::{
-    ActType, DevPtr, Device, DeviceError, Gemm, GemmType, KernelArg, LaunchDims, Result,
+    ActType, DevPtr, Device, DeviceError, Gemm, GemmType, GraphId, KernelArg, LaunchDims, Result,
 };
 use crate::tensor::kernels;
 use crate::tensor::nvrtc::{find_cuda_library, Nvrtc};
 use cudarc::cublas::{result::gemm_ex, sys as blas_sys, CudaBlas};
-use cudarc::driver::{result as drv, sys, CudaContext, CudaFunction, CudaStream};
+use cudarc::driver::{result as drv, sys, CudaContext, CudaFunction, CudaGraph, CudaStream};
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -123,8 +123,16 @@ struct Limits {
     grid_y_z: u32,
 }
 
+/// A captured graph, owned by its device's list.
+struct Graph(CudaGraph);
+// SAFETY: a CudaGraph is not internally synchronised; every use (launch, drop) goes through the
+// device's `graphs` mutex, so no two threads touch one at the same time.
+unsafe impl Send for Graph {}
+
 /// One GPU: context, a non-default stream, cuBLAS handle and all kernels.
 pub struct CudaDevice {
+    /// Captured graphs (stream capture on `stream`), by id.
+    graphs: Mutex<Vec<Option<Graph>>>,
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     /// cuBLAS handle; one GEMM at a time (a handle must not be used by two threads at once).
@@ -180,6 +188,7 @@ impl CudaDevice {
         }
         let name = format!("{} (sm_{sm})", ctx.name().unwrap_or_else(|_| "GPU".into()));
         Ok(CudaDevice {
+            graphs: Mutex::new(Vec::new()),
             ctx,
             stream,
             blas: Mutex::new(blas),
@@ -366,6 +375,39 @@ impl Device for CudaDevice {
     fn memory_info(&self) -> Option<(usize, usize)> {
         self.ctx.bind_to_thread().ok()?;
         drv::mem_get_info().ok()
+    }
+
+    /// Stream capture in thread-local mode: only this thread's work on the stream is recorded.
+    fn begin_capture(&self) -> Result<()> {
+        self.stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(driver)
+    }
+
+    fn end_capture(&self) -> Result<GraphId> {
+        let graph = self
+            .stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(driver)?
+            .ok_or_else(|| DeviceError::Driver("stream capture produced no graph".into()))?;
+        let mut graphs = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
+        graphs.push(Some(Graph(graph)));
+        Ok((graphs.len() - 1) as GraphId)
+    }
+
+    fn launch_graph(&self, id: GraphId) -> Result<()> {
+        let graphs = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
+        match graphs.get(id as usize) {
+            Some(Some(g)) => g.0.launch().map_err(driver),
+            _ => Err(DeviceError::Driver(format!("no CUDA graph {id}"))),
+        }
+    }
+
+    fn drop_graph(&self, id: GraphId) {
+        let mut graphs = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(g) = graphs.get_mut(id as usize) {
+            *g = None;
+        }
     }
 }
 

@@ -7,7 +7,7 @@
 //! GEMM operand type.
 
 use crate::tensor::device::{
-    ActType, DevPtr, Device, DeviceError, Gemm, GemmType, KernelArg, LaunchDims, Result,
+    ActType, DevPtr, Device, DeviceError, Gemm, GemmType, GraphId, KernelArg, LaunchDims, Result,
 };
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -211,6 +211,8 @@ struct Counters {
     launches: std::sync::atomic::AtomicU64,
     gemms: std::sync::atomic::AtomicU64,
     memsets: std::sync::atomic::AtomicU64,
+    allocs: std::sync::atomic::AtomicU64,
+    graph_launches: std::sync::atomic::AtomicU64,
 }
 
 fn bump(c: &std::sync::atomic::AtomicU64) {
@@ -241,6 +243,43 @@ impl Gpu {
             gemms: get(&self.counts.gemms),
             memsets: get(&self.counts.memsets),
         }
+    }
+
+    /// Device allocations made through this handle and its clones so far (every buffer,
+    /// including uploads): a steady-state engine step should add none.
+    pub fn allocations(&self) -> u64 {
+        self.counts
+            .allocs
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Captured graphs launched through this handle and its clones so far.
+    pub fn graph_launches(&self) -> u64 {
+        self.counts
+            .graph_launches
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Start capturing the work enqueued from now on into a graph (not run until launched);
+    /// `Unsupported` on a device without graphs.
+    pub fn begin_capture(&self) -> Result<()> {
+        self.dev.begin_capture()
+    }
+
+    /// End the capture: the captured graph.
+    pub fn end_capture(&self) -> Result<GraphId> {
+        self.dev.end_capture()
+    }
+
+    /// Run a captured graph again (same pointers, same scalars).
+    pub fn launch_graph(&self, id: GraphId) -> Result<()> {
+        bump(&self.counts.graph_launches);
+        self.dev.launch_graph(id)
+    }
+
+    /// Free a captured graph.
+    pub fn drop_graph(&self, id: GraphId) {
+        self.dev.drop_graph(id)
     }
 
     /// Open the real GPU `ordinal` (feature `cuda`) or the emulated device.
@@ -292,6 +331,7 @@ impl Gpu {
 
     /// Device buffer of `n` zeros (weights, caches and scratch are allocated up front).
     pub fn zeros<T: Elem>(&self, n: usize) -> Result<DeviceBuffer<T>> {
+        bump(&self.counts.allocs);
         let ptr = self
             .dev
             .alloc_zeroed((n * std::mem::size_of::<T>()).max(1))?;

@@ -11,12 +11,15 @@
 //! one-stream order of the real device holds trivially. See docs/cuda.md, "The emulated device".
 
 pub mod gemm;
+mod graph;
 pub mod memory;
 
 use std::ffi::{c_char, CStr, CString};
 use std::sync::Mutex;
 
-use crate::tensor::device::{DevPtr, Device, DeviceError, Gemm, KernelArg, LaunchDims, Result};
+use crate::tensor::device::{
+    DevPtr, Device, DeviceError, Gemm, GraphId, KernelArg, LaunchDims, Result,
+};
 
 use memory::Memory;
 
@@ -113,6 +116,8 @@ pub struct EmuDevice {
     /// A failure of a call that cannot return one (`free`), reported by the next `synchronize`
     /// (as CUDA's sticky errors).
     sticky: Mutex<Option<DeviceError>>,
+    /// CUDA graphs: the capture in progress and the captured graphs.
+    graphs: graph::Recorder,
 }
 
 impl EmuDevice {
@@ -185,6 +190,7 @@ impl Device for EmuDevice {
     }
 
     fn copy_htod(&self, dst: DevPtr, src: &[u8]) -> Result<()> {
+        self.graphs.refuse_host_copy("copy host to device")?;
         self.mem.check(dst, src.len(), "copy host to device")?;
         // SAFETY: the destination range lies inside one live allocation.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
@@ -192,6 +198,7 @@ impl Device for EmuDevice {
     }
 
     fn copy_dtoh(&self, src: DevPtr, dst: &mut [u8]) -> Result<()> {
+        self.graphs.refuse_host_copy("copy device to host")?;
         self.mem.check(src, dst.len(), "copy device to host")?;
         // SAFETY: the source range lies inside one live allocation.
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
@@ -199,6 +206,12 @@ impl Device for EmuDevice {
     }
 
     fn copy_dtod(&self, dst: DevPtr, src: DevPtr, bytes: usize) -> Result<()> {
+        if self
+            .graphs
+            .record(|| graph::Recorded::CopyDtoD { dst, src, bytes })
+        {
+            return Ok(());
+        }
         self.mem
             .check(src, bytes, "copy device to device (source)")?;
         self.mem
@@ -209,6 +222,9 @@ impl Device for EmuDevice {
     }
 
     fn memset_zero(&self, dst: DevPtr, bytes: usize) -> Result<()> {
+        if self.graphs.record(|| graph::Recorded::Memset(dst, bytes)) {
+            return Ok(());
+        }
         self.mem.check(dst, bytes, "memset")?;
         // SAFETY: the range lies inside one live allocation.
         unsafe { std::ptr::write_bytes(dst as *mut u8, 0, bytes) };
@@ -217,6 +233,12 @@ impl Device for EmuDevice {
 
     fn launch(&self, kernel: &str, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
         check_launch_limits(&dims).map_err(|m| Self::launch_err(kernel, format!("{dims}: {m}")))?;
+        if self
+            .graphs
+            .record(|| graph::Recorded::Launch(kernel.to_string(), dims, args.to_vec()))
+        {
+            return Ok(());
+        }
         for (i, a) in args.iter().enumerate() {
             if let KernelArg::Ptr(p) = *a {
                 if !self.mem.is_valid_arg(p) {
@@ -263,7 +285,34 @@ impl Device for EmuDevice {
     }
 
     fn gemm(&self, g: &Gemm) -> Result<()> {
+        if self.graphs.record(|| graph::Recorded::Gemm(*g)) {
+            return Ok(());
+        }
         gemm::gemm(&self.mem, g)
+    }
+
+    fn begin_capture(&self) -> Result<()> {
+        self.graphs.begin()
+    }
+
+    fn end_capture(&self) -> Result<GraphId> {
+        self.graphs.end()
+    }
+
+    fn launch_graph(&self, id: GraphId) -> Result<()> {
+        for op in self.graphs.ops(id)? {
+            match op {
+                graph::Recorded::Launch(k, dims, args) => self.launch(&k, dims, &args)?,
+                graph::Recorded::Gemm(g) => self.gemm(&g)?,
+                graph::Recorded::Memset(dst, bytes) => self.memset_zero(dst, bytes)?,
+                graph::Recorded::CopyDtoD { dst, src, bytes } => self.copy_dtod(dst, src, bytes)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn drop_graph(&self, id: GraphId) {
+        self.graphs.drop_graph(id)
     }
 
     fn synchronize(&self) -> Result<()> {

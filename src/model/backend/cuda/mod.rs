@@ -4,13 +4,17 @@
 //! wrappers in `tensor::cuda::ops` (the residual add is fused into the next RMSNorm1p); the same
 //! host code runs on a real GPU and on the emulated device ([`crate::tensor::cuda::Gpu`]).
 
+mod decode_graphs;
 pub mod perf;
 mod paged;
 mod state;
+mod step_index;
 mod weights;
 
+pub use decode_graphs::DecodeGraphs;
 pub use paged::{BlockCopy, BlockTables, PagedError};
 pub use state::{CacheConfig, CudaState};
+pub use step_index::{HostIndex, StepIndex};
 pub use weights::{check_supported, AttnW, CudaModel, CudaWeights, GdnW, MoeW};
 
 use super::{Backend, Site};
@@ -82,8 +86,10 @@ impl<A: Act> CudaModel<A> {
             return bad(format!("{t} tokens per call (1..={})", st.max_tokens));
         }
         let mut seen = vec![false; st.lens.len()];
-        let (mut ids, mut pos, mut seq_of_tok, mut cu, mut slots, mut lens_after) =
-            (vec![], vec![], vec![], vec![0i32], vec![], vec![]);
+        let mut h = HostIndex {
+            cu: vec![0],
+            ..HostIndex::default()
+        };
         for (b, (slot, toks)) in seqs.iter().enumerate() {
             if *slot >= st.lens.len() || seen[*slot] || toks.is_empty() {
                 return bad(format!(
@@ -103,14 +109,20 @@ impl<A: Act> CudaModel<A> {
                 if tk as usize >= c.vocab_size {
                     return bad(format!("token id {tk} >= vocab {}", c.vocab_size));
                 }
-                ids.push(tk as i32);
-                pos.push((st.lens[*slot] + j) as i32);
-                seq_of_tok.push(b as i32);
+                h.ids.push(tk as i32);
+                h.pos.push((st.lens[*slot] + j) as i32);
+                h.seq_of_tok.push(b as i32);
             }
-            cu.push(cu.last().copied().unwrap_or(0) + toks.len() as i32);
-            slots.push(*slot as i32);
-            lens_after.push((st.lens[*slot] + toks.len()) as i32);
+            h.cu.push(h.cu.last().copied().unwrap_or(0) + toks.len() as i32);
+            h.slots.push(*slot as i32);
+            h.lens_after.push((st.lens[*slot] + toks.len()) as i32);
         }
+        // KV blocks for the new tokens (copy-on-write of shared partial blocks), then the
+        // batch's block table: row b = the blocks of sequence b.
+        let batch_slots: Vec<usize> = seqs.iter().map(|(s, _)| *s).collect();
+        let news: Vec<usize> = seqs.iter().map(|(_, x)| x.len()).collect();
+        st.reserve_kv(gpu, &batch_slots, &news)?;
+        // taken only once the step will run (a full pool leaves it for the retried step)
         let forced = st.forced.take();
         if let Some(f) = &forced {
             let k = c.num_experts_per_tok;
@@ -125,34 +137,53 @@ impl<A: Act> CudaModel<A> {
                 ));
             }
         }
-        // KV blocks for the new tokens (copy-on-write of shared partial blocks), then the
-        // batch's block table: row b = the blocks of sequence b.
-        let batch_slots: Vec<usize> = seqs.iter().map(|(s, _)| *s).collect();
-        let news: Vec<usize> = seqs.iter().map(|(_, x)| x.len()).collect();
-        st.reserve_kv(gpu, &batch_slots, &news)?;
         let (table, bt_stride) = st.blocks.batch_table(&batch_slots);
-        let last_rows = if all_rows {
-            None
-        } else {
-            let last: Vec<i32> = cu[1..].iter().map(|e| e - 1).collect();
-            Some(gpu.upload(&last)?)
-        };
+        h.table = table;
+        if !all_rows {
+            h.last_rows = h.cu[1..].iter().map(|e| e - 1).collect();
+        }
+        // into the persistent buffers: no device allocation per step
+        st.idx.write(gpu, &h)?;
+        let b = seqs.len();
+        let decode = seqs.iter().all(|(_, x)| x.len() == 1);
+        // a pure decode step is the same work each time for a (batch, stride): a CUDA graph
+        let graph = st.graphs.enabled && decode && st.routing.is_none() && forced.is_none();
+        if graph {
+            if let Some(id) = st.graphs.get(b, bt_stride) {
+                gpu.launch_graph(id)?;
+                for (slot, toks) in seqs {
+                    st.lens[*slot] += toks.len();
+                }
+                return Ok(b);
+            }
+        }
+        let capturing = graph
+            && match gpu.begin_capture() {
+                Ok(()) => true,
+                Err(CudaError::Unsupported(_)) => {
+                    st.graphs.enabled = false;
+                    false
+                }
+                Err(e) => return Err(e),
+            };
+        let idx = &st.idx;
         let mut step = CudaStep {
             gpu,
             c,
-            b: seqs.len(),
+            b,
             t,
-            decode: seqs.iter().all(|(_, x)| x.len() == 1),
-            max_len_now: lens_after.iter().copied().max().unwrap_or(1) as usize,
-            ids: gpu.upload(&ids)?,
-            pos: gpu.upload(&pos)?,
-            seq_of_tok: gpu.upload(&seq_of_tok)?,
-            block_table: gpu.upload(&table)?,
+            decode,
+            // attention splits over the table's capacity (the same for every step of a graph)
+            max_len_now: bt_stride * st.blocks.block_size(),
+            ids: &idx.ids,
+            pos: &idx.pos,
+            seq_of_tok: &idx.seq_of_tok,
+            block_table: &idx.block_table,
             bt_stride,
-            cu: gpu.upload(&cu)?,
-            slots: gpu.upload(&slots)?,
-            lens: gpu.upload(&lens_after)?,
-            last_rows,
+            cu: &idx.cu,
+            slots: &idx.slots,
+            lens: &idx.lens,
+            last_rows: (!all_rows).then_some(&idx.last_rows),
             forced,
             kv: &mut st.kv,
             gdn: &mut st.gdn,
@@ -162,7 +193,32 @@ impl<A: Act> CudaModel<A> {
             }),
             s: &mut st.s,
         };
-        let rows = crate::model::forward::forward(&mut step, &self.stack)?;
+        let forwarded = crate::model::forward::forward(&mut step, &self.stack);
+        if capturing {
+            // the captured work has not run yet: end the capture, keep the graph, launch it
+            match (forwarded, gpu.end_capture()) {
+                (Ok(rows), Ok(id)) => {
+                    st.graphs.insert(b, bt_stride, id);
+                    gpu.launch_graph(id)?;
+                    for (slot, toks) in seqs {
+                        st.lens[*slot] += toks.len();
+                    }
+                    return Ok(rows);
+                }
+                (forwarded, captured) => {
+                    // nothing ran: turn graphs off and run the step directly (a real error
+                    // comes back from there)
+                    if let Ok(id) = captured {
+                        gpu.drop_graph(id);
+                    }
+                    let why = forwarded.err().map_or("the capture".into(), |e| e.to_string());
+                    tracing::warn!("capturing a decode step failed ({why}); running steps directly");
+                    st.use_graphs(false);
+                    return self.step_on_device(gpu, st, seqs, all_rows);
+                }
+            }
+        }
+        let rows = forwarded?;
         let layers = step.routing.as_ref().map_or(0, |r| r.layers);
         for (slot, toks) in seqs {
             st.lens[*slot] += toks.len();
@@ -202,7 +258,8 @@ impl<A: Act> CudaModel<A> {
     }
 }
 
-/// One forward step on the device: the step's index arrays and block table (uploaded once) and
+/// One forward step on the device: the step's index arrays and block table (in the state's
+/// persistent buffers, [`StepIndex`]) and
 /// the pools and scratch it writes. Activations live in the scratch, so the op values are unit markers:
 /// the residual in `s.resid`, a normed copy in `s.xn`, a block's output in `s.delta`.
 pub struct CudaStep<'a, A: Act> {
@@ -214,18 +271,18 @@ pub struct CudaStep<'a, A: Act> {
     /// Every sequence brings one token (recurrent GDN, split-K attention).
     decode: bool,
     max_len_now: usize,
-    ids: I32,
-    pos: I32,
+    ids: &'a I32,
+    pos: &'a I32,
     /// Block-table row (batch index) of each packed token.
-    seq_of_tok: I32,
+    seq_of_tok: &'a I32,
     /// The batch's KV block table `[b, bt_stride]`.
-    block_table: I32,
+    block_table: &'a I32,
     bt_stride: usize,
-    cu: I32,
-    slots: I32,
-    lens: I32,
+    cu: &'a I32,
+    slots: &'a I32,
+    lens: &'a I32,
     /// The last row of each sequence when only those get logits.
-    last_rows: Option<I32>,
+    last_rows: Option<&'a I32>,
     forced: Option<Vec<Vec<i32>>>,
     kv: &'a mut [Option<KvPool<A>>],
     gdn: &'a mut [Option<GdnPool>],

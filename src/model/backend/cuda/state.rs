@@ -4,6 +4,8 @@
 //! GDN layer with one fixed-size state per slot; scratch for up to `max_tokens` tokens per call.
 
 use super::paged::{BlockTables, PagedError};
+use super::decode_graphs::DecodeGraphs;
+use super::step_index::StepIndex;
 use crate::model::config::{LayerType, ModelConfig};
 use crate::tensor::cuda::gpu::{Act, DeviceBuffer, Gpu};
 use crate::tensor::cuda::ops::{DecodeScratch, GdnPool, KvPool, MoeGroups};
@@ -70,6 +72,10 @@ pub struct CudaState<A: Act = u16> {
     /// Routing replay for the next step: per layer `[T · k]` expert indices used instead of the
     /// router's top-k (weights are still the router's renormalised probabilities). Consumed.
     pub forced: Option<Vec<Vec<i32>>>,
+    /// The step's index arrays in persistent device buffers (written, never allocated, per step).
+    pub(super) idx: StepIndex,
+    /// Captured decode steps, replayed when enabled ([`CudaState::use_graphs`]).
+    pub(super) graphs: DecodeGraphs,
     pub(super) s: Scratch<A>,
 }
 
@@ -235,6 +241,14 @@ impl<A: Act> CudaState<A> {
             routing: None,
             route: gpu.zeros::<i32>(c.num_hidden_layers * t * k)?,
             forced: None,
+            // a step holds at most one row per slot, and a row at most max_len tokens' blocks
+            idx: StepIndex::new(
+                gpu,
+                t,
+                slots.min(t),
+                max_len.div_ceil(block_size).min(blocks),
+            )?,
+            graphs: DecodeGraphs::new(gpu),
             s,
         })
     }
@@ -304,6 +318,20 @@ impl<A: Act> CudaState<A> {
             }
         }
         Ok(())
+    }
+
+    /// Capture decode steps as CUDA graphs and replay them (`on`), or run every step directly
+    /// (the captured graphs are freed). A device without graphs runs directly either way.
+    pub fn use_graphs(&mut self, on: bool) {
+        self.graphs.enabled = on;
+        if !on {
+            self.graphs.clear();
+        }
+    }
+
+    /// Decode-step graphs captured and kept.
+    pub fn decode_graphs(&self) -> usize {
+        self.graphs.len()
     }
 
     /// `(free, total)` blocks of the paged KV pool.
