@@ -125,6 +125,24 @@ fn attention_ref(qv: &[f32], k: &[f32], v: &[f32], n: usize, kh: usize, hkv: usi
     out
 }
 
+/// A block table over a pool of `nblocks` blocks handed out in shuffled order (non-contiguous):
+/// row b lists `per_seq[b]` blocks in token order. Returns the table and its row stride.
+fn shuffled_block_table(rng: &mut ChaCha8Rng, per_seq: &[usize], nblocks: usize) -> (Vec<i32>, usize) {
+    let mut ids: Vec<i32> = (0..nblocks as i32).collect();
+    for i in (1..ids.len()).rev() {
+        ids.swap(i, rng.random_range(0..=i));
+    }
+    let stride = per_seq.iter().copied().max().unwrap_or(1);
+    let mut table = vec![0i32; per_seq.len() * stride];
+    let mut next = ids.into_iter();
+    for (b, &n) in per_seq.iter().enumerate() {
+        for i in 0..n {
+            table[b * stride + i] = next.next().unwrap();
+        }
+    }
+    (table, stride)
+}
+
 /// Paged KV cache in storage type `A`: three sequences whose blocks are scattered over a pool in
 /// shuffled order (block size 5, which divides no length), filled by two appends (the second
 /// starts inside partial blocks), prefill attention after each, then one split-KV decode step;
@@ -150,19 +168,8 @@ fn paged_attention_matches_cpu<A: Act>(tol: f32) {
         .iter()
         .map(|&n| round(rnd(&mut rng, (n + 1) * hq * hd, 1.0)))
         .collect();
-    // shuffled, non-contiguous block ids: sequence b's blocks in token order
-    let mut ids: Vec<i32> = (0..nblocks as i32).collect();
-    for i in (1..ids.len()).rev() {
-        ids.swap(i, rng.random_range(0..=i));
-    }
-    let stride = lens.iter().map(|n| (n + 1).div_ceil(bs)).max().unwrap();
-    let mut table = vec![0i32; lens.len() * stride];
-    let mut next = ids.into_iter();
-    for (b, n) in lens.iter().enumerate() {
-        for i in 0..(n + 1).div_ceil(bs) {
-            table[b * stride + i] = next.next().unwrap();
-        }
-    }
+    let per_seq: Vec<usize> = lens.iter().map(|n| (n + 1).div_ceil(bs)).collect();
+    let (table, stride) = shuffled_block_table(&mut rng, &per_seq, nblocks);
     let dtable = g.upload(&table).unwrap();
     let blocks = || BlockTable {
         table: &dtable,
@@ -247,19 +254,9 @@ fn split_kv_decode_follows_the_context<A: Act>(tol: f32) {
     let (hq, hkv, hd, bs) = (6, 1, 32, 16);
     let lens = [601usize, 90];
     let round = |x: Vec<f32>| A::to_f32(&A::from_f32(&x));
-    let stride = lens.iter().map(|n| n.div_ceil(bs)).max().unwrap();
-    let nblocks: usize = lens.iter().map(|n| n.div_ceil(bs)).sum();
-    let mut ids: Vec<i32> = (0..nblocks as i32).collect();
-    for i in (1..ids.len()).rev() {
-        ids.swap(i, rng.random_range(0..=i));
-    }
-    let mut table = vec![0i32; lens.len() * stride];
-    let mut next = ids.into_iter();
-    for (b, n) in lens.iter().enumerate() {
-        for i in 0..n.div_ceil(bs) {
-            table[b * stride + i] = next.next().unwrap();
-        }
-    }
+    let per_seq: Vec<usize> = lens.iter().map(|n| n.div_ceil(bs)).collect();
+    let nblocks: usize = per_seq.iter().sum();
+    let (table, stride) = shuffled_block_table(&mut rng, &per_seq, nblocks);
     let dtable = g.upload(&table).unwrap();
     let blocks = BlockTable { table: &dtable, stride };
     let mut pool = KvPool::<A>::new(&g, nblocks, bs, hkv, hd).unwrap();
