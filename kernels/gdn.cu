@@ -133,12 +133,115 @@ extern "C" __global__ void KERNEL(gdn_recurrent)(const float* __restrict__ qn, c
 }
 
 #define GDN_CHUNK 64
-// Chunked delta rule (prefill), one block per (sequence, value head), chunks processed in order.
-// Per chunk of c <= GDN_CHUNK tokens (local i, j):
+// Chunked delta rule (prefill). Per chunk of c <= GDN_CHUNK tokens (local i, j):
 //   γ = cumsum g;  A_ij = β_i (k̂_i·k̂_j) e^{γ_i-γ_j} (j<i);  U = L⁻¹(β V);  W = L⁻¹(β e^γ K̂)
-//   Vn = U - W S;  O_i = e^{γ_i} q̂_i S + Σ_{j<=i} (q̂_i·k̂_j) e^{γ_i-γ_j} Vn_j
+//   Pm_ij = (q̂_i·k̂_j) e^{γ_i-γ_j} (j<=i)
+//   Vn = U - W S;  O_i = e^{γ_i} q̂_i S + Σ_{j<=i} Pm_ij Vn_j
 //   S = e^{γ_c-1} S + Σ_j e^{γ_c-1 - γ_j} k̂_j Vn_jᵀ
-// U/W/Vn live in a global scratch [B*Hv, GDN_CHUNK, dk+dv] (fp32). block = 256.
+// U, W, Pm depend on the chunk only, so they are computed for every chunk of every sequence in
+// parallel (gdn_chunk_prep); the state pass (gdn_chunk_state, one block per (sequence, value
+// head)) then only does Vn, O and the state update, chunks in order. gdn_chunked is the
+// one-kernel form (everything in the state pass) for a scratch of one chunk per (sequence, head).
+// The parts below are called by every thread of a block of 256 (they contain barriers).
+#define GDN_QH(t) (qn + ((long long)(t) * hk + kh) * dk)
+#define GDN_KH(t) (kn + ((long long)(t) * hk + kh) * dk)
+#define GDN_VV(t) (v + ((long long)(t) * hv + h) * dv)
+
+// γ (cumulative log-decay) and β of the chunk's tokens t0..t0+c-1 into shared gam / bet.
+__device__ void gdn_chunk_gates(const float* __restrict__ beta, const float* __restrict__ g, int t0, int c,
+                                int hv, int h, float* gam, float* bet) {
+    if (threadIdx.x == 0) {
+        float acc = 0.0f;
+        for (int i = 0; i < c; i++) { acc += g[(long long)(t0 + i) * hv + h]; gam[i] = acc; bet[i] = beta[(long long)(t0 + i) * hv + h]; }
+    }
+    __syncthreads();
+}
+
+// A (strict lower part, in shared A) and the forward substitutions U [c, dv], W [c, dk] (rows in
+// order, columns in parallel).
+__device__ void gdn_chunk_uw(const float* __restrict__ kn, const float* __restrict__ v, int t0, int c, int hk,
+                             int kh, int hv, int h, int dk, int dv, const float* gam, const float* bet,
+                             float (*A)[GDN_CHUNK], float* U, float* W) {
+    int nth = blockDim.x, tid = threadIdx.x;
+    for (int p = tid; p < c * c; p += nth) {
+        int i = p / c, j = p % c;
+        float a = 0.0f;
+        if (j < i) {
+            const float* ki = GDN_KH(t0 + i); const float* kj = GDN_KH(t0 + j);
+            for (int r = 0; r < dk; r++) a += ki[r] * kj[r];
+            a *= bet[i] * expf(gam[i] - gam[j]);
+        }
+        A[i][j] = a;
+    }
+    __syncthreads();
+    for (int i = 0; i < c; i++) {
+        for (int col = tid; col < dv + dk; col += nth) {
+            float x;
+            if (col < dv) {
+                x = bet[i] * GDN_VV(t0 + i)[col];
+                for (int j = 0; j < i; j++) x -= A[i][j] * U[j * dv + col];
+                U[i * dv + col] = x;
+            } else {
+                int r = col - dv;
+                x = bet[i] * expf(gam[i]) * GDN_KH(t0 + i)[r];
+                for (int j = 0; j < i; j++) x -= A[i][j] * W[j * dk + r];
+                W[i * dk + r] = x;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// Pm (j <= i, zero above the diagonal) into P [c, GDN_CHUNK], then a barrier.
+__device__ void gdn_chunk_pm(const float* __restrict__ qn, const float* __restrict__ kn, int t0, int c, int hk,
+                             int kh, int dk, const float* gam, float* P) {
+    for (int p = threadIdx.x; p < c * c; p += blockDim.x) {
+        int i = p / c, j = p % c;
+        float a = 0.0f;
+        if (j <= i) {
+            const float* qi = GDN_QH(t0 + i); const float* kj = GDN_KH(t0 + j);
+            for (int r = 0; r < dk; r++) a += qi[r] * kj[r];
+            a *= expf(gam[i] - gam[j]);
+        }
+        P[i * GDN_CHUNK + j] = a;
+    }
+    __syncthreads();
+}
+
+// The state-dependent part: Vn = U - W S (in place in U), the outputs, the state update.
+__device__ void gdn_chunk_apply(const float* __restrict__ qn, const float* __restrict__ kn, int t0, int c,
+                                int hk, int kh, int hv, int h, int dk, int dv, const float* gam,
+                                const float* P, float* U, const float* W, float* S, act_t* __restrict__ out) {
+    int nth = blockDim.x, tid = threadIdx.x;
+    for (int p = tid; p < c * dv; p += nth) {
+        int i = p / dv, col = p % dv;
+        float x = U[i * dv + col];
+        for (int r = 0; r < dk; r++) x -= W[i * dk + r] * S[r * dv + col];
+        U[i * dv + col] = x;
+    }
+    __syncthreads();
+    for (int p = tid; p < c * dv; p += nth) {
+        int i = p / dv, col = p % dv;
+        const float* qi = GDN_QH(t0 + i);
+        float o = 0.0f;
+        for (int r = 0; r < dk; r++) o += qi[r] * S[r * dv + col];
+        o *= expf(gam[i]);
+        for (int j = 0; j <= i; j++) o += P[i * GDN_CHUNK + j] * U[j * dv + col];
+        out[((long long)(t0 + i) * hv + h) * dv + col] = f2a(o);
+    }
+    __syncthreads();
+    float gl = gam[c - 1];
+    for (int p = tid; p < dk * dv; p += nth) {
+        int r = p / dv, col = p % dv;
+        float s = expf(gl) * S[p];
+        for (int j = 0; j < c; j++) s += expf(gl - gam[j]) * GDN_KH(t0 + j)[r] * U[j * dv + col];
+        S[p] = s;
+    }
+    __syncthreads();
+}
+
+// One-kernel chunked delta rule: one block per (sequence, value head), chunks in order, U/W in
+// a global scratch [B*Hv, GDN_CHUNK, dk+dv] (fp32), A then Pm in shared memory. block = 256.
 extern "C" __global__ void KERNEL(gdn_chunked)(const float* __restrict__ qn, const float* __restrict__ kn,
                                        const float* __restrict__ v, const float* __restrict__ beta,
                                        const float* __restrict__ g, float* __restrict__ state,
@@ -149,87 +252,74 @@ extern "C" __global__ void KERNEL(gdn_chunked)(const float* __restrict__ qn, con
     __shared__ float gam[GDN_CHUNK];
     __shared__ float bet[GDN_CHUNK];
     int b = blockIdx.x, h = blockIdx.y, kh = h / (hv / hk);
-    int nth = blockDim.x, tid = threadIdx.x;
     float* S = state + ((long long)slots[b] * hv + h) * dk * dv;
     float* U = scratch + ((long long)b * hv + h) * GDN_CHUNK * (dk + dv);  // [C, dv]
     float* W = U + GDN_CHUNK * dv;                                          // [C, dk]
-#define QH(t) (qn + ((long long)(t) * hk + kh) * dk)
-#define KH(t) (kn + ((long long)(t) * hk + kh) * dk)
-#define VV(t) (v + ((long long)(t) * hv + h) * dv)
     for (int t0 = cu[b]; t0 < cu[b + 1]; t0 += GDN_CHUNK) {
         int c = min(GDN_CHUNK, cu[b + 1] - t0);
-        if (tid == 0) {
-            float acc = 0.0f;
-            for (int i = 0; i < c; i++) { acc += g[(long long)(t0 + i) * hv + h]; gam[i] = acc; bet[i] = beta[(long long)(t0 + i) * hv + h]; }
-        }
-        __syncthreads();
-        for (int p = tid; p < c * c; p += nth) {
-            int i = p / c, j = p % c;
-            float a = 0.0f;
-            if (j < i) {
-                const float* ki = KH(t0 + i); const float* kj = KH(t0 + j);
-                for (int r = 0; r < dk; r++) a += ki[r] * kj[r];
-                a *= bet[i] * expf(gam[i] - gam[j]);
-            }
-            A[i][j] = a;
-        }
-        __syncthreads();
-        // forward substitution, rows in order; columns in parallel
-        for (int i = 0; i < c; i++) {
-            for (int col = tid; col < dv + dk; col += nth) {
-                float x;
-                if (col < dv) {
-                    x = bet[i] * VV(t0 + i)[col];
-                    for (int j = 0; j < i; j++) x -= A[i][j] * U[j * dv + col];
-                    U[i * dv + col] = x;
-                } else {
-                    int r = col - dv;
-                    x = bet[i] * expf(gam[i]) * KH(t0 + i)[r];
-                    for (int j = 0; j < i; j++) x -= A[i][j] * W[j * dk + r];
-                    W[i * dk + r] = x;
-                }
-            }
-            __syncthreads();
-        }
-        // Vn = U - W S (in place in U)
-        for (int p = tid; p < c * dv; p += nth) {
-            int i = p / dv, col = p % dv;
-            float x = U[i * dv + col];
-            for (int r = 0; r < dk; r++) x -= W[i * dk + r] * S[r * dv + col];
-            U[i * dv + col] = x;
-        }
-        // Pm_ij = (q̂_i·k̂_j) e^{γ_i-γ_j}, j <= i (overwrites A)
-        for (int p = tid; p < c * c; p += nth) {
-            int i = p / c, j = p % c;
-            float a = 0.0f;
-            if (j <= i) {
-                const float* qi = QH(t0 + i); const float* kj = KH(t0 + j);
-                for (int r = 0; r < dk; r++) a += qi[r] * kj[r];
-                a *= expf(gam[i] - gam[j]);
-            }
-            A[i][j] = a;
-        }
-        __syncthreads();
-        for (int p = tid; p < c * dv; p += nth) {
-            int i = p / dv, col = p % dv;
-            const float* qi = QH(t0 + i);
-            float o = 0.0f;
-            for (int r = 0; r < dk; r++) o += qi[r] * S[r * dv + col];
-            o *= expf(gam[i]);
-            for (int j = 0; j <= i; j++) o += A[i][j] * U[j * dv + col];
-            out[((long long)(t0 + i) * hv + h) * dv + col] = f2a(o);
-        }
-        __syncthreads();
-        float gl = gam[c - 1];
-        for (int p = tid; p < dk * dv; p += nth) {
-            int r = p / dv, col = p % dv;
-            float s = expf(gl) * S[p];
-            for (int j = 0; j < c; j++) s += expf(gl - gam[j]) * KH(t0 + j)[r] * U[j * dv + col];
-            S[p] = s;
-        }
-        __syncthreads();
+        gdn_chunk_gates(beta, g, t0, c, hv, h, gam, bet);
+        gdn_chunk_uw(kn, v, t0, c, hk, kh, hv, h, dk, dv, gam, bet, A, U, W);
+        gdn_chunk_pm(qn, kn, t0, c, hk, kh, dk, gam, &A[0][0]);
+        gdn_chunk_apply(qn, kn, t0, c, hk, kh, hv, h, dk, dv, gam, &A[0][0], U, W, S, out);
     }
-#undef QH
-#undef KH
-#undef VV
 }
+
+// Floats of the parallel form's scratch per (chunk, value head): U [C, dv], W [C, dk], Pm [C, C].
+#define GDN_CHUNK_SCR(dk, dv) ((long long)GDN_CHUNK * ((dk) + (dv) + GDN_CHUNK))
+
+// Parallel form, part 1: U, W and Pm of every chunk of every sequence, one block per (chunk,
+// value head); chunks are numbered over the batch in sequence order (sequence b's first chunk is
+// Σ_{b'<b} ceil(len_b' / C)), a block past the last chunk exits. Writes the chunk's slice of
+// scratch [chunks, Hv, C·(dv + dk + C)]. grid = (ceil(T/C) + B, Hv), block = 256.
+extern "C" __global__ void KERNEL(gdn_chunk_prep)(const float* __restrict__ qn, const float* __restrict__ kn,
+                                          const float* __restrict__ v, const float* __restrict__ beta,
+                                          const float* __restrict__ g, float* __restrict__ scratch,
+                                          const int* __restrict__ cu, int nseq, int hk, int hv, int dk, int dv) {
+    __shared__ float A[GDN_CHUNK][GDN_CHUNK];
+    __shared__ float gam[GDN_CHUNK];
+    __shared__ float bet[GDN_CHUNK];
+    int gc = blockIdx.x, h = blockIdx.y, kh = h / (hv / hk);
+    int b = 0, first = 0;  // the chunk's sequence and that sequence's first chunk
+    for (; b < nseq; b++) {
+        int n = (cu[b + 1] - cu[b] + GDN_CHUNK - 1) / GDN_CHUNK;
+        if (gc < first + n) break;
+        first += n;
+    }
+    if (b == nseq) return;  // uniform over the block
+    int t0 = cu[b] + (gc - first) * GDN_CHUNK, c = min(GDN_CHUNK, cu[b + 1] - t0);
+    float* U = scratch + ((long long)gc * hv + h) * GDN_CHUNK_SCR(dk, dv);
+    float* W = U + GDN_CHUNK * dv;
+    float* P = W + GDN_CHUNK * dk;
+    gdn_chunk_gates(beta, g, t0, c, hv, h, gam, bet);
+    gdn_chunk_uw(kn, v, t0, c, hk, kh, hv, h, dk, dv, gam, bet, A, U, W);
+    gdn_chunk_pm(qn, kn, t0, c, hk, kh, dk, gam, P);
+}
+
+// Parallel form, part 2: the state pass, one block per (sequence, value head), chunks in order:
+// Pm staged in shared memory, then Vn, outputs and the fp32 state update from gdn_chunk_prep's
+// U and W. grid = (B, Hv), block = 256.
+extern "C" __global__ void KERNEL(gdn_chunk_state)(const float* __restrict__ qn, const float* __restrict__ kn,
+                                           const float* __restrict__ beta, const float* __restrict__ g,
+                                           float* __restrict__ state, act_t* __restrict__ out,
+                                           float* __restrict__ scratch, const int* __restrict__ cu,
+                                           const int* __restrict__ slots, int hk, int hv, int dk, int dv) {
+    __shared__ float Pm[GDN_CHUNK * GDN_CHUNK];
+    __shared__ float gam[GDN_CHUNK];
+    __shared__ float bet[GDN_CHUNK];
+    int b = blockIdx.x, h = blockIdx.y, kh = h / (hv / hk);
+    float* S = state + ((long long)slots[b] * hv + h) * dk * dv;
+    int gc = 0;
+    for (int bb = 0; bb < b; bb++) gc += (cu[bb + 1] - cu[bb] + GDN_CHUNK - 1) / GDN_CHUNK;
+    for (int t0 = cu[b]; t0 < cu[b + 1]; t0 += GDN_CHUNK, gc++) {
+        int c = min(GDN_CHUNK, cu[b + 1] - t0);
+        float* U = scratch + ((long long)gc * hv + h) * GDN_CHUNK_SCR(dk, dv);
+        float* W = U + GDN_CHUNK * dv;
+        const float* P = W + GDN_CHUNK * dk;
+        for (int p = threadIdx.x; p < c * GDN_CHUNK; p += blockDim.x) Pm[p] = P[p];
+        gdn_chunk_gates(beta, g, t0, c, hv, h, gam, bet);  // its barrier also publishes Pm
+        gdn_chunk_apply(qn, kn, t0, c, hk, kh, hv, h, dk, dv, gam, Pm, U, W, S, out);
+    }
+}
+#undef GDN_QH
+#undef GDN_KH
+#undef GDN_VV

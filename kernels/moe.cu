@@ -199,13 +199,50 @@ __device__ __forceinline__ int moe_wrow(int r, int n0, int N, int swiglu) {
     int q = r >> 4, c = n0 + ((q >> 1) << 4) + (r & 15);
     return c < N ? c + (q & 1) * N : 2 * N;  // 2N: past the weights (zero)
 }
+// Stage k step k0 of a tensor-core tile into shared A (64 input rows, gathered through perm) and
+// B (64 weight rows, moe_wrow order), zero past the tile's rows, the weights and Kd. bf16 build
+// with Kd % 8 == 0 and 16-byte aligned x, W: 16-byte cp.async copies (8 bf16, zero-filled past Kd), completed by the
+// caller's CP_ASYNC_WAIT; otherwise (f32 build, other Kd) converted pairs by plain stores.
+__device__ __forceinline__ void moe_stage(unsigned short (*as)[MKP], unsigned short (*bs)[MKP],
+                                          const act_t* __restrict__ x, const act_t* __restrict__ We,
+                                          const int* __restrict__ perm, int gather, int topk, int r0, int rend,
+                                          int n0, int N, int wrows, int Kd, int k0, int swiglu) {
+#ifndef ACT_F32
+    if ((Kd & 7) == 0 && (((u64)x | (u64)We) & 15) == 0) {
+        for (int p = threadIdx.x; p < 2 * MT * (MK / 8); p += blockDim.x) {
+            int wt = p >= MT * (MK / 8), q = p % (MT * (MK / 8)), rr = q / (MK / 8), kk = (q % (MK / 8)) * 8;
+            const act_t* src;
+            bool ok;
+            if (!wt) {
+                int row = r0 + rr;
+                ok = row < rend;
+                src = ok ? x + moe_src_row(perm, gather, topk, row) * Kd : x;
+            } else {
+                int n = moe_wrow(rr, n0, N, swiglu);
+                ok = n < wrows;
+                src = ok ? We + (long long)n * Kd : We;
+            }
+            int valid = ok ? max(0, min(8, Kd - (k0 + kk))) : 0;
+            cp_async_16(wt ? &bs[rr][kk] : &as[rr][kk], valid ? src + k0 + kk : src, (unsigned)valid * 2u);
+        }
+        return;
+    }
+#endif
+    for (int p = threadIdx.x; p < MT * (MK / 2); p += blockDim.x) {
+        int rr = p / (MK / 2), kk = (p % (MK / 2)) * 2, row = r0 + rr, n = moe_wrow(rr, n0, N, swiglu);
+        u32 xa = row < rend ? moe_pair(x + moe_src_row(perm, gather, topk, row) * Kd, k0 + kk, Kd) : 0u;
+        u32 wb = n < wrows ? moe_pair(We + (long long)n * Kd, k0 + kk, Kd) : 0u;
+        as[rr][kk] = (unsigned short)(xa & 0xffffu); as[rr][kk + 1] = (unsigned short)(xa >> 16);
+        bs[rr][kk] = (unsigned short)(wb & 0xffffu); bs[rr][kk + 1] = (unsigned short)(wb >> 16);
+    }
+}
 extern "C" __global__ void KERNEL(grouped_gemm_mma)(const act_t* __restrict__ x, const act_t* __restrict__ W,
                                             act_t* __restrict__ out, const int* __restrict__ offsets,
                                             const int* __restrict__ perm, const int* __restrict__ tiles,
                                             const int* __restrict__ ntiles, int gather, int topk,
                                             int N, int Kd, int tile_m, int swiglu) {
-    __shared__ unsigned short as[MT][MKP];
-    __shared__ unsigned short bs[MT][MKP];
+    alignas(16) __shared__ unsigned short as[2][MT][MKP];  // double-buffered k steps
+    alignas(16) __shared__ unsigned short bs[2][MT][MKP];
     int j = blockIdx.y;
     if (j >= *ntiles) return;
     int e = tiles[2 * j], r0 = tiles[2 * j + 1], rend = min(r0 + tile_m, offsets[e + 1]);
@@ -217,36 +254,40 @@ extern "C" __global__ void KERNEL(grouped_gemm_mma)(const act_t* __restrict__ x,
     bool active = r0 + wm < rend;                     // warp-uniform
     float acc[2][4][4];
     for (int a = 0; a < 2; a++) for (int b = 0; b < 4; b++) for (int c = 0; c < 4; c++) acc[a][b][c] = 0.0f;
-    for (int k0 = 0; k0 < Kd; k0 += MK) {
-        for (int p = threadIdx.x; p < MT * (MK / 2); p += blockDim.x) {
-            int rr = p / (MK / 2), kk = (p % (MK / 2)) * 2, row = r0 + rr, n = moe_wrow(rr, n0, N, swiglu);
-            u32 xa = row < rend ? moe_pair(x + moe_src_row(perm, gather, topk, row) * Kd, k0 + kk, Kd) : 0u;
-            u32 wb = n < wrows ? moe_pair(We + (long long)n * Kd, k0 + kk, Kd) : 0u;
-            as[rr][kk] = (unsigned short)(xa & 0xffffu); as[rr][kk + 1] = (unsigned short)(xa >> 16);
-            bs[rr][kk] = (unsigned short)(wb & 0xffffu); bs[rr][kk + 1] = (unsigned short)(wb >> 16);
-        }
-        __syncthreads();
+    // k steps double-buffered: step s+1 is staged (cp.async) while step s is multiplied
+    int nk = (Kd + MK - 1) / MK;
+    moe_stage(as[0], bs[0], x, We, perm, gather, topk, r0, rend, n0, N, wrows, Kd, 0, swiglu);
+    cp_async_commit();  // group 0: step 0
+    for (int s = 0; s < nk; s++) {
+        int buf = s & 1;
+        if (s + 1 < nk)
+            moe_stage(as[buf ^ 1], bs[buf ^ 1], x, We, perm, gather, topk, r0, rend, n0, N, wrows, Kd,
+                      (s + 1) * MK, swiglu);
+        cp_async_commit();  // group s+1 (empty on the last step)
+        CP_ASYNC_WAIT(1);   // groups <= s, i.e. step s's copies of this thread, have landed
+        __syncthreads();    // ... and every thread's
         if (active) {
             for (int ks = 0; ks < MK; ks += 16) {
                 u32 af[2][4], bfr[4][2];
                 for (int mi = 0; mi < 2; mi++) {
                     int ra = wm + mi * 16 + g, c0 = ks + 2 * tq;
-                    af[mi][0] = as[ra][c0] | ((u32)as[ra][c0 + 1] << 16);
-                    af[mi][1] = as[ra + 8][c0] | ((u32)as[ra + 8][c0 + 1] << 16);
-                    af[mi][2] = as[ra][c0 + 8] | ((u32)as[ra][c0 + 9] << 16);
-                    af[mi][3] = as[ra + 8][c0 + 8] | ((u32)as[ra + 8][c0 + 9] << 16);
+                    af[mi][0] = as[buf][ra][c0] | ((u32)as[buf][ra][c0 + 1] << 16);
+                    af[mi][1] = as[buf][ra + 8][c0] | ((u32)as[buf][ra + 8][c0 + 1] << 16);
+                    af[mi][2] = as[buf][ra][c0 + 8] | ((u32)as[buf][ra][c0 + 9] << 16);
+                    af[mi][3] = as[buf][ra + 8][c0 + 8] | ((u32)as[buf][ra + 8][c0 + 9] << 16);
                 }
                 for (int ni = 0; ni < 4; ni++) {
                     int nb = wn + ni * 8 + g, c0 = ks + 2 * tq;
-                    bfr[ni][0] = bs[nb][c0] | ((u32)bs[nb][c0 + 1] << 16);
-                    bfr[ni][1] = bs[nb][c0 + 8] | ((u32)bs[nb][c0 + 9] << 16);
+                    bfr[ni][0] = bs[buf][nb][c0] | ((u32)bs[buf][nb][c0 + 1] << 16);
+                    bfr[ni][1] = bs[buf][nb][c0 + 8] | ((u32)bs[buf][nb][c0 + 9] << 16);
                 }
                 for (int mi = 0; mi < 2; mi++)
                     for (int ni = 0; ni < 4; ni++) mma_bf16_16816(acc[mi][ni], af[mi], bfr[ni]);
             }
         }
-        __syncthreads();
+        __syncthreads();  // buffer buf is free for step s+2
     }
+    CP_ASYNC_WAIT(0);
     if (!active) return;
     for (int mi = 0; mi < 2; mi++)
         for (int ni = 0; ni < (swiglu ? 2 : 4); ni++)

@@ -66,6 +66,26 @@ __device__ __forceinline__ void mma_bf16_16816(float* d, const u32* a, const u32
 }
 #endif
 
+// Asynchronous global -> shared copies (sm_80+): cp_async_16 copies 16 bytes (dst and src
+// 16-byte aligned), zero-filling the destination past `src_bytes` (0..16; 0 reads nothing);
+// cp_async_commit closes a group of the thread's copies; CP_ASYNC_WAIT(n) waits until at most the
+// n newest groups are in flight. The data is visible to the issuing thread after its wait and to
+// the block after a __syncthreads that follows every thread's wait. The emulator
+// (kernels/emu/cuda_emu.h, EMU_CP_ASYNC) performs each copy inside the issuing thread's wait.
+#ifdef EMU_CP_ASYNC
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, unsigned src_bytes) { ::emu::cp_async_16(dst, src, src_bytes); }
+__device__ __forceinline__ void cp_async_commit() { ::emu::cp_async_commit(); }
+#define CP_ASYNC_WAIT(n) ::emu::cp_async_wait(n)
+#else
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, unsigned src_bytes) {
+    asm volatile("{\n .reg .u64 a;\n .reg .u32 s;\n cvta.to.shared.u64 a, %0;\n cvt.u32.u64 s, a;\n"
+                 " cp.async.cg.shared.global [s], [%1], 16, %2;\n}"
+                 :: "l"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+#define CP_ASYNC_WAIT(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
+#endif
+
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + __expf(-x)); }
 __device__ __forceinline__ float siluf_(float x) { return x * sigmoidf_(x); }
 // d SiLU(z)/dz = σ(z)(1 + z(1 − σ(z))) (backward kernels).

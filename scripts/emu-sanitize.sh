@@ -5,7 +5,8 @@
 # linked as a shared library and preloaded), and for each
 #   1. runs the emulator's kernel tests (tests/emu_device.rs): no finding allowed;
 #   2. runs the deliberately broken kernel (off-by-one index under ASan, removed __syncthreads
-#      under TSan) and requires the sanitizer to report it in that kernel.
+#      under TSan, and under TSan cp.async staging without the __syncthreads after the wait)
+#      and requires the sanitizer to report it in that kernel.
 # Exits non-zero on a finding in step 1 or a miss in step 2. Uses the normal target dir (only
 # this crate is rebuilt, twice); the next plain `cargo build` rebuilds it once more.
 # Usage: scripts/emu-sanitize.sh [address] [thread]   (default: both)
@@ -82,6 +83,11 @@ for san in "${sanitizers[@]}"; do
     echo "emu-sanitize: $san: deliberately broken kernel $kernel"
     LD_PRELOAD="$rt" "$bin" --ignored --exact "$broken" --test-threads=1 >"$log" 2>&1 || true
     expect_report "$san" "$log" "$pattern" "$kernel"
+    if [ "$san" = thread ]; then
+        echo "emu-sanitize: thread: cp.async staging without the __syncthreads after the wait"
+        LD_PRELOAD="$rt" "$bin" --ignored --exact sanitize_cp_async_missing_sync --test-threads=1 >"$log" 2>&1 || true
+        expect_report "$san cp.async" "$log" "ThreadSanitizer: data race" broken_cp_async
+    fi
 done
 unset EXECCRITIC_EMU_SANITIZE
 exit $fail

@@ -125,6 +125,24 @@ fn attention_ref(qv: &[f32], k: &[f32], v: &[f32], n: usize, kh: usize, hkv: usi
     out
 }
 
+/// A block table over a pool of `nblocks` blocks handed out in shuffled order (non-contiguous):
+/// row b lists `per_seq[b]` blocks in token order. Returns the table and its row stride.
+fn shuffled_block_table(rng: &mut ChaCha8Rng, per_seq: &[usize], nblocks: usize) -> (Vec<i32>, usize) {
+    let mut ids: Vec<i32> = (0..nblocks as i32).collect();
+    for i in (1..ids.len()).rev() {
+        ids.swap(i, rng.random_range(0..=i));
+    }
+    let stride = per_seq.iter().copied().max().unwrap_or(1);
+    let mut table = vec![0i32; per_seq.len() * stride];
+    let mut next = ids.into_iter();
+    for (b, &n) in per_seq.iter().enumerate() {
+        for i in 0..n {
+            table[b * stride + i] = next.next().unwrap();
+        }
+    }
+    (table, stride)
+}
+
 /// Paged KV cache in storage type `A`: three sequences whose blocks are scattered over a pool in
 /// shuffled order (block size 5, which divides no length), filled by two appends (the second
 /// starts inside partial blocks), prefill attention after each, then one split-KV decode step;
@@ -150,19 +168,8 @@ fn paged_attention_matches_cpu<A: Act>(tol: f32) {
         .iter()
         .map(|&n| round(rnd(&mut rng, (n + 1) * hq * hd, 1.0)))
         .collect();
-    // shuffled, non-contiguous block ids: sequence b's blocks in token order
-    let mut ids: Vec<i32> = (0..nblocks as i32).collect();
-    for i in (1..ids.len()).rev() {
-        ids.swap(i, rng.random_range(0..=i));
-    }
-    let stride = lens.iter().map(|n| (n + 1).div_ceil(bs)).max().unwrap();
-    let mut table = vec![0i32; lens.len() * stride];
-    let mut next = ids.into_iter();
-    for (b, n) in lens.iter().enumerate() {
-        for i in 0..(n + 1).div_ceil(bs) {
-            table[b * stride + i] = next.next().unwrap();
-        }
-    }
+    let per_seq: Vec<usize> = lens.iter().map(|n| (n + 1).div_ceil(bs)).collect();
+    let (table, stride) = shuffled_block_table(&mut rng, &per_seq, nblocks);
     let dtable = g.upload(&table).unwrap();
     let blocks = || BlockTable {
         table: &dtable,
@@ -235,6 +242,60 @@ fn paged_attention_matches_cpu_bf16() {
 #[test]
 fn paged_attention_matches_cpu_f32() {
     paged_attention_matches_cpu::<f32>(1e-4);
+}
+
+/// Split-KV decode whose split count follows the context: contexts of 601 and 90 keys (GQA group
+/// of 6 query heads per KV head, block size 16, shuffled blocks) take `ceil(601 / 256)` = 3
+/// splits, so the short sequence has a partial split and an empty one (m = -inf in the combine);
+/// each split stages several 32-key tiles. Against the CPU softmax reference.
+fn split_kv_decode_follows_the_context<A: Act>(tol: f32) {
+    let g = gpu();
+    let mut rng = ChaCha8Rng::seed_from_u64(15);
+    let (hq, hkv, hd, bs) = (6, 1, 32, 16);
+    let lens = [601usize, 90];
+    let round = |x: Vec<f32>| A::to_f32(&A::from_f32(&x));
+    let per_seq: Vec<usize> = lens.iter().map(|n| n.div_ceil(bs)).collect();
+    let nblocks: usize = per_seq.iter().sum();
+    let (table, stride) = shuffled_block_table(&mut rng, &per_seq, nblocks);
+    let dtable = g.upload(&table).unwrap();
+    let blocks = BlockTable { table: &dtable, stride };
+    let mut pool = KvPool::<A>::new(&g, nblocks, bs, hkv, hd).unwrap();
+    let (mut k, mut v, mut pos, mut seq, mut q, mut want) = (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for (b, &n) in lens.iter().enumerate() {
+        let (kb, vb) = (round(rnd(&mut rng, n * hkv * hd, 1.0)), round(rnd(&mut rng, n * hkv * hd, 1.0)));
+        let qb = round(rnd(&mut rng, hq * hd, 1.0));
+        for h in 0..hq {
+            want.extend(attention_ref(&qb[h * hd..(h + 1) * hd], &kb, &vb, n, h / (hq / hkv), hkv, hd));
+        }
+        k.extend_from_slice(&kb);
+        v.extend_from_slice(&vb);
+        q.extend_from_slice(&qb);
+        pos.extend(0..n as i32);
+        seq.extend(std::iter::repeat_n(b as i32, n));
+    }
+    let (dpos, dseq) = (g.upload(&pos).unwrap(), g.upload(&seq).unwrap());
+    let idx = KvIndex { cache_pos: &dpos, seq_of_tok: &dseq, blocks: BlockTable { table: &dtable, stride } };
+    let (dk, dv) = (g.upload(&A::from_f32(&k)).unwrap(), g.upload(&A::from_f32(&v)).unwrap());
+    ops::kv_append(&g, &dk, &dv, &mut pool, &idx, pos.len()).unwrap();
+    let b = lens.len();
+    let mut sc = ops::DecodeScratch::new(&g, b, hq, hd, 4).unwrap();
+    assert_eq!(ops::decode_splits(601, sc.splits_for(b, hq, hd)), 3);
+    assert_eq!(ops::decode_splits(90, sc.splits_for(b, hq, hd)), 1);
+    let dlens = g.upload(&lens.iter().map(|&n| n as i32).collect::<Vec<_>>()).unwrap();
+    let dq = g.upload(&A::from_f32(&q)).unwrap();
+    let mut dec = g.zeros::<A>(b * hq * hd).unwrap();
+    ops::attn_decode(&g, &dq, &pool, &dlens, &blocks, b, hq, lens[0], &mut sc, &mut dec).unwrap();
+    close("split-KV decode", &A::to_f32(&g.download(&dec).unwrap()), &want, tol);
+}
+
+#[test]
+fn split_kv_decode_follows_the_context_bf16() {
+    split_kv_decode_follows_the_context::<u16>(2e-2);
+}
+
+#[test]
+fn split_kv_decode_follows_the_context_f32() {
+    split_kv_decode_follows_the_context::<f32>(1e-4);
 }
 
 #[test]
@@ -341,6 +402,45 @@ fn gdn_chunked_and_recurrent_match_cpu() {
         &want,
         2e-2,
     );
+    // the chunk-parallel form (gdn_chunk_prep over every chunk, then gdn_chunk_state) on two
+    // packed copies of the sequence in swapped slots (chunks numbered across sequences, one idle
+    // block): the same outputs as the CPU and the same states as the one-kernel form
+    let dup = |x: &[f32]| {
+        let mut y = x.to_vec();
+        y.extend_from_slice(x);
+        g.upload(&y).unwrap()
+    };
+    let (q2, k2, v2, b2, g2) = (dup(&qn), dup(&kn), dup(&v), dup(&beta), dup(&gg));
+    let bufs2 = DeltaBufs {
+        qn: &q2,
+        kn: &k2,
+        v: &v2,
+        beta: &b2,
+        g: &g2,
+        hk,
+        hv,
+        dk,
+        dv,
+    };
+    let mut pool3 = GdnPool::new(&g, 2, 4, 4, hv, dk, dv).unwrap();
+    let mut scratch2 = g
+        .zeros::<f32>(ops::gdn_chunked_scratch_parallel(2, 2 * t, hv, dk, dv))
+        .unwrap();
+    let cu2 = g.upload(&[0i32, t as i32, 2 * t as i32]).unwrap();
+    let slots2 = g.upload(&[1i32, 0]).unwrap();
+    let mut out2 = g.zeros::<u16>(2 * t * hv * dv).unwrap();
+    let before = g.op_counts();
+    ops::gdn_chunked(&g, &bufs2, &mut pool3, &mut scratch2, &cu2, &slots2, 2, 2 * t, &mut out2)
+        .unwrap();
+    assert_eq!(g.op_counts().since(before).launches, 2, "the chunk-parallel form");
+    let got2 = from_bf16_bits(&g.download(&out2).unwrap());
+    let n = t * hv * dv;
+    close("gdn chunk-parallel, sequence 0", &got2[..n], &want, 2e-2);
+    close("gdn chunk-parallel, sequence 1", &got2[n..], &want, 2e-2);
+    let (st2, st1) = (g.download(&pool3.rec).unwrap(), g.download(&pool.rec).unwrap());
+    let ns = hv * dk * dv;
+    close("gdn chunk-parallel state, slot 0", &st2[..ns], &st1[..ns], 1e-4);
+    close("gdn chunk-parallel state, slot 1", &st2[ns..], &st1[..ns], 1e-4);
     // recurrent decode, token by token from a fresh state, equals the chunked prefill
     let mut pool2 = GdnPool::new(&g, 1, 4, 4, hv, dk, dv).unwrap();
     let mut got = vec![];
@@ -503,6 +603,10 @@ fn moe_routing_grouping_and_combine_match_cpu() {
     assert_eq!(moe_case::<u16>(&g, (40, 16, 2, 32, 24), all_to(40, 2, 3), ExpertGemm::Stream, 3e-2), 16);
     assert_eq!(moe_case::<u16>(&g, (70, 16, 2, 32, 24), all_to(70, 2, 15), ExpertGemm::Auto, 3e-2), 64);
     moe_case::<u16>(&g, (33, 16, 4, 32, 24), None, ExpertGemm::Fma, 3e-2);
+    // staged tensor cores over several double-buffered k steps: hidden 72 (cp.async, three k
+    // steps, the last zero-filled past 72) and intermediate 36 (not a multiple of 8: the
+    // converting plain-store staging, two k steps)
+    moe_case::<u16>(&g, (33, 16, 4, 72, 36), None, ExpertGemm::Mma, 3e-2);
     // f32 storage: the FMA kernel, exact up to summation order
     moe_case::<f32>(&g, (33, 16, 4, 32, 24), None, ExpertGemm::Auto, 1e-4);
     moe_case::<f32>(&g, (5, 16, 4, 32, 24), None, ExpertGemm::Auto, 1e-4);

@@ -365,8 +365,8 @@ fn grouped_gemm_shared_memory_tiles_match_cpu() {
 #[test]
 fn grouped_gemm_tensor_core_kernels_match_cpu() {
     // mma.sync through the emulator's fragment exchange: staged 64-row tiles (2 x 2 warps, the
-    // lower warps idle on a 5-row tile), and the weight-streaming 16-row kernel (a warp past N
-    // leaves early)
+    // lower warps idle on a 5-row tile; K = 40: two cp.async double-buffered k steps, the second
+    // zero-filled past K), and the weight-streaming 16-row kernel (a warp past N leaves early)
     // (without the SwiGLU epilogue; with it: tests/cuda_ops.rs)
     grouped_gemm_case("grouped_gemm_mma_bf16", 128, 64, &[0, 37, 37, 42], &[I32(0)], 1e-2);
     grouped_gemm_case("grouped_gemm_stream_bf16", 128, 16, &[0, 20, 20, 23], &[I32(0)], 1e-2);
@@ -859,6 +859,166 @@ fn gemm_has_cublas_column_major_semantics_and_types() {
     assert!(d.gemm(&past_end).is_err());
 }
 
+/// Softmax attention of query `qv` over keys/values rows `0..n` of `[n, hd]` (one KV head).
+fn attention_cpu(qv: &[f32], k: &[f32], v: &[f32], n: usize, hd: usize) -> Vec<f32> {
+    let s: Vec<f32> = (0..n)
+        .map(|j| (0..hd).map(|d| qv[d] * k[j * hd + d]).sum::<f32>() / (hd as f32).sqrt())
+        .collect();
+    let m = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let e: Vec<f32> = s.iter().map(|x| (x - m).exp()).collect();
+    let l: f32 = e.iter().sum();
+    (0..hd)
+        .map(|d| (0..n).map(|j| e[j] * v[j * hd + d]).sum::<f32>() / l)
+        .collect()
+}
+
+/// The tiled attention kernels (dynamic shared K/V tiles, lanes over keys, warp reductions) on
+/// tiny shapes, so the sanitizer builds cover them: a prefill query tile that spans two
+/// sequences (a segment each) and sees up to 9 staged key tiles, and a two-split decode in which
+/// the short sequence's second split is empty. Against a CPU softmax.
+#[test]
+fn tiled_paged_attention_matches_cpu() {
+    use execcritic::tensor::cuda::ops::{self, BlockTable, KvIndex, KvPool};
+    use execcritic::tensor::cuda::Gpu;
+    let g = Gpu::from_device(std::sync::Arc::new(EmuDevice::new()));
+    let (hq, hd, bs) = (2usize, 8usize, 4usize);
+    let lens = [260usize, 5];
+    let stride = lens[0].div_ceil(bs);
+    // sequence 0 on blocks 0.., sequence 1 on the blocks after them, in reverse order
+    let mut table = vec![0i32; 2 * stride];
+    for i in 0..stride {
+        table[i] = i as i32;
+    }
+    let n1 = lens[1].div_ceil(bs);
+    for i in 0..n1 {
+        table[stride + i] = (stride + n1 - 1 - i) as i32;
+    }
+    let dtable = g.upload(&table).unwrap();
+    let blocks = || BlockTable { table: &dtable, stride };
+    let mut pool = KvPool::<u16>::new(&g, stride + n1, bs, 1, hd).unwrap();
+    let r = |x: Vec<f32>| bf(&x).iter().map(|y| y.to_f32()).collect::<Vec<f32>>();
+    let kv: Vec<(Vec<f32>, Vec<f32>)> = (0..2)
+        .map(|b| (r(vals(lens[b] * hd, 40 + b as u64)), r(vals(lens[b] * hd, 50 + b as u64))))
+        .collect();
+    let bits = |x: &[f32]| bf(x).iter().map(|y| y.to_bits()).collect::<Vec<u16>>();
+    // append every key of both sequences
+    let toks: Vec<(usize, usize)> = (0..2).flat_map(|b| (0..lens[b]).map(move |p| (b, p))).collect();
+    let col = |f: &dyn Fn(usize, usize) -> i32| g.upload(&toks.iter().map(|&(b, p)| f(b, p)).collect::<Vec<i32>>()).unwrap();
+    let (pos, seq) = (col(&|_, p| p as i32), col(&|b, _| b as i32));
+    let flat = |i: usize| toks.iter().flat_map(|&(b, p)| [&kv[b].0, &kv[b].1][i][p * hd..(p + 1) * hd].to_vec()).collect::<Vec<f32>>();
+    let idx = KvIndex { cache_pos: &pos, seq_of_tok: &seq, blocks: blocks() };
+    let (dk, dv) = (g.upload(&bits(&flat(0))).unwrap(), g.upload(&bits(&flat(1))).unwrap());
+    ops::kv_append(&g, &dk, &dv, &mut pool, &idx, toks.len()).unwrap();
+    // prefill queries: positions 255..260 of sequence 0 and 0..5 of sequence 1, one 10-row tile
+    let qt: Vec<(usize, usize)> = (255..260).map(|p| (0, p)).chain((0..5).map(|p| (1, p))).collect();
+    let q = r(vals(qt.len() * hq * hd, 60));
+    let mut want = vec![];
+    for (i, &(b, p)) in qt.iter().enumerate() {
+        for h in 0..hq {
+            want.extend(attention_cpu(&q[(i * hq + h) * hd..][..hd], &kv[b].0, &kv[b].1, p + 1, hd));
+        }
+    }
+    let qpos = g.upload(&qt.iter().map(|&(_, p)| p as i32).collect::<Vec<_>>()).unwrap();
+    let qseq = g.upload(&qt.iter().map(|&(b, _)| b as i32).collect::<Vec<_>>()).unwrap();
+    let qidx = KvIndex { cache_pos: &qpos, seq_of_tok: &qseq, blocks: blocks() };
+    let dq = g.upload(&bits(&q)).unwrap();
+    let mut out = g.zeros::<u16>(q.len()).unwrap();
+    ops::attn_prefill(&g, &dq, &pool, &qidx, &mut out, qt.len(), hq).unwrap();
+    let got: Vec<f32> = g.download(&out).unwrap().iter().map(|&x| bf16::from_bits(x).to_f32()).collect();
+    assert!(max_abs_diff(&got, &want) <= 2e-2 * max_abs(&want), "prefill");
+    // decode: one query per sequence over all its keys, 2 splits (260 keys)
+    let qd = r(vals(2 * hq * hd, 70));
+    let mut want = vec![];
+    for b in 0..2 {
+        for h in 0..hq {
+            want.extend(attention_cpu(&qd[(b * hq + h) * hd..][..hd], &kv[b].0, &kv[b].1, lens[b], hd));
+        }
+    }
+    let mut sc = ops::DecodeScratch::new(&g, 2, hq, hd, 2).unwrap();
+    assert_eq!(ops::decode_splits(lens[0], sc.splits_for(2, hq, hd)), 2);
+    let dlens = g.upload(&lens.iter().map(|&n| n as i32).collect::<Vec<_>>()).unwrap();
+    let dqd = g.upload(&bits(&qd)).unwrap();
+    let mut dec = g.zeros::<u16>(qd.len()).unwrap();
+    ops::attn_decode(&g, &dqd, &pool, &dlens, &blocks(), 2, hq, lens[0], &mut sc, &mut dec).unwrap();
+    let got: Vec<f32> = g.download(&dec).unwrap().iter().map(|&x| bf16::from_bits(x).to_f32()).collect();
+    assert!(max_abs_diff(&got, &want) <= 2e-2 * max_abs(&want), "decode");
+}
+
+/// The chunk-parallel delta rule (`gdn_chunk_prep` over every chunk of the batch, then
+/// `gdn_chunk_state`) against the one-kernel form (`gdn_chunked`, checked against the CPU by
+/// tests/cuda_ops.rs) on tiny shapes, so the sanitizer builds cover both: sequences of 70 and 5
+/// tokens (3 chunks, one idle block), states starting non-zero.
+#[test]
+fn gdn_chunk_parallel_form_equals_the_one_kernel_form() {
+    use execcritic::tensor::cuda::ops::{self, DeltaBufs, GdnPool};
+    use execcritic::tensor::cuda::Gpu;
+    let g = Gpu::from_device(std::sync::Arc::new(EmuDevice::new()));
+    let (hk, hv, dk, dv, lens) = (1usize, 1usize, 4usize, 4usize, [70usize, 5]);
+    let (b, t) = (lens.len(), lens.iter().sum::<usize>());
+    let unit = |seed: u64, s: f32| {
+        let mut x = vals(t * hk * dk, seed);
+        for r in x.chunks_mut(dk) {
+            let n = r.iter().map(|y| y * y).sum::<f32>().sqrt().max(1e-6);
+            r.iter_mut().for_each(|y| *y *= s / n);
+        }
+        g.upload(&x).unwrap()
+    };
+    let (qn, kn) = (unit(81, 0.5), unit(82, 1.0));
+    let v = g.upload(&vals(t * hv * dv, 83)).unwrap();
+    let beta = g.upload(&vals(t * hv, 84).iter().map(|x| 0.5 + 0.4 * x).collect::<Vec<_>>()).unwrap();
+    let gg = g.upload(&vals(t * hv, 85).iter().map(|x| -0.3 + 0.2 * x).collect::<Vec<_>>()).unwrap();
+    let x = DeltaBufs { qn: &qn, kn: &kn, v: &v, beta: &beta, g: &gg, hk, hv, dk, dv };
+    let cu = g.upload(&[0i32, lens[0] as i32, t as i32]).unwrap();
+    let slots = g.upload(&[1i32, 0]).unwrap();
+    let state0 = vals(b * hv * dk * dv, 86);
+    let run = |scratch_len: usize| {
+        let mut pool = GdnPool::new(&g, b, 4, 4, hv, dk, dv).unwrap();
+        g.write(&mut pool.rec, &state0).unwrap();
+        let mut scratch = g.zeros::<f32>(scratch_len).unwrap();
+        let mut out = g.zeros::<u16>(t * hv * dv).unwrap();
+        ops::gdn_chunked(&g, &x, &mut pool, &mut scratch, &cu, &slots, b, t, &mut out).unwrap();
+        let o: Vec<f32> = g.download(&out).unwrap().iter().map(|&y| bf16::from_bits(y).to_f32()).collect();
+        (o, g.download(&pool.rec).unwrap())
+    };
+    let (o1, s1) = run(ops::gdn_chunked_scratch_min(b, hv, dk, dv));
+    let (o2, s2) = run(ops::gdn_chunked_scratch_parallel(b, t, hv, dk, dv));
+    assert!(max_abs_diff(&s1, &s2) < 1e-5, "states");
+    assert!(max_abs_diff(&o1, &o2) <= 1e-2 * max_abs(&o1), "outputs");
+    assert!(max_abs_diff(&s1, &state0) > 1e-3, "the states moved");
+}
+
+/// The cp.async model: a copy lands in the issuing thread's wait_group, so the correct pattern
+/// (wait, then __syncthreads) reads the neighbour's data, and a kernel that reads before its wait
+/// gets the old shared contents, as the GPU may. The missing-__syncthreads variant is a
+/// race: `sanitize_cp_async_missing_sync` (ThreadSanitizer).
+#[test]
+fn cp_async_copies_land_at_the_wait() {
+    let d = EmuDevice::new();
+    let n = 32usize;
+    let x: Vec<f32> = (0..4 * n).map(|i| i as f32 + 1.0).collect();
+    let neg: Vec<f32> = x.iter().map(|v| -v).collect();
+    let (px, pneg) = (up(&d, &x), up(&d, &neg));
+    let run = |src: DevPtr, mode: i32| {
+        let po = d.alloc_zeroed(16 * n).unwrap();
+        d.launch("broken_cp_async", dims((1, 1, 1), n as u32, 0), &[Ptr(src), Ptr(po), I32(mode)])
+            .unwrap();
+        down::<f32>(&d, po, 4 * n)
+    };
+    let rotated: Vec<f32> = (0..4 * n).map(|i| x[(i + 4) % (4 * n)]).collect();
+    assert_eq!(run(px, 0), rotated);
+    // without the wait: the shared memory's old contents (zeros or the previous launch's
+    // positive values), never the negated values being copied
+    assert!(run(pneg, 1).iter().zip(&neg).all(|(o, v)| o != v));
+    // a misaligned copy is an error naming the kernel
+    let r = d.launch(
+        "broken_cp_async",
+        dims((1, 1, 1), n as u32, 0),
+        &[Ptr(px + 4), Ptr(d.alloc_zeroed(16 * n + 16).unwrap()), I32(0)],
+    );
+    let (kernel, msg) = launch_err(r);
+    assert!(kernel.contains("broken_cp_async") && msg.contains("misaligned"), "{kernel}: {msg}");
+}
+
 // ---- run by scripts/emu-sanitize.sh in the sanitizer builds (ignored otherwise) ----
 
 /// AddressSanitizer build: the off-by-one write one element past a device allocation aborts the
@@ -914,4 +1074,18 @@ fn a_captured_graph_runs_only_when_launched_and_replays_its_work() {
     assert_eq!(gpu.graph_launches(), 2);
     gpu.drop_graph(id);
     assert!(gpu.launch_graph(id).is_err(), "a dropped graph is gone");
+}
+
+/// ThreadSanitizer build: cp.async copies then reads of another thread's chunk without the
+/// __syncthreads after the wait: a data race between the copy (performed in the issuing
+/// thread's wait) and the read.
+#[test]
+#[ignore = "run by scripts/emu-sanitize.sh under ThreadSanitizer"]
+fn sanitize_cp_async_missing_sync() {
+    let d = EmuDevice::new();
+    let n = 32usize;
+    let x = up(&d, &vec![1.0f32; 4 * n]);
+    let out = d.alloc_zeroed(16 * n).unwrap();
+    d.launch("broken_cp_async", dims((1, 1, 1), n as u32, 0), &[Ptr(x), Ptr(out), I32(2)])
+        .unwrap();
 }

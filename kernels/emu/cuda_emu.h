@@ -19,6 +19,7 @@
 #include <string.h>
 #include <stdio.h>
 #include <utility>
+#include <vector>
 
 #undef INFINITY  // the prelude defines its own (CUDA has no <math.h>)
 
@@ -38,6 +39,7 @@
 #endif
 #define DYNAMIC_SHARED(T, name) T* name = (T*)::emu::dynamic_shared()
 #define EMU_MMA 1  // the prelude's mma_bf16_16816 calls emu::mma_m16n8k16_bf16
+#define EMU_CP_ASYNC 1  // the prelude's cp_async_16 / commit / wait call emu::cp_async_*
 
 struct uint3 { unsigned x, y, z; };
 struct dim3 { unsigned x, y, z; };
@@ -49,10 +51,18 @@ struct BlockInfo {
     dim3 bdim, gdim;
     void* dyn;
 };
+// A cp.async copy issued by a thread and not yet waited for (see cp_async_16 below).
+struct PendingCopy {
+    char* dst;
+    const char* src;
+    unsigned src_bytes, group;
+};
 struct ThreadInfo {
     uint3 tid;
     unsigned linear, lane, warp;
     BlockInfo* blk;
+    std::vector<PendingCopy> pending;  // this thread's cp.async copies in flight
+    unsigned committed = 0;            // cp.async.commit_group count
 };
 // The CUDA thread running on this OS thread now (the fiber scheduler switches it).
 extern thread_local ThreadInfo* cur;
@@ -134,6 +144,37 @@ inline void mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b) {
         for (int k = 0; k < 16; k++) s += A[row][k] * B[k][col];
         d[i] = s;
     }
+}
+// Asynchronous copies (sm_80 `cp.async.cg.shared.global [dst], [src], 16, src_bytes` with
+// `cp.async.commit_group` / `cp.async.wait_group n`). On the GPU the 16 bytes land in shared
+// memory at some moment between the issue and the wait that completes their group, so the model
+// takes the latest one: the copy is queued by the issuing thread and performed by it (reading
+// the global source, zero-filling past src_bytes) inside its wait_group. Hence a thread that
+// reads the destination before its wait sees the old contents (wrong numbers in a parity test),
+// and another thread that reads it after the wait without a __syncthreads between races with the
+// issuing thread's write (reported by ThreadSanitizer in the OS-thread engine), as on the GPU.
+// Not modelled: a source changed between the issue and the wait (the GPU may read either).
+inline void cp_async_16(void* dst, const void* src, unsigned src_bytes) {
+    if ((uintptr_t)dst % 16 || (src_bytes && (uintptr_t)src % 16))
+        fail("cp.async: 16-byte copy with a misaligned address (dst %p, src %p)", dst, src);
+    if (src_bytes > 16) fail("cp.async: src-size %u > 16", src_bytes);
+    cur->pending.push_back(PendingCopy{(char*)dst, (const char*)src, src_bytes, cur->committed});
+}
+inline void cp_async_commit() { cur->committed++; }
+// Complete every committed group but the newest n.
+inline void cp_async_wait(unsigned n) {
+    unsigned done = cur->committed > n ? cur->committed - n : 0;
+    std::vector<PendingCopy>& q = cur->pending;
+    size_t keep = 0;
+    for (size_t i = 0; i < q.size(); i++) {
+        if (q[i].group < done) {
+            memcpy(q[i].dst, q[i].src, q[i].src_bytes);
+            memset(q[i].dst + q[i].src_bytes, 0, 16 - q[i].src_bytes);
+        } else {
+            q[keep++] = q[i];
+        }
+    }
+    q.resize(keep);
 }
 inline unsigned vote_ballot(unsigned mask, int pred) {
     uint64_t all[32];

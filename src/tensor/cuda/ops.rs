@@ -363,6 +363,28 @@ pub fn kv_append<A: Act>(
     )
 }
 
+/// Query rows per block of the tiled attention kernels (`ATT_QT` in kernels/attention.cu).
+pub const ATT_QUERY_TILE: usize = 16;
+/// Dynamic shared memory the attention kernels may use (the default limit without opt-in).
+const ATT_SHARED_LIMIT: usize = 48 * 1024;
+
+/// Bytes of dynamic shared memory of `attn_prefill` / `attn_decode_split` staging `kt` keys of
+/// head dim `hd` in elements of `elem` bytes: the query tile and the K and V tiles, rows padded
+/// to an odd number of 32-bit words (`ATT_LD`).
+pub fn attn_shared_bytes(hd: usize, elem: usize, kt: usize) -> usize {
+    let ld = hd + if elem == 2 { 2 } else { 1 };
+    (ATT_QUERY_TILE + 2 * kt) * ld * elem
+}
+
+/// Keys staged per shared-memory tile by the attention kernels: the most of 32, 16, 8 (one per
+/// lane at 32) whose tiles fit the 48 KiB limit (`hd` <= 256 always fits 8).
+pub fn attn_tile_keys(hd: usize, elem: usize) -> usize {
+    [32, 16, 8]
+        .into_iter()
+        .find(|&kt| attn_shared_bytes(hd, elem, kt) <= ATT_SHARED_LIMIT)
+        .unwrap_or(8)
+}
+
 /// Prefill attention of `t` packed query tokens over their sequences' caches (causal by position).
 pub fn attn_prefill<A: Act>(
     gpu: &Gpu,
@@ -386,10 +408,16 @@ pub fn attn_prefill<A: Act>(
         || format!("hd={hd} hq={hq}"),
     )?;
     let scale = 1.0 / (hd as f32).sqrt();
+    let elem = std::mem::size_of::<A>();
+    let kt = attn_tile_keys(hd, elem);
     launch!(
         gpu,
         A::kernel("attn_prefill"),
-        cfg((t, hq, 1), 128, 0),
+        cfg(
+            (t.div_ceil(ATT_QUERY_TILE), hq, 1),
+            128,
+            attn_shared_bytes(hd, elem, kt)
+        ),
         q,
         &pool.k,
         &pool.v,
@@ -402,11 +430,30 @@ pub fn attn_prefill<A: Act>(
         &(pool.hkv as i32),
         &(hd as i32),
         &(pool.block_size as i32),
-        &scale
+        &scale,
+        &(t as i32),
+        &(kt as i32)
     )
 }
 
-/// Scratch for split-KV decode.
+/// Keys per split of split-KV decode: a split shorter than this is not worth its partial result.
+pub const DECODE_KEYS_PER_SPLIT: usize = 256;
+/// The most splits of one decode step.
+pub const DECODE_MAX_SPLITS: usize = 64;
+
+/// Splits of a decode step whose longest context is `max_len` keys: one per
+/// [`DECODE_KEYS_PER_SPLIT`] keys (1 for short contexts, more for long ones), at most `cap` (what
+/// the scratch holds for the batch) and [`DECODE_MAX_SPLITS`].
+pub fn decode_splits(max_len: usize, cap: usize) -> usize {
+    max_len
+        .div_ceil(DECODE_KEYS_PER_SPLIT)
+        .min(cap)
+        .min(DECODE_MAX_SPLITS)
+        .max(1)
+}
+
+/// Scratch for split-KV decode: room for `max_batch × hq × nsplit` partial results; a step of
+/// `b` sequences may use up to `max_batch × nsplit / b` splits ([`decode_splits`]).
 pub struct DecodeScratch {
     pub acc: F32,
     pub ml: F32,
@@ -427,10 +474,16 @@ impl DecodeScratch {
             nsplit,
         })
     }
+
+    /// The most splits this scratch holds for `b` sequences of `hq` heads of dim `hd`.
+    pub fn splits_for(&self, b: usize, hq: usize, hd: usize) -> usize {
+        let per = (b * hq).max(1);
+        (self.acc.len() / (per * hd.max(1))).min(self.ml.len() / (per * 2))
+    }
 }
 
 /// Decode attention, one token per sequence: `lens[b]` visible keys read through row `b` of the
-/// block table, `max_len_now` the longest.
+/// block table, `max_len_now` the longest, which sets the split count ([`decode_splits`]).
 pub fn attn_decode<A: Act>(
     gpu: &Gpu,
     q: &DeviceBuffer<A>,
@@ -445,25 +498,29 @@ pub fn attn_decode<A: Act>(
 ) -> Result<()> {
     let hd = pool.hd;
     let grp = hq / pool.hkv.max(1);
+    let cap = sc.splits_for(b, hq, hd);
     need(
         "attn_decode",
         hd <= 256
             && hq % pool.hkv == 0
-            && grp <= 16
+            && grp <= ATT_QUERY_TILE
             && q.len() >= b * hq * hd
             && out.len() >= b * hq * hd
             && lens.len() >= b
             && blocks.rows_ok(b)
             && max_len_now <= blocks.stride * pool.block_size
-            && sc.acc.len() >= b * hq * sc.nsplit * hd,
+            && cap >= 1,
         || format!("hd={hd} hq={hq} b={b}"),
     )?;
-    let split_len = max_len_now.div_ceil(sc.nsplit).max(1);
+    let nsplit = decode_splits(max_len_now, cap);
+    let split_len = max_len_now.div_ceil(nsplit).max(1);
     let scale = 1.0 / (hd as f32).sqrt();
+    let elem = std::mem::size_of::<A>();
+    let kt = attn_tile_keys(hd, elem);
     launch!(
         gpu,
         A::kernel("attn_decode_split"),
-        cfg((b, pool.hkv, sc.nsplit), 128, 0),
+        cfg((b, pool.hkv, nsplit), 128, attn_shared_bytes(hd, elem, kt)),
         q,
         &pool.k,
         &pool.v,
@@ -477,7 +534,8 @@ pub fn attn_decode<A: Act>(
         &(hd as i32),
         &(pool.block_size as i32),
         &(split_len as i32),
-        &scale
+        &scale,
+        &(kt as i32)
     )?;
     launch!(
         gpu,
@@ -488,7 +546,7 @@ pub fn attn_decode<A: Act>(
         out,
         &(hq as i32),
         &(hd as i32),
-        &(sc.nsplit as i32)
+        &(nsplit as i32)
     )
 }
 
@@ -784,7 +842,26 @@ pub fn gdn_recurrent<A: Act>(
     )
 }
 
-/// Chunked delta rule over packed sequences (prefill); `scratch` holds `b·hv·64·(dk+dv)` fp32.
+/// Tokens per chunk of the chunked delta rule (`GDN_CHUNK` in gdn.cu).
+pub const GDN_CHUNK: usize = 64;
+
+/// Scratch (fp32 elements) of the one-kernel chunked delta rule: U and W of one chunk per
+/// (sequence, value head).
+pub fn gdn_chunked_scratch_min(b: usize, hv: usize, dk: usize, dv: usize) -> usize {
+    b * hv * GDN_CHUNK * (dk + dv)
+}
+
+/// Scratch (fp32 elements) with which [`gdn_chunked`] takes the chunk-parallel form: U, W and
+/// Pm of every chunk of the batch (at most `ceil(t / 64) + b` chunks) per value head.
+pub fn gdn_chunked_scratch_parallel(b: usize, t: usize, hv: usize, dk: usize, dv: usize) -> usize {
+    (t.div_ceil(GDN_CHUNK) + b) * hv * GDN_CHUNK * (dk + dv + GDN_CHUNK)
+}
+
+/// Chunked delta rule over packed sequences (prefill) from and into the states of `slots`. With a
+/// `scratch` of [`gdn_chunked_scratch_parallel`] fp32 elements the intra-chunk work (A, U, W,
+/// Pm) runs for all chunks in parallel (`gdn_chunk_prep`) and a state pass per (sequence, head)
+/// follows (`gdn_chunk_state`); with at least [`gdn_chunked_scratch_min`] the one-kernel form
+/// (`gdn_chunked`) runs. Same results either way.
 pub fn gdn_chunked<A: Act>(
     gpu: &Gpu,
     x: &DeltaBufs<'_>,
@@ -798,16 +875,57 @@ pub fn gdn_chunked<A: Act>(
 ) -> Result<()> {
     need(
         "gdn_chunked",
-        scratch.len() >= b * x.hv * 64 * (x.dk + x.dv) && out.len() >= t * x.hv * x.dv,
+        scratch.len() >= gdn_chunked_scratch_min(b, x.hv, x.dk, x.dv)
+            && out.len() >= t * x.hv * x.dv
+            && cu.len() > b
+            && slots.len() >= b,
         || "scratch too small".into(),
     )?;
+    let dims = (&(x.hk as i32), &(x.hv as i32), &(x.dk as i32), &(x.dv as i32));
+    if scratch.len() < gdn_chunked_scratch_parallel(b, t, x.hv, x.dk, x.dv) {
+        return launch!(
+            gpu,
+            A::kernel("gdn_chunked"),
+            cfg((b, x.hv, 1), 256, 0),
+            x.qn,
+            x.kn,
+            x.v,
+            x.beta,
+            x.g,
+            &mut pool.rec,
+            out,
+            scratch,
+            cu,
+            slots,
+            dims.0,
+            dims.1,
+            dims.2,
+            dims.3
+        );
+    }
     launch!(
         gpu,
-        A::kernel("gdn_chunked"),
-        cfg((b, x.hv, 1), 256, 0),
+        A::kernel("gdn_chunk_prep"),
+        cfg((t.div_ceil(GDN_CHUNK) + b, x.hv, 1), 256, 0),
         x.qn,
         x.kn,
         x.v,
+        x.beta,
+        x.g,
+        scratch,
+        cu,
+        &(b as i32),
+        dims.0,
+        dims.1,
+        dims.2,
+        dims.3
+    )?;
+    launch!(
+        gpu,
+        A::kernel("gdn_chunk_state"),
+        cfg((b, x.hv, 1), 256, 0),
+        x.qn,
+        x.kn,
         x.beta,
         x.g,
         &mut pool.rec,
@@ -815,10 +933,10 @@ pub fn gdn_chunked<A: Act>(
         scratch,
         cu,
         slots,
-        &(x.hk as i32),
-        &(x.hv as i32),
-        &(x.dk as i32),
-        &(x.dv as i32)
+        dims.0,
+        dims.1,
+        dims.2,
+        dims.3
     )
 }
 

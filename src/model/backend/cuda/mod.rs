@@ -173,7 +173,8 @@ impl<A: Act> CudaModel<A> {
             b,
             t,
             decode,
-            // attention splits over the table's capacity (the same for every step of a graph)
+            // attention splits over the table's capacity (the longest context rounded up to
+            // whole blocks: the same for every step of a graph; `ops::decode_splits`)
             max_len_now: bt_stride * st.blocks.block_size(),
             ids: &idx.ids,
             pos: &idx.pos,

@@ -14,6 +14,7 @@
 //! measures for the same step (checked on the emulator by tests/cuda_model.rs).
 
 use crate::model::config::{LayerType, ModelConfig};
+use crate::tensor::cuda::ops::{decode_splits, DECODE_MAX_SPLITS};
 
 /// A device's limits.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -111,11 +112,13 @@ pub fn gdn_recurrent(b: usize, hk: usize, hv: usize, dk: usize, dv: usize, a: us
     )
 }
 
-/// `gdn_chunked` over `t` tokens of `b` sequences, chunks of 64: per chunk of `c` tokens and
-/// value head, the intra-chunk products (A, Pm: c²·dk each), the two triangular solves
-/// (c²·(dk+dv)/2), Vn = U − W·S and the output (2·c·dk·dv), the state update (c·dk·dv); bytes:
-/// q̂, k̂, v, gates and output once, the state read and written once per chunk, U/W scratch
-/// written and read once per chunk.
+/// The chunk-parallel chunked delta rule over `t` tokens of `b` sequences, chunks of 64 (the
+/// form the model's CUDA backend runs: its scratch holds every chunk). `gdn_chunk_prep`, per
+/// chunk of `c` tokens and value head: the intra-chunk products (A, Pm: c²·dk each) and the two
+/// triangular solves (c²·(dk+dv)/2); reads q̂, k̂, v and the gates once, writes U, W, Pm
+/// (c·(dk+dv+c) fp32). `gdn_chunk_state`: Vn = U − W·S and the output (2·c·dk·dv), the state
+/// update (c·dk·dv); reads q̂, k̂, the gates and the scratch once, the state read and written
+/// once per chunk, the output written once.
 pub fn gdn_chunked(
     b: usize,
     t: usize,
@@ -124,16 +127,27 @@ pub fn gdn_chunked(
     dk: usize,
     dv: usize,
     a: usize,
-) -> KernelCost {
+) -> [KernelCost; 2] {
     let chunks = t.div_ceil(64).max(b) as f64;
     let c = (t as f64 / chunks).min(64.0);
     let (t, hk, hv, dk, dv) = (t as f64, hk as f64, hv as f64, dk as f64, dv as f64);
-    let per_chunk = 2.0 * c * c * dk + c * c * (dk + dv) / 2.0 + 3.0 * c * dk * dv;
-    let flops = 2.0 * chunks * hv * per_chunk;
-    let io = t * (2.0 * hk * dk + hv * dv + 2.0 * hv) * 4.0 + t * hv * dv * a as f64;
-    let state = chunks * hv * dk * dv * 8.0;
-    let scratch = chunks * hv * c * (dk + dv) * 8.0;
-    KernelCost::new("gdn_chunked", io + state + scratch, flops)
+    let qk = t * 2.0 * hk * dk * 4.0;
+    let gates = t * 2.0 * hv * 4.0;
+    let scratch = chunks * hv * c * (dk + dv + c) * 4.0;
+    let prep_flops = 2.0 * chunks * hv * (2.0 * c * c * dk + c * c * (dk + dv) / 2.0);
+    let state_flops = 2.0 * chunks * hv * 3.0 * c * dk * dv;
+    [
+        KernelCost::new(
+            "gdn_chunk_prep",
+            qk + t * hv * dv * 4.0 + gates + scratch,
+            prep_flops,
+        ),
+        KernelCost::new(
+            "gdn_chunk_state",
+            qk + gates + scratch + chunks * hv * dk * dv * 8.0 + t * hv * dv * a as f64,
+            state_flops,
+        ),
+    ]
 }
 
 /// Which kind of step to model.
@@ -202,17 +216,23 @@ fn attention(c: &ModelConfig, s: Step, a: usize) -> Vec<KernelCost> {
         KernelCost::new("rope_partial", 2.0 * kv * af, 6.0 * kv),
         KernelCost::new("kv_append", 4.0 * kv * af, 0.0),
     ];
-    // keys/values read once per KV head and sequence (GQA: shared by its query heads);
-    // scores and the weighted sum: 2·hd multiply-adds per (query head, key)
+    // keys/values read once per KV head and sequence (GQA: shared by its query heads, staged in
+    // shared memory for the group); scores and the weighted sum: 2·hd multiply-adds per (query
+    // head, key). Decode: `splits` partial results (fp32 acc + max + sum per head) written by
+    // the split kernel and read by the combine.
     if decode {
         let keys = tf * ctx as f64;
+        let splits = decode_splits(ctx, DECODE_MAX_SPLITS) as f64;
+        let part = q * splits * 4.0 + tf * (hq as f64) * splits * 8.0;
         v.push(KernelCost::new(
             "attn_decode_split",
-            keys * (2 * hkv * hd) as f64 * af + q * af,
+            keys * (2 * hkv * hd) as f64 * af + q * af + part,
             keys * (4 * hq * hd) as f64,
         ));
-        v.push(KernelCost::new("attn_decode_combine", q * 4.0 * 8.0 + q * af, 0.0));
+        v.push(KernelCost::new("attn_decode_combine", part + q * af, 0.0));
     } else {
+        // the prefill kernel stages each K/V tile once per 16-query tile and head: re-reads
+        // from L2, not device memory (the model's assumption of perfect L2 reuse in a launch)
         let pairs = tf * (tf + 1.0) / 2.0;
         v.push(KernelCost::new(
             "attn_prefill",
@@ -256,11 +276,11 @@ fn gdn(c: &ModelConfig, b: usize, t: usize, decode: bool, a: usize) -> Vec<Kerne
             4.0 * tf * (hk * dk) as f64 + 10.0 * tf * hv as f64,
         ),
     ];
-    v.push(if decode {
-        gdn_recurrent(b, hk, hv, dk, dv, a)
+    if decode {
+        v.push(gdn_recurrent(b, hk, hv, dk, dv, a));
     } else {
-        gdn_chunked(b, t, hk, hv, dk, dv, a)
-    });
+        v.extend(gdn_chunked(b, t, hk, hv, dk, dv, a));
+    }
     let o = tf * vd as f64;
     v.push(KernelCost::new("gated_rms_norm", 3.0 * o * af, 8.0 * o));
     v.push(gemm("gdn_out", t, h, vd, a, a));
@@ -486,14 +506,37 @@ mod tests {
     #[test]
     fn launch_counts_follow_the_layer_mix() {
         // per step: embedding, per layer 2 norms + mixer + MoE (6 kernels, 5 GEMMs), final
-        // norm, gather_rows, head GEMM; attention decode 9 kernels + 4 GEMMs, GDN 4 + 5
+        // norm, gather_rows, head GEMM; attention decode 9 kernels + 4 GEMMs, GDN 4 + 5;
+        // a prefill: one attention kernel fewer (no combine), one GDN kernel more (the
+        // chunk-parallel delta rule is two launches)
         let cfg = a3b();
         let t = totals(&step(&cfg, Step::Decode { batch: 1, context: 7 }, 2), &H200);
         let (full, lin) = (10u64, 30u64);
         assert_eq!(t.launches, 1 + 40 * (2 + 6) + full * 9 + lin * 4 + 2);
         assert_eq!(t.gemms, 40 * 5 + full * 4 + lin * 5 + 1);
         let p = totals(&step(&cfg, Step::Prefill { tokens: 100 }, 2), &H200);
-        assert_eq!(p.launches, t.launches - full);
+        assert_eq!(p.launches, t.launches - full + lin);
+    }
+
+    #[test]
+    fn decode_splits_follow_the_context_and_their_partials_are_counted() {
+        use crate::tensor::cuda::ops::{attn_shared_bytes, attn_tile_keys};
+        // one split per 256 keys, capped by the scratch and by 64
+        assert_eq!(decode_splits(1, 64), 1);
+        assert_eq!(decode_splits(256, 64), 1);
+        assert_eq!(decode_splits(257, 64), 2);
+        assert_eq!(decode_splits(32768, 64), 64);
+        assert_eq!(decode_splits(32768, 3), 3);
+        // staged K/V tiles within 48 KiB: bf16 hd 256 stages 32 keys, f32 hd 256 only 8
+        assert_eq!(attn_tile_keys(256, 2), 32);
+        assert_eq!(attn_tile_keys(256, 4), 8);
+        assert_eq!(attn_shared_bytes(256, 4, 8), (16 + 16) * 257 * 4);
+        assert!(attn_shared_bytes(256, 4, 16) > 48 * 1024);
+        // 35B-A3B batch-1 decode at 1,024 keys + the new one: 5 splits of 16 heads, fp32
+        // partials (256 values + max + sum) written by the split kernel, read by the combine
+        let d = step(&a3b(), Step::Decode { batch: 1, context: 1024 }, 2);
+        let comb = d.iter().find(|c| c.kernel == "attn_decode_combine").unwrap();
+        assert_eq!(comb.bytes, (16 * 5 * (256 * 4 + 8) + 16 * 256 * 2) as f64);
     }
 
     #[test]

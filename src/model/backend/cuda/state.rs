@@ -8,7 +8,7 @@ use super::decode_graphs::DecodeGraphs;
 use super::step_index::StepIndex;
 use crate::model::config::{LayerType, ModelConfig};
 use crate::tensor::cuda::gpu::{Act, DeviceBuffer, Gpu};
-use crate::tensor::cuda::ops::{DecodeScratch, GdnPool, KvPool, MoeGroups};
+use crate::tensor::cuda::ops::{self, DecodeScratch, GdnPool, KvPool, MoeGroups};
 use crate::tensor::device::{DeviceError as CudaError, Result};
 
 type F32 = DeviceBuffer<f32>;
@@ -217,7 +217,13 @@ impl<A: Act> CudaState<A> {
             v: z(t * hkv * hd)?,
             att: z(t * hq * hd)?,
             dec: DecodeScratch::new(gpu, t, hq, hd, 8)?,
-            delta_scratch: f(slots.min(t) * hv * 64 * (dk + dv))?,
+            delta_scratch: f(ops::gdn_chunked_scratch_parallel(
+                slots.min(t),
+                t,
+                hv,
+                dk,
+                dv,
+            ))?,
             router: f(t * e)?,
             idx: gpu.zeros::<i32>(t * k)?,
             wts: f(t * k)?,
