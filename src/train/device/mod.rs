@@ -19,9 +19,11 @@ mod moe;
 mod proj;
 mod record;
 mod seq;
+mod trainer;
 mod update;
 
 pub use grads::NamedGrad;
+pub use trainer::DeviceTrainer;
 
 use super::error::{Result, TrainError};
 use super::network::check_sequence;
@@ -98,6 +100,16 @@ impl<A: Act> DeviceTrainModel<A> {
     /// Give the weights back (e.g. to an engine).
     pub fn into_model(self) -> CudaModel<A> {
         self.model
+    }
+
+    /// Split into the weights (to serve an engine) and the gradients, to be put back together
+    /// by [`Self::reassemble`].
+    pub(crate) fn lend(self) -> (CudaModel<A>, CudaModel<f32>) {
+        (self.model, self.grads)
+    }
+
+    pub(crate) fn reassemble(model: CudaModel<A>, grads: CudaModel<f32>) -> Self {
+        DeviceTrainModel { model, grads }
     }
 
     /// Reset every gradient to zero.
