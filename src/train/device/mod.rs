@@ -169,6 +169,19 @@ impl<A: Act> DeviceTrainModel<A> {
     }
 }
 
+impl<A: Act> DeviceTrainModel<A> {
+    /// The fp32 masters of `opt` (from [`Self::optimizer`]) in the CPU trainer's layout and
+    /// names (as [`Self::gradients`]): what a checkpoint of a device run holds.
+    pub fn masters(&self, gpu: &Gpu, opt: &crate::train::device_optim::DeviceAdamW, prefix: &str) -> Result<Vec<NamedGrad>> {
+        let tensors = grads::buffers(&self.model.cfg, self.grads.stack())
+            .into_iter()
+            .enumerate()
+            .map(|(i, (p, _))| Ok((p, opt.master(gpu, i)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(grads::named(&self.model.cfg, tensors, prefix))
+    }
+}
+
 impl DeviceTrainModel<f32> {
     /// The serving weights of the f32 build, downloaded in the CPU trainer's layout and names
     /// (as [`Self::gradients`]).

@@ -14,7 +14,9 @@ use crate::engine::Engine;
 use crate::model::backend::cuda::CudaModel;
 use crate::tensor::cuda::backward::{token_loss, LossRows, TokenObjective};
 use crate::tensor::cuda::{Act, Gpu};
+use crate::train::checkpoint::{save, SHARD_BYTES};
 use crate::train::device_optim::DeviceAdamW;
+use crate::train::params::{Param, ParamStore};
 use crate::train::dynamic::{Collected, DynamicSamplingConfig};
 use crate::train::error::{Result, TrainError};
 use crate::train::grpo::{grpo_denominator, is_active, GrpoConfig, GrpoSample};
@@ -171,5 +173,19 @@ where
             }
         }
         Ok(out)
+    }
+
+    /// Write the fp32 masters as a Hugging Face checkpoint at `dir` in the CPU trainer's format
+    /// (`train::checkpoint::save`: the source model's dtype, config and tokenizer files copied
+    /// from `source`); the optimizer moments stay on the device (not written).
+    pub fn save(&self, dir: &std::path::Path, source: &std::path::Path) -> Result<()> {
+        let prefix = crate::model::checkpoint::Checkpoint::open(source)?.full_name("");
+        let params = self
+            .model()?
+            .masters(&self.gpu, &self.opt, &prefix)?
+            .into_iter()
+            .map(|n| Param { name: n.name, shape: n.shape, data: n.data })
+            .collect();
+        save(dir, source, &ParamStore { params }, None, SHARD_BYTES)
     }
 }
