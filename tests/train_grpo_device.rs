@@ -5,10 +5,11 @@
 //! multiple of 8), and taken back for the device update (routing replayed, GRPO loss on the
 //! device, backward, one device AdamW step rewriting the served weights in place).
 //!
-//! CI-sized criterion (measured): one iteration of 4 groups × 8 takes ~26 s on the emulator in
-//! a debug build on 2 cores (~50 s under load), so the CPU test's run to mean reward ≥ 0.8 (up to
-//! 150 iterations) does not fit; a measured device run read 0.100, 0.100, 0.052 over its first
-//! three iterations. Instead, over 2 iterations of 2 groups × 8 (same seeds as the CPU trainer):
+//! CI-sized criterion (measured): one iteration of 4 groups × 8 takes ~20 s on the emulator (the
+//! test profile, 2 shared cores), so the CPU test's run to mean reward ≥ 0.8 (up to 150
+//! iterations) does not fit; a measured device run read 0.100, 0.100, 0.052, 0.097 over its
+//! first four iterations (81 s). Instead, over 2 iterations of 2 groups × 8 (same seeds as the
+//! CPU trainer; the whole test ~8 s):
 //! at step 0 the device training forward's log-probabilities of the sampled tokens equal the
 //! engine's within 1e-5; every iteration the device run samples the same tokens and routing as
 //! the CPU trainer's run (`train_grpo_toy`, which learns the task), log-probabilities within
