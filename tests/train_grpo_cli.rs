@@ -48,7 +48,8 @@ fn train_grpo_runs_the_toy_task_and_saves_a_checkpoint() {
         Model::load(&d).unwrap();
     }
 
-    // `device = "…"`: rollouts on the emulated CUDA device (one iteration), a bad device refused.
+    // `device = "…"`: rollouts and updates on the emulated CUDA device (one iteration, the device
+    // trainer's checkpoint written), a bad device refused.
     let train = |cfg: String| {
         std::fs::write(&path, cfg).unwrap();
         Command::new(env!("CARGO_BIN_EXE_execcritic"))

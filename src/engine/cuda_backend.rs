@@ -112,6 +112,12 @@ impl<A: Act> CudaDecoder<A> {
         })
     }
 
+    /// The model back, its caches dropped (e.g. a device trainer taking its weights back
+    /// after a rollout phase: `Engine::stop` returns the decoder).
+    pub fn into_model(self) -> CudaModel<A> {
+        self.model
+    }
+
     /// Give the slots of ended sequences back: their KV blocks to the pool, their GDN states
     /// zeroed, the slots to the free list.
     fn reclaim(&self, st: &mut CudaState<A>) -> Result<(), EngineError> {

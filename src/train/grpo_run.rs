@@ -14,7 +14,11 @@ use super::optim::{AdamW, AdamWConfig, Schedule};
 use super::rollout::GroupSampler;
 use super::toy::{MultipleOf8Task, ToyTaskConfig};
 use super::trainer::Trainer;
-use crate::engine::{EngineConfig, Placement};
+use super::device::DeviceTrainer;
+use crate::engine::cuda_backend::CudaDecoder;
+use crate::engine::{DecoderModel, DeviceChoice, EngineConfig, Placement};
+use crate::model::backend::cuda::CudaModel;
+use crate::tensor::cuda::{Act, ActType, DeviceKind, Gpu};
 use crate::model::tokenizer::Tokenizer;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -68,8 +72,8 @@ pub struct GrpoRunConfig {
     #[serde(default)]
     pub agent: Option<toml::Table>,
     /// Where rollouts are sampled: `cpu` (default: the trainer's weights are lent to the CPU
-    /// engine), `cuda`, `cuda:N` or `emulator`, optionally `:bf16`/`:f32` (the weights are
-    /// uploaded once per iteration); the update runs on the trainer (CPU) either way.
+    /// engine), `cuda`, `cuda:N` or `emulator`, optionally `:bf16`/`:f32`: rollouts AND
+    /// updates on that device (`train::device::DeviceTrainer`, one copy of the weights).
     #[serde(default)]
     pub device: Option<String>,
 }
@@ -114,15 +118,11 @@ pub fn run_grpo(
     sampler: &mut dyn GroupSampler,
     mut on_step: impl FnMut(&IterationReport),
 ) -> Result<PathBuf> {
-    let model = TrainModel::load(&c.model)?;
-    let opt = AdamW::new(c.optimizer, &model.store);
-    let mut tr = Trainer {
-        model,
-        opt,
-        schedule: c.schedule,
-        tape: TapeOptions { recompute: c.recompute },
-        grpo: c.grpo,
-        lora: None,
+    let placement: Placement = match &c.device {
+        Some(d) => d
+            .parse()
+            .map_err(|e| TrainError::BadInput(format!("device = {d:?}: {e}")))?,
+        None => Placement::default(),
     };
     let tokenizer_dir = c.tokenizer.as_deref().unwrap_or(&c.model);
     let tokenizer =
@@ -132,11 +132,21 @@ pub fn run_grpo(
         template_dir: sampler.needs_chat_template().then(|| tokenizer_dir.to_path_buf()),
         config: EngineConfig::default(),
     };
-    let placement: Placement = match &c.device {
-        Some(d) => d
-            .parse()
-            .map_err(|e| TrainError::BadInput(format!("device = {d:?}: {e}")))?,
-        None => Placement::default(),
+    if let DeviceChoice::Gpu(kind) = placement.device {
+        return match placement.act_type() {
+            ActType::Bf16 => run_on_device::<u16>(c, kind, &setup, sampler, on_step),
+            ActType::F32 => run_on_device::<f32>(c, kind, &setup, sampler, on_step),
+        };
+    }
+    let model = TrainModel::load(&c.model)?;
+    let opt = AdamW::new(c.optimizer, &model.store);
+    let mut tr = Trainer {
+        model,
+        opt,
+        schedule: c.schedule,
+        tape: TapeOptions { recompute: c.recompute },
+        grpo: c.grpo,
+        lora: None,
     };
     for i in 0..c.steps {
         let rep = grpo_iteration_at(
@@ -160,5 +170,35 @@ pub fn run_grpo(
     }
     let fin = c.out.join("final");
     save(&fin, &c.model, &tr.model.store, Some(&tr.opt), SHARD_BYTES)?;
+    Ok(fin)
+}
+
+/// [`run_grpo`] with rollouts AND updates on a CUDA device (a GPU or the emulator): a
+/// [`DeviceTrainer`] over one copy of the weights; each sequence is its own micro-batch;
+/// checkpoints hold the fp32 masters (no optimizer state).
+fn run_on_device<A: Act>(
+    c: &GrpoRunConfig,
+    kind: DeviceKind,
+    setup: &EngineSetup,
+    sampler: &mut dyn GroupSampler,
+    mut on_step: impl FnMut(&IterationReport),
+) -> Result<PathBuf>
+where
+    CudaDecoder<A>: DecoderModel,
+{
+    let gpu = Gpu::open(kind)?;
+    let model = CudaModel::<A>::load(&gpu, &c.model)?;
+    let mut tr = DeviceTrainer::new(gpu, model, c.optimizer)?;
+    tr.schedule = c.schedule;
+    tr.grpo = c.grpo;
+    for i in 0..c.steps {
+        let collected = tr.rollout_phase(setup, sampler, &c.sampling)?;
+        on_step(&tr.update_phase(&collected)?);
+        if c.save_every > 0 && (i + 1) % c.save_every == 0 {
+            tr.save(&c.out.join(format!("step-{}", i + 1)), &c.model)?;
+        }
+    }
+    let fin = c.out.join("final");
+    tr.save(&fin, &c.model)?;
     Ok(fin)
 }

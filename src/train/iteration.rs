@@ -58,25 +58,49 @@ pub fn rollout_phase_at(
     sampler: &mut dyn GroupSampler,
     sampling: &DynamicSamplingConfig,
 ) -> Result<Collected<Vec<Rollout>>> {
-    let template = match (&setup.template_dir, sampler.needs_chat_template()) {
-        (Some(dir), _) => Some(ChatTemplate::from_dir(dir).map_err(|e| TrainError::BadInput(format!("chat template: {e}")))?),
-        (None, true) => return Err(TrainError::BadInput("this task renders chats: the engine needs the model's chat template".into())),
-        (None, false) => None,
-    };
+    let template = engine_template(setup, sampler)?;
     if let DeviceChoice::Gpu(_) = placement.device {
         let engine = trainer.device_engine(placement, setup.tokenizer.clone(), template, setup.config)?;
-        let collected = collect_groups(sampling, |i| {
-            sampler.sample_group(&engine, i, sampling.group_size)
-        });
-        drop(engine);
-        return collected.map_err(|e| TrainError::Sampling(Box::new(e)));
+        return collect_through(&engine, sampler, sampling);
     }
     let lent = trainer.lend(setup.tokenizer.clone(), template, setup.config)?;
-    let collected = collect_groups(sampling, |i| {
-        sampler.sample_group(lent.engine(), i, sampling.group_size)
-    });
+    let collected = collect_through(lent.engine(), sampler, sampling);
     lent.give_back().map_err(|e| e.error)?;
-    collected.map_err(|e| TrainError::Sampling(Box::new(e)))
+    collected
+}
+
+/// The chat template the rollout engine is started with: the setup's, required when the
+/// sampler renders chats.
+pub(crate) fn engine_template(setup: &EngineSetup, sampler: &dyn GroupSampler) -> Result<Option<ChatTemplate>> {
+    match (&setup.template_dir, sampler.needs_chat_template()) {
+        (Some(dir), _) => Ok(Some(ChatTemplate::from_dir(dir).map_err(|e| TrainError::BadInput(format!("chat template: {e}")))?)),
+        (None, true) => Err(TrainError::BadInput("this task renders chats: the engine needs the model's chat template".into())),
+        (None, false) => Ok(None),
+    }
+}
+
+/// Collect groups through `engine` (sampling errors wrapped).
+pub(crate) fn collect_through(
+    engine: &crate::engine::Engine,
+    sampler: &mut dyn GroupSampler,
+    sampling: &DynamicSamplingConfig,
+) -> Result<Collected<Vec<Rollout>>> {
+    collect_groups(sampling, |i| sampler.sample_group(engine, i, sampling.group_size))
+        .map_err(|e| TrainError::Sampling(Box::new(e)))
+}
+
+impl IterationReport {
+    /// The report of iteration `iteration`: `collected`'s counts and the update, if any.
+    pub fn new(iteration: u64, collected: &Collected<Vec<Rollout>>, update: Option<StepReport>) -> Self {
+        IterationReport {
+            iteration,
+            mean_reward: collected.mean_reward,
+            kept_groups: collected.kept.len(),
+            skipped_groups: collected.skipped,
+            aborted_samples: collected.aborted_samples,
+            update,
+        }
+    }
 }
 
 /// One GRPO update on the collected groups (routing replay where recorded).
@@ -88,14 +112,7 @@ pub fn update_phase(
     let iteration = trainer.opt.step;
     let batch = grpo_batch(&collected.kept);
     let update = trainer.grpo_step_capped(&batch, max_tokens_per_micro_batch)?;
-    Ok(IterationReport {
-        iteration,
-        mean_reward: collected.mean_reward,
-        kept_groups: collected.kept.len(),
-        skipped_groups: collected.skipped,
-        aborted_samples: collected.aborted_samples,
-        update,
-    })
+    Ok(IterationReport::new(iteration, collected, update))
 }
 
 /// [`rollout_phase`] then [`update_phase`].

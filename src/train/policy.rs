@@ -108,6 +108,12 @@ fn upload<A: Act>(
 ) -> Result<CudaDecoder<A>> {
     let model = CudaModel::<A>::from_source(&gpu, cfg, lease)
         .map_err(|e| TrainError::BadInput(format!("uploading the weights to {}: {e}", gpu.name())))?;
+    device_decoder(gpu, model, config)
+}
+
+/// A device model with the engine's caches (shaped by [`device_cache`]); `config` already
+/// capped by [`device_config`].
+pub(crate) fn device_decoder<A: Act>(gpu: Gpu, model: CudaModel<A>, config: &EngineConfig) -> Result<CudaDecoder<A>> {
     let cache = device_cache(config, DEVICE_MAX_LEN);
     Ok(CudaDecoder::with_cache(gpu, model, cache, config.scheduler.max_batch_tokens)?)
 }

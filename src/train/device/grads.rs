@@ -71,14 +71,26 @@ pub(super) fn download(
     prefix: &str,
     fold_tied_head: bool,
 ) -> Result<Vec<NamedGrad>> {
+    let tensors = buffers(c, g)
+        .into_iter()
+        .map(|(p, buf)| {
+            let mut data = gpu.download(buf)?;
+            if p.name == "embed_tokens.weight" && c.tie_word_embeddings && fold_tied_head {
+                let head = gpu.download(&g.head)?;
+                data.iter_mut().zip(head).for_each(|(a, b)| *a += b);
+            }
+            Ok((p, data))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(named(c, tensors, prefix))
+}
+
+/// Host tensors of the loading order (`buffers`' parameters with their values) in the CPU
+/// trainer's layout and names (`prefix` as in `download`; fused experts split per expert).
+pub(super) fn named(c: &ModelConfig, tensors: Vec<(Param, Vec<f32>)>, prefix: &str) -> Vec<NamedGrad> {
     let (h, i) = (c.hidden_size, c.moe_intermediate_size);
     let mut out = vec![];
-    for (p, buf) in buffers(c, g) {
-        let mut data = gpu.download(buf)?;
-        if p.name == "embed_tokens.weight" && c.tie_word_embeddings && fold_tied_head {
-            let head = gpu.download(&g.head)?;
-            data.iter_mut().zip(head).for_each(|(a, b)| *a += b);
-        }
+    for (p, data) in tensors {
         let full = |name: &str| if name == "lm_head.weight" { name.to_string() } else { format!("{prefix}{name}") };
         let Some(moe) = p.name.strip_suffix("experts.gate_up_proj").or(p.name.strip_suffix("experts.down_proj")) else {
             out.push(NamedGrad { name: full(&p.name), shape: p.shape, data });
@@ -100,5 +112,5 @@ pub(super) fn download(
             }
         }
     }
-    Ok(out)
+    out
 }

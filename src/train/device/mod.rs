@@ -19,9 +19,11 @@ mod moe;
 mod proj;
 mod record;
 mod seq;
+mod trainer;
 mod update;
 
 pub use grads::NamedGrad;
+pub use trainer::DeviceTrainer;
 
 use super::error::{Result, TrainError};
 use super::network::check_sequence;
@@ -100,6 +102,16 @@ impl<A: Act> DeviceTrainModel<A> {
         self.model
     }
 
+    /// Split into the weights (to serve an engine) and the gradients, to be put back together
+    /// by [`Self::reassemble`].
+    pub(crate) fn lend(self) -> (CudaModel<A>, CudaModel<f32>) {
+        (self.model, self.grads)
+    }
+
+    pub(crate) fn reassemble(model: CudaModel<A>, grads: CudaModel<f32>) -> Self {
+        DeviceTrainModel { model, grads }
+    }
+
     /// Reset every gradient to zero.
     pub fn zero_grads(&mut self, gpu: &Gpu) -> Result<()> {
         self.grads = CudaModel::<f32>::zeros(gpu, self.model.cfg.clone())?;
@@ -154,6 +166,19 @@ impl<A: Act> DeviceTrainModel<A> {
     /// expert; a tied head's gradient added to the embedding's).
     pub fn gradients(&self, gpu: &Gpu, prefix: &str) -> Result<Vec<NamedGrad>> {
         Ok(grads::download(gpu, &self.model.cfg, self.grads.stack(), prefix, true)?)
+    }
+}
+
+impl<A: Act> DeviceTrainModel<A> {
+    /// The fp32 masters of `opt` (from [`Self::optimizer`]) in the CPU trainer's layout and
+    /// names (as [`Self::gradients`]): what a checkpoint of a device run holds.
+    pub fn masters(&self, gpu: &Gpu, opt: &crate::train::device_optim::DeviceAdamW, prefix: &str) -> Result<Vec<NamedGrad>> {
+        let tensors = grads::buffers(&self.model.cfg, self.grads.stack())
+            .into_iter()
+            .enumerate()
+            .map(|(i, (p, _))| Ok((p, opt.master(gpu, i)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(grads::named(&self.model.cfg, tensors, prefix))
     }
 }
 

@@ -1,0 +1,154 @@
+//! GRPO with rollouts AND updates on the emulated CUDA device, in one process, over one copy of
+//! the weights (`train::device::DeviceTrainer`, f32 build): every iteration the trainer's
+//! `CudaModel` is moved into an engine on the same `Gpu`, which samples the toy task of
+//! `tests/train_grpo_toy.rs` (after `[BOS, p]` sample 2 tokens; reward 1 iff their ids sum to a
+//! multiple of 8), and taken back for the device update (routing replayed, GRPO loss on the
+//! device, backward, one device AdamW step rewriting the served weights in place).
+//!
+//! CI-sized criterion (measured): one iteration of 4 groups × 8 takes ~20 s on the emulator (the
+//! test profile, 2 shared cores), so the CPU test's run to mean reward ≥ 0.8 (up to 150
+//! iterations) does not fit; a measured device run read 0.100, 0.100, 0.052, 0.097 over its
+//! first four iterations (81 s). Instead, over 2 iterations of 2 groups × 8 (same seeds as the
+//! CPU trainer; the whole test ~8 s):
+//! at step 0 the device training forward's log-probabilities of the sampled tokens equal the
+//! engine's within 1e-5; every iteration the device run samples the same tokens and routing as
+//! the CPU trainer's run (`train_grpo_toy`, which learns the task), log-probabilities within
+//! 1e-4, the same loss within 1e-4 — so the second iteration samples from the same updated
+//! policy; the first update improves the GRPO surrogate (Σ advantage · Δ log-prob of the
+//! sampled tokens > 0); the checkpoint of the device run holds the device masters.
+
+use execcritic::engine::EngineConfig;
+use execcritic::model::backend::cuda::CudaModel;
+use execcritic::model::tokenizer::Tokenizer;
+use execcritic::tensor::cuda::Gpu;
+use execcritic::train::device::DeviceTrainer;
+use execcritic::train::dynamic::{Collected, DynamicSamplingConfig};
+use execcritic::train::iteration::{rollout_phase, update_phase, EngineSetup};
+use execcritic::train::optim::AdamWConfig;
+use execcritic::train::rollout::Rollout;
+use execcritic::train::toy::{MultipleOf8Task, ToyTaskConfig};
+use execcritic::train::trainer::Trainer;
+use execcritic::train::TrainModel;
+use std::path::{Path, PathBuf};
+
+const ITERATIONS: usize = 2;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("models")
+}
+
+fn task() -> MultipleOf8Task {
+    MultipleOf8Task::new(ToyTaskConfig { prompts: vec![11, 222, 333, 444], completion_tokens: 2, bos: 1 }, 7)
+}
+
+fn setup() -> EngineSetup {
+    EngineSetup {
+        tokenizer: Tokenizer::from_dir(&root().join("tokenizer")).unwrap(),
+        template_dir: None,
+        config: EngineConfig::default(),
+    }
+}
+
+fn opt() -> AdamWConfig {
+    AdamWConfig { lr: 3e-3, ..Default::default() }
+}
+
+const SAMPLING: DynamicSamplingConfig = DynamicSamplingConfig { groups: 2, group_size: 8, max_attempts: 50 };
+
+/// Every kept rollout with its advantage.
+fn kept(c: &Collected<Vec<Rollout>>) -> Vec<(&Rollout, f64)> {
+    c.kept
+        .iter()
+        .flat_map(|g| g.samples.iter().zip(&g.advantages).flat_map(|(s, &a)| s.sample.iter().map(move |r| (r, a))))
+        .collect()
+}
+
+/// Per iteration: (ids, log-probs, routing) of the kept rollouts and the update's loss.
+type Run = Vec<(Vec<(Vec<u32>, Vec<f32>, Option<Vec<Vec<u32>>>)>, Option<f64>)>;
+
+fn record(c: &Collected<Vec<Rollout>>) -> Vec<(Vec<u32>, Vec<f32>, Option<Vec<Vec<u32>>>)> {
+    kept(c).into_iter().map(|(r, _)| (r.ids.clone(), r.logprobs.clone(), r.routing.clone())).collect()
+}
+
+#[test]
+fn grpo_on_the_emulated_device_equals_the_cpu_trainer_and_improves_the_policy() {
+    let gpu = Gpu::emulator().unwrap();
+    let model = CudaModel::<f32>::load(&gpu, &root().join("tiny-qwen35")).unwrap();
+    let mut dev = DeviceTrainer::new(gpu, model, opt()).unwrap();
+    let (setup, mut t) = (setup(), task());
+    let mut device_run: Run = Vec::new();
+    for it in 0..ITERATIONS {
+        let collected = dev.rollout_phase(&setup, &mut t, &SAMPLING).unwrap();
+        let before: Vec<Vec<f32>> = kept(&collected)
+            .iter()
+            .map(|(r, _)| dev.token_logprobs(&r.ids, &r.train_mask, r.routing.as_deref()).unwrap())
+            .collect();
+        if it == 0 {
+            let (mut worst, mut n) = (0.0f32, 0);
+            for ((r, _), lp) in kept(&collected).iter().zip(&before) {
+                assert!(r.routing.is_some(), "the engine returned a routing record");
+                for t in (1..r.ids.len()).filter(|&t| r.train_mask[t]) {
+                    worst = worst.max((lp[t] - r.logprobs[t]).abs());
+                    n += 1;
+                }
+            }
+            eprintln!("step 0: {n} sampled tokens, max |device training − engine log-prob| = {worst:e}");
+            assert!(n > 0 && worst <= 1e-5, "recomputed log-probabilities differ from the engine's by {worst}");
+        }
+        let report = dev.update_phase(&collected).unwrap();
+        let update = report.update.expect("the kept groups have reward variance: an update");
+        eprintln!("device iteration {it}: mean reward {:.3} loss {:+.6} grad norm {:.4}", report.mean_reward, update.loss, update.stats.grad_norm);
+        if it == 0 {
+            // The clipped-ratio objective at ratio 1 is −Σ A·(logp − old); one step must raise
+            // the advantage-weighted log-probabilities of what was sampled.
+            let mut surrogate = 0.0f64;
+            for ((r, a), lp0) in kept(&collected).iter().zip(&before) {
+                let lp1 = dev.token_logprobs(&r.ids, &r.train_mask, r.routing.as_deref()).unwrap();
+                for t in (1..r.ids.len()).filter(|&t| r.train_mask[t]) {
+                    surrogate += a * (lp1[t] - lp0[t]) as f64;
+                }
+            }
+            eprintln!("iteration 0: Σ advantage · Δ log-prob = {surrogate:e}");
+            assert!(surrogate > 0.0, "the device update did not improve the GRPO surrogate: {surrogate}");
+        }
+        device_run.push((record(&collected), Some(update.loss)));
+    }
+
+    // The CPU trainer from the same weights and seeds.
+    let mut cpu = Trainer::new(TrainModel::load(&root().join("tiny-qwen35")).unwrap(), opt());
+    let mut t = task();
+    let mut cpu_run: Run = Vec::new();
+    for _ in 0..ITERATIONS {
+        let collected = rollout_phase(&mut cpu, &setup, &mut t, &SAMPLING).unwrap();
+        let report = update_phase(&mut cpu, &collected, usize::MAX).unwrap();
+        cpu_run.push((record(&collected), report.update.map(|u| u.loss)));
+    }
+    for (it, ((cs, cl), (ds, dl))) in cpu_run.iter().zip(&device_run).enumerate() {
+        assert_eq!(cs.len(), ds.len(), "iteration {it}: kept samples");
+        for ((ci, clp, cr), (di, dlp, dr)) in cs.iter().zip(ds) {
+            assert_eq!(ci, di, "iteration {it}: sampled ids");
+            assert_eq!(cr, dr, "iteration {it}: routing");
+            let err = clp.iter().zip(dlp).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(err <= 1e-4, "iteration {it}: log-probabilities differ by {err}");
+        }
+        let (c, d) = (cl.unwrap(), dl.unwrap());
+        assert!((c - d).abs() <= 1e-4, "iteration {it}: loss {c} (CPU) vs {d} (device)");
+    }
+
+    // The checkpoint of the device run: the masters, in the CPU trainer's names and format.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("final");
+    dev.save(&out, &root().join("tiny-qwen35")).unwrap();
+    let saved = TrainModel::load(&out).unwrap();
+    let trained = &cpu.model.store;
+    assert_eq!(saved.store.len(), trained.len(), "parameter count");
+    let mut worst = 0f32;
+    for (s, c) in saved.store.params.iter().zip(&trained.params) {
+        assert_eq!((&s.name, &s.shape), (&c.name, &c.shape));
+        worst = s.data.iter().zip(&c.data).fold(worst, |m, (a, b)| m.max((a - b).abs()));
+    }
+    eprintln!("checkpoint vs CPU trainer after {ITERATIONS} updates: max |Δw| = {worst:e}");
+    // Both took the same updates (same samples, losses); AdamW moves a weight by ≤ ~lr a step,
+    // so a sign flip of a near-zero gradient could differ by at most 2·lr per step.
+    assert!(worst <= 2.0 * 3e-3 * ITERATIONS as f32, "device checkpoint differs from the CPU trainer by {worst}");
+}
