@@ -5,11 +5,14 @@
 //! multiple of 8), and taken back for the device update (routing replayed, GRPO loss on the
 //! device, backward, one device AdamW step rewriting the served weights in place).
 //!
-//! CI-sized criterion (measured): one iteration of 4 groups × 8 takes ~20 s on the emulator (the
-//! test profile, 2 shared cores), so the CPU test's run to mean reward ≥ 0.8 (up to 150
-//! iterations) does not fit; a measured device run read 0.100, 0.100, 0.052, 0.097 over its
-//! first four iterations (81 s). Instead, over 2 iterations of 2 groups × 8 (same seeds as the
-//! CPU trainer; the whole test ~8 s):
+//! Two tests. `the_toy_task_learns_on_the_emulated_device`: the CPU test's task and criterion
+//! (mean reward ≤ 0.2 at the start, ≥ 0.8 over three consecutive iterations) with rollouts and
+//! updates on the emulated device, at lr 3e-2 (the CPU test's 3e-3 needs 84 iterations, ~7 s
+//! each on the emulator; at 3e-2 the CPU trainer learns in 12). Measured on the 2-core machine
+//! with another build running: 0.100 → 0.219 (iteration 5) → 0.550 (9) → 0.848, 0.938, 0.977
+//! (14–16), 131 s; the cap is 30 iterations.
+//! `grpo_on_the_emulated_device_equals_the_cpu_trainer_and_improves_the_policy`, over 2
+//! iterations of 2 groups × 8 (same seeds as the CPU trainer; ~8 s):
 //! at step 0 the device training forward's log-probabilities of the sampled tokens equal the
 //! engine's within 1e-5; every iteration the device run samples the same tokens and routing as
 //! the CPU trainer's run (`train_grpo_toy`, which learns the task), log-probabilities within
@@ -151,4 +154,37 @@ fn grpo_on_the_emulated_device_equals_the_cpu_trainer_and_improves_the_policy() 
     // Both took the same updates (same samples, losses); AdamW moves a weight by ≤ ~lr a step,
     // so a sign flip of a near-zero gradient could differ by at most 2·lr per step.
     assert!(worst <= 2.0 * 3e-3 * ITERATIONS as f32, "device checkpoint differs from the CPU trainer by {worst}");
+}
+
+/// The toy task learns with rollouts and updates on the emulated device (see the module comment
+/// for the measured curve).
+#[test]
+fn the_toy_task_learns_on_the_emulated_device() {
+    let gpu = Gpu::emulator().unwrap();
+    let model = CudaModel::<f32>::load(&gpu, &root().join("tiny-qwen35")).unwrap();
+    let mut dev = DeviceTrainer::new(gpu, model, AdamWConfig { lr: 3e-2, ..Default::default() }).unwrap();
+    let (setup, mut t) = (setup(), task());
+    let sampling = DynamicSamplingConfig { groups: 4, group_size: 8, max_attempts: 200 };
+    let t0 = std::time::Instant::now();
+    let mut curve = Vec::new();
+    for it in 0..30 {
+        let collected = dev.rollout_phase(&setup, &mut t, &sampling).unwrap();
+        let report = dev.update_phase(&collected).unwrap();
+        eprintln!(
+            "iteration {it:2}: mean reward {:.3}  kept {} skipped {}  ({:.1} s)",
+            report.mean_reward,
+            report.kept_groups,
+            report.skipped_groups,
+            t0.elapsed().as_secs_f64()
+        );
+        curve.push(report.mean_reward);
+        if curve.len() >= 3 && curve[curve.len() - 3..].iter().all(|&r| r >= 0.8) {
+            break;
+        }
+    }
+    assert!(curve[0] <= 0.2, "the task must start hard: {curve:?}");
+    assert!(
+        curve.len() >= 3 && curve[curve.len() - 3..].iter().all(|&r| r >= 0.8),
+        "the device run did not learn the toy task in 30 iterations: {curve:?}"
+    );
 }
