@@ -170,3 +170,41 @@ fn grpo_rollouts_on_the_emulated_device_equal_the_cpu_engine() {
         }
     }
 }
+
+/// A policy that always succeeds: every group lacks reward variance.
+struct Saturated(MultipleOf8Task);
+
+impl execcritic::train::rollout::GroupSampler for Saturated {
+    fn sample_group(
+        &mut self,
+        engine: &execcritic::engine::Engine,
+        attempt: usize,
+        size: usize,
+    ) -> execcritic::train::error::Result<Vec<execcritic::train::dynamic::Scored<Vec<execcritic::train::rollout::Rollout>>>> {
+        let mut group = self.0.sample_group(engine, attempt, size)?;
+        group.iter_mut().for_each(|s| s.reward = 1.0);
+        Ok(group)
+    }
+}
+
+/// A collection that reaches the dynamic-sampling cap (a saturated task) is an iteration
+/// without an update — the run goes on — reported with its mean reward and `capped`; nothing
+/// moves: weights and optimizer step are unchanged. Other errors still fail the iteration.
+#[test]
+fn a_capped_collection_is_an_iteration_without_an_update() {
+    use execcritic::train::iteration::grpo_iteration;
+    let (mut tr, setup, task) = toy();
+    let before: Vec<Vec<f32>> = tr.model.store.params.iter().map(|p| p.data.clone()).collect();
+    let mut sat = Saturated(task);
+    let sampling = DynamicSamplingConfig { groups: 2, group_size: 4, max_attempts: 3 };
+    let rep = grpo_iteration(&mut tr, &setup, &mut sat, &sampling, usize::MAX).unwrap();
+    assert!(rep.capped && rep.update.is_none(), "{rep:?}");
+    assert_eq!((rep.kept_groups, rep.skipped_groups, rep.mean_reward), (0, 3, 1.0));
+    assert_eq!(tr.opt.step, 0);
+    assert!(tr.model.store.params.iter().zip(&before).all(|(p, b)| &p.data == b), "weights moved");
+    let json = serde_json::to_value(&rep).unwrap();
+    assert_eq!(json["capped"], true);
+
+    let bad = DynamicSamplingConfig { groups: 2, group_size: 1, max_attempts: 3 };
+    assert!(grpo_iteration(&mut tr, &setup, &mut sat, &bad, usize::MAX).is_err(), "a bad config is still an error");
+}

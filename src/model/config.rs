@@ -48,6 +48,25 @@ pub struct ModelConfig {
     pub eos_token_ids: Vec<u32>,
 }
 
+/// The dimensions of a Gated DeltaNet layer ([`ModelConfig::gdn_dims`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GdnDims {
+    /// Key (and query) heads.
+    pub hk: usize,
+    /// Value heads (a multiple of `hk`).
+    pub hv: usize,
+    /// Key head dimension.
+    pub dk: usize,
+    /// Value head dimension.
+    pub dv: usize,
+    /// Channels of the causal conv, `[q | k | v]`: `2·hk·dk + hv·dv`.
+    pub conv: usize,
+    /// `hv·dv`.
+    pub value: usize,
+    /// Causal conv kernel size.
+    pub kernel: usize,
+}
+
 impl ModelConfig {
     /// Read `dir/config.json`.
     pub fn from_dir(dir: &Path) -> Result<Self> {
@@ -92,6 +111,19 @@ impl ModelConfig {
     /// Channels of the GDN causal conv: `[q | k | v]`.
     pub fn gdn_conv_dim(&self) -> usize {
         2 * self.gdn_key_dim() + self.gdn_value_dim()
+    }
+
+    /// The Gated DeltaNet layer's dimensions, named once for every backend.
+    pub fn gdn_dims(&self) -> GdnDims {
+        GdnDims {
+            hk: self.linear_num_key_heads,
+            hv: self.linear_num_value_heads,
+            dk: self.linear_key_head_dim,
+            dv: self.linear_value_head_dim,
+            conv: self.gdn_conv_dim(),
+            value: self.gdn_value_dim(),
+            kernel: self.linear_conv_kernel_dim,
+        }
     }
 
     fn validate(&self, path: &Path) -> Result<()> {

@@ -192,8 +192,7 @@ where
     tr.schedule = c.schedule;
     tr.grpo = c.grpo;
     for i in 0..c.steps {
-        let collected = tr.rollout_phase(setup, sampler, &c.sampling)?;
-        on_step(&tr.update_phase(&collected)?);
+        on_step(&tr.iteration(setup, sampler, &c.sampling)?);
         if c.save_every > 0 && (i + 1) % c.save_every == 0 {
             tr.save(&c.out.join(format!("step-{}", i + 1)), &c.model)?;
         }

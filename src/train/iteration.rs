@@ -2,8 +2,12 @@
 //! groups with DAPO dynamic sampling from a [`GroupSampler`], give the weights back, then one
 //! clipped-policy update with routing replay in micro-batches ([`rollout_phase`] and
 //! [`update_phase`]; [`grpo_iteration`] runs both). Knows nothing of what a task is.
+//!
+//! A collection that reaches the dynamic-sampling cap (every group drawn was all right or all
+//! wrong: a policy that has saturated the task, or not yet reached it) is an iteration without
+//! an update ([`capped_report`], `capped: true` in the metrics), not the end of the run.
 
-use super::dynamic::{collect_groups, Collected, DynamicSamplingConfig};
+use super::dynamic::{collect_groups, Collected, DynamicSamplingConfig, DynamicSamplingError};
 use super::error::{Result, TrainError};
 use super::rollout::{grpo_batch, GroupSampler, Rollout};
 use super::trainer::{StepReport, Trainer};
@@ -32,8 +36,11 @@ pub struct IterationReport {
     pub kept_groups: usize,
     pub skipped_groups: usize,
     pub aborted_samples: usize,
+    /// The collection reached the dynamic-sampling cap with fewer groups with reward variance
+    /// than wanted: no update this iteration.
+    pub capped: bool,
     /// The update (loss, tokens, micro-batches, lr, grad norm); absent when every kept sample
-    /// had zero advantage.
+    /// had zero advantage or the collection was capped.
     #[serde(flatten)]
     pub update: Option<StepReport>,
 }
@@ -98,9 +105,26 @@ impl IterationReport {
             kept_groups: collected.kept.len(),
             skipped_groups: collected.skipped,
             aborted_samples: collected.aborted_samples,
+            capped: false,
             update,
         }
     }
+}
+
+/// The report of iteration `iteration` when collecting failed with `e`: `Some` (no update,
+/// `capped: true`) when `e` is the dynamic-sampling cap, `None` for any other error.
+pub fn capped_report(iteration: u64, e: &TrainError) -> Option<IterationReport> {
+    let TrainError::Sampling(s) = e else { return None };
+    let DynamicSamplingError::CapReached { kept, attempts, mean_reward, .. } = **s else { return None };
+    Some(IterationReport {
+        iteration,
+        mean_reward,
+        kept_groups: kept,
+        skipped_groups: attempts - kept,
+        aborted_samples: 0,
+        capped: true,
+        update: None,
+    })
 }
 
 /// One GRPO update on the collected groups (routing replay where recorded).
@@ -115,7 +139,7 @@ pub fn update_phase(
     Ok(IterationReport::new(iteration, collected, update))
 }
 
-/// [`rollout_phase`] then [`update_phase`].
+/// [`rollout_phase`] then [`update_phase`] (a capped collection: [`capped_report`]).
 pub fn grpo_iteration(
     trainer: &mut Trainer,
     setup: &EngineSetup,
@@ -135,6 +159,9 @@ pub fn grpo_iteration_at(
     sampling: &DynamicSamplingConfig,
     max_tokens_per_micro_batch: usize,
 ) -> Result<IterationReport> {
-    let collected = rollout_phase_at(trainer, setup, placement, sampler, sampling)?;
-    update_phase(trainer, &collected, max_tokens_per_micro_batch)
+    let iteration = trainer.opt.step;
+    match rollout_phase_at(trainer, setup, placement, sampler, sampling) {
+        Ok(collected) => update_phase(trainer, &collected, max_tokens_per_micro_batch),
+        Err(e) => capped_report(iteration, &e).ok_or(e),
+    }
 }

@@ -6,7 +6,7 @@
 
 use super::seq::SeqIndex;
 use crate::model::backend::cuda::GdnW;
-use crate::model::config::ModelConfig;
+use crate::model::config::{GdnDims, ModelConfig};
 use crate::tensor::cuda::backward as bw;
 use crate::tensor::cuda::gemm::linear;
 use crate::tensor::cuda::ops::{self, DeltaBufs, GdnGates, GdnPool};
@@ -62,9 +62,7 @@ pub(super) fn forward<A: Act>(
     u: DeviceBuffer<A>,
 ) -> Result<(DeviceBuffer<A>, GdnSaved<A>)> {
     let (t, h, eps) = (seq.t, c.hidden_size, c.rms_norm_eps);
-    let (hk, hv, dk, dv) =
-        (c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim);
-    let (cd, vd, kk) = (c.gdn_conv_dim(), c.gdn_value_dim(), c.linear_conv_kernel_dim);
+    let GdnDims { hk, hv, dk, dv, conv: cd, value: vd, kernel: kk } = c.gdn_dims();
     let (mut mixed, mut z) = (gpu.zeros::<A>(t * cd)?, gpu.zeros::<A>(t * vd)?);
     let (mut bb, mut aa) = (gpu.zeros::<A>(t * hv)?, gpu.zeros::<A>(t * hv)?);
     linear(gpu, &u, t, h, &w.qkv, cd, &mut mixed)?;
@@ -104,9 +102,7 @@ pub(super) fn backward<A: Act>(
     g: &mut GdnW<f32>,
 ) -> Result<DeviceBuffer<A>> {
     let (t, h, eps) = (seq.t, c.hidden_size, c.rms_norm_eps);
-    let (hk, hv, dk, dv) =
-        (c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim);
-    let (cd, vd, kk) = (c.gdn_conv_dim(), c.gdn_value_dim(), c.linear_conv_kernel_dim);
+    let GdnDims { hk, hv, dk, dv, conv: cd, value: vd, kernel: kk } = c.gdn_dims();
     let mut d_on = gpu.zeros::<A>(t * vd)?;
     bw::linear_backward(gpu, dy, &s.on, t, vd, &w.out, h, &mut d_on, false, &mut g.out)?;
     let (mut d_o, mut dz) = (gpu.zeros::<A>(t * vd)?, gpu.zeros::<A>(t * vd)?);

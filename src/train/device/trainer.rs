@@ -20,7 +20,7 @@ use crate::train::params::{Param, ParamStore};
 use crate::train::dynamic::{Collected, DynamicSamplingConfig};
 use crate::train::error::{Result, TrainError};
 use crate::train::grpo::{grpo_denominator, is_active, GrpoConfig, GrpoSample};
-use crate::train::iteration::{collect_through, engine_template, EngineSetup, IterationReport};
+use crate::train::iteration::{capped_report, collect_through, engine_template, EngineSetup, IterationReport};
 use crate::train::loss::sft_denominator;
 use crate::train::optim::{AdamWConfig, Schedule};
 use crate::train::policy::device_decoder;
@@ -87,6 +87,22 @@ where
         dtm = DeviceTrainModel::reassemble(decoder.into_model(), grads);
         self.model = Some(dtm);
         collected
+    }
+
+    /// One GRPO iteration: [`Self::rollout_phase`] then [`Self::update_phase`]; a collection
+    /// that reached the dynamic-sampling cap is an iteration without an update
+    /// ([`capped_report`]).
+    pub fn iteration(
+        &mut self,
+        setup: &EngineSetup,
+        sampler: &mut dyn GroupSampler,
+        sampling: &DynamicSamplingConfig,
+    ) -> Result<IterationReport> {
+        let iteration = self.opt.step;
+        match self.rollout_phase(setup, sampler, sampling) {
+            Ok(collected) => self.update_phase(&collected),
+            Err(e) => capped_report(iteration, &e).ok_or(e),
+        }
     }
 
     /// One GRPO update on the collected groups: [`Self::grpo_step`] and the iteration's report.

@@ -18,7 +18,7 @@ pub use step_index::{HostIndex, StepIndex};
 pub use weights::{check_supported, AttnW, CudaModel, CudaWeights, GdnW, MoeW};
 
 use super::{Backend, Site};
-use crate::model::config::ModelConfig;
+use crate::model::config::{GdnDims, ModelConfig};
 use crate::tensor::cuda::gemm::linear;
 use crate::tensor::cuda::gpu::{Act, DeviceBuffer, Gpu};
 use crate::tensor::cuda::ops::{self, BlockTable, DeltaBufs, GdnPool, KvIndex, KvPool};
@@ -345,15 +345,7 @@ impl<A: Act> Backend for CudaStep<'_, A> {
         let (gpu, c, s, t, b) = (self.gpu, self.c, &mut *self.s, self.t, self.b);
         let pool = self.gdn[li].as_mut().expect("GDN pool for a linear layer");
         let (h, eps) = (c.hidden_size, c.rms_norm_eps);
-        let (hk, hv, dk, dv, cd, vd, kk) = (
-            c.linear_num_key_heads,
-            c.linear_num_value_heads,
-            c.linear_key_head_dim,
-            c.linear_value_head_dim,
-            c.gdn_conv_dim(),
-            c.gdn_value_dim(),
-            c.linear_conv_kernel_dim,
-        );
+        let GdnDims { hk, hv, dk, dv, conv: cd, value: vd, kernel: kk } = c.gdn_dims();
         linear(gpu, &s.xn, t, h, &w.qkv, cd, &mut s.big)?;
         linear(gpu, &s.xn, t, h, &w.z, vd, &mut s.z)?;
         linear(gpu, &s.xn, t, h, &w.b, hv, &mut s.bb)?;

@@ -13,7 +13,7 @@
 //! counts are reported beside it, and `launches` here equals what [`crate::tensor::cuda::Gpu::op_counts`]
 //! measures for the same step (checked on the emulator by tests/cuda_model.rs).
 
-use crate::model::config::{LayerType, ModelConfig};
+use crate::model::config::{GdnDims, LayerType, ModelConfig};
 use crate::tensor::cuda::ops::{decode_splits, DECODE_MAX_SPLITS};
 
 /// A device's limits.
@@ -247,16 +247,8 @@ fn attention(c: &ModelConfig, s: Step, a: usize) -> Vec<KernelCost> {
 
 /// The launches of one Gated DeltaNet layer (`decode`: recurrent, else chunked).
 fn gdn(c: &ModelConfig, b: usize, t: usize, decode: bool, a: usize) -> Vec<KernelCost> {
-    let (hk, hv, dk, dv, cd, vd, kk, h) = (
-        c.linear_num_key_heads,
-        c.linear_num_value_heads,
-        c.linear_key_head_dim,
-        c.linear_value_head_dim,
-        c.gdn_conv_dim(),
-        c.gdn_value_dim(),
-        c.linear_conv_kernel_dim,
-        c.hidden_size,
-    );
+    let GdnDims { hk, hv, dk, dv, conv: cd, value: vd, kernel: kk } = c.gdn_dims();
+    let h = c.hidden_size;
     let (tf, af) = (t as f64, a as f64);
     let conv = (tf * cd as f64, (b * cd * (kk - 1)) as f64);
     let mut v = vec![

@@ -6,7 +6,7 @@
 use super::paged::{BlockTables, PagedError};
 use super::decode_graphs::DecodeGraphs;
 use super::step_index::StepIndex;
-use crate::model::config::{LayerType, ModelConfig};
+use crate::model::config::{GdnDims, LayerType, ModelConfig};
 use crate::tensor::cuda::gpu::{Act, DeviceBuffer, Gpu};
 use crate::tensor::cuda::ops::{self, DecodeScratch, GdnPool, KvPool, MoeGroups};
 use crate::tensor::device::{DeviceError as CudaError, Result};
@@ -157,14 +157,7 @@ impl<A: Act> CudaState<A> {
             c.num_key_value_heads,
             c.head_dim,
         );
-        let (hk, hv, dk, dv, cd, vd) = (
-            c.linear_num_key_heads,
-            c.linear_num_value_heads,
-            c.linear_key_head_dim,
-            c.linear_value_head_dim,
-            c.gdn_conv_dim(),
-            c.gdn_value_dim(),
-        );
+        let GdnDims { hk, hv, dk, dv, conv: cd, value: vd, .. } = c.gdn_dims();
         let (e, k, i, is) = (
             c.num_experts,
             c.num_experts_per_tok,
