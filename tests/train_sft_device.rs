@@ -17,7 +17,8 @@
 //! optimizer state (no `trainer_state.json`, a missing or mis-shaped moment) is a clear error.
 //! `train_sft_cli_on_the_emulated_device`: `execcritic train sft` with `device = "emulator:f32"`
 //! writes loadable checkpoints with optimizer state, the loss decreases, a resumed run continues
-//! with the continuous run's losses; LoRA with a device is refused.
+//! with the continuous run's losses; the bf16 build's loss goes down; LoRA with a device is
+//! refused.
 
 use execcritic::model::backend::cuda::CudaModel;
 use execcritic::model::Model;
@@ -278,6 +279,13 @@ fn train_sft_cli_on_the_emulated_device() {
         let got = l["loss"].as_f64().unwrap();
         assert!((got - want).abs() <= 1e-6, "resumed step {}: loss {got} vs {want}", l["step"]);
     }
+
+    // The bf16 build (the default storage type on a device): the same run, two steps.
+    let bf16 = train_sft(&path, &config("").replace("emulator:f32", "emulator").replace("steps = 4", "steps = 2")).unwrap();
+    let l: Vec<f64> = bf16.iter().map(|l| l["loss"].as_f64().unwrap()).collect();
+    eprintln!("device SFT losses (CLI, bf16): {l:?}");
+    assert!(l.len() == 2 && l[1] < l[0], "bf16: {l:?}");
+    Model::load(&out.join("final")).unwrap();
 
     let e = train_sft(&path, &config("[lora]\nrank = 2\nalpha = 4.0\ntargets = [\"q_proj\"]")).unwrap_err();
     assert!(e.contains("lora is not supported with device"), "{e}");
