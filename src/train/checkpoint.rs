@@ -127,6 +127,56 @@ pub fn save(dir: &Path, source: &Path, store: &ParamStore, opt: Option<&AdamW>, 
 
 /// Load the optimizer state saved next to a checkpoint, matching `store`'s parameters.
 pub fn load_optimizer(dir: &Path, store: &ParamStore) -> Result<AdamW> {
+    read_optimizer(dir, |f| {
+        let mut opt = AdamW::new(f.cfg, store);
+        opt.step = f.step;
+        for (i, p) in store.params.iter().enumerate() {
+            opt.m[i] = f.exp_avg(&p.name, &p.shape)?;
+            opt.v[i] = f.exp_avg_sq(&p.name, &p.shape)?;
+        }
+        Ok(opt)
+    })
+}
+
+/// The optimizer state files of a checkpoint folder, open: the step and AdamW settings of
+/// `trainer_state.json` and the moments of `optimizer.safetensors`, read by parameter name
+/// (what [`save`] writes; any trainer's parameters, in any order).
+pub struct OptimizerFile<'a> {
+    pub step: u64,
+    pub cfg: AdamWConfig,
+    path: &'a Path,
+    tensors: safetensors::SafeTensors<'a>,
+}
+
+impl OptimizerFile<'_> {
+    /// The first moment of parameter `name` (full name), checked against `shape`.
+    pub fn exp_avg(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        self.read(&format!("exp_avg.{name}"), shape)
+    }
+
+    /// The second moment of parameter `name` (full name), checked against `shape`.
+    pub fn exp_avg_sq(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        self.read(&format!("exp_avg_sq.{name}"), shape)
+    }
+
+    fn read(&self, key: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        let op = self.path;
+        let t = self.tensors.tensor(key).map_err(|_| TrainError::BadInput(format!("{}: missing {key}", op.display())))?;
+        let len: usize = shape.iter().product();
+        if t.dtype() != safetensors::Dtype::F32 || t.shape() != shape || t.data().len() != len * 4 {
+            return Err(TrainError::BadInput(format!(
+                "{}: {key} is {:?} {:?}, expected F32 {shape:?}",
+                op.display(),
+                t.dtype(),
+                t.shape()
+            )));
+        }
+        Ok(DType::F32.decode_to_f32(t.data()))
+    }
+}
+
+/// Open the optimizer state saved next to the checkpoint at `dir` and hand it to `f`.
+pub fn read_optimizer<R>(dir: &Path, f: impl FnOnce(&OptimizerFile<'_>) -> Result<R>) -> Result<R> {
     let sp = dir.join("trainer_state.json");
     let text = std::fs::read_to_string(&sp).map_err(io(&sp))?;
     let st: serde_json::Value =
@@ -136,20 +186,7 @@ pub fn load_optimizer(dir: &Path, store: &ParamStore) -> Result<AdamW> {
         .map_err(|e| TrainError::BadInput(format!("{}: {e}", sp.display())))?;
     let op = dir.join("optimizer.safetensors");
     let bytes = std::fs::read(&op).map_err(io(&op))?;
-    let sf = safetensors::SafeTensors::deserialize(&bytes)
+    let tensors = safetensors::SafeTensors::deserialize(&bytes)
         .map_err(|e| TrainError::BadInput(format!("{}: {e}", op.display())))?;
-    let read = |name: &str, len: usize| -> Result<Vec<f32>> {
-        let t = sf.tensor(name).map_err(|_| TrainError::BadInput(format!("{}: missing {name}", op.display())))?;
-        if t.dtype() != safetensors::Dtype::F32 || t.data().len() != len * 4 {
-            return Err(TrainError::BadInput(format!("{}: {name} has the wrong dtype or size", op.display())));
-        }
-        Ok(DType::F32.decode_to_f32(t.data()))
-    };
-    let mut opt = AdamW::new(cfg, store);
-    opt.step = step;
-    for (i, p) in store.params.iter().enumerate() {
-        opt.m[i] = read(&format!("exp_avg.{}", p.name), p.data.len())?;
-        opt.v[i] = read(&format!("exp_avg_sq.{}", p.name), p.data.len())?;
-    }
-    Ok(opt)
+    f(&OptimizerFile { step, cfg, path: &op, tensors })
 }

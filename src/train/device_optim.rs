@@ -144,6 +144,20 @@ impl DeviceAdamW {
         Ok((gpu.download(&s.m)?, gpu.download(&s.v)?))
     }
 
+    /// Overwrite parameter `i`'s fp32 master and moments (a resumed run's state); each must
+    /// have the parameter's length.
+    pub fn load_slot(&mut self, gpu: &Gpu, i: usize, master: &[f32], m: &[f32], v: &[f32]) -> Result<()> {
+        let n = self.slot(i)?.master.len();
+        if let Some(bad) = [master.len(), m.len(), v.len()].into_iter().find(|&l| l != n) {
+            return Err(TrainError::BadInput(format!("parameter {i}: {bad} values of optimizer state for a weight of {n}")));
+        }
+        let s = &mut self.slots[i];
+        gpu.write(&mut s.master, master)?;
+        gpu.write(&mut s.m, m)?;
+        gpu.write(&mut s.v, v)?;
+        Ok(())
+    }
+
     fn slot(&self, i: usize) -> Result<&Slot> {
         self.slots
             .get(i)

@@ -12,11 +12,12 @@ use super::iteration::{grpo_iteration_at, EngineSetup, IterationReport};
 use super::network::{TapeOptions, TrainModel};
 use super::optim::{AdamW, AdamWConfig, Schedule};
 use super::rollout::GroupSampler;
+use super::run_device::run_placement;
 use super::toy::{MultipleOf8Task, ToyTaskConfig};
 use super::trainer::Trainer;
 use super::device::DeviceTrainer;
 use crate::engine::cuda_backend::CudaDecoder;
-use crate::engine::{DecoderModel, DeviceChoice, EngineConfig, Placement};
+use crate::engine::{DecoderModel, DeviceChoice, EngineConfig};
 use crate::model::backend::cuda::CudaModel;
 use crate::tensor::cuda::{Act, ActType, DeviceKind, Gpu};
 use crate::model::tokenizer::Tokenizer;
@@ -118,12 +119,7 @@ pub fn run_grpo(
     sampler: &mut dyn GroupSampler,
     mut on_step: impl FnMut(&IterationReport),
 ) -> Result<PathBuf> {
-    let placement: Placement = match &c.device {
-        Some(d) => d
-            .parse()
-            .map_err(|e| TrainError::BadInput(format!("device = {d:?}: {e}")))?,
-        None => Placement::default(),
-    };
+    let placement = run_placement(c.device.as_deref())?;
     let tokenizer_dir = c.tokenizer.as_deref().unwrap_or(&c.model);
     let tokenizer =
         Tokenizer::from_dir(tokenizer_dir).map_err(|e| TrainError::BadInput(format!("tokenizer: {e}")))?;
@@ -175,7 +171,7 @@ pub fn run_grpo(
 
 /// [`run_grpo`] with rollouts AND updates on a CUDA device (a GPU or the emulator): a
 /// [`DeviceTrainer`] over one copy of the weights; each sequence is its own micro-batch;
-/// checkpoints hold the fp32 masters (no optimizer state).
+/// checkpoints hold the fp32 masters and the AdamW state in the CPU trainer's format.
 fn run_on_device<A: Act>(
     c: &GrpoRunConfig,
     kind: DeviceKind,

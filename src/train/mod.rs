@@ -42,6 +42,7 @@ pub mod params;
 pub mod plan;
 pub mod policy;
 pub mod rollout;
+pub mod run_device;
 pub mod sft_data;
 pub mod sft_run;
 pub mod toy;

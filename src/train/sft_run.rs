@@ -3,9 +3,11 @@
 //! size, checkpointing), the update loop over the data in order
 //! (wrapping around), one JSON line of metrics per step, and HF checkpoints with optimizer state
 //! (`<out>/step-<n>` every `save_every` steps and `<out>/final`). `resume` continues from a
-//! checkpoint written by a previous run.
+//! checkpoint written by a previous run. `device = "…"` runs the updates on a CUDA device (a GPU
+//! or the emulator) with the device trainer: same data, batches, schedule and checkpoints.
 
 use super::checkpoint::{load_optimizer, save, SHARD_BYTES};
+use super::device::DeviceTrainer;
 use super::error::{Result, TrainError};
 use super::grpo::GrpoConfig;
 use super::lora::{Lora, LoraConfig};
@@ -13,7 +15,12 @@ use super::network::{TapeOptions, TrainModel};
 use super::optim::{AdamW, AdamWConfig, Schedule};
 use super::sft_data::{conversation_examples, Conversation};
 use super::trainer::{SftExample, StepReport, Trainer};
+use super::run_device::run_placement;
+use crate::engine::cuda_backend::CudaDecoder;
+use crate::engine::{DecoderModel, DeviceChoice};
+use crate::model::backend::cuda::CudaModel;
 use crate::model::chat::ChatTemplate;
+use crate::tensor::cuda::{Act, ActType, DeviceKind, Gpu};
 use crate::model::tokenizer::Tokenizer;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -54,6 +61,11 @@ pub struct SftConfig {
     /// Train LoRA adapters only (checkpoints hold the merged weights, no optimizer state).
     #[serde(default)]
     pub lora: Option<LoraConfig>,
+    /// Where the updates run: `cpu` (default: the CPU trainer), `cuda`, `cuda:N` or `emulator`,
+    /// optionally `:bf16`/`:f32`: the device trainer (`train::device::DeviceTrainer`; one
+    /// sequence's forward and backward at a time, `recompute` unused; not with `lora` yet).
+    #[serde(default)]
+    pub device: Option<String>,
 }
 
 /// One path or a list of paths.
@@ -169,8 +181,21 @@ pub fn load_examples(c: &SftConfig, read: ConversationReader<'_>) -> Result<Vec<
 
 /// Run the configured SFT; `read` loads `trajectories` files (see [`ConversationReader`]);
 /// `on_step` sees each step's report. Returns the final checkpoint path.
-pub fn run_sft(c: &SftConfig, read: ConversationReader<'_>, mut on_step: impl FnMut(&StepReport)) -> Result<PathBuf> {
+pub fn run_sft(c: &SftConfig, read: ConversationReader<'_>, on_step: impl FnMut(&StepReport)) -> Result<PathBuf> {
+    let placement = run_placement(c.device.as_deref())?;
     let data = load_examples(c, read)?;
+    if let DeviceChoice::Gpu(kind) = placement.device {
+        if c.lora.is_some() {
+            return Err(TrainError::BadInput(format!(
+                "lora is not supported with device = {:?} yet (the device trainer trains every parameter)",
+                c.device.as_deref().unwrap_or_default()
+            )));
+        }
+        return match placement.act_type() {
+            ActType::Bf16 => sft_loop(c, &data, &mut device_trainer::<u16>(c, kind)?, on_step),
+            ActType::F32 => sft_loop(c, &data, &mut device_trainer::<f32>(c, kind)?, on_step),
+        };
+    }
     let start = c.resume.as_deref().unwrap_or(&c.model);
     let model = TrainModel::load(start)?;
     let lora = c.lora.clone().map(|l| Lora::new(l, &model.store)).transpose()?;
@@ -187,19 +212,84 @@ pub fn run_sft(c: &SftConfig, read: ConversationReader<'_>, mut on_step: impl Fn
         grpo: GrpoConfig::default(),
         lora,
     };
-    let shard = c.shard_bytes.unwrap_or(SHARD_BYTES);
-    let mut cursor = (tr.opt.step as usize * c.batch_size) % data.len();
-    while tr.opt.step < c.steps {
+    sft_loop(c, &data, &mut tr, on_step)
+}
+
+/// The device trainer of a run: on `kind`, from the model folder or, with `resume`, from the
+/// checkpoint's weights and optimizer state (its own or the CPU trainer's).
+fn device_trainer<A: Act>(c: &SftConfig, kind: DeviceKind) -> Result<DeviceTrainer<A>>
+where
+    CudaDecoder<A>: DecoderModel,
+{
+    let gpu = Gpu::open(kind)?;
+    let mut tr = match &c.resume {
+        Some(r) => DeviceTrainer::resume(gpu, r)?,
+        None => {
+            let model = CudaModel::<A>::load(&gpu, &c.model)?;
+            DeviceTrainer::new(gpu, model, c.optimizer)?
+        }
+    };
+    tr.schedule = c.schedule;
+    Ok(tr)
+}
+
+/// What the SFT loop drives: the CPU trainer or the device trainer.
+trait SftTrainer {
+    /// Updates taken so far (a resumed run's count included).
+    fn steps_done(&self) -> u64;
+    fn step(&mut self, batch: &[SftExample]) -> Result<StepReport>;
+    /// Write a checkpoint at `dir` (config and tokenizer files from `c.model`).
+    fn save(&self, c: &SftConfig, dir: &Path) -> Result<()>;
+}
+
+impl SftTrainer for Trainer {
+    fn steps_done(&self) -> u64 {
+        self.opt.step
+    }
+    fn step(&mut self, batch: &[SftExample]) -> Result<StepReport> {
+        self.sft_step(batch)
+    }
+    fn save(&self, c: &SftConfig, dir: &Path) -> Result<()> {
+        let opt = self.lora.is_none().then_some(&self.opt);
+        save(dir, &c.model, &self.model.store, opt, c.shard_bytes.unwrap_or(SHARD_BYTES))
+    }
+}
+
+impl<A: Act> SftTrainer for DeviceTrainer<A>
+where
+    CudaDecoder<A>: DecoderModel,
+{
+    fn steps_done(&self) -> u64 {
+        self.opt.step
+    }
+    fn step(&mut self, batch: &[SftExample]) -> Result<StepReport> {
+        self.sft_step(batch)
+    }
+    fn save(&self, c: &SftConfig, dir: &Path) -> Result<()> {
+        self.save_sharded(dir, &c.model, c.shard_bytes.unwrap_or(SHARD_BYTES))
+    }
+}
+
+/// The update loop: batches of `batch_size` examples over `data` in order (wrapping around,
+/// continuing where a resumed run stopped) until `steps` updates, a checkpoint every
+/// `save_every` steps and `final`.
+fn sft_loop(
+    c: &SftConfig,
+    data: &[SftExample],
+    tr: &mut impl SftTrainer,
+    mut on_step: impl FnMut(&StepReport),
+) -> Result<PathBuf> {
+    let mut cursor = (tr.steps_done() as usize * c.batch_size) % data.len();
+    while tr.steps_done() < c.steps {
         let batch: Vec<SftExample> = (0..c.batch_size).map(|i| data[(cursor + i) % data.len()].clone()).collect();
         cursor = (cursor + c.batch_size) % data.len();
-        let rep = tr.sft_step(&batch)?;
+        let rep = tr.step(&batch)?;
         on_step(&rep);
         if c.save_every > 0 && rep.step % c.save_every == 0 {
-            let opt = tr.lora.is_none().then_some(&tr.opt);
-            save(&c.out.join(format!("step-{}", rep.step)), &c.model, &tr.model.store, opt, shard)?;
+            tr.save(c, &c.out.join(format!("step-{}", rep.step)))?;
         }
     }
     let fin = c.out.join("final");
-    save(&fin, &c.model, &tr.model.store, tr.lora.is_none().then_some(&tr.opt), shard)?;
+    tr.save(c, &fin)?;
     Ok(fin)
 }

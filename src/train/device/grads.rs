@@ -10,6 +10,7 @@ use crate::model::backend::{Mixer, Stack};
 use crate::model::config::ModelConfig;
 use crate::tensor::cuda::{DeviceBuffer, Gpu};
 use crate::tensor::device::Result;
+use std::ops::Range;
 
 type F32 = DeviceBuffer<f32>;
 
@@ -88,28 +89,54 @@ pub(super) fn download(
 /// Host tensors of the loading order (`buffers`' parameters with their values) in the CPU
 /// trainer's layout and names (`prefix` as in `download`; fused experts split per expert).
 pub(super) fn named(c: &ModelConfig, tensors: Vec<(Param, Vec<f32>)>, prefix: &str) -> Vec<NamedGrad> {
-    let (h, i) = (c.hidden_size, c.moe_intermediate_size);
     let mut out = vec![];
     for (p, data) in tensors {
-        let full = |name: &str| if name == "lm_head.weight" { name.to_string() } else { format!("{prefix}{name}") };
-        let Some(moe) = p.name.strip_suffix("experts.gate_up_proj").or(p.name.strip_suffix("experts.down_proj")) else {
-            out.push(NamedGrad { name: full(&p.name), shape: p.shape, data });
-            continue;
-        };
-        // A fused expert tensor: one gradient per expert under the per-expert names.
-        let n = MoeParams::new(moe, c);
-        let gate_up = p.name.ends_with("gate_up_proj");
-        let per = if gate_up { 2 * i * h } else { h * i };
-        for (x, chunk) in data.chunks_exact(per).enumerate() {
-            let names = n.expert(x);
-            let parts = if gate_up {
-                vec![(names.gate, &chunk[..i * h]), (names.up, &chunk[i * h..])]
-            } else {
-                vec![(names.down, chunk)]
-            };
-            for (q, d) in parts {
-                out.push(NamedGrad { name: full(&q.name), shape: q.shape, data: d.to_vec() });
-            }
+        for (q, range) in parts(c, &p, prefix) {
+            out.push(NamedGrad { name: q.name, shape: q.shape, data: data[range].to_vec() });
+        }
+    }
+    out
+}
+
+/// The inverse of [`named`]: buffer `p`'s values assembled from the CPU trainer's tensors, each
+/// read by `get(full name, shape)` (a fused expert tensor gathered from its per-expert ones).
+pub(super) fn gather<E>(
+    c: &ModelConfig,
+    p: &Param,
+    prefix: &str,
+    mut get: impl FnMut(&str, &[usize]) -> std::result::Result<Vec<f32>, E>,
+) -> std::result::Result<Vec<f32>, E> {
+    let mut out = vec![0.0; p.shape.iter().product()];
+    for (q, range) in parts(c, p, prefix) {
+        let data = get(&q.name, &q.shape)?;
+        // `get` checks `q.shape`; a shorter answer would be its bug, not a panic here.
+        let n = data.len().min(range.len());
+        out[range.start..range.start + n].copy_from_slice(&data[..n]);
+    }
+    Ok(out)
+}
+
+/// The CPU trainer's tensors that make up device buffer `p`: full name (`prefix` before every
+/// name but `lm_head.weight`), shape, and the range of the buffer's values each holds — the
+/// buffer itself, or per expert its gate and up (`experts.gate_up_proj`) or down projection.
+fn parts(c: &ModelConfig, p: &Param, prefix: &str) -> Vec<(Param, Range<usize>)> {
+    let (h, i) = (c.hidden_size, c.moe_intermediate_size);
+    let full = |name: &str| if name == "lm_head.weight" { name.to_string() } else { format!("{prefix}{name}") };
+    let len: usize = p.shape.iter().product();
+    let Some(moe) = p.name.strip_suffix("experts.gate_up_proj").or(p.name.strip_suffix("experts.down_proj")) else {
+        return vec![(param(full(&p.name), &p.shape), 0..len)];
+    };
+    let n = MoeParams::new(moe, c);
+    let gate_up = p.name.ends_with("gate_up_proj");
+    let per = if gate_up { 2 * i * h } else { h * i };
+    let mut out = vec![];
+    for x in 0..len / per {
+        let (names, at) = (n.expert(x), x * per);
+        if gate_up {
+            out.push((param(full(&names.gate.name), &names.gate.shape), at..at + i * h));
+            out.push((param(full(&names.up.name), &names.up.shape), at + i * h..at + per));
+        } else {
+            out.push((param(full(&names.down.name), &names.down.shape), at..at + per));
         }
     }
     out

@@ -8,11 +8,13 @@
 //! kernels (`tensor::cuda::backward`). Per block: [`attention`], [`gdn`], [`moe`] (forward with
 //! saved activations + backward), [`proj`] (input projections' backward), [`seq`] (the
 //! sequence's index arrays), [`grads`] (names and the CPU trainer's layout), [`update`] (the
-//! `DeviceAdamW` step rewriting the serving weights in place).
+//! `DeviceAdamW` step rewriting the serving weights in place), [`checkpoint`] (masters and AdamW
+//! state in the CPU trainer's checkpoint format, and resuming from it).
 //! The same numbers as the CPU trainer in the f32 build: `tests/train_device_grads.rs`.
 
 mod attention;
 mod backprop;
+mod checkpoint;
 mod gdn;
 mod grads;
 mod moe;

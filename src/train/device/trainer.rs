@@ -16,7 +16,6 @@ use crate::tensor::cuda::backward::{token_loss, LossRows, TokenObjective};
 use crate::tensor::cuda::{Act, Gpu};
 use crate::train::checkpoint::{save, SHARD_BYTES};
 use crate::train::device_optim::DeviceAdamW;
-use crate::train::params::{Param, ParamStore};
 use crate::train::dynamic::{Collected, DynamicSamplingConfig};
 use crate::train::error::{Result, TrainError};
 use crate::train::grpo::{grpo_denominator, is_active, GrpoConfig, GrpoSample};
@@ -26,6 +25,7 @@ use crate::train::optim::{AdamWConfig, Schedule};
 use crate::train::policy::device_decoder;
 use crate::train::rollout::{grpo_batch, GroupSampler, Rollout};
 use crate::train::trainer::{SftExample, StepReport};
+use std::path::Path;
 
 /// The device trainer: the weights (absent while lent to an engine, or lost when an engine
 /// failed), their device AdamW, the schedule and the GRPO settings.
@@ -191,17 +191,29 @@ where
         Ok(out)
     }
 
-    /// Write the fp32 masters as a Hugging Face checkpoint at `dir` in the CPU trainer's format
-    /// (`train::checkpoint::save`: the source model's dtype, config and tokenizer files copied
-    /// from `source`); the optimizer moments stay on the device (not written).
-    pub fn save(&self, dir: &std::path::Path, source: &std::path::Path) -> Result<()> {
+    /// Write the fp32 masters and the AdamW state as a Hugging Face checkpoint at `dir` in the
+    /// CPU trainer's format (`train::checkpoint::save`: the source model's dtype, config and
+    /// tokenizer files copied from `source`, `optimizer.safetensors` and `trainer_state.json`), so
+    /// that the run resumes ([`Self::resume`], or the CPU trainer's `load_optimizer`).
+    pub fn save(&self, dir: &Path, source: &Path) -> Result<()> {
+        self.save_sharded(dir, source, SHARD_BYTES)
+    }
+
+    /// [`Self::save`] with shards of at most `shard_bytes` of tensor data.
+    pub fn save_sharded(&self, dir: &Path, source: &Path, shard_bytes: usize) -> Result<()> {
         let prefix = crate::model::checkpoint::Checkpoint::open(source)?.full_name("");
-        let params = self
-            .model()?
-            .masters(&self.gpu, &self.opt, &prefix)?
-            .into_iter()
-            .map(|n| Param { name: n.name, shape: n.shape, data: n.data })
-            .collect();
-        save(dir, source, &ParamStore { params }, None, SHARD_BYTES)
+        let (store, opt) = self.model()?.host_state(&self.gpu, &self.opt, &prefix)?;
+        save(dir, source, &store, Some(&opt), shard_bytes)
+    }
+
+    /// A trainer continuing the run saved at `dir` (by [`Self::save`] or by the CPU trainer,
+    /// with optimizer state): the serving weights loaded from it, the fp32 masters, moments,
+    /// step and AdamW settings of the checkpoint (as the CPU trainer's `load_optimizer`: the
+    /// saved settings, not new ones). The schedule and GRPO settings are the defaults.
+    pub fn resume(gpu: Gpu, dir: &Path) -> Result<Self> {
+        let model = CudaModel::<A>::load(&gpu, dir)?;
+        let mut tr = Self::new(gpu, model, AdamWConfig::default())?;
+        tr.model.as_ref().ok_or(TrainError::WeightsAway)?.load_state(&tr.gpu, &mut tr.opt, dir)?;
+        Ok(tr)
     }
 }
