@@ -85,31 +85,39 @@ pub(super) fn download(
     Ok(named(c, tensors, prefix))
 }
 
+/// The CPU trainer's parameters (full name, shape) that buffer `p` of the loading order holds:
+/// itself, or a fused expert tensor split per expert under the per-expert names (gate then up
+/// of each expert for `gate_up_proj`). `prefix` as in `download`.
+pub(super) fn cpu_params(c: &ModelConfig, p: &Param, prefix: &str) -> Vec<Param> {
+    let full = |name: &str| if name == "lm_head.weight" { name.to_string() } else { format!("{prefix}{name}") };
+    let Some(moe) = p.name.strip_suffix("experts.gate_up_proj").or(p.name.strip_suffix("experts.down_proj")) else {
+        return vec![Param { name: full(&p.name), shape: p.shape.clone() }];
+    };
+    let n = MoeParams::new(moe, c);
+    let gate_up = p.name.ends_with("gate_up_proj");
+    (0..c.num_experts)
+        .flat_map(|x| {
+            let names = n.expert(x);
+            if gate_up {
+                vec![names.gate, names.up]
+            } else {
+                vec![names.down]
+            }
+        })
+        .map(|q| Param { name: full(&q.name), shape: q.shape })
+        .collect()
+}
+
 /// Host tensors of the loading order (`buffers`' parameters with their values) in the CPU
 /// trainer's layout and names (`prefix` as in `download`; fused experts split per expert).
 pub(super) fn named(c: &ModelConfig, tensors: Vec<(Param, Vec<f32>)>, prefix: &str) -> Vec<NamedGrad> {
-    let (h, i) = (c.hidden_size, c.moe_intermediate_size);
     let mut out = vec![];
     for (p, data) in tensors {
-        let full = |name: &str| if name == "lm_head.weight" { name.to_string() } else { format!("{prefix}{name}") };
-        let Some(moe) = p.name.strip_suffix("experts.gate_up_proj").or(p.name.strip_suffix("experts.down_proj")) else {
-            out.push(NamedGrad { name: full(&p.name), shape: p.shape, data });
-            continue;
-        };
-        // A fused expert tensor: one gradient per expert under the per-expert names.
-        let n = MoeParams::new(moe, c);
-        let gate_up = p.name.ends_with("gate_up_proj");
-        let per = if gate_up { 2 * i * h } else { h * i };
-        for (x, chunk) in data.chunks_exact(per).enumerate() {
-            let names = n.expert(x);
-            let parts = if gate_up {
-                vec![(names.gate, &chunk[..i * h]), (names.up, &chunk[i * h..])]
-            } else {
-                vec![(names.down, chunk)]
-            };
-            for (q, d) in parts {
-                out.push(NamedGrad { name: full(&q.name), shape: q.shape, data: d.to_vec() });
-            }
+        let mut at = 0;
+        for q in cpu_params(c, &p, prefix) {
+            let n: usize = q.shape.iter().product();
+            out.push(NamedGrad { name: q.name, shape: q.shape, data: data[at..at + n].to_vec() });
+            at += n;
         }
     }
     out
