@@ -17,13 +17,14 @@
 
 use execcritic::model::backend::cuda::CudaModel;
 use execcritic::model::checkpoint::Checkpoint;
-use execcritic::tensor::cuda::Gpu;
+use execcritic::tensor::cuda::{Act, Gpu};
 use execcritic::tensor::emu::EmuDevice;
 use execcritic::train::device::{DeviceTrainModel, DeviceTrainer, NamedGrad};
 use execcritic::train::grpo::GrpoConfig;
 use execcritic::train::lora::{Lora, LoraConfig};
 use execcritic::train::loss::mean_nll;
 use execcritic::train::optim::{AdamW, AdamWConfig, Schedule};
+use execcritic::train::plan::{plan, PlanConfig};
 use execcritic::train::trainer::{SftExample, Trainer};
 use execcritic::train::{TapeOptions, TrainModel};
 use std::path::{Path, PathBuf};
@@ -177,20 +178,8 @@ fn device_lora_allocates_no_dense_training_state_and_refuses_expert_targets() {
     let targets = numel(&|n, s| s.len() == 2 && is_target(n));
     let adapters = Lora::new(lcfg(), &cpu.store).unwrap().adapters.numel() as u64;
 
-    // Bytes and allocations of the training side: the trainer built over already-loaded weights.
-    let measure = |lora: bool| {
-        let model = CudaModel::<f32>::load(&gpu, &dir).unwrap();
-        let (bytes, allocs) = (dev.live_bytes() as u64, gpu.allocations());
-        let tr = match lora {
-            true => DeviceTrainer::new_lora(gpu.clone(), model, ocfg(), lcfg(), &prefix).unwrap(),
-            false => DeviceTrainer::new(gpu.clone(), model, ocfg()).unwrap(),
-        };
-        let out = (dev.live_bytes() as u64 - bytes, gpu.allocations() - allocs);
-        drop(tr);
-        out
-    };
-    let (dense, dense_allocs) = measure(false);
-    let (lora, lora_allocs) = measure(true);
+    let (dense, dense_allocs) = training_state::<f32>(&dev, &gpu, &dir, None, &prefix);
+    let (lora, lora_allocs) = training_state::<f32>(&dev, &gpu, &dir, Some(lcfg()), &prefix);
     eprintln!(
         "tiny-qwen35 ({all} parameters, {targets} in the {} adapted weights, {adapters} adapter scalars): \
          dense training state {dense} B in {dense_allocs} allocations; LoRA {lora} B in {lora_allocs} allocations",
@@ -206,12 +195,49 @@ fn device_lora_allocates_no_dense_training_state_and_refuses_expert_targets() {
     assert!(lora <= 4 * targets + 20 * adapters + 4 * vectors + 64 * 1024, "LoRA {lora} B: more than bases, adapters and vectors");
     assert!(lora * 4 < dense, "LoRA {lora} B is not far below dense {dense} B");
 
+    // The bf16 build against `train plan`'s rows for this model and these targets: frozen bases
+    // and adapter copies (bf16), adapter masters, moments and gradients (fp32) — plus the
+    // vector-sized gradient buffers and small change, which the plan does not list.
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("plan.toml");
+    let plan_toml = format!(
+        "model = {:?}\n[train]\nmode = \"lora\"\nlora_rank = {}\nlora_targets = {:?}\nmicro_batch_tokens = 16\n\
+         [rollout]\nslots = 1\ncontext = 16\n",
+        dir.to_str().unwrap(),
+        lcfg().rank,
+        lcfg().targets
+    );
+    std::fs::write(&file, plan_toml).unwrap();
+    let pc = PlanConfig::from_file(&file).unwrap();
+    let p = plan(&pc, &pc.model_config().unwrap()).unwrap();
+    let row = |c: &str| p.rows.iter().find(|r| r.category == c).unwrap_or_else(|| panic!("{c}")).bytes;
+    let planned = row("LoRA bases (bf16)") + row("master (fp32)") + row("AdamW m, v (fp32)") + row("gradients (fp32)");
+    assert_eq!(p.params.adapted, targets);
+    let (bf16, _) = training_state::<u16>(&dev, &gpu, &dir, Some(lcfg()), &prefix);
+    eprintln!("bf16 LoRA training state {bf16} B; train plan's LoRA rows {planned} B; vector-sized gradients {} B", 4 * vectors);
+    assert!(bf16 >= planned && bf16 <= planned + 4 * vectors + 64 * 1024, "bf16 LoRA {bf16} B vs plan {planned} B");
+
     for (bad, why) in [("experts.3.up_proj", "routed-expert"), ("embed_tokens", "embedding"), ("nope", "no 2-D parameter")] {
         let model = CudaModel::<f32>::load(&gpu, &dir).unwrap();
         let cfg = LoraConfig { targets: vec![bad.into()], ..lcfg() };
         let err = DeviceTrainModel::with_lora(&gpu, model, cfg, &prefix).err().expect(bad).to_string();
         assert!(err.contains(why), "{bad}: {err}");
     }
+}
+
+/// Device bytes and allocations of the training side (`DeviceTrainModel` + its optimizer) built
+/// over already-loaded weights: dense (`lora` = None) or LoRA.
+fn training_state<A: Act>(dev: &EmuDevice, gpu: &Gpu, dir: &Path, lora: Option<LoraConfig>, prefix: &str) -> (u64, u64) {
+    let model = CudaModel::<A>::load(gpu, dir).unwrap();
+    let (bytes, allocs) = (dev.live_bytes() as u64, gpu.allocations());
+    let mut m = match lora {
+        Some(l) => DeviceTrainModel::with_lora(gpu, model, l, prefix).unwrap(),
+        None => DeviceTrainModel::new(gpu, model).unwrap(),
+    };
+    let opt = m.optimizer(gpu, ocfg()).unwrap();
+    let out = (dev.live_bytes() as u64 - bytes, gpu.allocations() - allocs);
+    drop((m, opt));
+    out
 }
 
 fn adapters_count(cpu: &TrainModel) -> usize {
