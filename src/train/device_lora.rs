@@ -1,13 +1,15 @@
-//! LoRA adapter gradients on the device (a GPU, or the emulated one), from a projection's input
-//! and output gradient without the dense `[out, in]` gradient — the device form of
-//! `lora::AdapterGrads` (same formulas): `dB += dYᵀ·(s·X·Aᵀ)`, `dA += (s·dY·B)ᵀ·X`, four fp32
-//! GEMMs through the device GEMM (`tensor::cuda::gemm::matmul_f32`) and an `[m, r]` scratch.
-//! Routed experts call it per expert over the rows routed to it. All operands fp32 (the
-//! adapters' masters and fp32 activations; bf16 activations need a conversion first).
+//! LoRA on the device (a GPU, or the emulated one): the adapter gradients of a projection from
+//! its input and output gradient without the dense `[out, in]` gradient — the device form of
+//! `lora::AdapterGrads` (same formulas): `dB += dYᵀ·(s·X·Aᵀ)`, `dA += (s·dY·B)ᵀ·X`, four GEMMs
+//! through the device GEMM (`tensor::cuda::gemm::matmul`, fp32 compute, the gradients fp32) and
+//! an `[m, r]` scratch — and the merge `W = W₀ + s·B·A` written into a served weight (one GEMM,
+//! fp32 compute rounded to the storage type). Operands are in the storage type `A` of the
+//! activations (the adapters' serving copies too: bf16 in a bf16 build, exact in f32).
+//! Routed experts would call it per expert over the rows routed to it.
 
 use super::error::{Result, TrainError};
-use crate::tensor::cuda::gemm::matmul_f32;
-use crate::tensor::cuda::{DeviceBuffer, Gpu};
+use crate::tensor::cuda::gemm::matmul;
+use crate::tensor::cuda::{Act, DeviceBuffer, Gpu};
 
 /// One adapted projection `y[m, out] = x[m, in] · (W₀ + s·B·A)ᵀ`: its adapter shapes and scale.
 #[derive(Clone, Copy, Debug)]
@@ -19,25 +21,25 @@ pub struct AdapterShape {
     pub scale: f32,
 }
 
-/// The device buffers of one adapter and its gradients: `a [r, in]`, `b [out, r]`,
-/// `ga`, `gb` of the same shapes.
-pub struct AdapterBufs<'a> {
-    pub a: &'a DeviceBuffer<f32>,
-    pub b: &'a DeviceBuffer<f32>,
+/// The device buffers of one adapter and its gradients: `a [r, in]`, `b [out, r]` (storage
+/// type), `ga`, `gb` of the same shapes (fp32).
+pub struct AdapterBufs<'a, A: Act> {
+    pub a: &'a DeviceBuffer<A>,
+    pub b: &'a DeviceBuffer<A>,
     pub ga: &'a mut DeviceBuffer<f32>,
     pub gb: &'a mut DeviceBuffer<f32>,
 }
 
 /// Adds the adapter gradients of one call on `m` rows (`x [m, in]`, `dy [m, out]`) to
-/// `bufs.ga`, `bufs.gb`; `scratch` holds at least `m · r` floats.
-pub fn accumulate_adapter_grads(
+/// `bufs.ga`, `bufs.gb`; `scratch` holds at least `m · r` values.
+pub fn accumulate_adapter_grads<A: Act>(
     gpu: &Gpu,
     sh: AdapterShape,
-    x: &DeviceBuffer<f32>,
-    dy: &DeviceBuffer<f32>,
+    x: &DeviceBuffer<A>,
+    dy: &DeviceBuffer<A>,
     m: usize,
-    bufs: AdapterBufs<'_>,
-    scratch: &mut DeviceBuffer<f32>,
+    bufs: AdapterBufs<'_, A>,
+    scratch: &mut DeviceBuffer<A>,
 ) -> Result<()> {
     let AdapterShape { inp, out, rank: r, scale: s } = sh;
     let sizes = [(bufs.a.len(), r * inp), (bufs.b.len(), out * r), (bufs.ga.len(), r * inp), (bufs.gb.len(), out * r)];
@@ -50,10 +52,33 @@ pub fn accumulate_adapter_grads(
         )));
     }
     // scratch = s·X·Aᵀ [m, r]; dB += dYᵀ·scratch.
-    matmul_f32(gpu, (false, true), (m, r, inp), s, x, bufs.a, 0.0, scratch)?;
-    matmul_f32(gpu, (true, false), (out, r, m), 1.0, dy, scratch, 1.0, bufs.gb)?;
+    matmul(gpu, (false, true), (m, r, inp), s, x, bufs.a, 0.0, scratch)?;
+    matmul(gpu, (true, false), (out, r, m), 1.0, dy, scratch, 1.0, bufs.gb)?;
     // scratch = s·dY·B [m, r]; dA += scratchᵀ·X.
-    matmul_f32(gpu, (false, false), (m, r, out), s, dy, bufs.b, 0.0, scratch)?;
-    matmul_f32(gpu, (true, false), (r, inp, m), 1.0, scratch, x, 1.0, bufs.ga)?;
+    matmul(gpu, (false, false), (m, r, out), s, dy, bufs.b, 0.0, scratch)?;
+    matmul(gpu, (true, false), (r, inp, m), 1.0, scratch, x, 1.0, bufs.ga)?;
+    Ok(())
+}
+
+/// The merge: `w = base + s·B·A` (`base`, `w` `[out, in]`), computed in fp32 by one GEMM over
+/// a copy of the frozen base and rounded to the storage type — the served weight after a step.
+pub fn merge_adapter<A: Act>(
+    gpu: &Gpu,
+    sh: AdapterShape,
+    base: &DeviceBuffer<A>,
+    a: &DeviceBuffer<A>,
+    b: &DeviceBuffer<A>,
+    w: &mut DeviceBuffer<A>,
+) -> Result<()> {
+    let AdapterShape { inp, out, rank: r, scale: s } = sh;
+    if base.len() != out * inp || w.len() != out * inp {
+        return Err(TrainError::BadInput(format!(
+            "LoRA merge: base {} and weight {} for [{out}, {inp}]",
+            base.len(),
+            w.len()
+        )));
+    }
+    gpu.copy_into(base, 0, w, 0, out * inp)?;
+    matmul(gpu, (false, false), (out, inp, r), s, b, a, 1.0, w)?;
     Ok(())
 }

@@ -16,6 +16,7 @@ use super::run_device::run_placement;
 use super::toy::{MultipleOf8Task, ToyTaskConfig};
 use super::trainer::Trainer;
 use super::device::DeviceTrainer;
+use super::lora::LoraConfig;
 use crate::engine::cuda_backend::CudaDecoder;
 use crate::engine::{DecoderModel, DeviceChoice, EngineConfig};
 use crate::model::backend::cuda::CudaModel;
@@ -77,6 +78,10 @@ pub struct GrpoRunConfig {
     /// updates on that device (`train::device::DeviceTrainer`, one copy of the weights).
     #[serde(default)]
     pub device: Option<String>,
+    /// `[lora]`: train LoRA adapters only (the device trainer, `device = …`), the served weights
+    /// the merged `W₀ + s·B·A` after each update; checkpoints hold the merged model.
+    #[serde(default)]
+    pub lora: Option<LoraConfig>,
 }
 
 impl GrpoRunConfig {
@@ -134,6 +139,9 @@ pub fn run_grpo(
             ActType::F32 => run_on_device::<f32>(c, kind, &setup, sampler, on_step),
         };
     }
+    if c.lora.is_some() {
+        return Err(TrainError::BadInput("[lora] in train grpo needs device = \"cuda\" or \"emulator\" (the device trainer)".into()));
+    }
     let model = TrainModel::load(&c.model)?;
     let opt = AdamW::new(c.optimizer, &model.store);
     let mut tr = Trainer {
@@ -184,7 +192,13 @@ where
 {
     let gpu = Gpu::open(kind)?;
     let model = CudaModel::<A>::load(&gpu, &c.model)?;
-    let mut tr = DeviceTrainer::new(gpu, model, c.optimizer)?;
+    let mut tr = match &c.lora {
+        Some(l) => {
+            let prefix = crate::model::checkpoint::Checkpoint::open(&c.model)?.full_name("");
+            DeviceTrainer::new_lora(gpu, model, c.optimizer, l.clone(), &prefix)?
+        }
+        None => DeviceTrainer::new(gpu, model, c.optimizer)?,
+    };
     tr.schedule = c.schedule;
     tr.grpo = c.grpo;
     for i in 0..c.steps {

@@ -38,6 +38,37 @@ pub fn is_target(name: &str, shape: &[usize], targets: &[String]) -> bool {
     shape.len() == 2 && targets.iter().any(|t| name.contains(t.as_str()))
 }
 
+/// The adapters of `cfg` over the parameters `params` (name, shape; in the model's order): for
+/// each target ([`is_target`]), in order, `<name>.lora_A` `[r, in]` uniform in ±1/√in from the
+/// seeded generator and `<name>.lora_B` `[out, r]` at zero (parameters `2j`, `2j + 1` of the
+/// store), and the targets' indices in `params`. Shared by the CPU [`Lora`] and the device
+/// trainer's adapters, so both start identical.
+pub fn init_adapters<'a>(
+    cfg: &LoraConfig,
+    params: impl IntoIterator<Item = (&'a str, &'a [usize])>,
+) -> Result<(ParamStore, Vec<usize>)> {
+    if cfg.rank == 0 {
+        return Err(TrainError::BadInput("LoRA rank must be > 0".into()));
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.seed);
+    let (mut adapters, mut targets) = (ParamStore::default(), vec![]);
+    for (i, (name, shape)) in params.into_iter().enumerate() {
+        if !is_target(name, shape, &cfg.targets) {
+            continue;
+        }
+        let (out, inp, r) = (shape[0], shape[1], cfg.rank);
+        let bound = 1.0 / (inp as f32).sqrt();
+        let a_init: Vec<f32> = (0..r * inp).map(|_| rng.random_range(-bound..bound)).collect();
+        adapters.push(format!("{name}.lora_A"), &Tensor::new(vec![r, inp], a_init));
+        adapters.push(format!("{name}.lora_B"), &Tensor::new(vec![out, r], vec![0.0; out * r]));
+        targets.push(i);
+    }
+    if targets.is_empty() {
+        return Err(TrainError::BadInput(format!("no 2-D parameter matches the LoRA targets {:?}", cfg.targets)));
+    }
+    Ok((adapters, targets))
+}
+
 /// One adapted weight: the model parameter, its frozen base, and the adapter parameters.
 struct Adapted {
     target: Pid,
@@ -59,27 +90,15 @@ pub struct Lora {
 
 impl Lora {
     pub fn new(cfg: LoraConfig, store: &ParamStore) -> Result<Self> {
-        if cfg.rank == 0 {
-            return Err(TrainError::BadInput("LoRA rank must be > 0".into()));
-        }
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.seed);
-        let mut adapters = ParamStore::default();
-        let mut adapted = Vec::new();
+        let shapes = store.params.iter().map(|p| (p.name.as_str(), p.shape.as_slice()));
+        let (adapters, targets) = init_adapters(&cfg, shapes)?;
         let mut by_param = vec![None; store.len()];
-        for (i, p) in store.params.iter().enumerate() {
-            if !is_target(&p.name, &p.shape, &cfg.targets) {
-                continue;
-            }
-            let (out, inp, r) = (p.shape[0], p.shape[1], cfg.rank);
-            let bound = 1.0 / (inp as f32).sqrt();
-            let a_init: Vec<f32> = (0..r * inp).map(|_| rng.random_range(-bound..bound)).collect();
-            let a = adapters.push(format!("{}.lora_A", p.name), &Tensor::new(vec![r, inp], a_init));
-            let b = adapters.push(format!("{}.lora_B", p.name), &Tensor::new(vec![out, r], vec![0.0; out * r]));
-            by_param[i] = Some(adapted.len());
-            adapted.push(Adapted { target: Pid(i), base: p.data.clone(), out, inp, a, b });
-        }
-        if adapted.is_empty() {
-            return Err(TrainError::BadInput(format!("no 2-D parameter matches the LoRA targets {:?}", cfg.targets)));
+        let mut adapted = Vec::with_capacity(targets.len());
+        for (j, &i) in targets.iter().enumerate() {
+            let p = &store.params[i];
+            by_param[i] = Some(j);
+            let (a, b) = (Pid(2 * j), Pid(2 * j + 1));
+            adapted.push(Adapted { target: Pid(i), base: p.data.clone(), out: p.shape[0], inp: p.shape[1], a, b });
         }
         Ok(Lora { cfg, adapters, adapted, by_param })
     }

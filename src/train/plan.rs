@@ -151,6 +151,9 @@ pub struct ParamCounts {
     pub trainable: u64,
     /// Trainable parameters whose fp32 master and AdamW states live on this rank.
     pub optimizer: u64,
+    /// LoRA: elements of this rank's adapted weights (their frozen bases are kept; 0 in full
+    /// training).
+    pub adapted: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -205,7 +208,9 @@ pub fn param_counts(
             }
             TrainMode::Lora => 0,
         };
+        let adapted = spec.mode == TrainMode::Lora && is_target(&t.name, &t.shape, &spec.lora_targets);
         if local {
+            c.adapted += if adapted { numel } else { 0 };
             // Rank 0's share; every rank holds the same amount since E % N == 0.
             c.local += numel;
             c.trainable += trainable;
@@ -331,6 +336,17 @@ pub fn plan(p: &PlanConfig, cfg: &ModelConfig) -> Result<MemoryPlan> {
         "exact",
         format!("{} params: {grad_note}", counts.trainable),
     );
+    if t.mode == TrainMode::Lora {
+        // The device trainer (`train::device::DeviceLora`) keeps each adapted weight's frozen
+        // base in the weights' dtype to merge `W₀ + s·B·A` into the served copy after a step,
+        // and the adapters' serving copies (the GEMM operands) in that dtype too.
+        row(
+            "LoRA bases (bf16)",
+            2 * (counts.adapted + counts.trainable),
+            "exact",
+            format!("frozen W0 of the {} adapted elements + the adapters' bf16 copies", counts.adapted),
+        );
+    }
     let tokens = t.micro_batch_tokens as u64;
     let layers = cfg.num_hidden_layers as u64;
     let per_layer = layer_activation_bytes_per_token(cfg);

@@ -312,7 +312,50 @@ pub fn linear_backward<A: Act>(
 ) -> Result<()> {
     need(
         "linear_backward",
-        dy.len() >= m * n && x.len() >= m * k && w.len() >= n * k && dx.len() >= m * k && dw.len() >= n * k,
+        x.len() >= m * k && dw.len() >= n * k,
+        || format!("m={m} k={k} n={n}"),
+    )?;
+    linear_backward_dx(gpu, dy, m, k, w, n, dx, accumulate_dx)?;
+    if m == 0 || n == 0 || k == 0 {
+        return Ok(());
+    }
+    let t = A::TYPE.gemm_type();
+    gpu.gemm(&Gemm {
+        trans_a: false,
+        trans_b: true,
+        m: k,
+        n,
+        k: m,
+        alpha: 1.0,
+        a: x.ptr(),
+        a_type: t,
+        lda: k,
+        b: dy.ptr(),
+        b_type: t,
+        ldb: n,
+        beta: 1.0,
+        c: dw.ptr(),
+        c_type: <f32 as super::gpu::GemmElem>::GEMM,
+        ldc: k,
+    })
+}
+
+/// The input gradient of [`linear_backward`] only, `dx (+)= dy·w`: the backward of a frozen
+/// projection (LoRA training forms no dense weight gradient).
+#[allow(clippy::too_many_arguments)]
+pub fn linear_backward_dx<A: Act>(
+    gpu: &Gpu,
+    dy: &DeviceBuffer<A>,
+    m: usize,
+    k: usize,
+    w: &DeviceBuffer<A>,
+    n: usize,
+    dx: &mut DeviceBuffer<A>,
+    accumulate_dx: bool,
+) -> Result<()> {
+    need(
+        "linear_backward_dx",
+        dy.len() >= m * n && w.len() >= n * k && dx.len() >= m * k,
         || format!("m={m} k={k} n={n}"),
     )?;
     if m == 0 || n == 0 || k == 0 {
@@ -335,24 +378,6 @@ pub fn linear_backward<A: Act>(
         beta: if accumulate_dx { 1.0 } else { 0.0 },
         c: dx.ptr(),
         c_type: A::GEMM,
-        ldc: k,
-    })?;
-    gpu.gemm(&Gemm {
-        trans_a: false,
-        trans_b: true,
-        m: k,
-        n,
-        k: m,
-        alpha: 1.0,
-        a: x.ptr(),
-        a_type: t,
-        lda: k,
-        b: dy.ptr(),
-        b_type: t,
-        ldb: n,
-        beta: 1.0,
-        c: dw.ptr(),
-        c_type: <f32 as super::gpu::GemmElem>::GEMM,
         ldc: k,
     })
 }

@@ -58,24 +58,40 @@ pub fn linear<A: Act, O: GemmElem>(
 #[allow(clippy::too_many_arguments)] // a GEMM's operands, sizes and scalars
 pub fn matmul_f32(
     gpu: &Gpu,
-    (ta, tb): (bool, bool),
-    (m, n, k): (usize, usize, usize),
+    trans: (bool, bool),
+    mnk: (usize, usize, usize),
     alpha: f32,
     a: &DeviceBuffer<f32>,
     b: &DeviceBuffer<f32>,
     beta: f32,
     c: &mut DeviceBuffer<f32>,
 ) -> Result<()> {
+    matmul(gpu, trans, mnk, alpha, a, b, beta, c)
+}
+
+/// [`matmul_f32`] with inputs of storage type `T` and the output in `C` (fp32 compute; e.g.
+/// bf16 operands accumulated into an fp32 gradient, or an fp32 product rounded into bf16).
+#[allow(clippy::too_many_arguments)] // a GEMM's operands, sizes and scalars
+pub fn matmul<T: GemmElem, C: GemmElem>(
+    gpu: &Gpu,
+    (ta, tb): (bool, bool),
+    (m, n, k): (usize, usize, usize),
+    alpha: f32,
+    a: &DeviceBuffer<T>,
+    b: &DeviceBuffer<T>,
+    beta: f32,
+    c: &mut DeviceBuffer<C>,
+) -> Result<()> {
     if a.len() < m * k || b.len() < k * n || c.len() < m * n {
         return Err(DeviceError::Shape {
-            op: "matmul_f32",
+            op: "matmul",
             msg: format!("a {} b {} c {} too small for m={m} n={n} k={k}", a.len(), b.len(), c.len()),
         });
     }
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let t = <f32 as GemmElem>::GEMM;
+    let t = T::GEMM;
     gpu.gemm(&Gemm {
         trans_a: tb,
         trans_b: ta,
@@ -91,7 +107,7 @@ pub fn matmul_f32(
         ldb: if ta { m } else { k },
         beta,
         c: c.ptr(),
-        c_type: t,
+        c_type: C::GEMM,
         ldc: n,
     })
 }

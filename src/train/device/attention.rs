@@ -4,7 +4,9 @@
 //! gate, flash-style GQA attention backward, inverse RoPE, q/k norms, q/gate merge, input
 //! projections). One sequence from position 0, its keys and values in a one-block KV pool.
 
+use super::lora::{linear_backward, DeviceLora};
 use super::seq::SeqIndex;
+use crate::model::backend::schema::AttentionParams;
 use crate::model::backend::cuda::AttnW;
 use crate::model::config::ModelConfig;
 use crate::tensor::cuda::backward as bw;
@@ -72,7 +74,8 @@ pub(super) fn forward<A: Act>(
 }
 
 /// From `dy [t, hidden]` (the gradient of the layer's output): accumulates the weight gradients
-/// into `g` (fp32, the layer's shapes) and returns the gradient w.r.t. the normed input rows.
+/// into `g` (fp32, the layer's shapes; with `lora`, layer `li`'s adapter gradients instead of
+/// the projections') and returns the gradient w.r.t. the normed input rows.
 pub(super) fn backward<A: Act>(
     gpu: &Gpu,
     c: &ModelConfig,
@@ -81,12 +84,14 @@ pub(super) fn backward<A: Act>(
     s: &AttnSaved<A>,
     dy: &DeviceBuffer<A>,
     g: &mut AttnW<f32>,
-) -> Result<DeviceBuffer<A>> {
+    (li, mut lora): (usize, Option<&mut DeviceLora<A>>),
+) -> crate::train::error::Result<DeviceBuffer<A>> {
+    let n = AttentionParams::new(&format!("layers.{li}.self_attn."), c);
     let (t, h, eps) = (seq.t, c.hidden_size, c.rms_norm_eps);
     let (hq, hkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
     let (nq, nk, theta, rot) = (t * hq * hd, t * hkv * hd, c.rope_theta as f32, c.rotary_dim);
     let mut dog = gpu.zeros::<A>(nq)?;
-    bw::linear_backward(gpu, dy, &s.og, t, hq * hd, &w.o, h, &mut dog, false, &mut g.o)?;
+    linear_backward(gpu, lora.as_deref_mut(), &n.o_proj.name, dy, &s.og, (t, hq * hd, h), &w.o, &mut dog, false, &mut g.o)?;
     let (mut d_o, mut dgate) = (gpu.zeros::<A>(nq)?, gpu.zeros::<A>(nq)?);
     bw::sigmoid_gate_mul_backward(gpu, &s.o, &s.gate, &dog, &mut d_o, &mut dgate, nq)?;
     let (mut dq, mut dk, mut dv) = (gpu.zeros::<A>(nq)?, gpu.zeros::<A>(nk)?, gpu.zeros::<A>(nk)?);
@@ -100,10 +105,10 @@ pub(super) fn backward<A: Act>(
     bw::merge_q_gate(gpu, &dq_raw, &dgate, &mut dqg, t, hq, hd)?;
     let mut dx = gpu.zeros::<A>(t * h)?;
     let projs: [super::proj::Proj<'_, A>; 3] = [
-        (&dqg, &w.q, 2 * hq * hd, &mut g.q),
-        (&dk_raw, &w.k, hkv * hd, &mut g.k),
-        (&dv, &w.v, hkv * hd, &mut g.v),
+        (&dqg, &w.q, 2 * hq * hd, &mut g.q, &n.q_proj.name),
+        (&dk_raw, &w.k, hkv * hd, &mut g.k, &n.k_proj.name),
+        (&dv, &w.v, hkv * hd, &mut g.v, &n.v_proj.name),
     ];
-    super::proj::backward(gpu, &s.u, t, h, &mut dx, false, projs)?;
+    super::proj::backward(gpu, lora, &s.u, t, h, &mut dx, false, projs)?;
     Ok(dx)
 }

@@ -4,6 +4,7 @@
 //! `Stack<CudaWeights<f32>>` of the weights' shapes (the activation gradients are in the storage
 //! type `A`, as the forward's activations).
 
+use super::lora::{linear_backward, DeviceLora};
 use super::{attention, gdn, moe, DeviceTape, MixerSaved};
 use crate::model::backend::cuda::{AttnW, CudaWeights, GdnW, MoeW};
 use crate::model::backend::{Layer, Mixer, Site, Stack};
@@ -21,6 +22,9 @@ pub(super) struct DeviceBackprop<'a, A: Act> {
     pub dlogits: &'a DeviceBuffer<A>,
     /// Where the weight gradients accumulate.
     pub grads: &'a mut Stack<CudaWeights<f32>>,
+    /// With LoRA: the adapters, whose gradients replace every dense projection gradient (the
+    /// embedding, routed experts and LM head get none).
+    pub lora: Option<&'a mut DeviceLora<A>>,
 }
 
 /// The error of a layer whose saved mixer is not the weights' (never from a tape of this model).
@@ -43,7 +47,8 @@ impl<A: Act> BackwardOps for DeviceBackprop<'_, A> {
         let (c, t) = (self.c, self.rows());
         let mut dx = self.gpu.zeros::<A>(t * c.hidden_size)?;
         let (normed, dl) = (&self.tape.normed, self.dlogits);
-        bw::linear_backward(self.gpu, dl, normed, t, c.hidden_size, w, c.vocab_size, &mut dx, false, &mut self.grads.head)?;
+        let (lora, dw) = (self.lora.as_deref_mut(), &mut self.grads.head);
+        linear_backward(self.gpu, lora, "lm_head.weight", dl, normed, (t, c.hidden_size, c.vocab_size), w, &mut dx, false, dw)?;
         Ok(dx)
     }
 
@@ -64,19 +69,19 @@ impl<A: Act> BackwardOps for DeviceBackprop<'_, A> {
         else {
             return Err(mismatch(li));
         };
-        Ok(attention::backward(self.gpu, self.c, w, &self.tape.seq, s, dy, g)?)
+        attention::backward(self.gpu, self.c, w, &self.tape.seq, s, dy, g, (li, self.lora.as_deref_mut()))
     }
 
     fn gdn_backward(&mut self, li: usize, w: &GdnW<A>, dy: &DeviceBuffer<A>) -> Result<DeviceBuffer<A>> {
         let (MixerSaved::Gdn(s), Mixer::Gdn(g)) = (&self.tape.layers[li].mixer, &mut self.grads.layers[li].mixer) else {
             return Err(mismatch(li));
         };
-        Ok(gdn::backward(self.gpu, self.c, w, &self.tape.seq, s, dy, g)?)
+        gdn::backward(self.gpu, self.c, w, &self.tape.seq, s, dy, g, (li, self.lora.as_deref_mut()))
     }
 
     fn moe_backward(&mut self, li: usize, w: &MoeW<A>, dy: &DeviceBuffer<A>) -> Result<DeviceBuffer<A>> {
         let (t, s, g) = (self.rows(), &self.tape.layers[li].moe, &mut self.grads.layers[li].moe);
-        Ok(moe::backward(self.gpu, self.c, w, t, s, dy, g)?)
+        moe::backward(self.gpu, self.c, w, t, s, dy, g, (li, self.lora.as_deref_mut()))
     }
 
     fn accumulate(&mut self, acc: &mut DeviceBuffer<A>, g: DeviceBuffer<A>) -> Result<()> {
@@ -85,6 +90,9 @@ impl<A: Act> BackwardOps for DeviceBackprop<'_, A> {
     }
 
     fn embed_backward(&mut self, _: &DeviceBuffer<A>, dx: DeviceBuffer<A>) -> Result<()> {
+        if self.lora.is_some() {
+            return Ok(()); // a frozen embedding
+        }
         let c = self.c;
         let groups = &self.tape.seq.groups;
         Ok(bw::embedding_backward(self.gpu, &dx, groups, &mut self.grads.embed, c.vocab_size, c.hidden_size)?)

@@ -17,21 +17,25 @@ use std::path::Path;
 impl<A: Act> DeviceTrainModel<A> {
     /// `opt`'s fp32 masters and moments (from [`Self::optimizer`]) downloaded in the CPU
     /// trainer's layout and names (`prefix`: the decoder prefix of the source checkpoint): what
-    /// `train::checkpoint::save` writes.
-    pub fn host_state(&self, gpu: &Gpu, opt: &DeviceAdamW, prefix: &str) -> Result<(ParamStore, AdamW)> {
+    /// `train::checkpoint::save` writes. With LoRA: the merged weights and no optimizer state
+    /// (the adapters' state is not saved, as on the CPU: a LoRA run does not resume).
+    pub fn host_state(&self, gpu: &Gpu, opt: &DeviceAdamW, prefix: &str) -> Result<(ParamStore, Option<AdamW>)> {
         let c = &self.model.cfg;
         let params = self
             .masters(gpu, opt, prefix)?
             .into_iter()
             .map(|n| Param { name: n.name, shape: n.shape, data: n.data })
             .collect();
+        if self.lora().is_some() {
+            return Ok((ParamStore { params }, None));
+        }
         let (mut m, mut v) = (Vec::new(), Vec::new());
         for (i, (p, _)) in grads::buffers(c, self.grads.stack()).into_iter().enumerate() {
             let (mi, vi) = opt.moments(gpu, i)?;
             m.extend(grads::named(c, vec![(p.clone(), mi)], prefix).into_iter().map(|n| n.data));
             v.extend(grads::named(c, vec![(p, vi)], prefix).into_iter().map(|n| n.data));
         }
-        Ok((ParamStore { params }, AdamW { cfg: opt.cfg, m, v, step: opt.step }))
+        Ok((ParamStore { params }, Some(AdamW { cfg: opt.cfg, m, v, step: opt.step })))
     }
 
     /// Load the training state of the checkpoint at `dir` into `opt`: the masters (the

@@ -4,7 +4,9 @@
 //! backward reads, and that backward over `tensor::cuda::backward` (the delta rule's backward
 //! recomputes its chunk-start states itself).
 
+use super::lora::{linear_backward, DeviceLora};
 use super::seq::SeqIndex;
+use crate::model::backend::schema::GdnParams;
 use crate::model::backend::cuda::GdnW;
 use crate::model::config::{GdnDims, ModelConfig};
 use crate::tensor::cuda::backward as bw;
@@ -90,7 +92,8 @@ pub(super) fn forward<A: Act>(
     Ok((y, GdnSaved { u, mixed, conv_y, z, bb, aa, qn, kn, vv, beta, g, o, on }))
 }
 
-/// From `dy [t, hidden]`: accumulates the weight gradients into `g` (fp32) and returns the
+/// From `dy [t, hidden]`: accumulates the weight gradients into `g` (fp32; with `lora`, layer
+/// `li`'s adapter gradients instead of the projections') and returns the
 /// gradient w.r.t. the normed input rows.
 pub(super) fn backward<A: Act>(
     gpu: &Gpu,
@@ -100,11 +103,13 @@ pub(super) fn backward<A: Act>(
     s: &GdnSaved<A>,
     dy: &DeviceBuffer<A>,
     g: &mut GdnW<f32>,
-) -> Result<DeviceBuffer<A>> {
+    (li, mut lora): (usize, Option<&mut DeviceLora<A>>),
+) -> crate::train::error::Result<DeviceBuffer<A>> {
+    let n = GdnParams::new(&format!("layers.{li}.linear_attn."), c);
     let (t, h, eps) = (seq.t, c.hidden_size, c.rms_norm_eps);
     let GdnDims { hk, hv, dk, dv, conv: cd, value: vd, kernel: kk } = c.gdn_dims();
     let mut d_on = gpu.zeros::<A>(t * vd)?;
-    bw::linear_backward(gpu, dy, &s.on, t, vd, &w.out, h, &mut d_on, false, &mut g.out)?;
+    linear_backward(gpu, lora.as_deref_mut(), &n.out_proj.name, dy, &s.on, (t, vd, h), &w.out, &mut d_on, false, &mut g.out)?;
     let (mut d_o, mut dz) = (gpu.zeros::<A>(t * vd)?, gpu.zeros::<A>(t * vd)?);
     bw::gated_rms_norm_backward(gpu, &s.o, &s.z, &w.norm, &d_on, &mut d_o, &mut dz, &mut g.norm, t * hv, dv, eps)?;
     let (mut dq, mut dkk) = (gpu.zeros::<f32>(t * hk * dk)?, gpu.zeros::<f32>(t * hk * dk)?);
@@ -121,12 +126,12 @@ pub(super) fn backward<A: Act>(
     )?;
     let mut dx = gpu.zeros::<A>(t * h)?;
     let projs: [super::proj::Proj<'_, A>; 4] = [
-        (&dmixed, &w.qkv, cd, &mut g.qkv),
-        (&dz, &w.z, vd, &mut g.z),
-        (&db, &w.b, hv, &mut g.b),
-        (&da, &w.a, hv, &mut g.a),
+        (&dmixed, &w.qkv, cd, &mut g.qkv, &n.in_proj_qkv.name),
+        (&dz, &w.z, vd, &mut g.z, &n.in_proj_z.name),
+        (&db, &w.b, hv, &mut g.b, &n.in_proj_b.name),
+        (&da, &w.a, hv, &mut g.a, &n.in_proj_a.name),
     ];
-    super::proj::backward(gpu, &s.u, t, h, &mut dx, false, projs)?;
+    super::proj::backward(gpu, lora, &s.u, t, h, &mut dx, false, projs)?;
     Ok(dx)
 }
 

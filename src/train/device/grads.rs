@@ -86,6 +86,13 @@ pub(super) fn download(
     Ok(named(c, tensors, prefix))
 }
 
+/// The CPU trainer's parameters (full name, shape) that buffer `p` of the loading order holds:
+/// itself, or a fused expert tensor split per expert under the per-expert names (gate then up
+/// of each expert for `gate_up_proj`). `prefix` as in `download`.
+pub(super) fn cpu_params(c: &ModelConfig, p: &Param, prefix: &str) -> Vec<Param> {
+    parts(c, p, prefix).into_iter().map(|(q, _)| q).collect()
+}
+
 /// Host tensors of the loading order (`buffers`' parameters with their values) in the CPU
 /// trainer's layout and names (`prefix` as in `download`; fused experts split per expert).
 pub(super) fn named(c: &ModelConfig, tensors: Vec<(Param, Vec<f32>)>, prefix: &str) -> Vec<NamedGrad> {

@@ -9,7 +9,8 @@
 //! saved activations + backward), [`proj`] (input projections' backward), [`seq`] (the
 //! sequence's index arrays), [`grads`] (names and the CPU trainer's layout), [`update`] (the
 //! `DeviceAdamW` step rewriting the serving weights in place), [`checkpoint`] (masters and AdamW
-//! state in the CPU trainer's checkpoint format, and resuming from it).
+//! state in the CPU trainer's checkpoint format, and resuming from it), [`lora`] (LoRA: adapter
+//! gradients instead of dense ones, the merged `W₀ + s·B·A` written into the serving weights).
 //! The same numbers as the CPU trainer in the f32 build: `tests/train_device_grads.rs`.
 
 mod attention;
@@ -17,6 +18,7 @@ mod backprop;
 mod checkpoint;
 mod gdn;
 mod grads;
+mod lora;
 mod moe;
 mod proj;
 mod record;
@@ -25,6 +27,7 @@ mod trainer;
 mod update;
 
 pub use grads::NamedGrad;
+pub use lora::DeviceLora;
 pub use trainer::DeviceTrainer;
 
 use super::error::{Result, TrainError};
@@ -72,17 +75,44 @@ impl<A: Act> DeviceTape<A> {
     }
 }
 
-/// The serving weights on a device and their fp32 gradients.
+/// The serving weights on a device and their fp32 gradients — with LoRA, the adapters and
+/// only the vector-sized parameters' gradient buffers (every matrix's is empty).
 pub struct DeviceTrainModel<A: Act> {
     model: CudaModel<A>,
     grads: CudaModel<f32>,
+    lora: Option<DeviceLora<A>>,
+}
+
+/// The training side of a [`DeviceTrainModel`] while its weights serve an engine.
+pub(crate) struct TrainSide<A: Act> {
+    grads: CudaModel<f32>,
+    lora: Option<DeviceLora<A>>,
 }
 
 impl<A: Act> DeviceTrainModel<A> {
     /// Train `model`'s weights in place (no copy); the gradients start at zero.
     pub fn new(gpu: &Gpu, model: CudaModel<A>) -> Result<Self> {
         let grads = CudaModel::<f32>::zeros(gpu, model.cfg.clone())?;
-        Ok(DeviceTrainModel { model, grads })
+        Ok(DeviceTrainModel { model, grads, lora: None })
+    }
+
+    /// LoRA training of `model`'s weights in place: adapters of `cfg` (initialised as the CPU
+    /// `Lora`, the targets matched against the CPU trainer's names under `prefix`, the
+    /// checkpoint's decoder prefix `Checkpoint::full_name("")`), their frozen bases copied on the
+    /// device, and no dense gradient buffer of any matrix.
+    pub fn with_lora(gpu: &Gpu, model: CudaModel<A>, cfg: crate::train::lora::LoraConfig, prefix: &str) -> Result<Self> {
+        let c = model.cfg.clone();
+        let grads = CudaModel::<f32>::zeros_where(gpu, c.clone(), &lora::keeps_gradient)?;
+        let params: Vec<_> = grads::buffers(&c, grads.stack()).into_iter().map(|(p, _)| p).collect();
+        let served = update::served(model.stack(), c.tie_word_embeddings);
+        let lora = DeviceLora::new(gpu, cfg, &c, &params, &served, prefix)?;
+        drop(served);
+        Ok(DeviceTrainModel { model, grads, lora: Some(lora) })
+    }
+
+    /// The LoRA adapters (`None`: every parameter trains).
+    pub fn lora(&self) -> Option<&DeviceLora<A>> {
+        self.lora.as_ref()
     }
 
     /// Upload a Hugging Face folder's weights (as `CudaModel::load`) to train them.
@@ -104,20 +134,25 @@ impl<A: Act> DeviceTrainModel<A> {
         self.model
     }
 
-    /// Split into the weights (to serve an engine) and the gradients, to be put back together
-    /// by [`Self::reassemble`].
-    pub(crate) fn lend(self) -> (CudaModel<A>, CudaModel<f32>) {
-        (self.model, self.grads)
+    /// Split into the weights (to serve an engine) and the gradients (and adapters), to be put
+    /// back together by [`Self::reassemble`].
+    pub(crate) fn lend(self) -> (CudaModel<A>, TrainSide<A>) {
+        (self.model, TrainSide { grads: self.grads, lora: self.lora })
     }
 
-    pub(crate) fn reassemble(model: CudaModel<A>, grads: CudaModel<f32>) -> Self {
-        DeviceTrainModel { model, grads }
+    pub(crate) fn reassemble(model: CudaModel<A>, side: TrainSide<A>) -> Self {
+        DeviceTrainModel { model, grads: side.grads, lora: side.lora }
     }
 
-    /// Reset every gradient to zero.
+    /// Reset every gradient to zero (with LoRA: the adapters').
     pub fn zero_grads(&mut self, gpu: &Gpu) -> Result<()> {
-        self.grads = CudaModel::<f32>::zeros(gpu, self.model.cfg.clone())?;
-        Ok(())
+        match &mut self.lora {
+            Some(lora) => lora.zero_grads(gpu),
+            None => {
+                self.grads = CudaModel::<f32>::zeros(gpu, self.model.cfg.clone())?;
+                Ok(())
+            }
+        }
     }
 
     /// Training forward of one sequence (positions `0..t`, a fresh state). `forced`: per layer
@@ -145,7 +180,8 @@ impl<A: Act> DeviceTrainModel<A> {
                 tape.layers.len()
             )));
         }
-        let mut bp = backprop::DeviceBackprop { gpu, c, tape, dlogits, grads: self.grads.stack_mut() };
+        let (grads, lora) = (self.grads.stack_mut(), self.lora.as_mut());
+        let mut bp = backprop::DeviceBackprop { gpu, c, tape, dlogits, grads, lora };
         crate::model::backward::backward(&mut bp, self.model.stack())
     }
 
@@ -166,7 +202,11 @@ impl<A: Act> DeviceTrainModel<A> {
     /// Every parameter's gradient, downloaded in the CPU trainer's layout and names (`prefix`:
     /// the checkpoint's decoder prefix, `Checkpoint::full_name("")`; fused experts split per
     /// expert; a tied head's gradient added to the embedding's).
+    /// With LoRA there are no dense gradients: the adapters' are [`DeviceLora::gradients`].
     pub fn gradients(&self, gpu: &Gpu, prefix: &str) -> Result<Vec<NamedGrad>> {
+        if self.lora.is_some() {
+            return Err(TrainError::BadInput("LoRA training keeps no dense gradients (see the adapters' gradients)".into()));
+        }
         Ok(grads::download(gpu, &self.model.cfg, self.grads.stack(), prefix, true)?)
     }
 }
@@ -174,7 +214,18 @@ impl<A: Act> DeviceTrainModel<A> {
 impl<A: Act> DeviceTrainModel<A> {
     /// The fp32 masters of `opt` (from [`Self::optimizer`]) in the CPU trainer's layout and
     /// names (as [`Self::gradients`]): what a checkpoint of a device run holds.
+    /// With LoRA: the merged serving weights, as fp32 (`opt` holds the adapters' masters).
     pub fn masters(&self, gpu: &Gpu, opt: &crate::train::device_optim::DeviceAdamW, prefix: &str) -> Result<Vec<NamedGrad>> {
+        if self.lora.is_some() {
+            let c = &self.model.cfg;
+            let served = update::served(self.model.stack(), c.tie_word_embeddings);
+            let tensors = grads::buffers(c, self.grads.stack())
+                .into_iter()
+                .zip(served)
+                .map(|((p, _), w)| Ok((p, w.download(gpu)?)))
+                .collect::<Result<Vec<_>>>()?;
+            return Ok(grads::named(c, tensors, prefix));
+        }
         let tensors = grads::buffers(&self.model.cfg, self.grads.stack())
             .into_iter()
             .enumerate()

@@ -5,7 +5,9 @@
 //! keeping what the backward reads — and that backward over `tensor::cuda::backward` (the top-k
 //! choice is not differentiated; fused experts keep their `[E, 2I, H]` / `[E, H, I]` gradients).
 
+use super::lora::{linear_backward, DeviceLora};
 use crate::model::backend::cuda::MoeW;
+use crate::model::backend::schema::MoeParams;
 use crate::model::config::ModelConfig;
 use crate::tensor::cuda::backward::{self as bw, SharedGrad};
 use crate::tensor::cuda::gemm::linear;
@@ -80,8 +82,9 @@ pub(super) fn forward<A: Act>(
     Ok((out, saved, chosen))
 }
 
-/// From `dy [t, hidden]`: accumulates the weight gradients into `g` (fp32) and returns the
-/// gradient w.r.t. the normed input rows.
+/// From `dy [t, hidden]`: accumulates the weight gradients into `g` (fp32; with `lora`, layer
+/// `li`'s adapter gradients instead, the routed experts frozen) and returns the gradient w.r.t.
+/// the normed input rows.
 pub(super) fn backward<A: Act>(
     gpu: &Gpu,
     c: &ModelConfig,
@@ -90,7 +93,11 @@ pub(super) fn backward<A: Act>(
     s: &MoeSaved<A>,
     dy: &DeviceBuffer<A>,
     g: &mut MoeW<f32>,
-) -> Result<DeviceBuffer<A>> {
+    (li, mut lora): (usize, Option<&mut DeviceLora<A>>),
+) -> crate::train::error::Result<DeviceBuffer<A>> {
+    let n = MoeParams::new(&format!("layers.{li}.mlp."), c);
+    // With LoRA the routed experts are frozen: no expert weight gradient.
+    let experts_dw = lora.is_none();
     let (h, e, k, i, is) =
         (c.hidden_size, c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size, c.shared_expert_intermediate_size);
     let pairs = t * k;
@@ -103,26 +110,31 @@ pub(super) fn backward<A: Act>(
     // Routed experts: down, SwiGLU, gate|up, then each pair's input gradient onto its token.
     let mut dh = gpu.zeros::<A>(pairs * i)?;
     bw::grouped_gemm_dx(gpu, &dye, &w.down, &mut dh, &s.groups, e, h, i, s.max_rows, pairs, false)?;
-    bw::grouped_gemm_dw(gpu, &dye, &s.act, &mut g.down, &s.groups, false, k, e, h, i, pairs)?;
+    if experts_dw {
+        bw::grouped_gemm_dw(gpu, &dye, &s.act, &mut g.down, &s.groups, false, k, e, h, i, pairs)?;
+    }
     let mut dgu = gpu.zeros::<A>(pairs * 2 * i)?;
     bw::swiglu_backward(gpu, &s.gu, &dh, &mut dgu, i, pairs)?;
     let mut dxr = gpu.zeros::<A>(pairs * h)?;
     bw::grouped_gemm_dx(gpu, &dgu, &w.gate_up, &mut dxr, &s.groups, e, 2 * i, h, s.max_rows, pairs, false)?;
-    bw::grouped_gemm_dw(gpu, &dgu, &s.u, &mut g.gate_up, &s.groups, true, k, e, 2 * i, h, pairs)?;
+    if experts_dw {
+        bw::grouped_gemm_dw(gpu, &dgu, &s.u, &mut g.gate_up, &s.groups, true, k, e, 2 * i, h, pairs)?;
+    }
     // Shared expert: down, SwiGLU.
     let mut dsh = gpu.zeros::<A>(t * is)?;
-    bw::linear_backward(gpu, &ds_out, &s.s_h, t, is, &w.s_down, h, &mut dsh, false, &mut g.s_down)?;
+    let s_down = &n.shared.down.name;
+    linear_backward(gpu, lora.as_deref_mut(), s_down, &ds_out, &s.s_h, (t, is, h), &w.s_down, &mut dsh, false, &mut g.s_down)?;
     let (mut dsgt, mut dsut) = (gpu.zeros::<A>(t * is)?, gpu.zeros::<A>(t * is)?);
     bw::silu_mul_backward(gpu, &s.s_g, &s.s_u, &dsh, &mut dsgt, &mut dsut, t * is)?;
     // Every projection of the input rows: router, shared gate/up, shared-expert gate.
     let mut dx = gpu.zeros::<A>(t * h)?;
     let projs: [super::proj::Proj<'_, A>; 4] = [
-        (&dlog, &w.router, e, &mut g.router),
-        (&dsgt, &w.s_gate, is, &mut g.s_gate),
-        (&dsut, &w.s_up, is, &mut g.s_up),
-        (&dsg, &w.s_gate_w, 1, &mut g.s_gate_w),
+        (&dlog, &w.router, e, &mut g.router, &n.router.name),
+        (&dsgt, &w.s_gate, is, &mut g.s_gate, &n.shared.gate.name),
+        (&dsut, &w.s_up, is, &mut g.s_up, &n.shared.up.name),
+        (&dsg, &w.s_gate_w, 1, &mut g.s_gate_w, &n.shared_gate.name),
     ];
-    super::proj::backward(gpu, &s.u, t, h, &mut dx, false, projs)?;
+    super::proj::backward(gpu, lora, &s.u, t, h, &mut dx, false, projs)?;
     bw::moe_gather_add(gpu, &dxr, &s.groups, &mut dx, t, h, k, true)?;
     Ok(dx)
 }

@@ -58,6 +58,14 @@ where
         Ok(DeviceTrainer { gpu, model: Some(model), opt, schedule: Schedule::Constant, grpo: GrpoConfig::default() })
     }
 
+    /// [`Self::new`] with LoRA: only the adapters of `lora` train (`DeviceTrainModel::with_lora`;
+    /// `prefix`: the checkpoint's decoder prefix the targets are matched under).
+    pub fn new_lora(gpu: Gpu, model: CudaModel<A>, opt: AdamWConfig, lora: crate::train::lora::LoraConfig, prefix: &str) -> Result<Self> {
+        let mut model = DeviceTrainModel::with_lora(&gpu, model, lora, prefix)?;
+        let opt = model.optimizer(&gpu, opt)?;
+        Ok(DeviceTrainer { gpu, model: Some(model), opt, schedule: Schedule::Constant, grpo: GrpoConfig::default() })
+    }
+
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
     }
@@ -65,6 +73,11 @@ where
     /// The weights and gradients (an error while they are lent or were lost).
     pub fn model(&self) -> Result<&DeviceTrainModel<A>> {
         self.model.as_ref().ok_or(TrainError::WeightsAway)
+    }
+
+    /// The weights and gradients, writable (e.g. to form gradients outside a step).
+    pub fn model_mut(&mut self) -> Result<&mut DeviceTrainModel<A>> {
+        self.model.as_mut().ok_or(TrainError::WeightsAway)
     }
 
     /// Lend the weights to an engine on this device (limits capped by `device_config`), collect
@@ -203,7 +216,7 @@ where
     pub fn save_sharded(&self, dir: &Path, source: &Path, shard_bytes: usize) -> Result<()> {
         let prefix = crate::model::checkpoint::Checkpoint::open(source)?.full_name("");
         let (store, opt) = self.model()?.host_state(&self.gpu, &self.opt, &prefix)?;
-        save(dir, source, &store, Some(&opt), shard_bytes)
+        save(dir, source, &store, opt.as_ref(), shard_bytes)
     }
 
     /// A trainer continuing the run saved at `dir` (by [`Self::save`] or by the CPU trainer,

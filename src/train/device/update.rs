@@ -12,37 +12,70 @@ use crate::train::device_optim::{DeviceAdamW, Serving};
 use crate::train::error::Result;
 use crate::train::optim::{AdamWConfig, Schedule, StepStats};
 
-/// Every serving weight of `s`, in the order of the gradient buffers (`grads`: the loading
-/// order); the head only when it is not tied.
-fn serving<A: Act>(s: &mut Stack<CudaWeights<A>>, tied: bool) -> Vec<Serving<'_, A>> {
-    use Serving::{Act as W, F32};
-    let mut out = vec![W(&mut s.embed)];
-    for l in s.layers.iter_mut() {
-        out.push(W(&mut l.input_norm));
-        match &mut l.mixer {
-            Mixer::Attention(a) => {
-                out.extend([W(&mut a.q), W(&mut a.k), W(&mut a.v), W(&mut a.o), W(&mut a.q_norm), W(&mut a.k_norm)])
+/// The serving weights of a stack `$s` in the order of the gradient buffers (`grads`: the
+/// loading order; the head only when not `$tied`), each wrapped in `$W` (storage type) or `$F`
+/// (the fp32 gate vectors), borrowed with `$r` (`&` or `&mut`).
+macro_rules! serving_walk {
+    ($s:expr, $tied:expr, $W:path, $F:path, $($r:tt)+) => {{
+        let s = $s;
+        let mut out = vec![$W($($r)+ s.embed)];
+        for l in $($r)+ s.layers {
+            out.push($W($($r)+ l.input_norm));
+            match $($r)+ l.mixer {
+                Mixer::Attention(a) => out.extend([
+                    $W($($r)+ a.q), $W($($r)+ a.k), $W($($r)+ a.v), $W($($r)+ a.o), $W($($r)+ a.q_norm), $W($($r)+ a.k_norm),
+                ]),
+                Mixer::Gdn(d) => {
+                    out.extend([$W($($r)+ d.qkv), $W($($r)+ d.z), $W($($r)+ d.b), $W($($r)+ d.a), $W($($r)+ d.conv)]);
+                    out.extend([$F($($r)+ d.dt_bias), $F($($r)+ d.a_log), $W($($r)+ d.norm), $W($($r)+ d.out)]);
+                }
             }
-            Mixer::Gdn(d) => {
-                out.extend([W(&mut d.qkv), W(&mut d.z), W(&mut d.b), W(&mut d.a), W(&mut d.conv)]);
-                out.extend([F32(&mut d.dt_bias), F32(&mut d.a_log), W(&mut d.norm), W(&mut d.out)]);
-            }
+            out.push($W($($r)+ l.post_norm));
+            let m = $($r)+ l.moe;
+            out.extend([$W($($r)+ m.router), $W($($r)+ m.gate_up), $W($($r)+ m.down)]);
+            out.extend([$W($($r)+ m.s_gate), $W($($r)+ m.s_up), $W($($r)+ m.s_down), $W($($r)+ m.s_gate_w)]);
         }
-        out.push(W(&mut l.post_norm));
-        let m = &mut l.moe;
-        out.extend([W(&mut m.router), W(&mut m.gate_up), W(&mut m.down)]);
-        out.extend([W(&mut m.s_gate), W(&mut m.s_up), W(&mut m.s_down), W(&mut m.s_gate_w)]);
+        out.push($W($($r)+ s.norm));
+        if !$tied {
+            out.push($W($($r)+ s.head));
+        }
+        out
+    }};
+}
+
+/// Every serving weight of `s`, writable, in the order of the gradient buffers.
+pub(super) fn serving<A: Act>(s: &mut Stack<CudaWeights<A>>, tied: bool) -> Vec<Serving<'_, A>> {
+    serving_walk!(s, tied, Serving::Act, Serving::F32, &mut)
+}
+
+/// A serving weight, read-only: in the storage type or fp32.
+pub(super) enum Served<'a, A: Act> {
+    Act(&'a DeviceBuffer<A>),
+    F32(&'a DeviceBuffer<f32>),
+}
+
+impl<A: Act> Served<'_, A> {
+    /// The values, downloaded as fp32.
+    pub(super) fn download(&self, gpu: &Gpu) -> std::result::Result<Vec<f32>, DeviceError> {
+        match self {
+            Served::Act(b) => gpu.download(*b).map(|x| A::to_f32(&x)),
+            Served::F32(b) => gpu.download(*b),
+        }
     }
-    out.push(W(&mut s.norm));
-    if !tied {
-        out.push(W(&mut s.head));
-    }
-    out
+}
+
+/// Every serving weight of `s`, read-only, in the order of the gradient buffers.
+pub(super) fn served<A: Act>(s: &Stack<CudaWeights<A>>, tied: bool) -> Vec<Served<'_, A>> {
+    serving_walk!(s, tied, Served::Act, Served::F32, &)
 }
 
 impl<A: Act> DeviceTrainModel<A> {
     /// A device AdamW over every parameter, its fp32 masters read from the serving weights.
+    /// With LoRA: over the adapters only.
     pub fn optimizer(&mut self, gpu: &Gpu, cfg: AdamWConfig) -> Result<DeviceAdamW> {
+        if let Some(lora) = &self.lora {
+            return lora.optimizer(gpu, cfg);
+        }
         let tied = self.model.cfg.tie_word_embeddings;
         let masters = serving(self.model.stack_mut(), tied)
             .into_iter()
@@ -57,8 +90,12 @@ impl<A: Act> DeviceTrainModel<A> {
 
     /// One AdamW step (`opt` from [`Self::optimizer`]) over the accumulated gradients; the
     /// serving weights are rewritten in place. The gradients are left as they are.
+    /// With LoRA: the adapters' step, then every target's serving weight rewritten as the merge.
     pub fn step(&mut self, gpu: &Gpu, opt: &mut DeviceAdamW, schedule: &Schedule) -> Result<StepStats> {
         let c = self.model.cfg.clone();
+        if let Some(lora) = &mut self.lora {
+            return lora.step(gpu, opt, schedule, self.model.stack_mut(), c.tie_word_embeddings);
+        }
         let g = self.grads.stack();
         // A tied head's gradient joins the embedding's.
         let folded = match c.tie_word_embeddings {

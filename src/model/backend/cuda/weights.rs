@@ -76,6 +76,9 @@ enum Source<'a> {
     Ckpt(&'a mut dyn WeightSource),
     Random { seed: u64, next: u64 },
     Zeros,
+    /// Zeros for the tensors the predicate keeps (name, shape), empty buffers for the others
+    /// (the LoRA trainer's gradient accumulators: no dense gradient of a frozen weight).
+    ZerosWhere(&'a dyn Fn(&str, &[usize]) -> bool),
 }
 
 impl Source<'_> {
@@ -103,6 +106,7 @@ impl Source<'_> {
                 Ok(x)
             }
             Source::Zeros => gpu.zeros(shape.iter().product()),
+            Source::ZerosWhere(keep) => gpu.zeros(if keep(name, shape) { shape.iter().product() } else { 0 }),
         }
     }
     fn f32s(&mut self, gpu: &Gpu, name: &str, n: usize, random_value: f32) -> Result<F32> {
@@ -117,6 +121,7 @@ impl Source<'_> {
                 Ok(x)
             }
             Source::Zeros => gpu.zeros(n),
+            Source::ZerosWhere(keep) => gpu.zeros(if keep(name, &[n]) { n } else { 0 }),
         }
     }
 }
@@ -268,6 +273,12 @@ impl<A: Act> CudaModel<A> {
     /// the gradient accumulators of the training backend (`train::device`), with `A = f32`.
     pub fn zeros(gpu: &Gpu, cfg: ModelConfig) -> Result<CudaModel<A>> {
         Self::build(gpu, cfg, Source::Zeros)
+    }
+
+    /// [`Self::zeros`] for the tensors `keep` (name without prefix, shape) selects; every other
+    /// buffer is empty (no memory).
+    pub fn zeros_where(gpu: &Gpu, cfg: ModelConfig, keep: &dyn Fn(&str, &[usize]) -> bool) -> Result<CudaModel<A>> {
+        Self::build(gpu, cfg, Source::ZerosWhere(keep))
     }
 
     /// The weights in the one layer-structure shape (read by the training backend).
