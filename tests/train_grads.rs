@@ -106,7 +106,8 @@ fn grads_cli_writes_every_parameter() {
 }
 
 /// `grads --device emulator --dtype f32` (the device training backend on the emulated device)
-/// against the same PyTorch autograd reference, every parameter within 1e-3.
+/// against the same PyTorch autograd reference, every parameter within 1e-3; with `--recompute`
+/// (per-layer recomputation on the device) the same loss and bit-equal gradients.
 #[test]
 fn device_grads_cli_matches_autograd_on_the_emulator() {
     let (bytes, ids) = reference();
@@ -137,10 +138,20 @@ fn device_grads_cli_matches_autograd_on_the_emulator() {
         }
     }
     eprintln!("device (emulator, f32): {} parameters, worst relative error {:.3e} ({})", refs.len(), worst.0, worst.1);
-    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_execcritic"))
-        .args(["grads", "--model", FIXTURE, "--device", "emulator", "--recompute", "--ids", "1,2", "--out"])
-        .arg(&file)
+    // With per-layer recomputation on the device: the same loss and bit-equal gradients.
+    let file2 = out.path().join("g2.safetensors");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_execcritic"))
+        .args(["grads", "--model", FIXTURE, "--device", "emulator", "--dtype", "f32", "--recompute", "--ids", &list, "--out"])
+        .arg(&file2)
         .output()
         .unwrap();
-    assert!(!bad.status.success(), "--recompute on a device is refused");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v2: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v2["loss"].as_f64(), Some(loss), "--recompute: the same loss");
+    let again_bytes = std::fs::read(&file2).unwrap();
+    let again = SafeTensors::deserialize(&again_bytes).unwrap();
+    for name in &refs {
+        let (a, b) = (f32s(&again, name), f32s(&got, name));
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "--recompute: {name} differs");
+    }
 }

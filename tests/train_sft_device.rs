@@ -287,8 +287,23 @@ fn train_sft_cli_on_the_emulated_device() {
     assert!(l.len() == 2 && l[1] < l[0], "bf16: {l:?}");
     Model::load(&out.join("final")).unwrap();
 
-    let e = train_sft(&path, &config("[lora]\nrank = 2\nalpha = 4.0\ntargets = [\"q_proj\"]")).unwrap_err();
-    assert!(e.contains("lora is not supported with device"), "{e}");
+    // LoRA on the device, with per-layer recomputation: only the adapted projections move, and
+    // the final checkpoint is the merged model.
+    let lora = train_sft(&path, &config("recompute = true\n[lora]\nrank = 2\nalpha = 4.0\ntargets = [\"q_proj\"]")).unwrap();
+    let l: Vec<f64> = lora.iter().map(|l| l["loss"].as_f64().unwrap()).collect();
+    eprintln!("device LoRA SFT losses (CLI): {l:?}");
+    assert!(l.len() == 4 && l[3] < l[0], "LoRA: {l:?}");
+    let (merged, source) = (TrainModel::load(&out.join("final")).unwrap(), TrainModel::load(&tiny()).unwrap());
+    let mut moved = 0;
+    for (m, s) in merged.store.params.iter().zip(&source.store.params) {
+        assert_eq!(m.name, s.name);
+        if m.name.contains("q_proj") {
+            moved += usize::from(m.data != s.data);
+        } else {
+            assert!(m.data == s.data, "{}: a frozen weight moved", m.name);
+        }
+    }
+    assert!(moved > 0, "no adapted weight moved");
     let e = train_sft(&path, &config("").replace("emulator:f32", "tpu")).unwrap_err();
     assert!(e.contains("unknown device"), "{e}");
 }

@@ -17,7 +17,7 @@ pub struct GradsArgs {
     pub ids: String,
     #[arg(long)]
     pub out: PathBuf,
-    /// Recompute each layer's activations in the backward instead of keeping them (CPU only).
+    /// Recompute each layer's activations in the backward instead of keeping them.
     #[arg(long)]
     pub recompute: bool,
     /// Where the forward and backward run: cpu (the f32 trainer), or cuda[:N] / emulator (the
@@ -58,9 +58,6 @@ pub fn grads(a: GradsArgs) -> anyhow::Result<ExitCode> {
         .map(|s| s.trim().parse::<u32>().with_context(|| format!("--ids: {s:?} is not a token id")))
         .collect::<anyhow::Result<_>>()?;
     if let crate::engine::DeviceChoice::Gpu(kind) = a.device.placement()?.device {
-        if a.recompute {
-            anyhow::bail!("--recompute is for --device cpu (the device backend keeps every activation)");
-        }
         let gpu = crate::tensor::cuda::Gpu::open(kind).with_context(|| format!("opening device {kind:?}"))?;
         return match a.device.placement()?.act_type() {
             crate::tensor::cuda::ActType::F32 => device_grads::<f32>(&gpu, &a, &ids),
@@ -89,7 +86,7 @@ fn device_grads<A: crate::tensor::cuda::Act>(
     let mut model = DeviceTrainModel::<A>::load(gpu, &a.model).with_context(loading)?;
     let prefix = crate::model::checkpoint::Checkpoint::open(&a.model).with_context(loading)?.full_name("");
     let t0 = std::time::Instant::now();
-    let loss = model.nll_gradients(gpu, ids)?;
+    let loss = model.nll_gradients(gpu, ids, TapeOptions { recompute: a.recompute })?;
     let grads = model.gradients(gpu, &prefix)?;
     let secs = t0.elapsed().as_secs_f64();
     eprintln!("forward+backward on {}: {secs:.3} s, {:.1} tokens/s", gpu.name(), ids.len() as f64 / secs);

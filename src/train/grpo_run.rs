@@ -201,6 +201,7 @@ where
     };
     tr.schedule = c.schedule;
     tr.grpo = c.grpo;
+    tr.tape = TapeOptions { recompute: c.recompute };
     for i in 0..c.steps {
         on_step(&tr.iteration(setup, sampler, &c.sampling)?);
         if c.save_every > 0 && (i + 1) % c.save_every == 0 {

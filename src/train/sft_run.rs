@@ -63,7 +63,7 @@ pub struct SftConfig {
     pub lora: Option<LoraConfig>,
     /// Where the updates run: `cpu` (default: the CPU trainer), `cuda`, `cuda:N` or `emulator`,
     /// optionally `:bf16`/`:f32`: the device trainer (`train::device::DeviceTrainer`; one
-    /// sequence's forward and backward at a time, `recompute` unused; not with `lora` yet).
+    /// sequence's forward and backward at a time; `recompute` and `lora` as on the CPU).
     #[serde(default)]
     pub device: Option<String>,
 }
@@ -185,12 +185,6 @@ pub fn run_sft(c: &SftConfig, read: ConversationReader<'_>, on_step: impl FnMut(
     let placement = run_placement(c.device.as_deref())?;
     let data = load_examples(c, read)?;
     if let DeviceChoice::Gpu(kind) = placement.device {
-        if c.lora.is_some() {
-            return Err(TrainError::BadInput(format!(
-                "lora is not supported with device = {:?} yet (the device trainer trains every parameter)",
-                c.device.as_deref().unwrap_or_default()
-            )));
-        }
         return match placement.act_type() {
             ActType::Bf16 => sft_loop(c, &data, &mut device_trainer::<u16>(c, kind)?, on_step),
             ActType::F32 => sft_loop(c, &data, &mut device_trainer::<f32>(c, kind)?, on_step),
@@ -226,10 +220,17 @@ where
         Some(r) => DeviceTrainer::resume(gpu, r)?,
         None => {
             let model = CudaModel::<A>::load(&gpu, &c.model)?;
-            DeviceTrainer::new(gpu, model, c.optimizer)?
+            match &c.lora {
+                Some(l) => {
+                    let prefix = crate::model::checkpoint::Checkpoint::open(&c.model)?.full_name("");
+                    DeviceTrainer::new_lora(gpu, model, c.optimizer, l.clone(), &prefix)?
+                }
+                None => DeviceTrainer::new(gpu, model, c.optimizer)?,
+            }
         }
     };
     tr.schedule = c.schedule;
+    tr.tape = TapeOptions { recompute: c.recompute };
     Ok(tr)
 }
 

@@ -5,6 +5,7 @@
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::tensor::device::{DevPtr, DeviceError, Result};
@@ -16,6 +17,9 @@ const ALIGN: usize = 256;
 #[derive(Default)]
 pub struct Memory {
     allocs: Mutex<BTreeMap<DevPtr, usize>>,
+    /// Bytes held now and the most held at once since creation or [`Memory::reset_peak`].
+    held: AtomicUsize,
+    peak: AtomicUsize,
 }
 
 fn layout(bytes: usize) -> Result<Layout> {
@@ -37,6 +41,8 @@ impl Memory {
             return Err(DeviceError::OutOfMemory(bytes));
         }
         self.map().insert(p as DevPtr, l.size());
+        let now = self.held.fetch_add(l.size(), Ordering::SeqCst) + l.size();
+        self.peak.fetch_max(now, Ordering::SeqCst);
         Ok(p as DevPtr)
     }
 
@@ -45,6 +51,7 @@ impl Memory {
         let size = self.map().remove(&ptr).ok_or_else(|| {
             DeviceError::Driver(format!("free of 0x{ptr:x}, which is not a live allocation"))
         })?;
+        self.held.fetch_sub(size, Ordering::SeqCst);
         // SAFETY: `ptr` was returned by `alloc_zeroed` with this layout and is removed from the map.
         unsafe { dealloc(ptr as *mut u8, layout(size)?) };
         Ok(())
@@ -81,6 +88,17 @@ impl Memory {
     /// Bytes held by the live allocations.
     pub fn live_bytes(&self) -> usize {
         self.map().values().sum()
+    }
+
+    /// The most bytes held at once since the device was created or the last
+    /// [`Memory::reset_peak`] (the high-water mark, for memory accounting in tests).
+    pub fn peak_bytes(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
+    }
+
+    /// Start a new high-water mark from the bytes held now.
+    pub fn reset_peak(&self) {
+        self.peak.store(self.held.load(Ordering::SeqCst), Ordering::SeqCst);
     }
 }
 

@@ -164,6 +164,16 @@ impl EmuDevice {
         self.mem.live_bytes()
     }
 
+    /// The most bytes held at once since creation or [`EmuDevice::reset_peak`].
+    pub fn peak_bytes(&self) -> usize {
+        self.mem.peak_bytes()
+    }
+
+    /// Start a new high-water mark ([`EmuDevice::peak_bytes`]) from the bytes held now.
+    pub fn reset_peak(&self) {
+        self.mem.reset_peak()
+    }
+
     fn launch_err(kernel: &str, msg: String) -> DeviceError {
         DeviceError::Launch {
             kernel: kernel.to_string(),

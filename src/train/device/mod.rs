@@ -11,7 +11,11 @@
 //! `DeviceAdamW` step rewriting the serving weights in place), [`checkpoint`] (masters and AdamW
 //! state in the CPU trainer's checkpoint format, and resuming from it), [`lora`] (LoRA: adapter
 //! gradients instead of dense ones, the merged `W₀ + s·B·A` written into the serving weights).
-//! The same numbers as the CPU trainer in the f32 build: `tests/train_device_grads.rs`.
+//! With [`TapeOptions::recompute`] (the CPU trainer's option, same meaning) the tape keeps only
+//! each layer's input and the backward re-runs that layer's forward (its recorded routing
+//! replayed, the same kernels) right before the layer's backward, then drops it.
+//! The same numbers as the CPU trainer in the f32 build: `tests/train_device_grads.rs`;
+//! recomputation against the full tape: `tests/train_device_recompute.rs`.
 
 mod attention;
 mod backprop;
@@ -31,7 +35,7 @@ pub use lora::DeviceLora;
 pub use trainer::DeviceTrainer;
 
 use super::error::{Result, TrainError};
-use super::network::check_sequence;
+use super::network::{check_sequence, TapeOptions};
 use crate::model::backend::cuda::CudaModel;
 use crate::model::config::ModelConfig;
 use crate::tensor::cuda::backward::{token_loss, LossRows, TokenObjective};
@@ -44,13 +48,19 @@ enum MixerSaved<A: Act> {
     Gdn(gdn::GdnSaved<A>),
 }
 
-/// What one layer's backward reads: its input stream, the stream after the mixer, the mixer's
-/// and the MoE's activations.
-struct LayerTape<A: Act> {
-    input: DeviceBuffer<A>,
+/// A layer's activations beyond its input: the stream after the mixer, the mixer's and the
+/// MoE's activations (what recomputation drops in the forward and rebuilds for the backward).
+struct LayerSaved<A: Act> {
     mid: DeviceBuffer<A>,
     mixer: MixerSaved<A>,
     moe: moe::MoeSaved<A>,
+}
+
+/// What one layer's backward reads: its input stream and, unless recomputation is on, the
+/// rest of its activations.
+struct LayerTape<A: Act> {
+    input: DeviceBuffer<A>,
+    saved: Option<LayerSaved<A>>,
 }
 
 /// Everything the device backward needs from one training forward of one sequence, on the
@@ -155,15 +165,37 @@ impl<A: Act> DeviceTrainModel<A> {
         }
     }
 
-    /// Training forward of one sequence (positions `0..t`, a fresh state). `forced`: per layer
-    /// `[t · top_k]` experts to replay instead of the router's top-k.
+    /// Training forward of one sequence (positions `0..t`, a fresh state) keeping every
+    /// activation. `forced`: per layer `[t · top_k]` experts to replay instead of the router's
+    /// top-k.
     pub fn forward(&self, gpu: &Gpu, ids: &[u32], forced: Option<&[Vec<u32>]>) -> Result<DeviceTape<A>> {
+        self.forward_with(gpu, ids, forced, TapeOptions::default())
+    }
+
+    /// [`Self::forward`] under `opts`: with `recompute` the tape keeps only each layer's input
+    /// (the backward recomputes the rest, one layer at a time).
+    pub fn forward_with(
+        &self,
+        gpu: &Gpu,
+        ids: &[u32],
+        forced: Option<&[Vec<u32>]>,
+        opts: TapeOptions,
+    ) -> Result<DeviceTape<A>> {
         let c = &self.model.cfg;
         check_sequence(c, ids, forced)?;
-        let s = seq::SeqIndex::new(gpu, ids, c.vocab_size)?;
-        let mut rec = record::DeviceRecorder::new(gpu, c, s, forced);
+        let seq = seq::SeqIndex::new(gpu, ids, c.vocab_size)?;
+        let mut rec = record::DeviceRecorder::new(gpu, c, &seq, forced, !opts.recompute);
         let logits = crate::model::forward::forward(&mut rec, self.model.stack())?;
-        rec.finish(ids, logits)
+        let rec = rec.finish()?;
+        Ok(DeviceTape {
+            ids: ids.to_vec(),
+            seq,
+            layers: rec.layers,
+            last: rec.last,
+            normed: rec.normed,
+            logits,
+            experts: rec.experts,
+        })
     }
 
     /// Backward from `dlogits [t, vocab]` (the loss gradient w.r.t. the tape's logits, in the
@@ -181,14 +213,14 @@ impl<A: Act> DeviceTrainModel<A> {
             )));
         }
         let (grads, lora) = (self.grads.stack_mut(), self.lora.as_mut());
-        let mut bp = backprop::DeviceBackprop { gpu, c, tape, dlogits, grads, lora };
+        let mut bp = backprop::DeviceBackprop { gpu, c, tape, dlogits, grads, lora, recomputed: None };
         crate::model::backward::backward(&mut bp, self.model.stack())
     }
 
     /// Mean next-token NLL of `ids` (computed on the device from logits that stay there) and
     /// its gradients, accumulated into the gradient buffers (what `execcritic grads` reports).
-    pub fn nll_gradients(&mut self, gpu: &Gpu, ids: &[u32]) -> Result<f64> {
-        let tape = self.forward(gpu, ids, None)?;
+    pub fn nll_gradients(&mut self, gpu: &Gpu, ids: &[u32], opts: TapeOptions) -> Result<f64> {
+        let tape = self.forward_with(gpu, ids, None, opts)?;
         let v = self.model.cfg.vocab_size;
         let rows = LossRows::sft(gpu, ids, &vec![true; ids.len()], v)?;
         let t = ids.len();

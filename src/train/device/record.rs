@@ -1,13 +1,17 @@
 //! [`DeviceRecorder`]: the training forward's backend on a device. Each op of
 //! `model::backend::Backend` runs the inference kernels (`tensor::cuda::ops`, the GEMMs) over
-//! fresh device buffers and keeps on the device what its backward reads (per layer: the input,
-//! the mid-layer stream, the mixer's and the MoE's activations; the last stream and the
-//! final-normed rows), then [`DeviceRecorder::finish`] hands it over as a [`DeviceTape`].
+//! fresh device buffers and keeps on the device what its backward reads (per layer: the input
+//! and — unless recomputation is on — the mid-layer stream, the mixer's and the MoE's
+//! activations; the last stream and the final-normed rows), then [`DeviceRecorder::finish`]
+//! hands it over for the [`super::DeviceTape`]. The backward's recomputation runs one layer
+//! through it again ([`DeviceRecorder::recompute_layer`]).
 
-use super::{attention, gdn, moe, DeviceTape, LayerTape, MixerSaved};
+use super::{attention, gdn, moe, LayerSaved, LayerTape, MixerSaved};
 use super::seq::SeqIndex;
 use crate::model::backend::cuda::{AttnW, CudaWeights, GdnW, MoeW};
 use crate::model::backend::{Backend, Site};
+use crate::model::forward::layer_forward;
+use crate::model::backend::Layer;
 use crate::model::config::ModelConfig;
 use crate::tensor::cuda::gemm::linear;
 use crate::tensor::cuda::ops;
@@ -17,8 +21,10 @@ use crate::train::error::{Result, TrainError};
 pub(super) struct DeviceRecorder<'a, A: Act> {
     gpu: &'a Gpu,
     c: &'a ModelConfig,
-    seq: SeqIndex,
+    seq: &'a SeqIndex,
     forced: Option<&'a [Vec<u32>]>,
+    /// Keep every layer's activations (else only each layer's input: recomputation).
+    keep: bool,
     layers: Vec<LayerTape<A>>,
     /// The current layer's pieces until its MoE completes it.
     input: Option<DeviceBuffer<A>>,
@@ -30,12 +36,19 @@ pub(super) struct DeviceRecorder<'a, A: Act> {
 }
 
 impl<'a, A: Act> DeviceRecorder<'a, A> {
-    pub(super) fn new(gpu: &'a Gpu, c: &'a ModelConfig, seq: SeqIndex, forced: Option<&'a [Vec<u32>]>) -> Self {
+    pub(super) fn new(
+        gpu: &'a Gpu,
+        c: &'a ModelConfig,
+        seq: &'a SeqIndex,
+        forced: Option<&'a [Vec<u32>]>,
+        keep: bool,
+    ) -> Self {
         DeviceRecorder {
             gpu,
             c,
             seq,
             forced,
+            keep,
             layers: Vec::with_capacity(c.num_hidden_layers),
             input: None,
             mixer: None,
@@ -46,19 +59,46 @@ impl<'a, A: Act> DeviceRecorder<'a, A> {
         }
     }
 
-    /// The tape of a completed forward with its logits `[t, vocab]`.
-    pub(super) fn finish(self, ids: &[u32], logits: DeviceBuffer<f32>) -> Result<DeviceTape<A>> {
+    /// What a completed forward kept (the tape without its ids, index arrays and logits).
+    pub(super) fn finish(self) -> Result<Recorded<A>> {
         let incomplete = || TrainError::BadInput("the device forward did not reach the head".into());
-        Ok(DeviceTape {
-            ids: ids.to_vec(),
-            seq: self.seq,
+        Ok(Recorded {
             layers: self.layers,
             last: self.last.ok_or_else(incomplete)?,
             normed: self.normed.ok_or_else(incomplete)?,
-            logits,
             experts: self.experts,
         })
     }
+
+    /// Recomputation: layer `li`'s activations from its saved `input` (the stream after the
+    /// previous block's output was added), run through the one layer forward by a keeping
+    /// recorder whose `forced` routing is the tape's record.
+    pub(super) fn recompute_layer(
+        mut self,
+        li: usize,
+        w: &Layer<CudaWeights<A>>,
+        input: &DeviceBuffer<A>,
+    ) -> Result<LayerSaved<A>> {
+        let mut x = self.gpu.duplicate(input)?;
+        layer_forward(&mut self, li, w, &mut x, None)?;
+        self.finish_layer(li)
+    }
+
+    /// The activations of the one layer this recorder ran.
+    fn finish_layer(mut self, li: usize) -> Result<LayerSaved<A>> {
+        self.layers
+            .pop()
+            .and_then(|l| l.saved)
+            .ok_or_else(|| TrainError::BadInput(format!("layer {li}: the recomputation kept no activations")))
+    }
+}
+
+/// What one training forward kept on the device, for its [`super::DeviceTape`].
+pub(super) struct Recorded<A: Act> {
+    pub layers: Vec<LayerTape<A>>,
+    pub last: DeviceBuffer<A>,
+    pub normed: DeviceBuffer<A>,
+    pub experts: Vec<Vec<u32>>,
 }
 
 impl<A: Act> Backend for DeviceRecorder<'_, A> {
@@ -87,23 +127,23 @@ impl<A: Act> Backend for DeviceRecorder<'_, A> {
         let (gpu, c, t) = (self.gpu, self.c, self.seq.t);
         let mut u = gpu.zeros::<A>(t * c.hidden_size)?;
         ops::add_rms_norm_1p(gpu, x, delta.as_ref(), w, &mut u, t, c.hidden_size, c.rms_norm_eps)?;
-        let kept = Some(gpu.duplicate(x)?);
         match site {
-            Site::Input(_) => self.input = kept,
-            Site::Post(_) => self.mid = kept,
-            Site::Final => self.last = kept,
+            Site::Input(_) => self.input = Some(gpu.duplicate(x)?),
+            Site::Post(_) if self.keep => self.mid = Some(gpu.duplicate(x)?),
+            Site::Post(_) => {}
+            Site::Final => self.last = Some(gpu.duplicate(x)?),
         }
         Ok(u)
     }
 
     fn attention(&mut self, _: usize, w: &AttnW<A>, u: DeviceBuffer<A>) -> Result<DeviceBuffer<A>> {
-        let (y, s) = attention::forward(self.gpu, self.c, w, &self.seq, u)?;
+        let (y, s) = attention::forward(self.gpu, self.c, w, self.seq, u)?;
         self.mixer = Some(MixerSaved::Attention(s));
         Ok(y)
     }
 
     fn gdn(&mut self, _: usize, w: &GdnW<A>, u: DeviceBuffer<A>) -> Result<DeviceBuffer<A>> {
-        let (y, s) = gdn::forward(self.gpu, self.c, w, &self.seq, u)?;
+        let (y, s) = gdn::forward(self.gpu, self.c, w, self.seq, u)?;
         self.mixer = Some(MixerSaved::Gdn(s));
         Ok(y)
     }
@@ -112,10 +152,14 @@ impl<A: Act> Backend for DeviceRecorder<'_, A> {
         let forced = self.forced.map(|f| f[li].as_slice());
         let (y, moe, chosen) = moe::forward(self.gpu, self.c, w, self.seq.t, u, forced)?;
         self.experts.push(chosen);
-        let (Some(input), Some(mixer), Some(mid)) = (self.input.take(), self.mixer.take(), self.mid.take()) else {
-            return Err(TrainError::BadInput(format!("layer {li}: MoE before its mixer")));
+        let before_mixer = || TrainError::BadInput(format!("layer {li}: MoE before its mixer"));
+        let (input, mixer) = (self.input.take().ok_or_else(before_mixer)?, self.mixer.take().ok_or_else(before_mixer)?);
+        let saved = match self.mid.take() {
+            Some(mid) if self.keep => Some(LayerSaved { mid, mixer, moe }),
+            _ if self.keep => return Err(before_mixer()),
+            _ => None,
         };
-        self.layers.push(LayerTape { input, mid, mixer, moe });
+        self.layers.push(LayerTape { input, saved });
         Ok(y)
     }
 

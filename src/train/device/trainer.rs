@@ -21,6 +21,7 @@ use crate::train::error::{Result, TrainError};
 use crate::train::grpo::{grpo_denominator, is_active, GrpoConfig, GrpoSample};
 use crate::train::iteration::{capped_report, collect_through, engine_template, EngineSetup, IterationReport};
 use crate::train::loss::sft_denominator;
+use crate::train::network::TapeOptions;
 use crate::train::optim::{AdamWConfig, Schedule};
 use crate::train::policy::device_decoder;
 use crate::train::rollout::{grpo_batch, GroupSampler, Rollout};
@@ -35,6 +36,8 @@ pub struct DeviceTrainer<A: Act> {
     pub opt: DeviceAdamW,
     pub schedule: Schedule,
     pub grpo: GrpoConfig,
+    /// Activation recomputation in the update's forwards (the CPU trainer's `tape` option).
+    pub tape: TapeOptions,
 }
 
 /// One sequence of an update: its ids, replayed routing and loss rows' inputs.
@@ -51,11 +54,12 @@ where
     CudaDecoder<A>: crate::engine::DecoderModel,
 {
     /// Train `model` (already on `gpu`) with AdamW under `opt`, constant schedule, default GRPO
-    /// settings.
+    /// settings, every activation kept.
     pub fn new(gpu: Gpu, model: CudaModel<A>, opt: AdamWConfig) -> Result<Self> {
         let mut model = DeviceTrainModel::new(&gpu, model)?;
         let opt = model.optimizer(&gpu, opt)?;
-        Ok(DeviceTrainer { gpu, model: Some(model), opt, schedule: Schedule::Constant, grpo: GrpoConfig::default() })
+        let (schedule, grpo, tape) = (Schedule::Constant, GrpoConfig::default(), TapeOptions::default());
+        Ok(DeviceTrainer { gpu, model: Some(model), opt, schedule, grpo, tape })
     }
 
     /// [`Self::new`] with LoRA: only the adapters of `lora` train (`DeviceTrainModel::with_lora`;
@@ -63,7 +67,7 @@ where
     pub fn new_lora(gpu: Gpu, model: CudaModel<A>, opt: AdamWConfig, lora: crate::train::lora::LoraConfig, prefix: &str) -> Result<Self> {
         let mut model = DeviceTrainModel::with_lora(&gpu, model, lora, prefix)?;
         let opt = model.optimizer(&gpu, opt)?;
-        Ok(DeviceTrainer { gpu, model: Some(model), opt, schedule: Schedule::Constant, grpo: GrpoConfig::default() })
+        Ok(DeviceTrainer { gpu, model: Some(model), opt, schedule: Schedule::Constant, grpo: GrpoConfig::default(), tape: TapeOptions::default() })
     }
 
     pub fn gpu(&self) -> &Gpu {
@@ -165,7 +169,7 @@ where
         let v = model.cfg().vocab_size;
         let (mut total, mut tokens) = (0.0f64, 0usize);
         for s in seqs {
-            let tape = model.forward(&gpu, s.ids, s.routing)?;
+            let tape = model.forward_with(&gpu, s.ids, s.routing, self.tape)?;
             let rows = match s.grpo {
                 Some((old, adv)) => LossRows::grpo(&gpu, s.ids, s.mask, old, None, adv, v)?,
                 None => LossRows::sft(&gpu, s.ids, s.mask, v)?,
