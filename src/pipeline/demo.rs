@@ -97,6 +97,10 @@ pub struct DemoConfig {
     /// Every `test_every`-th GRPO group drawn is a Test group (0: Repair groups only).
     #[serde(default)]
     pub test_every: usize,
+    /// Tokens per assistant turn of a Test episode (absent: `max_tokens`): the Test agent's
+    /// preparation call (contract JSON, command, patch export) is ≈ 360 tokens.
+    #[serde(default)]
+    pub test_max_tokens: Option<u32>,
 }
 
 impl DemoConfig {
@@ -125,6 +129,7 @@ impl DemoConfig {
             eval_every: 4,
             test_teacher_tasks: 4,
             test_every: 3,
+            test_max_tokens: Some(384),
         }
     }
 
@@ -138,7 +143,7 @@ impl DemoConfig {
             eval_every: 8,
             save_every: 4,
             test_teacher_tasks: 2,
-            test_every: 4,
+            test_every: 5,
             ..DemoConfig::full(models)
         }
     }
@@ -342,7 +347,11 @@ pub fn run_demo(c: &DemoConfig, out: &Path, progress: &mut dyn FnMut(String)) ->
         AgentSampler::new(Role::Repair, agent(instances), model, seed, Some(&out.join(log)))
     };
     // Test episodes: as many turns as a Repair Round 0 (the teacher's Test paths take 3–4).
-    let test_agent = |instances| AgentTaskConfig { test_turns: c.round0_turns, ..agent(instances) };
+    let test_agent = |instances| AgentTaskConfig {
+        test_turns: c.round0_turns,
+        max_tokens: Some(c.test_max_tokens.unwrap_or(c.max_tokens)),
+        ..agent(instances)
+    };
     let mut eval_train = sampler(ids(train), &init, c.seed ^ 0xE1, "eval.jsonl")?;
     let mut eval_held = sampler(ids(held), &init, c.seed ^ 0xE2, "eval.jsonl")?;
 
