@@ -48,6 +48,12 @@ pub struct DemoTrainArgs {
     pub sft_steps: Option<u64>,
     #[arg(long)]
     pub iterations: Option<u64>,
+    /// Test teacher trajectories on the first N trained tasks (0: Repair only).
+    #[arg(long)]
+    pub test_teacher_tasks: Option<usize>,
+    /// Every N-th GRPO group drawn is a Test group (0: Repair groups only).
+    #[arg(long)]
+    pub test_every: Option<usize>,
 }
 
 pub fn run(c: DemoCommand) -> anyhow::Result<ExitCode> {
@@ -63,6 +69,8 @@ pub fn run(c: DemoCommand) -> anyhow::Result<ExitCode> {
     cfg.seed = a.seed.unwrap_or(cfg.seed);
     cfg.sft_steps = a.sft_steps.unwrap_or(cfg.sft_steps);
     cfg.grpo_iterations = a.iterations.unwrap_or(cfg.grpo_iterations);
+    cfg.test_teacher_tasks = a.test_teacher_tasks.unwrap_or(cfg.test_teacher_tasks);
+    cfg.test_every = a.test_every.unwrap_or(cfg.test_every);
     let out = a
         .out
         .unwrap_or_else(|| std::env::temp_dir().join(format!("execcritic-demo-train-{}", std::process::id())));

@@ -1,10 +1,12 @@
 //! `execcritic demo train`: the smallest real training run that learns, end to end — teacher
-//! trajectories (scripted policies with correct and incorrect solution paths, real Repair
-//! episodes in real sandboxes, [`super::teacher`]) → SFT of a small random-initialised
-//! Qwen3.5-MoE on them (assistant tokens only) → GRPO from the SFT checkpoint on the same suite
-//! (rollouts through the engine on the trainer's lent weights, eq. 6 rewards from the harness,
-//! DAPO dynamic sampling, routing replay, checkpoints), with held-back tasks of the suite
-//! evaluated before SFT, after SFT, during and after GRPO.
+//! trajectories of both agent roles (scripted policies with correct and incorrect solution
+//! paths, real Repair and Test episodes in real sandboxes, [`super::teacher`],
+//! [`super::test_teacher`]) → SFT of a small random-initialised Qwen3.5-MoE on them, mixed, each
+//! conversation with its role's own prompts (assistant tokens only) → GRPO from the SFT
+//! checkpoint on the same suite with Repair groups and, every `test_every` draws, a Test group
+//! ([`super::role_mix`]; rollouts through the engine on the trainer's lent weights, eq. 6 / eq. 5
+//! rewards from the harness, DAPO dynamic sampling, routing replay, checkpoints), with held-back
+//! tasks of the suite evaluated (Repair) before SFT, after SFT, during and after GRPO.
 //!
 //! The run directory holds `config.toml`, `teacher.jsonl` + `trajectories.jsonl`, `sft.toml`,
 //! checkpoints (`sft/final`, `grpo/step-<n>`, `grpo/final`), `rollouts.jsonl` / `eval.jsonl`
@@ -13,7 +15,9 @@
 
 use super::demo_report::{EvalMetrics, GrpoMetrics, RunSummary, SftMetrics, SplitScore};
 use super::grpo::{AgentSampler, AgentTaskConfig, Role};
+use super::role_mix::RoleMix;
 use super::teacher::{teacher_episodes, TeacherRecord};
+use super::test_teacher::test_teacher_episodes;
 use crate::agent::trajectory::{sft_conversations, Trajectory};
 use crate::engine::{Engine, EngineConfig};
 use crate::episode::oracle::selected_oracle_bundle;
@@ -87,6 +91,16 @@ pub struct DemoConfig {
     /// Episodes per held-back task per evaluation, and evaluation interval (iterations).
     pub eval_samples: usize,
     pub eval_every: u64,
+    /// Test teacher trajectories on the first `test_teacher_tasks` trained tasks (0: none).
+    #[serde(default)]
+    pub test_teacher_tasks: usize,
+    /// Every `test_every`-th GRPO group drawn is a Test group (0: Repair groups only).
+    #[serde(default)]
+    pub test_every: usize,
+    /// Tokens per assistant turn of a Test episode (absent: `max_tokens`): the Test agent's
+    /// preparation call (contract JSON, command, patch export) is ≈ 360 tokens.
+    #[serde(default)]
+    pub test_max_tokens: Option<u32>,
 }
 
 impl DemoConfig {
@@ -113,6 +127,9 @@ impl DemoConfig {
             temperature: 1.0,
             eval_samples: 6,
             eval_every: 4,
+            test_teacher_tasks: 4,
+            test_every: 3,
+            test_max_tokens: Some(384),
         }
     }
 
@@ -125,6 +142,8 @@ impl DemoConfig {
             eval_samples: 4,
             eval_every: 8,
             save_every: 4,
+            test_teacher_tasks: 2,
+            test_every: 5,
             ..DemoConfig::full(models)
         }
     }
@@ -195,17 +214,22 @@ fn init_folder(c: &DemoConfig, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Teacher trajectories on the training tasks, written (seeded shuffle) to `trajectories.jsonl`.
+/// Teacher trajectories on the training tasks — Repair on every one, Test on the first
+/// `test_tasks` — written (seeded shuffle) to `trajectories.jsonl`.
 fn teacher_phase(
     train: &[TaskInstance],
+    test_tasks: usize,
     out: &Path,
     seed: u64,
     rt: &tokio::runtime::Runtime,
 ) -> Result<Vec<TeacherRecord>> {
     let mut all: Vec<(TeacherRecord, Trajectory)> = Vec::new();
-    for task in train {
+    for (i, task) in train.iter().enumerate() {
         let bundle = selected_oracle_bundle(task).map_err(|e| DemoError::Invalid(format!("{}: {e}", task.instance_id)))?;
         all.extend(rt.block_on(teacher_episodes(task, &bundle, SandboxKind::Local)));
+        if i < test_tasks {
+            all.extend(rt.block_on(test_teacher_episodes(task, SandboxKind::Local)));
+        }
     }
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     all.shuffle(&mut rng);
@@ -263,8 +287,12 @@ pub fn run_demo(c: &DemoConfig, out: &Path, progress: &mut dyn FnMut(String)) ->
 
     // 1. Teacher trajectories.
     let t = Instant::now();
-    progress(format!("[teacher] scripted solution paths on {} tasks (real sandboxes, harness-scored)…", train.len()));
-    let teacher = teacher_phase(train, out, c.seed, &rt)?;
+    progress(format!(
+        "[teacher] scripted solution paths: Repair on {} tasks, Test on {} (real sandboxes, harness-scored)…",
+        train.len(),
+        c.test_teacher_tasks.min(train.len())
+    ));
+    let teacher = teacher_phase(train, c.test_teacher_tasks, out, c.seed, &rt)?;
     let teacher_s = t.elapsed().as_secs_f64();
     for line in super::demo_report::teacher_lines(&teacher) {
         progress(format!("[teacher] {line}"));
@@ -318,6 +346,12 @@ pub fn run_demo(c: &DemoConfig, out: &Path, progress: &mut dyn FnMut(String)) ->
     let sampler = |instances, model: &Path, seed: u64, log: &str| {
         AgentSampler::new(Role::Repair, agent(instances), model, seed, Some(&out.join(log)))
     };
+    // Test episodes: as many turns as a Repair Round 0 (the teacher's Test paths take 3–4).
+    let test_agent = |instances| AgentTaskConfig {
+        test_turns: c.round0_turns,
+        max_tokens: Some(c.test_max_tokens.unwrap_or(c.max_tokens)),
+        ..agent(instances)
+    };
     let mut eval_train = sampler(ids(train), &init, c.seed ^ 0xE1, "eval.jsonl")?;
     let mut eval_held = sampler(ids(held), &init, c.seed ^ 0xE2, "eval.jsonl")?;
 
@@ -337,7 +371,18 @@ pub fn run_demo(c: &DemoConfig, out: &Path, progress: &mut dyn FnMut(String)) ->
     let tokenizer = Tokenizer::from_dir(&sft_final).map_err(|e| DemoError::Invalid(format!("tokenizer: {e}")))?;
     let setup = EngineSetup { tokenizer, template_dir: Some(sft_final.clone()), config: EngineConfig::default() };
     let sampling = DynamicSamplingConfig { groups: c.groups, group_size: c.group_size, max_attempts: c.max_attempts };
-    let mut train_sampler = sampler(ids(train), &sft_final, c.seed, "rollouts.jsonl")?;
+    let test_sampler = match c.test_every {
+        0 => None,
+        // The tasks the Test teacher ran on (all trained tasks when it ran on none).
+        _ => {
+            let n = match c.test_teacher_tasks.min(train.len()) {
+                0 => train.len(),
+                n => n,
+            };
+            Some(AgentSampler::new(Role::Test, test_agent(ids(&train[..n])), &sft_final, c.seed ^ 0x7E57, Some(&out.join("rollouts.jsonl")))?)
+        }
+    };
+    let mut train_sampler = RoleMix::new(sampler(ids(train), &sft_final, c.seed, "rollouts.jsonl")?, test_sampler, c.test_every);
     let s = evaluate_trainer(&mut tr, &setup, &mut eval_held, c.eval_samples)?;
     rec.eval(progress, "sft", 0, "held_back", s)?;
     let s = evaluate_trainer(&mut tr, &setup, &mut eval_train, c.eval_samples)?;

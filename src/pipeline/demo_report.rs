@@ -1,11 +1,12 @@
 //! What `demo train` measures and writes: per-phase metrics lines (`metrics.jsonl`), the score
 //! of an evaluation split, the run summary (`summary.json`), the reward curve
-//! (`reward_curve.svg`: mean reward and resolve rate per GRPO iteration, held-back evaluations)
-//! and the Markdown report (`report.md`).
+//! (`reward_curve.svg`: mean reward and resolve rate per GRPO iteration — Repair, and the Test
+//! role's eq. 5 reward and valid-test rate — held-back evaluations) and the Markdown report
+//! (`report.md`, with per-role tables).
 
 use super::curve::{render, Panel, Series};
 use super::demo::{DemoConfig, DemoError, Result};
-use super::grpo::RolloutLog;
+use super::grpo::{Role, RolloutLog};
 use super::teacher::TeacherRecord;
 use crate::train::trainer::StepReport;
 use serde::Serialize;
@@ -15,7 +16,18 @@ use std::path::{Path, PathBuf};
 /// A reward at or above this resolves the task (eq. 6: 1.5 at Round 0, 1.0 after revision).
 pub const RESOLVED: f64 = 1.0;
 
-/// Mean reward and resolve rate of a set of episodes (masked ones left out).
+/// An episode of `role` succeeded: Repair resolved the task (eq. 6 ≥ [`RESOLVED`]); Test wrote a
+/// valid test — qualified on Base and passing with the gold fix (Q = 1), the only case where
+/// eq. 5 is positive.
+pub fn succeeded(role: Role, reward: f64) -> bool {
+    match role {
+        Role::Repair => reward >= RESOLVED,
+        Role::Test => reward > 0.0,
+    }
+}
+
+/// Mean reward and success rate of a set of episodes (masked ones left out). `resolve_rate` is
+/// [`succeeded`]'s rate: resolved tasks for Repair, valid tests for Test.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct SplitScore {
     pub mean_reward: f64,
@@ -26,14 +38,20 @@ pub struct SplitScore {
 
 impl SplitScore {
     pub fn of(logs: &[RolloutLog]) -> Self {
-        let rewards: Vec<f64> = logs.iter().filter_map(|l| l.reward).collect();
+        let rewards: Vec<(Role, f64)> = logs.iter().filter_map(|l| l.reward.map(|r| (l.role, r))).collect();
         let n = rewards.len().max(1) as f64;
         SplitScore {
-            mean_reward: rewards.iter().sum::<f64>() / n,
-            resolve_rate: rewards.iter().filter(|r| **r >= RESOLVED).count() as f64 / n,
+            mean_reward: rewards.iter().map(|(_, r)| r).sum::<f64>() / n,
+            resolve_rate: rewards.iter().filter(|(role, r)| succeeded(*role, *r)).count() as f64 / n,
             rollouts: rewards.len(),
             aborted: logs.len() - rewards.len(),
         }
+    }
+
+    /// The score of `role`'s episodes among `logs` (`None` when there are none).
+    pub fn of_role(logs: &[RolloutLog], role: Role) -> Option<Self> {
+        let mine: Vec<RolloutLog> = logs.iter().filter(|l| l.role == role).cloned().collect();
+        (!mine.is_empty()).then(|| SplitScore::of(&mine))
     }
 }
 
@@ -63,9 +81,12 @@ pub struct EvalMetrics {
 pub struct GrpoMetrics {
     pub phase: &'static str,
     pub iteration: u64,
-    /// Over every episode drawn this iteration (kept or skipped groups).
+    /// Over every Repair episode drawn this iteration (kept or skipped groups).
     #[serde(flatten)]
     pub score: SplitScore,
+    /// Over every Test episode drawn this iteration (eq. 5; `resolve_rate` = valid-test rate);
+    /// `null` when no Test group was drawn.
+    pub test: Option<SplitScore>,
     pub kept_groups: usize,
     pub skipped_groups: usize,
     /// Samples of kept groups with a non-zero advantage (what the update learns from).
@@ -98,7 +119,8 @@ impl GrpoMetrics {
         GrpoMetrics {
             phase: "grpo",
             iteration,
-            score: SplitScore::of(drawn),
+            score: SplitScore::of_role(drawn, Role::Repair).unwrap_or_default(),
+            test: SplitScore::of_role(drawn, Role::Test),
             kept_groups,
             skipped_groups,
             nonzero_advantages,
@@ -115,8 +137,12 @@ impl GrpoMetrics {
             Some(u) => format!("loss {:+.4}, {} tokens", u.loss, u.tokens),
             None => "no update".into(),
         };
+        let test = match &self.test {
+            Some(t) => format!(" | Test: mean reward {:.3}, valid tests {:3.0}% ({} ep.)", t.mean_reward, 100.0 * t.resolve_rate, t.rollouts),
+            None => String::new(),
+        };
         format!(
-            "[grpo] iteration {:3}/{of}: mean reward {:.3}, resolved {:3.0}%, groups kept {} skipped {}, non-zero advantages {}, {upd}; rollout {:.1}s (harness ≈{:.1}s), update {:.1}s",
+            "[grpo] iteration {:3}/{of}: Repair: mean reward {:.3}, resolved {:3.0}%{test}; groups kept {} skipped {}, non-zero advantages {}, {upd}; rollout {:.1}s (harness ≈{:.1}s), update {:.1}s",
             self.iteration + 1,
             self.score.mean_reward,
             100.0 * self.score.resolve_rate,
@@ -152,29 +178,34 @@ impl RunSummary {
         self.evals.iter().rev().find(|e| e.stage == stage && e.split == split).map(|e| e.score)
     }
 
-    /// Mean of the per-iteration mean rewards of iterations `range`.
+    /// Mean of the per-iteration Repair mean rewards of iterations `range`.
     pub fn mean_reward(&self, range: std::ops::Range<usize>) -> f64 {
         let xs: Vec<f64> = self.iterations[range].iter().map(|m| m.score.mean_reward).collect();
         xs.iter().sum::<f64>() / xs.len().max(1) as f64
     }
 }
 
-/// One line per path kind: episodes, mean reward, resolved.
+/// One line per role and path kind: episodes, mean reward, resolved (Repair) or valid tests
+/// (Test).
 pub fn teacher_lines(records: &[TeacherRecord]) -> Vec<String> {
-    let mut names: Vec<&str> = records.iter().map(|r| r.path.as_str()).collect();
-    names.sort();
-    names.dedup();
-    names
+    let mut kinds: Vec<(Role, &str)> = records.iter().map(|r| (r.role, r.path.as_str())).collect();
+    kinds.sort_by_key(|(role, name)| (*role == Role::Test, *name));
+    kinds.dedup();
+    kinds
         .into_iter()
-        .map(|name| {
-            let rs: Vec<&TeacherRecord> = records.iter().filter(|r| r.path == name).collect();
+        .map(|(role, name)| {
+            let rs: Vec<&TeacherRecord> = records.iter().filter(|r| r.role == role && r.path == name).collect();
             let rewards: Vec<f64> = rs.iter().filter_map(|r| r.reward).collect();
+            let (label, eq, success) = match role {
+                Role::Repair => ("Repair", "eq. 6", "resolved"),
+                Role::Test => ("Test", "eq. 5", "valid tests"),
+            };
             format!(
-                "{name:<18} ({}): {} episodes, mean reward {:.2}, resolved {}/{}, masked {}",
+                "{label:<6} {name:<18} ({}): {} episodes, mean reward ({eq}) {:.2}, {success} {}/{}, masked {}",
                 if rs[0].correct { "correct" } else { "incorrect" },
                 rs.len(),
                 rewards.iter().sum::<f64>() / rewards.len().max(1) as f64,
-                rewards.iter().filter(|r| **r >= RESOLVED).count(),
+                rewards.iter().filter(|r| succeeded(role, **r)).count(),
                 rewards.len(),
                 rs.len() - rewards.len()
             )
@@ -192,20 +223,38 @@ pub fn reward_curve(s: &RunSummary) -> String {
             .map(|e| (e.iteration as f64, f(&e.score)))
             .collect::<Vec<_>>()
     };
-    let panel = |title: &str, y_max: f64, f: fn(&GrpoMetrics) -> f64, g: fn(&SplitScore) -> f64| Panel {
+    let test = |g: fn(&SplitScore) -> f64| {
+        s.iterations.iter().filter_map(|m| m.test.as_ref().map(|t| (m.iteration as f64 + 1.0, g(t)))).collect::<Vec<_>>()
+    };
+    let panel = |title: &str, y_min: f64, y_max: f64, f: fn(&GrpoMetrics) -> f64, g: fn(&SplitScore) -> f64, test_label: &str| Panel {
         title: title.into(),
-        y_min: 0.0,
+        y_min,
         y_max,
         series: vec![
-            Series { label: "trained tasks (rollouts)".into(), color: "#1f77b4", points: it(f) },
-            Series { label: "trained tasks (eval)".into(), color: "#2ca02c", points: evals("trained", g) },
-            Series { label: "held-back tasks (eval)".into(), color: "#d62728", points: evals("held_back", g) },
+            Series { label: "Repair, trained tasks (rollouts)".into(), color: "#1f77b4", points: it(f) },
+            Series { label: "Repair, trained tasks (eval)".into(), color: "#2ca02c", points: evals("trained", g) },
+            Series { label: "Repair, held-back tasks (eval)".into(), color: "#d62728", points: evals("held_back", g) },
+            Series { label: test_label.into(), color: "#9467bd", points: test(g) },
         ],
     };
     render(
         &[
-            panel("Mean reward (eq. 6) per GRPO iteration", 1.5, |m| m.score.mean_reward, |s| s.mean_reward),
-            panel("Resolve rate per GRPO iteration", 1.0, |m| m.score.resolve_rate, |s| s.resolve_rate),
+            panel(
+                "Mean reward per GRPO iteration (Repair eq. 6, Test eq. 5)",
+                -0.2,
+                1.5,
+                |m| m.score.mean_reward,
+                |s| s.mean_reward,
+                "Test, trained tasks (rollouts)",
+            ),
+            panel(
+                "Resolve rate (Repair) / valid-test rate (Test) per GRPO iteration",
+                0.0,
+                1.0,
+                |m| m.score.resolve_rate,
+                |s| s.resolve_rate,
+                "Test valid tests, trained tasks (rollouts)",
+            ),
         ],
         s.iterations.len() as f64,
     )
@@ -263,13 +312,18 @@ pub fn report(s: &RunSummary) -> String {
         c.round0_turns,
         c.temperature
     );
-    let _ = writeln!(r, "| iter | mean reward | resolved | kept / skipped | non-zero adv. | loss | sampled tokens | rollout s | harness s | update s |");
-    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(r, "Per role: Repair groups (eq. 6, resolved = reward ≥ 1) and Test groups (eq. 5, valid test = qualified on Base and passing with the gold fix), every {} group drawn being a Test group (0: none).\n", c.test_every);
+    let _ = writeln!(r, "| iter | Repair mean reward | Repair resolved | Test mean reward | Test valid tests | kept / skipped | non-zero adv. | loss | sampled tokens | rollout s | harness s | update s |");
+    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     for m in &s.iterations {
         let loss = m.update.as_ref().map_or("—".into(), |u| format!("{:+.4}", u.loss));
+        let (test_reward, test_valid) = match &m.test {
+            Some(t) => (format!("{:.3}", t.mean_reward), format!("{:.0}% ({} ep.)", 100.0 * t.resolve_rate, t.rollouts)),
+            None => ("—".into(), "—".into()),
+        };
         let _ = writeln!(
             r,
-            "| {} | {:.3} | {:.0}% | {} / {} | {} | {loss} | {} | {:.1} | {:.1} | {:.1} |",
+            "| {} | {:.3} | {:.0}% | {test_reward} | {test_valid} | {} / {} | {} | {loss} | {} | {:.1} | {:.1} | {:.1} |",
             m.iteration + 1,
             m.score.mean_reward,
             100.0 * m.score.resolve_rate,
@@ -300,7 +354,7 @@ pub fn report(s: &RunSummary) -> String {
     let k = (n / 4).max(1);
     let _ = writeln!(
         r,
-        "\nMean reward of the first {k} iterations {:.3}, of the last {k} {:.3}.\n\n![reward curve](reward_curve.svg)",
+        "\nRepair mean reward of the first {k} iterations {:.3}, of the last {k} {:.3}.\n\n![reward curve](reward_curve.svg)",
         s.mean_reward(0..k),
         s.mean_reward(n - k..n)
     );

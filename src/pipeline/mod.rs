@@ -4,8 +4,9 @@
 //!   audit of a Test bundle; selected-test and official outcome of a Repair terminal patch).
 //! - [`grpo`]: `train grpo` on agent tasks — groups of Test or Repair episodes sampled through
 //!   the engine the trainer lent its weights to, scored, turned into training sequences.
-//! - [`teacher`], [`demo`], [`demo_report`], [`curve`]: `demo train` — scripted teacher
-//!   trajectories → SFT → GRPO on a small model, its metrics, report and reward curve.
+//! - [`teacher`], [`test_teacher`], [`role_mix`], [`demo`], [`demo_report`], [`curve`]: `demo
+//!   train` — scripted teacher trajectories of both roles → SFT → GRPO with Repair and Test
+//!   groups on a small model, its metrics, report and reward curve.
 //!
 //! - [`durable`]: append-and-fsync result logs keyed by input hashes, atomic writes, markers.
 //! - [`jobs`]: the bounded batch runner whose items fail alone.
@@ -23,3 +24,5 @@ pub mod curve;
 pub mod demo;
 pub mod demo_report;
 pub mod teacher;
+pub mod test_teacher;
+pub mod role_mix;

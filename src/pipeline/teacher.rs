@@ -8,7 +8,11 @@
 //! Paths are derived from the task's gold patch: a one-line change becomes `sed` edits of the
 //! changed token (so tasks of one bug family share their commands); any other gold patch is
 //! applied with `git apply` from a here-document.
+//!
+//! The Test role's paths are in [`super::test_teacher`]; both roles share [`SolutionPath`],
+//! [`TeacherRecord`] (whose `role` says which agent the episode was) and [`scripted_policy`].
 
+use super::grpo::Role;
 use crate::agent::trajectory::Trajectory;
 use crate::episode::rewards::{repair_reward, Reward};
 use crate::episode::{run_repair, RepairConfig, RepairInputs};
@@ -95,7 +99,7 @@ pub struct SolutionPath {
 }
 
 impl SolutionPath {
-    fn new(name: &str, correct: bool, commands: Vec<String>) -> Self {
+    pub(crate) fn new(name: &str, correct: bool, commands: Vec<String>) -> Self {
         SolutionPath { name: name.into(), correct, commands }
     }
 
@@ -150,12 +154,35 @@ pub fn solution_paths(gold: &str) -> Vec<SolutionPath> {
 /// One teacher episode as recorded in the run's `teacher.jsonl`.
 #[derive(Clone, Debug, Serialize)]
 pub struct TeacherRecord {
+    /// The agent the episode ran as (`repair` or `test`).
+    pub role: Role,
     pub instance_id: String,
     pub path: String,
     pub correct: bool,
-    /// Eq. 6 from the harness (`null`: operational error, the trajectory is left out).
+    /// The role's reward from the harness — Repair eq. 6, Test eq. 5 — (`null`: operational
+    /// error, the trajectory is left out).
     pub reward: Option<f64>,
     pub turns: usize,
+}
+
+impl TeacherRecord {
+    pub(crate) fn new(role: Role, task: &TaskInstance, path: &SolutionPath, reward: Reward, turns: usize) -> Self {
+        TeacherRecord {
+            role,
+            instance_id: task.instance_id.clone(),
+            path: path.name.clone(),
+            correct: path.correct,
+            reward: reward.value(),
+            turns,
+        }
+    }
+}
+
+/// The scripted policy that plays `path` (`None`, with a warning, when its script is unusable).
+pub(crate) fn scripted_policy(task: &TaskInstance, path: &SolutionPath) -> Option<ScriptedPolicy> {
+    ScriptedPolicy::from_jsonl(&format!("teacher:{}", path.name), &path.script())
+        .map_err(|e| tracing::warn!("teacher path {} of {}: {e}", path.name, task.instance_id))
+        .ok()
 }
 
 /// Run every solution path of `task` as a Repair episode (Round 0 only, `revision_rounds` 0)
@@ -167,19 +194,8 @@ pub async fn teacher_episodes(
     sandbox: SandboxKind,
 ) -> Vec<(TeacherRecord, Trajectory)> {
     let runs = solution_paths(&task.patch).into_iter().map(|path| async move {
-        let record = |reward: Option<f64>, turns| TeacherRecord {
-            instance_id: task.instance_id.clone(),
-            path: path.name.clone(),
-            correct: path.correct,
-            reward,
-            turns,
-        };
-        let policy = match ScriptedPolicy::from_jsonl(&format!("teacher:{}", path.name), &path.script()) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!("teacher path {} of {}: {e}", path.name, task.instance_id);
-                return (record(None, 0), Trajectory::default());
-            }
+        let Some(policy) = scripted_policy(task, &path) else {
+            return (TeacherRecord::new(Role::Repair, task, &path, Reward::Masked, 0), Trajectory::default());
         };
         let cfg = RepairConfig {
             round0_turns: path.commands.len(),
@@ -190,11 +206,8 @@ pub async fn teacher_episodes(
             ..RepairConfig::default()
         };
         let r = run_repair(task, Some(bundle), &policy, &cfg, RepairInputs::default()).await;
-        let reward = match repair_reward(&score_repair_rollout(task, &r, bundle, sandbox).await) {
-            Reward::Value(v) => Some(v),
-            Reward::Masked => None,
-        };
-        (record(reward, r.record.stats.turns), r.trajectory)
+        let reward = repair_reward(&score_repair_rollout(task, &r, bundle, sandbox).await);
+        (TeacherRecord::new(Role::Repair, task, &path, reward, r.record.stats.turns), r.trajectory)
     });
     futures_util::future::join_all(runs).await
 }
