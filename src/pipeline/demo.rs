@@ -104,7 +104,10 @@ pub struct DemoConfig {
 }
 
 impl DemoConfig {
-    /// The recorded full run (`benches/results/demo-train-*`).
+    /// The full run, Repair only (`benches/results/demo-train-*`). The Test role is opt-in
+    /// (`--test-teacher-tasks N --test-every K`): at this model size, mixing Test trajectories
+    /// into SFT cost the Repair role what it learned, and Test groups never reached reward
+    /// variance (measured: docs/train.md, "demo train").
     pub fn full(models: &Path) -> Self {
         DemoConfig {
             init_model: models.join("tiny-qwen35"),
@@ -127,13 +130,14 @@ impl DemoConfig {
             temperature: 1.0,
             eval_samples: 6,
             eval_every: 4,
-            test_teacher_tasks: 4,
-            test_every: 3,
+            test_teacher_tasks: 0,
+            test_every: 0,
             test_max_tokens: Some(384),
         }
     }
 
-    /// The CI-sized run (a few minutes on two cores).
+    /// The CI-sized run (a few minutes on two cores), with both roles: Test teachers on 2 tasks
+    /// and every fifth GRPO group a Test group, so CI exercises the Test role end to end.
     pub fn ci(models: &Path) -> Self {
         DemoConfig {
             sft_steps: 60,
