@@ -12,7 +12,9 @@
 #       on random weights generated on the GPU: the model-step loop (cuda-bench.json) and the
 #       real engine (scheduler, paged cache, device sampling: batch-1, 64- and 256-way decode,
 #       4k prefill, multi-turn agent traffic; engine-bench.json, and h200-engine.json with the
-#       keys of issue #15, measured through the engine); writes $OUT/gpu-check.json (+ the
+#       keys of issue #15, measured through the engine), then two full-size LoRA GRPO iterations
+#       of the device trainer (h200-train.json: rollout and update tok/s, peak memory, the step
+#       split, the loss and the weights moving; tests/train_bench.rs); writes $OUT/gpu-check.json (+ the
 #       logs). --dry-run checks binaries, flags and paths and writes the plan without touching
 #       the GPU. --no-bench skips the benchmarks.
 #   Each test runs in its own process under a timeout (EXECCRITIC_TEST_TIMEOUT, default 300 s), so
@@ -25,7 +27,7 @@ OUT="${OUT:-$PWD/gpu-check-out}"
 mode=run
 bench=1
 TESTS="cuda_nvrtc cuda_ops cuda_model"
-BENCHES="engine_bench"
+BENCHES="engine_bench train_bench"
 for a in "$@"; do
   case "$a" in
     --build) mode=build ;;
@@ -144,7 +146,16 @@ if [ "$bench" = 1 ]; then
     "$BIN/engine_bench" --ignored --exact full_size_engine_benchmark --nocapture --test-threads=1 \
     >"$OUT/engine-bench.log" 2>&1 || rc_engine=$?
 fi
-python3 - "$OUT" "${rc[cuda_nvrtc]}" "${rc[cuda_ops]}" "${rc[cuda_model]}" "$rc_bench" "$rc_sanitizer" "$rc_engine" <<PY
+# two LoRA GRPO iterations of the device trainer at full size (rollouts + updates on one copy of
+# the weights); writes $OUT/h200-train.json
+rc_train=skipped
+if [ "$bench" = 1 ]; then
+  rc_train=0
+  OUT="$OUT" EXECCRITIC_COMMIT="$commit" EXECCRITIC_DATE="$(date -u +%F)" timeout 1800 \
+    "$BIN/train_bench" --ignored --exact full_size_lora_grpo_step_benchmark --nocapture --test-threads=1 \
+    >"$OUT/train-bench.log" 2>&1 || rc_train=$?
+fi
+python3 - "$OUT" "${rc[cuda_nvrtc]}" "${rc[cuda_ops]}" "${rc[cuda_model]}" "$rc_bench" "$rc_sanitizer" "$rc_engine" "$rc_train" <<PY
 import json, os, sys
 out = sys.argv[1]
 lines = [l.split() for l in open(f"{out}/results.txt") if l.strip()]
@@ -159,11 +170,13 @@ json.dump({"mode": "run", "commit": "$commit", "gpu": "$gpu_name", "nvrtc": "$EX
   "model_parity": {"rc": int(sys.argv[4]), "tests": results("cuda_model")},
   "compute_sanitizer": {"rc": sys.argv[6], "tests": results("sanitizer.cuda_ops")},
   "full_size_benchmark": {"rc": sys.argv[5], "result": bench},
-  "engine_benchmark": {"rc": sys.argv[7], "h200": load("h200-engine.json"), "result": load("engine-bench.json")}},
+  "engine_benchmark": {"rc": sys.argv[7], "h200": load("h200-engine.json"), "result": load("engine-bench.json")},
+  "train_benchmark": {"rc": sys.argv[8], "h200": load("h200-train.json")}},
   open(f"{out}/gpu-check.json", "w"), indent=1)
 PY
-echo "gpu-check: nvrtc rc=${rc[cuda_nvrtc]} ops rc=${rc[cuda_ops]} model rc=${rc[cuda_model]} sanitizer rc=$rc_sanitizer bench rc=$rc_bench engine rc=$rc_engine; $OUT/gpu-check.json"
+echo "gpu-check: nvrtc rc=${rc[cuda_nvrtc]} ops rc=${rc[cuda_ops]} model rc=${rc[cuda_model]} sanitizer rc=$rc_sanitizer bench rc=$rc_bench engine rc=$rc_engine train rc=$rc_train; $OUT/gpu-check.json"
 [ "${rc[cuda_nvrtc]}" = 0 ] && [ "${rc[cuda_ops]}" = 0 ] && [ "${rc[cuda_model]}" = 0 ] \
   && { [ "$rc_sanitizer" = 0 ] || [ "$rc_sanitizer" = skipped ]; } \
   && { [ "$rc_bench" = 0 ] || [ "$rc_bench" = skipped ]; } \
-  && { [ "$rc_engine" = 0 ] || [ "$rc_engine" = skipped ]; }
+  && { [ "$rc_engine" = 0 ] || [ "$rc_engine" = skipped ]; } \
+  && { [ "$rc_train" = 0 ] || [ "$rc_train" = skipped ]; }

@@ -9,6 +9,7 @@
 
 use execcritic::tensor::cuda::{Act, DeviceBuffer, Gpu};
 use execcritic::tensor::Tensor;
+use execcritic::tensor::cuda::gemm::View;
 use execcritic::train::device_lora::{accumulate_adapter_grads, AdapterBufs, AdapterShape};
 use execcritic::train::device_optim::DeviceAdamW;
 use execcritic::train::optim::{AdamW, AdamWConfig, Schedule};
@@ -127,9 +128,18 @@ fn device_lora_gradients_equal_the_projection_of_the_dense_gradient() {
                 }
             }
         }
-        let (dx, ddy) = (gpu.upload(&x).unwrap(), gpu.upload(&dy).unwrap());
+        // The second call reads views inside wider buffers (an offset and a row stride), as a
+        // routed expert's block of grouped rows and its half of the fused gate|up rows.
+        let (pad, ld_x, ld_dy) = if m == 7 { (3, sh.inp + 5, 2 * sh.out) } else { (0, sh.inp, sh.out) };
+        let embed = |v: &[f32], w: usize, ld: usize| {
+            let mut out = vec![f32::NAN; pad + m * ld];
+            (0..m).for_each(|t| out[pad + t * ld..pad + t * ld + w].copy_from_slice(&v[t * w..(t + 1) * w]));
+            out
+        };
+        let (dx, ddy) = (gpu.upload(&embed(&x, sh.inp, ld_x)).unwrap(), gpu.upload(&embed(&dy, sh.out, ld_dy)).unwrap());
         let bufs = AdapterBufs { a: &da, b: &db, ga: &mut ga, gb: &mut gb };
-        accumulate_adapter_grads(&gpu, sh, &dx, &ddy, m, bufs, &mut scratch).unwrap();
+        let (vx, vdy) = (View { buf: &dx, at: pad, ld: ld_x }, View { buf: &ddy, at: pad, ld: ld_dy });
+        accumulate_adapter_grads(&gpu, sh, vx, vdy, m, bufs, &mut scratch).unwrap();
     }
     let s = sh.scale as f64;
     // dA = s·Bᵀ·dW [r, in]; dB = s·dW·Aᵀ [out, r].
@@ -143,5 +153,6 @@ fn device_lora_gradients_equal_the_projection_of_the_dense_gradient() {
     close("dB", &gpu.download(&gb).unwrap(), &want_b, 1e-5);
     let small = AdapterBufs { a: &da, b: &db, ga: &mut ga, gb: &mut gb };
     let x = gpu.upload(&[0.0f32; 24]).unwrap();
-    assert!(accumulate_adapter_grads(&gpu, sh, &x, &x, 5, small, &mut scratch).is_err(), "x too short for 5 rows");
+    let vx = View::dense(&x, sh.inp);
+    assert!(accumulate_adapter_grads(&gpu, sh, vx, vx, 5, small, &mut scratch).is_err(), "x too short for 5 rows");
 }

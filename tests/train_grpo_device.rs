@@ -48,7 +48,7 @@ fn root() -> PathBuf {
 }
 
 fn task() -> MultipleOf8Task {
-    MultipleOf8Task::new(ToyTaskConfig { prompts: vec![11, 222, 333, 444], completion_tokens: 2, bos: 1 }, 7)
+    MultipleOf8Task::new(ToyTaskConfig { prompts: vec![11, 222, 333, 444], completion_tokens: 2, ..Default::default() }, 7)
 }
 
 fn setup() -> EngineSetup {

@@ -41,6 +41,7 @@ fn toy() -> (Trainer, EngineSetup, MultipleOf8Task) {
             prompts: vec![11, 222, 333, 444],
             completion_tokens: 2,
             bos: 1,
+            prompt_tokens: 2,
         },
         7,
     );

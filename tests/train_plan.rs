@@ -106,6 +106,13 @@ fn plan_matches_the_cpu_trainer_allocations_on_a_scaled_layout() {
     assert_eq!(lora.params.trainable, adapters);
     assert_eq!(row(&lora, "master (fp32)"), 4 * adapters);
     assert_eq!(row(&lora, "gradients (fp32)"), 4 * adapters);
+    // The routed experts' frozen bases are host memory (the device LoRA trainer keeps them
+    // there); the device's base row holds the other adapted weights' and the adapter copies.
+    let routed: u64 = tm.store.params.iter().filter(|p| p.name.contains(".mlp.experts.")).map(|p| p.data.len() as u64).sum();
+    assert!(routed > 0);
+    assert_eq!(lora.params.adapted_routed, routed);
+    assert_eq!(lora.host_bytes, 2 * routed);
+    assert_eq!(row(&lora, "LoRA bases (bf16)"), 2 * (lora.params.adapted - routed + adapters));
 
     // Caches: one slot of `n` tokens in f32 = what the CPU engine's state holds after a prefill
     // (`n` a whole number of the paged pool's 16-token blocks, which the plan rounds up to).

@@ -5,10 +5,12 @@
 //! an `[m, r]` scratch — and the merge `W = W₀ + s·B·A` written into a served weight (one GEMM,
 //! fp32 compute rounded to the storage type). Operands are in the storage type `A` of the
 //! activations (the adapters' serving copies too: bf16 in a bf16 build, exact in f32).
-//! Routed experts would call it per expert over the rows routed to it.
+//! Operands are views (`tensor::cuda::gemm::View`: an offset and a row stride), so a routed
+//! expert's adapters take its block of grouped rows, and its gate or up half of the fused
+//! `gate|up` rows, in place.
 
 use super::error::{Result, TrainError};
-use crate::tensor::cuda::gemm::matmul;
+use crate::tensor::cuda::gemm::{matmul_views, View, ViewMut};
 use crate::tensor::cuda::{Act, DeviceBuffer, Gpu};
 
 /// One adapted projection `y[m, out] = x[m, in] · (W₀ + s·B·A)ᵀ`: its adapter shapes and scale.
@@ -30,55 +32,51 @@ pub struct AdapterBufs<'a, A: Act> {
     pub gb: &'a mut DeviceBuffer<f32>,
 }
 
-/// Adds the adapter gradients of one call on `m` rows (`x [m, in]`, `dy [m, out]`) to
-/// `bufs.ga`, `bufs.gb`; `scratch` holds at least `m · r` values.
+/// Adds the adapter gradients of one call on `m` rows (`x [m, in]`, `dy [m, out]`, each a view
+/// into a larger buffer) to `bufs.ga`, `bufs.gb`; `scratch` holds at least `m · r` values.
 pub fn accumulate_adapter_grads<A: Act>(
     gpu: &Gpu,
     sh: AdapterShape,
-    x: &DeviceBuffer<A>,
-    dy: &DeviceBuffer<A>,
+    x: View<'_, A>,
+    dy: View<'_, A>,
     m: usize,
     bufs: AdapterBufs<'_, A>,
     scratch: &mut DeviceBuffer<A>,
 ) -> Result<()> {
     let AdapterShape { inp, out, rank: r, scale: s } = sh;
     let sizes = [(bufs.a.len(), r * inp), (bufs.b.len(), out * r), (bufs.ga.len(), r * inp), (bufs.gb.len(), out * r)];
-    if sizes.iter().any(|(have, want)| have != want) || x.len() < m * inp || dy.len() < m * out || scratch.len() < m * r {
+    if sizes.iter().any(|(have, want)| have != want) || scratch.len() < m * r {
         return Err(TrainError::BadInput(format!(
-            "device LoRA gradients: adapter buffers {sizes:?} (have, want), x {}, dy {}, scratch {} for m={m}",
-            x.len(),
-            dy.len(),
+            "device LoRA gradients: adapter buffers {sizes:?} (have, want), scratch {} for m={m}",
             scratch.len()
         )));
     }
+    let (a, b) = (View::dense(bufs.a, inp), View::dense(bufs.b, r));
     // scratch = s·X·Aᵀ [m, r]; dB += dYᵀ·scratch.
-    matmul(gpu, (false, true), (m, r, inp), s, x, bufs.a, 0.0, scratch)?;
-    matmul(gpu, (true, false), (out, r, m), 1.0, dy, scratch, 1.0, bufs.gb)?;
+    matmul_views(gpu, (false, true), (m, r, inp), s, x, a, 0.0, ViewMut::dense(scratch, r))?;
+    matmul_views(gpu, (true, false), (out, r, m), 1.0, dy, View::dense(scratch, r), 1.0, ViewMut::dense(bufs.gb, r))?;
     // scratch = s·dY·B [m, r]; dA += scratchᵀ·X.
-    matmul(gpu, (false, false), (m, r, out), s, dy, bufs.b, 0.0, scratch)?;
-    matmul(gpu, (true, false), (r, inp, m), 1.0, scratch, x, 1.0, bufs.ga)?;
+    matmul_views(gpu, (false, false), (m, r, out), s, dy, b, 0.0, ViewMut::dense(scratch, r))?;
+    matmul_views(gpu, (true, false), (r, inp, m), 1.0, View::dense(scratch, r), x, 1.0, ViewMut::dense(bufs.ga, inp))?;
     Ok(())
 }
 
-/// The merge: `w = base + s·B·A` (`base`, `w` `[out, in]`), computed in fp32 by one GEMM over
-/// a copy of the frozen base and rounded to the storage type — the served weight after a step.
+/// The merge: adds `s·B·A` (fp32 compute, rounded to the storage type) to the `[out, in]` block
+/// of `w` at element `at`, which the caller has just reset to the frozen base `W₀` — the served
+/// weight after a step is `W₀ + s·B·A`.
 pub fn merge_adapter<A: Act>(
     gpu: &Gpu,
     sh: AdapterShape,
-    base: &DeviceBuffer<A>,
     a: &DeviceBuffer<A>,
     b: &DeviceBuffer<A>,
     w: &mut DeviceBuffer<A>,
+    at: usize,
 ) -> Result<()> {
     let AdapterShape { inp, out, rank: r, scale: s } = sh;
-    if base.len() != out * inp || w.len() != out * inp {
-        return Err(TrainError::BadInput(format!(
-            "LoRA merge: base {} and weight {} for [{out}, {inp}]",
-            base.len(),
-            w.len()
-        )));
+    if at + out * inp > w.len() {
+        return Err(TrainError::BadInput(format!("LoRA merge: [{out}, {inp}] at {at} of a weight of {}", w.len())));
     }
-    gpu.copy_into(base, 0, w, 0, out * inp)?;
-    matmul(gpu, (false, false), (out, inp, r), s, b, a, 1.0, w)?;
+    let (b, a) = (View::dense(b, r), View::dense(a, inp));
+    matmul_views(gpu, (false, false), (out, inp, r), s, b, a, 1.0, ViewMut { buf: w, at, ld: inp })?;
     Ok(())
 }

@@ -39,10 +39,12 @@ pub fn is_target(name: &str, shape: &[usize], targets: &[String]) -> bool {
 }
 
 /// The adapters of `cfg` over the parameters `params` (name, shape; in the model's order): for
-/// each target ([`is_target`]), in order, `<name>.lora_A` `[r, in]` uniform in ±1/√in from the
-/// seeded generator and `<name>.lora_B` `[out, r]` at zero (parameters `2j`, `2j + 1` of the
-/// store), and the targets' indices in `params`. Shared by the CPU [`Lora`] and the device
-/// trainer's adapters, so both start identical.
+/// each target ([`is_target`]), in order, `<name>.lora_A` `[r, in]` uniform in ±1/√in from a
+/// generator seeded by `cfg.seed` and the target's name (so an adapter's start does not depend on
+/// the order the parameters are listed in) and `<name>.lora_B` `[out, r]` at zero (parameters
+/// `2j`, `2j + 1` of the store), and the targets' indices in `params`. Shared by the CPU [`Lora`]
+/// and the device trainer's adapters (which list fused experts in another order), so both start
+/// identical.
 pub fn init_adapters<'a>(
     cfg: &LoraConfig,
     params: impl IntoIterator<Item = (&'a str, &'a [usize])>,
@@ -50,7 +52,6 @@ pub fn init_adapters<'a>(
     if cfg.rank == 0 {
         return Err(TrainError::BadInput("LoRA rank must be > 0".into()));
     }
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.seed);
     let (mut adapters, mut targets) = (ParamStore::default(), vec![]);
     for (i, (name, shape)) in params.into_iter().enumerate() {
         if !is_target(name, shape, &cfg.targets) {
@@ -58,6 +59,7 @@ pub fn init_adapters<'a>(
         }
         let (out, inp, r) = (shape[0], shape[1], cfg.rank);
         let bound = 1.0 / (inp as f32).sqrt();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.seed ^ fnv1a(name));
         let a_init: Vec<f32> = (0..r * inp).map(|_| rng.random_range(-bound..bound)).collect();
         adapters.push(format!("{name}.lora_A"), &Tensor::new(vec![r, inp], a_init));
         adapters.push(format!("{name}.lora_B"), &Tensor::new(vec![out, r], vec![0.0; out * r]));
@@ -67,6 +69,11 @@ pub fn init_adapters<'a>(
         return Err(TrainError::BadInput(format!("no 2-D parameter matches the LoRA targets {:?}", cfg.targets)));
     }
     Ok((adapters, targets))
+}
+
+/// The 64-bit FNV-1a hash of `name` (stable across builds and platforms, unlike std's hasher).
+fn fnv1a(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// One adapted weight: the model parameter, its frozen base, and the adapter parameters.

@@ -154,6 +154,8 @@ pub struct ParamCounts {
     /// LoRA: elements of this rank's adapted weights (their frozen bases are kept; 0 in full
     /// training).
     pub adapted: u64,
+    /// LoRA: of those, the routed experts' (their bases are kept in host memory).
+    pub adapted_routed: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -166,6 +168,8 @@ pub struct MemoryPlan {
     pub total_bytes: u64,
     pub capacity_bytes: u64,
     pub fits: bool,
+    /// Host memory the run keeps per rank: LoRA's routed-expert bases (bf16).
+    pub host_bytes: u64,
 }
 
 /// Expert parameters are sharded across ranks; everything else is replicated.
@@ -211,6 +215,7 @@ pub fn param_counts(
         let adapted = spec.mode == TrainMode::Lora && is_target(&t.name, &t.shape, &spec.lora_targets);
         if local {
             c.adapted += if adapted { numel } else { 0 };
+            c.adapted_routed += if adapted && expert { numel } else { 0 };
             // Rank 0's share; every rank holds the same amount since E % N == 0.
             c.local += numel;
             c.trainable += trainable;
@@ -338,13 +343,17 @@ pub fn plan(p: &PlanConfig, cfg: &ModelConfig) -> Result<MemoryPlan> {
     );
     if t.mode == TrainMode::Lora {
         // The device trainer (`train::device::DeviceLora`) keeps each adapted weight's frozen
-        // base in the weights' dtype to merge `W₀ + s·B·A` into the served copy after a step,
-        // and the adapters' serving copies (the GEMM operands) in that dtype too.
+        // base in the weights' dtype to merge `W₀ + s·B·A` into the served copy after a step —
+        // on the device, but the routed experts' in host memory — and the adapters' serving
+        // copies (the GEMM operands) in that dtype too.
+        let device_adapted = counts.adapted - counts.adapted_routed;
         row(
             "LoRA bases (bf16)",
-            2 * (counts.adapted + counts.trainable),
+            2 * (device_adapted + counts.trainable),
             "exact",
-            format!("frozen W0 of the {} adapted elements + the adapters' bf16 copies", counts.adapted),
+            format!(
+                "frozen W0 of the {device_adapted} adapted elements outside the routed experts + the adapters' bf16 copies"
+            ),
         );
     }
     let tokens = t.micro_batch_tokens as u64;
@@ -418,6 +427,7 @@ pub fn plan(p: &PlanConfig, cfg: &ModelConfig) -> Result<MemoryPlan> {
         total_bytes,
         capacity_bytes,
         fits: total_bytes <= capacity_bytes,
+        host_bytes: 2 * counts.adapted_routed,
     })
 }
 
@@ -446,6 +456,15 @@ impl MemoryPlan {
             gib(self.capacity_bytes),
             if self.fits { "fits" } else { "DOES NOT FIT" }
         );
+        if self.host_bytes > 0 {
+            s += &format!(
+                "{:<20} {:>10.2}  {:<9} frozen W0 of the {} adapted routed-expert elements (bf16), written into the served experts before each merge\n",
+                "host memory",
+                gib(self.host_bytes),
+                "exact",
+                self.params.adapted_routed
+            );
+        }
         s
     }
 }

@@ -19,6 +19,9 @@ pub struct ToyTaskConfig {
     pub completion_tokens: usize,
     /// The token every prompt starts with.
     pub bos: u32,
+    /// Prompt length in tokens (`[BOS, p, p, …]`; at least 2): long prompts make the toy a
+    /// workload of agent-sized contexts for benchmarks (`tests/train_bench.rs`).
+    pub prompt_tokens: usize,
 }
 
 impl Default for ToyTaskConfig {
@@ -27,6 +30,7 @@ impl Default for ToyTaskConfig {
             prompts: vec![11, 222, 333, 444],
             completion_tokens: 2,
             bos: 1,
+            prompt_tokens: 2,
         }
     }
 }
@@ -67,7 +71,8 @@ impl GroupSampler for MultipleOf8Task {
                 "the toy task needs prompts and completion_tokens >= 1".into(),
             ));
         }
-        let prompt = vec![c.bos, c.prompts[self.groups % c.prompts.len()]];
+        let p = c.prompts[self.groups % c.prompts.len()];
+        let prompt: Vec<u32> = std::iter::once(c.bos).chain(std::iter::repeat_n(p, c.prompt_tokens.max(2) - 1)).collect();
         self.groups += 1;
         let requests: Vec<Request> = (0..size)
             .map(|_| {

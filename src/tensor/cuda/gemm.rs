@@ -3,7 +3,7 @@
 //! ([`Act`]: bf16 or f32) and fp32 accumulation, writing the storage type (projections) or fp32
 //! (router logits, LM head, where the consumer wants full precision).
 
-use super::gpu::{Act, DeviceBuffer, GemmElem, Gpu};
+use super::gpu::{Act, DeviceBuffer, Elem, GemmElem, Gpu};
 use crate::tensor::device::{DeviceError, Gemm, Result};
 
 /// `out[m, n] = x[m, k] · w[n, k]ᵀ` (fp32 compute). Row-major C = X·Wᵀ is the column-major
@@ -82,10 +82,76 @@ pub fn matmul<T: GemmElem, C: GemmElem>(
     beta: f32,
     c: &mut DeviceBuffer<C>,
 ) -> Result<()> {
-    if a.len() < m * k || b.len() < k * n || c.len() < m * n {
+    let a = View::dense(a, if ta { m } else { k });
+    let b = View::dense(b, if tb { k } else { n });
+    matmul_views(gpu, (ta, tb), (m, n, k), alpha, a, b, beta, ViewMut::dense(c, n))
+}
+
+/// A row-major matrix inside a device buffer: it starts at element `at` and its rows are `ld`
+/// elements apart (a block of rows, or a column range of a wider matrix).
+#[derive(Clone, Copy)]
+pub struct View<'a, T: Elem> {
+    pub buf: &'a DeviceBuffer<T>,
+    pub at: usize,
+    pub ld: usize,
+}
+
+impl<'a, T: Elem> View<'a, T> {
+    /// The whole buffer as rows of `ld` elements.
+    pub fn dense(buf: &'a DeviceBuffer<T>, ld: usize) -> Self {
+        View { buf, at: 0, ld }
+    }
+}
+
+/// The output form of [`View`].
+pub struct ViewMut<'a, T: Elem> {
+    pub buf: &'a mut DeviceBuffer<T>,
+    pub at: usize,
+    pub ld: usize,
+}
+
+impl<'a, T: Elem> ViewMut<'a, T> {
+    pub fn dense(buf: &'a mut DeviceBuffer<T>, ld: usize) -> Self {
+        ViewMut { buf, at: 0, ld }
+    }
+}
+
+/// Whether a `[rows, cols]` matrix at `at` with row stride `ld` lies inside `len` elements.
+fn fits(len: usize, at: usize, ld: usize, rows: usize, cols: usize) -> bool {
+    rows == 0 || cols == 0 || (ld >= cols && at + (rows - 1) * ld + cols <= len)
+}
+
+/// [`matmul`] over views: `a` holds `op(a)` (`[m, k]`, stored `[k, m]` when `ta`), `b` holds
+/// `op(b)` (`[k, n]`, stored `[n, k]` when `tb`), `c` the `[m, n]` result, each with its own
+/// offset and row stride.
+#[allow(clippy::too_many_arguments)] // a GEMM's operands, sizes and scalars
+pub fn matmul_views<T: GemmElem, C: GemmElem>(
+    gpu: &Gpu,
+    (ta, tb): (bool, bool),
+    (m, n, k): (usize, usize, usize),
+    alpha: f32,
+    a: View<'_, T>,
+    b: View<'_, T>,
+    beta: f32,
+    c: ViewMut<'_, C>,
+) -> Result<()> {
+    let (ar, ac) = if ta { (k, m) } else { (m, k) };
+    let (br, bc) = if tb { (n, k) } else { (k, n) };
+    if !fits(a.buf.len(), a.at, a.ld, ar, ac) || !fits(b.buf.len(), b.at, b.ld, br, bc) || !fits(c.buf.len(), c.at, c.ld, m, n) {
         return Err(DeviceError::Shape {
             op: "matmul",
-            msg: format!("a {} b {} c {} too small for m={m} n={n} k={k}", a.len(), b.len(), c.len()),
+            msg: format!(
+                "a {} (at {}, ld {}), b {} (at {}, ld {}), c {} (at {}, ld {}) too small for m={m} n={n} k={k}",
+                a.buf.len(),
+                a.at,
+                a.ld,
+                b.buf.len(),
+                b.at,
+                b.ld,
+                c.buf.len(),
+                c.at,
+                c.ld
+            ),
         });
     }
     if m == 0 || n == 0 {
@@ -99,15 +165,15 @@ pub fn matmul<T: GemmElem, C: GemmElem>(
         n: m,
         k,
         alpha,
-        a: b.ptr(),
+        a: b.buf.ptr_at(b.at),
         a_type: t,
-        lda: if tb { k } else { n },
-        b: a.ptr(),
+        lda: b.ld,
+        b: a.buf.ptr_at(a.at),
         b_type: t,
-        ldb: if ta { m } else { k },
+        ldb: a.ld,
         beta,
-        c: c.ptr(),
+        c: c.buf.ptr_at(c.at),
         c_type: C::GEMM,
-        ldc: n,
+        ldc: c.ld,
     })
 }

@@ -354,13 +354,21 @@ impl Gpu {
 
     /// Overwrite the start of `dst` with `x`.
     pub fn write<T: Elem>(&self, dst: &mut DeviceBuffer<T>, x: &[T]) -> Result<()> {
-        if x.len() > dst.len {
+        self.write_at(dst, 0, x)
+    }
+
+    /// Overwrite elements `at..at + x.len()` of `dst` with `x`.
+    pub fn write_at<T: Elem>(&self, dst: &mut DeviceBuffer<T>, at: usize, x: &[T]) -> Result<()> {
+        if at + x.len() > dst.len {
             return Err(DeviceError::Shape {
                 op: "write",
-                msg: format!("{} elements into a buffer of {}", x.len(), dst.len),
+                msg: format!("{} elements at {at} into a buffer of {}", x.len(), dst.len),
             });
         }
-        self.dev.copy_htod(dst.ptr, bytes(x))
+        if x.is_empty() {
+            return Ok(());
+        }
+        self.dev.copy_htod(dst.ptr_at(at), bytes(x))
     }
 
     /// Copy a device buffer back (waits for the work enqueued before).

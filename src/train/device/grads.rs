@@ -86,13 +86,6 @@ pub(super) fn download(
     Ok(named(c, tensors, prefix))
 }
 
-/// The CPU trainer's parameters (full name, shape) that buffer `p` of the loading order holds:
-/// itself, or a fused expert tensor split per expert under the per-expert names (gate then up
-/// of each expert for `gate_up_proj`). `prefix` as in `download`.
-pub(super) fn cpu_params(c: &ModelConfig, p: &Param, prefix: &str) -> Vec<Param> {
-    parts(c, p, prefix).into_iter().map(|(q, _)| q).collect()
-}
-
 /// Host tensors of the loading order (`buffers`' parameters with their values) in the CPU
 /// trainer's layout and names (`prefix` as in `download`; fused experts split per expert).
 pub(super) fn named(c: &ModelConfig, tensors: Vec<(Param, Vec<f32>)>, prefix: &str) -> Vec<NamedGrad> {
@@ -126,7 +119,7 @@ pub(super) fn gather<E>(
 /// The CPU trainer's tensors that make up device buffer `p`: full name (`prefix` before every
 /// name but `lm_head.weight`), shape, and the range of the buffer's values each holds — the
 /// buffer itself, or per expert its gate and up (`experts.gate_up_proj`) or down projection.
-fn parts(c: &ModelConfig, p: &Param, prefix: &str) -> Vec<(Param, Range<usize>)> {
+pub(super) fn parts(c: &ModelConfig, p: &Param, prefix: &str) -> Vec<(Param, Range<usize>)> {
     let (h, i) = (c.hidden_size, c.moe_intermediate_size);
     let full = |name: &str| if name == "lm_head.weight" { name.to_string() } else { format!("{prefix}{name}") };
     let len: usize = p.shape.iter().product();

@@ -8,10 +8,13 @@
 //! and `dY` (`device_lora::accumulate_adapter_grads`), and no projection forms a dense weight
 //! gradient. After each step the served weight of every target is rewritten in place as
 //! `W₀ + s·B·A` (`device_lora::merge_adapter`), so the engine samples the updated policy with
-//! no adapter path on the forward. Targets: attention, GDN, router and shared-expert
-//! projections; routed experts, the embedding and the LM head are refused.
+//! no adapter path on the forward. Targets: attention, GDN, router, shared-expert and
+//! routed-expert projections (per expert its gate, up or down block of the fused tensors, its
+//! gradients from the rows routed to it: [`DeviceLora::routed_backward`]); the embedding and the
+//! LM head are refused. The frozen bases of routed experts (most of a MoE model's weights) are
+//! kept in host memory and written back before each merge, the others on the device.
 
-use super::grads::{cpu_params, NamedGrad};
+use super::grads::{parts, NamedGrad};
 use super::update::{serving, Served};
 use crate::model::backend::cuda::CudaWeights;
 use crate::model::backend::schema::Param;
@@ -19,6 +22,7 @@ use crate::model::backend::Stack;
 use crate::model::config::ModelConfig;
 use crate::tensor::cuda::backward as bw;
 use crate::tensor::cuda::ops::fill_f32;
+use crate::tensor::cuda::gemm::View;
 use crate::tensor::cuda::{Act, DeviceBuffer, Gpu};
 use crate::tensor::device::DeviceError;
 use crate::train::device_lora::{accumulate_adapter_grads, merge_adapter, AdapterBufs, AdapterShape};
@@ -27,18 +31,63 @@ use crate::train::error::{Result, TrainError};
 use crate::train::lora::{init_adapters, LoraConfig};
 use crate::train::optim::{AdamWConfig, Schedule, StepStats};
 
-/// One adapted weight on the device.
+/// Where an adapted weight's frozen base `W₀` is kept: a device copy, or (routed experts, whose
+/// bases would not fit beside the served weights on one GPU) a host copy uploaded into the
+/// served weight before each merge.
+enum Base<A: Act> {
+    Device(DeviceBuffer<A>),
+    Host(Vec<A>),
+}
+
+/// One adapted weight on the device: the `[out, in]` block at element `at` of a served weight.
 struct Adapter<A: Act> {
-    /// The weight's name in the loading order (without prefix, as `grads::buffers`).
+    /// The served weight's name in the loading order (without prefix, as `grads::buffers`).
     name: String,
     /// Its index in the loading order.
     index: usize,
+    /// First element of the adapted block (a routed expert's gate, up or down; 0 otherwise).
+    at: usize,
     sh: AdapterShape,
     a: DeviceBuffer<A>,
     b: DeviceBuffer<A>,
     ga: DeviceBuffer<f32>,
     gb: DeviceBuffer<f32>,
-    base: DeviceBuffer<A>,
+    base: Base<A>,
+}
+
+impl<A: Act> Adapter<A> {
+    /// Reset the adapted block of the served weight `w` to `W₀`.
+    fn restore(&self, gpu: &Gpu, w: &mut DeviceBuffer<A>) -> Result<()> {
+        match &self.base {
+            Base::Device(b) => gpu.copy_into(b, 0, w, self.at, b.len())?,
+            Base::Host(b) => gpu.write_at(w, self.at, b)?,
+        }
+        Ok(())
+    }
+
+    /// Add this call's adapter gradients over `m` rows (`x [m, in]`, `dy [m, out]`).
+    fn accumulate(&mut self, gpu: &Gpu, x: View<'_, A>, dy: View<'_, A>, m: usize, scratch: &mut DeviceBuffer<A>) -> Result<()> {
+        if scratch.len() < m * self.sh.rank {
+            *scratch = gpu.zeros(m * self.sh.rank)?;
+        }
+        let bufs = AdapterBufs { a: &self.a, b: &self.b, ga: &mut self.ga, gb: &mut self.gb };
+        accumulate_adapter_grads(gpu, self.sh, x, dy, m, bufs, scratch)
+    }
+}
+
+/// One MoE layer's routed rows in the grouped order of its forward (experts ascending, each
+/// expert's pairs ascending), for the routed experts' adapter gradients: per expert its first
+/// grouped row and row count, the block's input rows gathered into that order `[pairs, h]`, and
+/// the gradients of the fused gate|up rows `[pairs, 2I]` and of the expert outputs `[pairs, h]`
+/// with the SwiGLU outputs `[pairs, I]` (the down projection's input).
+pub(super) struct RoutedRows<'a, A: Act> {
+    pub spans: &'a [(usize, usize)],
+    pub x: &'a DeviceBuffer<A>,
+    pub dgu: &'a DeviceBuffer<A>,
+    pub act: &'a DeviceBuffer<A>,
+    pub dye: &'a DeviceBuffer<A>,
+    pub hidden: usize,
+    pub inter: usize,
 }
 
 /// The adapters of a device LoRA run.
@@ -69,23 +118,21 @@ impl<A: Act> DeviceLora<A> {
         served: &[Served<'_, A>],
         prefix: &str,
     ) -> Result<Self> {
-        let cpu: Vec<(usize, Param)> =
-            params.iter().enumerate().flat_map(|(i, p)| cpu_params(c, p, prefix).into_iter().map(move |q| (i, q))).collect();
-        let (store, targets) = init_adapters(&cfg, cpu.iter().map(|(_, q)| (q.name.as_str(), q.shape.as_slice())))?;
+        let cpu: Vec<(usize, Param, std::ops::Range<usize>)> = params
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| parts(c, p, prefix).into_iter().map(move |(q, r)| (i, q, r)))
+            .collect();
+        let (store, targets) = init_adapters(&cfg, cpu.iter().map(|(_, q, _)| (q.name.as_str(), q.shape.as_slice())))?;
         let scale = cfg.alpha / cfg.rank as f32;
         let mut adapters = Vec::with_capacity(targets.len());
         for (j, &t) in targets.iter().enumerate() {
-            let (index, q) = &cpu[t];
+            let (index, q, range) = &cpu[t];
             let name = &params[*index].name;
-            if name.contains("experts.") && !name.contains("shared_expert.") {
-                return Err(TrainError::BadInput(format!(
-                    "LoRA target {}: routed-expert adapters are not built in the device trainer yet (targets {:?}); \
-                     adapt attention, GDN, router or shared-expert projections, or train on the CPU",
-                    q.name, cfg.targets
-                )));
-            }
+            let routed = name.contains("experts.") && !name.contains("shared_expert.");
             let base = match &served[*index] {
-                Served::Act(w) if name != "embed_tokens.weight" && name != "lm_head.weight" => gpu.duplicate(*w)?,
+                Served::Act(w) if routed => Base::Host(gpu.download_range(*w, range.clone())?),
+                Served::Act(w) if name != "embed_tokens.weight" && name != "lm_head.weight" => Base::Device(gpu.duplicate(*w)?),
                 _ => {
                     return Err(TrainError::BadInput(format!(
                         "LoRA target {}: only projections get device adapters (not the embedding or the LM head)",
@@ -97,6 +144,7 @@ impl<A: Act> DeviceLora<A> {
             adapters.push(Adapter {
                 name: name.clone(),
                 index: *index,
+                at: range.start,
                 sh: AdapterShape { inp: q.shape[1], out: q.shape[0], rank: cfg.rank, scale },
                 a: gpu.upload(&A::from_f32(&a.data))?,
                 b: gpu.upload(&A::from_f32(&b.data))?,
@@ -155,11 +203,47 @@ impl<A: Act> DeviceLora<A> {
         let mut weights = serving(stack, tied);
         for ad in &self.adapters {
             match weights.get_mut(ad.index) {
-                Some(Serving::Act(w)) => merge_adapter(gpu, ad.sh, &ad.base, &ad.a, &ad.b, w)?,
+                Some(Serving::Act(w)) => {
+                    ad.restore(gpu, w)?;
+                    merge_adapter(gpu, ad.sh, &ad.a, &ad.b, w, ad.at)?
+                }
                 _ => return Err(TrainError::BadInput(format!("LoRA target {}: no served weight to merge into", ad.name))),
             }
         }
         Ok(stats)
+    }
+
+    /// Whether an adapter sits on (a block of) the served weight `name`.
+    pub(super) fn adapts(&self, name: &str) -> bool {
+        self.adapters.iter().any(|a| a.name == name)
+    }
+
+    /// The routed experts' adapter gradients of one MoE layer (`gate_up`, `down`: its fused
+    /// expert weights' names): each adapted expert block over the rows routed to that expert.
+    pub(super) fn routed_backward(&mut self, gpu: &Gpu, gate_up: &str, down: &str, rows: &RoutedRows<'_, A>) -> Result<()> {
+        let (h, i) = (rows.hidden, rows.inter);
+        let DeviceLora { adapters, scratch, .. } = self;
+        for ad in adapters.iter_mut() {
+            // The expert, and where its input and output-gradient rows start (and their stride).
+            let (e, x, dy) = if ad.name == gate_up {
+                let (e, half) = (ad.at / (2 * i * h), ad.at % (2 * i * h) / (i * h));
+                let first = rows.spans.get(e).map_or(0, |s| s.0);
+                (e, View { buf: rows.x, at: first * h, ld: h }, View { buf: rows.dgu, at: first * 2 * i + half * i, ld: 2 * i })
+            } else if ad.name == down {
+                let e = ad.at / (h * i);
+                let first = rows.spans.get(e).map_or(0, |s| s.0);
+                (e, View { buf: rows.act, at: first * i, ld: i }, View { buf: rows.dye, at: first * h, ld: h })
+            } else {
+                continue;
+            };
+            let Some(&(_, m)) = rows.spans.get(e) else {
+                return Err(TrainError::BadInput(format!("LoRA target {}: expert {e} beyond the layer's experts", ad.name)));
+            };
+            if m > 0 {
+                ad.accumulate(gpu, x, dy, m, scratch)?;
+            }
+        }
+        Ok(())
     }
 
     /// The adapter gradients, downloaded under the CPU `Lora::adapters` names and order.
@@ -205,12 +289,8 @@ pub(super) fn linear_backward<A: Act>(
     };
     bw::linear_backward_dx(gpu, dy, m, k, w, n, dx, accumulate_dx)?;
     let DeviceLora { adapters, scratch, .. } = lora;
-    let Some(ad) = adapters.iter_mut().find(|a| a.name == name) else {
-        return Ok(());
-    };
-    if scratch.len() < m * ad.sh.rank {
-        *scratch = gpu.zeros(m * ad.sh.rank)?;
+    match adapters.iter_mut().find(|a| a.name == name) {
+        Some(ad) => ad.accumulate(gpu, View::dense(x, k), View::dense(dy, n), m, scratch),
+        None => Ok(()),
     }
-    let bufs = AdapterBufs { a: &ad.a, b: &ad.b, ga: &mut ad.ga, gb: &mut ad.gb };
-    accumulate_adapter_grads(gpu, ad.sh, x, dy, m, bufs, scratch)
 }

@@ -5,7 +5,7 @@
 //! keeping what the backward reads — and that backward over `tensor::cuda::backward` (the top-k
 //! choice is not differentiated; fused experts keep their `[E, 2I, H]` / `[E, H, I]` gradients).
 
-use super::lora::{linear_backward, DeviceLora};
+use super::lora::{linear_backward, DeviceLora, RoutedRows};
 use crate::model::backend::cuda::MoeW;
 use crate::model::backend::schema::MoeParams;
 use crate::model::config::ModelConfig;
@@ -27,6 +27,8 @@ pub(super) struct MoeSaved<A: Act> {
     idx: I32,
     wts: F32,
     groups: MoeGroups,
+    /// Per expert its first grouped row and its number of rows (pairs routed to it).
+    spans: Vec<(usize, usize)>,
     /// Most pairs any expert got (the grouped input-gradient GEMM's row bound).
     max_rows: usize,
     /// Grouped rows: gate|up `[pairs, 2I]`, SwiGLU output `[pairs, I]`, expert output `[pairs, h]`.
@@ -64,7 +66,8 @@ pub(super) fn forward<A: Act>(
     let chosen: Vec<u32> = gpu.download(&idx)?.iter().map(|&x| x as u32).collect();
     let mut counts = vec![0usize; e];
     chosen.iter().for_each(|&x| counts[x as usize] += 1);
-    let max_rows = counts.into_iter().max().unwrap_or(0);
+    let max_rows = counts.iter().copied().max().unwrap_or(0);
+    let spans = counts.iter().scan(0, |first, &n| Some((std::mem::replace(first, *first + n), n))).collect();
     let (mut gu, mut act, mut y) = (gpu.zeros::<A>(pairs * 2 * i)?, gpu.zeros::<A>(pairs * i)?, gpu.zeros::<A>(pairs * h)?);
     ops::grouped_gemm(gpu, &u, &w.gate_up, &mut gu, &groups, true, k, e, 2 * i, h, pairs)?;
     ops::swiglu(gpu, &gu, &mut act, pairs, i)?;
@@ -78,13 +81,13 @@ pub(super) fn forward<A: Act>(
     linear(gpu, &u, t, h, &w.s_gate_w, 1, &mut sg)?;
     let mut out = gpu.zeros::<A>(t * h)?;
     ops::moe_combine(gpu, &y, &groups, &wts, Some((&s_out, &sg)), &mut out, t, h, k)?;
-    let saved = MoeSaved { u, logits, idx, wts, groups, max_rows, gu, act, y, s_g, s_u, s_h, s_out, sg };
+    let saved = MoeSaved { u, logits, idx, wts, groups, spans, max_rows, gu, act, y, s_g, s_u, s_h, s_out, sg };
     Ok((out, saved, chosen))
 }
 
 /// From `dy [t, hidden]`: accumulates the weight gradients into `g` (fp32; with `lora`, layer
-/// `li`'s adapter gradients instead, the routed experts frozen) and returns the gradient w.r.t.
-/// the normed input rows.
+/// `li`'s adapter gradients instead — the routed experts' from their rows — and no dense weight
+/// gradient) and returns the gradient w.r.t. the normed input rows.
 pub(super) fn backward<A: Act>(
     gpu: &Gpu,
     c: &ModelConfig,
@@ -96,7 +99,7 @@ pub(super) fn backward<A: Act>(
     (li, mut lora): (usize, Option<&mut DeviceLora<A>>),
 ) -> crate::train::error::Result<DeviceBuffer<A>> {
     let n = MoeParams::new(&format!("layers.{li}.mlp."), c);
-    // With LoRA the routed experts are frozen: no expert weight gradient.
+    // With LoRA no dense expert weight gradient (adapters, if any: `routed_adapters`).
     let experts_dw = lora.is_none();
     let (h, e, k, i, is) =
         (c.hidden_size, c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size, c.shared_expert_intermediate_size);
@@ -120,6 +123,9 @@ pub(super) fn backward<A: Act>(
     if experts_dw {
         bw::grouped_gemm_dw(gpu, &dgu, &s.u, &mut g.gate_up, &s.groups, true, k, e, 2 * i, h, pairs)?;
     }
+    if let Some(l) = lora.as_deref_mut() {
+        routed_adapters(gpu, l, (&n.fused_gate_up.name, &n.fused_down.name), s, (t, h, k, i), &dgu, &dye)?;
+    }
     // Shared expert: down, SwiGLU.
     let mut dsh = gpu.zeros::<A>(t * is)?;
     let s_down = &n.shared.down.name;
@@ -137,4 +143,37 @@ pub(super) fn backward<A: Act>(
     super::proj::backward(gpu, lora, &s.u, t, h, &mut dx, false, projs)?;
     bw::moe_gather_add(gpu, &dxr, &s.groups, &mut dx, t, h, k, true)?;
     Ok(dx)
+}
+
+/// With LoRA on this layer's routed experts (`names`: its fused gate|up and down weights), the
+/// adapters' gradients from the rows routed to each expert: the input rows gathered into the
+/// grouped order, the gate|up gradients `dgu` and the expert-output gradients `dye`.
+fn routed_adapters<A: Act>(
+    gpu: &Gpu,
+    lora: &mut DeviceLora<A>,
+    (gate_up, down): (&str, &str),
+    s: &MoeSaved<A>,
+    (t, h, k, i): (usize, usize, usize, usize),
+    dgu: &DeviceBuffer<A>,
+    dye: &DeviceBuffer<A>,
+) -> crate::train::error::Result<()> {
+    if !lora.adapts(gate_up) && !lora.adapts(down) {
+        return Ok(());
+    }
+    // The token of each grouped row: experts ascending, each expert's pairs ascending.
+    let pairs = t * k;
+    let mut next: Vec<usize> = s.spans.iter().map(|sp| sp.0).collect();
+    let mut tokens = vec![0i32; pairs];
+    for (p, &x) in gpu.download(&s.idx)?.iter().enumerate() {
+        let slot = next.get_mut(x as usize).ok_or_else(|| crate::tensor::device::DeviceError::Shape {
+            op: "routed LoRA",
+            msg: format!("expert {x} of pair {p} beyond {} experts", s.spans.len()),
+        })?;
+        tokens[*slot] = (p / k) as i32;
+        *slot += 1;
+    }
+    let mut x = gpu.zeros::<A>(pairs * h)?;
+    ops::gather_rows(gpu, &s.u, &gpu.upload(&tokens)?, &mut x, pairs, h)?;
+    let rows = RoutedRows { spans: &s.spans, x: &x, dgu, act: &s.act, dye, hidden: h, inter: i };
+    lora.routed_backward(gpu, gate_up, down, &rows)
 }
