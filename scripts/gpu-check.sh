@@ -132,29 +132,22 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
   run_each cuda_ops sanitizer.cuda_ops compute-sanitizer --tool memcheck --error-exitcode 86 \
     || rc_sanitizer=1
 fi
-rc_bench=skipped
-if [ "$bench" = 1 ]; then
-  rc_bench=0
-  OUT="$OUT" EXECCRITIC_COMMIT="$commit" timeout 1200 "$BIN/cuda_model" --ignored --exact full_size_benchmark --nocapture \
-    --test-threads=1 >"$OUT/bench.log" 2>&1 || rc_bench=$?
-fi
-# the same workloads through the real engine; writes $OUT/engine-bench.json and $OUT/h200-engine.json
-rc_engine=skipped
-if [ "$bench" = 1 ]; then
-  rc_engine=0
-  OUT="$OUT" EXECCRITIC_COMMIT="$commit" EXECCRITIC_DATE="$(date -u +%F)" timeout 1800 \
-    "$BIN/engine_bench" --ignored --exact full_size_engine_benchmark --nocapture --test-threads=1 \
-    >"$OUT/engine-bench.log" 2>&1 || rc_engine=$?
-fi
-# two LoRA GRPO iterations of the device trainer at full size (rollouts + updates on one copy of
-# the weights); writes $OUT/h200-train.json
-rc_train=skipped
-if [ "$bench" = 1 ]; then
-  rc_train=0
-  OUT="$OUT" EXECCRITIC_COMMIT="$commit" EXECCRITIC_DATE="$(date -u +%F)" timeout 1800 \
-    "$BIN/train_bench" --ignored --exact full_size_lora_grpo_step_benchmark --nocapture --test-threads=1 \
-    >"$OUT/train-bench.log" 2>&1 || rc_train=$?
-fi
+# run_bench VAR TIMEOUT BINARY TEST LOG: one ignored full-size benchmark test (its JSON lands in
+# $OUT), its exit code in VAR ("skipped" with --no-bench)
+run_bench() {
+  local var=$1 limit=$2 bin=$3 test=$4 log=$5 code=0
+  if [ "$bench" != 1 ]; then printf -v "$var" skipped; return; fi
+  OUT="$OUT" EXECCRITIC_COMMIT="$commit" EXECCRITIC_DATE="$(date -u +%F)" timeout "$limit" \
+    "$BIN/$bin" --ignored --exact "$test" --nocapture --test-threads=1 >"$OUT/$log" 2>&1 || code=$?
+  printf -v "$var" '%s' "$code"
+}
+# the model-step loop (cuda-bench.json)
+run_bench rc_bench 1200 cuda_model full_size_benchmark bench.log
+# the same workloads through the real engine (engine-bench.json, h200-engine.json)
+run_bench rc_engine 1800 engine_bench full_size_engine_benchmark engine-bench.log
+# two LoRA GRPO iterations of the device trainer: rollouts + updates on one copy of the weights
+# (h200-train.json)
+run_bench rc_train 1800 train_bench full_size_lora_grpo_step_benchmark train-bench.log
 python3 - "$OUT" "${rc[cuda_nvrtc]}" "${rc[cuda_ops]}" "${rc[cuda_model]}" "$rc_bench" "$rc_sanitizer" "$rc_engine" "$rc_train" <<PY
 import json, os, sys
 out = sys.argv[1]

@@ -28,28 +28,8 @@ pub fn linear<A: Act, O: GemmElem>(
             ),
         });
     }
-    if m == 0 || n == 0 {
-        return Ok(());
-    }
-    let t = A::TYPE.gemm_type();
-    gpu.gemm(&Gemm {
-        trans_a: true,
-        trans_b: false,
-        m: n,
-        n: m,
-        k,
-        alpha: 1.0,
-        a: w.ptr(),
-        a_type: t,
-        lda: k,
-        b: x.ptr(),
-        b_type: t,
-        ldb: k,
-        beta: 0.0,
-        c: out.ptr(),
-        c_type: O::GEMM,
-        ldc: n,
-    })
+    let (x, w) = (View::dense(x, k), View::dense(w, k));
+    matmul_views(gpu, (false, true), (m, n, k), 1.0, x, w, 0.0, ViewMut::dense(out, n))
 }
 
 /// Row-major fp32 `c[m, n] = alpha · op(a) · op(b) + beta · c`, where `op(a)` is `[m, k]`
@@ -138,21 +118,9 @@ pub fn matmul_views<T: GemmElem, C: GemmElem>(
     let (ar, ac) = if ta { (k, m) } else { (m, k) };
     let (br, bc) = if tb { (n, k) } else { (k, n) };
     if !fits(a.buf.len(), a.at, a.ld, ar, ac) || !fits(b.buf.len(), b.at, b.ld, br, bc) || !fits(c.buf.len(), c.at, c.ld, m, n) {
-        return Err(DeviceError::Shape {
-            op: "matmul",
-            msg: format!(
-                "a {} (at {}, ld {}), b {} (at {}, ld {}), c {} (at {}, ld {}) too small for m={m} n={n} k={k}",
-                a.buf.len(),
-                a.at,
-                a.ld,
-                b.buf.len(),
-                b.at,
-                b.ld,
-                c.buf.len(),
-                c.at,
-                c.ld
-            ),
-        });
+        let at = |len: usize, at: usize, ld: usize| format!("{len} (at {at}, ld {ld})");
+        let (ea, eb, ec) = (at(a.buf.len(), a.at, a.ld), at(b.buf.len(), b.at, b.ld), at(c.buf.len(), c.at, c.ld));
+        return Err(DeviceError::Shape { op: "matmul", msg: format!("a {ea}, b {eb}, c {ec} too small for m={m} n={n} k={k}") });
     }
     if m == 0 || n == 0 {
         return Ok(());
