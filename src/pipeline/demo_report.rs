@@ -312,7 +312,11 @@ pub fn report(s: &RunSummary) -> String {
         c.round0_turns,
         c.temperature
     );
-    let _ = writeln!(r, "Per role: Repair groups (eq. 6, resolved = reward ≥ 1) and Test groups (eq. 5, valid test = qualified on Base and passing with the gold fix), every {} group drawn being a Test group (0: none).\n", c.test_every);
+    let roles = match c.test_every {
+        0 => "Repair groups only (eq. 6, resolved = reward ≥ 1); no Test groups were drawn (`test_every = 0`).".to_string(),
+        k => format!("Per role: Repair groups (eq. 6, resolved = reward ≥ 1) and Test groups (eq. 5, valid test = qualified on Base and passing with the gold fix), one group in every {k} drawn being a Test group."),
+    };
+    let _ = writeln!(r, "{roles}\n");
     let _ = writeln!(r, "| iter | Repair mean reward | Repair resolved | Test mean reward | Test valid tests | kept / skipped | non-zero adv. | loss | sampled tokens | rollout s | harness s | update s |");
     let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     for m in &s.iterations {
