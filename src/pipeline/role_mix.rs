@@ -49,6 +49,16 @@ impl GroupSampler for RoleMix {
         true
     }
 
+    /// Both samplers start the iteration's streams; the role sequence starts at draw
+    /// `iteration · groups`, as an uninterrupted run without skipped groups would.
+    fn begin_iteration(&mut self, iteration: u64, groups: usize) {
+        self.repair.begin_iteration(iteration, groups);
+        if let Some(t) = self.test.as_mut() {
+            t.begin_iteration(iteration, groups);
+        }
+        self.draws = (iteration as usize).wrapping_mul(groups);
+    }
+
     fn sample_group(&mut self, engine: &Engine, attempt: usize, size: usize) -> Result<Vec<Scored<Vec<Rollout>>>> {
         let role = self.next_role();
         self.draws += 1;
