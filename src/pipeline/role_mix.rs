@@ -102,4 +102,17 @@ mod tests {
         assert_eq!(roles(&mut RoleMix::new(sampler(R), None, 3), 4), [R; 4]);
         assert_eq!(roles(&mut RoleMix::new(sampler(R), Some(sampler(T)), 0), 4), [R; 4]);
     }
+
+    /// Iteration `i` of a run wanting `g` groups starts the role sequence at draw `i · g`,
+    /// whatever was drawn before (a resumed run draws the roles of the uninterrupted one).
+    #[test]
+    fn an_iteration_starts_the_roles_at_its_first_draw() {
+        use Role::{Repair as R, Test as T};
+        let mut mix = RoleMix::new(sampler(R), Some(sampler(T)), 3);
+        roles(&mut mix, 5);
+        mix.begin_iteration(1, 2);
+        assert_eq!(roles(&mut mix, 4), [T, R, R, T], "draws 2..6");
+        mix.begin_iteration(0, 2);
+        assert_eq!(roles(&mut mix, 3), [R, R, T]);
+    }
 }

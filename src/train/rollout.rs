@@ -155,6 +155,15 @@ pub fn grpo_batch(groups: &[KeptGroup<Vec<Rollout>>]) -> Vec<GrpoSample<'_>> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn iteration_seeds_are_deterministic_and_distinct() {
+        assert_eq!(iteration_seed(7, 3), iteration_seed(7, 3));
+        let seeds: std::collections::BTreeSet<u64> =
+            (0..1000).flat_map(|i| [iteration_seed(7, i), iteration_seed(8, i)]).collect();
+        assert_eq!(seeds.len(), 2000, "distinct (seed, iteration) pairs give distinct streams");
+        assert!(!seeds.contains(&7) && !seeds.contains(&8), "no iteration replays the constructor's stream");
+    }
+
     fn record(start: usize, per_layer: Vec<Vec<u32>>) -> RoutingRecord {
         RoutingRecord {
             start,
