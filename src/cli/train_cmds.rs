@@ -117,6 +117,16 @@ pub fn train(c: TrainCommand) -> anyhow::Result<ExitCode> {
         }
         TrainCommand::Grpo { config } => {
             let cfg = GrpoRunConfig::from_file(&config)?;
+            if let (Some(dir), Some(p)) = (&cfg.resume, cfg.resume_point()?) {
+                eprintln!(
+                    "resuming from {} after iteration {} (optimizer step {}); {} of {} iterations left",
+                    dir.display(),
+                    p.iteration,
+                    p.step,
+                    cfg.steps.saturating_sub(p.iteration),
+                    cfg.steps
+                );
+            }
             let mut sampler = match (builtin_sampler(&cfg), Role::from_task(&cfg.task)) {
                 (Some(s), _) => s,
                 (None, Some(role)) => {

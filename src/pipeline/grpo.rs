@@ -171,6 +171,9 @@ pub struct AgentSampler {
     tasks: Vec<(TaskInstance, Option<FrozenBundle>)>,
     model_dir: PathBuf,
     seed: u64,
+    /// The seed the rollouts' seeds derive from: `seed`, or the iteration's
+    /// (`GroupSampler::begin_iteration`).
+    stream: u64,
     rollouts_drawn: u64,
     /// Groups drawn so far: the next group's task (tasks rotate across iterations).
     groups_drawn: usize,
@@ -228,6 +231,7 @@ impl AgentSampler {
             tasks,
             model_dir: model_dir.to_path_buf(),
             seed,
+            stream: seed,
             rollouts_drawn: 0,
             groups_drawn: 0,
             drawn: Vec::new(),
@@ -333,6 +337,12 @@ impl GroupSampler for AgentSampler {
         true
     }
 
+    fn begin_iteration(&mut self, iteration: u64, groups: usize) {
+        self.stream = crate::train::rollout::iteration_seed(self.seed, iteration);
+        self.rollouts_drawn = 0;
+        self.groups_drawn = (iteration as usize).wrapping_mul(groups);
+    }
+
     fn sample_group(&mut self, engine: &Engine, attempt: usize, size: usize) -> Result<Vec<Scored<Vec<Rollout>>>> {
         let (task, bundle) = self.tasks[self.groups_drawn % self.tasks.len()].clone();
         self.groups_drawn += 1;
@@ -340,7 +350,7 @@ impl GroupSampler for AgentSampler {
             .map_err(|e| TrainError::BadInput(e.to_string()))?;
         let first = self.rollouts_drawn;
         self.rollouts_drawn += size as u64;
-        let seeds: Vec<u64> = (0..size as u64).map(|j| self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(first + j)).collect();
+        let seeds: Vec<u64> = (0..size as u64).map(|j| self.stream.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(first + j)).collect();
         let results = {
             let this = &*self;
             let (task, bundle, policy) = (&task, bundle.as_ref(), &policy);

@@ -49,6 +49,16 @@ impl GroupSampler for RoleMix {
         true
     }
 
+    /// Both samplers start the iteration's streams; the role sequence starts at draw
+    /// `iteration · groups`, as an uninterrupted run without skipped groups would.
+    fn begin_iteration(&mut self, iteration: u64, groups: usize) {
+        self.repair.begin_iteration(iteration, groups);
+        if let Some(t) = self.test.as_mut() {
+            t.begin_iteration(iteration, groups);
+        }
+        self.draws = (iteration as usize).wrapping_mul(groups);
+    }
+
     fn sample_group(&mut self, engine: &Engine, attempt: usize, size: usize) -> Result<Vec<Scored<Vec<Rollout>>>> {
         let role = self.next_role();
         self.draws += 1;
@@ -91,5 +101,18 @@ mod tests {
         // No Test sampler, or `test_every` 0: Repair only.
         assert_eq!(roles(&mut RoleMix::new(sampler(R), None, 3), 4), [R; 4]);
         assert_eq!(roles(&mut RoleMix::new(sampler(R), Some(sampler(T)), 0), 4), [R; 4]);
+    }
+
+    /// Iteration `i` of a run wanting `g` groups starts the role sequence at draw `i · g`,
+    /// whatever was drawn before (a resumed run draws the roles of the uninterrupted one).
+    #[test]
+    fn an_iteration_starts_the_roles_at_its_first_draw() {
+        use Role::{Repair as R, Test as T};
+        let mut mix = RoleMix::new(sampler(R), Some(sampler(T)), 3);
+        roles(&mut mix, 5);
+        mix.begin_iteration(1, 2);
+        assert_eq!(roles(&mut mix, 4), [T, R, R, T], "draws 2..6");
+        mix.begin_iteration(0, 2);
+        assert_eq!(roles(&mut mix, 3), [R, R, T]);
     }
 }

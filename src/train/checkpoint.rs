@@ -1,7 +1,8 @@
 //! Training checkpoints in Hugging Face layout: `config.json`, sharded
 //! `model-0000i-of-0000N.safetensors` with `model.safetensors.index.json`, tokenizer and
 //! generation files copied from the source model, plus the optimizer state for resuming
-//! (`optimizer.safetensors` with `exp_avg.*`/`exp_avg_sq.*`, `trainer_state.json`). Weights are
+//! (`optimizer.safetensors` with `exp_avg.*`/`exp_avg_sq.*`, `trainer_state.json`: the optimizer
+//! step, the AdamW settings and, for `train grpo`, the run's iteration count). Weights are
 //! stored in the source model's dtype (`config.json` `dtype`/`torch_dtype`: bf16 checkpoints stay
 //! bf16; the f32 master copy is what trains). The folder appears atomically: it is written under
 //! a temporary name next to the target and renamed into place.
@@ -52,6 +53,21 @@ pub fn source_dtype(source: &Path) -> Result<DType> {
 /// and tokenizer files from `source`. Shards hold at most `shard_bytes` of tensor data each
 /// (a larger single tensor gets its own shard).
 pub fn save(dir: &Path, source: &Path, store: &ParamStore, opt: Option<&AdamW>, shard_bytes: usize) -> Result<()> {
+    save_at(dir, source, store, opt, shard_bytes, None)
+}
+
+/// [`save`], recording in `trainer_state.json` (with the optimizer state) the number of
+/// iterations the run has completed when it differs from the optimizer step — a GRPO
+/// iteration whose collection was capped, or whose samples all had zero advantage, takes no
+/// step ([`read_progress`] reads it back).
+pub fn save_at(
+    dir: &Path,
+    source: &Path,
+    store: &ParamStore,
+    opt: Option<&AdamW>,
+    shard_bytes: usize,
+    iteration: Option<u64>,
+) -> Result<()> {
     let dtype = source_dtype(source)?;
     let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(io(parent))?;
@@ -106,7 +122,10 @@ pub fn save(dir: &Path, source: &Path, store: &ParamStore, opt: Option<&AdamW>, 
             map.insert(format!("exp_avg_sq.{}", p.name), (p.shape.clone(), &v[..]));
         }
         write_safetensors(&tmp.join("optimizer.safetensors"), &map)?;
-        let st = serde_json::json!({ "step": o.step, "adamw": o.cfg });
+        let mut st = serde_json::json!({ "step": o.step, "adamw": o.cfg });
+        if let Some(i) = iteration {
+            st["iteration"] = i.into();
+        }
         let sp = tmp.join("trainer_state.json");
         std::fs::write(&sp, serde_json::to_string_pretty(&st).expect("json")).map_err(io(&sp))?;
     }
@@ -175,12 +194,49 @@ impl OptimizerFile<'_> {
     }
 }
 
-/// Open the optimizer state saved next to the checkpoint at `dir` and hand it to `f`.
-pub fn read_optimizer<R>(dir: &Path, f: impl FnOnce(&OptimizerFile<'_>) -> Result<R>) -> Result<R> {
+/// How far the run saved at a checkpoint had come (its `trainer_state.json`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunProgress {
+    /// Optimizer steps taken.
+    pub step: u64,
+    /// Iterations completed (`train grpo`); the optimizer step when the checkpoint records none
+    /// (`train sft`, where every step is an iteration).
+    pub iteration: u64,
+}
+
+/// The progress recorded at the checkpoint at `dir` (a `BadInput` naming the folder when it
+/// holds no `trainer_state.json` or a malformed one).
+pub fn read_progress(dir: &Path) -> Result<RunProgress> {
+    let (sp, st) = read_state(dir)?;
+    let step = st["step"].as_u64().ok_or_else(|| TrainError::BadInput(format!("{}: no step", sp.display())))?;
+    let iteration = match st.get("iteration") {
+        None => step,
+        Some(i) => i.as_u64().ok_or_else(|| TrainError::BadInput(format!("{}: iteration {i} is not a count", sp.display())))?,
+    };
+    Ok(RunProgress { step, iteration })
+}
+
+/// The path and parsed contents of `<dir>/trainer_state.json`.
+fn read_state(dir: &Path) -> Result<(PathBuf, serde_json::Value)> {
+    if !dir.is_dir() {
+        return Err(TrainError::BadInput(format!("{}: no such checkpoint folder", dir.display())));
+    }
     let sp = dir.join("trainer_state.json");
+    if !sp.is_file() {
+        return Err(TrainError::BadInput(format!(
+            "{}: no trainer_state.json — not a checkpoint saved with optimizer state",
+            dir.display()
+        )));
+    }
     let text = std::fs::read_to_string(&sp).map_err(io(&sp))?;
     let st: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| TrainError::BadInput(format!("{}: {e}", sp.display())))?;
+    Ok((sp, st))
+}
+
+/// Open the optimizer state saved next to the checkpoint at `dir` and hand it to `f`.
+pub fn read_optimizer<R>(dir: &Path, f: impl FnOnce(&OptimizerFile<'_>) -> Result<R>) -> Result<R> {
+    let (sp, st) = read_state(dir)?;
     let step = st["step"].as_u64().ok_or_else(|| TrainError::BadInput(format!("{}: no step", sp.display())))?;
     let cfg: AdamWConfig = serde_json::from_value(st["adamw"].clone())
         .map_err(|e| TrainError::BadInput(format!("{}: {e}", sp.display())))?;

@@ -100,6 +100,28 @@ pub trait GroupSampler {
     fn needs_chat_template(&self) -> bool {
         false
     }
+
+    /// Called by `train grpo` before iteration `iteration` (0-based), which wants `groups`
+    /// groups: a sampler whose draws are seeded re-derives its seed stream with
+    /// [`iteration_seed`] and starts its round-robin at group `iteration · groups`, so that what
+    /// an iteration draws depends on the run's seed and the iteration only — a run resumed at
+    /// iteration k draws what the uninterrupted run drew there, never the first iterations'
+    /// draws again. Not called: the draws continue one stream from the constructor's seed.
+    fn begin_iteration(&mut self, iteration: u64, groups: usize) {
+        let _ = (iteration, groups);
+    }
+}
+
+/// The seed of iteration `iteration`'s draws in a run seeded `seed` (splitmix64 of the pair):
+/// deterministic, and distinct iterations get unrelated streams.
+pub fn iteration_seed(seed: u64, iteration: u64) -> u64 {
+    let mix = |mut z: u64| {
+        z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    mix(seed ^ mix(iteration))
 }
 
 /// GRPO samples of the kept groups, in order. Aborted samples are left out altogether: they
@@ -132,6 +154,15 @@ pub fn grpo_batch(groups: &[KeptGroup<Vec<Rollout>>]) -> Vec<GrpoSample<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn iteration_seeds_are_deterministic_and_distinct() {
+        assert_eq!(iteration_seed(7, 3), iteration_seed(7, 3));
+        let seeds: std::collections::BTreeSet<u64> =
+            (0..1000).flat_map(|i| [iteration_seed(7, i), iteration_seed(8, i)]).collect();
+        assert_eq!(seeds.len(), 2000, "distinct (seed, iteration) pairs give distinct streams");
+        assert!(!seeds.contains(&7) && !seeds.contains(&8), "no iteration replays the constructor's stream");
+    }
 
     fn record(start: usize, per_layer: Vec<Vec<u32>>) -> RoutingRecord {
         RoutingRecord {

@@ -6,7 +6,7 @@
 
 use super::dynamic::Scored;
 use super::error::Result;
-use super::rollout::{GroupSampler, Rollout};
+use super::rollout::{iteration_seed, GroupSampler, Rollout};
 use crate::engine::{Engine, Request, SamplingParams};
 use serde::Deserialize;
 
@@ -44,10 +44,13 @@ pub fn multiple_of_8_reward(tokens: &[u32]) -> f64 {
     }
 }
 
-/// Samples toy groups through the engine, each request seeded from `seed` and a running count.
+/// Samples toy groups through the engine, each request seeded from the current seed stream
+/// (`seed`, or the iteration's [`iteration_seed`] after [`GroupSampler::begin_iteration`]) and
+/// a running count.
 pub struct MultipleOf8Task {
     pub cfg: ToyTaskConfig,
     seed: u64,
+    stream: u64,
     requests: u64,
     groups: usize,
 }
@@ -57,6 +60,7 @@ impl MultipleOf8Task {
         MultipleOf8Task {
             cfg,
             seed,
+            stream: seed,
             requests: 0,
             groups: 0,
         }
@@ -64,6 +68,12 @@ impl MultipleOf8Task {
 }
 
 impl GroupSampler for MultipleOf8Task {
+    fn begin_iteration(&mut self, iteration: u64, groups: usize) {
+        self.stream = iteration_seed(self.seed, iteration);
+        self.requests = 0;
+        self.groups = (iteration as usize).wrapping_mul(groups);
+    }
+
     fn sample_group(&mut self, engine: &Engine, _attempt: usize, size: usize) -> Result<Vec<Scored<Vec<Rollout>>>> {
         let c = &self.cfg;
         if c.prompts.is_empty() || c.completion_tokens == 0 {
@@ -80,7 +90,7 @@ impl GroupSampler for MultipleOf8Task {
                 let sampling = SamplingParams {
                     temperature: 1.0,
                     seed: Some(
-                        self.seed
+                        self.stream
                             .wrapping_mul(0x9E37_79B9_7F4A_7C15)
                             .wrapping_add(self.requests),
                     ),

@@ -14,7 +14,7 @@ use crate::engine::Engine;
 use crate::model::backend::cuda::CudaModel;
 use crate::tensor::cuda::backward::{token_loss, LossRows, TokenObjective};
 use crate::tensor::cuda::{Act, Gpu};
-use crate::train::checkpoint::{save, SHARD_BYTES};
+use crate::train::checkpoint::{save_at, SHARD_BYTES};
 use crate::train::device_optim::DeviceAdamW;
 use crate::train::dynamic::{Collected, DynamicSamplingConfig};
 use crate::train::error::{Result, TrainError};
@@ -218,9 +218,15 @@ where
 
     /// [`Self::save`] with shards of at most `shard_bytes` of tensor data.
     pub fn save_sharded(&self, dir: &Path, source: &Path, shard_bytes: usize) -> Result<()> {
+        self.save_at(dir, source, shard_bytes, None)
+    }
+
+    /// [`Self::save_sharded`] recording the run's completed `iteration` count
+    /// (`train::checkpoint::save_at`).
+    pub fn save_at(&self, dir: &Path, source: &Path, shard_bytes: usize, iteration: Option<u64>) -> Result<()> {
         let prefix = crate::model::checkpoint::Checkpoint::open(source)?.full_name("");
         let (store, opt) = self.model()?.host_state(&self.gpu, &self.opt, &prefix)?;
-        save(dir, source, &store, opt.as_ref(), shard_bytes)
+        save_at(dir, source, &store, opt.as_ref(), shard_bytes, iteration)
     }
 
     /// A trainer continuing the run saved at `dir` (by [`Self::save`] or by the CPU trainer,
