@@ -237,20 +237,25 @@ fn device_lora_allocates_no_dense_training_state_and_keeps_expert_bases_on_the_h
     // and adapter copies (bf16), adapter masters, moments and gradients (fp32) — plus the
     // vector-sized gradient buffers and small change, which the plan does not list.
     let tmp = tempfile::tempdir().unwrap();
-    let file = tmp.path().join("plan.toml");
-    let plan_toml = format!(
-        "model = {:?}\n[train]\nmode = \"lora\"\nlora_rank = {}\nlora_targets = {:?}\nmicro_batch_tokens = 16\n\
-         [rollout]\nslots = 1\ncontext = 16\n",
-        dir.to_str().unwrap(),
-        lcfg().rank,
-        lcfg().targets
-    );
-    std::fs::write(&file, plan_toml).unwrap();
-    let pc = PlanConfig::from_file(&file).unwrap();
-    let p = plan(&pc, &pc.model_config().unwrap()).unwrap();
-    let row = |c: &str| p.rows.iter().find(|r| r.category == c).unwrap_or_else(|| panic!("{c}")).bytes;
-    let planned = row("LoRA bases (bf16)") + row("master (fp32)") + row("AdamW m, v (fp32)") + row("gradients (fp32)");
-    assert_eq!(p.params.adapted, targets);
+    // `train plan`'s LoRA rows (device bytes) and host bytes for this model and `targets`.
+    let plan_of = |targets: &[String]| {
+        let file = tmp.path().join("plan.toml");
+        let plan_toml = format!(
+            "model = {:?}\n[train]\nmode = \"lora\"\nlora_rank = {}\nlora_targets = {:?}\nmicro_batch_tokens = 16\n\
+             [rollout]\nslots = 1\ncontext = 16\n",
+            dir.to_str().unwrap(),
+            lcfg().rank,
+            targets
+        );
+        std::fs::write(&file, plan_toml).unwrap();
+        let pc = PlanConfig::from_file(&file).unwrap();
+        let p = plan(&pc, &pc.model_config().unwrap()).unwrap();
+        let row = |c: &str| p.rows.iter().find(|r| r.category == c).unwrap_or_else(|| panic!("{c}")).bytes;
+        let planned = row("LoRA bases (bf16)") + row("master (fp32)") + row("AdamW m, v (fp32)") + row("gradients (fp32)");
+        (p.params.adapted, planned, p.host_bytes)
+    };
+    let (adapted, planned, _) = plan_of(&lcfg().targets);
+    assert_eq!(adapted, targets);
     let (bf16, _) = training_state::<u16>(&dev, &gpu, &dir, Some(lcfg()), &prefix);
     eprintln!("bf16 LoRA training state {bf16} B; train plan's LoRA rows {planned} B; vector-sized gradients {} B", 4 * vectors);
     assert!(bf16 >= planned && bf16 <= planned + 4 * vectors + 64 * 1024, "bf16 LoRA {bf16} B vs plan {planned} B");
@@ -261,11 +266,18 @@ fn device_lora_allocates_no_dense_training_state_and_keeps_expert_bases_on_the_h
     let routed = numel(&|n, s| s.len() == 2 && is_target(&rc, n) && n.contains("mlp.experts."));
     let q = numel(&|n, s| s.len() == 2 && is_target(&rc, n) && !n.contains("mlp.experts."));
     let radapters = Lora::new(rc.clone(), &cpu.store).unwrap().adapters.numel() as u64;
-    let (rbytes, _) = training_state::<f32>(&dev, &gpu, &dir, Some(rc), &prefix);
+    let (rbytes, _) = training_state::<f32>(&dev, &gpu, &dir, Some(rc.clone()), &prefix);
     eprintln!("routed-expert LoRA: {routed} adapted expert elements (bases on the host), device training state {rbytes} B");
     assert!(rbytes >= 4 * q + 20 * radapters, "routed LoRA {rbytes} B");
     assert!(rbytes <= 4 * q + 20 * radapters + 4 * vectors + 64 * 1024, "routed LoRA {rbytes} B: the expert bases are on the device");
     assert!(4 * routed > 64 * 1024 + 4 * vectors, "the fixture's expert bases would be visible in that bound");
+    // The bf16 build against the plan with routed experts: its device rows exclude the expert
+    // bases, its host line holds them (bf16).
+    let (_, rplanned, host) = plan_of(&rc.targets);
+    assert_eq!(host, 2 * routed);
+    let (rbf16, _) = training_state::<u16>(&dev, &gpu, &dir, Some(rc.clone()), &prefix);
+    eprintln!("bf16 routed-expert LoRA training state {rbf16} B; train plan's LoRA rows {rplanned} B, host {host} B");
+    assert!(rbf16 >= rplanned && rbf16 <= rplanned + 4 * vectors + 64 * 1024, "bf16 routed LoRA {rbf16} B vs plan {rplanned} B");
 
     for (bad, why) in [("embed_tokens", "embedding"), ("nope", "no 2-D parameter")] {
         let model = CudaModel::<f32>::load(&gpu, &dir).unwrap();
