@@ -10,4 +10,4 @@ bash scripts/emu-sanitize.sh
 # binary with the real device, and the CUDA tests as they run on a GPU host (above they ran on the
 # emulated device; the kernels' NVRTC compile test runs without the feature).
 cargo build --locked --features cuda
-cargo test --locked --features cuda --no-run --test cuda_ops --test cuda_model --test cuda_nvrtc --test engine_bench
+cargo test --locked --features cuda --no-run --test cuda_ops --test cuda_model --test cuda_nvrtc --test engine_bench --test train_bench
