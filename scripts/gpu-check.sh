@@ -14,7 +14,8 @@
 #       4k prefill, multi-turn agent traffic; engine-bench.json, and h200-engine.json with the
 #       keys of issue #15, measured through the engine), then two full-size LoRA GRPO iterations
 #       of the device trainer (h200-train.json: rollout and update tok/s, peak memory, the step
-#       split, the loss and the weights moving; tests/train_bench.rs); writes $OUT/gpu-check.json (+ the
+#       split, the loss and the weights moving; tests/train_bench.rs), then `execcritic demo train
+#       --size ci --device cuda` (the whole demo on the GPU; $OUT/demo); writes $OUT/gpu-check.json (+ the
 #       logs). --dry-run checks binaries, flags and paths and writes the plan without touching
 #       the GPU. --no-bench skips the benchmarks.
 #   Each test runs in its own process under a timeout (EXECCRITIC_TEST_TIMEOUT, default 300 s), so
@@ -50,6 +51,9 @@ for l in sys.stdin:
     [ -n "$exe" ] || { echo "gpu-check: could not build test $t" >&2; exit 1; }
     cp "$exe" "$BIN/$t"
   done
+  # the CLI, for `demo train --device cuda` (the whole demo run on the GPU)
+  cargo build --release --features cuda --bin execcritic
+  cp "$CARGO_TARGET_DIR/release/execcritic" "$BIN/execcritic"
   git rev-parse HEAD > "$BIN/COMMIT" 2>/dev/null || echo unknown > "$BIN/COMMIT"
   echo "gpu-check: built $(ls $BIN | tr '\n' ' ') at $(cat $BIN/COMMIT)"
   exit 0
@@ -148,7 +152,17 @@ run_bench rc_engine 1800 engine_bench full_size_engine_benchmark engine-bench.lo
 # two LoRA GRPO iterations of the device trainer: rollouts + updates on one copy of the weights
 # (h200-train.json)
 run_bench rc_train 1800 train_bench full_size_lora_grpo_step_benchmark train-bench.log
-python3 - "$OUT" "${rc[cuda_nvrtc]}" "${rc[cuda_ops]}" "${rc[cuda_model]}" "$rc_bench" "$rc_sanitizer" "$rc_engine" "$rc_train" <<PY
+# the CI-sized demo run on the GPU: teacher → SFT → GRPO, SFT/rollouts/evaluations/updates on
+# the device (needs bubblewrap, git and pytest on the host, as on a CPU machine); its report and
+# metrics land in $OUT/demo
+rc_demo=skipped
+if [ "$bench" = 1 ] && [ -x "$BIN/execcritic" ]; then
+  rc_demo=0
+  timeout 1800 "$BIN/execcritic" demo train --size ci --device cuda --models models --out "$OUT/demo" \
+    >"$OUT/demo-train.log" 2>&1 || rc_demo=$?
+  rm -rf "$OUT/demo/init" "$OUT/demo/sft" "$OUT/demo/grpo"  # checkpoints: not worth bringing back
+fi
+python3 - "$OUT" "${rc[cuda_nvrtc]}" "${rc[cuda_ops]}" "${rc[cuda_model]}" "$rc_bench" "$rc_sanitizer" "$rc_engine" "$rc_train" "$rc_demo" <<PY
 import json, os, sys
 out = sys.argv[1]
 lines = [l.split() for l in open(f"{out}/results.txt") if l.strip()]
@@ -164,10 +178,11 @@ json.dump({"mode": "run", "commit": "$commit", "gpu": "$gpu_name", "nvrtc": "$EX
   "compute_sanitizer": {"rc": sys.argv[6], "tests": results("sanitizer.cuda_ops")},
   "full_size_benchmark": {"rc": sys.argv[5], "result": bench},
   "engine_benchmark": {"rc": sys.argv[7], "h200": load("h200-engine.json"), "result": load("engine-bench.json")},
-  "train_benchmark": {"rc": sys.argv[8], "h200": load("h200-train.json")}},
+  "train_benchmark": {"rc": sys.argv[8], "h200": load("h200-train.json")},
+  "demo_train": {"rc": sys.argv[9], "summary": load("demo/summary.json")}},
   open(f"{out}/gpu-check.json", "w"), indent=1)
 PY
-echo "gpu-check: nvrtc rc=${rc[cuda_nvrtc]} ops rc=${rc[cuda_ops]} model rc=${rc[cuda_model]} sanitizer rc=$rc_sanitizer bench rc=$rc_bench engine rc=$rc_engine train rc=$rc_train; $OUT/gpu-check.json"
+echo "gpu-check: nvrtc rc=${rc[cuda_nvrtc]} ops rc=${rc[cuda_ops]} model rc=${rc[cuda_model]} sanitizer rc=$rc_sanitizer bench rc=$rc_bench engine rc=$rc_engine train rc=$rc_train demo rc=$rc_demo; $OUT/gpu-check.json"
 [ "${rc[cuda_nvrtc]}" = 0 ] && [ "${rc[cuda_ops]}" = 0 ] && [ "${rc[cuda_model]}" = 0 ] \
   && { [ "$rc_sanitizer" = 0 ] || [ "$rc_sanitizer" = skipped ]; } \
   && { [ "$rc_bench" = 0 ] || [ "$rc_bench" = skipped ]; } \

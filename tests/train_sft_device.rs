@@ -20,6 +20,9 @@
 //! with the continuous run's losses; the bf16 build's loss goes down; LoRA with a device is
 //! refused.
 
+#[path = "common/stores.rs"]
+mod stores;
+
 use execcritic::model::backend::cuda::CudaModel;
 use execcritic::model::Model;
 use execcritic::tensor::cuda::Gpu;
@@ -32,6 +35,7 @@ use execcritic::train::TrainModel;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use stores::max_diff;
 
 const LR: f32 = 1e-3;
 
@@ -66,17 +70,6 @@ fn cpu() -> Trainer {
 fn assert_loss(step: usize, device: f64, cpu: f64) {
     let rel = (device - cpu).abs() / cpu.abs().max(1.0);
     assert!(rel <= 1e-4, "step {step}: loss {device} (device) vs {cpu} (CPU)");
-}
-
-/// Largest |a − b| over two stores of the same parameters (names and shapes checked).
-fn max_diff(a: &TrainModel, b: &TrainModel) -> f32 {
-    assert_eq!(a.store.len(), b.store.len(), "parameter count");
-    let mut worst = 0f32;
-    for (x, y) in a.store.params.iter().zip(&b.store.params) {
-        assert_eq!((&x.name, &x.shape), (&y.name, &y.shape));
-        worst = x.data.iter().zip(&y.data).fold(worst, |m, (p, q)| m.max((p - q).abs()));
-    }
-    worst
 }
 
 /// ‖a − b‖ / ‖b‖ over all the tensors.

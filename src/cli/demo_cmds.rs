@@ -28,7 +28,9 @@ pub struct DemoTrainArgs {
     /// Run directory (default: a new folder under the temp directory).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Backend of the training engine (only `cpu` today).
+    /// Where the run trains and samples: `cpu`, or a CUDA device (`cuda`, `cuda:N`, `emulator`;
+    /// optionally `:bf16` or `:f32`) holding one copy of the weights for SFT, evaluations,
+    /// rollouts and GRPO updates.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     #[arg(long, value_enum, default_value = "full")]

@@ -14,28 +14,31 @@
 //! evaluation), `reward_curve.svg` and `report.md` ([`super::demo_report`]).
 
 use super::demo_report::{EvalMetrics, GrpoMetrics, RunSummary, SftMetrics, SplitScore};
+use super::demo_trainer::DemoTrainer;
 use super::grpo::{AgentSampler, AgentTaskConfig, Role};
 use super::role_mix::RoleMix;
 use super::teacher::{teacher_episodes, TeacherRecord};
 use super::test_teacher::test_teacher_episodes;
 use crate::agent::trajectory::{sft_conversations, Trajectory};
-use crate::engine::{Engine, EngineConfig};
+use crate::engine::cuda_backend::CudaDecoder;
+use crate::engine::{DecoderModel, DeviceChoice, Engine, EngineConfig, Placement};
 use crate::episode::oracle::selected_oracle_bundle;
 use crate::harness::SandboxKind;
-use crate::model::chat::ChatTemplate;
+use crate::model::backend::cuda::CudaModel;
 use crate::model::tokenizer::Tokenizer;
 use crate::policy::EnginePolicy;
 use crate::task::{easy_suite, load_tasks, TaskError, TaskInstance};
+use crate::tensor::cuda::{Act, ActType, DeviceKind, Gpu};
+use crate::train::device::DeviceTrainer;
 use crate::train::dynamic::{DynamicSamplingConfig, DynamicSamplingError};
 use crate::train::error::TrainError;
 use crate::train::grpo::GrpoConfig;
-use crate::train::iteration::{rollout_phase, update_phase, EngineSetup};
+use crate::train::iteration::EngineSetup;
 use crate::train::network::{TapeOptions, TrainModel};
 use crate::train::optim::{AdamW, AdamWConfig, Schedule};
 use crate::train::rollout::GroupSampler;
 use crate::train::sft_run::{run_sft, SftConfig};
 use crate::train::trainer::Trainer;
-use crate::train::checkpoint::{save, SHARD_BYTES};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
@@ -72,7 +75,10 @@ pub struct DemoConfig {
     pub tasks: Option<PathBuf>,
     pub held_back: usize,
     pub seed: u64,
-    /// `cpu` (the training engine's backend; other backends once the trainer lends to them).
+    /// Where SFT, evaluations, rollouts and GRPO updates run: `cpu` (the CPU trainer lending
+    /// its weights to a CPU engine) or a CUDA device — `cuda`, `cuda:N`, `emulator`, optionally
+    /// `:bf16`/`:f32` (the device trainer: one copy of the weights on the device, lent to an
+    /// engine on the same device for rollouts and evaluations).
     pub device: String,
     pub sft_steps: u64,
     pub sft_batch_size: usize,
@@ -183,6 +189,77 @@ impl Recorder {
     }
 }
 
+/// The GRPO phase: everything it works with besides the trainer.
+struct GrpoPhase<'a> {
+    c: &'a DemoConfig,
+    setup: EngineSetup,
+    sampling: DynamicSamplingConfig,
+    sft_final: &'a Path,
+    grpo_dir: PathBuf,
+    train_sampler: RoleMix,
+    eval_held: AgentSampler,
+    eval_train: AgentSampler,
+    rec: &'a mut Recorder,
+    progress: &'a mut dyn FnMut(String),
+}
+
+impl GrpoPhase<'_> {
+    /// Evaluate after SFT, then `grpo_iterations` iterations (rollouts, update, a checkpoint
+    /// every `save_every`, held-back evaluations every `eval_every`), evaluate both splits and
+    /// save `grpo/final`. Returns each iteration's metrics and the final checkpoint.
+    fn run(&mut self, tr: &mut impl DemoTrainer) -> Result<(Vec<GrpoMetrics>, PathBuf)> {
+        let c = self.c;
+        self.eval(tr, "sft", 0)?;
+        let mut iterations: Vec<GrpoMetrics> = Vec::new();
+        for i in 0..c.grpo_iterations {
+            let t = Instant::now();
+            let collected = match tr.rollouts(&self.setup, &mut self.train_sampler, &self.sampling) {
+                Ok(col) => Some(col),
+                Err(TrainError::Sampling(e)) if matches!(*e, DynamicSamplingError::CapReached { .. }) => {
+                    (self.progress)(format!("[grpo] iteration {i}: {e} — no update this iteration"));
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let rollout_s = t.elapsed().as_secs_f64();
+            let drawn = self.train_sampler.take_drawn();
+            let t = Instant::now();
+            let (update, kept, skipped, nonzero) = match &collected {
+                Some(col) => {
+                    let update = tr.update(col)?;
+                    let nonzero = col.kept.iter().flat_map(|g| g.advantages.iter()).filter(|a| **a != 0.0).count();
+                    (update, col.kept.len(), col.skipped, nonzero)
+                }
+                None => (None, 0, 0, 0),
+            };
+            let update_s = t.elapsed().as_secs_f64();
+            let m = GrpoMetrics::new(i, &drawn, kept, skipped, nonzero, update, rollout_s, update_s);
+            (self.progress)(m.progress_line(c.grpo_iterations));
+            self.rec.log(&m)?;
+            iterations.push(m);
+            if c.save_every > 0 && (i + 1) % c.save_every == 0 {
+                tr.save(&self.grpo_dir.join(format!("step-{}", i + 1)), self.sft_final)?;
+            }
+            if (i + 1) % c.eval_every == 0 && i + 1 < c.grpo_iterations {
+                let s = evaluate_trainer(tr, &self.setup, &mut self.eval_held, c.eval_samples)?;
+                self.rec.eval(self.progress, "grpo", i + 1, "held_back", s)?;
+            }
+        }
+        self.eval(tr, "grpo", c.grpo_iterations)?;
+        let final_dir = self.grpo_dir.join("final");
+        tr.save(&final_dir, self.sft_final)?;
+        Ok((iterations, final_dir))
+    }
+
+    /// Evaluate both splits on the trainer's current weights (stage `stage`, after `iteration`).
+    fn eval(&mut self, tr: &mut impl DemoTrainer, stage: &str, iteration: u64) -> Result<()> {
+        let s = evaluate_trainer(tr, &self.setup, &mut self.eval_held, self.c.eval_samples)?;
+        self.rec.eval(self.progress, stage, iteration, "held_back", s)?;
+        let s = evaluate_trainer(tr, &self.setup, &mut self.eval_train, self.c.eval_samples)?;
+        self.rec.eval(self.progress, stage, iteration, "trained", s)
+    }
+}
+
 /// Evaluate `sampler`'s tasks (`samples` episodes each) with `engine`.
 fn evaluate(sampler: &mut AgentSampler, engine: &Engine, samples: usize) -> Result<SplitScore> {
     for i in 0..sampler.task_count() {
@@ -192,13 +269,19 @@ fn evaluate(sampler: &mut AgentSampler, engine: &Engine, samples: usize) -> Resu
 }
 
 /// [`evaluate`] on the trainer's current weights (lent to an engine, then taken back).
-fn evaluate_trainer(tr: &mut Trainer, setup: &EngineSetup, sampler: &mut AgentSampler, samples: usize) -> Result<SplitScore> {
-    let dir = setup.template_dir.as_deref().ok_or_else(|| DemoError::Invalid("no chat template".into()))?;
-    let template = ChatTemplate::from_dir(dir).map_err(|e| DemoError::Invalid(format!("chat template: {e}")))?;
-    let lent = tr.lend(setup.tokenizer.clone(), Some(template), setup.config)?;
-    let score = evaluate(sampler, lent.engine(), samples);
-    lent.give_back().map_err(|e| e.error)?;
-    score
+fn evaluate_trainer(tr: &mut impl DemoTrainer, setup: &EngineSetup, sampler: &mut AgentSampler, samples: usize) -> Result<SplitScore> {
+    tr.with_engine(setup, |engine| evaluate(sampler, engine, samples))?
+}
+
+/// The device trainer GRPO starts with: the SFT checkpoint's weights on `kind` (the serving
+/// copy the rollout engines borrow), fp32 masters and a fresh AdamW.
+fn device_trainer<A: Act>(kind: DeviceKind, sft_final: &Path, opt: AdamWConfig) -> Result<DeviceTrainer<A>>
+where
+    CudaDecoder<A>: DecoderModel,
+{
+    let gpu = Gpu::open(kind).map_err(|e| DemoError::Invalid(format!("opening device {kind:?}: {e}")))?;
+    let model = CudaModel::<A>::load(&gpu, sft_final).map_err(|e| DemoError::Invalid(format!("loading {} onto the device: {e}", sft_final.display())))?;
+    Ok(DeviceTrainer::new(gpu, model, opt)?)
 }
 
 /// The model folder training starts from: the random weights with the tokenizer beside them.
@@ -254,11 +337,10 @@ fn teacher_phase(
 
 /// Run the whole demo into `out`; `progress` receives human-readable progress lines.
 pub fn run_demo(c: &DemoConfig, out: &Path, progress: &mut dyn FnMut(String)) -> Result<RunSummary> {
-    if c.device != "cpu" {
-        return Err(DemoError::Invalid(format!(
-            "--device {}: training runs on the CPU backend only today (the trainer lends its weights to a CPU engine)",
-            c.device
-        )));
+    let placement: Placement = c.device.parse().map_err(|e| DemoError::Invalid(format!("--device {}: {e}", c.device)))?;
+    if let DeviceChoice::Gpu(kind) = placement.device {
+        // Open the device before anything is written or run: a machine without it fails here.
+        Gpu::open(kind).map_err(|e| DemoError::Invalid(format!("--device {}: {e}", c.device)))?;
     }
     if c.grpo_iterations == 0 || c.sft_steps == 0 || c.groups == 0 || c.group_size < 2 {
         return Err(DemoError::Invalid("sft_steps, grpo_iterations, groups must be > 0 and group_size ≥ 2".into()));
@@ -309,7 +391,7 @@ pub fn run_demo(c: &DemoConfig, out: &Path, progress: &mut dyn FnMut(String)) ->
     std::fs::write(
         &sft_toml,
         format!(
-            "model = \"init\"\ntrajectories = \"trajectories.jsonl\"\nout = \"sft\"\nsteps = {}\nbatch_size = {}\n[optimizer]\nlr = {}\n",
+            "model = \"init\"\ntrajectories = \"trajectories.jsonl\"\nout = \"sft\"\nsteps = {}\nbatch_size = {}\ndevice = \"{placement}\"\n[optimizer]\nlr = {}\n",
             c.sft_steps, c.sft_batch_size, c.sft_lr
         ),
     )
@@ -361,20 +443,15 @@ pub fn run_demo(c: &DemoConfig, out: &Path, progress: &mut dyn FnMut(String)) ->
 
     // Before SFT: the random model.
     {
-        let policy = EnginePolicy::open(&init).map_err(|e| DemoError::Invalid(e.to_string()))?;
+        let policy = EnginePolicy::open_on(&init, placement).map_err(|e| DemoError::Invalid(e.to_string()))?;
         let s = evaluate(&mut eval_held, policy.engine(), c.eval_samples)?;
         rec.eval(progress, "untrained", 0, "held_back", s)?;
         let s = evaluate(&mut eval_train, policy.engine(), c.eval_samples)?;
         rec.eval(progress, "untrained", 0, "trained", s)?;
     }
 
-    // 3. GRPO from the SFT checkpoint.
-    let model = TrainModel::load(&sft_final)?;
-    let opt = AdamW::new(AdamWConfig { lr: c.grpo_lr, ..AdamWConfig::default() }, &model.store);
-    let mut tr = Trainer { model, opt, schedule: Schedule::Constant, tape: TapeOptions { recompute: false }, grpo: GrpoConfig::default(), lora: None };
+    // 3. GRPO from the SFT checkpoint, on the trainer of `placement`.
     let tokenizer = Tokenizer::from_dir(&sft_final).map_err(|e| DemoError::Invalid(format!("tokenizer: {e}")))?;
-    let setup = EngineSetup { tokenizer, template_dir: Some(sft_final.clone()), config: EngineConfig::default() };
-    let sampling = DynamicSamplingConfig { groups: c.groups, group_size: c.group_size, max_attempts: c.max_attempts };
     let test_sampler = match c.test_every {
         0 => None,
         // The tasks the Test teacher ran on (all trained tasks when it ran on none).
@@ -386,54 +463,33 @@ pub fn run_demo(c: &DemoConfig, out: &Path, progress: &mut dyn FnMut(String)) ->
             Some(AgentSampler::new(Role::Test, test_agent(ids(&train[..n])), &sft_final, c.seed ^ 0x7E57, Some(&out.join("rollouts.jsonl")))?)
         }
     };
-    let mut train_sampler = RoleMix::new(sampler(ids(train), &sft_final, c.seed, "rollouts.jsonl")?, test_sampler, c.test_every);
-    let s = evaluate_trainer(&mut tr, &setup, &mut eval_held, c.eval_samples)?;
-    rec.eval(progress, "sft", 0, "held_back", s)?;
-    let s = evaluate_trainer(&mut tr, &setup, &mut eval_train, c.eval_samples)?;
-    rec.eval(progress, "sft", 0, "trained", s)?;
-
-    let grpo_dir = out.join("grpo");
-    let mut iterations: Vec<GrpoMetrics> = Vec::new();
-    for i in 0..c.grpo_iterations {
-        let t = Instant::now();
-        let collected = match rollout_phase(&mut tr, &setup, &mut train_sampler, &sampling) {
-            Ok(col) => Some(col),
-            Err(TrainError::Sampling(e)) if matches!(*e, DynamicSamplingError::CapReached { .. }) => {
-                progress(format!("[grpo] iteration {i}: {e} — no update this iteration"));
-                None
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let rollout_s = t.elapsed().as_secs_f64();
-        let drawn = train_sampler.take_drawn();
-        let t = Instant::now();
-        let (update, kept, skipped, nonzero) = match &collected {
-            Some(col) => {
-                let rep = update_phase(&mut tr, col, 32_768)?;
-                let nonzero = col.kept.iter().flat_map(|g| g.advantages.iter()).filter(|a| **a != 0.0).count();
-                (rep.update, col.kept.len(), col.skipped, nonzero)
-            }
-            None => (None, 0, 0, 0),
-        };
-        let update_s = t.elapsed().as_secs_f64();
-        let m = GrpoMetrics::new(i, &drawn, kept, skipped, nonzero, update, rollout_s, update_s);
-        progress(m.progress_line(c.grpo_iterations));
-        rec.log(&m)?;
-        iterations.push(m);
-        if c.save_every > 0 && (i + 1) % c.save_every == 0 {
-            save(&grpo_dir.join(format!("step-{}", i + 1)), &sft_final, &tr.model.store, Some(&tr.opt), SHARD_BYTES)?;
+    let mut phase = GrpoPhase {
+        c,
+        setup: EngineSetup { tokenizer, template_dir: Some(sft_final.clone()), config: EngineConfig::default() },
+        sampling: DynamicSamplingConfig { groups: c.groups, group_size: c.group_size, max_attempts: c.max_attempts },
+        sft_final: &sft_final,
+        grpo_dir: out.join("grpo"),
+        train_sampler: RoleMix::new(sampler(ids(train), &sft_final, c.seed, "rollouts.jsonl")?, test_sampler, c.test_every),
+        eval_held,
+        eval_train,
+        rec: &mut rec,
+        progress: &mut *progress,
+    };
+    let adamw = AdamWConfig { lr: c.grpo_lr, ..AdamWConfig::default() };
+    let (iterations, final_dir) = match placement.device {
+        DeviceChoice::Cpu => {
+            let model = TrainModel::load(&sft_final)?;
+            let opt = AdamW::new(adamw, &model.store);
+            let tape = TapeOptions { recompute: false };
+            let mut tr = Trainer { model, opt, schedule: Schedule::Constant, tape, grpo: GrpoConfig::default(), lora: None };
+            phase.run(&mut tr)?
         }
-        if (i + 1) % c.eval_every == 0 && i + 1 < c.grpo_iterations {
-            let s = evaluate_trainer(&mut tr, &setup, &mut eval_held, c.eval_samples)?;
-            rec.eval(progress, "grpo", i + 1, "held_back", s)?;
-        }
-    }
-    let s = evaluate_trainer(&mut tr, &setup, &mut eval_held, c.eval_samples)?;
-    rec.eval(progress, "grpo", c.grpo_iterations, "held_back", s)?;
-    let s = evaluate_trainer(&mut tr, &setup, &mut eval_train, c.eval_samples)?;
-    rec.eval(progress, "grpo", c.grpo_iterations, "trained", s)?;
-    let final_dir = grpo_dir.join("final");
-    save(&final_dir, &sft_final, &tr.model.store, Some(&tr.opt), SHARD_BYTES)?;
+        DeviceChoice::Gpu(kind) => match placement.act_type() {
+            ActType::Bf16 => phase.run(&mut device_trainer::<u16>(kind, &sft_final, adamw)?)?,
+            ActType::F32 => phase.run(&mut device_trainer::<f32>(kind, &sft_final, adamw)?)?,
+        },
+    };
+    let evals = std::mem::take(&mut rec.evals);
 
     let summary = RunSummary {
         config: c.clone(),
@@ -444,7 +500,7 @@ pub fn run_demo(c: &DemoConfig, out: &Path, progress: &mut dyn FnMut(String)) ->
         sft_losses: sft_curve,
         sft_s,
         iterations,
-        evals: rec.evals,
+        evals,
         total_s: started.elapsed().as_secs_f64(),
         final_checkpoint: final_dir,
     };

@@ -4,7 +4,7 @@
 //!   audit of a Test bundle; selected-test and official outcome of a Repair terminal patch).
 //! - [`grpo`]: `train grpo` on agent tasks — groups of Test or Repair episodes sampled through
 //!   the engine the trainer lent its weights to, scored, turned into training sequences.
-//! - [`teacher`], [`test_teacher`], [`role_mix`], [`demo`], [`demo_report`], [`curve`]: `demo
+//! - [`teacher`], [`test_teacher`], [`role_mix`], [`demo`], [`demo_trainer`], [`demo_report`], [`curve`]: `demo
 //!   train` — scripted teacher trajectories of both roles → SFT → GRPO with Repair and Test
 //!   groups on a small model, its metrics, report and reward curve.
 //!
@@ -23,6 +23,7 @@ pub mod score;
 pub mod curve;
 pub mod demo;
 pub mod demo_report;
+pub mod demo_trainer;
 pub mod teacher;
 pub mod test_teacher;
 pub mod role_mix;

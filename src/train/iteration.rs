@@ -70,19 +70,25 @@ pub fn rollout_phase_at(
         let engine = trainer.device_engine(placement, setup.tokenizer.clone(), template, setup.config)?;
         return collect_through(&engine, sampler, sampling);
     }
-    let lent = trainer.lend(setup.tokenizer.clone(), template, setup.config)?;
-    let collected = collect_through(lent.engine(), sampler, sampling);
-    lent.give_back().map_err(|e| e.error)?;
-    collected
+    trainer.with_engine(setup.tokenizer.clone(), template, setup.config, |engine| collect_through(engine, sampler, sampling))?
 }
 
 /// The chat template the rollout engine is started with: the setup's, required when the
 /// sampler renders chats.
 pub(crate) fn engine_template(setup: &EngineSetup, sampler: &dyn GroupSampler) -> Result<Option<ChatTemplate>> {
-    match (&setup.template_dir, sampler.needs_chat_template()) {
-        (Some(dir), _) => Ok(Some(ChatTemplate::from_dir(dir).map_err(|e| TrainError::BadInput(format!("chat template: {e}")))?)),
+    match (setup.template()?, sampler.needs_chat_template()) {
         (None, true) => Err(TrainError::BadInput("this task renders chats: the engine needs the model's chat template".into())),
-        (None, false) => Ok(None),
+        (template, _) => Ok(template),
+    }
+}
+
+impl EngineSetup {
+    /// The chat template of `template_dir`, when there is one.
+    pub fn template(&self) -> Result<Option<ChatTemplate>> {
+        self.template_dir
+            .as_deref()
+            .map(|dir| ChatTemplate::from_dir(dir).map_err(|e| TrainError::BadInput(format!("chat template: {e}"))))
+            .transpose()
     }
 }
 

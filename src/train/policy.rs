@@ -58,6 +58,21 @@ impl Trainer {
 }
 
 impl Trainer {
+    /// Run `f` on an engine serving this trainer's weights ([`Self::lend`]), then stop it and
+    /// take the weights back.
+    pub fn with_engine<R>(
+        &mut self,
+        tokenizer: Tokenizer,
+        template: Option<ChatTemplate>,
+        config: EngineConfig,
+        f: impl FnOnce(&Engine) -> R,
+    ) -> Result<R> {
+        let lent = self.lend(tokenizer, template, config)?;
+        let r = f(lent.engine());
+        lent.give_back().map_err(|e| e.error)?;
+        Ok(r)
+    }
+
     /// Start an engine on a CUDA device (GPU or emulator) with a copy of this trainer's weights:
     /// one upload, after which the weights are back in the trainer, which may update them while
     /// the engine keeps sampling from the uploaded copy (rollouts on the device, the update where

@@ -10,7 +10,9 @@
 use super::DeviceTrainModel;
 use crate::engine::cuda_backend::CudaDecoder;
 use crate::engine::placement::device_config;
-use crate::engine::Engine;
+use crate::engine::{Engine, EngineConfig};
+use crate::model::chat::ChatTemplate;
+use crate::model::tokenizer::Tokenizer;
 use crate::model::backend::cuda::CudaModel;
 use crate::tensor::cuda::backward::{token_loss, LossRows, TokenObjective};
 use crate::tensor::cuda::{Act, Gpu};
@@ -84,9 +86,8 @@ where
         self.model.as_mut().ok_or(TrainError::WeightsAway)
     }
 
-    /// Lend the weights to an engine on this device (limits capped by `device_config`), collect
-    /// groups from `sampler`, stop the engine and take the weights back. Should the engine fail
-    /// to start or stop, the weights are lost with it and later calls fail with `WeightsAway`.
+    /// Collect groups from `sampler` through an engine on the trainer's weights
+    /// ([`Self::with_engine`]).
     pub fn rollout_phase(
         &mut self,
         setup: &EngineSetup,
@@ -94,16 +95,29 @@ where
         sampling: &DynamicSamplingConfig,
     ) -> Result<Collected<Vec<Rollout>>> {
         let template = engine_template(setup, sampler)?;
-        let mut dtm = self.model.take().ok_or(TrainError::WeightsAway)?;
+        self.with_engine(setup.tokenizer.clone(), template, setup.config, |engine| collect_through(engine, sampler, sampling))?
+    }
+
+    /// Run `f` on an engine on this device serving the trainer's weights (moved into the
+    /// engine's decoder, no copy; limits capped by `device_config`), then stop the engine and
+    /// take the weights back. Should the engine fail to start or stop, the weights are lost
+    /// with it and later calls fail with `WeightsAway`.
+    pub fn with_engine<R>(
+        &mut self,
+        tokenizer: Tokenizer,
+        template: Option<ChatTemplate>,
+        config: EngineConfig,
+        f: impl FnOnce(&Engine) -> R,
+    ) -> Result<R> {
+        let dtm = self.model.take().ok_or(TrainError::WeightsAway)?;
         let (model, grads) = dtm.lend();
-        let config = device_config(setup.config);
+        let config = device_config(config);
         let decoder = device_decoder(self.gpu.clone(), model, &config)?;
-        let engine = Engine::start(decoder, setup.tokenizer.clone(), template, config)?;
-        let collected = collect_through(&engine, sampler, sampling);
+        let engine = Engine::start(decoder, tokenizer, template, config)?;
+        let r = f(&engine);
         let decoder: CudaDecoder<A> = engine.stop()?;
-        dtm = DeviceTrainModel::reassemble(decoder.into_model(), grads);
-        self.model = Some(dtm);
-        collected
+        self.model = Some(DeviceTrainModel::reassemble(decoder.into_model(), grads));
+        Ok(r)
     }
 
     /// One GRPO iteration: [`Self::rollout_phase`] then [`Self::update_phase`]; a collection
