@@ -146,7 +146,7 @@ impl DemoConfig {
     /// and every fifth GRPO group a Test group, so CI exercises the Test role end to end.
     pub fn ci(models: &Path) -> Self {
         DemoConfig {
-            sft_steps: 60,
+            sft_steps: 100,
             grpo_iterations: 8,
             group_size: 4,
             eval_samples: 4,

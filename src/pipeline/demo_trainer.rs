@@ -10,7 +10,7 @@ use crate::train::checkpoint::{save, SHARD_BYTES};
 use crate::train::device::DeviceTrainer;
 use crate::train::dynamic::{Collected, DynamicSamplingConfig};
 use crate::train::error::Result;
-use crate::train::iteration::{rollout_phase, update_phase, EngineSetup};
+use crate::train::iteration::{collect_through, update_phase, EngineSetup};
 use crate::train::rollout::{GroupSampler, Rollout};
 use crate::train::trainer::{StepReport, Trainer};
 use crate::engine::cuda_backend::CudaDecoder;
@@ -32,7 +32,9 @@ pub trait DemoTrainer {
         setup: &EngineSetup,
         sampler: &mut dyn GroupSampler,
         sampling: &DynamicSamplingConfig,
-    ) -> Result<Collected<Vec<Rollout>>>;
+    ) -> Result<Collected<Vec<Rollout>>> {
+        self.with_engine(setup, |engine| collect_through(engine, sampler, sampling))?
+    }
     /// One GRPO update on the collected groups (`None`: every advantage was zero).
     fn update(&mut self, collected: &Collected<Vec<Rollout>>) -> Result<Option<StepReport>>;
     /// A checkpoint with optimizer state at `dir` (config and tokenizer files from `source`).
@@ -42,15 +44,6 @@ pub trait DemoTrainer {
 impl DemoTrainer for Trainer {
     fn with_engine<R>(&mut self, setup: &EngineSetup, f: impl FnOnce(&Engine) -> R) -> Result<R> {
         Trainer::with_engine(self, setup.tokenizer.clone(), setup.template()?, setup.config, f)
-    }
-
-    fn rollouts(
-        &mut self,
-        setup: &EngineSetup,
-        sampler: &mut dyn GroupSampler,
-        sampling: &DynamicSamplingConfig,
-    ) -> Result<Collected<Vec<Rollout>>> {
-        rollout_phase(self, setup, sampler, sampling)
     }
 
     fn update(&mut self, collected: &Collected<Vec<Rollout>>) -> Result<Option<StepReport>> {
@@ -68,15 +61,6 @@ where
 {
     fn with_engine<R>(&mut self, setup: &EngineSetup, f: impl FnOnce(&Engine) -> R) -> Result<R> {
         DeviceTrainer::with_engine(self, setup.tokenizer.clone(), setup.template()?, setup.config, f)
-    }
-
-    fn rollouts(
-        &mut self,
-        setup: &EngineSetup,
-        sampler: &mut dyn GroupSampler,
-        sampling: &DynamicSamplingConfig,
-    ) -> Result<Collected<Vec<Rollout>>> {
-        self.rollout_phase(setup, sampler, sampling)
     }
 
     fn update(&mut self, collected: &Collected<Vec<Rollout>>) -> Result<Option<StepReport>> {
