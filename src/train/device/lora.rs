@@ -30,6 +30,7 @@ use crate::train::device_optim::{DeviceAdamW, Serving};
 use crate::train::error::{Result, TrainError};
 use crate::train::lora::{init_adapters, LoraConfig};
 use crate::train::optim::{AdamWConfig, Schedule, StepStats};
+use std::collections::HashMap;
 
 /// Where an adapted weight's frozen base `W₀` is kept: a device copy, or (routed experts, whose
 /// bases would not fit beside the served weights on one GPU) a host copy uploaded into the
@@ -98,6 +99,9 @@ pub struct DeviceLora<A: Act> {
     names: Vec<(String, Vec<usize>)>,
     /// `[m, r]` scratch of the adapter gradients (grown to the longest sequence).
     scratch: DeviceBuffer<A>,
+    /// Per served weight name, its adapters (one per adapted block: a fused expert tensor has
+    /// one per expert and projection) — the backward's lookups, not a scan of every adapter.
+    by_name: HashMap<String, Vec<usize>>,
 }
 
 /// The gradient buffers a LoRA run keeps: the vector-sized parameters' (norms, gate vectors,
@@ -154,7 +158,11 @@ impl<A: Act> DeviceLora<A> {
             });
         }
         let names = store.params.into_iter().map(|p| (p.name, p.shape)).collect();
-        Ok(DeviceLora { cfg, adapters, names, scratch: gpu.zeros(0)? })
+        let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
+        for (n, ad) in adapters.iter().enumerate() {
+            by_name.entry(ad.name.clone()).or_default().push(n);
+        }
+        Ok(DeviceLora { cfg, adapters, names, scratch: gpu.zeros(0)?, by_name })
     }
 
     /// Number of adapted weights.
@@ -215,26 +223,29 @@ impl<A: Act> DeviceLora<A> {
 
     /// Whether an adapter sits on (a block of) the served weight `name`.
     pub(super) fn adapts(&self, name: &str) -> bool {
-        self.adapters.iter().any(|a| a.name == name)
+        self.by_name.contains_key(name)
     }
 
     /// The routed experts' adapter gradients of one MoE layer (`gate_up`, `down`: its fused
     /// expert weights' names): each adapted expert block over the rows routed to that expert.
     pub(super) fn routed_backward(&mut self, gpu: &Gpu, gate_up: &str, down: &str, rows: &RoutedRows<'_, A>) -> Result<()> {
         let (h, i) = (rows.hidden, rows.inter);
-        let DeviceLora { adapters, scratch, .. } = self;
-        for ad in adapters.iter_mut() {
+        let DeviceLora { adapters, scratch, by_name, .. } = self;
+        let targets: Vec<(usize, bool)> = [(gate_up, true), (down, false)]
+            .into_iter()
+            .flat_map(|(name, is_gate_up)| by_name.get(name).into_iter().flatten().map(move |&n| (n, is_gate_up)))
+            .collect();
+        for (n, is_gate_up) in targets {
+            let ad = &mut adapters[n];
             // The expert, and where its input and output-gradient rows start (and their stride).
-            let (e, x, dy) = if ad.name == gate_up {
+            let (e, x, dy) = if is_gate_up {
                 let (e, half) = (ad.at / (2 * i * h), ad.at % (2 * i * h) / (i * h));
                 let first = rows.spans.get(e).map_or(0, |s| s.0);
                 (e, View { buf: rows.x, at: first * h, ld: h }, View { buf: rows.dgu, at: first * 2 * i + half * i, ld: 2 * i })
-            } else if ad.name == down {
+            } else {
                 let e = ad.at / (h * i);
                 let first = rows.spans.get(e).map_or(0, |s| s.0);
                 (e, View { buf: rows.act, at: first * i, ld: i }, View { buf: rows.dye, at: first * h, ld: h })
-            } else {
-                continue;
             };
             let Some(&(_, m)) = rows.spans.get(e) else {
                 return Err(TrainError::BadInput(format!("LoRA target {}: expert {e} beyond the layer's experts", ad.name)));
@@ -288,9 +299,9 @@ pub(super) fn linear_backward<A: Act>(
         return Ok(bw::linear_backward(gpu, dy, x, m, k, w, n, dx, accumulate_dx, dw)?);
     };
     bw::linear_backward_dx(gpu, dy, m, k, w, n, dx, accumulate_dx)?;
-    let DeviceLora { adapters, scratch, .. } = lora;
-    match adapters.iter_mut().find(|a| a.name == name) {
-        Some(ad) => ad.accumulate(gpu, View::dense(x, k), View::dense(dy, n), m, scratch),
+    let DeviceLora { adapters, scratch, by_name, .. } = lora;
+    match by_name.get(name).and_then(|ads| ads.first()) {
+        Some(&ad) => adapters[ad].accumulate(gpu, View::dense(x, k), View::dense(dy, n), m, scratch),
         None => Ok(()),
     }
 }

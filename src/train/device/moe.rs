@@ -29,6 +29,9 @@ pub(super) struct MoeSaved<A: Act> {
     groups: MoeGroups,
     /// Per expert its first grouped row and its number of rows (pairs routed to it).
     spans: Vec<(usize, usize)>,
+    /// The chosen expert of each (token, slot) pair `[t · k]`, on the host (the forward
+    /// downloads it once; routed LoRA groups the input rows by it in the backward).
+    chosen: Vec<u32>,
     /// Most pairs any expert got (the grouped input-gradient GEMM's row bound).
     max_rows: usize,
     /// Grouped rows: gate|up `[pairs, 2I]`, SwiGLU output `[pairs, I]`, expert output `[pairs, h]`.
@@ -81,7 +84,7 @@ pub(super) fn forward<A: Act>(
     linear(gpu, &u, t, h, &w.s_gate_w, 1, &mut sg)?;
     let mut out = gpu.zeros::<A>(t * h)?;
     ops::moe_combine(gpu, &y, &groups, &wts, Some((&s_out, &sg)), &mut out, t, h, k)?;
-    let saved = MoeSaved { u, logits, idx, wts, groups, spans, max_rows, gu, act, y, s_g, s_u, s_h, s_out, sg };
+    let saved = MoeSaved { u, logits, idx, wts, groups, spans, chosen: chosen.clone(), max_rows, gu, act, y, s_g, s_u, s_h, s_out, sg };
     Ok((out, saved, chosen))
 }
 
@@ -164,7 +167,7 @@ fn routed_adapters<A: Act>(
     let pairs = t * k;
     let mut next: Vec<usize> = s.spans.iter().map(|sp| sp.0).collect();
     let mut tokens = vec![0i32; pairs];
-    for (p, &x) in gpu.download(&s.idx)?.iter().enumerate() {
+    for (p, &x) in s.chosen.iter().enumerate() {
         let slot = next.get_mut(x as usize).ok_or_else(|| crate::tensor::device::DeviceError::Shape {
             op: "routed LoRA",
             msg: format!("expert {x} of pair {p} beyond {} experts", s.spans.len()),
