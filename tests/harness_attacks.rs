@@ -1,9 +1,11 @@
 //! Adversarial corpus: candidates that turn the failing official test into a pass WITHOUT fixing
-//! the bug (test-framework tampering, patch-format tricks, output forgery, evasions of the
-//! static screen). Each attack is first shown to work on a plain checkout outside the harness
-//! (pytest run directly on a temporary copy: the failing test passes, or the run exits 0), then
-//! run through the candidate gate and official grading: never a pass, never RESOLVED, each with
-//! its own named class. Bundles that configure the runner are refused at qualification.
+//! the bug (test-framework tampering, patch-format tricks, output forgery, evasions of word
+//! rules). Each attack is first shown to work on a plain checkout outside the harness (pytest run
+//! directly on a temporary copy: the failing test passes, or the run exits 0), then run through
+//! the candidate gate and official grading: never a pass, never RESOLVED — refused by the
+//! structural screen with its class, found by the runtime guard (`tampered`, with the class of
+//! its evidence), or made ineffective (a behavioural fail). Bundles that configure the runner are
+//! refused at qualification. `tests/harness_redteam.rs` generates many more variants.
 
 mod harness_support;
 
@@ -28,7 +30,11 @@ enum Expect {
     /// Not understood by the one parser (gate: `patch_apply_failure` with this class named in
     /// the diagnostics; grading: `patch_apply_failed`).
     Unparseable(&'static str),
-    /// Passes the static screen; the runtime guard makes it ineffective (a behavioural fail).
+    /// Passes the static screen; the runtime guard finds it (gate: `tampered`, grading:
+    /// `tampered`), with evidence of this class.
+    Tampered(&'static str),
+    /// Passes the static screen and achieves nothing at run time (the Base configuration, the
+    /// authenticated completion): a behavioural fail.
     RuntimeDefeated,
 }
 
@@ -125,7 +131,7 @@ fn attacks() -> Vec<Attack> {
             "package __init__ monkeypatches _pytest.reports",
             diff_after(|ws| write(ws, "calc/__init__.py", &reports_patch("import _pytest.reports as _reports"))),
             Works::TestPasses,
-            Forbidden(C::RunnerInternals),
+            Tampered("rebinding"),
         ),
         a(
             "evasion: importlib.import_module('_' + 'pytest.reports')",
@@ -133,7 +139,7 @@ fn attacks() -> Vec<Attack> {
                 write(ws, "calc/__init__.py", &reports_patch("import importlib\n_reports = importlib.import_module('_' + 'pytest.reports')"))
             }),
             Works::TestPasses,
-            Forbidden(C::DynamicCode),
+            Tampered("rebinding"),
         ),
         a(
             "evasion: __import__ with a joined name",
@@ -141,7 +147,7 @@ fn attacks() -> Vec<Attack> {
                 write(ws, "calc/__init__.py", &reports_patch("_reports = __import__(''.join(['_', 'py', 'test', '.reports']), fromlist=['x'])"))
             }),
             Works::TestPasses,
-            Forbidden(C::DynamicCode),
+            Tampered("rebinding"),
         ),
         a(
             "evasion: sys.modules lookup through a helper module",
@@ -150,7 +156,7 @@ fn attacks() -> Vec<Attack> {
                 write(ws, "calc/_helpers.py", &reports_patch("import sys\n_reports = sys.modules.get('_py' 'test.reports') or __import__('_pytest.reports').reports").replace(CALC_BASE, ""));
             }),
             Works::TestPasses,
-            Forbidden(C::RunnerInternals),
+            Tampered("rebinding"),
         ),
         a(
             "root conftest.py gains a pass-all hook",
@@ -193,7 +199,7 @@ fn attacks() -> Vec<Attack> {
                 write(ws, "calc/__init__.py", &format!("{CALC_BASE}\nimport atexit\natexit.register(print, 'PASSED tests/test_calc.py::test_add')\n"))
             }),
             Works::LogShowsPass,
-            Forbidden(C::EarlyExit),
+            RuntimeDefeated,
         ),
         a(
             "fake PASSED lines written to the raw descriptor",
@@ -201,13 +207,13 @@ fn attacks() -> Vec<Attack> {
                 write(ws, "calc/__init__.py", &format!("{CALC_BASE}\nimport os\nos.write(1, b'PASSED tests/test_calc.py::test_add\\n')\n"))
             }),
             Works::Static,
-            Forbidden(C::OutputForgery),
+            RuntimeDefeated,
         ),
         a(
             "os._exit(0) at import",
             diff_after(|ws| write(ws, "calc/__init__.py", &format!("{CALC_BASE}\nimport os\nos._exit(0)\n"))),
             Works::ExitsZero,
-            Forbidden(C::EarlyExit),
+            RuntimeDefeated,
         ),
         a(
             "sitecustomize.py at the root",
@@ -225,7 +231,7 @@ fn attacks() -> Vec<Attack> {
             "module shadowing a runner dependency",
             diff_after(|ws| write(ws, "iniconfig.py", "raise SystemExit(0)\n")),
             Works::ExitsZero,
-            Forbidden(C::ShadowModule),
+            Tampered("shadow_module"),
         ),
         a(
             "compiled bytecode",
@@ -422,14 +428,23 @@ async fn the_gate_and_official_grading_refuse_every_attack_with_its_class() {
                         .is_some_and(|d| d.contains(class))
                     && g.error_kind.as_deref() == Some("patch_apply_failed")
             }
+            Expect::Tampered(class) => {
+                let has = |ev: &[String]| ev.iter().any(|e| e.starts_with(&format!("{class}:")));
+                v.failure_kind == FailureKind::Tampered
+                    && has(&v.tampered)
+                    && g.tampered.as_deref().is_some_and(has)
+            }
             Expect::RuntimeDefeated => {
-                v.status == GateStatus::HardFail && g.error_kind.is_none() && g.forbidden.is_none()
+                v.status == GateStatus::HardFail
+                    && g.error_kind.is_none()
+                    && g.forbidden.is_none()
+                    && !g.resolved
             }
         };
         if !ok {
             failures.push(format!(
-                "{}: expected {:?}, gate {:?}/{:?} {:?}, grade {g:?}",
-                attack.name, attack.expect, v.status, v.failure_kind, v.forbidden
+                "{}: expected {:?}, gate {:?}/{:?} {:?} {:?}, grade {g:?}",
+                attack.name, attack.expect, v.status, v.failure_kind, v.forbidden, v.tampered
             ));
         }
     }

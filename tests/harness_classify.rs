@@ -251,7 +251,7 @@ async fn wrong_candidates_cannot_hide_as_inconclusive() {
         (
             "kills the runner",
             "import os, signal\n\n\ndef add(a, b):\n    os.kill(os.getpid(), signal.SIGKILL)\n\n\ndef sub(a, b):\n    return a - b\n".into(),
-            FailureKind::IncompleteRun,
+            FailureKind::Tampered,
         ),
         (
             "raises PermissionError",
@@ -261,7 +261,7 @@ async fn wrong_candidates_cannot_hide_as_inconclusive() {
         (
             "forges a passing summary at exit",
             format!("import atexit, os\n\n\ndef _forge():\n    print('=== short test summary info ===')\n    print('PASSED tests/test_calc.py::test_add')\n    print('=== 1 passed in 0.01s ===', flush=True)\n    os._exit(0)\n\n\natexit.register(_forge)\n{wrong}"),
-            FailureKind::AssertionFailure,
+            FailureKind::Tampered,
         ),
     ];
     let sb = gate_sandbox().await;
@@ -269,8 +269,8 @@ async fn wrong_candidates_cannot_hide_as_inconclusive() {
     let f = official();
     for (name, calc, want) in cases {
         let v = check_candidate_in(sb, &f, &source(&calc), T).await.unwrap();
-        // The static tamper screen may refuse the candidate before it runs (a forbidden test
-        // modification, also a hard fail); otherwise the run's own outcome decides.
+        // The runtime guard may find the candidate tampering (a hard fail with reward 0);
+        // otherwise the run's own outcome decides.
         assert_eq!(v.status, GateStatus::HardFail, "{name}: {}", v.feedback);
         assert!(
             [want, FailureKind::ForbiddenTestModification].contains(&v.failure_kind),
@@ -285,13 +285,14 @@ async fn wrong_candidates_cannot_hide_as_inconclusive() {
     assert_eq!(gold.status, GateStatus::Pass, "{}", gold.feedback);
 }
 
-/// Official grading checks completion with the gates' rule: a correct fix whose run exits
-/// non-zero (or stops early) after pytest printed PASSED for every F2P/P2P test is not resolved.
+/// Official grading checks completion with the gates' rule: a correct fix whose run exits with
+/// another status than the runner's own (or stops early) after pytest printed PASSED for every
+/// F2P/P2P test is not resolved.
 #[tokio::test]
 async fn grading_requires_a_completed_consistent_run() {
     let task = fixture_task();
     let exit_nonzero =
-        format!("import atexit, os\natexit.register(lambda: os._exit(1))\n{CALC_GOLD}");
+        format!("import atexit, os\natexit.register(lambda: os._exit(3))\n{CALC_GOLD}");
     let tests = diff_against_base(&[("tests/test_calc.py", &official_test_file())]);
     // On a plain checkout the run prints PASSED for every test and exits 1.
     let plain = plain_checkout(&[
@@ -300,7 +301,7 @@ async fn grading_requires_a_completed_consistent_run() {
     ]);
     let (rc, out) = plain_pytest(&plain, &[], &["tests/test_calc.py"]);
     assert!(
-        rc == 1 && out.contains(&format!("PASSED {NODE}")),
+        rc == 3 && out.contains(&format!("PASSED {NODE}")),
         "{rc}: {out}"
     );
     assert!(!out.contains("FAILED"), "{out}");
@@ -313,11 +314,11 @@ async fn grading_requires_a_completed_consistent_run() {
         g.error_kind.is_none(),
         "a verdict, not a masked error: {g:?}"
     );
-    // Refused by the tamper screen, or run and found incomplete by the completion rule.
-    if g.forbidden.is_none() {
-        assert_eq!(g.tests[NODE], "PASSED", "{g:?}");
-        assert_eq!(g.completion.as_deref(), Some("incomplete"), "{g:?}");
-    }
+    // The runner's own status (1: the canaries failed) is not the process's (3).
+    assert!(
+        g.tampered.as_ref().is_some_and(|t| t.iter().any(|e| e.starts_with("exit_status:"))),
+        "{g:?}"
+    );
     // Stopping inside the run: not resolved either.
     let stop = format!(
         "import os\n{}",
@@ -326,7 +327,7 @@ async fn grading_requires_a_completed_consistent_run() {
     let g = grade(&task, &source(&stop), SandboxKind::Local)
         .await
         .unwrap();
-    assert!(!g.resolved && (g.completion.is_some() || g.forbidden.is_some()), "{g:?}");
+    assert!(!g.resolved && (g.completion.is_some() || g.tampered.is_some()), "{g:?}");
     // The gold patch still resolves.
     let g = grade(&task, &task.patch, SandboxKind::Local).await.unwrap();
     assert!(g.resolved && g.completion.is_none(), "{g:?}");
@@ -432,9 +433,9 @@ fn gold_plus(t: &execcritic::task::TaskInstance, line: &str) -> String {
 }
 
 /// On the bundled suite (a pytest task and a Django/unittest task): the gold fix plus an exit
-/// hook that makes the runner exit non-zero after reporting every test PASSED is neither a pass
-/// of the candidate gate (with the task's Oracle bundle) nor RESOLVED by official grading; the
-/// plain gold fix is both.
+/// hook that makes the process exit 0 — the status of a run where nothing failed, while the
+/// canaries must fail — is neither a pass of the candidate gate (with the task's Oracle bundle)
+/// nor RESOLVED by official grading; the plain gold fix is both.
 #[tokio::test]
 async fn bundled_suite_completion_attacks() {
     use execcritic::episode::oracle::oracle_bundle;
@@ -445,7 +446,7 @@ async fn bundled_suite_completion_attacks() {
         let frozen = FrozenBundle::freeze(oracle_bundle(t).unwrap()).unwrap();
         let attack = gold_plus(
             t,
-            "\nimport atexit as _ax, os as _os\n_ax.register(lambda: _os._exit(1))\n",
+            "\nimport atexit as _ax, os as _os\n_ax.register(lambda: _os._exit(0))\n",
         );
         let sb = open_sandbox(SandboxKind::Local, t, Purpose::Gate)
             .await
@@ -455,7 +456,7 @@ async fn bundled_suite_completion_attacks() {
             .unwrap();
         assert_eq!(v.status, GateStatus::HardFail, "{}: {}", t.instance_id, v.feedback);
         assert!(
-            [FailureKind::NonzeroExit, FailureKind::ForbiddenTestModification]
+            [FailureKind::Tampered, FailureKind::IncompleteRun, FailureKind::NonzeroExit]
                 .contains(&v.failure_kind),
             "{}: {:?}: {}",
             t.instance_id,
@@ -474,10 +475,10 @@ async fn bundled_suite_completion_attacks() {
         );
         let g = grade(t, &attack, SandboxKind::Local).await.unwrap();
         assert!(!g.resolved && g.error_kind.is_none(), "{g:?}");
-        if g.forbidden.is_none() {
-            assert_eq!(g.completion.as_deref(), Some("incomplete"), "{g:?}");
-            assert!(g.tests.values().all(|s| s == "PASSED"), "{g:?}");
-        }
+        assert!(
+            g.tampered.is_some() || g.completion.as_deref() == Some("incomplete"),
+            "{g:?}"
+        );
         let g = grade(t, &t.patch, SandboxKind::Local).await.unwrap();
         assert!(g.resolved, "{g:?}");
     }

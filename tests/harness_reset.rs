@@ -11,10 +11,9 @@ use execcritic::harness::{Bundle, FrozenBundle, GateStatus, Sandbox, SandboxConf
 use harness_support::*;
 use std::time::Duration;
 
-// The planting code comes last, so the candidate diff ends with added lines. Its strings are
-// split so that the static tamper screen (`harness::tamper`) does not refuse it: what is tested
-// here is the reset, the defence behind the screen. `SCREENED` is the same poison as written
-// plainly, which the screen refuses.
+// The planting code comes last, so the candidate diff ends with added lines. The runtime guard
+// (`harness::guard`) finds the poison writing conftest.py (`tampered`); what is tested here is
+// the reset behind it: whatever the poison left must not reach the next gate.
 const POISON: &str = r#"def add(a, b):
     return a - b
 
@@ -47,8 +46,8 @@ fn frozen() -> FrozenBundle {
     FrozenBundle::freeze(Bundle::from_parts(&patch, cmd, CONTRACT).unwrap()).unwrap()
 }
 
-/// `git_metadata_restored`: whether the mode also restores `.git/` (ephemeral runs do; a git
-/// reset restores the work tree only, see docs/harness.md).
+/// `git_metadata_restored`: whether the mode also restores `.git/` (every mode does: ephemeral
+/// runs never write it, the other modes put it back from their snapshot, see docs/harness.md).
 async fn check(sb: &dyn Sandbox, label: &str, git_metadata_restored: bool) {
     let f = fixture();
     let frozen = frozen();
@@ -62,8 +61,8 @@ async fn check(sb: &dyn Sandbox, label: &str, git_metadata_restored: bool) {
     let v = gate(diff_against_base(&[("calc/__init__.py", &screened)])).await;
     assert_eq!(
         v.failure_kind,
-        execcritic::harness::FailureKind::ForbiddenTestModification,
-        "{label}: the plain poison is screened"
+        execcritic::harness::FailureKind::Tampered,
+        "{label}: the plain poison is found by the runtime guard"
     );
     let v = gate(poison.clone()).await;
     assert_eq!(
@@ -125,7 +124,7 @@ async fn reset_between_gates_is_complete_local_git_reset() {
         ..Default::default()
     });
     assert!(!sb.ephemeral_runs());
-    check(sb.as_ref(), "local, git reset", false).await;
+    check(sb.as_ref(), "local, git reset", true).await;
 }
 
 #[tokio::test]
@@ -134,5 +133,5 @@ async fn reset_between_gates_is_complete_docker() {
         return;
     }
     let sb = docker_sandbox(&SandboxConfig::default()).await;
-    check(sb.as_ref(), "docker", false).await;
+    check(sb.as_ref(), "docker", true).await;
 }

@@ -1,4 +1,4 @@
-//! CLI commands of the harness (no model): `qualify`, `audit`, `grade`. `audit` and `grade`
+//! CLI commands of the harness (no model): `qualify`, `audit`, `grade`, `screen`. `audit` and `grade`
 //! write each result as it completes and resume an interrupted run (see [`super::resume`]);
 //! Ctrl-C and SIGTERM shut every command down in order (see [`super::interrupt`]).
 
@@ -32,6 +32,48 @@ pub struct QualifyArgs {
     pub bundle: PathBuf,
     #[arg(long, value_enum, default_value_t = SandboxKind::Local)]
     pub sandbox: SandboxKind,
+}
+
+/// `screen` applies the static, structural screen (no sandbox) to patch files: a candidate
+/// source patch, or with `--bundle` a Test agent's test patch. One JSON line per patch.
+#[derive(Args, Debug)]
+pub struct ScreenArgs {
+    /// Patch files (unified diffs).
+    #[arg(required = true)]
+    pub patches: Vec<PathBuf>,
+    /// Screen as a bundle's test patch instead of a candidate.
+    #[arg(long)]
+    pub bundle: bool,
+}
+
+/// Screen patch files: `{"patch", "result": "ok" | "refused" | "unparseable", "class", "path",
+/// "detail"}` per line; exit 0 when every patch passes, 1 when one is refused or unparseable.
+pub fn screen(a: ScreenArgs) -> anyhow::Result<ExitCode> {
+    use crate::harness::diff::parse_patch;
+    use crate::harness::tamper::{screen_bundle, screen_candidate};
+    let mut all_ok = true;
+    for p in &a.patches {
+        let text = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
+        let text = String::from_utf8_lossy(&text);
+        let line = match parse_patch(&text) {
+            Err(e) => {
+                all_ok = false;
+                json!({"patch": p, "result": "unparseable", "class": e.class(), "detail": e.to_string()})
+            }
+            Ok(files) => {
+                let r = if a.bundle { screen_bundle(&files) } else { screen_candidate(&files) };
+                match r {
+                    Ok(()) => json!({"patch": p, "result": "ok"}),
+                    Err(t) => {
+                        all_ok = false;
+                        json!({"patch": p, "result": "refused", "class": t.class.code(), "path": t.path, "detail": t.detail})
+                    }
+                }
+            }
+        };
+        println!("{line}");
+    }
+    Ok(if all_ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 #[derive(Args, Debug)]
@@ -228,6 +270,12 @@ async fn audit_one(
             return json!({"instance_id": id, "validation": "rejected", "rejection": r, "q": false})
         }
     };
+    // Balanced accuracy over the task's labelled candidates and the harness's own non-fixes.
+    let task = if task.candidates.is_empty() {
+        task.clone()
+    } else {
+        harness::nonfix::with_non_fixes(&task)
+    };
     match harness::audit(&task, &frozen, kind).await {
         Ok(rec) => {
             let mut v = serde_json::to_value(&rec).unwrap_or_default();
@@ -329,6 +377,7 @@ fn grade_error(t: &TaskInstance, kind: String) -> GradeResult {
         error_kind: Some(kind),
         completion: None,
         forbidden: None,
+        tampered: None,
     }
 }
 

@@ -30,6 +30,8 @@ pub enum Command {
     Audit(harness_cmds::AuditArgs),
     /// Official grading of predictions (all FAIL_TO_PASS and PASS_TO_PASS tests).
     Grade(harness_cmds::GradeArgs),
+    /// The static, structural tamper screen of patch files (no sandbox).
+    Screen(harness_cmds::ScreenArgs),
     /// Print the model's logits for a sequence of token ids as JSON.
     Logits(model_cmds::LogitsArgs),
     /// Generate a completion for a prompt with the embedded engine.
@@ -71,6 +73,7 @@ pub fn main() -> ExitCode {
         Command::Qualify(a) => harness_cmds::qualify(a),
         Command::Audit(a) => harness_cmds::audit(a),
         Command::Grade(a) => harness_cmds::grade(a),
+        Command::Screen(a) => harness_cmds::screen(a),
         Command::Logits(a) => model_cmds::logits(a),
         Command::Generate(a) => model_cmds::generate(a),
         Command::GenTest(a) => agent_cmds::gen_test(a),

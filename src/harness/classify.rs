@@ -1,6 +1,6 @@
 //! Classification of a test run, from the runner's structured report (per-node outcomes and
 //! WHERE an error arose: collection, set-up, or the test's own call; see [`super::logparse`]),
-//! the exit code, and the sandbox's own signals (its timeout flag, the nonce-marked exit code) —
+//! the exit code, and the sandbox's own signals (its timeout flag, the exit status it observed) —
 //! never from words the code under test prints.
 //!
 //! ONE rule for a bundle's several declared nodes, the paper's (App. B.1: "PASS when all bound
@@ -13,7 +13,7 @@
 //! on the test's own import, syntax or name errors; the candidate gate passes exactly a PASS.
 //!
 //! Completion ([`completion`]) is shared with official grading: a run counts only when the
-//! sandbox's marker carries its exit code, no timeout fired, the runner's closing summary was
+//! sandbox observed its exit status, no timeout fired, the runner's closing summary was
 //! printed, its report is self-consistent, and the exit code agrees with it (non-zero iff a
 //! failure was reported; pytest's 2–5 are runner-level outcomes).
 
@@ -25,7 +25,7 @@ use serde::Serialize;
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BaseCategory {
-    /// The sandbox's marker (exit code) is missing: the harness could not observe the run.
+    /// The sandbox did not observe the run's exit status.
     HarnessException,
     /// The sandbox's timeout fired.
     Timeout,
@@ -50,6 +50,14 @@ pub enum BaseCategory {
     IncompleteRun,
     FailuresMixedWithErrors,
     ErrorsOnly,
+    /// The bundle's tests read the repository's source (or its git store) instead of exercising
+    /// it: a textual test, not a behavioural one (see `harness::guard`).
+    ReadsSource,
+    /// The bundle's run carries other evidence of tampering (see `harness::guard`).
+    Tampered,
+    /// Two runs of the bundle on Base, each in fresh state, came out differently: its outcome
+    /// depends on earlier runs or on chance.
+    StateDependent,
     /// A declared node was skipped or xfailed on Base.
     SkippedOrXfail,
     /// A declared node xpassed on Base (`xfail(strict=True)` passing included).
@@ -97,6 +105,10 @@ pub enum FailureKind {
     /// The candidate changes how tests are collected, run or reported (see `tamper`): the
     /// paper's forbidden test modification, reward 0.
     ForbiddenTestModification,
+    /// The run carries evidence that the code under test tampered with the runner, its report,
+    /// its exit or the tests (the runtime guard, the canaries: see `harness::guard`): never a
+    /// behavioural verdict, reward 0.
+    Tampered,
     BundleModified,
     HarnessException,
 }
@@ -105,14 +117,16 @@ impl FailureKind {
     /// Gate status. The bundle ran to completion on Base (it qualified), so any other outcome of
     /// the same bundle on a candidate — a collection error, a crash, an unfinished or
     /// self-contradicting run — is caused by the candidate: a behavioural `hard_fail`. Only the
-    /// sandbox's own signals (timeout, missing marker), harness-blocked structural failures and
+    /// sandbox's own signals (timeout, no observed exit), harness-blocked structural failures and
     /// runner usage errors are `inconclusive`.
     pub fn gate_status(self) -> GateStatus {
         use FailureKind::*;
         match self {
             Passed => GateStatus::Pass,
             AssertionFailure | TestError | CollectionError | NonzeroExit | NoPassSignal
-            | IncompleteRun | UnknownFailure | ForbiddenTestModification => GateStatus::HardFail,
+            | IncompleteRun | UnknownFailure | ForbiddenTestModification | Tampered => {
+                GateStatus::HardFail
+            }
             Timeout
             | InfraOrCollection
             | PatchApplyFailure
@@ -157,13 +171,14 @@ pub enum Completion {
     Complete,
     /// The sandbox's timeout fired.
     TimedOut,
-    /// The nonce-marked exit code is missing.
+    /// The sandbox did not observe the run's exit status.
     NoExitCode,
     /// A runner-level exit: pytest 2 (interrupted; collection errors), 3 (internal error),
     /// 4 (usage error), 5 (nothing collected).
     RunnerExit(i32),
     /// No closing summary (the run stopped early: crash, `os._exit`, signal), a report that
-    /// contradicts itself or its exit code.
+    /// contradicts itself or its exit code, or a guarded runner that never completed (no record
+    /// with the run's nonce: see `harness::guard`).
     Incomplete,
 }
 
@@ -172,7 +187,7 @@ pub fn completion(r: &RunRecord) -> Completion {
     if r.timed_out {
         return Completion::TimedOut;
     }
-    let Some(rc) = r.rc.filter(|_| r.marker_found) else {
+    let Some(rc) = r.rc.filter(|_| r.exit_observed) else {
         return Completion::NoExitCode;
     };
     let p = &r.parsed;
@@ -180,6 +195,11 @@ pub fn completion(r: &RunRecord) -> Completion {
         return Completion::RunnerExit(rc);
     }
     if !p.summary_seen || !p.consistent {
+        return Completion::Incomplete;
+    }
+    // Under the guard, a run counts only if the designated runner completed and said so with
+    // the run's nonce: text that looks like a summary is not a completion.
+    if r.guard.guarded && !r.guard.authenticated {
         return Completion::Incomplete;
     }
     let failed = p.has_failures()
@@ -258,6 +278,12 @@ fn reason_of<'a>(r: &'a RunRecord, node: &str) -> &'a str {
 /// Base-gate category of a run of the declared `nodes` on Base (the rule in the module doc).
 pub fn base_category(r: &RunRecord, nodes: &[String]) -> BaseCategory {
     use BaseCategory::*;
+    if r.guard.evidence.iter().any(|e| e.class == "reads_source") {
+        return ReadsSource;
+    }
+    if !r.guard.evidence.is_empty() {
+        return Tampered;
+    }
     match completion(r) {
         Completion::TimedOut => return Timeout,
         Completion::NoExitCode => return HarnessException,
@@ -333,6 +359,10 @@ pub fn base_category(r: &RunRecord, nodes: &[String]) -> BaseCategory {
 /// with exit code 0 and every declared node PASSED.
 pub fn failure_kind(r: &RunRecord, nodes: &[String]) -> FailureKind {
     use FailureKind::*;
+    // Evidence of tampering outranks every outcome the run reported.
+    if !r.guard.evidence.is_empty() {
+        return Tampered;
+    }
     let done = completion(r);
     match done {
         Completion::TimedOut => return Timeout,
@@ -349,8 +379,15 @@ pub fn failure_kind(r: &RunRecord, nodes: &[String]) -> FailureKind {
     }
     let st = r.node_statuses(nodes);
     let all_pass = st.iter().all(|(_, s)| *s == Some(TestStatus::Passed));
+    // Canaries fail by design: the exit status then says "tests failed", and it must be
+    // nothing but them that failed.
+    let exit_ok = r.rc == Some(0)
+        || (r.guard.canary.is_some()
+            && r.rc.is_some_and(|c| c != 0)
+            && !r.parsed.has_failures()
+            && r.guard.canary_statuses.values().any(|s| *s == TestStatus::Failed));
     if all_pass {
-        return if done == Completion::Complete && r.rc == Some(0) {
+        return if done == Completion::Complete && exit_ok {
             Passed
         } else {
             NonzeroExit
@@ -395,7 +432,7 @@ mod tests {
     fn run(rc: Option<i32>, timed_out: bool, output: &str) -> RunRecord {
         RunRecord {
             rc,
-            marker_found: rc.is_some(),
+            exit_observed: rc.is_some(),
             timed_out,
             output: output.to_string(),
             parsed: parse_log(CommandRunner::Pytest, output),
@@ -404,6 +441,7 @@ mod tests {
             duration: Duration::ZERO,
             test_duration: None,
             log_path: None,
+            guard: Default::default(),
         }
     }
 

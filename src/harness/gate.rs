@@ -10,8 +10,9 @@ use super::tamper::{screen_candidate_in, Tamper};
 use super::error::HarnessError;
 use super::execute::{
     apply_patch, bound_tail, checked_patch_text, run_after, run_tests, runner_guard, ApplyOutcome,
-    RunRecord, Staged,
+    GuardedCommand, RunPlan, RunRecord, Staged,
 };
+use super::guard::{self, GuardMode, GuardSpec};
 use super::feedback::{render, EnvelopeInput};
 use super::logparse::TestStatus;
 pub use super::provision::{docker_image, open_sandbox, open_sandbox_with};
@@ -37,11 +38,50 @@ pub enum Qualification {
     },
 }
 
+/// How a gate run of a bundle is guarded: whose code is under suspicion (the candidate's added
+/// lines, or the bundle's test files on Base, or nobody in a reference run) and, for a candidate,
+/// canaries in the bundle's judged tests.
+fn bundle_plan(
+    sb: &dyn Sandbox,
+    frozen: &FrozenBundle,
+    source_patch: &str,
+    mode: GuardMode,
+) -> Result<RunPlan, HarnessError> {
+    let plan = &frozen.plan;
+    let runner = plan.command.runner;
+    let command = GuardedCommand::parse(runner, &plan.command.activated, &plan.nodes)?;
+    let mut spec = GuardSpec::new(mode, runner, sb.workdir(), HANDOFF_DIR);
+    let mut canary_nodes = Vec::new();
+    match mode {
+        GuardMode::Candidate => {
+            if let Ok(files) = parse_patch(source_patch) {
+                spec.attribute_patch(&files);
+            }
+            let py: Vec<String> =
+                plan.paths.iter().filter(|p| p.ends_with(".py")).cloned().collect();
+            canary_nodes = guard::canary::nodes_of(runner, &plan.nodes, &py);
+        }
+        GuardMode::Bundle => {
+            if let Ok(files) = parse_patch(&frozen.bundle.test_patch) {
+                spec.suspect_bundle(&files);
+            }
+        }
+        GuardMode::Reference => {}
+    }
+    Ok(RunPlan {
+        command,
+        spec,
+        canary_nodes,
+        judged: plan.nodes.clone(),
+    })
+}
+
 /// Run the bundle on the sandbox's current tree: apply the test patch, run the command.
 /// `Err(kind)` for a structural failure (test patch does not apply).
 async fn run_bundle(
     sb: &dyn Sandbox,
     frozen: &FrozenBundle,
+    run: RunPlan,
     timeout: Duration,
 ) -> Result<Result<RunRecord, (FailureKind, String)>, HarnessError> {
     match apply_patch(sb, &frozen.bundle.test_patch, "test").await? {
@@ -50,14 +90,7 @@ async fn run_bundle(
             return Ok(Err((FailureKind::TestPatchApplyFailure, diagnostics)))
         }
     }
-    let plan = &frozen.plan;
-    Ok(Ok(run_tests(
-        sb,
-        plan.command.runner,
-        &plan.command.activated,
-        timeout,
-    )
-    .await?))
+    Ok(Ok(run_tests(sb, run, timeout).await?))
 }
 
 /// Fresh Base + `source_patch` + the bundle's test patch, then the bundle's command.
@@ -72,6 +105,7 @@ async fn prepared_run(
     sb: &dyn Sandbox,
     frozen: &FrozenBundle,
     source_patch: &str,
+    mode: GuardMode,
     timeout: Duration,
 ) -> Result<Result<RunRecord, (FailureKind, String)>, HarnessError> {
     // Only what the one parser read and checked is applied (see `execute`).
@@ -99,16 +133,8 @@ async fn prepared_run(
     steps.push(("apply", format!("git apply --whitespace=nowarn {patches}")));
     let plan = &frozen.plan;
     steps.push(("guard", runner_guard(plan.command.runner, sb.base_commit(), &[])));
-    if let Staged::Ran(r) = run_after(
-        sb,
-        &steps,
-        plan.command.runner,
-        &plan.command.activated,
-        timeout,
-        ephemeral,
-    )
-    .await?
-    {
+    let run = bundle_plan(sb, frozen, source_patch, mode)?;
+    if let Staged::Ran(r) = run_after(sb, &steps, run.clone(), timeout, ephemeral).await? {
         return Ok(Ok(r));
     }
     sb.reset().await?;
@@ -116,7 +142,42 @@ async fn prepared_run(
     {
         return Ok(Err((FailureKind::PatchApplyFailure, diagnostics)));
     }
-    run_bundle(sb, frozen, timeout).await
+    run_bundle(sb, frozen, run, timeout).await
+}
+
+/// Finish judging a candidate run whose guard saw events that are evidence only if Base does
+/// not do them: run the bundle on Base (no candidate, nothing under suspicion) once per bundle,
+/// sandbox kind and Base, and compare.
+async fn judge_against_base(
+    sb: &dyn Sandbox,
+    frozen: &FrozenBundle,
+    r: &mut RunRecord,
+    timeout: Duration,
+) -> Result<(), HarnessError> {
+    if !r.guard.needs_reference() {
+        return Ok(());
+    }
+    let key = format!("gate\0{}\0{}\0{}", sb.base_commit(), frozen.hash, sb.identity());
+    let cached = guard::reference_cache()
+        .lock()
+        .ok()
+        .and_then(|c| c.get(&key).cloned());
+    let reference = match cached {
+        Some(rec) => rec,
+        None => {
+            sb.reset().await?;
+            let rec = match prepared_run(sb, frozen, "", GuardMode::Reference, timeout).await? {
+                Ok(run) => run.guard.records,
+                Err(_) => Default::default(),
+            };
+            if let Ok(mut c) = guard::reference_cache().lock() {
+                c.insert(key, rec.clone());
+            }
+            rec
+        }
+    };
+    r.guard.judge_with_reference(&reference);
+    Ok(())
 }
 
 /// Base gate on a sandbox (reset to clean Base first).
@@ -125,14 +186,38 @@ pub async fn base_gate(
     frozen: &FrozenBundle,
     timeout: Duration,
 ) -> Result<(BaseCategory, String), HarnessError> {
-    let (cat, out) = match prepared_run(sb, frozen, "", timeout).await? {
-        Ok(r) => (base_category(&r, &frozen.plan.nodes), r.output),
+    let (cat, out, _) = base_run(sb, frozen, timeout).await?;
+    Ok((cat, out))
+}
+
+/// One Base-gate run of a bundle under the guard (the bundle's tests under suspicion): its
+/// category, the bounded tail, and the failing declared nodes.
+async fn base_run(
+    sb: &dyn Sandbox,
+    frozen: &FrozenBundle,
+    timeout: Duration,
+) -> Result<(BaseCategory, String, Vec<String>), HarnessError> {
+    Ok(match prepared_run(sb, frozen, "", GuardMode::Bundle, timeout).await? {
+        Ok(r) => {
+            let cat = base_category(&r, &frozen.plan.nodes);
+            let mut out = r.output.clone();
+            if matches!(cat, BaseCategory::ReadsSource | BaseCategory::Tampered) {
+                out = format!("{}\n{out}", r.guard.evidence_lines().join("\n"));
+            }
+            let failing = r
+                .node_statuses(&frozen.plan.nodes)
+                .into_iter()
+                .filter(|(_, s)| *s != Some(TestStatus::Passed))
+                .map(|(n, _)| n)
+                .collect();
+            (cat, bound_tail(&out, BASE_TAIL), failing)
+        }
         Err((_, diag)) => (
             BaseCategory::HarnessException,
             format!("test.patch does not apply on Base:\n{diag}"),
+            Vec::new(),
         ),
-    };
-    Ok((cat, bound_tail(&out, BASE_TAIL)))
+    })
 }
 
 /// Validation, then the Base gate. `Accepted` only for a clean assertion failure on Base.
@@ -154,12 +239,30 @@ pub async fn qualify_in(
     sb: &dyn Sandbox,
     frozen: FrozenBundle,
 ) -> Result<Qualification, HarnessError> {
-    let (category, tail) = base_gate(sb, &frozen, TEST_TIMEOUT).await?;
-    Ok(if category.accepted() {
-        Qualification::Accepted(frozen)
-    } else {
-        Qualification::BaseGateFailed { category, tail }
-    })
+    let (category, tail, failing) = base_run(sb, &frozen, TEST_TIMEOUT).await?;
+    if !category.accepted() {
+        return Ok(Qualification::BaseGateFailed { category, tail });
+    }
+    // A second run in fresh state must fail the same way: a bundle whose outcome depends on
+    // what an earlier run left behind (or on chance) is not a test of the behaviour.
+    sb.reset().await?;
+    let (again, tail2, failing2) = base_run(sb, &frozen, TEST_TIMEOUT).await?;
+    if again != category || failing2 != failing {
+        return Ok(Qualification::BaseGateFailed {
+            category: BaseCategory::StateDependent,
+            tail: bound_tail(
+                &format!(
+                    "first run on Base: {} ({}); second run: {} ({})\n{tail2}",
+                    category.name(),
+                    failing.join(", "),
+                    again.name(),
+                    failing2.join(", ")
+                ),
+                BASE_TAIL,
+            ),
+        });
+    }
+    Ok(Qualification::Accepted(frozen))
 }
 
 /// Verdict of the candidate gate.
@@ -180,6 +283,9 @@ pub struct GateVerdict {
     /// `failure_kind` is `forbidden_test_modification`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forbidden: Option<Tamper>,
+    /// The runtime guard's evidence, when `failure_kind` is `tampered`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tampered: Vec<String>,
 }
 
 /// Candidate gate in a fresh sandbox.
@@ -244,6 +350,7 @@ pub async fn check_candidate_in(
             apply_diagnostics: diag,
             test_duration: None,
             forbidden: None,
+            tampered: Vec::new(),
         }
     };
     if !frozen.intact() {
@@ -309,7 +416,7 @@ pub async fn check_candidate_in(
             }
         }
     }
-    let run = match prepared_run(sb, frozen, source_patch, timeout).await? {
+    let run = match prepared_run(sb, frozen, source_patch, GuardMode::Candidate, timeout).await? {
         Err((FailureKind::PatchApplyFailure, diagnostics)) => {
             env.raw_output = bound_tail(&diagnostics, 2000);
             return Ok(verdict(
@@ -323,13 +430,14 @@ pub async fn check_candidate_in(
         }
         other => other,
     };
-    let r = match run {
+    let mut r = match run {
         Ok(r) => r,
         Err((kind, diag)) => {
             env.raw_output = bound_tail(&diag, 2000);
             return Ok(verdict(&mut env, kind, None, vec![], false, Some(diag)));
         }
     };
+    judge_against_base(sb, frozen, &mut r, timeout).await?;
     let kind = failure_kind(&r, &plan.nodes);
     let failed: Vec<String> = r
         .node_statuses(&plan.nodes)
@@ -338,9 +446,18 @@ pub async fn check_candidate_in(
         .map(|(n, _)| n)
         .collect();
     env.counts = serde_json::to_value(&r.parsed.counts).unwrap_or_default();
-    env.raw_output = r.output.clone();
+    env.raw_output = if kind == FailureKind::Tampered {
+        format!(
+            "the run is not a verdict: the runtime guard found\n{}\n\n{}",
+            r.guard.evidence_lines().join("\n"),
+            r.output
+        )
+    } else {
+        r.output.clone()
+    };
     let mut v = verdict(&mut env, kind, r.rc, failed, r.timed_out, None);
     v.test_duration = r.test_duration;
+    v.tampered = r.guard.evidence_lines();
     Ok(v)
 }
 
@@ -377,14 +494,22 @@ pub async fn audit(
     frozen: &FrozenBundle,
     kind: SandboxKind,
 ) -> Result<AuditRecord, HarnessError> {
-    let sb = open_sandbox(kind, task, Purpose::Gate).await?;
-    let (cat, _) = base_gate(sb.as_ref(), frozen, TEST_TIMEOUT).await?;
-    let gold = check_candidate_in(sb.as_ref(), frozen, &task.patch, TEST_TIMEOUT).await?;
+    // Base, Gold and each candidate in a sandbox of its own: nothing one run leaves (in the
+    // workspace, .git, /tmp) can reach another.
+    let (cat, _) = {
+        let sb = open_sandbox(kind, task, Purpose::Gate).await?;
+        base_gate(sb.as_ref(), frozen, TEST_TIMEOUT).await?
+    };
+    let gold = {
+        let sb = open_sandbox(kind, task, Purpose::Gate).await?;
+        check_candidate_in(sb.as_ref(), frozen, &task.patch, TEST_TIMEOUT).await?
+    };
     let q = cat.accepted() && gold.status == GateStatus::Pass;
     let mut labels = Vec::new();
     let mut candidates = Vec::new();
     let mut infra = false;
     for c in &task.candidates {
+        let sb = open_sandbox(kind, task, Purpose::Gate).await?;
         let v = check_candidate_in(sb.as_ref(), frozen, &c.patch, TEST_TIMEOUT).await?;
         infra |= v.status == GateStatus::Inconclusive
             && !matches!(

@@ -9,13 +9,14 @@
 //! results written in SWE-bench format.
 
 use super::classify::{completion, Completion};
-use super::diff::parse_patch;
+use super::diff::{is_test_path_in, parse_patch, FileChange, TestLayout};
 use super::error::HarnessError;
-use super::execute::{apply_patch, run_tests_keeping, ApplyOutcome};
+use super::execute::{apply_patch, run_tests_keeping, ApplyOutcome, GuardedCommand, RunPlan, RunRecord};
+use super::guard::{self, GuardMode, GuardSpec};
 use super::tamper::screen_candidate_in;
 use super::logparse::TestStatus;
 use super::provision::open_sandbox;
-use super::sandbox::{shell_quote, Purpose, SandboxKind};
+use super::sandbox::{shell_quote, Purpose, Sandbox, SandboxKind, HANDOFF_DIR};
 use super::selector::{canonical_label, CommandRunner};
 use crate::task::{Runner, TaskInstance};
 use serde::{Deserialize, Serialize};
@@ -54,6 +55,10 @@ pub struct GradeResult {
     /// `runner_config`): not resolved, a behavioural verdict (reward 0), never run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forbidden: Option<String>,
+    /// Set when the run carries evidence of tampering (the runtime guard, the canaries; see
+    /// `harness::guard`): not resolved, reward 0, whatever the tests reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tampered: Option<Vec<String>>,
 }
 
 /// Read predictions from a JSON list or JSONL file.
@@ -110,7 +115,62 @@ fn error(task: &TaskInstance, kind: &str) -> GradeResult {
         error_kind: Some(kind.into()),
         completion: None,
         forbidden: None,
+        tampered: None,
     }
+}
+
+/// P2P tests that also get mutants in grading, besides every F2P test: enough to catch a
+/// candidate that breaks a passing test and forges its pass, bounded so grading stays cheap.
+const P2P_CANARIES: usize = 4;
+
+/// The judged tests that carry canaries in a grading run: every FAIL_TO_PASS test and the
+/// first [`P2P_CANARIES`] PASS_TO_PASS tests (a stable choice, so the Base reference matches).
+fn judged_ids(task: &TaskInstance) -> Vec<String> {
+    task.fail_to_pass
+        .iter()
+        .chain(task.pass_to_pass.iter().take(P2P_CANARIES))
+        .cloned()
+        .collect()
+}
+
+/// Paths a model patch touches that are tests or the runner's own entry points: taken from
+/// Base before the official tests are applied, as the gate refuses them.
+fn reset_paths(task: &TaskInstance, model: &[FileChange], official: &[FileChange], script: Option<&str>) -> Vec<String> {
+    let layout = TestLayout::for_task(task);
+    let mut out: Vec<String> = official
+        .iter()
+        .flat_map(|f| f.paths().map(str::to_string).collect::<Vec<_>>())
+        .collect();
+    for p in model.iter().flat_map(|f| f.paths().map(str::to_string).collect::<Vec<_>>()) {
+        let entry = script.is_some_and(|s| s == p);
+        if (entry || is_test_path_in(&p, &layout)) && !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Reset `paths` to Base in the sandbox (checked out, or removed when Base lacks them).
+async fn reset_to_base(sb: &dyn Sandbox, paths: &[String]) -> Result<(), HarnessError> {
+    if paths.is_empty() {
+        return Ok(());
+    }
+    let base = shell_quote(sb.base_commit());
+    let reset: Vec<String> = paths
+        .iter()
+        .map(|p| {
+            let q = shell_quote(p);
+            format!("if git cat-file -e {base}:{q} 2>/dev/null; then git checkout -q {base} -- {q}; else rm -rf -- {q}; fi")
+        })
+        .collect();
+    let out = sb.exec(&reset.join(" && "), Duration::from_secs(120)).await?;
+    if !out.success() {
+        return Err(HarnessError::Other(format!(
+            "resetting test files: {}",
+            out.output
+        )));
+    }
+    Ok(())
 }
 
 /// Grade one model patch.
@@ -151,44 +211,52 @@ pub async fn grade(
             });
         }
     }
-    // Reset the files the test patch touches to their Base version.
-    let base = shell_quote(sb.base_commit());
-    let mut reset = Vec::new();
-    for p in files
-        .iter()
-        .flat_map(|f| f.paths().map(str::to_string).collect::<Vec<_>>())
-    {
-        let q = shell_quote(&p);
-        reset.push(format!("if git cat-file -e {base}:{q} 2>/dev/null; then git checkout -q {base} -- {q}; else rm -rf -- {q}; fi"));
+    let model_files = if model_patch.trim().is_empty() {
+        Vec::new()
+    } else {
+        parse_patch(model_patch).unwrap_or_default()
+    };
+    let r = match official_run(task, sb, &files, &model_files, GuardMode::Candidate).await? {
+        Ok(r) => r,
+        Err(kind) => return Ok(error(task, kind)),
+    };
+    let mut r = r;
+    if r.guard.needs_reference() {
+        let key = format!(
+            "grade\0{}\0{}\0{}\0{}",
+            sb.base_commit(),
+            task.instance_id,
+            {
+                use sha2::Digest;
+                hex::encode(&sha2::Sha256::digest(task.test_patch.as_bytes())[..12])
+            },
+            sb.identity()
+        );
+        let cached = guard::reference_cache().lock().ok().and_then(|c| c.get(&key).cloned());
+        let reference = match cached {
+            Some(rec) => rec,
+            None => {
+                sb.reset().await?;
+                let rec = match official_run(task, sb, &files, &[], GuardMode::Reference).await? {
+                    Ok(run) => run.guard.records,
+                    Err(_) => Default::default(),
+                };
+                if let Ok(mut c) = guard::reference_cache().lock() {
+                    c.insert(key, rec.clone());
+                }
+                rec
+            }
+        };
+        r.guard.judge_with_reference(&reference);
     }
-    if !reset.is_empty() {
-        let out = sb
-            .exec(&reset.join(" && "), Duration::from_secs(120))
-            .await?;
-        if !out.success() {
-            return Err(HarnessError::Other(format!(
-                "resetting test files: {}",
-                out.output
-            )));
-        }
+    if !r.guard.evidence.is_empty() {
+        return Ok(GradeResult {
+            error_kind: None,
+            tampered: Some(r.guard.evidence_lines()),
+            ..error(task, "")
+        });
     }
-    if let ApplyOutcome::Failed { .. } = apply_patch(sb, &task.test_patch, "official-tests").await?
-    {
-        return Ok(error(task, "test_patch_apply_failed"));
-    }
-    let test_files: Vec<String> = files
-        .iter()
-        .filter_map(|f| f.new_path.clone())
-        .filter(|p| p.ends_with(".py"))
-        .collect();
     let runner = runner_of(task);
-    let cmd = official_command(task, &test_files);
-    // The runner starts with the Base configuration, as the official test patch left it.
-    let official_paths: Vec<String> = files
-        .iter()
-        .flat_map(|f| f.paths().map(str::to_string).collect::<Vec<_>>())
-        .collect();
-    let r = run_tests_keeping(sb, runner, &cmd, GRADE_TIMEOUT, &official_paths).await?;
     let done = match completion(&r) {
         Completion::TimedOut => return Ok(error(task, "timeout")),
         Completion::NoExitCode => return Ok(error(task, "no_exit_code")),
@@ -226,5 +294,51 @@ pub async fn grade(
         error_kind: None,
         completion: done,
         forbidden: None,
+        tampered: None,
     })
+}
+
+/// The official run on the sandbox's tree (the model patch already applied, or Base): test
+/// paths and runner entry points reset to Base, the official test patch applied, the official
+/// command run under the guard with canaries in the FAIL_TO_PASS tests. `Err(kind)`: not
+/// gradable.
+async fn official_run(
+    task: &TaskInstance,
+    sb: &dyn Sandbox,
+    official: &[FileChange],
+    model: &[FileChange],
+    mode: GuardMode,
+) -> Result<Result<RunRecord, &'static str>, HarnessError> {
+    let runner = runner_of(task);
+    let test_files: Vec<String> = official
+        .iter()
+        .filter_map(|f| f.new_path.clone())
+        .filter(|p| p.ends_with(".py"))
+        .collect();
+    let cmd = official_command(task, &test_files);
+    let command = GuardedCommand::parse(runner, &cmd, &[])?;
+    let script = command.script();
+    reset_to_base(sb, &reset_paths(task, model, official, script.as_deref())).await?;
+    if let ApplyOutcome::Failed { .. } = apply_patch(sb, &task.test_patch, "official-tests").await?
+    {
+        return Ok(Err("test_patch_apply_failed"));
+    }
+    let mut spec = GuardSpec::new(mode, runner, sb.workdir(), HANDOFF_DIR);
+    let mut canary_nodes = Vec::new();
+    if mode == GuardMode::Candidate {
+        spec.attribute_patch(model);
+        canary_nodes = guard::canary::nodes_of(runner, &judged_ids(task), &test_files);
+    }
+    // The runner starts with the Base configuration, as the official test patch left it.
+    let official_paths: Vec<String> = official
+        .iter()
+        .flat_map(|f| f.paths().map(str::to_string).collect::<Vec<_>>())
+        .collect();
+    let plan = RunPlan {
+        command,
+        spec,
+        canary_nodes,
+        judged: task.fail_to_pass.iter().chain(&task.pass_to_pass).cloned().collect(),
+    };
+    Ok(Ok(run_tests_keeping(sb, plan, GRADE_TIMEOUT, &official_paths).await?))
 }

@@ -23,6 +23,8 @@ pub mod execute;
 pub mod feedback;
 pub mod gate;
 pub mod grade;
+pub mod guard;
+pub mod nonfix;
 pub mod logparse;
 pub mod provision;
 pub mod orphans;

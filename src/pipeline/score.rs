@@ -12,7 +12,8 @@
 //! the trajectory is masked (zero advantage) instead of being scored as a behavioural failure
 //! (harness-semantics §4) — except an inconclusive Gold (or Base) run of the Test audit, which
 //! eq. 12 scores as G = 0 (reward 0, not masked). Structural patch problems (does not apply, touches the test's files)
-//! are invalid patches (reward 0), as Table 8 says for forbidden test modification.
+//! are invalid patches (reward 0), as Table 8 says for forbidden test modification; so is a
+//! run the runtime guard found tampered with (`tampered`, see `harness::guard`).
 
 use crate::episode::rewards::{select_candidates, CandidateResult, RepairTerminal, TestAudit};
 use crate::episode::test_episode::SubmissionVerdict;
@@ -20,8 +21,11 @@ use crate::episode::{RepairResult, TerminalReason, TestEpisodeResult, TestOutcom
 use crate::harness::{self, BaseCategory, FailureKind, FrozenBundle, GateStatus, SandboxKind};
 use crate::task::TaskInstance;
 
-/// The task with its candidate pool cut to the reward's ≤ 8 deduplicated, balanced candidates.
+/// The task with its candidate pool cut to the reward's ≤ 8 deduplicated, balanced candidates,
+/// the harness's own non-fixes (`harness::nonfix`: the fix as comments, the words)
+/// always among the incorrect ones, so a bundle that reads the source cannot score.
 fn with_reward_candidates(task: &TaskInstance) -> TaskInstance {
+    let task = harness::nonfix::with_non_fixes(task);
     let labelled: Vec<(&str, bool)> = task.candidates.iter().map(|c| (c.patch.as_str(), c.resolved)).collect();
     let keep = select_candidates(&labelled);
     let mut t = task.clone();
@@ -75,6 +79,7 @@ fn invalid_patch_kind(kind: &str) -> bool {
         FailureKind::PatchApplyFailure,
         FailureKind::HiddenTestPathsDirtied,
         FailureKind::ForbiddenTestModification,
+        FailureKind::Tampered,
         FailureKind::BundleModified,
     ]
         .iter()
@@ -115,7 +120,11 @@ pub async fn score_repair_rollout(
         return RepairTerminal::OperationalError;
     }
     let official = match harness::grade(task, &rec.terminal_patch, kind).await {
-        Ok(g) if g.forbidden.is_some() || g.error_kind.as_deref() == Some("patch_apply_failed") => {
+        Ok(g)
+            if g.forbidden.is_some()
+                || g.tampered.is_some()
+                || g.error_kind.as_deref() == Some("patch_apply_failed") =>
+        {
             return RepairTerminal::InvalidPatch
         }
         Ok(g) if g.error_kind.is_some() => return RepairTerminal::OperationalError,

@@ -210,6 +210,35 @@ pub struct DockerSandbox {
     env: EnvAccess,
     /// Attached stdin of the container's main process: dropping it (or dying) ends the container.
     _lifeline: tokio::sync::Mutex<Vec<Pin<Box<dyn tokio::io::AsyncWrite + Send>>>>,
+    /// `.git` as it was before the first run: its metadata (a tar of everything but `objects/`,
+    /// kept on the host) and the listing of its object files (see [`super::git_state`]).
+    git_snapshot: tokio::sync::Mutex<Option<(Vec<u8>, super::git_state::ObjectListing)>>,
+}
+
+/// The one file `name` of a tar archive (what the daemon sends for a downloaded path).
+fn inner_tar(outer: &[u8], name: &str) -> Result<Vec<u8>, HarnessError> {
+    use std::io::Write;
+    let mut child = std::process::Command::new("tar")
+        .args(["-xOf", "-", name])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| HarnessError::Other(format!("running tar: {e}")))?;
+    let mut stdin = child.stdin.take().expect("piped");
+    let data = outer.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&data));
+    let out = child
+        .wait_with_output()
+        .map_err(|e| HarnessError::Other(format!("running tar: {e}")))?;
+    let _ = writer.join();
+    if !out.status.success() {
+        return Err(HarnessError::Other(format!(
+            "extracting {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(out.stdout)
 }
 
 /// `tar` of a host directory's contents, every entry owned by `owner` (`uid:gid`) when given.
@@ -303,6 +332,7 @@ impl DockerSandbox {
             counter: AtomicU64::new(0),
             env: config.environment.clone(),
             _lifeline: tokio::sync::Mutex::new(Vec::new()),
+            git_snapshot: tokio::sync::Mutex::new(None),
         };
         sb.create().await?;
         Ok(sb)
@@ -409,7 +439,7 @@ impl DockerSandbox {
                     )));
                 }
             }
-            return Ok(());
+            return self.snapshot_git().await;
         }
         // As the image's root (without capabilities: it may only touch what it owns): empty the
         // volumes and open /testbed's top directory to the sandbox user.
@@ -437,6 +467,100 @@ impl DockerSandbox {
             )
             .await
             .map_err(derr("uploading the repository"))?;
+        self.snapshot_git().await
+    }
+
+    /// Keep `.git` as it is before the first run: its metadata as a host-side tar, its object
+    /// files as a listing. Fails closed: no snapshot, no sandbox.
+    async fn snapshot_git(&self) -> Result<(), HarnessError> {
+        let t = Duration::from_secs(600);
+        let stage = "/tmp/.execcritic-gitmeta.tar";
+        let mk = self
+            .run(
+                &format!("cd {WORKDIR} && tar -cf {stage} --exclude=.git/objects .git"),
+                t,
+            )
+            .await?;
+        if !mk.success() {
+            return Err(HarnessError::SandboxStart(format!(
+                "snapshot of .git: {}",
+                mk.output.chars().take(2000).collect::<String>()
+            )));
+        }
+        let mut outer = Vec::new();
+        let mut stream = self.docker.download_from_container(
+            &self.id(),
+            Some(bollard::query_parameters::DownloadFromContainerOptions { path: stage.into() }),
+        );
+        while let Some(chunk) = stream.next().await {
+            outer.extend_from_slice(&chunk.map_err(derr("downloading the snapshot of .git"))?);
+        }
+        let meta = inner_tar(&outer, ".execcritic-gitmeta.tar")?;
+        let listing = self.object_listing().await?;
+        self.run(&format!("rm -f {stage}"), t).await?;
+        *self.git_snapshot.lock().await = Some((meta, listing));
+        Ok(())
+    }
+
+    /// The object files of the workspace's `.git` as they are now.
+    async fn object_listing(&self) -> Result<super::git_state::ObjectListing, HarnessError> {
+        let out = self
+            .run(
+                &format!("cd {WORKDIR} && find .git/objects -type f -printf '%P\\t%s\\t%i\\t%C@\\n'"),
+                Duration::from_secs(120),
+            )
+            .await?;
+        if !out.success() || out.truncated {
+            return Err(HarnessError::Reset(format!(
+                "listing .git/objects: {}",
+                out.output.chars().take(500).collect::<String>()
+            )));
+        }
+        Ok(super::git_state::ObjectListing::parse(&out.output))
+    }
+
+    /// Put `.git` back as the snapshot has it (see [`super::git_state`]); `Err` when an object
+    /// file changed (the caller recreates the container).
+    async fn restore_git(&self) -> Result<(), HarnessError> {
+        let snap = self.git_snapshot.lock().await.clone();
+        let Some((meta, listing)) = snap else {
+            return Err(HarnessError::Reset("no snapshot of .git".into()));
+        };
+        let t = Duration::from_secs(120);
+        let rm = self
+            .run(
+                &format!("cd {WORKDIR} && find .git -mindepth 1 -maxdepth 1 ! -name objects -exec rm -rf {{}} +"),
+                t,
+            )
+            .await?;
+        if !rm.success() {
+            return Err(HarnessError::Reset(format!("clearing .git: {}", rm.output)));
+        }
+        let now = self.object_listing().await?;
+        let added = listing.added_since(&now).map_err(HarnessError::Reset)?;
+        for chunk in added.chunks(200) {
+            let files: Vec<String> = chunk
+                .iter()
+                .map(|p| shell_quote(&format!(".git/objects/{p}")))
+                .collect();
+            let out = self
+                .run(&format!("cd {WORKDIR} && rm -f -- {}", files.join(" ")), t)
+                .await?;
+            if !out.success() {
+                return Err(HarnessError::Reset(format!("removing objects: {}", out.output)));
+            }
+        }
+        self.docker
+            .upload_to_container(
+                &self.id(),
+                Some(UploadToContainerOptions {
+                    path: WORKDIR.into(),
+                    ..Default::default()
+                }),
+                bollard::body_full(meta.into()),
+            )
+            .await
+            .map_err(derr("restoring .git"))?;
         Ok(())
     }
 
@@ -471,6 +595,17 @@ impl DockerSandbox {
         timeout: Duration,
         user: Option<&str>,
     ) -> Result<ExecOutput, HarnessError> {
+        self.run_full(command, timeout, user, None).await
+    }
+
+    /// Run as `user` with `input` on the command's stdin.
+    async fn run_full(
+        &self,
+        command: &str,
+        timeout: Duration,
+        user: Option<&str>,
+        input: Option<&[u8]>,
+    ) -> Result<ExecOutput, HarnessError> {
         use bollard::exec::{StartExecOptions, StartExecResults};
         use bollard::models::ExecConfig;
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
@@ -480,8 +615,10 @@ impl DockerSandbox {
         // `timeout` leads its own process group; its pid is recorded so we can kill the group.
         // `timeout` leads its own process group; when the command ends, whatever it left
         // running in that group is killed (as the local sandbox's pid namespace does).
+        // A background job's stdin is /dev/null unless redirected: keep ours when there is input.
+        let keep_stdin = if input.is_some() { " 0<&0" } else { "" };
         let wrapper = format!(
-            "timeout -s KILL {secs} bash -c {} & t=$!; echo $t > {pidfile}; wait $t; rc=$?; \
+            "timeout -s KILL {secs} bash -c {}{keep_stdin} & t=$!; echo $t > {pidfile}; wait $t; rc=$?; \
              for i in 1 2 3; do kill -KILL -- -$t 2>/dev/null || break; sleep 0.05; done; exit $rc",
             shell_quote(command)
         );
@@ -494,6 +631,7 @@ impl DockerSandbox {
                     cmd: Some(vec!["bash".into(), "-c".into(), wrapper]),
                     attach_stdout: Some(true),
                     attach_stderr: Some(true),
+                    attach_stdin: Some(input.is_some()),
                     working_dir: Some(WORKDIR.into()),
                     env: Some(self.exec_env()),
                     user: user.map(str::to_string),
@@ -519,7 +657,13 @@ impl DockerSandbox {
             .await
             .map_err(derr("starting an exec"))?;
         let mut killed_by_us = false;
-        if let StartExecResults::Attached { mut output, .. } = started {
+        if let StartExecResults::Attached { mut output, input: mut sink } = started {
+            if let Some(data) = input {
+                use tokio::io::AsyncWriteExt;
+                let _ = sink.write_all(data).await;
+                let _ = sink.shutdown().await;
+            }
+            drop(sink);
             let deadline = tokio::time::Instant::now() + timeout + Duration::from_secs(5);
             loop {
                 match tokio::time::timeout_at(deadline, output.next()).await {
@@ -676,18 +820,58 @@ impl DockerSandbox {
     }
 }
 
+/// Where a docker sandbox receives the guard's files (see [`super::Sandbox::guard_dir`]).
+pub const DOCKER_GUARD_DIR: &str = "/tmp/.execcritic-guard";
+
 impl super::Sandbox for DockerSandbox {
     fn exec<'a>(&'a self, command: &'a str, timeout: Duration) -> SandboxFuture<'a, ExecOutput> {
         Box::pin(self.run(command, timeout))
     }
 
+    fn exec_input<'a>(
+        &'a self,
+        command: &'a str,
+        timeout: Duration,
+        input: &'a [u8],
+        _ephemeral: bool,
+    ) -> SandboxFuture<'a, ExecOutput> {
+        Box::pin(self.run_full(command, timeout, self.user.as_deref(), Some(input)))
+    }
+
+    fn identity(&self) -> String {
+        format!("docker:{}", self.image)
+    }
+
+    fn guard_dir(&self) -> SandboxFuture<'_, String> {
+        Box::pin(async move {
+            // Uploaded afresh before every guarded run: /tmp is emptied between runs, so nothing
+            // a run changes here reaches the next one.
+            let dir = DOCKER_GUARD_DIR;
+            self.put_file(&format!("{dir}/sitecustomize.py"), crate::harness::guard::SITECUSTOMIZE.as_bytes())
+                .await?;
+            self.put_file(
+                &format!("{dir}/{}", crate::harness::guard::PLANNER_FILE),
+                crate::harness::guard::PLANNER.as_bytes(),
+            )
+            .await?;
+            Ok(dir.to_string())
+        })
+    }
+
     fn reset(&self) -> SandboxFuture<'_, ()> {
         Box::pin(async move {
+            // Nothing of a run survives into the next: its processes (a daemon that left the
+            // command's process group too), `.git/` (hooks, config, info/, refs, objects: a git
+            // reset restores none of it), the work tree, /tmp and /dev/shm.
+            self.kill_all(&self.id()).await;
             let cmd = format!(
-                "{} && find /tmp -mindepth 1 -delete",
+                "{} && find /tmp -mindepth 1 -delete && {{ [ ! -d /dev/shm ] || find /dev/shm -mindepth 1 -delete 2>/dev/null || true; }}",
                 reset_command(&self.base_commit)
             );
             for _ in 0..2 {
+                if self.restore_git().await.is_err() {
+                    break;
+                }
                 if let Ok(out) = self.run(&cmd, Duration::from_secs(120)).await {
                     if out.success() {
                         return Ok(());

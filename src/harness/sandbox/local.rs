@@ -60,10 +60,14 @@ pub struct LocalSandbox {
     /// The task environment and the host path bwrap binds at `/env` (staged as root).
     env: EnvAccess,
     env_src: Option<PathBuf>,
+    /// The host path bwrap binds read-only at [`crate::harness::guard::GUARD_DIR`] (staged as root).
+    guard_src: PathBuf,
     /// Ephemeral runs' mounts (root with overlayfs only).
     overlay: Option<OverlaySpec>,
     /// The workspace is known to be the clean Base (fresh, or reset since the last write).
     clean: AtomicBool,
+    /// The object store as the snapshot of `.git` saw it.
+    git_objects: std::sync::Mutex<Option<super::git_state::ObjectListing>>,
 }
 
 impl LocalSandbox {
@@ -106,6 +110,18 @@ impl LocalSandbox {
             }
             Some(dir) => Some(dir.to_path_buf()),
         };
+        let guard_src = {
+            let dir = crate::harness::guard::host_dir()?;
+            if uid.is_some() {
+                // The sandbox uid may not traverse the temp directory's parents: stage it.
+                let dst = root.path().join("guardbind");
+                std::fs::create_dir_all(&dst).map_err(|e| HarnessError::io(&dst, e))?;
+                staged.push((cstring(dir)?, cstring(&dst)?));
+                dst
+            } else {
+                dir.to_path_buf()
+            }
+        };
         let sb = LocalSandbox {
             root,
             base_commit,
@@ -121,8 +137,10 @@ impl LocalSandbox {
             entries,
             env: config.environment.clone(),
             env_src,
+            guard_src,
             overlay: None,
             clean: AtomicBool::new(true),
+            git_objects: std::sync::Mutex::new(None),
         };
         let mut sb = sb;
         if sb.uid.is_some() && !config.no_ephemeral && overlay_supported() {
@@ -132,6 +150,7 @@ impl LocalSandbox {
             sb.overlay = OverlaySpec::new(&ovl, &sb.workspace(), owner, sb.limits.max_file_bytes);
         }
         std::fs::create_dir_all(sb.tmp_dir()).map_err(|e| HarnessError::io(sb.tmp_dir(), e))?;
+        sb.snapshot_git()?;
         sb.chown_tree(sb.root.path())?;
         Ok(sb)
     }
@@ -150,6 +169,66 @@ impl LocalSandbox {
         self.root.path().join("tmp")
     }
 
+    /// Where the workspace's `.git` metadata is kept as it was at the start (host side; no
+    /// sandbox sees it), so a reset puts back hooks, config, `info/` and refs a run may have
+    /// changed; objects are checked against their listing instead of copied.
+    fn git_snapshot(&self) -> PathBuf {
+        self.root.path().join("git-snapshot")
+    }
+
+    /// Keep `.git` as it is now (fail closed: no snapshot, no sandbox).
+    fn snapshot_git(&self) -> Result<(), HarnessError> {
+        let snap = self.git_snapshot();
+        if snap.exists() {
+            std::fs::remove_dir_all(&snap).map_err(|e| HarnessError::io(&snap, e))?;
+        }
+        std::fs::create_dir_all(&snap).map_err(|e| HarnessError::io(&snap, e))?;
+        let git = self.workspace().join(".git");
+        let objects = super::git_state::ObjectListing::read(&git)?;
+        for entry in std::fs::read_dir(&git).map_err(|e| HarnessError::io(&git, e))? {
+            let entry = entry.map_err(|e| HarnessError::io(&git, e))?;
+            if entry.file_name() != "objects" {
+                copy_tree(&entry.path(), &snap.join(entry.file_name()))?;
+            }
+        }
+        *self.git_objects.lock().map_err(|_| HarnessError::Other("poisoned".into()))? = Some(objects);
+        Ok(())
+    }
+
+    /// Put `.git` back as the snapshot has it: metadata copied back, objects a run added
+    /// removed; an object that changed or went missing fails (the caller rebuilds).
+    fn restore_git(&self) -> Result<(), HarnessError> {
+        let git = self.workspace().join(".git");
+        let objects = self
+            .git_objects
+            .lock()
+            .map_err(|_| HarnessError::Other("poisoned".into()))?
+            .clone()
+            .ok_or_else(|| HarnessError::Reset("no snapshot of .git".into()))?;
+        if !git.is_dir() || git.is_symlink() {
+            return Err(HarnessError::Reset(".git is gone".into()));
+        }
+        for entry in std::fs::read_dir(&git).map_err(|e| HarnessError::io(&git, e))? {
+            let p = entry.map_err(|e| HarnessError::io(&git, e))?.path();
+            if p.file_name().is_some_and(|n| n == "objects") && p.is_dir() && !p.is_symlink() {
+                continue;
+            }
+            let r = if p.is_dir() && !p.is_symlink() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+            r.map_err(|e| HarnessError::io(&p, e))?;
+        }
+        objects.restore(&git)?;
+        let snap = self.git_snapshot();
+        for entry in std::fs::read_dir(&snap).map_err(|e| HarnessError::io(&snap, e))? {
+            let entry = entry.map_err(|e| HarnessError::io(&snap, e))?;
+            copy_tree(&entry.path(), &git.join(entry.file_name()))?;
+        }
+        self.chown_tree(&git)
+    }
+
     /// (Re)create workspace and /tmp from scratch.
     fn rebuild(&self) -> Result<(), HarnessError> {
         for d in [self.workspace(), self.tmp_dir()] {
@@ -165,6 +244,7 @@ impl LocalSandbox {
                 self.base_commit
             )));
         }
+        self.snapshot_git()?;
         self.chown_tree(&self.workspace())?;
         self.chown_tree(&self.tmp_dir())?;
         Ok(())
@@ -235,6 +315,9 @@ impl LocalSandbox {
             };
             c.arg(how).arg(src).arg(ENV_DIR);
         }
+        c.arg("--ro-bind")
+            .arg(&self.guard_src)
+            .arg(crate::harness::guard::GUARD_DIR);
         c.args([
             "--remount-ro",
             "/",
@@ -249,7 +332,7 @@ impl LocalSandbox {
 
     async fn run(&self, command: &str, timeout: Duration) -> Result<ExecOutput, HarnessError> {
         self.clean.store(false, Ordering::SeqCst);
-        self.run_with(command, timeout, false).await
+        self.run_with(command, timeout, false, None).await
     }
 
     /// Ephemeral run: reset first only if the workspace was written since the last reset.
@@ -257,6 +340,7 @@ impl LocalSandbox {
         &self,
         command: &str,
         timeout: Duration,
+        input: Option<&[u8]>,
     ) -> Result<ExecOutput, HarnessError> {
         if self.overlay.is_none() {
             return Err(HarnessError::Other(
@@ -271,7 +355,7 @@ impl LocalSandbox {
             std::fs::create_dir_all(&handoff).map_err(|e| HarnessError::io(&handoff, e))?;
             self.chown_tree(&handoff)?;
         }
-        self.run_with(command, timeout, true).await
+        self.run_with(command, timeout, true, input).await
     }
 
     async fn run_with(
@@ -279,6 +363,7 @@ impl LocalSandbox {
         command: &str,
         timeout: Duration,
         ephemeral: bool,
+        input: Option<&[u8]>,
     ) -> Result<ExecOutput, HarnessError> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let log_path = self.log_dir.join(format!("exec-{n:04}.log"));
@@ -289,8 +374,12 @@ impl LocalSandbox {
             .try_clone()
             .map_err(|e| HarnessError::SandboxStart(format!("pipe: {e}")))?;
         let mut cmd = self.bwrap_command(command, ephemeral);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::from(wr))
+        cmd.stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::from(wr))
             .stderr(Stdio::from(wr2));
         cmd.process_group(0).kill_on_drop(true);
         let mut limits = self.limits.clone();
@@ -326,6 +415,12 @@ impl LocalSandbox {
             .spawn()
             .map_err(|e| HarnessError::SandboxStart(format!("spawning bwrap: {e}")))?;
         drop(cmd); // close our copies of the pipe's write end
+        if let (Some(data), Some(mut stdin)) = (input, child.stdin.take()) {
+            // Small (a nonce): fits the pipe buffer, so this never waits on the command.
+            use tokio::io::AsyncWriteExt;
+            let _ = stdin.write_all(data).await;
+            drop(stdin);
+        }
         let pgid = child.id().map(|p| p as i32);
         // Until the command has been waited for, its process group is killed when this future
         // is dropped (Ctrl-C, a cancelled episode) and by `kill_live_groups` at exit.
@@ -414,6 +509,11 @@ impl super::Sandbox for LocalSandbox {
         Box::pin(async move {
             let cmd = reset_command(&self.base_commit);
             for _ in 0..2 {
+                // Everything a run may have written: `.git/` (hooks, config, `info/`, refs,
+                // objects: a git reset restores none of it), the work tree, /tmp.
+                if self.restore_git().is_err() {
+                    continue;
+                }
                 if let Ok(out) = self.run(&cmd, Duration::from_secs(120)).await {
                     if out.success() {
                         clear_dir(&self.tmp_dir())?;
@@ -458,7 +558,28 @@ impl super::Sandbox for LocalSandbox {
         command: &'a str,
         timeout: Duration,
     ) -> SandboxFuture<'a, ExecOutput> {
-        Box::pin(self.run_ephemeral(command, timeout))
+        Box::pin(self.run_ephemeral(command, timeout, None))
+    }
+
+    fn exec_input<'a>(
+        &'a self,
+        command: &'a str,
+        timeout: Duration,
+        input: &'a [u8],
+        ephemeral: bool,
+    ) -> SandboxFuture<'a, ExecOutput> {
+        Box::pin(async move {
+            if ephemeral {
+                self.run_ephemeral(command, timeout, Some(input)).await
+            } else {
+                self.clean.store(false, Ordering::SeqCst);
+                self.run_with(command, timeout, false, Some(input)).await
+            }
+        })
+    }
+
+    fn guard_dir(&self) -> SandboxFuture<'_, String> {
+        Box::pin(async { Ok(crate::harness::guard::GUARD_DIR.to_string()) })
     }
 }
 
@@ -494,6 +615,25 @@ pub(crate) fn chown_tree(dir: &Path, uid: Option<u32>) -> Result<(), HarnessErro
         let entry = entry.map_err(|e| HarnessError::Other(format!("walking {dir:?}: {e}")))?;
         std::os::unix::fs::lchown(entry.path(), Some(uid), Some(uid))
             .map_err(|e| HarnessError::io(entry.path(), e))?;
+    }
+    Ok(())
+}
+
+/// Copy a directory tree (files, directories, symbolic links, permissions) with `cp -a`.
+fn copy_tree(src: &Path, dst: &Path) -> Result<(), HarnessError> {
+    let out = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(src)
+        .arg(dst)
+        .output()
+        .map_err(|e| HarnessError::io(src, e))?;
+    if !out.status.success() {
+        return Err(HarnessError::Other(format!(
+            "copying {} to {}: {}",
+            src.display(),
+            dst.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
     }
     Ok(())
 }

@@ -6,6 +6,7 @@ pub mod allowlist;
 pub mod capture;
 pub mod cgroup;
 pub mod docker;
+pub mod git_state;
 pub mod local;
 pub mod uid;
 
@@ -103,6 +104,21 @@ pub trait Sandbox: Send + Sync {
                 "this sandbox has no ephemeral runs".into(),
             ))
         })
+    }
+    /// Run a command with `input` on its stdin (the guard's nonce: see `harness::guard`), as
+    /// [`Sandbox::exec_ephemeral`] when `ephemeral`, else as [`Sandbox::exec`].
+    fn exec_input<'a>(
+        &'a self,
+        command: &'a str,
+        timeout: Duration,
+        input: &'a [u8],
+        ephemeral: bool,
+    ) -> SandboxFuture<'a, ExecOutput>;
+    /// Make the guard's files available in the sandbox; returns their in-sandbox directory.
+    fn guard_dir(&self) -> SandboxFuture<'_, String>;
+    /// What kind of sandbox this is, for caches of what ran in one (`local`, `docker:<image>`).
+    fn identity(&self) -> String {
+        "local".to_string()
     }
     /// The in-sandbox working directory (`/testbed`).
     fn workdir(&self) -> &str {

@@ -341,8 +341,12 @@ pub async fn grade(task: &TaskInstance, patch: &str, kind: SandboxKind) -> (Grad
     }
     match harness::grade(task, patch, kind).await {
         // A patch that does not apply or tampers with tests is the patch's fault: unresolved.
-        Ok(g) if g.forbidden.is_some() || g.error_kind.as_deref() == Some("patch_apply_failed") => {
-            let note = g.forbidden.or(g.error_kind);
+        Ok(g)
+            if g.forbidden.is_some()
+                || g.tampered.is_some()
+                || g.error_kind.as_deref() == Some("patch_apply_failed") =>
+        {
+            let note = g.forbidden.or(g.tampered.map(|_| "tampered".to_string())).or(g.error_kind);
             (GradeUnit { resolved: false, note, infra_error: None }, None)
         }
         Ok(g) => match g.error_kind {

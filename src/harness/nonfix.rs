@@ -1,0 +1,178 @@
+//! Harness-generated non-fixes for balanced accuracy. A Test agent's bundle is rewarded for
+//! telling correct candidates from incorrect ones; a bundle that reads the source instead of
+//! exercising it ("the fixed line is present") would score well on candidates that are either
+//! the fix or something unrelated. So the pool of incorrect candidates always includes patches
+//! that LOOK like the fix and change no behaviour:
+//! - `gold_as_comments`: every line the gold patch adds, as a comment at the same place (the
+//!   gold patch's removed lines stay);
+//! - `issue_words`: the issue's first words as a comment where the gold patch first changes code.
+//!
+//! They are built from the gold patch's own hunks (its context and removed lines are Base), so
+//! they apply to Base exactly where the gold patch does. Python source only (`#` comments).
+
+use super::diff::{parse_patch, FileChange, FileOp, Hunk, Patch};
+use crate::task::{Candidate, TaskInstance};
+
+/// The task with the generated non-fixes placed first among its candidates (so the reward's
+/// balanced selection of at most eight always keeps them).
+pub fn with_non_fixes(task: &TaskInstance) -> TaskInstance {
+    let mut t = task.clone();
+    let mut pool: Vec<Candidate> = non_fixes(task)
+        .into_iter()
+        .map(|patch| Candidate {
+            patch,
+            resolved: false,
+        })
+        .collect();
+    pool.extend(task.candidates.iter().cloned());
+    t.candidates = pool;
+    t
+}
+
+/// The non-fix patches of a task (empty when its gold patch changes no Python source).
+pub fn non_fixes(task: &TaskInstance) -> Vec<String> {
+    let Ok(files) = parse_patch(&task.patch) else {
+        return Vec::new();
+    };
+    let py: Vec<&FileChange> = files
+        .iter()
+        .filter(|f| {
+            f.op == FileOp::Modify
+                && f.new_path.as_deref().is_some_and(|p| p.ends_with(".py"))
+                && !f.hunks.is_empty()
+        })
+        .collect();
+    if py.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let commented: Vec<FileChange> = py
+        .iter()
+        .map(|f| rebuild(f, |h| comment_added(h)))
+        .collect();
+    if let Some(p) = serialise(commented) {
+        out.push(p);
+    }
+    let words: String = task
+        .problem_statement
+        .split_whitespace()
+        .take(16)
+        .collect::<Vec<_>>()
+        .join(" ")
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(160)
+        .collect();
+    if !words.is_empty() {
+        let first = py[0];
+        let mut done = false;
+        let f = rebuild(first, |h| {
+            let mut lines: Vec<String> = context_only(h);
+            if !done {
+                lines.insert(0, format!("+# {words}"));
+                done = true;
+            }
+            lines
+        });
+        if let Some(p) = serialise(vec![f]) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// A hunk's Base lines (context and removed) as context.
+fn context_only(h: &Hunk) -> Vec<String> {
+    h.lines
+        .iter()
+        .filter_map(|l| match l.chars().next() {
+            Some(' ') => Some(l.clone()),
+            Some('-') => Some(format!(" {}", &l[1..])),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A hunk whose added lines are comments and whose removed lines stay.
+fn comment_added(h: &Hunk) -> Vec<String> {
+    h.lines
+        .iter()
+        .filter_map(|l| match l.chars().next() {
+            Some(' ') => Some(l.clone()),
+            Some('-') => Some(format!(" {}", &l[1..])),
+            Some('+') => {
+                let body = &l[1..];
+                let indent: String = body.chars().take_while(|c| c.is_whitespace()).collect();
+                Some(format!("+{indent}# {}", body.trim_start()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The file section with each hunk's lines replaced by `lines(hunk)`, headers recomputed.
+fn rebuild(f: &FileChange, mut lines: impl FnMut(&Hunk) -> Vec<String>) -> FileChange {
+    let mut out = f.clone();
+    let mut offset: i64 = 0;
+    out.hunks = f
+        .hunks
+        .iter()
+        .map(|h| {
+            let body = lines(h);
+            let old_start = h
+                .header
+                .split_whitespace()
+                .find(|w| w.starts_with('-'))
+                .and_then(|w| w[1..].split(',').next())
+                .and_then(|n| n.parse::<i64>().ok())
+                .unwrap_or(1);
+            let old = body.iter().filter(|l| l.starts_with(' ')).count() as i64;
+            let new = old + body.iter().filter(|l| l.starts_with('+')).count() as i64;
+            let new_start = old_start + offset;
+            offset += new - old;
+            Hunk {
+                header: format!("@@ -{old_start},{old} +{new_start},{new} @@"),
+                lines: body,
+            }
+        })
+        .collect();
+    out
+}
+
+fn serialise(files: Vec<FileChange>) -> Option<String> {
+    let files: Vec<FileChange> = files
+        .into_iter()
+        .filter(|f| f.hunks.iter().any(|h| h.lines.iter().any(|l| l.starts_with('+'))))
+        .collect();
+    if files.is_empty() {
+        return None;
+    }
+    let text = Patch { files }.to_git();
+    // Round trip through the one parser: only what it accepts is a candidate.
+    parse_patch(&text).ok().map(|_| text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_fixes_keep_base_and_comment_the_fix() {
+        let gold = "diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n+++ b/calc/__init__.py\n@@ -1,5 +1,5 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n \n \n def sub(a, b):\n@@ -10,2 +10,3 @@\n x = 1\n+y = 2\n z = 3\n";
+        let task = TaskInstance::from_json(
+            serde_json::json!({"instance_id": "a__b-1", "repo": "a/b", "base_commit": "0123456789abcdef0123456789abcdef01234567", "patch": gold,
+                "test_patch": "", "problem_statement": "add() subtracts instead of adding",
+                "FAIL_TO_PASS": ["t.py::test_a"], "PASS_TO_PASS": []}),
+            None,
+        )
+        .unwrap();
+        let nf = non_fixes(&task);
+        assert_eq!(nf.len(), 2);
+        assert!(nf[0].contains("@@ -1,5 +1,6 @@\n def add(a, b):\n     return a - b\n+    # return a + b\n"), "{}", nf[0]);
+        assert!(nf[0].contains("@@ -10,2 +11,3 @@\n x = 1\n+# y = 2\n z = 3\n"), "{}", nf[0]);
+        assert!(nf[1].contains("+# add() subtracts instead of adding\n def add(a, b):\n     return a - b\n"), "{}", nf[1]);
+        let t = with_non_fixes(&task);
+        assert_eq!(t.candidates.len(), 2);
+        assert!(t.candidates.iter().all(|c| !c.resolved));
+    }
+}
