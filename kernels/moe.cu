@@ -178,6 +178,8 @@ __device__ __forceinline__ u32 moe_pair(const act_t* row, int k, int Kd) {
     return lo | (hi << 16);
 }
 
+#define MOE_SWIGLU 1
+#define MOE_NO_CP_ASYNC 2
 #define MT 64   // tensor-core tile: 64 rows x 64 cols, 4 warps as 2 x 2 (32 x 32 each)
 #define MK 32   // k step staged in shared memory (two k16 mma steps)
 #define MKP 40  // padded shared row (bf16 elements)
@@ -186,8 +188,9 @@ __device__ __forceinline__ u32 moe_pair(const act_t* row, int k, int Kd) {
 // memory; each warp computes 32 x 32 outputs as 2 x 4 mma.sync m16n8k16 fragments (PTX ISA
 // fragment layouts: A row-major from the input rows, B "col" = weight rows, which are k-major).
 // Warps whose 32 rows lie past the tile's rows skip their mma. grid = (ceil(N/64), max tiles),
-// block = 128.
-// `swiglu` (W = the fused gate|up weights [E, 2N, Kd]): the output is act [rows, N] =
+// block = 128. `flags`: MOE_SWIGLU (below), MOE_NO_CP_ASYNC (stage by plain stores: the
+// `cp-async` run-time switch, tensor::cuda::switches).
+// MOE_SWIGLU (W = the fused gate|up weights [E, 2N, Kd]): the output is act [rows, N] =
 // act_t(SiLU(g)) · u of the bf16-rounded g = x·W[c], u = x·W[N + c] (the swiglu kernel's
 // rounding), computed in the epilogue — the gate|up rows never go to memory. A block then covers
 // 32 act columns: its 64 staged weight rows are gate/up/gate/up in 16-row groups, so each warp's
@@ -201,14 +204,15 @@ __device__ __forceinline__ int moe_wrow(int r, int n0, int N, int swiglu) {
 }
 // Stage k step k0 of a tensor-core tile into shared A (64 input rows, gathered through perm) and
 // B (64 weight rows, moe_wrow order), zero past the tile's rows, the weights and Kd. bf16 build
-// with Kd % 8 == 0 and 16-byte aligned x, W: 16-byte cp.async copies (8 bf16, zero-filled past Kd), completed by the
-// caller's CP_ASYNC_WAIT; otherwise (f32 build, other Kd) converted pairs by plain stores.
+// with Kd % 8 == 0 and 16-byte aligned x, W, unless `plain`: 16-byte cp.async copies (8 bf16,
+// zero-filled past Kd), completed by the caller's CP_ASYNC_WAIT; otherwise (f32 build, other
+// Kd, `plain`) converted pairs by plain stores.
 __device__ __forceinline__ void moe_stage(unsigned short (*as)[MKP], unsigned short (*bs)[MKP],
                                           const act_t* __restrict__ x, const act_t* __restrict__ We,
                                           const int* __restrict__ perm, int gather, int topk, int r0, int rend,
-                                          int n0, int N, int wrows, int Kd, int k0, int swiglu) {
+                                          int n0, int N, int wrows, int Kd, int k0, int swiglu, int plain) {
 #ifndef ACT_F32
-    if ((Kd & 7) == 0 && (((u64)x | (u64)We) & 15) == 0) {
+    if (!plain && (Kd & 7) == 0 && (((u64)x | (u64)We) & 15) == 0) {
         for (int p = threadIdx.x; p < 2 * MT * (MK / 8); p += blockDim.x) {
             int wt = p >= MT * (MK / 8), q = p % (MT * (MK / 8)), rr = q / (MK / 8), kk = (q % (MK / 8)) * 8;
             const act_t* src;
@@ -240,9 +244,10 @@ extern "C" __global__ void KERNEL(grouped_gemm_mma)(const act_t* __restrict__ x,
                                             act_t* __restrict__ out, const int* __restrict__ offsets,
                                             const int* __restrict__ perm, const int* __restrict__ tiles,
                                             const int* __restrict__ ntiles, int gather, int topk,
-                                            int N, int Kd, int tile_m, int swiglu) {
+                                            int N, int Kd, int tile_m, int flags) {
     alignas(16) __shared__ unsigned short as[2][MT][MKP];  // double-buffered k steps
     alignas(16) __shared__ unsigned short bs[2][MT][MKP];
+    int swiglu = flags & MOE_SWIGLU, plain = flags & MOE_NO_CP_ASYNC;
     int j = blockIdx.y;
     if (j >= *ntiles) return;
     int e = tiles[2 * j], r0 = tiles[2 * j + 1], rend = min(r0 + tile_m, offsets[e + 1]);
@@ -256,13 +261,13 @@ extern "C" __global__ void KERNEL(grouped_gemm_mma)(const act_t* __restrict__ x,
     for (int a = 0; a < 2; a++) for (int b = 0; b < 4; b++) for (int c = 0; c < 4; c++) acc[a][b][c] = 0.0f;
     // k steps double-buffered: step s+1 is staged (cp.async) while step s is multiplied
     int nk = (Kd + MK - 1) / MK;
-    moe_stage(as[0], bs[0], x, We, perm, gather, topk, r0, rend, n0, N, wrows, Kd, 0, swiglu);
+    moe_stage(as[0], bs[0], x, We, perm, gather, topk, r0, rend, n0, N, wrows, Kd, 0, swiglu, plain);
     cp_async_commit();  // group 0: step 0
     for (int s = 0; s < nk; s++) {
         int buf = s & 1;
         if (s + 1 < nk)
             moe_stage(as[buf ^ 1], bs[buf ^ 1], x, We, perm, gather, topk, r0, rend, n0, N, wrows, Kd,
-                      (s + 1) * MK, swiglu);
+                      (s + 1) * MK, swiglu, plain);
         cp_async_commit();  // group s+1 (empty on the last step)
         CP_ASYNC_WAIT(1);   // groups <= s, i.e. step s's copies of this thread, have landed
         __syncthreads();    // ... and every thread's
@@ -309,13 +314,15 @@ extern "C" __global__ void KERNEL(grouped_gemm_mma)(const act_t* __restrict__ x,
 // shared-memory staging, each weight element is loaded once straight into a B fragment register
 // (4 lanes of a group read 16 contiguous bytes of a weight row), the few input rows come in as A
 // fragments (cached), two mma.sync m16n8k16 per warp and k16 step. grid = (ceil(N/64), max tiles),
-// block = 128. `swiglu` as grouped_gemm_mma: a warp's two fragments are gate and up of the same
-// 8 act columns (combined in registers), a block covers 32 act columns: grid.x = ceil(N/32).
+// block = 128. `flags` as grouped_gemm_mma (MOE_NO_CP_ASYNC has nothing to turn off here);
+// with MOE_SWIGLU a warp's two fragments are gate and up of the same 8 act columns (combined in
+// registers), a block covers 32 act columns: grid.x = ceil(N/32).
 extern "C" __global__ void KERNEL(grouped_gemm_stream)(const act_t* __restrict__ x, const act_t* __restrict__ W,
                                                act_t* __restrict__ out, const int* __restrict__ offsets,
                                                const int* __restrict__ perm, const int* __restrict__ tiles,
                                                const int* __restrict__ ntiles, int gather, int topk,
-                                               int N, int Kd, int tile_m, int swiglu) {
+                                               int N, int Kd, int tile_m, int flags) {
+    int swiglu = flags & MOE_SWIGLU;
     int j = blockIdx.y;
     if (j >= *ntiles) return;
     int e = tiles[2 * j], r0 = tiles[2 * j + 1], rend = min(r0 + min(tile_m, 16), offsets[e + 1]);

@@ -1179,11 +1179,30 @@ pub fn grouped_gemm_with<A: Act>(
     expert_gemm(gpu, path, x, w, out, g, gather, topk, e, n, kd, pairs, false)
 }
 
-/// Whether the grouped gate|up GEMM of storage type `A` runs with SwiGLU fused into its
-/// epilogue ([`grouped_gemm_swiglu`]): the tensor-core kernels of the bf16 build.
-pub fn fuses_swiglu<A: Act>() -> bool {
-    A::TYPE == crate::tensor::device::ActType::Bf16
+/// The kernel `path` resolves to for storage type `A` over `g`'s tile list under `gpu`'s
+/// [`Switches`](super::Switches): `Auto` is the FMA kernel in the f32 build, else the
+/// weight-streaming kernel for 16-row tiles and the staged tensor-core kernel otherwise, each
+/// unless switched off (`stream-gemm` → staged, `mma-gemm` → FMA). An explicit path is kept.
+pub fn expert_gemm_path<A: Act>(gpu: &Gpu, path: ExpertGemm, g: &MoeGroups) -> ExpertGemm {
+    let sw = gpu.switches();
+    match path {
+        ExpertGemm::Auto if A::TYPE == crate::tensor::device::ActType::F32 => ExpertGemm::Fma,
+        ExpertGemm::Auto if g.tile_m <= 16 && sw.stream_gemm => ExpertGemm::Stream,
+        ExpertGemm::Auto if sw.mma_gemm => ExpertGemm::Mma,
+        ExpertGemm::Auto => ExpertGemm::Fma,
+        p => p,
+    }
 }
+
+/// Whether the grouped gate|up GEMM of storage type `A` over `g` runs with SwiGLU fused into
+/// its epilogue ([`grouped_gemm_swiglu`]): when `Auto` resolves to a tensor-core kernel.
+pub fn fuses_swiglu<A: Act>(gpu: &Gpu, g: &MoeGroups) -> bool {
+    expert_gemm_path::<A>(gpu, ExpertGemm::Auto, g) != ExpertGemm::Fma
+}
+
+/// `flags` bits of the tensor-core expert GEMMs (`MOE_SWIGLU`, `MOE_NO_CP_ASYNC` in moe.cu).
+const MOE_SWIGLU: i32 = 1;
+const MOE_NO_CP_ASYNC: i32 = 2;
 
 /// The token rows' gate|up expert GEMM with SwiGLU in its epilogue: `act [pairs, i]` =
 /// `SiLU(g)·u` of `g`, `u` = the grouped rows times `w_gu[e]` rows `c` and `i + c` (`w_gu`
@@ -1225,12 +1244,7 @@ fn expert_gemm<A: Act>(
     pairs: usize,
     swiglu: bool,
 ) -> Result<()> {
-    let path = match path {
-        ExpertGemm::Auto if A::TYPE == crate::tensor::device::ActType::F32 => ExpertGemm::Fma,
-        ExpertGemm::Auto if g.tile_m <= 16 => ExpertGemm::Stream,
-        ExpertGemm::Auto => ExpertGemm::Mma,
-        p => p,
-    };
+    let path = expert_gemm_path::<A>(gpu, path, g);
     need(
         "grouped_gemm",
         e == g.experts
@@ -1281,7 +1295,7 @@ fn expert_gemm<A: Act>(
         &(n as i32),
         &(kd as i32),
         &(g.tile_m as i32),
-        &(swiglu as i32)
+        &(if swiglu { MOE_SWIGLU } else { 0 } | if gpu.switches().cp_async { 0 } else { MOE_NO_CP_ASYNC })
     )
 }
 
@@ -1623,4 +1637,54 @@ pub fn adamw_update<A: Act>(
         &h.bc1,
         &h.bc2
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::cuda::record::RecordingDevice;
+    use crate::tensor::cuda::Switches;
+    use crate::tensor::device::KernelArg;
+    use std::sync::Arc;
+
+    #[test]
+    fn switches_pick_the_expert_gemm_kernel_and_its_flags() {
+        let rec = Arc::new(RecordingDevice::new());
+        let gpu = Gpu::from_device(rec.clone()).with_switches(Switches::default());
+        let (e, i, h) = (16, 32, 64);
+        let mut g = MoeGroups::new(&gpu, 64, e).unwrap();
+        let off = |f: fn(&mut Switches)| {
+            let mut s = Switches::default();
+            f(&mut s);
+            gpu.clone().with_switches(s)
+        };
+        let (no_mma, no_stream, no_cp) = (off(|s| s.mma_gemm = false), off(|s| s.stream_gemm = false), off(|s| s.cp_async = false));
+        let path = |gpu: &Gpu, g: &MoeGroups| expert_gemm_path::<u16>(gpu, ExpertGemm::Auto, g);
+        for (tile_m, default) in [(16, ExpertGemm::Stream), (64, ExpertGemm::Mma)] {
+            g.tile_m = tile_m;
+            assert_eq!(path(&gpu, &g), default);
+            assert_eq!(path(&no_cp, &g), default);
+            assert_eq!(path(&no_stream, &g), ExpertGemm::Mma);
+            assert_eq!(path(&no_mma, &g), if tile_m == 16 { ExpertGemm::Stream } else { ExpertGemm::Fma });
+            assert_eq!(path(&gpu.clone().with_switches(Switches::PLAIN), &g), ExpertGemm::Fma);
+            assert_eq!(expert_gemm_path::<f32>(&gpu, ExpertGemm::Auto, &g), ExpertGemm::Fma);
+            // an explicit path is kept whatever the switches say
+            assert_eq!(expert_gemm_path::<u16>(&no_mma, ExpertGemm::Mma, &g), ExpertGemm::Mma);
+        }
+        g.tile_m = 64;
+        assert!(fuses_swiglu::<u16>(&gpu, &g) && !fuses_swiglu::<u16>(&no_mma, &g) && !fuses_swiglu::<f32>(&gpu, &g));
+        // the cp.async switch reaches the staged kernel as its flag bit
+        let x = gpu.zeros::<u16>(64 * h).unwrap();
+        let w = gpu.zeros::<u16>(e * 2 * i * h).unwrap();
+        let mut act = gpu.zeros::<u16>(64 * i).unwrap();
+        for (gpu, flags) in [(&gpu, MOE_SWIGLU), (&no_cp, MOE_SWIGLU | MOE_NO_CP_ASYNC)] {
+            rec.set_workload(&format!("flags {flags}"));
+            grouped_gemm_swiglu(gpu, ExpertGemm::Auto, &x, &w, &mut act, &g, 1, e, i, h, 64).unwrap();
+        }
+        let t = rec.table();
+        for (n, flags) in [("flags 1", 1), ("flags 3", 3)] {
+            let u = t.uses.iter().find(|u| u.workload == n).unwrap();
+            assert_eq!((u.kernel.as_str(), u.args.last()), ("grouped_gemm_mma_bf16", Some(&KernelArg::I32(flags))));
+        }
+    }
 }
