@@ -257,8 +257,15 @@ extern "C" __global__ void KERNEL(grouped_gemm_mma)(const act_t* __restrict__ x,
     int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;  // the warp's sub-tile
     int g = lane >> 2, tq = lane & 3;                 // PTX groupID, threadID_in_group
     bool active = r0 + wm < rend;                     // warp-uniform
+    // accumulators in registers: every index into acc, af, bfr below is a compile-time constant
+    // (fully unrolled loops of constant trip count; the kernel resource audit fails on a frame)
     float acc[2][4][4];
-    for (int a = 0; a < 2; a++) for (int b = 0; b < 4; b++) for (int c = 0; c < 4; c++) acc[a][b][c] = 0.0f;
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[a][b][c] = 0.0f;
     // k steps double-buffered: step s+1 is staged (cp.async) while step s is multiplied
     int nk = (Kd + MK - 1) / MK;
     moe_stage(as[0], bs[0], x, We, perm, gather, topk, r0, rend, n0, N, wrows, Kd, 0, swiglu, plain);
@@ -272,8 +279,10 @@ extern "C" __global__ void KERNEL(grouped_gemm_mma)(const act_t* __restrict__ x,
         CP_ASYNC_WAIT(1);   // groups <= s, i.e. step s's copies of this thread, have landed
         __syncthreads();    // ... and every thread's
         if (active) {
+#pragma unroll
             for (int ks = 0; ks < MK; ks += 16) {
                 u32 af[2][4], bfr[4][2];
+#pragma unroll
                 for (int mi = 0; mi < 2; mi++) {
                     int ra = wm + mi * 16 + g, c0 = ks + 2 * tq;
                     af[mi][0] = as[buf][ra][c0] | ((u32)as[buf][ra][c0 + 1] << 16);
@@ -281,12 +290,15 @@ extern "C" __global__ void KERNEL(grouped_gemm_mma)(const act_t* __restrict__ x,
                     af[mi][2] = as[buf][ra][c0 + 8] | ((u32)as[buf][ra][c0 + 9] << 16);
                     af[mi][3] = as[buf][ra + 8][c0 + 8] | ((u32)as[buf][ra + 8][c0 + 9] << 16);
                 }
+#pragma unroll
                 for (int ni = 0; ni < 4; ni++) {
                     int nb = wn + ni * 8 + g, c0 = ks + 2 * tq;
                     bfr[ni][0] = bs[buf][nb][c0] | ((u32)bs[buf][nb][c0 + 1] << 16);
                     bfr[ni][1] = bs[buf][nb][c0 + 8] | ((u32)bs[buf][nb][c0 + 9] << 16);
                 }
+#pragma unroll
                 for (int mi = 0; mi < 2; mi++)
+#pragma unroll
                     for (int ni = 0; ni < 4; ni++) mma_bf16_16816(acc[mi][ni], af[mi], bfr[ni]);
             }
         }
@@ -294,18 +306,25 @@ extern "C" __global__ void KERNEL(grouped_gemm_mma)(const act_t* __restrict__ x,
     }
     CP_ASYNC_WAIT(0);
     if (!active) return;
+    // swiglu: fragments 0, 1 hold gate and 2, 3 up of the same columns (written from 0, 1 only)
+#pragma unroll
     for (int mi = 0; mi < 2; mi++)
-        for (int ni = 0; ni < (swiglu ? 2 : 4); ni++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) {
+            if (swiglu && ni >= 2) continue;
+#pragma unroll
             for (int h = 0; h < 2; h++) {  // accumulator rows g (c0, c1) and g + 8 (c2, c3)
                 int row = r0 + wm + mi * 16 + g + 8 * h;
                 if (row >= rend) continue;
+#pragma unroll
                 for (int q = 0; q < 2; q++) {
                     float a = acc[mi][ni][2 * h + q];
                     int n = n0 + (swiglu ? wn / 2 : wn) + ni * 8 + 2 * tq + q;
-                    if (swiglu) a = swiglu_pair(a, acc[mi][ni + 2][2 * h + q]);
+                    if (swiglu) a = swiglu_pair(a, acc[mi][(ni + 2) & 3][2 * h + q]);
                     if (n < N) out[(long long)row * N + n] = f2a(a);
                 }
             }
+        }
 }
 
 #define ST_N 64  // weight-streaming tile: 16 rows x 64 cols, 4 warps x 16 cols
@@ -334,13 +353,18 @@ extern "C" __global__ void KERNEL(grouped_gemm_stream)(const act_t* __restrict__
     if (nw0 >= N) return;  // warp-uniform: the whole warp leaves
     const act_t* xr0 = r0 + g < rend ? x + moe_src_row(perm, gather, topk, r0 + g) * Kd : nullptr;
     const act_t* xr8 = r0 + g + 8 < rend ? x + moe_src_row(perm, gather, topk, r0 + g + 8) * Kd : nullptr;
+    // registers only: every index into wr, acc, af, bfr is a compile-time constant (unrolled)
     const act_t* wr[2];
+#pragma unroll
     for (int ni = 0; ni < 2; ni++) {
         int n = swiglu ? nw0 + g : nw0 + ni * 8 + g;  // swiglu: gate row n, up row N + n
         wr[ni] = n < N ? We + ((long long)n + (swiglu ? ni * (long long)N : 0)) * Kd : nullptr;
     }
     float acc[2][4];
-    for (int a = 0; a < 2; a++) for (int c = 0; c < 4; c++) acc[a][c] = 0.0f;
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[a][c] = 0.0f;
     for (int k0 = 0; k0 < Kd; k0 += 16) {
         int c0 = k0 + 2 * tq;
         u32 af[4];
@@ -348,6 +372,7 @@ extern "C" __global__ void KERNEL(grouped_gemm_stream)(const act_t* __restrict__
         af[1] = xr8 ? moe_pair(xr8, c0, Kd) : 0u;
         af[2] = xr0 ? moe_pair(xr0, c0 + 8, Kd) : 0u;
         af[3] = xr8 ? moe_pair(xr8, c0 + 8, Kd) : 0u;
+#pragma unroll
         for (int ni = 0; ni < 2; ni++) {
             u32 bfr[2];
             bfr[0] = wr[ni] ? moe_pair(wr[ni], c0, Kd) : 0u;
@@ -355,16 +380,21 @@ extern "C" __global__ void KERNEL(grouped_gemm_stream)(const act_t* __restrict__
             mma_bf16_16816(acc[ni], af, bfr);
         }
     }
-    for (int ni = 0; ni < (swiglu ? 1 : 2); ni++)
+#pragma unroll
+    for (int ni = 0; ni < 2; ni++) {
+        if (swiglu && ni == 1) continue;  // swiglu: fragment 0 gate, 1 up of the same columns
+#pragma unroll
         for (int h = 0; h < 2; h++) {
             int row = r0 + g + 8 * h;
             if (row >= rend) continue;
+#pragma unroll
             for (int q = 0; q < 2; q++) {
                 int n = nw0 + ni * 8 + 2 * tq + q;
                 float a = swiglu ? swiglu_pair(acc[0][2 * h + q], acc[1][2 * h + q]) : acc[ni][2 * h + q];
                 if (n < N) out[(long long)row * N + n] = f2a(a);
             }
         }
+    }
 }
 
 // The tensor-core lane probe: one warp runs one mma.sync m16n8k16 on raw per-lane registers

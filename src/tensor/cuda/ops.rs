@@ -796,10 +796,16 @@ pub struct DeltaBufs<'a> {
 
 /// Rows of the state one thread of `gdn_recurrent` keeps in registers (`GDN_ROWS` in gdn.cu).
 pub const GDN_ROWS: usize = 32;
+/// Most threads per block of `gdn_recurrent` (`GDN_REC_THREADS`, its launch bounds).
+pub const GDN_REC_THREADS: usize = 256;
 
-/// Threads per block of `gdn_recurrent`: `dv` columns times `ceil(dk / GDN_ROWS)` row parts.
-pub fn gdn_recurrent_block(dk: usize, dv: usize) -> usize {
-    dv * dk.div_ceil(GDN_ROWS)
+/// `(columns, threads)` per block of `gdn_recurrent`: `ceil(dk / GDN_ROWS)` row parts of each
+/// of `min(dv, GDN_REC_THREADS / parts)` columns (the grid covers `dv` in column blocks). `None`
+/// when one column's row parts alone exceed the bound (`dk > GDN_ROWS · GDN_REC_THREADS`).
+pub fn gdn_recurrent_block(dk: usize, dv: usize) -> Option<(usize, usize)> {
+    let parts = dk.div_ceil(GDN_ROWS);
+    let cols = dv.min(GDN_REC_THREADS / parts.max(1));
+    (parts >= 1 && cols >= 1).then_some((cols, cols * parts))
 }
 
 /// Recurrent delta rule, one token per sequence (decode): each fp32 state element is read once
@@ -812,21 +818,19 @@ pub fn gdn_recurrent<A: Act>(
     b: usize,
     out: &mut DeviceBuffer<A>,
 ) -> Result<()> {
-    let block = gdn_recurrent_block(x.dk, x.dv);
+    let shape = gdn_recurrent_block(x.dk, x.dv).filter(|_| x.dv >= 1);
     need(
         "gdn_recurrent",
-        x.dv >= 1
-            && block <= 1024
-            && out.len() >= b * x.hv * x.dv
-            && x.qn.len() >= b * x.hk * x.dk,
-        || format!("dv·ceil(dk/{GDN_ROWS}) = {block} threads (at most 1024), or sizes"),
+        shape.is_some() && out.len() >= b * x.hv * x.dv && x.qn.len() >= b * x.hk * x.dk,
+        || format!("dk {} (at most {}), dv {} (at least 1), or sizes", x.dk, GDN_ROWS * GDN_REC_THREADS, x.dv),
     )?;
+    let (cols, block) = shape.unwrap_or((1, 1));
     let parts = x.dk.div_ceil(GDN_ROWS);
-    let shmem = (2 * x.dk + 2 * parts * x.dv + parts) * 4;
+    let shmem = (2 * x.dk + 2 * parts * cols + parts) * 4;
     launch!(
         gpu,
         A::kernel("gdn_recurrent"),
-        cfg((b, x.hv, 1), block, shmem),
+        cfg((b, x.hv, x.dv.div_ceil(cols)), block, shmem),
         x.qn,
         x.kn,
         x.v,
@@ -1465,6 +1469,9 @@ impl SampleParams {
     }
 }
 
+/// Threads per block of `sample_tokens` (`SAMPLE_THREADS` in sample.cu, its launch bound).
+pub const SAMPLE_THREADS: usize = 1024;
+
 /// One token per row with the CPU engine's sampling semantics, its policy log-probability
 /// (temperature 1, untruncated) and its log-probability under the sampled distribution. A row
 /// whose nucleus (top-p without top-k) needs more than [`SAMPLE_MAX_KEEP`] tokens gets token -1:
@@ -1492,7 +1499,7 @@ pub fn sample_tokens(
     launch!(
         gpu,
         plain("sample_tokens"),
-        cfg((b, 1, 1), 1024, 0),
+        cfg((b, 1, 1), SAMPLE_THREADS, 0),
         logits,
         &(v as i32),
         &p.temp,
@@ -1646,6 +1653,16 @@ mod tests {
     use crate::tensor::cuda::Switches;
     use crate::tensor::device::KernelArg;
     use std::sync::Arc;
+
+    #[test]
+    fn gdn_recurrent_blocks_stay_within_the_launch_bound() {
+        // 35B-A3B: 4 row parts × 64 columns, two column blocks per head
+        assert_eq!(gdn_recurrent_block(128, 128), Some((64, 256)));
+        assert_eq!(gdn_recurrent_block(16, 16), Some((16, 16)));
+        assert_eq!(gdn_recurrent_block(40, 24), Some((24, 48)));
+        assert_eq!(gdn_recurrent_block(4096, 7), Some((2, 256)));
+        assert_eq!(gdn_recurrent_block(GDN_ROWS * GDN_REC_THREADS + 1, 4), None);
+    }
 
     #[test]
     fn switches_pick_the_expert_gemm_kernel_and_its_flags() {
