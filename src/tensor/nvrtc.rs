@@ -104,10 +104,14 @@ impl Nvrtc {
         let (mut major, mut minor) = (0, 0);
         // SAFETY: out-pointers to locals.
         check("nvrtcVersion", unsafe { version(&mut major, &mut minor) })?;
-        let builtins = builtins_beside(path, major, minor);
-        if let Some(b) = &builtins {
-            dlopen_global(b)?;
-        }
+        // not fatal: libnvrtc may still find its builtins on the loader path
+        let builtins = builtins_beside(path, major, minor).filter(|b| match dlopen_global(b) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!("{e}; NVRTC will look for its builtins on the loader path");
+                false
+            }
+        });
         Ok(Nvrtc {
             path: path.to_path_buf(),
             builtins,
