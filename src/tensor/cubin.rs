@@ -260,7 +260,7 @@ pub fn parse_ptxas_log(log: &str) -> Vec<PtxasReport> {
     let mut in_entry_props = false;
     let number_before = |line: &str, what: &str| -> Option<u32> {
         let i = line.find(what)?;
-        line[..i].split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).last()?.parse().ok()
+        line[..i].split(|c: char| !c.is_ascii_digit()).rfind(|s| !s.is_empty())?.parse().ok()
     };
     for line in log.lines() {
         if let Some(rest) = line.split("Compiling entry function '").nth(1) {
