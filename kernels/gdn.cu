@@ -6,6 +6,7 @@
 // Causal conv over packed sequences: x [T, C] raw projections, conv state pool [slots, C, K-1]
 // (the previous K-1 inputs, oldest first), w [C, K]. y [T, C] = SiLU(conv). Updates the state
 // to the last K-1 inputs. grid = (ceil(C/128), B), block = 128 (one thread per channel).
+#define CONV_MAX_K 8
 extern "C" __global__ void KERNEL(causal_conv)(const act_t* __restrict__ x, float* __restrict__ state,
                                        const act_t* __restrict__ w, act_t* __restrict__ y,
                                        const int* __restrict__ cu, const int* __restrict__ slots,
@@ -13,19 +14,31 @@ extern "C" __global__ void KERNEL(causal_conv)(const act_t* __restrict__ x, floa
     int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
     if (c >= C) return;
     float* st = state + ((long long)slots[b] * C + c) * (K - 1);
-    float win[8];  // K <= 8 (checked on the host)
-    for (int j = 0; j < K - 1; j++) win[j] = st[j];
-    float wk[8];
-    for (int j = 0; j < K; j++) wk[j] = a2f(w[(long long)c * K + j]);
+    // K <= CONV_MAX_K (checked on the host); the window and weights stay in registers: every
+    // loop runs over the constant CONV_MAX_K, unrolled, so each index is a compile-time constant
+    // (predicated by j < K), never a runtime one (which would put the arrays in local memory)
+    float win[CONV_MAX_K], wk[CONV_MAX_K];
+#pragma unroll
+    for (int j = 0; j < CONV_MAX_K; j++) {
+        win[j] = j < K - 1 ? st[j] : 0.0f;
+        wk[j] = j < K ? a2f(w[(long long)c * K + j]) : 0.0f;
+    }
     for (int t = cu[b]; t < cu[b + 1]; t++) {
         float xt = a2f(x[(long long)t * C + c]);
-        win[K - 1] = xt;
         float s = 0.0f;
-        for (int j = 0; j < K; j++) s += wk[j] * win[j];
+#pragma unroll
+        for (int j = 0; j < CONV_MAX_K; j++) {
+            if (j == K - 1) win[j] = xt;
+            if (j < K) s += wk[j] * win[j];
+        }
         y[(long long)t * C + c] = f2a(siluf_(a2f(f2a(s))));
-        for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
+#pragma unroll
+        for (int j = 0; j + 1 < CONV_MAX_K; j++)
+            if (j < K - 1) win[j] = win[j + 1];
     }
-    for (int j = 0; j < K - 1; j++) st[j] = win[j];
+#pragma unroll
+    for (int j = 0; j < CONV_MAX_K; j++)
+        if (j < K - 1) st[j] = win[j];
 }
 
 
@@ -82,25 +95,34 @@ extern "C" __global__ void KERNEL(gdn_qkv_prep)(const act_t* __restrict__ y, flo
 //   S' = e^g S + k δᵀ,  δ = β(v - e^g Sᵀk),  o = S'ᵀq = e^g Sᵀq + δ (k·q),
 // so each state element is read once (into a register) and written once per step: pass 1 reads
 // the thread's rows of S and forms its partial Sᵀk, Sᵀq and k·q; the parts are summed through
-// shared memory; pass 2 writes S' from the registers. grid = (B, Hv), block = dv · P threads with
-// P = ceil(dk / GDN_ROWS): thread (p, j) owns column j, rows p·GDN_ROWS .. +GDN_ROWS (coalesced
-// over j). Dynamic shared memory: q[dk], k[dk], parts [2·P·dv + P] floats.
+// shared memory; pass 2 writes S' from the registers. Columns are independent, so they are split
+// over blocks: grid = (B, Hv, ceil(dv / C)), block = C · P threads with P = ceil(dk / GDN_ROWS)
+// row parts and C = min(dv, GDN_REC_THREADS / P) columns (ops::gdn_recurrent_block): thread
+// (p, c) owns column j = blockIdx.z·C + c, rows p·GDN_ROWS .. +GDN_ROWS (coalesced over c). At
+// most GDN_REC_THREADS threads, the launch bound: the 32 state rows each thread keeps in
+// registers (~160 registers) fit the register file only at that size (dk = dv = 128: P = 4,
+// C = 64, 256 threads, 2 column blocks per head); one block per SM is asked for, so ptxas keeps
+// everything in registers (with two it capped them at 128 and spilled).
+// Dynamic shared memory: q[dk], k[dk], parts [2·P·C + P] floats.
 #define GDN_ROWS 32
-extern "C" __global__ void KERNEL(gdn_recurrent)(const float* __restrict__ qn, const float* __restrict__ kn,
+#define GDN_REC_THREADS 256
+extern "C" __launch_bounds__(GDN_REC_THREADS, 1) __global__ void KERNEL(gdn_recurrent)(const float* __restrict__ qn, const float* __restrict__ kn,
                                          const float* __restrict__ v, const float* __restrict__ beta,
                                          const float* __restrict__ g, float* __restrict__ state,
                                          act_t* __restrict__ out, const int* __restrict__ slots,
                                          int hk, int hv, int dk, int dv) {
     DYNAMIC_SHARED(float, sh);
     int b = blockIdx.x, h = blockIdx.y, kh = h / (hv / hk);
-    int P = blockDim.x / dv, j = threadIdx.x % dv, p = threadIdx.x / dv;
-    float* qs = sh; float* ks = sh + dk; float* part = sh + 2 * dk;  // [P][dv] Sᵀk, [P][dv] Sᵀq, [P] k·q
+    int P = (dk + GDN_ROWS - 1) / GDN_ROWS, C = blockDim.x / P;
+    int c = threadIdx.x % C, p = threadIdx.x / C, j = blockIdx.z * C + c;
+    float* qs = sh; float* ks = sh + dk; float* part = sh + 2 * dk;  // [P][C] Sᵀk, [P][C] Sᵀq, [P] k·q
     for (int i = threadIdx.x; i < dk; i += blockDim.x) {
         qs[i] = qn[((long long)b * hk + kh) * dk + i];
         ks[i] = kn[((long long)b * hk + kh) * dk + i];
     }
     __syncthreads();
-    bool live = p < P;  // threads past dv·P (none when blockDim = dv·P) only join the barriers
+    // threads past P·C, or on a column past dv (the last column block), only join the barrier
+    bool live = p < P && j < dv;
     float* S = state + ((long long)slots[b] * hv + h) * dk * dv;
     int i0 = p * GDN_ROWS, rows = live ? min(GDN_ROWS, dk - i0) : 0;
     float s[GDN_ROWS];
@@ -116,20 +138,20 @@ extern "C" __global__ void KERNEL(gdn_recurrent)(const float* __restrict__ qn, c
         }
     }
     if (live) {
-        part[p * dv + j] = sk;
-        part[(P + p) * dv + j] = sq;
-        if (j == 0) part[2 * P * dv + p] = kq;
+        part[p * C + c] = sk;
+        part[(P + p) * C + c] = sq;
+        if (c == 0) part[2 * P * C + p] = kq;
     }
     __syncthreads();
     if (!live) return;
-    float a = 0.0f, c = 0.0f, kqt = 0.0f;
-    for (int pp = 0; pp < P; pp++) { a += part[pp * dv + j]; c += part[(P + pp) * dv + j]; kqt += part[2 * P * dv + pp]; }
+    float a = 0.0f, cs = 0.0f, kqt = 0.0f;
+    for (int pp = 0; pp < P; pp++) { a += part[pp * C + c]; cs += part[(P + pp) * C + c]; kqt += part[2 * P * C + pp]; }
     float decay = expf(g[(long long)b * hv + h]), bt = beta[(long long)b * hv + h];
     float d = bt * (v[((long long)b * hv + h) * dv + j] - decay * a);
 #pragma unroll
     for (int r = 0; r < GDN_ROWS; r++)
         if (r < rows) S[(long long)(i0 + r) * dv + j] = decay * s[r] + ks[i0 + r] * d;
-    if (p == 0) out[((long long)b * hv + h) * dv + j] = f2a(decay * c + d * kqt);
+    if (p == 0) out[((long long)b * hv + h) * dv + j] = f2a(decay * cs + d * kqt);
 }
 
 #define GDN_CHUNK 64

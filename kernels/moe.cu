@@ -178,6 +178,8 @@ __device__ __forceinline__ u32 moe_pair(const act_t* row, int k, int Kd) {
     return lo | (hi << 16);
 }
 
+#define MOE_SWIGLU 1
+#define MOE_NO_CP_ASYNC 2
 #define MT 64   // tensor-core tile: 64 rows x 64 cols, 4 warps as 2 x 2 (32 x 32 each)
 #define MK 32   // k step staged in shared memory (two k16 mma steps)
 #define MKP 40  // padded shared row (bf16 elements)
@@ -186,8 +188,9 @@ __device__ __forceinline__ u32 moe_pair(const act_t* row, int k, int Kd) {
 // memory; each warp computes 32 x 32 outputs as 2 x 4 mma.sync m16n8k16 fragments (PTX ISA
 // fragment layouts: A row-major from the input rows, B "col" = weight rows, which are k-major).
 // Warps whose 32 rows lie past the tile's rows skip their mma. grid = (ceil(N/64), max tiles),
-// block = 128.
-// `swiglu` (W = the fused gate|up weights [E, 2N, Kd]): the output is act [rows, N] =
+// block = 128. `flags`: MOE_SWIGLU (below), MOE_NO_CP_ASYNC (stage by plain stores: the
+// `cp-async` run-time switch, tensor::cuda::switches).
+// MOE_SWIGLU (W = the fused gate|up weights [E, 2N, Kd]): the output is act [rows, N] =
 // act_t(SiLU(g)) · u of the bf16-rounded g = x·W[c], u = x·W[N + c] (the swiglu kernel's
 // rounding), computed in the epilogue — the gate|up rows never go to memory. A block then covers
 // 32 act columns: its 64 staged weight rows are gate/up/gate/up in 16-row groups, so each warp's
@@ -201,14 +204,15 @@ __device__ __forceinline__ int moe_wrow(int r, int n0, int N, int swiglu) {
 }
 // Stage k step k0 of a tensor-core tile into shared A (64 input rows, gathered through perm) and
 // B (64 weight rows, moe_wrow order), zero past the tile's rows, the weights and Kd. bf16 build
-// with Kd % 8 == 0 and 16-byte aligned x, W: 16-byte cp.async copies (8 bf16, zero-filled past Kd), completed by the
-// caller's CP_ASYNC_WAIT; otherwise (f32 build, other Kd) converted pairs by plain stores.
+// with Kd % 8 == 0 and 16-byte aligned x, W, unless `plain`: 16-byte cp.async copies (8 bf16,
+// zero-filled past Kd), completed by the caller's CP_ASYNC_WAIT; otherwise (f32 build, other
+// Kd, `plain`) converted pairs by plain stores.
 __device__ __forceinline__ void moe_stage(unsigned short (*as)[MKP], unsigned short (*bs)[MKP],
                                           const act_t* __restrict__ x, const act_t* __restrict__ We,
                                           const int* __restrict__ perm, int gather, int topk, int r0, int rend,
-                                          int n0, int N, int wrows, int Kd, int k0, int swiglu) {
+                                          int n0, int N, int wrows, int Kd, int k0, int swiglu, int plain) {
 #ifndef ACT_F32
-    if ((Kd & 7) == 0 && (((u64)x | (u64)We) & 15) == 0) {
+    if (!plain && (Kd & 7) == 0 && (((u64)x | (u64)We) & 15) == 0) {
         for (int p = threadIdx.x; p < 2 * MT * (MK / 8); p += blockDim.x) {
             int wt = p >= MT * (MK / 8), q = p % (MT * (MK / 8)), rr = q / (MK / 8), kk = (q % (MK / 8)) * 8;
             const act_t* src;
@@ -240,9 +244,10 @@ extern "C" __global__ void KERNEL(grouped_gemm_mma)(const act_t* __restrict__ x,
                                             act_t* __restrict__ out, const int* __restrict__ offsets,
                                             const int* __restrict__ perm, const int* __restrict__ tiles,
                                             const int* __restrict__ ntiles, int gather, int topk,
-                                            int N, int Kd, int tile_m, int swiglu) {
+                                            int N, int Kd, int tile_m, int flags) {
     alignas(16) __shared__ unsigned short as[2][MT][MKP];  // double-buffered k steps
     alignas(16) __shared__ unsigned short bs[2][MT][MKP];
+    int swiglu = flags & MOE_SWIGLU, plain = flags & MOE_NO_CP_ASYNC;
     int j = blockIdx.y;
     if (j >= *ntiles) return;
     int e = tiles[2 * j], r0 = tiles[2 * j + 1], rend = min(r0 + tile_m, offsets[e + 1]);
@@ -252,23 +257,32 @@ extern "C" __global__ void KERNEL(grouped_gemm_mma)(const act_t* __restrict__ x,
     int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;  // the warp's sub-tile
     int g = lane >> 2, tq = lane & 3;                 // PTX groupID, threadID_in_group
     bool active = r0 + wm < rend;                     // warp-uniform
+    // accumulators in registers: every index into acc, af, bfr below is a compile-time constant
+    // (fully unrolled loops of constant trip count; the kernel resource audit fails on a frame)
     float acc[2][4][4];
-    for (int a = 0; a < 2; a++) for (int b = 0; b < 4; b++) for (int c = 0; c < 4; c++) acc[a][b][c] = 0.0f;
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[a][b][c] = 0.0f;
     // k steps double-buffered: step s+1 is staged (cp.async) while step s is multiplied
     int nk = (Kd + MK - 1) / MK;
-    moe_stage(as[0], bs[0], x, We, perm, gather, topk, r0, rend, n0, N, wrows, Kd, 0, swiglu);
+    moe_stage(as[0], bs[0], x, We, perm, gather, topk, r0, rend, n0, N, wrows, Kd, 0, swiglu, plain);
     cp_async_commit();  // group 0: step 0
     for (int s = 0; s < nk; s++) {
         int buf = s & 1;
         if (s + 1 < nk)
             moe_stage(as[buf ^ 1], bs[buf ^ 1], x, We, perm, gather, topk, r0, rend, n0, N, wrows, Kd,
-                      (s + 1) * MK, swiglu);
+                      (s + 1) * MK, swiglu, plain);
         cp_async_commit();  // group s+1 (empty on the last step)
         CP_ASYNC_WAIT(1);   // groups <= s, i.e. step s's copies of this thread, have landed
         __syncthreads();    // ... and every thread's
         if (active) {
+#pragma unroll
             for (int ks = 0; ks < MK; ks += 16) {
                 u32 af[2][4], bfr[4][2];
+#pragma unroll
                 for (int mi = 0; mi < 2; mi++) {
                     int ra = wm + mi * 16 + g, c0 = ks + 2 * tq;
                     af[mi][0] = as[buf][ra][c0] | ((u32)as[buf][ra][c0 + 1] << 16);
@@ -276,12 +290,15 @@ extern "C" __global__ void KERNEL(grouped_gemm_mma)(const act_t* __restrict__ x,
                     af[mi][2] = as[buf][ra][c0 + 8] | ((u32)as[buf][ra][c0 + 9] << 16);
                     af[mi][3] = as[buf][ra + 8][c0 + 8] | ((u32)as[buf][ra + 8][c0 + 9] << 16);
                 }
+#pragma unroll
                 for (int ni = 0; ni < 4; ni++) {
                     int nb = wn + ni * 8 + g, c0 = ks + 2 * tq;
                     bfr[ni][0] = bs[buf][nb][c0] | ((u32)bs[buf][nb][c0 + 1] << 16);
                     bfr[ni][1] = bs[buf][nb][c0 + 8] | ((u32)bs[buf][nb][c0 + 9] << 16);
                 }
+#pragma unroll
                 for (int mi = 0; mi < 2; mi++)
+#pragma unroll
                     for (int ni = 0; ni < 4; ni++) mma_bf16_16816(acc[mi][ni], af[mi], bfr[ni]);
             }
         }
@@ -289,18 +306,25 @@ extern "C" __global__ void KERNEL(grouped_gemm_mma)(const act_t* __restrict__ x,
     }
     CP_ASYNC_WAIT(0);
     if (!active) return;
+    // swiglu: fragments 0, 1 hold gate and 2, 3 up of the same columns (written from 0, 1 only)
+#pragma unroll
     for (int mi = 0; mi < 2; mi++)
-        for (int ni = 0; ni < (swiglu ? 2 : 4); ni++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) {
+            if (swiglu && ni >= 2) continue;
+#pragma unroll
             for (int h = 0; h < 2; h++) {  // accumulator rows g (c0, c1) and g + 8 (c2, c3)
                 int row = r0 + wm + mi * 16 + g + 8 * h;
                 if (row >= rend) continue;
+#pragma unroll
                 for (int q = 0; q < 2; q++) {
                     float a = acc[mi][ni][2 * h + q];
                     int n = n0 + (swiglu ? wn / 2 : wn) + ni * 8 + 2 * tq + q;
-                    if (swiglu) a = swiglu_pair(a, acc[mi][ni + 2][2 * h + q]);
+                    if (swiglu) a = swiglu_pair(a, acc[mi][(ni + 2) & 3][2 * h + q]);
                     if (n < N) out[(long long)row * N + n] = f2a(a);
                 }
             }
+        }
 }
 
 #define ST_N 64  // weight-streaming tile: 16 rows x 64 cols, 4 warps x 16 cols
@@ -309,13 +333,15 @@ extern "C" __global__ void KERNEL(grouped_gemm_mma)(const act_t* __restrict__ x,
 // shared-memory staging, each weight element is loaded once straight into a B fragment register
 // (4 lanes of a group read 16 contiguous bytes of a weight row), the few input rows come in as A
 // fragments (cached), two mma.sync m16n8k16 per warp and k16 step. grid = (ceil(N/64), max tiles),
-// block = 128. `swiglu` as grouped_gemm_mma: a warp's two fragments are gate and up of the same
-// 8 act columns (combined in registers), a block covers 32 act columns: grid.x = ceil(N/32).
+// block = 128. `flags` as grouped_gemm_mma (MOE_NO_CP_ASYNC has nothing to turn off here);
+// with MOE_SWIGLU a warp's two fragments are gate and up of the same 8 act columns (combined in
+// registers), a block covers 32 act columns: grid.x = ceil(N/32).
 extern "C" __global__ void KERNEL(grouped_gemm_stream)(const act_t* __restrict__ x, const act_t* __restrict__ W,
                                                act_t* __restrict__ out, const int* __restrict__ offsets,
                                                const int* __restrict__ perm, const int* __restrict__ tiles,
                                                const int* __restrict__ ntiles, int gather, int topk,
-                                               int N, int Kd, int tile_m, int swiglu) {
+                                               int N, int Kd, int tile_m, int flags) {
+    int swiglu = flags & MOE_SWIGLU;
     int j = blockIdx.y;
     if (j >= *ntiles) return;
     int e = tiles[2 * j], r0 = tiles[2 * j + 1], rend = min(r0 + min(tile_m, 16), offsets[e + 1]);
@@ -327,13 +353,18 @@ extern "C" __global__ void KERNEL(grouped_gemm_stream)(const act_t* __restrict__
     if (nw0 >= N) return;  // warp-uniform: the whole warp leaves
     const act_t* xr0 = r0 + g < rend ? x + moe_src_row(perm, gather, topk, r0 + g) * Kd : nullptr;
     const act_t* xr8 = r0 + g + 8 < rend ? x + moe_src_row(perm, gather, topk, r0 + g + 8) * Kd : nullptr;
+    // registers only: every index into wr, acc, af, bfr is a compile-time constant (unrolled)
     const act_t* wr[2];
+#pragma unroll
     for (int ni = 0; ni < 2; ni++) {
         int n = swiglu ? nw0 + g : nw0 + ni * 8 + g;  // swiglu: gate row n, up row N + n
         wr[ni] = n < N ? We + ((long long)n + (swiglu ? ni * (long long)N : 0)) * Kd : nullptr;
     }
     float acc[2][4];
-    for (int a = 0; a < 2; a++) for (int c = 0; c < 4; c++) acc[a][c] = 0.0f;
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[a][c] = 0.0f;
     for (int k0 = 0; k0 < Kd; k0 += 16) {
         int c0 = k0 + 2 * tq;
         u32 af[4];
@@ -341,6 +372,7 @@ extern "C" __global__ void KERNEL(grouped_gemm_stream)(const act_t* __restrict__
         af[1] = xr8 ? moe_pair(xr8, c0, Kd) : 0u;
         af[2] = xr0 ? moe_pair(xr0, c0 + 8, Kd) : 0u;
         af[3] = xr8 ? moe_pair(xr8, c0 + 8, Kd) : 0u;
+#pragma unroll
         for (int ni = 0; ni < 2; ni++) {
             u32 bfr[2];
             bfr[0] = wr[ni] ? moe_pair(wr[ni], c0, Kd) : 0u;
@@ -348,16 +380,21 @@ extern "C" __global__ void KERNEL(grouped_gemm_stream)(const act_t* __restrict__
             mma_bf16_16816(acc[ni], af, bfr);
         }
     }
-    for (int ni = 0; ni < (swiglu ? 1 : 2); ni++)
+#pragma unroll
+    for (int ni = 0; ni < 2; ni++) {
+        if (swiglu && ni == 1) continue;  // swiglu: fragment 0 gate, 1 up of the same columns
+#pragma unroll
         for (int h = 0; h < 2; h++) {
             int row = r0 + g + 8 * h;
             if (row >= rend) continue;
+#pragma unroll
             for (int q = 0; q < 2; q++) {
                 int n = nw0 + ni * 8 + 2 * tq + q;
                 float a = swiglu ? swiglu_pair(acc[0][2 * h + q], acc[1][2 * h + q]) : acc[ni][2 * h + q];
                 if (n < N) out[(long long)row * N + n] = f2a(a);
             }
         }
+    }
 }
 
 // The tensor-core lane probe: one warp runs one mma.sync m16n8k16 on raw per-lane registers

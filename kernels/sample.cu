@@ -43,10 +43,11 @@ __device__ __forceinline__ int block_argmax(float v, int i, float* rv, int* ri) 
 }
 
 // logits [B, V] f32; temp[b], top_k[b] (0 = off), top_p[b] (1 = off), u[b]. grid = B,
-// block = SAMPLE_THREADS. With truncation at most SAMPLE_MAX_KEEP tokens are kept (checked on
-// the host for top_k); a row whose nucleus without top-k needs more gets token -1 (and zero
-// log-probabilities): the host samples it from its logits with the same u.
-extern "C" __global__ void KERNEL(sample_tokens)(const float* __restrict__ logits, int V, const float* __restrict__ temp,
+// block = SAMPLE_THREADS, the launch bound (so ptxas keeps to the 64 registers per thread a
+// 1024-thread block may have; unbounded it used 68). With truncation at most SAMPLE_MAX_KEEP
+// tokens are kept (checked on the host for top_k); a row whose nucleus without top-k needs more
+// gets token -1 (and zero log-probabilities): the host samples it from its logits with the same u.
+extern "C" __launch_bounds__(SAMPLE_THREADS) __global__ void KERNEL(sample_tokens)(const float* __restrict__ logits, int V, const float* __restrict__ temp,
                                          const int* __restrict__ top_k, const float* __restrict__ top_p,
                                          const double* __restrict__ u, int* __restrict__ token,
                                          float* __restrict__ logprob, float* __restrict__ sampling_logprob) {

@@ -264,6 +264,59 @@ fn decode_equals_prefill<A: Act>(g: &Gpu, name: &str, tol: f32) {
     );
 }
 
+/// The run-time switches (`tensor::cuda::switches`, `EXECCRITIC_CUDA_DISABLE`) on the bf16
+/// fixture: a packed prefill (64-row tiles: the staged tensor-core expert GEMM with cp.async)
+/// then decode steps of three sequences (16-row tiles: the weight-streaming GEMM). Without
+/// cp.async and with the staged GEMM in place of the streaming one the logits are the same bits;
+/// with the FMA expert GEMM (and SwiGLU as its own kernel) they agree to fp32 summation order,
+/// as with every path off. The default run's routing is replayed, so an expert within rounding
+/// of a tie cannot flip.
+#[test]
+fn switched_off_paths_give_the_default_paths_logits() {
+    use execcritic::tensor::cuda::Switches;
+    let g = gpu();
+    let name = "tiny-qwen35-bf16";
+    let m = CudaModel::<u16>::load(&g, &fixture(name)).unwrap();
+    let a = fixture_ids(name, "ids.a");
+    let steps: Vec<Vec<(usize, &[u32])>> = std::iter::once(vec![(0, &a[..]), (1, &a[..9])])
+        .chain((0..3).map(|t| vec![(0, &a[t..t + 1]), (1, &a[t..t + 1]), (2, &a[t..t + 1])]))
+        .collect();
+    // (logits, the routing of every step)
+    let run = |sw: Switches, replay: Option<&Vec<Vec<Vec<i32>>>>| {
+        let g = g.clone().with_switches(sw);
+        let mut st = CudaState::new(&g, &m.cfg, 3, 128, 128).unwrap();
+        let (mut out, mut routing) = (vec![], vec![]);
+        for (s, seqs) in steps.iter().enumerate() {
+            match replay {
+                Some(r) => st.forced = Some(r[s].clone()),
+                None => st.routing = Some(vec![]),
+            }
+            out.extend(m.forward_last(&g, &mut st, seqs).unwrap());
+            routing.extend(st.routing.take());
+        }
+        (out, routing)
+    };
+    let (want, routing) = run(Switches::default(), None);
+    let off = |f: fn(&mut Switches)| {
+        let mut s = Switches::default();
+        f(&mut s);
+        s
+    };
+    for (what, sw, exact) in [
+        ("cp-async", off(|s| s.cp_async = false), true),
+        ("stream-gemm", off(|s| s.stream_gemm = false), true),
+        ("mma-gemm", off(|s| s.mma_gemm = false), false),
+        ("all", Switches::PLAIN, false),
+    ] {
+        let (got, _) = run(sw, Some(&routing));
+        if exact {
+            assert_eq!(got, want, "{what} off");
+        } else {
+            close_rel(&format!("{what} off"), &got, &want, 1e-2);
+        }
+    }
+}
+
 #[test]
 fn decode_through_caches_equals_prefill() {
     let g = gpu();

@@ -513,7 +513,7 @@ fn moe_case<A: Act>(
         .unwrap();
     let mut act = g.zeros::<A>(t * k * i).unwrap();
     ops::swiglu(g, &h1, &mut act, t * k, i).unwrap();
-    if path != ExpertGemm::Fma && ops::fuses_swiglu::<A>() {
+    if path != ExpertGemm::Fma && A::TYPE == execcritic::tensor::cuda::ActType::Bf16 {
         // SwiGLU in the GEMM's epilogue: the same act as GEMM + swiglu (same roundings; fp32
         // sums in the same order)
         let mut fused = g.zeros::<A>(t * k * i).unwrap();

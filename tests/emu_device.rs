@@ -459,14 +459,16 @@ fn gdn_recurrent_dynamic_shared_memory_matches_cpu() {
         I32(dk as i32),
         I32(dv as i32),
     ]);
-    // dk = 40 rows: two parts of 32 / 8 rows per column (block dv·2), summed in shared memory
-    let parts = dk.div_ceil(32);
+    // dk = 40 rows: two parts of 32 / 8 rows per column, summed in shared memory; the 24
+    // columns in blocks of 10 (grid.z = 3, the last block's 6 threads past dv only join the
+    // barrier)
+    let (parts, cols) = (dk.div_ceil(32), 10);
     d.launch(
         "gdn_recurrent_bf16",
         dims(
-            (b as u32, hv as u32, 1),
-            (dv * parts) as u32,
-            ((2 * dk + 2 * parts * dv + parts) * 4) as u32,
+            (b as u32, hv as u32, dv.div_ceil(cols) as u32),
+            (cols * parts) as u32,
+            ((2 * dk + 2 * parts * cols + parts) * 4) as u32,
         ),
         &all,
     )

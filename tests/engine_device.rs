@@ -6,7 +6,8 @@
 //! records and top log-probabilities — while a plain decode copies no logits to the host
 //! (`EngineStats::logits_bytes_to_host`), and a steady-state decode step allocates nothing on
 //! the device (its index arrays go into persistent buffers), and decode steps replayed as CUDA
-//! graphs give the direct steps' results bit for bit.
+//! graphs give the direct steps' results bit for bit. The run-time switches `graphs` and
+//! `device-sampling` (`tensor::cuda::switches`) give the same completions.
 
 use execcritic::engine::cuda_backend::CudaDecoder;
 use execcritic::engine::{
@@ -16,7 +17,7 @@ use execcritic::engine::{
 use execcritic::model::backend::cuda::CudaModel;
 use execcritic::model::tokenizer::Tokenizer;
 use execcritic::model::Model;
-use execcritic::tensor::cuda::Gpu;
+use execcritic::tensor::cuda::{Gpu, Switches};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -59,13 +60,18 @@ fn both(
     requests: &[Request],
 ) -> [(Vec<Completion>, EngineStats); 2] {
     let tok = Arc::new(Tokenizer::from_dir(dir).unwrap());
-    let mut cpu = EngineCore::new(Arc::new(Model::load(dir).unwrap()), tok.clone(), cfg).unwrap();
-    let gpu = Gpu::emulator().unwrap();
+    let mut cpu = EngineCore::new(Arc::new(Model::load(dir).unwrap()), tok, cfg).unwrap();
+    [run(&mut cpu, requests), on_emulator(dir, cfg, requests, Switches::default())]
+}
+
+/// The requests on the emulated device with `switches`.
+fn on_emulator(dir: &Path, cfg: EngineConfig, requests: &[Request], switches: Switches) -> (Vec<Completion>, EngineStats) {
+    let tok = Arc::new(Tokenizer::from_dir(dir).unwrap());
+    let gpu = Gpu::emulator().unwrap().with_switches(switches);
     let model = CudaModel::<f32>::load(&gpu, dir).unwrap();
     let slots = cfg.scheduler.max_running;
     let decoder = CudaDecoder::new(gpu, model, slots, 256, cfg.scheduler.max_batch_tokens).unwrap();
-    let mut emu = EngineCore::new(Arc::new(decoder), tok, cfg).unwrap();
-    [run(&mut cpu, requests), run(&mut emu, requests)]
+    run(&mut EngineCore::new(Arc::new(decoder), tok, cfg).unwrap(), requests)
 }
 
 fn close(what: &str, a: &[f32], b: &[f32], tol: f32) {
@@ -164,6 +170,13 @@ fn seeded_sampling_on_the_device_picks_the_cpu_tokens() {
         (cpu_stats.prefilled_tokens, cpu_stats.decoded_tokens),
         (dev_stats.prefilled_tokens, dev_stats.decoded_tokens)
     );
+    // `EXECCRITIC_CUDA_DISABLE=device-sampling`: every row drawn on the host from its logits,
+    // with the same draws: the same completions
+    let no_sampling = Switches { device_sampling: false, ..Switches::default() };
+    let (host, host_stats) = on_emulator(dir.path(), config(8, 128, 64), &requests, no_sampling);
+    same_completions(&cpu, &host);
+    let tokens: usize = host.iter().map(|c| c.token_ids.len()).sum();
+    assert_eq!(host_stats.logits_bytes_to_host, (tokens * VOCAB * 4) as u64, "one row per token: {host_stats:?}");
 }
 
 #[test]
@@ -240,11 +253,13 @@ fn decode_steps_replayed_as_cuda_graphs_equal_direct_steps_and_the_cpu_engine() 
         &mut EngineCore::new(cpu_model, tok.clone(), cfg).unwrap(),
         &requests,
     );
+    // graphs off by the run-time switch (`EXECCRITIC_CUDA_DISABLE=graphs`): the decoder asks
+    // for graphs either way
     let on_device = |graphs: bool| {
-        let gpu = Gpu::emulator().unwrap();
+        let gpu = Gpu::emulator().unwrap().with_switches(Switches { graphs, ..Switches::default() });
         let model = CudaModel::<f32>::load(&gpu, dir.path()).unwrap();
         let decoder = Arc::new(CudaDecoder::new(gpu.clone(), model, 4, 256, 64).unwrap());
-        decoder.use_graphs(graphs).unwrap();
+        decoder.use_graphs(true).unwrap();
         let mut core = EngineCore::new(decoder.clone(), tok.clone(), cfg).unwrap();
         let (out, _) = run(&mut core, &requests);
         (out, gpu.graph_launches(), decoder.decode_graphs().unwrap())

@@ -14,6 +14,7 @@ pub mod train_cmds;
 pub mod serve_cmds;
 pub mod eval_cmds;
 pub mod demo_cmds;
+pub mod kernel_cmds;
 
 #[derive(Parser, Debug)]
 #[command(name = "execcritic", version, about = "ExecCritic: Test and Repair agents, fail-closed harness, in-process training")]
@@ -57,6 +58,9 @@ pub enum Command {
     Train(train_cmds::TrainCommand),
     /// OpenAI-compatible HTTP server on the embedded engine.
     Serve(serve_cmds::ServeArgs),
+    /// CUDA kernels without a GPU: prebuild CUBINs, verify a prebuilt directory, resource audit.
+    #[command(subcommand)]
+    Kernels(kernel_cmds::KernelsCommand),
 }
 
 /// Parse arguments, run the command, map errors to a message and exit code 2.
@@ -85,6 +89,7 @@ pub fn main() -> ExitCode {
         Command::Grads(a) => train_cmds::grads(a),
         Command::Train(c) => train_cmds::train(c),
         Command::Serve(a) => serve_cmds::serve(a),
+        Command::Kernels(c) => kernel_cmds::kernels(c),
     };
     match result {
         Ok(code) => code,

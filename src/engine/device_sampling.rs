@@ -4,7 +4,8 @@
 //! token ids and both log-probabilities come back. The parameter and output buffers are
 //! allocated once, for the most sequences a step can hold. A draw the kernel cannot make — top-k
 //! beyond [`SAMPLE_MAX_KEEP`], a nucleus that needs more candidates than that — is left to the
-//! host sampler (`None`), which then gets the row's logits and the same draw.
+//! host sampler (`None`), which then gets the row's logits and the same draw; so is every row
+//! when the `device-sampling` switch is off (`tensor::cuda::switches`).
 
 use super::backend::SampleSpec;
 use super::sampler::Sampled;
@@ -67,7 +68,8 @@ impl DeviceSampler {
                 msg: format!("{b} rows for buffers of {}", self.params.capacity()),
             });
         }
-        if rows.iter().all(Option::is_none) {
+        // switched off (`EXECCRITIC_CUDA_DISABLE=device-sampling`): every row is the host's
+        if rows.iter().all(Option::is_none) || !gpu.switches().device_sampling {
             return Ok(vec![None; b]);
         }
         let kernel_rows: Vec<SampleRow> = rows.iter().map(|r| r.unwrap_or(IDLE)).collect();

@@ -52,7 +52,9 @@ pub fn entry_points_for(src: &str, act: ActType) -> Vec<String> {
 }
 
 /// The base names of the `extern "C" __global__ void KERNEL(name)(...)` a source defines (used
-/// to check that every kernel has a launch wrapper and appears in the PTX).
+/// to check that every kernel has a launch wrapper and appears in the PTX). Launch bounds go
+/// before `__global__` (`extern "C" __launch_bounds__(256) __global__ void KERNEL(name)`), where
+/// this parser and build.rs's do not see them.
 pub fn entry_points(src: &str) -> Vec<String> {
     let mut names = vec![];
     for chunk in src.split("__global__ void ").skip(1) {
@@ -66,4 +68,36 @@ pub fn entry_points(src: &str) -> Vec<String> {
         }
     }
     names
+}
+
+/// The base names of the kernels of `src` whose parameter lists do not mention `act_t`: their
+/// two builds take and compute the same things, and the wrappers launch the `_f32` one
+/// (`ops::plain`).
+pub fn storage_independent(src: &str) -> Vec<String> {
+    let mut names = vec![];
+    for chunk in src.split("__global__ void KERNEL(").skip(1) {
+        let Some(close) = chunk.find(')') else { continue };
+        let params = &chunk[close + 1..];
+        let Some(params) = params.trim_start().strip_prefix('(') else { continue };
+        // the parameter list ends at the first ')' (no parameter has parentheses)
+        let list = params.split(')').next().unwrap_or("");
+        if !list.contains("act_t") {
+            names.push(chunk[..close].trim().to_string());
+        }
+    }
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_without_storage_parameters_are_found() {
+        let src = "extern \"C\" __global__ void KERNEL(a)(const float* x, int n) {}\n\
+                   extern \"C\" __global__ void KERNEL(b)(const act_t* x, float* y) {}\n\
+                   extern \"C\" __launch_bounds__(256) __global__ void KERNEL(c)(int* k) {}";
+        assert_eq!(entry_points(src), vec!["a", "b", "c"]);
+        assert_eq!(storage_independent(src), vec!["a", "c"]);
+    }
 }

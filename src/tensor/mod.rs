@@ -10,12 +10,16 @@
 pub mod cpu;
 pub mod cpu_avx512;
 pub mod cpu_bf16;
+pub mod cubin;
 pub mod cuda;
 pub mod device;
 pub mod dtype;
 pub mod emu;
 pub mod expert_parallel;
+pub mod kernel_audit;
+pub mod kernel_store;
 pub mod kernels;
+pub mod launch_check;
 pub mod linear;
 pub mod nvrtc;
 pub mod profile;

@@ -51,6 +51,8 @@ type VersionFn = unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int;
 /// A loaded libnvrtc (kept for the life of the process).
 pub struct Nvrtc {
     pub path: PathBuf,
+    /// The `libnvrtc-builtins` loaded from the same folder before the first compile, if any.
+    pub builtins: Option<PathBuf>,
     create: CreateFn,
     compile: CompileFn,
     ptx_size: SizeFn,
@@ -81,27 +83,14 @@ impl Nvrtc {
         }
     }
 
-    /// dlopen `path` (RTLD_GLOBAL, so later loads by soname, e.g. cudarc's, find the same copy).
+    /// dlopen `path` (RTLD_GLOBAL, so later loads by soname, e.g. cudarc's, find the same copy),
+    /// then its `libnvrtc-builtins.so.<major>.<minor>` from the same folder ([`builtins_beside`]):
+    /// libnvrtc opens the builtins by soname at its first compile, and a libnvrtc without a
+    /// RUNPATH (the 13.0 wheel's) loaded by full path finds them only when they are already
+    /// loaded (or on `LD_LIBRARY_PATH`) — otherwise every compile fails with "failed to open
+    /// libnvrtc-builtins.so.13.0".
     pub fn load(path: &Path) -> Result<Nvrtc, NvrtcError> {
-        let c = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|e| NvrtcError::Input(e.to_string()))?;
-        // SAFETY: plain dlopen of a shared library; the handle is intentionally never closed.
-        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-        if h.is_null() {
-            // SAFETY: dlerror returns a thread-local C string or null.
-            let msg = unsafe { libc::dlerror() };
-            let msg = if msg.is_null() {
-                "dlopen failed".into()
-            } else {
-                unsafe { CStr::from_ptr(msg) }
-                    .to_string_lossy()
-                    .into_owned()
-            };
-            return Err(NvrtcError::Load {
-                path: path.to_path_buf(),
-                msg,
-            });
-        }
+        let h = dlopen_global(path)?;
         fn sym<T: Copy>(h: *mut c_void, name: &'static str) -> Result<T, NvrtcError> {
             let c = CString::new(name).expect("symbol names have no NUL");
             // SAFETY: dlsym on a live handle; T is the documented fn-pointer type of `name`.
@@ -111,8 +100,21 @@ impl Nvrtc {
             }
             Ok(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) })
         }
+        let version: VersionFn = sym(h, "nvrtcVersion")?;
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: out-pointers to locals.
+        check("nvrtcVersion", unsafe { version(&mut major, &mut minor) })?;
+        // not fatal: libnvrtc may still find its builtins on the loader path
+        let builtins = builtins_beside(path, major, minor).filter(|b| match dlopen_global(b) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!("{e}; NVRTC will look for its builtins on the loader path");
+                false
+            }
+        });
         Ok(Nvrtc {
             path: path.to_path_buf(),
+            builtins,
             create: sym(h, "nvrtcCreateProgram")?,
             compile: sym(h, "nvrtcCompileProgram")?,
             ptx_size: sym(h, "nvrtcGetPTXSize")?,
@@ -124,7 +126,7 @@ impl Nvrtc {
             log_size: sym(h, "nvrtcGetProgramLogSize")?,
             log: sym(h, "nvrtcGetProgramLog")?,
             destroy: sym(h, "nvrtcDestroyProgram")?,
-            version: sym(h, "nvrtcVersion")?,
+            version,
         })
     }
 
@@ -158,9 +160,31 @@ impl Nvrtc {
         arch: &str,
         extra_opts: &[&str],
     ) -> Result<Vec<u8>, NvrtcError> {
+        Ok(self.compile_cubin_logged(name, src, arch, extra_opts)?.0)
+    }
+
+    /// [`Self::compile_cubin`] and NVRTC's program log of the compile (with `-Xptxas=-v` among
+    /// the options: ptxas's per-kernel report, see `tensor::cubin::parse_ptxas_log`).
+    pub fn compile_cubin_logged(
+        &self,
+        name: &str,
+        src: &str,
+        arch: &str,
+        extra_opts: &[&str],
+    ) -> Result<(Vec<u8>, String), NvrtcError> {
         let (size, get) = self.cubin.ok_or(NvrtcError::Symbol("nvrtcGetCUBIN"))?;
         let guard = self.compile_prog(name, src, arch, extra_opts)?;
-        self.read(guard.prog, size, get)
+        let cubin = self.read(guard.prog, size, get)?;
+        Ok((cubin, self.log_of(guard.prog)))
+    }
+
+    fn log_of(&self, prog: Prog) -> String {
+        self.read(prog, self.log_size, self.log)
+            .map(|b| {
+                let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+                String::from_utf8_lossy(&b[..end]).into_owned()
+            })
+            .unwrap_or_else(|e| e.to_string())
     }
 
     fn compile_prog(
@@ -203,17 +227,10 @@ impl Nvrtc {
         // SAFETY: prog is live; options outlive the call.
         let rc = unsafe { (self.compile)(guard.prog, optp.len() as c_int, optp.as_ptr()) };
         if rc != 0 {
-            let log = self
-                .read(guard.prog, self.log_size, self.log)
-                .map(|b| {
-                    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-                    String::from_utf8_lossy(&b[..end]).into_owned()
-                })
-                .unwrap_or_else(|e| e.to_string());
             return Err(NvrtcError::Compile {
                 name: name.into(),
                 arch: arch.into(),
-                log,
+                log: self.log_of(guard.prog),
             });
         }
         Ok(guard)
@@ -230,6 +247,43 @@ impl Nvrtc {
         buf.truncate(n);
         Ok(buf)
     }
+}
+
+/// dlopen a shared library by path (RTLD_NOW | RTLD_GLOBAL), kept loaded for the process.
+fn dlopen_global(path: &Path) -> Result<*mut c_void, NvrtcError> {
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| NvrtcError::Input(e.to_string()))?;
+    // SAFETY: plain dlopen of a shared library; the handle is intentionally never closed.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+    if h.is_null() {
+        // SAFETY: dlerror returns a thread-local C string or null.
+        let msg = unsafe { libc::dlerror() };
+        let msg = if msg.is_null() {
+            "dlopen failed".into()
+        } else {
+            unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned()
+        };
+        return Err(NvrtcError::Load { path: path.to_path_buf(), msg });
+    }
+    Ok(h)
+}
+
+/// The `libnvrtc-builtins` of NVRTC `major.minor` in the folder of the libnvrtc at `nvrtc`:
+/// `libnvrtc-builtins.so.<major>.<minor>` (the soname libnvrtc asks for), else any
+/// `libnvrtc-builtins.so*` there (never the `.alt` variant).
+pub fn builtins_beside(nvrtc: &Path, major: i32, minor: i32) -> Option<PathBuf> {
+    let dir = std::fs::canonicalize(nvrtc).ok()?.parent()?.to_path_buf();
+    let exact = dir.join(format!("libnvrtc-builtins.so.{major}.{minor}"));
+    if exact.is_file() {
+        return Some(exact);
+    }
+    let mut any: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libnvrtc-builtins.so")))
+        .collect();
+    any.sort();
+    any.pop()
 }
 
 struct ProgGuard {
@@ -333,5 +387,27 @@ fn python_site_dirs() -> Vec<PathBuf> {
             .map(PathBuf::from)
             .collect(),
         _ => vec![],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builtins_are_found_beside_libnvrtc() {
+        let dir = tempfile::tempdir().unwrap();
+        let touch = |n: &str| std::fs::write(dir.path().join(n), b"").unwrap();
+        touch("libnvrtc.so.13");
+        touch("libnvrtc-builtins.alt.so.13.0");
+        let lib = dir.path().join("libnvrtc.so.13");
+        assert_eq!(builtins_beside(&lib, 13, 0), None);
+        touch("libnvrtc-builtins.so.13.5");
+        touch("libnvrtc-builtins.so.13.0");
+        let canon = std::fs::canonicalize(dir.path()).unwrap();
+        assert_eq!(builtins_beside(&lib, 13, 0), Some(canon.join("libnvrtc-builtins.so.13.0")));
+        assert_eq!(builtins_beside(&lib, 13, 5), Some(canon.join("libnvrtc-builtins.so.13.5")));
+        // another version: the newest builtins there
+        assert_eq!(builtins_beside(&lib, 13, 2), Some(canon.join("libnvrtc-builtins.so.13.5")));
     }
 }

@@ -31,6 +31,7 @@ pub mod grad_sink;
 pub mod grpo;
 pub mod grpo_run;
 pub mod iteration;
+pub mod launch_table;
 pub mod layers;
 pub mod lease;
 pub mod lora;

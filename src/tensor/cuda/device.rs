@@ -1,12 +1,15 @@
-//! The real device (feature `cuda`): driver probe, context, one non-default stream, cuBLAS, NVRTC
-//! compilation of every kernel file in both storage types to a CUBIN for this GPU's architecture
-//! (PTX only as a fallback, cached per process), the function table, and raw allocations, copies
-//! and launches — the [`Device`] trait over cudarc's driver API.
+//! The real device (feature `cuda`): driver probe, context, one non-default stream, cuBLAS, the
+//! kernel images of every kernel file in both storage types for this GPU's architecture
+//! (prebuilt, cached or compiled by NVRTC: `tensor::kernel_store`; once per process), the
+//! function table with each kernel's own launch limits (checked before every launch,
+//! `tensor::launch_check`), and raw allocations, copies and launches — the [`Device`] trait over
+//! cudarc's driver API.
 
 use crate::tensor::device::{
-    ActType, DevPtr, Device, DeviceError, Gemm, GemmType, GraphId, KernelArg, LaunchDims, Result,
+    DevPtr, Device, DeviceError, Gemm, GemmType, GraphId, KernelArg, LaunchDims, Result,
 };
-use crate::tensor::kernels;
+use crate::tensor::kernel_store::{self, Image, Loaded, Origin, Sources, Unit};
+use crate::tensor::launch_check::{check_launch, DeviceLimits, FuncLimits};
 use crate::tensor::nvrtc::{find_cuda_library, Nvrtc};
 use cudarc::cublas::{result::gemm_ex, sys as blas_sys, CudaBlas};
 use cudarc::driver::{result as drv, sys, CudaContext, CudaFunction, CudaGraph, CudaStream};
@@ -70,57 +73,39 @@ pub(crate) fn preload(stem: &str, env: &str) -> Result<()> {
     )))
 }
 
-/// One compiled module: kernel file, storage type, image (CUBIN bytes or PTX text).
-#[derive(Clone)]
-struct Module {
-    file: &'static str,
-    act: ActType,
-    image: Image,
-}
-
-#[derive(Clone)]
-enum Image {
-    Cubin(Vec<u8>),
-    Ptx(String),
-}
-
-/// Every kernel file in both storage types for `sm` (e.g. "90"), compiled once per process:
-/// a CUBIN for `sm_XX` (so a libnvrtc newer than the driver cannot break loading), PTX for
-/// `compute_XX` when this NVRTC cannot emit a CUBIN for the architecture.
-fn modules_for(sm: &str) -> Result<Vec<Module>> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Vec<Module>>>> = OnceLock::new();
+/// Every kernel unit's image for `sm` (e.g. "90"), once per process: prebuilt
+/// (`$EXECCRITIC_KERNEL_DIR`), from the on-disk cache, or compiled by NVRTC in parallel — a
+/// CUBIN for `sm_XX` (so a libnvrtc newer than the driver cannot break loading), PTX for
+/// `compute_XX` when this NVRTC cannot emit one (`tensor::kernel_store`).
+fn modules_for(sm: &str) -> Result<Vec<Loaded>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Vec<Loaded>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
-    if let Some(v) = cache.lock().expect("module cache poisoned").get(sm) {
+    if let Some(v) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(sm) {
         return Ok(v.clone());
     }
-    let nv = Nvrtc::get().map_err(|e| DeviceError::Driver(e.to_string()))?;
-    let mut out = vec![];
-    for (file, src) in kernels::FILES {
-        for act in ActType::ALL {
-            let unit = kernels::unit_for(file, src, act);
-            let image = match nv.compile_cubin(file, &unit, &format!("sm_{sm}"), &[]) {
-                Ok(c) => Image::Cubin(c),
-                Err(_) => Image::Ptx(
-                    nv.compile_ptx(file, &unit, &format!("compute_{sm}"), &[])
-                        .map_err(|e| DeviceError::Driver(e.to_string()))?,
-                ),
-            };
-            out.push(Module { file, act, image });
-        }
-    }
+    let t = std::time::Instant::now();
+    let out = kernel_store::images(&format!("sm_{sm}"), &Unit::all(), &Sources::from_env(), Nvrtc::get)
+        .map_err(|e| DeviceError::Driver(e.to_string()))?;
+    let count = |f: fn(&Origin) -> bool| out.iter().filter(|m| f(&m.origin)).count();
+    tracing::info!(
+        "kernels for sm_{sm}: {} prebuilt, {} cached, {} compiled in {:.1} s",
+        count(|o| matches!(o, Origin::Prebuilt(_))),
+        count(|o| matches!(o, Origin::Cache(_))),
+        count(|o| *o == Origin::Compiled),
+        t.elapsed().as_secs_f64()
+    );
     cache
         .lock()
-        .expect("module cache poisoned")
+        .unwrap_or_else(|e| e.into_inner())
         .insert(sm.to_string(), out.clone());
     Ok(out)
 }
 
-/// Launch limits of the device (checked before every launch).
-#[derive(Clone, Copy, Debug)]
-struct Limits {
-    threads_per_block: u32,
-    shared_per_block: u32,
-    grid_y_z: u32,
+/// A loaded kernel and its own launch limits (read once at load; the dynamic shared memory
+/// limit is raised — the opt-in — by the first launch that needs more).
+struct Kernel {
+    f: CudaFunction,
+    limits: Mutex<FuncLimits>,
 }
 
 /// A captured graph, owned by its device's list.
@@ -138,8 +123,8 @@ pub struct CudaDevice {
     /// cuBLAS handle; one GEMM at a time (a handle must not be used by two threads at once).
     blas: Mutex<CudaBlas>,
     pub arch: String,
-    funcs: HashMap<String, CudaFunction>,
-    limits: Limits,
+    funcs: HashMap<String, Kernel>,
+    limits: DeviceLimits,
     name: String,
 }
 
@@ -154,12 +139,23 @@ impl CudaDevice {
         let sm = format!("{maj}{min}");
         let stream = ctx.new_stream().map_err(driver)?;
         let blas = CudaBlas::new(stream.clone()).map_err(|e| DeviceError::Driver(e.to_string()))?;
-        let attr = |a| ctx.attribute(a).map_err(driver);
+        let attr = |a| ctx.attribute(a).map(|v| v.max(0) as u32).map_err(driver);
         use sys::CUdevice_attribute as A;
-        let limits = Limits {
-            threads_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)? as u32,
-            shared_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)? as u32,
-            grid_y_z: attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)? as u32,
+        let limits = DeviceLimits {
+            threads_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            block: (
+                attr(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?,
+                attr(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?,
+                attr(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?,
+            ),
+            grid: (
+                attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+                attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+                attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+            ),
+            shared_default: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?,
+            shared_opt_in: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+            registers_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK)?,
         };
         let mut funcs = HashMap::new();
         for m in modules_for(&sm)? {
@@ -169,21 +165,24 @@ impl CudaDevice {
             };
             let module = ctx.load_module(ptx).map_err(|e| {
                 DeviceError::Driver(format!(
-                    "loading the {kind} of kernels/{}.cu ({}) failed: {e}; PTX from a libnvrtc \
-                     newer than the driver cannot load: point EXECCRITIC_NVRTC at the driver's \
-                     CUDA version",
-                    m.file,
-                    m.act.suffix()
+                    "loading the {kind} of kernels/{}.cu ({}, {:?}) failed: {e}; PTX or a CUBIN \
+                     from a libnvrtc newer than the driver may not load: point EXECCRITIC_NVRTC \
+                     at the driver's CUDA version, or prebuild with it (EXECCRITIC_KERNEL_DIR)",
+                    m.unit.file,
+                    m.unit.act.suffix(),
+                    m.origin
                 ))
             })?;
-            let src = kernels::FILES
-                .iter()
-                .find(|(n, _)| *n == m.file)
-                .map(|(_, s)| *s)
-                .unwrap_or("");
-            for entry in kernels::entry_points_for(src, m.act) {
+            for entry in m.unit.entries() {
                 let f = module.load_function(&entry).map_err(driver)?;
-                funcs.insert(entry, f);
+                let get = |a| f.get_attribute(a).map(|v| v.max(0) as u32).map_err(driver);
+                use sys::CUfunction_attribute as F;
+                let limits = FuncLimits {
+                    max_threads: get(F::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+                    static_shared: get(F::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
+                    max_dynamic_shared: get(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?,
+                };
+                funcs.insert(entry, Kernel { f, limits: Mutex::new(limits) });
             }
         }
         let name = format!("{} (sm_{sm})", ctx.name().unwrap_or_else(|_| "GPU".into()));
@@ -199,35 +198,28 @@ impl CudaDevice {
         })
     }
 
-    fn func(&self, name: &str) -> Result<&CudaFunction> {
-        self.funcs
-            .get(name)
-            .ok_or_else(|| DeviceError::MissingKernel(name.to_string()))
+    /// The kernel `name`, checked for this launch against the device's limits and its own
+    /// (`tensor::launch_check`); raises its dynamic shared memory limit when the launch needs
+    /// the opt-in.
+    fn checked(&self, name: &str, d: &LaunchDims) -> Result<&CudaFunction> {
+        let k = self.funcs.get(name).ok_or_else(|| DeviceError::MissingKernel(name.to_string()))?;
+        let mut fl = k.limits.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = check_launch(name, d, &self.limits, &fl)? {
+            use sys::CUfunction_attribute as F;
+            k.f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, n as i32).map_err(|e| {
+                DeviceError::Launch {
+                    kernel: name.to_string(),
+                    msg: format!("raising its dynamic shared memory limit to {n} bytes (opt-in): {e} {d}"),
+                }
+            })?;
+            fl.max_dynamic_shared = n;
+        }
+        Ok(&k.f)
     }
 
-    fn check_limits(&self, kernel: &str, d: &LaunchDims) -> Result<()> {
-        let threads = d.block.0 as u64 * d.block.1 as u64 * d.block.2 as u64;
-        let bad = |msg: String| {
-            Err(DeviceError::Launch {
-                kernel: kernel.to_string(),
-                msg,
-            })
-        };
-        if threads == 0 || threads > self.limits.threads_per_block as u64 {
-            return bad(format!("{threads} threads per block {d}"));
-        }
-        if d.shared_bytes > self.limits.shared_per_block {
-            return bad(format!("{} bytes of shared memory {d}", d.shared_bytes));
-        }
-        if d.grid.0 == 0
-            || d.grid.1 == 0
-            || d.grid.2 == 0
-            || d.grid.1 > self.limits.grid_y_z
-            || d.grid.2 > self.limits.grid_y_z
-        {
-            return bad(format!("grid {d}"));
-        }
-        Ok(())
+    /// The launch limits the driver reports for kernel `name` (None: no such kernel).
+    pub fn kernel_limits(&self, name: &str) -> Option<FuncLimits> {
+        self.funcs.get(name).map(|k| *k.limits.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -289,8 +281,7 @@ impl Device for CudaDevice {
     }
 
     fn launch(&self, kernel: &str, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
-        self.check_limits(kernel, &dims)?;
-        let f = self.func(kernel)?;
+        let f = self.checked(kernel, &dims)?;
         self.ctx.bind_to_thread().map_err(driver)?;
         // Argument values live in `vals`; the driver reads them through `params` during the
         // (asynchronous) launch call itself.

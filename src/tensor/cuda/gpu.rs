@@ -9,6 +9,7 @@
 use crate::tensor::device::{
     ActType, DevPtr, Device, DeviceError, Gemm, GemmType, GraphId, KernelArg, LaunchDims, Result,
 };
+use super::switches::Switches;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -224,15 +225,33 @@ fn bump(c: &std::sync::atomic::AtomicU64) {
 pub struct Gpu {
     dev: Arc<dyn Device>,
     counts: Arc<Counters>,
+    switches: Switches,
 }
 
 impl Gpu {
-    /// Wrap a device.
+    /// Wrap a device, with the switches of `$EXECCRITIC_CUDA_DISABLE` (an unknown name there is
+    /// warned about and ignored here; [`Gpu::open`] refuses it).
     pub fn from_device(dev: Arc<dyn Device>) -> Gpu {
+        let switches = Switches::from_env().unwrap_or_else(|e| {
+            tracing::warn!("{e}; ignoring it");
+            Switches::default()
+        });
         Gpu {
             dev,
             counts: Arc::default(),
+            switches,
         }
+    }
+
+    /// The paths this handle may take ([`Switches`]).
+    pub fn switches(&self) -> Switches {
+        self.switches
+    }
+
+    /// This handle with other switches (the same device and counters).
+    pub fn with_switches(mut self, switches: Switches) -> Gpu {
+        self.switches = switches;
+        self
     }
 
     /// Launches, GEMMs and memsets enqueued through this handle and its clones so far.
@@ -282,8 +301,10 @@ impl Gpu {
         self.dev.drop_graph(id)
     }
 
-    /// Open the real GPU `ordinal` (feature `cuda`) or the emulated device.
+    /// Open the real GPU `ordinal` (feature `cuda`) or the emulated device; an unknown name in
+    /// `$EXECCRITIC_CUDA_DISABLE` is an error.
     pub fn open(kind: DeviceKind) -> Result<Gpu> {
+        Switches::from_env().map_err(DeviceError::Unsupported)?;
         match kind {
             DeviceKind::Cuda(n) => Self::cuda(n),
             DeviceKind::Emulator => Self::emulator(),
@@ -314,6 +335,7 @@ impl Gpu {
     /// The real GPU 0 when one is present, else the emulator — how the CUDA tests pick their
     /// device. `EXECCRITIC_REQUIRE_GPU=1` makes a missing GPU an error instead.
     pub fn auto() -> Result<Gpu> {
+        Switches::from_env().map_err(DeviceError::Unsupported)?;
         match Self::cuda(0) {
             Ok(g) => Ok(g),
             Err(e) if std::env::var("EXECCRITIC_REQUIRE_GPU").as_deref() == Ok("1") => Err(e),

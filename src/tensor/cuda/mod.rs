@@ -19,9 +19,12 @@ pub mod gpu;
 #[cfg(feature = "cuda")]
 pub mod nccl;
 pub mod ops;
+pub mod record;
+pub mod switches;
 
 pub use crate::tensor::device::{ActType, DeviceError as CudaError};
 pub use gpu::{Act, DeviceBuffer, DeviceKind, Elem, Gpu, OpCounts};
+pub use switches::Switches;
 
 /// The emulated device (`--device emulator`).
 pub(crate) fn emulator() -> crate::tensor::device::Result<Gpu> {

@@ -796,10 +796,16 @@ pub struct DeltaBufs<'a> {
 
 /// Rows of the state one thread of `gdn_recurrent` keeps in registers (`GDN_ROWS` in gdn.cu).
 pub const GDN_ROWS: usize = 32;
+/// Most threads per block of `gdn_recurrent` (`GDN_REC_THREADS`, its launch bounds).
+pub const GDN_REC_THREADS: usize = 256;
 
-/// Threads per block of `gdn_recurrent`: `dv` columns times `ceil(dk / GDN_ROWS)` row parts.
-pub fn gdn_recurrent_block(dk: usize, dv: usize) -> usize {
-    dv * dk.div_ceil(GDN_ROWS)
+/// `(columns, threads)` per block of `gdn_recurrent`: `ceil(dk / GDN_ROWS)` row parts of each
+/// of `min(dv, GDN_REC_THREADS / parts)` columns (the grid covers `dv` in column blocks). `None`
+/// when one column's row parts alone exceed the bound (`dk > GDN_ROWS · GDN_REC_THREADS`).
+pub fn gdn_recurrent_block(dk: usize, dv: usize) -> Option<(usize, usize)> {
+    let parts = dk.div_ceil(GDN_ROWS);
+    let cols = dv.min(GDN_REC_THREADS / parts.max(1));
+    (parts >= 1 && cols >= 1).then_some((cols, cols * parts))
 }
 
 /// Recurrent delta rule, one token per sequence (decode): each fp32 state element is read once
@@ -812,21 +818,19 @@ pub fn gdn_recurrent<A: Act>(
     b: usize,
     out: &mut DeviceBuffer<A>,
 ) -> Result<()> {
-    let block = gdn_recurrent_block(x.dk, x.dv);
+    let shape = gdn_recurrent_block(x.dk, x.dv).filter(|_| x.dv >= 1);
     need(
         "gdn_recurrent",
-        x.dv >= 1
-            && block <= 1024
-            && out.len() >= b * x.hv * x.dv
-            && x.qn.len() >= b * x.hk * x.dk,
-        || format!("dv·ceil(dk/{GDN_ROWS}) = {block} threads (at most 1024), or sizes"),
+        shape.is_some() && out.len() >= b * x.hv * x.dv && x.qn.len() >= b * x.hk * x.dk,
+        || format!("dk {} (at most {}), dv {} (at least 1), or sizes", x.dk, GDN_ROWS * GDN_REC_THREADS, x.dv),
     )?;
+    let (cols, block) = shape.unwrap_or((1, 1));
     let parts = x.dk.div_ceil(GDN_ROWS);
-    let shmem = (2 * x.dk + 2 * parts * x.dv + parts) * 4;
+    let shmem = (2 * x.dk + 2 * parts * cols + parts) * 4;
     launch!(
         gpu,
         A::kernel("gdn_recurrent"),
-        cfg((b, x.hv, 1), block, shmem),
+        cfg((b, x.hv, x.dv.div_ceil(cols)), block, shmem),
         x.qn,
         x.kn,
         x.v,
@@ -1179,11 +1183,30 @@ pub fn grouped_gemm_with<A: Act>(
     expert_gemm(gpu, path, x, w, out, g, gather, topk, e, n, kd, pairs, false)
 }
 
-/// Whether the grouped gate|up GEMM of storage type `A` runs with SwiGLU fused into its
-/// epilogue ([`grouped_gemm_swiglu`]): the tensor-core kernels of the bf16 build.
-pub fn fuses_swiglu<A: Act>() -> bool {
-    A::TYPE == crate::tensor::device::ActType::Bf16
+/// The kernel `path` resolves to for storage type `A` over `g`'s tile list under `gpu`'s
+/// [`Switches`](super::Switches): `Auto` is the FMA kernel in the f32 build, else the
+/// weight-streaming kernel for 16-row tiles and the staged tensor-core kernel otherwise, each
+/// unless switched off (`stream-gemm` → staged, `mma-gemm` → FMA). An explicit path is kept.
+pub fn expert_gemm_path<A: Act>(gpu: &Gpu, path: ExpertGemm, g: &MoeGroups) -> ExpertGemm {
+    let sw = gpu.switches();
+    match path {
+        ExpertGemm::Auto if A::TYPE == crate::tensor::device::ActType::F32 => ExpertGemm::Fma,
+        ExpertGemm::Auto if g.tile_m <= 16 && sw.stream_gemm => ExpertGemm::Stream,
+        ExpertGemm::Auto if sw.mma_gemm => ExpertGemm::Mma,
+        ExpertGemm::Auto => ExpertGemm::Fma,
+        p => p,
+    }
 }
+
+/// Whether the grouped gate|up GEMM of storage type `A` over `g` runs with SwiGLU fused into
+/// its epilogue ([`grouped_gemm_swiglu`]): when `Auto` resolves to a tensor-core kernel.
+pub fn fuses_swiglu<A: Act>(gpu: &Gpu, g: &MoeGroups) -> bool {
+    expert_gemm_path::<A>(gpu, ExpertGemm::Auto, g) != ExpertGemm::Fma
+}
+
+/// `flags` bits of the tensor-core expert GEMMs (`MOE_SWIGLU`, `MOE_NO_CP_ASYNC` in moe.cu).
+const MOE_SWIGLU: i32 = 1;
+const MOE_NO_CP_ASYNC: i32 = 2;
 
 /// The token rows' gate|up expert GEMM with SwiGLU in its epilogue: `act [pairs, i]` =
 /// `SiLU(g)·u` of `g`, `u` = the grouped rows times `w_gu[e]` rows `c` and `i + c` (`w_gu`
@@ -1225,12 +1248,7 @@ fn expert_gemm<A: Act>(
     pairs: usize,
     swiglu: bool,
 ) -> Result<()> {
-    let path = match path {
-        ExpertGemm::Auto if A::TYPE == crate::tensor::device::ActType::F32 => ExpertGemm::Fma,
-        ExpertGemm::Auto if g.tile_m <= 16 => ExpertGemm::Stream,
-        ExpertGemm::Auto => ExpertGemm::Mma,
-        p => p,
-    };
+    let path = expert_gemm_path::<A>(gpu, path, g);
     need(
         "grouped_gemm",
         e == g.experts
@@ -1281,7 +1299,7 @@ fn expert_gemm<A: Act>(
         &(n as i32),
         &(kd as i32),
         &(g.tile_m as i32),
-        &(swiglu as i32)
+        &(if swiglu { MOE_SWIGLU } else { 0 } | if gpu.switches().cp_async { 0 } else { MOE_NO_CP_ASYNC })
     )
 }
 
@@ -1451,6 +1469,9 @@ impl SampleParams {
     }
 }
 
+/// Threads per block of `sample_tokens` (`SAMPLE_THREADS` in sample.cu, its launch bound).
+pub const SAMPLE_THREADS: usize = 1024;
+
 /// One token per row with the CPU engine's sampling semantics, its policy log-probability
 /// (temperature 1, untruncated) and its log-probability under the sampled distribution. A row
 /// whose nucleus (top-p without top-k) needs more than [`SAMPLE_MAX_KEEP`] tokens gets token -1:
@@ -1478,7 +1499,7 @@ pub fn sample_tokens(
     launch!(
         gpu,
         plain("sample_tokens"),
-        cfg((b, 1, 1), 1024, 0),
+        cfg((b, 1, 1), SAMPLE_THREADS, 0),
         logits,
         &(v as i32),
         &p.temp,
@@ -1623,4 +1644,64 @@ pub fn adamw_update<A: Act>(
         &h.bc1,
         &h.bc2
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::cuda::record::RecordingDevice;
+    use crate::tensor::cuda::Switches;
+    use crate::tensor::device::KernelArg;
+    use std::sync::Arc;
+
+    #[test]
+    fn gdn_recurrent_blocks_stay_within_the_launch_bound() {
+        // 35B-A3B: 4 row parts × 64 columns, two column blocks per head
+        assert_eq!(gdn_recurrent_block(128, 128), Some((64, 256)));
+        assert_eq!(gdn_recurrent_block(16, 16), Some((16, 16)));
+        assert_eq!(gdn_recurrent_block(40, 24), Some((24, 48)));
+        assert_eq!(gdn_recurrent_block(4096, 7), Some((2, 256)));
+        assert_eq!(gdn_recurrent_block(GDN_ROWS * GDN_REC_THREADS + 1, 4), None);
+    }
+
+    #[test]
+    fn switches_pick_the_expert_gemm_kernel_and_its_flags() {
+        let rec = Arc::new(RecordingDevice::new());
+        let gpu = Gpu::from_device(rec.clone()).with_switches(Switches::default());
+        let (e, i, h) = (16, 32, 64);
+        let mut g = MoeGroups::new(&gpu, 64, e).unwrap();
+        let off = |f: fn(&mut Switches)| {
+            let mut s = Switches::default();
+            f(&mut s);
+            gpu.clone().with_switches(s)
+        };
+        let (no_mma, no_stream, no_cp) = (off(|s| s.mma_gemm = false), off(|s| s.stream_gemm = false), off(|s| s.cp_async = false));
+        let path = |gpu: &Gpu, g: &MoeGroups| expert_gemm_path::<u16>(gpu, ExpertGemm::Auto, g);
+        for (tile_m, default) in [(16, ExpertGemm::Stream), (64, ExpertGemm::Mma)] {
+            g.tile_m = tile_m;
+            assert_eq!(path(&gpu, &g), default);
+            assert_eq!(path(&no_cp, &g), default);
+            assert_eq!(path(&no_stream, &g), ExpertGemm::Mma);
+            assert_eq!(path(&no_mma, &g), if tile_m == 16 { ExpertGemm::Stream } else { ExpertGemm::Fma });
+            assert_eq!(path(&gpu.clone().with_switches(Switches::PLAIN), &g), ExpertGemm::Fma);
+            assert_eq!(expert_gemm_path::<f32>(&gpu, ExpertGemm::Auto, &g), ExpertGemm::Fma);
+            // an explicit path is kept whatever the switches say
+            assert_eq!(expert_gemm_path::<u16>(&no_mma, ExpertGemm::Mma, &g), ExpertGemm::Mma);
+        }
+        g.tile_m = 64;
+        assert!(fuses_swiglu::<u16>(&gpu, &g) && !fuses_swiglu::<u16>(&no_mma, &g) && !fuses_swiglu::<f32>(&gpu, &g));
+        // the cp.async switch reaches the staged kernel as its flag bit
+        let x = gpu.zeros::<u16>(64 * h).unwrap();
+        let w = gpu.zeros::<u16>(e * 2 * i * h).unwrap();
+        let mut act = gpu.zeros::<u16>(64 * i).unwrap();
+        for (gpu, flags) in [(&gpu, MOE_SWIGLU), (&no_cp, MOE_SWIGLU | MOE_NO_CP_ASYNC)] {
+            rec.set_workload(&format!("flags {flags}"));
+            grouped_gemm_swiglu(gpu, ExpertGemm::Auto, &x, &w, &mut act, &g, 1, e, i, h, 64).unwrap();
+        }
+        let t = rec.table();
+        for (n, flags) in [("flags 1", 1), ("flags 3", 3)] {
+            let u = t.uses.iter().find(|u| u.workload == n).unwrap();
+            assert_eq!((u.kernel.as_str(), u.args.last()), ("grouped_gemm_mma_bf16", Some(&KernelArg::I32(flags))));
+        }
+    }
 }

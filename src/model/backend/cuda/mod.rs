@@ -147,7 +147,8 @@ impl<A: Act> CudaModel<A> {
         let b = seqs.len();
         let decode = seqs.iter().all(|(_, x)| x.len() == 1);
         // a pure decode step is the same work each time for a (batch, stride): a CUDA graph
-        let graph = st.graphs.enabled && decode && st.routing.is_none() && forced.is_none();
+        // (unless switched off: `EXECCRITIC_CUDA_DISABLE=graphs`)
+        let graph = st.graphs.enabled && gpu.switches().graphs && decode && st.routing.is_none() && forced.is_none();
         if graph {
             if let Some(id) = st.graphs.get(b, bt_stride) {
                 gpu.launch_graph(id)?;
@@ -531,7 +532,7 @@ fn moe<A: Act>(
         k,
         &mut s.groups,
     )?;
-    if ops::fuses_swiglu::<A>() {
+    if ops::fuses_swiglu::<A>(gpu, &s.groups) {
         ops::grouped_gemm_swiglu(
             gpu,
             ops::ExpertGemm::Auto,

@@ -215,12 +215,8 @@ pub fn check_supported(c: &ModelConfig) -> Result<()> {
         format!("{hv} GDN value heads over {hk} key heads (a multiple)"),
     );
     need(
-        dv >= 1 && crate::tensor::cuda::ops::gdn_recurrent_block(dk, dv) <= 1024,
-        format!("GDN value head dim {dv} x ceil(key head dim {dk} / 32) > 1024 threads (gdn_recurrent block)"),
-    );
-    need(
-        dk <= 4096,
-        format!("GDN key head dim {dk} > 4096 (gdn_recurrent shared memory)"),
+        dv >= 1 && dk >= 1 && dk <= 4096,
+        format!("GDN key head dim {dk} (1..=4096: gdn_recurrent shared memory), value head dim {dv} (at least 1)"),
     );
     need(
         (2..=8).contains(&c.linear_conv_kernel_dim),
