@@ -4,8 +4,7 @@
 //! and launches — the [`Device`] trait over cudarc's driver API.
 
 use crate::tensor::device::{
-    ActType, DevPtr, Device, DeviceError, Gemm, GemmType, GraphId, KernelArg, LaunchDims,
-    MemoryUsage, Result,
+    ActType, DevPtr, Device, DeviceError, Gemm, GemmType, GraphId, KernelArg, LaunchDims, Result,
 };
 use crate::tensor::kernels;
 use crate::tensor::nvrtc::{find_cuda_library, Nvrtc};
@@ -379,10 +378,10 @@ impl Device for CudaDevice {
         drv::mem_get_info().ok()
     }
 
-    fn memory_usage(&self) -> Option<MemoryUsage> {
+    fn memory_usage(&self) -> Option<crate::tensor::device::MemoryUsage> {
         use sys::CUmemPool_attribute as P;
         let get = |a| pool_attr(&self.ctx, a, None).ok();
-        Some(MemoryUsage {
+        Some(crate::tensor::device::MemoryUsage {
             in_use: get(P::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
             peak: get(P::CU_MEMPOOL_ATTR_USED_MEM_HIGH)?,
             reserved: get(P::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
