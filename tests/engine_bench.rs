@@ -39,7 +39,12 @@ fn tiny_cfg() -> ModelConfig {
 
 /// The engine benchmark of `plan` on `model`: the MoE layer alone first (its own scratch,
 /// freed before the engine's caches are allocated), then the engine's caches and scenarios.
-fn engine_benchmark<A: Act>(gpu: &Gpu, model: CudaModel<A>, plan: &BenchPlan, log: &mut PhaseLog) -> BenchReport {
+fn engine_benchmark<A: Act>(
+    gpu: &Gpu,
+    model: CudaModel<A>,
+    plan: &BenchPlan,
+    log: &mut PhaseLog,
+) -> BenchReport {
     let cfg = model.cfg.clone();
     let probe = DeviceProbe::new(gpu);
     let moe_tokens = plan.prefill_tokens;
@@ -50,17 +55,32 @@ fn engine_benchmark<A: Act>(gpu: &Gpu, model: CudaModel<A>, plan: &BenchPlan, lo
     let mut decoder = None;
     log.phase("allocate_caches", &probe, || {
         let cache = plan.cache();
-        decoder = Some(CudaDecoder::with_cache(gpu.clone(), model, cache, plan.step_tokens())?);
+        decoder = Some(CudaDecoder::with_cache(
+            gpu.clone(),
+            model,
+            cache,
+            plan.step_tokens(),
+        )?);
         Ok(json!({"slots": cache.slots, "max_len": cache.max_len, "kv_tokens": cache.kv_tokens}))
     });
     let Some(decoder) = decoder.map(Arc::new) else {
-        return BenchReport { roofline_device: H200.name, scenarios: vec![], failed: vec!["allocate_caches".into()] };
+        return BenchReport {
+            roofline_device: H200.name,
+            scenarios: vec![],
+            failed: vec!["allocate_caches".into()],
+        };
     };
     let tokenizer = match Tokenizer::from_dir(&models().join("tokenizer")) {
         Ok(t) => Arc::new(t),
         Err(e) => {
-            log.phase("tokenizer", &probe, || -> bench::PhaseResult<()> { Err(e.into()) });
-            return BenchReport { roofline_device: H200.name, scenarios: vec![], failed: vec!["tokenizer".into()] };
+            log.phase("tokenizer", &probe, || -> bench::PhaseResult<()> {
+                Err(e.into())
+            });
+            return BenchReport {
+                roofline_device: H200.name,
+                scenarios: vec![],
+                failed: vec!["tokenizer".into()],
+            };
         }
     };
     let d = decoder.clone();
@@ -73,7 +93,12 @@ fn engine_benchmark<A: Act>(gpu: &Gpu, model: CudaModel<A>, plan: &BenchPlan, lo
 fn h200_summary(doc: &Value) -> Value {
     let mut tok_s = serde_json::Map::new();
     let mut fraction = serde_json::Map::new();
-    for p in doc["phases"].as_array().into_iter().flatten().filter(|p| p["status"] == "ok") {
+    for p in doc["phases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["status"] == "ok")
+    {
         let (name, r) = (p["name"].as_str().unwrap_or_default(), &p["result"]);
         if name.starts_with("moe_layer_") {
             tok_s.insert("moe_layer_ms".into(), r["ms"].clone());
@@ -117,7 +142,12 @@ fn statuses(doc: &Value) -> Vec<(String, String)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| (p["name"].as_str().unwrap().to_string(), p["status"].as_str().unwrap().to_string()))
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_string(),
+                p["status"].as_str().unwrap().to_string(),
+            )
+        })
         .collect()
 }
 
@@ -132,7 +162,11 @@ fn assert_written_around_each_phase(writes: &[Value]) {
         });
         let running = running.unwrap_or_else(|| panic!("no write with {name} running"));
         let s = statuses(&writes[running + 1]);
-        assert_eq!(s.get(i), Some(&(name.clone(), status.clone())), "the write after {name} ran");
+        assert_eq!(
+            s.get(i),
+            Some(&(name.clone(), status.clone())),
+            "the write after {name} ran"
+        );
     }
     assert!(!phases.iter().any(|(_, s)| s == "running"), "{phases:?}");
 }
@@ -152,16 +186,32 @@ fn every_scenario_runs_through_the_engine_on_the_emulator() {
     let got: Vec<&str> = report.scenarios.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(got, names);
     let phases: Vec<String> = statuses(&doc).into_iter().map(|(n, _)| n).collect();
-    let mut want = vec!["moe_layer_24".to_string(), "allocate_caches".into(), "warmup".into()];
+    let mut want = vec![
+        "moe_layer_24".to_string(),
+        "allocate_caches".into(),
+        "warmup".into(),
+    ];
     want.extend(names.iter().cloned());
     assert_eq!(phases, want);
-    assert!(statuses(&doc).iter().all(|(_, s)| s == "ok"), "{:?}", statuses(&doc));
+    assert!(
+        statuses(&doc).iter().all(|(_, s)| s == "ok"),
+        "{:?}",
+        statuses(&doc)
+    );
     assert_written_around_each_phase(&writes.borrow());
     let on_disk = std::fs::read_to_string(dir.path().join("bench.json")).unwrap();
     assert_eq!(on_disk, serde_json::to_string_pretty(&doc).unwrap());
     let leftovers = std::fs::read_dir(dir.path()).unwrap().count();
-    assert_eq!(leftovers, 1, "only the record: no temporary file left behind");
-    for p in doc["phases"].as_array().unwrap().iter().filter(|p| names.contains(&p["name"].as_str().unwrap().to_string())) {
+    assert_eq!(
+        leftovers, 1,
+        "only the record: no temporary file left behind"
+    );
+    for p in doc["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| names.contains(&p["name"].as_str().unwrap().to_string()))
+    {
         let s = &p["result"];
         for key in ["seconds", "tok_s", "limit_tok_s", "fraction_of_limit"] {
             let v = s[key].as_f64().unwrap();
@@ -171,14 +221,25 @@ fn every_scenario_runs_through_the_engine_on_the_emulator() {
         assert_eq!(s["preemptions"], 0, "the plan's cache holds every scenario");
         let d = &p["device"];
         assert!(d["memory"]["in_use"].as_u64().unwrap() > 0, "{d}");
-        assert!(d["memory"]["peak"].as_u64().unwrap() >= d["memory"]["in_use"].as_u64().unwrap(), "{d}");
+        assert!(
+            d["memory"]["peak"].as_u64().unwrap() >= d["memory"]["in_use"].as_u64().unwrap(),
+            "{d}"
+        );
         assert!(d["ops_per_step"]["total"].as_f64().unwrap() > 0.0, "{d}");
         assert!(d["decode_graphs"].as_u64().is_some(), "{d}");
         assert!(d["clocks"].is_null(), "the emulator has no clocks: {d}");
     }
     // pure decode steps are replayed as graphs on the emulator too
-    let decode = doc["phases"].as_array().unwrap().iter().find(|p| p["name"] == "decode_4").unwrap();
-    assert!(decode["device"]["ops"]["graph_launches"].as_u64().unwrap() > 0, "{decode}");
+    let decode = doc["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "decode_4")
+        .unwrap();
+    assert!(
+        decode["device"]["ops"]["graph_launches"].as_u64().unwrap() > 0,
+        "{decode}"
+    );
     // the agents' later turns read only their new tokens
     let agents = report.get("agent_multi_turn").unwrap();
     assert!(agents.cached_tokens > 0, "{agents:?}");
@@ -186,8 +247,14 @@ fn every_scenario_runs_through_the_engine_on_the_emulator() {
     let moe = &doc["phases"][0]["result"];
     assert!(moe["fraction_of_limit"].as_f64().unwrap() > 0.0, "{moe}");
     let summary = h200_summary(&doc);
-    assert!(summary["fraction_of_limit"]["prefill_24"].as_f64().unwrap() > 0.0, "{summary}");
-    assert!(summary["moe_peak_fraction"].as_f64().unwrap() > 0.0, "{summary}");
+    assert!(
+        summary["fraction_of_limit"]["prefill_24"].as_f64().unwrap() > 0.0,
+        "{summary}"
+    );
+    assert!(
+        summary["moe_peak_fraction"].as_f64().unwrap() > 0.0,
+        "{summary}"
+    );
 }
 
 #[test]
@@ -198,20 +265,44 @@ fn a_failing_scenario_is_recorded_and_the_later_ones_still_run() {
     let plan = BenchPlan::tiny();
     let mut cache = plan.cache();
     cache.max_len = 20;
-    let decoder = Arc::new(CudaDecoder::with_cache(gpu.clone(), model, cache, plan.step_tokens()).unwrap());
+    let decoder =
+        Arc::new(CudaDecoder::with_cache(gpu.clone(), model, cache, plan.step_tokens()).unwrap());
     let tokenizer = Arc::new(Tokenizer::from_dir(&models().join("tokenizer")).unwrap());
     let (mut log, writes, _dir) = watched();
     let cfg = tiny_cfg();
-    let report = bench::run(decoder, tokenizer, &cfg, &plan, &H200, &DeviceProbe::new(&gpu), &mut log);
+    let report = bench::run(
+        decoder,
+        tokenizer,
+        &cfg,
+        &plan,
+        &H200,
+        &DeviceProbe::new(&gpu),
+        &mut log,
+    );
     let doc = log.document();
     assert_eq!(report.failed, vec!["prefill_24".to_string()]);
     let st = statuses(&doc);
-    assert_eq!(st.iter().filter(|(_, s)| s == "ok").count(), st.len() - 1, "{st:?}");
-    let failed = doc["phases"].as_array().unwrap().iter().find(|p| p["name"] == "prefill_24").unwrap();
+    assert_eq!(
+        st.iter().filter(|(_, s)| s == "ok").count(),
+        st.len() - 1,
+        "{st:?}"
+    );
+    let failed = doc["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "prefill_24")
+        .unwrap();
     assert_eq!(failed["status"], "failed");
-    assert!(failed["error"].as_str().unwrap().contains("max_len"), "{failed}");
+    assert!(
+        failed["error"].as_str().unwrap().contains("max_len"),
+        "{failed}"
+    );
     // measured before the failure and after it
-    assert_eq!(st.last().unwrap(), &("agent_multi_turn".to_string(), "ok".to_string()));
+    assert_eq!(
+        st.last().unwrap(),
+        &("agent_multi_turn".to_string(), "ok".to_string())
+    );
     assert!(report.get("decode_4").is_some() && report.get("agent_multi_turn").is_some());
     assert_written_around_each_phase(&writes.borrow());
 }
@@ -231,14 +322,34 @@ fn model_steps_sample_on_the_device_and_replay_graphs_on_the_emulator() {
     model_step_benchmark::<f32>(&gpu, &tiny_cfg(), &plan, &mut log);
     let doc = log.document();
     eprintln!("{doc:#}");
-    let mut want = vec!["load_random_weights".to_string(), "empty_launches".into(), "allocate_caches".into()];
+    let mut want = vec![
+        "load_random_weights".to_string(),
+        "empty_launches".into(),
+        "allocate_caches".into(),
+    ];
     want.extend(bench::model_step_phases(&plan));
-    assert_eq!(statuses(&doc), want.iter().map(|n| (n.clone(), "ok".to_string())).collect::<Vec<_>>());
+    assert_eq!(
+        statuses(&doc),
+        want.iter()
+            .map(|n| (n.clone(), "ok".to_string()))
+            .collect::<Vec<_>>()
+    );
     assert_written_around_each_phase(&writes.borrow());
-    let phase = |n: &str| doc["phases"].as_array().unwrap().iter().find(|p| p["name"] == n).unwrap()["result"].clone();
+    let phase = |n: &str| {
+        doc["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == n)
+            .unwrap()["result"]
+            .clone()
+    };
     let empty = phase("empty_launches");
     assert_eq!(empty["launches"], 1000);
-    assert!(empty["host_us_per_launch"].as_f64().unwrap() > 0.0, "{empty}");
+    assert!(
+        empty["host_us_per_launch"].as_f64().unwrap() > 0.0,
+        "{empty}"
+    );
     assert!(empty["graph_replay_s"].as_f64().unwrap() > 0.0, "{empty}");
     for b in &plan.batches {
         let d = phase(&format!("decode_{b}"));
@@ -248,22 +359,42 @@ fn model_steps_sample_on_the_device_and_replay_graphs_on_the_emulator() {
         assert_eq!(per["graph_launches"], 1.0, "{d}");
         assert_eq!(per["gemms"], 0.0, "{d}");
         assert!(per["kernels"].as_f64().unwrap() <= 1.0, "{d}");
-        assert!(d["launches_per_step"]["total"].as_u64().unwrap() > 10, "{d}");
-        for k in ["measured", "limit", "fraction_of_limit", "replay_ms", "replay_fraction_of_limit"] {
-            assert!(d[k].as_f64().is_some_and(|v| v > 0.0 && v.is_finite()), "{k}: {d}");
+        assert!(
+            d["launches_per_step"]["total"].as_u64().unwrap() > 10,
+            "{d}"
+        );
+        for k in [
+            "measured",
+            "limit",
+            "fraction_of_limit",
+            "replay_ms",
+            "replay_fraction_of_limit",
+        ] {
+            assert!(
+                d[k].as_f64().is_some_and(|v| v > 0.0 && v.is_finite()),
+                "{k}: {d}"
+            );
         }
     }
     let summary = &doc["summary"];
     for name in bench::model_step_phases(&plan) {
-        assert!(summary[&name]["fraction_of_limit"].as_f64().unwrap() > 0.0, "{name}: {summary}");
+        assert!(
+            summary[&name]["fraction_of_limit"].as_f64().unwrap() > 0.0,
+            "{name}: {summary}"
+        );
     }
 }
 
 #[test]
 #[ignore = "full-size model-step benchmark: needs an H200-class GPU (run by scripts/gpu-check.sh)"]
 fn full_size_model_step_benchmark() {
-    let mut log = PhaseLog::from_env("cuda-bench.json", "model-step benchmark (tests/engine_bench.rs)");
-    let Some((gpu, cfg, tiny)) = bench::open_bench_device(&mut log, &models()) else { panic!("no device: {:#}", log.document()) };
+    let mut log = PhaseLog::from_env(
+        "cuda-bench.json",
+        "model-step benchmark (tests/engine_bench.rs)",
+    );
+    let Some((gpu, cfg, tiny)) = bench::open_bench_device(&mut log, &models()) else {
+        panic!("no device: {:#}", log.document())
+    };
     if tiny {
         model_step_benchmark::<f32>(&gpu, &cfg, &StepPlan::tiny(), &mut log);
     } else {
@@ -276,7 +407,10 @@ fn full_size_model_step_benchmark() {
 #[test]
 #[ignore = "full-size engine benchmark: needs an H200-class GPU (run by scripts/gpu-check.sh)"]
 fn full_size_engine_benchmark() {
-    let mut log = PhaseLog::from_env("engine-bench.json", "engine benchmark (tests/engine_bench.rs)");
+    let mut log = PhaseLog::from_env(
+        "engine-bench.json",
+        "engine benchmark (tests/engine_bench.rs)",
+    );
     if let Some(out) = std::env::var_os("OUT") {
         let path = Path::new(&out).join("h200-engine.json");
         log.on_write(move |doc| {
@@ -285,12 +419,20 @@ fn full_size_engine_benchmark() {
             }
         });
     }
-    let Some((gpu, cfg, tiny)) = bench::open_bench_device(&mut log, &models()) else { panic!("no device: {:#}", log.document()) };
+    let Some((gpu, cfg, tiny)) = bench::open_bench_device(&mut log, &models()) else {
+        panic!("no device: {:#}", log.document())
+    };
     let report = if tiny {
-        bench::load_random::<f32>(&gpu, &cfg, &mut log).map(|m| engine_benchmark(&gpu, m, &BenchPlan::tiny(), &mut log))
+        bench::load_random::<f32>(&gpu, &cfg, &mut log)
+            .map(|m| engine_benchmark(&gpu, m, &BenchPlan::tiny(), &mut log))
     } else {
-        bench::load_random::<u16>(&gpu, &cfg, &mut log).map(|m| engine_benchmark(&gpu, m, &BenchPlan::full(), &mut log))
+        bench::load_random::<u16>(&gpu, &cfg, &mut log)
+            .map(|m| engine_benchmark(&gpu, m, &BenchPlan::full(), &mut log))
     };
     println!("ENGINE_BENCH {}", h200_summary(&log.document()));
-    assert!(report.is_some() && log.failed().is_empty(), "failed phases: {:?}", log.failed());
+    assert!(
+        report.is_some() && log.failed().is_empty(),
+        "failed phases: {:?}",
+        log.failed()
+    );
 }

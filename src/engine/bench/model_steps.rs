@@ -76,7 +76,9 @@ impl StepPlan {
 
     /// Most tokens one step forwards.
     fn step_tokens(&self) -> usize {
-        self.prefill_tokens.max(self.moe_tokens).max(self.max_batch())
+        self.prefill_tokens
+            .max(self.moe_tokens)
+            .max(self.max_batch())
     }
 
     /// Tokens a decoding sequence reaches (its prompt, the captured step, the timed steps).
@@ -123,15 +125,19 @@ pub fn model_steps<A: Act>(
     let gpu = probe.gpu();
     log.set("plan", plan);
     log.set("roofline_device", hw.name);
-    log.phase("empty_launches", probe, || launch_overhead(gpu, plan.empty_launches));
+    log.phase("empty_launches", probe, || {
+        launch_overhead(gpu, plan.empty_launches)
+    });
     let mut caches = None;
     log.phase("allocate_caches", probe, || {
         let cache = plan.cache();
         let st = CudaState::<A>::with_cache(gpu, &model.cfg, cache, plan.step_tokens())?;
         let sampler = DeviceSampler::new(gpu, cache.slots)?;
         caches = Some((st, sampler));
-        Ok(json!({"slots": cache.slots, "max_len": cache.max_len, "kv_tokens": cache.kv_tokens,
-                  "max_tokens": plan.step_tokens()}))
+        Ok(
+            json!({"slots": cache.slots, "max_len": cache.max_len, "kv_tokens": cache.kv_tokens,
+                  "max_tokens": plan.step_tokens()}),
+        )
     });
     let Some((mut st, mut sampler)) = caches else {
         for name in phase_names(plan) {
@@ -159,7 +165,10 @@ pub fn model_steps<A: Act>(
         .filter_map(|n| {
             let r = log.result(n)?;
             let keys = ["unit", "measured", "limit", "fraction_of_limit"];
-            Some((n.clone(), keys.iter().map(|k| (k.to_string(), r[k].clone())).collect()))
+            Some((
+                n.clone(),
+                keys.iter().map(|k| (k.to_string(), r[k].clone())).collect(),
+            ))
         })
         .collect();
     log.set("summary", summary);
@@ -186,7 +195,9 @@ impl<A: Act> Steps<'_, A> {
     /// Prompt ids spread over the vocabulary.
     fn prompt(&self, seed: usize, len: usize) -> Vec<u32> {
         let span = self.model.cfg.vocab_size.min(990).max(1);
-        (0..len).map(|i| ((i * 7919 + seed * 104_729 + 1) % span) as u32).collect()
+        (0..len)
+            .map(|i| ((i * 7919 + seed * 104_729 + 1) % span) as u32)
+            .collect()
     }
 
     /// One step as the engine runs it: the forward, greedy sampling on the device, the token
@@ -194,10 +205,15 @@ impl<A: Act> Steps<'_, A> {
     fn step(&mut self, seqs: &[(usize, &[u32])]) -> PhaseResult<Vec<u32>> {
         let rows = self.model.forward_last_on_device(self.gpu, self.st, seqs)?;
         let v = self.model.cfg.vocab_size;
-        let sampled = self.sampler.sample(self.gpu, self.st.logits(), v, &vec![Some(GREEDY); rows])?;
+        let sampled =
+            self.sampler
+                .sample(self.gpu, self.st.logits(), v, &vec![Some(GREEDY); rows])?;
         sampled
             .into_iter()
-            .map(|s| s.map(|s| s.token).ok_or_else(|| "a greedy row was not drawn on the device".into()))
+            .map(|s| {
+                s.map(|s| s.token)
+                    .ok_or_else(|| "a greedy row was not drawn on the device".into())
+            })
             .collect()
     }
 
@@ -239,10 +255,18 @@ impl<A: Act> Steps<'_, A> {
         self.step(&[(0, &ids)])?;
         let seconds = t.elapsed().as_secs_f64();
         self.reset(1)?;
-        let limit = n as f64 / limit_s(&self.model.cfg, Step::Prefill { tokens: n }, self.plan.act_bytes, self.hw);
+        let limit = n as f64
+            / limit_s(
+                &self.model.cfg,
+                Step::Prefill { tokens: n },
+                self.plan.act_bytes,
+                self.hw,
+            );
         let tok_s = n as f64 / seconds;
-        Ok(json!({"unit": "prefill tok/s", "tokens": n, "seconds": seconds, "measured": tok_s,
-                  "limit": limit, "fraction_of_limit": tok_s / limit}))
+        Ok(
+            json!({"unit": "prefill tok/s", "tokens": n, "seconds": seconds, "measured": tok_s,
+                  "limit": limit, "fraction_of_limit": tok_s / limit}),
+        )
     }
 
     /// `b` sequences decoding: primed with `decode_prompt` tokens each, one step captured as a
@@ -251,7 +275,9 @@ impl<A: Act> Steps<'_, A> {
     /// replayed alone `replays` times.
     fn decode(&mut self, b: usize) -> PhaseResult<Value> {
         let p = self.plan;
-        let prompts: Vec<Vec<u32>> = (0..b).map(|i| self.prompt(i + 1, p.decode_prompt)).collect();
+        let prompts: Vec<Vec<u32>> = (0..b)
+            .map(|i| self.prompt(i + 1, p.decode_prompt))
+            .collect();
         let mut next = self.prime(&prompts)?;
         // the first decode step of this batch size is captured (and then launched) as a graph
         let before = self.gpu.op_counts();
@@ -287,7 +313,12 @@ impl<A: Act> Steps<'_, A> {
         times.sort_by(f64::total_cmp);
         let step_s = times.get(times.len() / 2).copied().unwrap_or(first_step_s);
         let context = p.decode_prompt + 1 + p.decode_steps / 2;
-        let step_limit = limit_s(&self.model.cfg, Step::Decode { batch: b, context }, p.act_bytes, self.hw);
+        let step_limit = limit_s(
+            &self.model.cfg,
+            Step::Decode { batch: b, context },
+            p.act_bytes,
+            self.hw,
+        );
         let tok_s = b as f64 / step_s;
         let per = |x: u64| x as f64 / steps;
         Ok(json!({
@@ -311,13 +342,22 @@ impl<A: Act> Steps<'_, A> {
     /// One decode step of slots `0..next.len()`, each fed its token in `next`.
     fn decode_step(&mut self, next: &[u32]) -> PhaseResult<Vec<u32>> {
         let toks: Vec<[u32; 1]> = next.iter().map(|&t| [t]).collect();
-        let seqs: Vec<(usize, &[u32])> = toks.iter().enumerate().map(|(s, t)| (s, &t[..])).collect();
+        let seqs: Vec<(usize, &[u32])> =
+            toks.iter().enumerate().map(|(s, t)| (s, &t[..])).collect();
         self.step(&seqs)
     }
 
     fn moe_layer(&mut self) -> PhaseResult<Value> {
         let p = self.plan;
-        moe_layer(self.gpu, self.model, self.st, p.moe_tokens, p.moe_reps, p.act_bytes, self.hw)
+        moe_layer(
+            self.gpu,
+            self.model,
+            self.st,
+            p.moe_tokens,
+            p.moe_reps,
+            p.act_bytes,
+            self.hw,
+        )
     }
 }
 
@@ -362,7 +402,11 @@ pub fn launch_overhead(gpu: &Gpu, n: usize) -> PhaseResult<Value> {
         block: (32, 1, 1),
         shared_bytes: 0,
     };
-    let args = [KernelArg::Ptr(buf.ptr()), KernelArg::I64(0), KernelArg::F32(0.0)];
+    let args = [
+        KernelArg::Ptr(buf.ptr()),
+        KernelArg::I64(0),
+        KernelArg::F32(0.0),
+    ];
     let launch = || gpu.launch(&kernel, dims, &args);
     launch()?;
     gpu.sync()?;

@@ -96,8 +96,14 @@ impl DeviceProbe {
 /// does not answer within 5 s).
 pub fn gpu_clocks() -> Option<Value> {
     const FIELDS: [&str; 8] = [
-        "clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem", "temperature.gpu",
-        "power.draw", "pstate", "utilization.gpu",
+        "clocks.sm",
+        "clocks.mem",
+        "clocks.max.sm",
+        "clocks.max.mem",
+        "temperature.gpu",
+        "power.draw",
+        "pstate",
+        "utilization.gpu",
     ];
     let mut child = std::process::Command::new("nvidia-smi")
         .args(["-i", "0", "--format=csv,noheader,nounits"])
@@ -151,8 +157,10 @@ impl PhaseLog {
     pub fn from_env(file: &str, source: &str) -> Self {
         let mut log = Self::new(std::env::var_os("OUT").map(|d| Path::new(&d).join(file)));
         let var = |k: &str| std::env::var(k).unwrap_or_else(|_| "unknown".into());
-        log.head.insert("commit".into(), json!(var("EXECCRITIC_COMMIT")));
-        log.head.insert("date".into(), json!(var("EXECCRITIC_DATE")));
+        log.head
+            .insert("commit".into(), json!(var("EXECCRITIC_COMMIT")));
+        log.head
+            .insert("date".into(), json!(var("EXECCRITIC_DATE")));
         log.head.insert("source".into(), json!(source));
         log
     }
@@ -164,7 +172,8 @@ impl PhaseLog {
 
     /// Set a top-level key (configuration, a summary) and write.
     pub fn set(&mut self, key: &str, value: impl Serialize) {
-        let v = serde_json::to_value(value).unwrap_or_else(|e| json!(format!("unserialisable: {e}")));
+        let v =
+            serde_json::to_value(value).unwrap_or_else(|e| json!(format!("unserialisable: {e}")));
         self.head.insert(key.to_string(), v);
         self.write();
     }
@@ -227,7 +236,8 @@ impl PhaseLog {
 
     /// Record phase `name` as skipped (something it needs failed before it).
     pub fn skip(&mut self, name: &str, why: &str) {
-        self.phases.push(json!({"name": name, "status": "skipped", "error": why}));
+        self.phases
+            .push(json!({"name": name, "status": "skipped", "error": why}));
         self.write();
     }
 
@@ -276,7 +286,10 @@ impl PhaseLog {
 /// Write `value` as pretty JSON to `path` through a temporary file renamed over it.
 pub fn write_atomic(path: &Path, value: &Value) -> std::io::Result<()> {
     use std::io::Write;
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(serde_json::to_string_pretty(value)?.as_bytes())?;
     tmp.as_file().sync_all()?;

@@ -153,7 +153,9 @@ impl CudaDevice {
         let (maj, min) = ctx.compute_capability().map_err(driver)?;
         let sm = format!("{maj}{min}");
         let stream = ctx.new_stream().map_err(driver)?;
-        keep_freed_memory(&ctx)?;
+        if let Err(e) = keep_freed_memory(&ctx) {
+            tracing::warn!("memory pool release threshold not set (freed memory is unmapped): {e}");
+        }
         let blas = CudaBlas::new(stream.clone()).map_err(|e| DeviceError::Driver(e.to_string()))?;
         let attr = |a| ctx.attribute(a).map_err(driver);
         use sys::CUdevice_attribute as A;
