@@ -72,10 +72,12 @@ SANITIZER_TESTS = [
 class Step:
     """One step of the run: a command over the unpacked binaries."""
 
-    def __init__(self, name, what, cap, need_s, argv, needs=(), outputs=(), bench=False, libtest=True):
+    def __init__(self, name, what, cap, need_s, argv, needs=(), outputs=(), bench=False, libtest=True,
+                 after=None):
         self.name, self.what, self.cap, self.need_s = name, what, cap, need_s
         self.argv, self.needs, self.outputs, self.bench = argv, tuple(needs), tuple(outputs), bench
         self.libtest = libtest  # a test binary: its per-test outcomes are parsed
+        self.after = after  # called with the run once the step ended
 
 
 def test_argv(binary, *args):
@@ -92,6 +94,24 @@ def demo_argv(ctx):
             "--models", os.path.join(ROOT, "models"), "--out", os.path.join(ctx.work, "demo")]
 
 
+def keep_demo_report(ctx):
+    """The demo's report and metrics (not its checkpoints) go with the logs."""
+    demo = os.path.join(ctx.work, "demo")
+    for f in ["summary.json", "report.md", "metrics.jsonl", "reward_curve.svg"]:
+        if os.path.isfile(os.path.join(demo, f)):
+            os.makedirs(os.path.join(ctx.logs, "demo"), exist_ok=True)
+            shutil.copy2(os.path.join(demo, f), os.path.join(ctx.logs, "demo", f))
+
+
+def keep_snapshot(ctx):
+    """The environment snapshot goes into gpu-check.json too."""
+    try:
+        with open(os.path.join(ctx.logs, "environment.json")) as f:
+            ctx.record["environment"] = json.load(f)
+    except (OSError, ValueError):
+        pass
+
+
 def sanitizer_argv(ctx):
     return (["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "86",
              "--print-limit", "20", ctx.bin("cuda_ops"), "--test-threads=1", "--exact"]
@@ -104,7 +124,7 @@ def sanitizer_argv(ctx):
 STEPS = [
     Step("environment", "driver, NVRTC path and version, nvidia-smi, tools present, binaries start",
          60, 5, lambda ctx: [sys.executable, SELF, "--snapshot", os.path.join(ctx.logs, "environment.json")],
-         libtest=False),
+         libtest=False, after=keep_snapshot),
     Step("op_parity", "cuda_ops: every forward op against the CPU reference", 120, 20, test_argv("cuda_ops")),
     Step("model_parity", "cuda_model: the whole forward on the fixtures against the CPU engine and transformers",
          120, 20, test_argv("cuda_model")),
@@ -123,7 +143,7 @@ STEPS = [
          240, 90, bench_argv("train_bench", "full_size_lora_grpo_step_benchmark"), outputs=["h200-train.json"],
          bench=True),
     Step("demo_train", "execcritic demo train --size ci on the device (sandboxes: bwrap, git, pytest)",
-         300, 120, demo_argv, needs=["bwrap", "git", "pytest"], libtest=False),
+         300, 120, demo_argv, needs=["bwrap", "git", "pytest"], libtest=False, after=keep_demo_report),
 ]
 OUT_FILES = [RESULT, LOGS] + [f for s in STEPS for f in s.outputs]
 assert len(OUT_FILES) <= MAX_OUT_FILES
@@ -497,7 +517,8 @@ def run_step(ctx, step, env, cap):
             p = subprocess.Popen(argv, stdout=so, stderr=se, stdin=subprocess.DEVNULL, cwd=ROOT, env=env,
                                  start_new_session=True)
         except OSError as e:
-            rec.update({"status": "failed", "error": "could not start: %s" % e, "wall_s": 0.0})
+            rec.update({"status": "failed", "exit_code": None, "wall_s": 0.0,
+                        "stderr_tail": "could not start %s: %s" % (argv[0], e)})
             return
         ctx.current = p
         rec["pid"] = p.pid
@@ -517,18 +538,8 @@ def run_step(ctx, step, env, cap):
         rec["processes_killed_after"] = stray
     if step.libtest and not hang:
         rec["tests"] = parse_tests(tail(out_log, 1 << 20))
-    if step.name == "demo_train":  # its report and metrics (not its checkpoints) go with the logs
-        demo = os.path.join(ctx.work, "demo")
-        for f in ["summary.json", "report.md", "metrics.jsonl", "reward_curve.svg"]:
-            if os.path.isfile(os.path.join(demo, f)):
-                os.makedirs(os.path.join(ctx.logs, "demo"), exist_ok=True)
-                shutil.copy2(os.path.join(demo, f), os.path.join(ctx.logs, "demo", f))
-    if step.name == "environment":
-        try:
-            with open(os.path.join(ctx.logs, "environment.json")) as f:
-                ctx.record["environment"] = json.load(f)
-        except (OSError, ValueError):
-            pass
+    if step.after:
+        step.after(ctx)
     for f in step.outputs:
         path = os.path.join(ctx.out, f)
         rec.setdefault("results", {})[f] = os.path.isfile(path)
@@ -838,7 +849,7 @@ def rehearse():
     log("rehearsal: %.0f s in all; $OUT = %s" % (time.monotonic() - t0, out))
     if problems:
         fail("rehearsal FAILED:\n  " + "\n  ".join(problems))
-    if not user_out:
+    if not user_out:  # a temporary $OUT is kept only when the rehearsal failed
         shutil.rmtree(out, ignore_errors=True)
     log("rehearsal passed")
     return 0

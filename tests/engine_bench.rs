@@ -230,12 +230,7 @@ fn every_scenario_runs_through_the_engine_on_the_emulator() {
         assert!(d["clocks"].is_null(), "the emulator has no clocks: {d}");
     }
     // pure decode steps are replayed as graphs on the emulator too
-    let decode = doc["phases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "decode_4")
-        .unwrap();
+    let decode = log.record("decode_4").unwrap();
     assert!(
         decode["device"]["ops"]["graph_launches"].as_u64().unwrap() > 0,
         "{decode}"
@@ -287,12 +282,7 @@ fn a_failing_scenario_is_recorded_and_the_later_ones_still_run() {
         st.len() - 1,
         "{st:?}"
     );
-    let failed = doc["phases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "prefill_24")
-        .unwrap();
+    let failed = log.record("prefill_24").unwrap();
     assert_eq!(failed["status"], "failed");
     assert!(
         failed["error"].as_str().unwrap().contains("max_len"),
@@ -335,15 +325,7 @@ fn model_steps_sample_on_the_device_and_replay_graphs_on_the_emulator() {
             .collect::<Vec<_>>()
     );
     assert_written_around_each_phase(&writes.borrow());
-    let phase = |n: &str| {
-        doc["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == n)
-            .unwrap()["result"]
-            .clone()
-    };
+    let phase = |n: &str| log.result(n).unwrap().clone();
     let empty = phase("empty_launches");
     assert_eq!(empty["launches"], 1000);
     assert!(
