@@ -13,22 +13,25 @@ but no Rust, no network, and maybe no bubblewrap, git or pytest. So:
   (no flag)   (the GPU host) the run: one command under an internal deadline (default 540 s,
               --deadline or GPU_CHECK_DEADLINE) that runs the steps of STEPS in order, each in
               its own process group under its own cap (bounded by what is left), skipped when
-              less time is left than it needs; $OUT/gpu-check.json is rewritten (atomically)
-              after every step, every log goes into $OUT/gpu-check-logs.tar.gz, and the
-              benchmarks write their own JSON into $OUT after each of their phases. Never more
-              than 8 files under $OUT.
+              less time is left than it needs; a failed test binary runs once more on the plainer
+              device paths (EXECCRITIC_CUDA_DISABLE=all) when time is left. $OUT/gpu-check.json
+              is rewritten (atomically) after every step, every log goes into
+              $OUT/gpu-check-logs.tar.gz, and the benchmarks write their own JSON into $OUT
+              after each of their phases. Never more than 8 files under $OUT.
   --rehearse  (a CPU machine with Rust) exactly that run on the emulated device: debug
               binaries packed the same way, benchmarks at the tiny shape, a short deadline and
-              caps, one injected hang; then checks the deadline held, at most 8 files under
-              $OUT, a valid gpu-check.json with a status per step, the hung step a timeout (its
-              processes gone) and the later steps run.
+              caps, one injected hang and one failure that only the plain-path retry passes;
+              then checks the deadline held, at most 8 files under $OUT, a valid gpu-check.json
+              with a status per step, the hung step a timeout (its processes gone), the retry,
+              and the later steps run.
   --list      the steps, their caps and what each needs.
 
 Environment: OUT (default ./gpu-check-out), GPU_CHECK_DEADLINE (s), GPU_CHECK_CAP (s, the most
 any step gets), GPU_CHECK_CAP_<STEP> (s, one step's cap), GPU_CHECK_SKIP (steps, comma
-separated), GPU_CHECK_ONLY (steps), GPU_CHECK_INJECT_HANG (a step that hangs instead of running,
-for rehearsals), GPU_CHECK_DEVICE=emulator (benchmarks at the tiny shape on the emulated device,
-the GPU not required), GPU_CHECK_ARCHIVE (the archive, default gpu-bin/gpu-bin.tar.*),
+separated), GPU_CHECK_ONLY (steps), GPU_CHECK_INJECT_HANG / GPU_CHECK_INJECT_FAIL (a step that
+hangs / fails unless retried on the plain paths, for rehearsals), GPU_CHECK_RETRY_DISABLE (what
+the retry turns off, default all), GPU_CHECK_DEVICE=emulator (benchmarks at the tiny shape on the
+emulated device, the GPU not required), GPU_CHECK_ARCHIVE (the archive, default gpu-bin/gpu-bin.tar.*),
 GPU_CHECK_WORK (the folder it unpacks to; default a fresh temporary one), and the library paths
 EXECCRITIC_NVRTC / EXECCRITIC_CUBLAS / EXECCRITIC_CUBLASLT (found when unset).
 """
@@ -73,10 +76,12 @@ class Step:
     """One step of the run: a command over the unpacked binaries."""
 
     def __init__(self, name, what, cap, need_s, argv, needs=(), outputs=(), bench=False, libtest=True,
-                 after=None):
+                 after=None, retry=None):
         self.name, self.what, self.cap, self.need_s = name, what, cap, need_s
         self.argv, self.needs, self.outputs, self.bench = argv, tuple(needs), tuple(outputs), bench
         self.libtest = libtest  # a test binary: its per-test outcomes are parsed
+        # a failed test binary runs again on the plainer device paths
+        self.retry = libtest if retry is None else retry
         self.after = after  # called with the run once the step ended
 
 
@@ -138,7 +143,7 @@ STEPS = [
     Step("paged_parity", "cuda_paged: the paged KV cache under the engine against the CPU engine", 90, 15,
          test_argv("cuda_paged")),
     Step("sanitizer", "compute-sanitizer memcheck over the op tests of sampling, GDN, MoE, attention",
-         150, 60, sanitizer_argv, needs=["compute-sanitizer"]),
+         150, 60, sanitizer_argv, needs=["compute-sanitizer"], retry=False),
     Step("train_step", "two full-size LoRA GRPO iterations of the device trainer (h200-train.json)",
          240, 90, bench_argv("train_bench", "full_size_lora_grpo_step_benchmark"), outputs=["h200-train.json"],
          bench=True),
@@ -497,20 +502,30 @@ HANG = ("import os, subprocess, sys, time\n"
         "print('gpu-check: injected hang (GPU_CHECK_INJECT_HANG)', file=sys.stderr, flush=True)\n"
         "subprocess.Popen(['sleep', '100000'], preexec_fn=lambda: os.setpgid(0, 0))\n"
         "time.sleep(100000)\n")
+# fails unless the plainer paths are chosen (as a kernel broken on the GPU would)
+FAIL_UNLESS_PLAIN = ("import os, sys\n"
+                     "plain = os.environ.get('%s')\n"
+                     "print('gpu-check: injected failure (GPU_CHECK_INJECT_FAIL), plain paths: %%s' %% plain, "
+                     "file=sys.stderr)\n"
+                     "sys.exit(0 if plain else 1)\n" % "EXECCRITIC_CUDA_DISABLE")
+# the retry of a failed step: every optional device path off (EXECCRITIC_CUDA_DISABLE, read by
+# the binaries when they open the GPU: graphs, device sampling, tensor-core and streaming
+# expert GEMMs, cp.async)
+PLAIN = os.environ.get("GPU_CHECK_RETRY_DISABLE", "all")
 
 
-def run_step(ctx, step, env, cap):
-    rec = ctx.step_record(step.name)
+def attempt(ctx, step, env, cap, rec, label):
+    """Run the step's command once into `rec` (logs `<step><label>.out/.err`)."""
     hang = os.environ.get("GPU_CHECK_INJECT_HANG") == step.name
-    argv = [sys.executable, "-c", HANG] if hang else step.argv(ctx)
-    out_log = os.path.join(ctx.logs, step.name + ".out")
-    err_log = os.path.join(ctx.logs, step.name + ".err")
-    rec.update({"status": "running", "cap_s": round(cap, 1), "argv": argv if not hang else ["<injected hang>"],
-                "started_s": round(time.monotonic() - ctx.t0, 2)})
-    if hang:
-        rec["injected_hang"] = True
+    failing = os.environ.get("GPU_CHECK_INJECT_FAIL") == step.name
+    injected = HANG if hang else FAIL_UNLESS_PLAIN if failing else None
+    argv = [sys.executable, "-c", injected] if injected else step.argv(ctx)
+    out_log = os.path.join(ctx.logs, step.name + label + ".out")
+    err_log = os.path.join(ctx.logs, step.name + label + ".err")
+    rec.update({"status": "running", "cap_s": round(cap, 1), "started_s": round(time.monotonic() - ctx.t0, 2),
+                "argv": ["<injected %s>" % ("hang" if hang else "failure")] if injected else argv})
     ctx.save()
-    log("%s: %s (cap %.0f s)" % (step.name, step.what, cap))
+    log("%s%s: %s (cap %.0f s)" % (step.name, label, step.what, cap))
     t = time.monotonic()
     with open(out_log, "wb") as so, open(err_log, "wb") as se:
         try:
@@ -536,14 +551,27 @@ def run_step(ctx, step, env, cap):
         rec["signal"] = signal.Signals(-code).name if -code in signal.valid_signals() else -code
     if stray:
         rec["processes_killed_after"] = stray
-    if step.libtest and not hang:
+    if step.libtest and not injected:
         rec["tests"] = parse_tests(tail(out_log, 1 << 20))
+    log("%s%s: %s in %.1f s (exit %s)" % (step.name, label, status, rec["wall_s"], code))
+
+
+def run_step(ctx, step, env, cap):
+    """The step, and once more on the plainer device paths when it failed and time is left (its
+    first attempt's result files are kept in the logs as `<file>.first-attempt`)."""
+    rec = ctx.step_record(step.name)
+    attempt(ctx, step, env, cap, rec, "")
+    retry_cap = min(cap, ctx.left() - RESERVE_S)
+    if step.retry and rec["status"] == "failed" and retry_cap >= min(step.need_s, cap):
+        for f in step.outputs:
+            if os.path.isfile(os.path.join(ctx.out, f)):
+                shutil.move(os.path.join(ctx.out, f), os.path.join(ctx.logs, f + ".first-attempt"))
+        rec["retry"] = {"EXECCRITIC_CUDA_DISABLE": PLAIN}
+        attempt(ctx, step, dict(env, EXECCRITIC_CUDA_DISABLE=PLAIN), retry_cap, rec["retry"], ".plain")
     if step.after:
         step.after(ctx)
     for f in step.outputs:
-        path = os.path.join(ctx.out, f)
-        rec.setdefault("results", {})[f] = os.path.isfile(path)
-    log("%s: %s in %.1f s (exit %s)" % (step.name, status, rec["wall_s"], code))
+        rec.setdefault("results", {})[f] = os.path.isfile(os.path.join(ctx.out, f))
 
 
 def selected(name):
@@ -832,12 +860,13 @@ def rehearse():
         archive = os.path.join(scratch, "gpu-bin.tar.gz")
         pack(stage, archive, "gz")
         log("rehearsal binaries (debug, stripped) packed in %.0f s" % (time.monotonic() - t0))
-        # 1. every step, one hung: the demo would run for many minutes on the emulator, so it is
-        # skipped (the skip path); compute-sanitizer is absent here (the missing-tool path)
+        # 1. every step, one hung, one failing unless retried on the plainer paths: the demo would
+        # run for many minutes on the emulator, so it is skipped (the skip path);
+        # compute-sanitizer is absent here (the missing-tool path)
         deadline = int(os.environ.get("GPU_CHECK_REHEARSE_DEADLINE", "170"))
         hang = os.environ.get("GPU_CHECK_INJECT_HANG", "model_parity")
         wall = rehearse_run(archive, scratch, out, deadline, GPU_CHECK_CAP=os.environ.get("GPU_CHECK_CAP", "30"),
-                            GPU_CHECK_INJECT_HANG=hang,
+                            GPU_CHECK_INJECT_HANG=hang, GPU_CHECK_INJECT_FAIL=REHEARSE_FAIL,
                             GPU_CHECK_SKIP=os.environ.get("GPU_CHECK_SKIP", "demo_train"))
         problems = check_rehearsal(out, deadline, hang, wall)
         # 2. the deadline binds: a hung step's cap is what the deadline leaves, and a step that
@@ -894,6 +923,9 @@ def check_deadline_run(out, deadline, wall):
     return problems
 
 
+REHEARSE_FAIL = "backward_parity"
+
+
 def check_rehearsal(out, deadline, hang, wall):
     problems = []
     if wall > deadline + 5:
@@ -929,6 +961,11 @@ def check_rehearsal(out, deadline, hang, wall):
         problems.append("the hung step %s is %s, not timeout" % (hang, h.get("status")))
     elif h.get("pid") and session_pids(h["pid"]):
         problems.append("processes of the hung step are still running: %s" % session_pids(h["pid"]))
+    f = steps.get(REHEARSE_FAIL, {})
+    if f.get("status") != "failed" or f.get("retry", {}).get("status") != "ok" \
+            or f["retry"].get("EXECCRITIC_CUDA_DISABLE") != PLAIN:
+        problems.append("the failing step %s is %s, its retry on the plain paths %s" % (
+            REHEARSE_FAIL, f.get("status"), f.get("retry")))
     names = [s.name for s in STEPS]
     later = [steps.get(n, {}) for n in names[names.index(hang) + 1:]] if hang in names else []
     if not any(r.get("status") == "ok" for r in later):
