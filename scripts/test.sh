@@ -10,4 +10,8 @@ bash scripts/emu-sanitize.sh
 # binary with the real device, and the CUDA tests as they run on a GPU host (above they ran on the
 # emulated device; the kernels' NVRTC compile test runs without the feature).
 cargo build --locked --features cuda
-cargo test --locked --features cuda --no-run --test cuda_ops --test cuda_model --test cuda_nvrtc --test engine_bench --test train_bench
+cargo test --locked --features cuda --no-run --test cuda_ops --test cuda_model --test cuda_nvrtc --test engine_bench --test train_bench --test cuda_backward --test cuda_paged
+# The GPU check's run (scripts/gpu-check.sh) rehearsed on the emulated device with the debug
+# builds of the line above: its deadline, per-step caps, an injected hang, at most 8 files in
+# $OUT, a record per step (docs/cuda.md, "Running the GPU check"; ~1.5 min).
+bash scripts/gpu-check.sh --rehearse

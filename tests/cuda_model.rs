@@ -6,15 +6,14 @@
 //! * bf16 mode: the bf16 fixture's logits vs transformers' bf16 logits, f32 fixtures vs the CPU
 //!   engine, both with the reference's routing forced (expert choices that sit within bf16 noise
 //!   of a tie would otherwise flip), decode == prefill, routing record and replay;
-//! * the full-size Qwen3.5-35B-A3B benchmark on random weights (`#[ignore]`, GPU only, run by
-//!   scripts/gpu-check.sh).
+//! (The full-size model-step benchmark is `full_size_model_step_benchmark` in
+//! tests/engine_bench.rs.)
 //! `EXECCRITIC_REQUIRE_GPU=1` makes a missing GPU a failure instead of falling back.
 
 use execcritic::model::{ForwardOptions, LogitsMode, Model, ModelConfig, SeqInput};
 use execcritic::model::backend::cuda::{CudaModel, CudaState};
 use execcritic::tensor::cuda::{Act, ActType, Gpu};
 use std::path::PathBuf;
-use std::time::Instant;
 
 /// Fixture folder: `$EXECCRITIC_MODELS/<name>` (the GPU host runs a prebuilt binary from another
 /// path), else the crate's `models/<name>`.
@@ -471,114 +470,5 @@ fn released_and_fixture_configs_are_supported_shapes() {
     check_supported(&qwen35_35b_a3b()).unwrap();
     for name in FIXTURES {
         check_supported(&ModelConfig::from_dir(&fixture(name)).unwrap()).unwrap();
-    }
-}
-
-/// Full-size benchmark on random weights generated on the GPU. Prints one JSON line (and writes
-/// `$OUT/cuda-bench.json` when OUT is set).
-#[test]
-#[ignore = "full-size benchmark: needs an H200-class GPU (run by scripts/gpu-check.sh)"]
-fn full_size_benchmark() {
-    let g = Gpu::cuda(0).expect("the benchmark needs a GPU");
-    let cfg = qwen35_35b_a3b();
-    let mem = || g.device().memory_info().expect("device memory info");
-    let (free0, total) = mem();
-    let t0 = Instant::now();
-    let m = CudaModel::<u16>::random(&g, cfg.clone(), 1).unwrap();
-    g.sync().unwrap();
-    let load_s = t0.elapsed().as_secs_f64();
-    // weights only: measured before the caches and scratch are allocated
-    let (free1, _) = mem();
-    let (prefill_len, slots) = (4096usize, 257usize);
-    let mut st = CudaState::new(&g, &cfg, slots, prefill_len + 64, prefill_len).unwrap();
-    let ids: Vec<u32> = (0..prefill_len as u32)
-        .map(|i| (i * 7919) % cfg.vocab_size as u32)
-        .collect();
-    // warm-up (first launches load modules and pick cuBLAS algorithms) on slot 0, then reset
-    m.forward_last(&g, &mut st, &[(0, &ids[..256])]).unwrap();
-    m.forward_last(&g, &mut st, &[(0, &ids[..1])]).unwrap();
-    g.sync().unwrap();
-    st.reset_slot(&g, 0).unwrap();
-    // prefill 4k tokens, one sequence (logits of the last row only, as in serving)
-    let t1 = Instant::now();
-    m.forward_last(&g, &mut st, &[(0, &ids)]).unwrap();
-    let prefill_tps = prefill_len as f64 / t1.elapsed().as_secs_f64();
-    // batch-1 decode (each step includes the host round trip of its logits)
-    let steps = 32;
-    let t2 = Instant::now();
-    for i in 0..steps {
-        m.forward_last(&g, &mut st, &[(0, &ids[i..i + 1])]).unwrap();
-    }
-    let b1_tps = steps as f64 / t2.elapsed().as_secs_f64();
-    // concurrent decode: slots 1..=256 primed with 16 tokens each (two prefill calls)
-    for half in [1..129usize, 129..257] {
-        let chunk: Vec<(usize, &[u32])> = half.map(|s| (s, &ids[s..s + 16])).collect();
-        m.forward_last(&g, &mut st, &chunk).unwrap();
-    }
-    let mut conc = serde_json::Map::new();
-    for b in [64usize, 256] {
-        let batch: Vec<(usize, &[u32])> = (1..=b).map(|s| (s, &ids[s..s + 1])).collect();
-        let n = 8;
-        let t3 = Instant::now();
-        for _ in 0..n {
-            m.forward_last(&g, &mut st, &batch).unwrap();
-        }
-        let tps = (n * b) as f64 / t3.elapsed().as_secs_f64();
-        conc.insert(format!("decode_{b}_output_tok_s"), serde_json::json!(tps));
-    }
-    // MoE layer alone at a large batch (4096 tokens): FLOPs = T·k·3·2·H·I (+ shared expert)
-    let t = prefill_len;
-    m.moe_layer_only(&g, &mut st, 0, t).unwrap();
-    g.sync().unwrap();
-    let reps = 5;
-    let t4 = Instant::now();
-    for _ in 0..reps {
-        m.moe_layer_only(&g, &mut st, 0, t).unwrap();
-    }
-    g.sync().unwrap();
-    let moe_s = t4.elapsed().as_secs_f64() / reps as f64;
-    let (h, i, k, e) = (
-        cfg.hidden_size as f64,
-        cfg.moe_intermediate_size as f64,
-        cfg.num_experts_per_tok as f64,
-        cfg.num_experts as f64,
-    );
-    let flops = t as f64 * (k + 1.0) * 3.0 * 2.0 * h * i;
-    let bytes = (e + 1.0) * 3.0 * h * i * 2.0;
-    // every number as a fraction of its roofline limit (model::backend::cuda::perf, docs/cuda.md)
-    use execcritic::model::backend::cuda::perf::{self, H200};
-    let limits = perf::workloads(&cfg, &H200);
-    let decode_256 = conc["decode_256_output_tok_s"].as_f64().unwrap_or(0.0);
-    let measured = [b1_tps, decode_256, prefill_tps, moe_s];
-    let mut roofline = serde_json::Map::new();
-    for ((name, tot, limit), got) in limits.iter().zip(measured) {
-        // tokens/s: measured / limit; the MoE layer (seconds): limit / measured
-        let frac = if *name == "moe_layer_4k_s" { limit / got } else { got / limit };
-        println!("roofline {name}: limit {limit:.4e}, measured {got:.4e}: {:.1} % of the limit ({} launches + {} GEMMs, {:.2} GB, {:.1} GFLOP)",
-                 100.0 * frac, tot.launches, tot.gemms, tot.bytes / 1e9, tot.flops / 1e9);
-        roofline.insert(name.to_string(), serde_json::json!({"limit": limit, "measured": got, "fraction_of_limit": frac,
-            "launches": tot.launches, "gemms": tot.gemms, "bytes": tot.bytes, "flops": tot.flops}));
-    }
-    let moe_flops_model = perf::totals(&perf::moe_layer(&cfg, t, 2), &H200).flops;
-    let res = serde_json::json!({
-        "commit": std::env::var("EXECCRITIC_COMMIT").unwrap_or_else(|_| "unknown".into()),
-        "batch1_decode_tok_s": b1_tps, "decode_256_output_tok_s": decode_256,
-        "prefill_4k_tok_s": prefill_tps, "moe_peak_fraction": moe_flops_model / moe_s / H200.flops_s,
-        "roofline": roofline, "roofline_device": H200.name,
-        "gpu": g.name(),
-        "load_random_weights_s": load_s, "weights_gib": (free0 - free1) as f64 / (1u64 << 30) as f64,
-        "total_gib": total as f64 / (1u64 << 30) as f64,
-        "prefill_4k_tok_s": prefill_tps, "decode_batch1_tok_s": b1_tps, "concurrent": conc,
-        "moe_layer_4k_ms": moe_s * 1e3, "moe_layer_tflops": flops / moe_s / 1e12, "moe_layer_gb_s": bytes / moe_s / 1e9,
-        "fraction_of_limits": {"decode_batch1_vs_800": b1_tps / 800.0, "moe_vs_989_tflops": flops / moe_s / 1e12 / 989.0,
-                               "prefill_vs_80k": prefill_tps / 80000.0},
-    });
-    println!("CUDA_BENCH {res}");
-    if let Ok(out) = std::env::var("OUT") {
-        std::fs::write(
-            std::path::Path::new(&out).join("cuda-bench.json"),
-            serde_json::to_string_pretty(&res).unwrap(),
-        )
-        .unwrap();
     }
 }

@@ -1,5 +1,6 @@
-//! The paged KV cache of the CUDA backend under the engine, on the emulated device in f32 mode
-//! against the CPU engine (tiny Qwen3.5-MoE fixture): continuous batching with sequences joining
+//! The paged KV cache of the CUDA backend under the engine, in f32 mode against the CPU engine
+//! (tiny Qwen3.5-MoE fixture), on the GPU when one is present (`scripts/gpu-check.sh`) and on the
+//! emulated device otherwise: continuous batching with sequences joining
 //! and leaving mid-decode through a pool smaller than the tokens served over the run (blocks of
 //! ended sequences are reused, all of them are free at the end), snapshots sharing their
 //! source's blocks (only a partially filled last block is copied, when written), more
@@ -25,8 +26,8 @@ use tiny_model::tiny_model_dir as model_dir;
 
 const BLOCK: usize = 8;
 
-fn emulated(dir: &Path, slots: usize, kv_tokens: usize, block_size: usize) -> CudaDecoder<f32> {
-    let gpu = Gpu::emulator().unwrap();
+fn on_device(dir: &Path, slots: usize, kv_tokens: usize, block_size: usize) -> CudaDecoder<f32> {
+    let gpu = Gpu::auto().expect("no device: neither a GPU nor the emulator");
     let model = CudaModel::<f32>::load(&gpu, dir).unwrap();
     let cache = CacheConfig {
         slots,
@@ -79,7 +80,7 @@ fn requests() -> Vec<Request> {
 /// Requests 0 and 1 start; 2, 3 and 4 join while they decode (4 waits for a free place, as
 /// `max_running` = 3). Calls `after_step` after every step; completions in request order.
 fn serve<M: DecoderModel>(model: Arc<M>, mut after_step: impl FnMut(&M)) -> Vec<Completion> {
-    let tok = Tokenizer::from_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tokenizer"))
+    let tok = Tokenizer::from_dir(&tiny_model::models_dir().join("tokenizer"))
         .unwrap();
     let mut core = EngineCore::new(model.clone(), Arc::new(tok), config()).unwrap();
     let reqs = requests();
@@ -107,9 +108,9 @@ fn continuous_batching_through_a_small_paged_pool_equals_the_cpu_engine() {
     let cpu = serve(Arc::new(Model::load(dir.path()).unwrap()), |_| {});
     // 14 blocks of 8 tokens: 112 tokens, fewer than the run serves in all (148)
     let pool = 14;
-    let emu = Arc::new(emulated(dir.path(), 8, pool * BLOCK, BLOCK));
+    let dev = Arc::new(on_device(dir.path(), 8, pool * BLOCK, BLOCK));
     let mut peak = 0;
-    let got = serve(emu.clone(), |m| {
+    let got = serve(dev.clone(), |m| {
         let (free, total) = m.kv_blocks().unwrap();
         assert_eq!(total, pool);
         peak = peak.max(total - free);
@@ -126,7 +127,7 @@ fn continuous_batching_through_a_small_paged_pool_equals_the_cpu_engine() {
     );
     assert!(peak > 0 && peak <= pool);
     assert_eq!(
-        emu.kv_blocks().unwrap(),
+        dev.kv_blocks().unwrap(),
         (pool, pool),
         "every block back once all ended"
     );
@@ -146,7 +147,7 @@ fn run_all<M: DecoderModel>(
     cfg: EngineConfig,
     reqs: &[Request],
 ) -> (Vec<Completion>, execcritic::engine::EngineStats) {
-    let tok = Tokenizer::from_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tokenizer"))
+    let tok = Tokenizer::from_dir(&tiny_model::models_dir().join("tokenizer"))
         .unwrap();
     let mut core = EngineCore::new(model, Arc::new(tok), cfg).unwrap();
     for r in reqs {
@@ -182,13 +183,13 @@ fn more_requests_than_the_pool_holds_are_preempted_and_give_the_cpu_tokens() {
     };
     let (cpu, cpu_stats) = run_all(Arc::new(Model::load(dir.path()).unwrap()), cfg, &reqs);
     let pool = 10;
-    let emu = Arc::new(emulated(dir.path(), 8, pool * BLOCK, BLOCK));
-    let (got, stats) = run_all(emu.clone(), cfg, &reqs);
+    let dev = Arc::new(on_device(dir.path(), 8, pool * BLOCK, BLOCK));
+    let (got, stats) = run_all(dev.clone(), cfg, &reqs);
     assert_eq!(cpu_stats.preemptions, 0);
     assert!(stats.preemptions > 0, "{stats:?}");
     // the preempted sequences re-read what they had read
     assert!(stats.prefilled_tokens > cpu_stats.prefilled_tokens, "{stats:?}");
-    assert_eq!(emu.kv_blocks().unwrap(), (pool, pool), "every block back");
+    assert_eq!(dev.kv_blocks().unwrap(), (pool, pool), "every block back");
     for (i, (c, e)) in cpu.iter().zip(&got).enumerate() {
         assert_eq!(c.token_ids.len(), 16, "request {i}");
         assert_eq!(c.token_ids, e.token_ids, "request {i}: tokens");
@@ -206,10 +207,10 @@ fn more_requests_than_the_pool_holds_are_preempted_and_give_the_cpu_tokens() {
 fn a_full_pool_fails_the_request_with_an_error_and_frees_its_blocks() {
     let dir = model_dir();
     // 4 blocks of 8 tokens; a 40-token prompt needs 5
-    let emu = Arc::new(emulated(dir.path(), 4, 32, BLOCK));
-    let tok = Tokenizer::from_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tokenizer"))
+    let dev = Arc::new(on_device(dir.path(), 4, 32, BLOCK));
+    let tok = Tokenizer::from_dir(&tiny_model::models_dir().join("tokenizer"))
         .unwrap();
-    let mut core = EngineCore::new(emu.clone(), Arc::new(tok), config()).unwrap();
+    let mut core = EngineCore::new(dev.clone(), Arc::new(tok), config()).unwrap();
     core.add(Request::new(prompt(6, 40), SamplingParams::greedy(4)))
         .unwrap();
     let done = core.run_to_completion();
@@ -218,7 +219,7 @@ fn a_full_pool_fails_the_request_with_an_error_and_frees_its_blocks() {
         Err(EngineError::CacheFull(m)) => assert!(m.contains("KV cache full"), "{m}"),
         other => panic!("expected a KV-cache-full error, got {other:?}"),
     }
-    assert_eq!(emu.kv_blocks().unwrap(), (4, 4));
+    assert_eq!(dev.kv_blocks().unwrap(), (4, 4));
     // the engine goes on: a request that fits is served
     core.add(Request::new(prompt(7, 12), SamplingParams::greedy(4)))
         .unwrap();
@@ -239,35 +240,35 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 fn snapshots_share_blocks_and_copy_only_a_written_partial_block() {
     let dir = model_dir();
     let cpu = Model::load(dir.path()).unwrap();
-    let emu = emulated(dir.path(), 6, 16 * 16, 16);
+    let dev = on_device(dir.path(), 6, 16 * 16, 16);
     let used = || {
-        let (free, total) = emu.kv_blocks().unwrap();
+        let (free, total) = dev.kv_blocks().unwrap();
         total - free
     };
     let p = prompt(8, 40); // blocks of 16: two full, one holding 8 tokens
-    let (mut a, mut ca) = (emu.new_state(), cpu.new_state());
-    let mut outs = vec![(step(&emu, &mut a, &p), step(&cpu, &mut ca, &p))];
+    let (mut a, mut ca) = (dev.new_state(), cpu.new_state());
+    let mut outs = vec![(step(&dev, &mut a, &p), step(&cpu, &mut ca, &p))];
     assert_eq!(used(), 3);
     let (snap, csnap) = (a.clone(), ca.clone());
     assert_eq!(used(), 3, "a snapshot allocates nothing");
     // the original moves on: it shares the two full blocks, copies the partial one
     outs.push((
-        step(&emu, &mut a, &[5, 6, 7]),
+        step(&dev, &mut a, &[5, 6, 7]),
         step(&cpu, &mut ca, &[5, 6, 7]),
     ));
     assert_eq!(used(), 4);
     // the snapshot resumes with other tokens (a clone of it is fed: it shares again)
     let (mut b, mut cb) = (snap.clone(), csnap.clone());
-    outs.push((step(&emu, &mut b, &[9, 10]), step(&cpu, &mut cb, &[9, 10])));
+    outs.push((step(&dev, &mut b, &[9, 10]), step(&cpu, &mut cb, &[9, 10])));
     assert_eq!(used(), 5);
     // a's third block fills up and a fourth starts
     let fill: Vec<u32> = (0..10).map(|i| 100 + i).collect();
-    outs.push((step(&emu, &mut a, &fill), step(&cpu, &mut ca, &fill)));
+    outs.push((step(&dev, &mut a, &fill), step(&cpu, &mut ca, &fill)));
     assert_eq!(used(), 6);
     drop((snap, csnap));
     // the snapshot's slot is reclaimed (its partial block goes back, the full ones stay with
     // a and b); b, sole owner of its blocks, is written in place
-    outs.push((step(&emu, &mut b, &[12]), step(&cpu, &mut cb, &[12])));
+    outs.push((step(&dev, &mut b, &[12]), step(&cpu, &mut cb, &[12])));
     assert_eq!(used(), 5);
     drop((a, ca));
     assert_eq!(

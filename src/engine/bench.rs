@@ -9,16 +9,66 @@
 //! Timing is wall-clock around engine steps; a decode scenario is timed only once every prompt
 //! has been read, so it measures decode, and a prefill scenario times one request from
 //! submission to its first token.
+//!
+//! Every benchmark here keeps what it measured: it runs as phases of a [`PhaseLog`] (`record`),
+//! whose JSON is rewritten after each phase, a failed phase recorded with its error while the
+//! next one runs. `model_steps` is the model-step benchmark (the forward without the engine).
+
+mod model_steps;
+mod record;
+
+pub use model_steps::{launch_overhead, model_steps, moe_layer, phase_names as model_step_phases, StepPlan};
+pub use record::{gpu_clocks, write_atomic, DeviceProbe, PhaseLog, PhaseResult};
 
 use super::{DecoderModel, EngineConfig, EngineCore, EngineError, Request, SamplingParams};
 use super::{EngineStats, SchedulerConfig};
 use crate::model::backend::cuda::perf::{self, Roofline, Step};
-use crate::model::backend::cuda::CacheConfig;
+use crate::model::backend::cuda::{CacheConfig, CudaModel};
 use crate::model::config::ModelConfig;
 use crate::model::tokenizer::Tokenizer;
+use crate::tensor::cuda::{Act, Gpu};
 use serde::Serialize;
+use serde_json::json;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
+
+/// Open the device of a full-size benchmark as phase `open_device`: GPU 0 and the
+/// Qwen3.5-35B-A3B shape, or, with `EXECCRITIC_BENCH_SHAPE=tiny`, the emulator and the tiny
+/// fixture of `models` (`tiny-qwen35`) — how `scripts/gpu-check.sh --rehearse` runs the GPU
+/// check's benchmark steps on a CPU machine. Returns the device, the shape, and whether it is
+/// the tiny one.
+pub fn open_bench_device(log: &mut PhaseLog, models: &Path) -> Option<(Gpu, ModelConfig, bool)> {
+    let tiny = std::env::var("EXECCRITIC_BENCH_SHAPE").as_deref() == Ok("tiny");
+    let mut opened = None;
+    log.phase("open_device", None, || {
+        let gpu = if tiny { Gpu::emulator()? } else { Gpu::cuda(0)? };
+        let cfg = if tiny {
+            ModelConfig::from_dir(&models.join("tiny-qwen35"))?
+        } else {
+            let c = crate::model::layout::qwen35_35b_a3b_config().to_string();
+            ModelConfig::from_json_str(&c, Path::new("qwen3.5-35b-a3b"))?
+        };
+        let name = gpu.name();
+        opened = Some((gpu, cfg, tiny));
+        Ok(json!({"gpu": name, "shape": if tiny { "tiny-qwen35 (emulator)" } else { "qwen3.5-35b-a3b" }}))
+    });
+    if let Some((gpu, _, _)) = &opened {
+        log.set("gpu", gpu.name());
+    }
+    opened
+}
+
+/// Random weights of shape `cfg` on `gpu`, generated there, as phase `load_random_weights`.
+pub fn load_random<A: Act>(gpu: &Gpu, cfg: &ModelConfig, log: &mut PhaseLog) -> Option<CudaModel<A>> {
+    let mut model = None;
+    log.phase("load_random_weights", &DeviceProbe::new(gpu), || {
+        model = Some(CudaModel::<A>::random(gpu, cfg.clone(), 1)?);
+        gpu.sync()?;
+        Ok(json!({"storage": A::TYPE.suffix()}))
+    });
+    model
+}
 
 /// The sizes of the benchmark's workloads.
 #[derive(Debug, Clone, PartialEq)]
@@ -143,11 +193,13 @@ pub struct Scenario {
     pub preemptions: u64,
 }
 
-/// Every scenario, in the order run, and the roofline they are judged against.
+/// The scenarios that ran, in the order run, the roofline they are judged against, and the
+/// scenarios that failed (their errors are in the [`PhaseLog`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
     pub roofline_device: &'static str,
     pub scenarios: Vec<Scenario>,
+    pub failed: Vec<String>,
 }
 
 impl BenchReport {
@@ -166,34 +218,64 @@ pub fn scenario_names(plan: &BenchPlan) -> Vec<String> {
 }
 
 /// Run every scenario of `plan` on `model` (of shape `cfg`) through one engine, judged
-/// against the roofline `hw`. A request that fails fails the benchmark.
+/// against the roofline `hw`, each a phase of `log` (after a `warmup` phase: module loads,
+/// GEMM algorithm choices). A scenario whose request fails is recorded as failed, its requests
+/// are aborted, and the next scenario runs.
 pub fn run<M: DecoderModel>(
     model: Arc<M>,
     tokenizer: Arc<Tokenizer>,
     cfg: &ModelConfig,
     plan: &BenchPlan,
     hw: &Roofline,
-) -> Result<BenchReport, EngineError> {
+    probe: &DeviceProbe,
+    log: &mut PhaseLog,
+) -> BenchReport {
+    let mut report = BenchReport {
+        roofline_device: hw.name,
+        scenarios: vec![],
+        failed: vec![],
+    };
+    log.set("roofline_device", hw.name);
+    let core = match EngineCore::new(model, tokenizer, plan.engine_config()) {
+        Ok(core) => core,
+        Err(e) => {
+            log.phase("engine", probe, || -> PhaseResult<()> { Err(e.into()) });
+            report.failed.push("engine".into());
+            return report;
+        }
+    };
     let mut b = Bench {
-        core: EngineCore::new(model, tokenizer, plan.engine_config())?,
+        core,
         cfg,
         plan,
         hw,
         vocab: cfg.vocab_size,
     };
-    // warm-up (module loads, GEMM algorithm choice): not measured
-    b.serve(vec![b.request(0, plan.decode_prompt.max(2), 2)])?;
-    let names = scenario_names(plan);
-    let mut scenarios = vec![b.decode(&names[0], 1)?];
-    for (name, &n) in names[1..].iter().zip(&plan.concurrency) {
-        scenarios.push(b.decode(name, n)?);
+    let warm = log.phase("warmup", probe, || {
+        b.serve(vec![b.request(0, plan.decode_prompt.max(2), 2)])?;
+        Ok(())
+    });
+    if warm.is_none() {
+        b.clean_up();
     }
-    scenarios.push(b.prefill(&names[names.len() - 2])?);
-    scenarios.push(b.agents(&names[names.len() - 1])?);
-    Ok(BenchReport {
-        roofline_device: hw.name,
-        scenarios,
-    })
+    let names = scenario_names(plan);
+    let last = names.len() - 1;
+    for (i, name) in names.iter().enumerate() {
+        let s = log.phase(name, probe, || match i {
+            0 => b.decode(name, 1),
+            i if i <= plan.concurrency.len() => b.decode(name, plan.concurrency[i - 1]),
+            i if i < last => b.prefill(name),
+            _ => b.agents(name),
+        });
+        match s {
+            Some(s) => report.scenarios.push(s),
+            None => {
+                b.clean_up();
+                report.failed.push(name.clone());
+            }
+        }
+    }
+    report
 }
 
 struct Bench<'a, M: DecoderModel> {
@@ -223,7 +305,15 @@ impl<M: DecoderModel> Bench<'_, M> {
         }
     }
 
-    /// Submit `requests` and run them to completion; a failed request fails the benchmark.
+    /// After a failed scenario: its requests aborted, the agents' conversations dropped.
+    fn clean_up(&mut self) {
+        self.core.abort_all(EngineError::Model("the benchmark scenario failed".into()));
+        for a in 0..self.plan.agents {
+            self.core.forget_conversation(&format!("bench-agent-{a}"));
+        }
+    }
+
+    /// Submit `requests` and run them to completion; a failed request fails the scenario.
     fn serve(&mut self, requests: Vec<Request>) -> Result<Vec<super::Completion>, EngineError> {
         for r in requests {
             self.core.add(r)?;
@@ -261,7 +351,7 @@ impl<M: DecoderModel> Bench<'_, M> {
     }
 
     /// `n` sequences decoding at once: timed from when every prompt has been read.
-    fn decode(&mut self, name: &str, n: usize) -> Result<Scenario, EngineError> {
+    fn decode(&mut self, name: &str, n: usize) -> PhaseResult<Scenario> {
         let p = self.plan;
         let before = self.core.stats();
         for i in 0..n {
@@ -279,7 +369,7 @@ impl<M: DecoderModel> Bench<'_, M> {
         done.extend(self.core.run_to_completion());
         let seconds = t.elapsed().as_secs_f64();
         if let Some((_, Err(e))) = done.into_iter().find(|(_, c)| c.is_err()) {
-            return Err(e);
+            return Err(e.into());
         }
         let decoded = (self.core.stats().decoded_tokens - mid.decoded_tokens) as f64;
         let context = p.decode_prompt + p.decode_tokens / 2;
@@ -289,7 +379,7 @@ impl<M: DecoderModel> Bench<'_, M> {
     }
 
     /// One long prompt, read until its first token.
-    fn prefill(&mut self, name: &str) -> Result<Scenario, EngineError> {
+    fn prefill(&mut self, name: &str) -> PhaseResult<Scenario> {
         let n = self.plan.prefill_tokens;
         let before = self.core.stats();
         let t = Instant::now();
@@ -303,7 +393,7 @@ impl<M: DecoderModel> Bench<'_, M> {
     /// `agents` conversations at once, each turn its previous prompt and completion plus a new
     /// observation: only the new tokens should be read. Counts prompt tokens read and output
     /// tokens; the limit is the roofline of the same prefills and decode steps.
-    fn agents(&mut self, name: &str) -> Result<Scenario, EngineError> {
+    fn agents(&mut self, name: &str) -> PhaseResult<Scenario> {
         let p = self.plan;
         let before = self.core.stats();
         let mut prompts: Vec<Vec<u32>> = (0..p.agents)

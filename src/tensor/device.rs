@@ -111,6 +111,19 @@ impl std::str::FromStr for ActType {
     }
 }
 
+/// Device memory of this process's allocations, in bytes ([`Device::memory_usage`]): on the GPU
+/// the stream-ordered pool that `alloc_zeroed` draws from, on the emulator its allocations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MemoryUsage {
+    /// In live allocations now.
+    pub in_use: u64,
+    /// The most in live allocations at once since the last [`Device::reset_memory_peak`].
+    pub peak: u64,
+    /// Held by the allocator for reuse besides (the pool keeps freed memory; the emulator frees
+    /// it at once, so there it equals `in_use`).
+    pub reserved: u64,
+}
+
 /// A device failure. Never a verdict about the model: a bad launch, a missing driver, a shape
 /// a kernel does not support.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -159,6 +172,12 @@ pub trait Device: Send + Sync {
     fn memory_info(&self) -> Option<(usize, usize)> {
         None
     }
+    /// What the device's allocator holds for this process ([`MemoryUsage`]), where it can tell.
+    fn memory_usage(&self) -> Option<MemoryUsage> {
+        None
+    }
+    /// Start a new [`MemoryUsage::peak`] from the bytes in use now.
+    fn reset_memory_peak(&self) {}
     /// Start capturing (CUDA stream capture): launches, GEMMs, memsets and device copies
     /// enqueued from now on are recorded into a graph instead of being run. A device without
     /// graphs says `Unsupported` (the caller runs the work directly).

@@ -138,6 +138,9 @@ impl CudaDevice {
         let (maj, min) = ctx.compute_capability().map_err(driver)?;
         let sm = format!("{maj}{min}");
         let stream = ctx.new_stream().map_err(driver)?;
+        if let Err(e) = keep_freed_memory(&ctx) {
+            tracing::warn!("memory pool release threshold not set (freed memory is unmapped): {e}");
+        }
         let blas = CudaBlas::new(stream.clone()).map_err(|e| DeviceError::Driver(e.to_string()))?;
         let attr = |a| ctx.attribute(a).map(|v| v.max(0) as u32).map_err(driver);
         use sys::CUdevice_attribute as A;
@@ -368,6 +371,22 @@ impl Device for CudaDevice {
         drv::mem_get_info().ok()
     }
 
+    fn memory_usage(&self) -> Option<crate::tensor::device::MemoryUsage> {
+        use sys::CUmemPool_attribute as P;
+        let get = |a| pool_attr(&self.ctx, a, None).ok();
+        Some(crate::tensor::device::MemoryUsage {
+            in_use: get(P::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
+            peak: get(P::CU_MEMPOOL_ATTR_USED_MEM_HIGH)?,
+            reserved: get(P::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
+        })
+    }
+
+    fn reset_memory_peak(&self) {
+        // the driver accepts only 0 for a high-water mark: restart it from the current use
+        let high = sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH;
+        let _ = pool_attr(&self.ctx, high, Some(0));
+    }
+
     /// Stream capture in thread-local mode: only this thread's work on the stream is recorded.
     fn begin_capture(&self) -> Result<()> {
         self.stream
@@ -400,6 +419,33 @@ impl Device for CudaDevice {
             *g = None;
         }
     }
+}
+
+/// Keep freed memory in the device's stream-ordered pool (`alloc_zeroed` is `cuMemAllocAsync`):
+/// with the default release threshold of 0 the driver returns it to the OS at every
+/// synchronisation and the next step maps it again.
+fn keep_freed_memory(ctx: &CudaContext) -> Result<()> {
+    let threshold = sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+    pool_attr(ctx, threshold, Some(u64::MAX)).map(|_| ())
+}
+
+/// Set (`Some`) or read a 64-bit attribute of the device's default memory pool.
+fn pool_attr(ctx: &CudaContext, attr: sys::CUmemPool_attribute, set: Option<u64>) -> Result<u64> {
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let mut value = set.unwrap_or(0);
+    let ptr = &mut value as *mut u64 as *mut c_void;
+    // SAFETY: `pool` receives the device's default pool; every attribute passed here is a
+    // cuuint64_t, read from or written to `value`, which outlives the calls.
+    unsafe {
+        sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()).result().map_err(driver)?;
+        match set {
+            Some(_) => sys::cuMemPoolSetAttribute(pool, attr, ptr),
+            None => sys::cuMemPoolGetAttribute(pool, attr, ptr),
+        }
+        .result()
+        .map_err(driver)?;
+    }
+    Ok(value)
 }
 
 /// A 4-byte value in an 8-byte slot (the driver reads only the parameter's size).

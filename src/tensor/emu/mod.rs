@@ -18,7 +18,7 @@ use std::ffi::{c_char, CStr, CString};
 use std::sync::Mutex;
 
 use crate::tensor::device::{
-    DevPtr, Device, DeviceError, Gemm, GraphId, KernelArg, LaunchDims, Result,
+    DevPtr, Device, DeviceError, Gemm, GraphId, KernelArg, LaunchDims, MemoryUsage, Result,
 };
 
 use memory::Memory;
@@ -185,6 +185,15 @@ impl EmuDevice {
 impl Device for EmuDevice {
     fn name(&self) -> String {
         format!("emulator (sm_90 limits, {})", Self::engine())
+    }
+
+    fn memory_usage(&self) -> Option<MemoryUsage> {
+        let in_use = self.live_bytes() as u64;
+        Some(MemoryUsage { in_use, peak: self.peak_bytes() as u64, reserved: in_use })
+    }
+
+    fn reset_memory_peak(&self) {
+        self.reset_peak()
     }
 
     fn alloc_zeroed(&self, bytes: usize) -> Result<DevPtr> {

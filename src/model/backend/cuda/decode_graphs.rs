@@ -37,6 +37,11 @@ impl DecodeGraphs {
             .map(|&(_, id)| id)
     }
 
+    /// The graph kept for batch size `b`, whatever its stride.
+    pub fn latest(&self, b: usize) -> Option<GraphId> {
+        self.by_batch.get(&b).map(|&(_, id)| id)
+    }
+
     /// Keep `id` for `(b, stride)`, freeing the batch size's previous graph.
     pub fn insert(&mut self, b: usize, stride: usize, id: GraphId) {
         if let Some((_, old)) = self.by_batch.insert(b, (stride, id)) {

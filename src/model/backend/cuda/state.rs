@@ -333,6 +333,13 @@ impl<A: Act> CudaState<A> {
         self.graphs.len()
     }
 
+    /// The kept graph of a decode step of `b` sequences, for a benchmark to replay alone: the
+    /// step's device time without its host work. A replay re-runs the latest step from the
+    /// index buffers as they are, so the slots' caches are not to be used afterwards.
+    pub fn decode_graph(&self, b: usize) -> Option<crate::tensor::device::GraphId> {
+        self.graphs.latest(b)
+    }
+
     /// `(free, total)` blocks of the paged KV pool.
     pub fn kv_blocks(&self) -> (usize, usize) {
         (self.blocks.free(), self.blocks.total())
