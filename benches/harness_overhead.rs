@@ -1,9 +1,9 @@
-//! Gate overhead: the candidate gate (sandbox reset, candidate + test patch apply, sandboxed run
-//! with exit marker and parsing) against running the same test command directly on the host,
-//! plus its parts (sandbox start, reset, patch apply, an empty sandboxed command). Medians over
-//! runs, for `local` (ephemeral gate runs where available, and resetting with git) and (when
-//! available) `docker`. `--paired`: an interleaved in-process A/B of the local gate variants
-//! (and the previous fast path) with per-iteration differences to the direct run. A timed main
+//! Gate overhead: the candidate gate (sandbox reset, candidate + test patch apply, guarded
+//! sandboxed run with canaries, parsing, judging) against running the same test command directly
+//! on the host, plus its parts (sandbox start, reset, patch apply, an empty sandboxed command).
+//! Medians over runs, for `local` (ephemeral gate runs where available, and resetting with git)
+//! and (when available) `docker`. `--paired`: an interleaved in-process A/B that splits the
+//! runtime guard's and the canaries' cost from an unguarded sandboxed run. A timed main
 //! (`harness = false`):
 //! `cargo bench --bench harness_overhead [-- RUNS] [--paired]`.
 
@@ -89,38 +89,34 @@ async fn measure(
 }
 
 /// Paired A/B in one process, interleaved (rotating order per iteration so load drifts hit
-/// every variant alike): per iteration the direct run and each gate variant back to back; the
-/// medians of the per-iteration differences (variant − direct) are the overheads.
-/// Variants: the gate with ephemeral runs, the gate resetting with git (one `git apply`), and
-/// the previous fast path (in-script `git reset --hard` + `git clean -fdx` + two `git apply`s,
-/// the test run and log parsing, without building the verdict — so it is, if anything,
-/// under-estimated).
-/// Also: the test command's own in-sandbox runtime (marker timestamps), so the overhead splits
-/// into harness work (variant − in-sandbox test time) and the command running slower inside
-/// the sandbox (in-sandbox test time − direct).
+/// every variant alike): per iteration the direct run and each variant back to back, all on the
+/// same ephemeral local sandbox; the medians of the per-iteration differences (variant − direct)
+/// are the overheads. Variants:
+/// - the candidate gate as it runs (runtime guard + canaries: 6 mutants and 2 controls);
+/// - the same guarded run without canaries (`run_after` with no canary nodes);
+/// - an unguarded sandboxed run: the same two `git apply`s and the test command, no guard;
+/// so guard cost = guarded − unguarded and canary cost = gate − guarded. Also the test command's
+/// own in-sandbox runtime where the run reports it.
 async fn paired(
     runs: usize,
     repo: &std::path::Path,
 ) -> Vec<(String, Duration, Duration, Duration)> {
-    use execcritic::harness::execute::run_after;
-    use execcritic::harness::sandbox::reset_command;
+    use execcritic::harness::execute::{run_after, GuardedCommand, RunPlan, Staged};
+    use execcritic::harness::sandbox::HANDOFF_DIR;
     let f = fixture();
     let patch = diff_against_base(&[("tests/test_calc.py", &official_test_file())]);
     let frozen = FrozenBundle::freeze(Bundle::from_parts(&patch, CMD, CONTRACT).unwrap()).unwrap();
-    let open = |no_ephemeral: bool| {
-        let config = SandboxConfig {
-            no_ephemeral,
-            ..Default::default()
-        };
-        LocalSandbox::open(populate(), &config).unwrap()
-    };
-    let (eph, git, old) = (open(false), open(true), open(true));
+    let sb = LocalSandbox::open(populate(), &SandboxConfig::default()).unwrap();
+    let sb: &dyn Sandbox = &sb;
     let t = Duration::from_secs(120);
     let names = [
-        "gate, ephemeral run (new)",
-        "gate, git reset, one git apply (new)",
-        "previous fast path: git reset + clean, two git apply",
+        "candidate gate: guard + canaries (6 mutants, 2 controls)",
+        "guarded run, no canaries",
+        "unguarded sandboxed run (same patches and command)",
     ];
+    let cand = format!("{HANDOFF_DIR}/bench-candidate.patch");
+    let test = format!("{HANDOFF_DIR}/bench-test.patch");
+    let apply = format!("git apply --whitespace=nowarn {cand} {test}");
     let mut diffs: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
     let mut abs: Vec<Vec<Duration>> = vec![Vec::new(); names.len() + 1];
     let mut harness_only: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
@@ -129,6 +125,11 @@ async fn paired(
         let mut inside = [Duration::ZERO; 4];
         for k in 0..4 {
             let which = (i + k) % 4;
+            if which >= 2 {
+                // A reset empties /tmp (and the handoff directory with it).
+                sb.put_file(&cand, f.gold_patch.as_bytes()).await.unwrap();
+                sb.put_file(&test, patch.as_bytes()).await.unwrap();
+            }
             let start = Instant::now();
             match which {
                 0 => {
@@ -141,54 +142,29 @@ async fn paired(
                         .unwrap();
                     assert!(out.status.success());
                 }
-                1 | 2 => {
-                    let sb: &dyn Sandbox = if which == 1 { &eph } else { &git };
-                    let v = check_candidate_in(sb, &frozen, &f.gold_patch, t)
-                        .await
-                        .unwrap();
-                    assert_eq!(v.status, execcritic::harness::GateStatus::Pass);
-                    inside[which] = v.test_duration.unwrap();
+                1 => {
+                    let v = check_candidate_in(sb, &frozen, &f.gold_patch, t).await.unwrap();
+                    assert_eq!(v.status, execcritic::harness::GateStatus::Pass, "{}", v.feedback);
+                    inside[which] = v.test_duration.unwrap_or_default();
+                }
+                2 => {
+                    let plan = &frozen.plan;
+                    let command =
+                        GuardedCommand::parse(plan.command.runner, &plan.command.activated, &plan.nodes)
+                            .unwrap();
+                    let run = RunPlan::plain(command, sb);
+                    let r = run_after(sb, &[("apply", apply.clone())], run, t, true).await.unwrap();
+                    let Staged::Ran(r) = r else { panic!("a step failed") };
+                    assert_eq!(r.rc, Some(0));
+                    assert!(r.guard.authenticated);
+                    inside[which] = r.test_duration.unwrap_or_default();
                 }
                 _ => {
-                    let sb: &dyn Sandbox = &old;
-                    sb.put_file("/tmp/.execcritic/fast-test.patch", patch.as_bytes())
+                    let out = sb
+                        .exec_ephemeral(&format!("{apply} && {CMD}"), t)
                         .await
                         .unwrap();
-                    sb.put_file(
-                        "/tmp/.execcritic/fast-candidate.patch",
-                        f.gold_patch.as_bytes(),
-                    )
-                    .await
-                    .unwrap();
-                    let steps = [
-                        ("reset", reset_command(sb.base_commit())),
-                        (
-                            "candidate",
-                            "git apply --whitespace=nowarn /tmp/.execcritic/fast-candidate.patch"
-                                .to_string(),
-                        ),
-                        (
-                            "test",
-                            "git apply --whitespace=nowarn /tmp/.execcritic/fast-test.patch"
-                                .to_string(),
-                        ),
-                    ];
-                    let plan = &frozen.plan;
-                    let r = run_after(
-                        sb,
-                        &steps,
-                        plan.command.runner,
-                        &plan.command.activated,
-                        t,
-                        false,
-                    )
-                    .await
-                    .unwrap();
-                    let execcritic::harness::execute::Staged::Ran(r) = r else {
-                        panic!("previous fast path: a step failed")
-                    };
-                    assert_eq!(r.rc, Some(0));
-                    inside[which] = r.test_duration.unwrap();
+                    assert!(out.success(), "{}", out.output);
                 }
             }
             took[which] = start.elapsed();
