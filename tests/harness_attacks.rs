@@ -558,3 +558,68 @@ async fn a_forbidden_modification_scores_zero() {
     assert_eq!(t, RepairTerminal::InvalidPatch);
     assert_eq!(repair_reward(&t), Reward::Value(0.0));
 }
+
+/// Test-role attacks: bundles that are behaviourally empty but would qualify with a Base-to-Gold
+/// pass (shown on a plain checkout: they fail on Base and pass with the gold fix). Tests that read
+/// the repository's source or its git state instead of exercising it are refused at qualification
+/// (`reads_source`); one that reads it through a door the guard does not see cannot score: the
+/// harness's own non-fixes (the fix as comments) pass it, so balanced accuracy stays below 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn textual_bundles_are_refused_or_cannot_score() {
+    use execcritic::harness::{audit, BaseCategory};
+    let task = fixture_task();
+    let node = "tests/test_calc.py::test_add";
+    let textual: Vec<(&str, &str)> = vec![
+        ("open()", "    assert 'a + b' in open('calc/__init__.py').read()"),
+        ("inspect.getsource", "    import inspect, calc\n    assert 'a + b' in inspect.getsource(calc.add)"),
+        ("pathlib", "    import pathlib\n    assert 'a + b' in pathlib.Path('calc/__init__.py').read_text()"),
+        ("linecache", "    import linecache, calc\n    assert 'a + b' in ''.join(linecache.getlines(calc.__file__))"),
+        ("git diff", "    import subprocess\n    assert subprocess.run(['git', 'diff', '--quiet', '--', 'calc'], capture_output=True).returncode == 1"),
+        ("loader.get_source", "    import calc\n    assert 'a + b' in calc.__loader__.get_source('calc')"),
+        ("grep in a subprocess", "    import subprocess\n    assert subprocess.run(['grep', '-q', 'a + b', 'calc/__init__.py']).returncode == 0"),
+        ("a python child", "    import subprocess, sys\n    assert subprocess.run([sys.executable, '-c', \"import sys; sys.exit('a + b' not in open('calc/__init__.py').read())\"]).returncode == 0"),
+    ];
+    for (name, body) in textual {
+        let file = test_file_with(body);
+        // On a plain checkout: fails on Base, passes with the gold fix.
+        for (calc, want_rc) in [(CALC_BASE, 1), (CALC_GOLD, 0)] {
+            let tmp = tempfile::tempdir().unwrap();
+            let ws = tmp.path().join("r");
+            git(tmp.path(), &["clone", "-q", fixture().dir.to_str().unwrap(), "r"]);
+            git(&ws, &["checkout", "-q", &fixture().base]);
+            std::fs::write(ws.join("tests/test_calc.py"), &file).unwrap();
+            std::fs::write(ws.join("calc/__init__.py"), calc).unwrap();
+            let out = Command::new("python3")
+                .args(["-m", "pytest", "-p", "no:cacheprovider", node])
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .current_dir(&ws)
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(want_rc), "{name}: {}", String::from_utf8_lossy(&out.stdout));
+        }
+        let patch = diff_against_base(&[("tests/test_calc.py", &file)]);
+        let b = Bundle::from_parts(&patch, &format!("python3 -m pytest {node}"), &contract_with_nodes(&[node])).unwrap();
+        match qualify(&task, &b, SandboxKind::Local).await.unwrap() {
+            Qualification::BaseGateFailed { category, tail } => {
+                assert_eq!(category, BaseCategory::ReadsSource, "{name}: {tail}")
+            }
+            other => panic!("{name}: qualified: {other:?}"),
+        }
+    }
+    // A textual test through a door the guard does not read (here: `awk` given the source on
+    // its stdin) qualifies, and the gold fix passes it, but so does the harness's comment-only
+    // non-fix: balanced accuracy stays below 1.
+    let file = test_file_with("    import subprocess\n    with open('setup.cfg') as cfg:\n        pass\n    out = subprocess.run(['sh', '-c', 'awk 1 < calc/__init__.py'], capture_output=True, text=True).stdout\n    assert 'a + b' in out");
+    let patch = diff_against_base(&[("tests/test_calc.py", &file)]);
+    let b = Bundle::from_parts(&patch, &format!("python3 -m pytest {node}"), &contract_with_nodes(&[node])).unwrap();
+    let frozen = match qualify(&task, &b, SandboxKind::Local).await.unwrap() {
+        Qualification::Accepted(f) => f,
+        Qualification::BaseGateFailed { category: BaseCategory::ReadsSource, .. } => return,
+        other => panic!("{other:?}"),
+    };
+    let rec = audit(&execcritic::harness::nonfix::with_non_fixes(&task), &frozen, SandboxKind::Local)
+        .await
+        .unwrap();
+    assert!(rec.q, "{rec:?}");
+    assert!(rec.balanced_accuracy.unwrap() < 1.0, "{rec:?}");
+}

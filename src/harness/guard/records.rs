@@ -51,6 +51,9 @@ pub struct Event {
     /// The program name, for spawns.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exe: Option<String>,
+    /// For spawns: a repository source file or directory among the program's arguments.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_arg: Option<String>,
 }
 
 impl Event {
@@ -211,6 +214,7 @@ fn read_record(json: &str, nonce: &str, rec: &mut GuardRecords) {
                 attribution,
                 site: s(&v, "w"),
                 exe: v.get("x").and_then(Value::as_str).map(str::to_string),
+                source_arg: v.get("src").and_then(Value::as_str).map(str::to_string),
             });
         }
         "done" => {
@@ -296,12 +300,14 @@ pub fn judge_events(rec: &GuardRecords, mode: GuardMode) -> (Vec<Evidence>, Vec<
         match mode {
             GuardMode::Reference => {}
             GuardMode::Bundle => {
-                if !suspect {
+                // A process the tests started reading the source counts as the tests reading it.
+                let child = e.attribution == Attribution::Other("child".into());
+                if !suspect && !child {
                     continue;
                 }
                 match e.class.as_str() {
                     "open_source_read" | "open_git" => evidence.push(ev("reads_source", detail)),
-                    "spawn" if e.exe.as_deref() == Some("git") => {
+                    "spawn" if e.exe.as_deref() == Some("git") || e.source_arg.is_some() => {
                         evidence.push(ev("reads_source", detail))
                     }
                     "open_code_write" | "open_handoff" | "open_guard" | "forged_completion" => {

@@ -152,6 +152,10 @@ def _execcritic_guard():
             return "?"
 
     IMPORT_MACHINERY = ("<frozen importlib._bootstrap", "importlib/_bootstrap")
+    # Functions of the import system that run only when a module is being imported (a direct
+    # `loader.get_source()` or `get_data()` call is a read, not an import).
+    IMPORTING = ("_find_and_load", "_find_and_load_unlocked", "_load_unlocked", "exec_module",
+                 "_load", "load_module", "_load_backward_compatible")
     # Library code that reads source files to REPORT (tracebacks, warnings, log records), not
     # for the test to inspect them.
     REPORTING = ("/traceback.py", "/warnings.py", "/logging/__init__.py", "/_pytest/", "/unittest/",
@@ -172,8 +176,8 @@ def _execcritic_guard():
             if first:
                 immediate = fn
             if k == "dyn" or k == "lib" or k == "guard":
-                if fn.startswith(IMPORT_MACHINERY) or "importlib/_bootstrap" in fn \
-                        or any(r in fn for r in REPORTING):
+                if ((fn.startswith(IMPORT_MACHINERY) or "importlib/_bootstrap" in fn)
+                        and code.co_name in IMPORTING) or any(r in fn for r in REPORTING):
                     via_import = True
                 first = False
                 f = f.f_back
@@ -263,7 +267,10 @@ def _execcritic_guard():
             return
         if attr in ("direct", "indirect", "orphan"):
             if target == "source_read" and attr == "orphan":
-                return
+                # A process the bundle's tests started (not the runner) reading source.
+                if role["runner"]:
+                    return
+                attr = "child"
             ev("open_" + target, (path.replace(ws + "/", "") if inside else path) + (" (write)" if writing else ""), attr, wh)
 
     RUNNERISH = ("python", "pytest", "py.test", "runtests", "bin/test", "tox", "nox", "sh", "bash", "dash", "env", "git")
@@ -289,7 +296,24 @@ def _execcritic_guard():
         attr, wh, _, _ = attribute(getframe(2))
         if attr in ("direct", "indirect", "orphan"):
             name = os.path.basename(exe or (argv[0] if argv else ""))
-            ev("spawn", name + " " + " ".join(argv[1:])[:200], attr, wh, {"x": name})
+            extra = {"x": name}
+            # A program handed the repository's source (a file or a directory that is not
+            # tests) reads it: `cat`, `grep -r`, a script.
+            try:
+                cwd = os.getcwd()
+            except Exception:
+                cwd = ws
+            for a in argv[1:]:
+                if a.startswith("-") or not a:
+                    continue
+                full = os.path.normpath(a if a.startswith("/") else os.path.join(cwd, a))
+                if under(full, ws) and full != ws + "/.git" and not full.startswith(ws + "/.git/"):
+                    rel = full[len(ws) + 1:] if full != ws else ""
+                    if (full == ws or os.path.isdir(full) or rel.endswith((".py", ".pyi", ".pyx"))) \
+                            and not (rel and is_test_path(rel + ("/x" if os.path.isdir(full) else ""))):
+                        extra["src"] = rel or "."
+                        break
+            ev("spawn", name + " " + " ".join(argv[1:])[:200], attr, wh, extra)
 
     def on_kill(event, args):
         attr, wh, _, _ = attribute(getframe(2))
@@ -492,6 +516,7 @@ def _execcritic_guard():
         finally:
             busy[t] = False
 
+    role = {"runner": False}
     audit = hasattr(sys, "addaudithook")
     write_record({"k": "start", "py": "%d.%d.%d" % tuple(sys.version_info[:3]), "audit": audit,
                   "argv": clip(" ".join(getattr(sys, "orig_argv", sys.argv)), 400)})
@@ -534,6 +559,7 @@ def _execcritic_guard():
 
     if not designated():
         return None
+    role["runner"] = True
     try:
         line = sys.stdin.buffer.readline() if sys.stdin is not None else b""
     except Exception:
