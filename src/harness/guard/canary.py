@@ -6,7 +6,8 @@
 # For every judged test function it rewrites the test file so that the function runs under a
 # fresh random name, next to MUTANTS: copies whose only difference is one expected literal of an
 # assertion that a passing run must execute (`assert X == 5` -> `assert X == 6`), each under its
-# own random name, in random order. A run in which the real test passes must report every mutant
+# own random name, in random order. The real test and its mutants are exchangeable (see
+# `alternatives`): nothing but the expected value itself tells them apart. A run in which the real test passes must report every mutant
 # as failed: an object equal to everything, neutered assertions, flipped reports or a forged
 # summary pass the mutants too. Must-fail and must-pass CONTROLS (no repository code) are
 # appended to each file. The mapping (which random name is the real test) is printed on stdout,
@@ -65,70 +66,81 @@ def literal_value(node):
     return None
 
 
-def mutate(kind, value, original, avoid):
-    """Source text of a different literal of the same kind, size and spelling style (quotes,
-    prefix, decimals, base) as `original`, so a mutant reads like the test it copies."""
-    for _ in range(100):
-        text = None
-        if kind == "bool":
-            text = repr(not value)
-        elif kind == "int":
-            step = max(3, abs(value) // 4)
-            new = value + rng.choice([-1, 1]) * rng.randint(1, step)
-            body = original.lstrip("-").lower()
-            if body.startswith("0x"):
-                text = ("-" if new < 0 else "") + "0x%x" % abs(new)
-            elif body.startswith("0o"):
-                text = ("-" if new < 0 else "") + "0o%o" % abs(new)
-            elif body.startswith("0b"):
-                text = ("-" if new < 0 else "") + "0b" + bin(abs(new))[2:]
+def alternatives(kind, value, original, k):
+    """Up to k literals to replace `original` (source text of `value`) with, such that the
+    original and its alternatives are EXCHANGEABLE: nothing about the set (its median, its
+    centre, the position that differs, the spelling) tells which one is the original.
+    - numbers: k + 1 distinct values on a grid (step 1, or the literal's last decimal) in a
+      window that holds the original at a uniformly random position, written like the original
+      (base, decimals);
+    - strings and bytes: one position of the literal, k + 1 distinct characters of its class
+      there (the original's among them), everything else equal;
+    - booleans: the other one."""
+    out = []
+    if kind == "bool":
+        return [repr(not value)]
+    if kind in ("int", "float"):
+        body = original.lstrip("-").lower()
+        if kind == "float" and ("e" in body or "inf" in body or "nan" in body or "_" in body):
+            return []
+        if kind == "int" and "_" in body:
+            return []
+        decimals = len(body.split(".", 1)[1]) if kind == "float" and "." in body else 0
+        step = 10 ** -decimals if kind == "float" else 1
+        width = max(2 * (k + 1), k + 1)
+        offset = rng.randrange(width)  # where the original sits in the window
+        grid = [i - offset for i in range(width) if i != offset]
+        rng.shuffle(grid)
+        for i in grid[:k]:
+            if kind == "int":
+                new = value + i
+                if body.startswith("0x"):
+                    text = ("-" if new < 0 else "") + "0x%x" % abs(new)
+                elif body.startswith("0o"):
+                    text = ("-" if new < 0 else "") + "0o%o" % abs(new)
+                elif body.startswith("0b"):
+                    text = ("-" if new < 0 else "") + "0b" + bin(abs(new))[2:]
+                else:
+                    text = str(new)
             else:
-                text = str(new)
-        elif kind == "float":
-            body = original.lstrip("-").lower()
-            if "e" in body or "inf" in body or "nan" in body or "_" in body:
-                new = value * (1 + rng.choice([-1, 1]) * rng.uniform(0.05, 0.5)) if value else rng.uniform(0.1, 2.0)
-                text = repr(new)
-            else:
-                decimals = len(body.split(".", 1)[1]) if "." in body else 0
-                scale = max(abs(value) * rng.uniform(0.05, 0.5), 10 ** -max(decimals, 1))
-                new = value + rng.choice([-1, 1]) * scale
-                text = ("%." + str(max(decimals, 1)) + "f") % new
-        elif kind in ("str", "bytes"):
-            text = mutate_string_token(original)
-        if text is None:
-            continue
-        try:
-            parsed = ast.literal_eval(text)
-        except Exception:
-            continue
-        if parsed != value and type(parsed) is type(value) and text not in avoid:
-            return text
-    return None
+                text = ("%." + str(max(decimals, 1)) + "f") % (value + i * step)
+            out.append(text)
+        return [t for t in out if valid_alternative(t, kind, value)]
+    if kind in ("str", "bytes"):
+        i = 0
+        while i < len(original) and original[i] not in "'\"":
+            i += 1
+        prefix, rest = original[:i], original[i:]
+        if "f" in prefix.lower() or "r" in prefix.lower():
+            return []
+        q = rest[:3] if rest[:3] in ('"""', "'''") else rest[:1]
+        if not rest.endswith(q) or len(rest) < 2 * len(q):
+            return []
+        body = rest[len(q):len(rest) - len(q)]
+        spots = [j for j, ch in enumerate(body) if ch.isalnum() and ord(ch) < 128
+                 and not (j > 0 and body[j - 1] == "\\")]
+        if not spots:
+            return []
+        j = rng.choice(spots)
+        ch = body[j]
+        pool = "abcdefghijklmnopqrstuvwxyz" if ch.islower() else \
+            ("ABCDEFGHIJKLMNOPQRSTUVWXYZ" if ch.isupper() else "0123456789")
+        others = [c for c in pool if c != ch]
+        rng.shuffle(others)
+        for c in others[:k]:
+            text = prefix + q + body[:j] + c + body[j + 1:] + q
+            if valid_alternative(text, kind, value):
+                out.append(text)
+        return out
+    return []
 
 
-def mutate_string_token(tok):
-    """Change one letter or digit of a plain string token (same prefix and quotes), or add one."""
-    i = 0
-    while i < len(tok) and tok[i] not in "'\"":
-        i += 1
-    prefix, rest = tok[:i], tok[i:]
-    if "f" in prefix.lower():
-        return None
-    q = rest[:3] if rest[:3] in ('"""', "'''") else rest[:1]
-    if not rest.endswith(q) or len(rest) < 2 * len(q):
-        return None
-    body = rest[len(q):len(rest) - len(q)]
-    spots = [k for k, ch in enumerate(body) if ch.isalnum() and ord(ch) < 128
-             and not (k > 0 and body[k - 1] == "\\")]
-    if spots and rng.random() < 0.8:
-        k = rng.choice(spots)
-        ch = body[k]
-        pool = "abcdefghijklmnopqrstuvwxyz" if ch.islower() else ("ABCDEFGHIJKLMNOPQRSTUVWXYZ" if ch.isupper() else "0123456789")
-        body = body[:k] + rng.choice([p for p in pool if p != ch]) + body[k + 1:]
-    else:
-        body = body + rng.choice("abcdefghijklmnopqrstuvwxyz")
-    return prefix + q + body + q
+def valid_alternative(text, kind, value):
+    try:
+        parsed = ast.literal_eval(text)
+    except Exception:
+        return False
+    return parsed != value and type(parsed) is type(value)
 
 
 UNITTEST_EQ = ("assertEqual", "assertEquals", "failUnlessEqual", "assertIs")
@@ -300,16 +312,17 @@ def plan_file(path, source, wanted, style, per_node, taken):
             sites = eligible_sites(func, lines)
             real = rand_name(taken)
             variants = [("real", real, None)]
-            used = {}
-            for i in range(per_node if sites else 0):
-                li, cs, ce, kind, value = sites[i % len(sites)]
-                orig_text = lines[li][cs:ce]
-                avoid = used.setdefault((li, cs), set([orig_text]))
-                text = mutate(kind, value, orig_text, avoid)
-                if text is None:
+            # Every mutant of a group changes the SAME literal (chosen at random among the
+            # eligible ones): with several sites, the original value would be the one most
+            # members share.
+            rng.shuffle(sites)
+            for li, cs, ce, kind, value in sites:
+                alts = alternatives(kind, value, lines[li][cs:ce], per_node)
+                if not alts:
                     continue
-                avoid.add(text)
-                variants.append(("mutant", rand_name(taken), (li - start, cs, ce, text)))
+                for text in alts:
+                    variants.append(("mutant", rand_name(taken), (li - start, cs, ce, text)))
+                break
             rng.shuffle(variants)
             out = []
             mutants = []

@@ -3,7 +3,9 @@
 //! In every guarded candidate run the planner (`canary.py`, run inside the sandbox before any
 //! repository code) renames each judged test function to a fresh random name and places next to
 //! it, in random order, [`DEFAULT_MUTANTS`] copies that differ in one expected literal of an
-//! assertion the test must execute to pass (`== 5` becomes `== 4`; same type, size and spelling).
+//! assertion the test must execute to pass (`== 5` becomes `== 4`), exchangeable with the real
+//! test: all mutants change the same literal, to values among which the original's position is
+//! uniformly random (no median or centre to pick).
 //! Each test file also gets a must-fail and a must-pass control. The mapping comes back on stdout.
 //!
 //! The check: wherever the real test passed, every mutant must have FAILED, and the file's
