@@ -11,9 +11,11 @@
 //! Rules (see docs/harness.md, "The reward cannot be faked"):
 //! - candidate mode: an event attributed to a line the candidate added (directly, or as the
 //!   innermost repository frame) is evidence, except spawning a program that is not an
-//!   interpreter or runner, which — like every event with no repository frame on the stack
-//!   ("orphan": a thread, an exit handler, a finaliser) — is evidence only when the same run on
-//!   Base does not do it (`unresolved`, compared by the caller with a reference run);
+//!   interpreter or runner, which is evidence only when the same run on Base does not do it
+//!   (`unresolved`, compared by the caller with a reference run); so are, with no repository
+//!   frame on the stack at all ("orphan": a thread, an exit handler, a finaliser), kills,
+//!   spawned interpreters and runners, writes of tests or code, and reads of `.git`, the harness's
+//!   files, `/proc/<n>` and terminals;
 //! - bundle mode: test code reading the repository's source or its git store is `reads_source`;
 //!   writing code or the harness's files is evidence;
 //! - always: a forged or second completion, lost records, an exit status that is not the
@@ -326,22 +328,23 @@ pub fn judge_events(rec: &GuardRecords, mode: GuardMode) -> (Vec<Evidence>, Vec<
                     let exe = e.exe.clone().unwrap_or_default();
                     if suspect && runnerish(&exe) {
                         evidence.push(ev("spawn", detail));
-                    } else if suspect || e.attribution == Attribution::Orphan {
-                        unresolved.push(e.clone());
-                    }
-                }
-                "open_test_read" | "open_handoff" | "open_git" | "open_proc" | "open_tty"
-                    if !suspect =>
-                {
-                    // The runner reads the tests; git and /proc are read by libraries.
-                    if e.attribution == Attribution::Orphan
-                        && matches!(e.class.as_str(), "open_handoff" | "open_proc" | "open_tty")
-                    {
+                    } else if suspect || (e.attribution == Attribution::Orphan && runnerish(&exe)) {
                         unresolved.push(e.clone());
                     }
                 }
                 _ if suspect => evidence.push(ev(&e.class, detail)),
-                _ if e.attribution == Attribution::Orphan => unresolved.push(e.clone()),
+                // With no repository frame on the stack (a thread, an exit handler, a finaliser
+                // the candidate registered — or the runner and its libraries themselves): only
+                // what tampers whoever does it, and only if Base does not do it too. Libraries
+                // compile, load bytecode, make code objects, fork and use ctypes on their own.
+                _ if e.attribution == Attribution::Orphan
+                    && matches!(
+                        e.class.as_str(),
+                        "kill" | "open_test_write" | "open_code_write" | "open_handoff" | "open_proc" | "open_tty" | "open_git"
+                    ) =>
+                {
+                    unresolved.push(e.clone())
+                }
                 _ => {}
             },
         }

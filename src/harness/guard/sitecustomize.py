@@ -185,7 +185,8 @@ def _execcritic_guard():
             if suspect(fn, f.f_lineno):
                 return ("direct" if first else "indirect"), where(f), via_import, immediate
             return k, where(f), via_import, immediate
-        return "orphan", "", via_import, immediate
+        # No repository frame: name the library code that did it (for diagnostics).
+        return "orphan", ("lib:" + clip(immediate or "?", 100)) if immediate else "", via_import, immediate
 
     # ------------------------------------------------------------------ the hook
     import _thread
@@ -571,11 +572,18 @@ def _execcritic_guard():
         sys.stdin = open(os.devnull, "r")
     except Exception:
         pass
-    nonce = line.strip().decode("ascii", "replace")
-    if not nonce:
+    if not line.strip():
         write_record({"k": "no_nonce"})
         return None
-    auth["nonce"] = nonce
+    # The nonce lives in the audit hook's closure only (no other function captures it): reaching
+    # it takes gc introspection or frame access, which the hook reports.
+    auth["nonce"] = line.strip().decode("ascii", "replace")
+    line = None
+    if not hasattr(sys, "audit"):
+        # Python < 3.8: no audit hook, no authenticated channel (the start record says so).
+        legacy = {"nonce": auth["nonce"]}
+    else:
+        legacy = None
 
     # Code the test files compile to: (qualname-free) name and first line of every function, so a
     # test function replaced at run time (a lambda, another test, code from elsewhere) is seen.
@@ -692,10 +700,10 @@ def _execcritic_guard():
         payload.update(extra or {})
         if hasattr(sys, "audit"):
             sys.audit("execcritic.done", payload)
-        else:
+        elif legacy is not None and not state["done"]:
             # Without audit hooks there is no authenticated channel; the harness knows (start.audit).
             payload["k"] = "done"
-            payload["nonce"] = nonce
+            payload["nonce"] = legacy["nonce"]
             state["done"] = True
             write_record(payload)
 
