@@ -19,6 +19,25 @@
 # Keep it Python 3.5-compatible (no f-strings): old benchmark images run old interpreters; the
 # audit hook needs 3.8, and without it the records say so.
 
+def _execcritic_is_test_path(rel, library=()):
+    """Whether a workspace-relative path is test code or data: the harness's rule
+    (`harness::diff::is_test_path_in`, checked against it by a test), with `library` the
+    prefixes of library source that looks like tests by name (`django/test/`)."""
+    parts = rel.split("/")
+    name = parts[-1]
+    conventional = name.startswith("test_") or name.endswith("_test.py") \
+        or name.endswith("_tests.py") or name in ("conftest.py", "tests.py")
+    for p in library:
+        if (p.endswith("/") and rel.startswith(p) and not conventional) or rel == p:
+            return False
+    if conventional:
+        return True
+    for c in parts[:-1]:
+        if c in ("tests", "test", "testing") or c.endswith("tests") or c.startswith("test_"):
+            return True
+    return False
+
+
 def _execcritic_guard():
     import os
     import sys
@@ -86,18 +105,10 @@ def _execcritic_guard():
     def under(path, root):
         return path == root or path.startswith(root + "/")
 
-    TEST_DIRS = ("tests", "test", "testing")
+    library = tuple(spec.get("source_prefixes") or ())
 
     def is_test_path(rel):
-        parts = rel.split("/")
-        name = parts[-1]
-        if name.startswith("test_") or name.endswith("_test.py") or name.endswith("_tests.py") \
-                or name in ("conftest.py", "tests.py"):
-            return True
-        for c in parts[:-1]:
-            if c in TEST_DIRS or c.endswith("tests") or c.startswith("test_"):
-                return True
-        return False
+        return _execcritic_is_test_path(rel, library)
 
     kinds = {}
 

@@ -95,6 +95,8 @@ pub struct GuardSpec {
     /// Test files whose functions are checked against what they compile to.
     pub test_files: Vec<String>,
     pub max_records: usize,
+    /// Library source that looks like tests by name (`harness::diff::LIBRARY_TEST_SUPPORT`).
+    pub source_prefixes: Vec<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub canary: Option<CanarySpec>,
 }
@@ -114,6 +116,7 @@ impl GuardSpec {
             bundle_files: Vec::new(),
             test_files: Vec::new(),
             max_records: 4000,
+            source_prefixes: crate::harness::diff::LIBRARY_TEST_SUPPORT.to_vec(),
             canary: None,
         }
     }
@@ -193,6 +196,38 @@ pub fn added_line_ranges(f: &FileChange) -> Vec<(u32, u32)> {
 mod tests {
     use super::*;
     use crate::harness::diff::parse_patch;
+
+    /// The guard's Python copy of the test-path rule agrees with the harness's.
+    #[test]
+    fn the_guard_classifies_test_paths_as_the_harness_does() {
+        let paths = [
+            "tests/test_a.py", "tests/helpers.py", "pkg/tests/data/x.json", "pkg/core.py",
+            "conftest.py", "pkg/conftest.py", "test_x.py", "x_test.py", "x_tests.py", "tests.py",
+            "testing/util.py", "django/test/runner.py", "django/test/test_x.py", "sympy/testing/runtests.py",
+            "src/_pytest/python.py", "astropy/tests/helper.py", "astropy/tests/test_logger.py",
+            "unittests/a.py", "test_data/a.py", "contest.py", "latest/a.py", "pkg/testing.py",
+            "xarray/tests/__init__.py", "xarray/tests/test_x.py",
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let guard = dir.path().join("sitecustomize.py");
+        std::fs::write(&guard, super::super::SITECUSTOMIZE).unwrap();
+        let prefixes = serde_json::to_string(crate::harness::diff::LIBRARY_TEST_SUPPORT).unwrap();
+        let list = serde_json::to_string(&paths).unwrap();
+        let script = format!(
+            "import json, importlib.util as u\ns = u.spec_from_file_location('g', {:?})\nm = u.module_from_spec(s); s.loader.exec_module(m)\nprint(json.dumps([m._execcritic_is_test_path(p, tuple(json.loads({prefixes:?}))) for p in json.loads({list:?})]))",
+            guard.to_str().unwrap()
+        );
+        let out = std::process::Command::new("python3")
+            .args(["-I", "-c", &script])
+            .env_remove("EXECCRITIC_GUARD_SPEC")
+            .output()
+            .expect("python3 runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let got: Vec<bool> = serde_json::from_slice(&out.stdout).unwrap();
+        for (p, g) in paths.iter().zip(got) {
+            assert_eq!(g, crate::harness::diff::is_test_path(p), "{p}");
+        }
+    }
 
     #[test]
     fn added_lines_are_attributed_in_new_file_coordinates() {
