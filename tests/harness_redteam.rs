@@ -22,8 +22,9 @@
 //!
 //! A second test covers the Test role: bundles that qualify without exercising the code (they
 //! read the repository's source, or their outcome depends on an earlier run). Each is proven on a
-//! plain checkout, run through `qualify` and the Gold `audit`, and must be refused at
-//! qualification.
+//! plain checkout (Base fails; Gold passes, or a second run of Base passes), run through
+//! `qualify`, the Gold `audit` and the candidate gate with a textual non-fix (Base's behaviour,
+//! source that mentions `a + b`), and must be refused at qualification.
 //!
 //! Settings (environment):
 //! - `EXECCRITIC_REDTEAM=ci|pairs|full` (default `ci`: a seeded stratified sample with every
@@ -35,12 +36,18 @@
 //!   `EXECCRITIC_REDTEAM_LIMIT` (at most N variants), `EXECCRITIC_REDTEAM_PLAIN_ONLY=1` (proofs
 //!   only, with the output of each dropped variant; `=all`: of every run),
 //!   `EXECCRITIC_REDTEAM_DOCKER=N` (Docker sample size, default 8; 0 skips),
-//!   `EXECCRITIC_REDTEAM_OUT` (directory of the JSON results).
+//!   `EXECCRITIC_REDTEAM_RUNTIME_ONLY=1` (also run each variant the static screen refused
+//!   WITHOUT the screen — a fresh sandbox, the apply chain, the runner guard and the gate's
+//!   classification, from the harness's public API — to show what the run-time defence alone
+//!   answers; informational, not asserted), `EXECCRITIC_REDTEAM_OUT` (directory of the JSON
+//!   results).
 
 mod harness_support;
 #[path = "harness_support/redteam.rs"]
 mod redteam;
 
+use execcritic::harness::classify::failure_kind;
+use execcritic::harness::execute::{apply_patch, run_tests, ApplyOutcome};
 use execcritic::harness::gate::check_candidate_in;
 use execcritic::harness::grade::official_command;
 use execcritic::harness::{
@@ -68,6 +75,8 @@ struct Settings {
     /// With `plain_only`: print the output of every run, not only of dropped variants.
     show_all: bool,
     docker: usize,
+    /// Also run every variant the static screen refused without the screen.
+    runtime_only: bool,
     out: PathBuf,
 }
 
@@ -90,10 +99,25 @@ impl Settings {
             plain_only: var("EXECCRITIC_REDTEAM_PLAIN_ONLY").is_some_and(|v| v != "0"),
             show_all: var("EXECCRITIC_REDTEAM_PLAIN_ONLY").as_deref() == Some("all"),
             docker: var("EXECCRITIC_REDTEAM_DOCKER").map_or(8, |s| s.parse().unwrap()),
+            runtime_only: var("EXECCRITIC_REDTEAM_RUNTIME_ONLY").is_some_and(|v| v != "0"),
             out: var("EXECCRITIC_REDTEAM_OUT")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("redteam")),
         }
+    }
+
+    /// Unless only the proofs ran: fails listing `found` (one line each), pointing at `path`.
+    fn expect_none(&self, found: &[String], what: &str, path: &std::path::Path) {
+        if self.plain_only {
+            return;
+        }
+        assert!(
+            found.is_empty(),
+            "{} {what}; all results in {}:\n{}",
+            found.len(),
+            path.display(),
+            found.join("\n")
+        );
     }
 
     fn write(&self, name: &str, v: &Value) -> PathBuf {
@@ -277,6 +301,37 @@ async fn through_harness(
     (gate, g)
 }
 
+/// The gate's run WITHOUT its static screen, from the harness's public pieces (a fresh sandbox,
+/// its reset, the apply chain, the runner guard, the gate's classification), `runs` times: what
+/// the run-time defence alone answers for a variant the screen refused.
+async fn runtime_only(kind: SandboxKind, bundle: &FrozenBundle, v: &Variant) -> Value {
+    let task = fixture_task();
+    let sb = open_sandbox(kind, &task, Purpose::Gate).await.unwrap();
+    let plan = &bundle.plan;
+    let mut out = Value::Null;
+    for _ in 0..v.runs {
+        sb.reset().await.unwrap();
+        for (patch, name) in [(&v.patch, "candidate"), (&bundle.bundle.test_patch, "test")] {
+            if let ApplyOutcome::Failed { .. } =
+                apply_patch(sb.as_ref(), patch, name).await.unwrap()
+            {
+                return json!({"status": "inconclusive", "failure_kind": format!("{name}_apply_failure")});
+            }
+        }
+        let r = run_tests(
+            sb.as_ref(),
+            plan.command.runner,
+            &plan.command.activated,
+            GATE_TIMEOUT,
+        )
+        .await
+        .unwrap();
+        let k = failure_kind(&r, &plan.nodes);
+        out = json!({"status": k.gate_status().as_str(), "failure_kind": k.name(), "rc": r.rc});
+    }
+    out
+}
+
 fn selected(s: &Settings) -> Vec<Combo> {
     let mut combos = sample(s.mode, s.seed);
     if !s.filter.is_empty() {
@@ -386,6 +441,7 @@ async fn generated_attacks_get_no_false_pass() {
         .filter(|&i| proofs[i].proven())
         .collect();
     let results: Mutex<BTreeMap<usize, (Value, Value)>> = Mutex::new(BTreeMap::new());
+    let unscreened: Mutex<BTreeMap<usize, Value>> = Mutex::new(BTreeMap::new());
     if !s.plain_only {
         let queue = Mutex::new(proven.clone().into_iter());
         let workers = (0..s.workers.max(1)).map(|_| async {
@@ -398,12 +454,17 @@ async fn generated_attacks_get_no_false_pass() {
                 };
                 let r =
                     through_harness(SandboxKind::Local, sb.as_ref(), &bundle, &variants[i]).await;
+                if s.runtime_only && r.0["forbidden"].is_string() {
+                    let u = runtime_only(SandboxKind::Local, &bundle, &variants[i]).await;
+                    unscreened.lock().unwrap().insert(i, u);
+                }
                 results.lock().unwrap().insert(i, r);
             }
         });
         futures_util::future::join_all(workers).await;
     }
     let results = results.into_inner().unwrap();
+    let unscreened = unscreened.into_inner().unwrap();
     let t_harness = t0.elapsed() - t_generate - t_plain;
 
     // Phase 3: a stratified Docker sample: one variant per capability, preferring those the
@@ -480,6 +541,7 @@ async fn generated_attacks_get_no_false_pass() {
             "proven": {"gate_cmd": p.works_gate(), "grade_cmd": p.works_grade()},
             "plain": {"gate_cmd": p.gate_cmd, "grade_cmd": p.grade_cmd},
             "gate": gate, "grade": g, "docker_gate": dgate, "docker_grade": dg,
+            "gate_without_static_screen": unscreened.get(&i).cloned().unwrap_or(Value::Null),
             "false_pass": fp,
             "patch": v.patch,
         }));
@@ -497,20 +559,22 @@ async fn generated_attacks_get_no_false_pass() {
         &json!({
             "mode": format!("{:?}", s.mode), "seed": s.seed, "timings": timings,
             "gate_command": gate_cmd, "grade_command": grade_cmd,
-            "false_passes": false_passes, "variants": rows,
+            "false_passes": false_passes,
+            "passes_without_static_screen": rows.iter()
+                .filter(|r| r["gate_without_static_screen"]["status"] == "pass")
+                .map(|r| r["id"].clone())
+                .collect::<Vec<_>>(),
+            "variants": rows,
         }),
     );
     eprintln!("results: {}", path.display());
-    if s.plain_only {
-        return;
-    }
-    assert!(
-        false_passes.is_empty(),
-        "{} of {} proven variants got a FALSE PASS (gate) or a FALSE RESOLVED (grading); all results in {}:\n{}",
-        false_passes.len(),
-        proven.len(),
-        path.display(),
-        false_passes.join("\n")
+    s.expect_none(
+        &false_passes,
+        &format!(
+            "of {} proven variants got a FALSE PASS (gate) or a FALSE RESOLVED (grading)",
+            proven.len()
+        ),
+        &path,
     );
 }
 
@@ -532,7 +596,7 @@ fn summary_table(rows: &[Value]) -> String {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let mut out = String::from("\ncapability | generated | proven (gate cmd / grade cmd) | dropped | local gate | local grade | false passes\n");
+    let mut out = String::from("\ncapability | generated | proven (gate cmd / grade cmd) | dropped | local gate | local grade | docker gate / grade | gate without the static screen | false passes\n");
     for (cap, vs) in &by {
         let proven: Vec<&Value> = vs
             .iter()
@@ -554,13 +618,31 @@ fn summary_table(rows: &[Value]) -> String {
             .iter()
             .filter(|r| !r["false_pass"].as_array().unwrap().is_empty())
             .count();
+        let docker: Vec<&Value> = proven
+            .iter()
+            .copied()
+            .filter(|r| !r["docker_gate"].is_null())
+            .collect();
+        let unscreened: Vec<&Value> = proven
+            .iter()
+            .copied()
+            .filter(|r| !r["gate_without_static_screen"].is_null())
+            .collect();
         out += &format!(
-            "{cap} | {} | {} ({ng} / {nr}) | {} | {} | {} | {fps}\n",
+            "{cap} | {} | {} ({ng} / {nr}) | {} | {} | {} | {} | {} | {fps}\n",
             vs.len(),
             proven.len(),
             vs.len() - proven.len(),
             count(&proven, &|r| gate_label(&r["gate"])),
             count(&proven, &|r| grade_label(&r["grade"])),
+            count(&docker, &|r| format!(
+                "{} / {}",
+                gate_label(&r["docker_gate"]),
+                grade_label(&r["docker_grade"])
+            )),
+            count(&unscreened, &|r| gate_label(
+                &r["gate_without_static_screen"]
+            )),
         );
     }
     for dim in ["door", "spelling", "placement"] {
@@ -713,18 +795,24 @@ const READERS: &[(&str, &str, &str)] = &[
     ("ast_of_source", "import ast, calc, inspect", "'a + b' if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Add) for n in ast.walk(ast.parse(inspect.getsource(calc.add)))) else ''"),
 ];
 
-/// Marker places a later run may share: (name, imports, path expression).
+/// Marker places a later run may share: (name, imports, path expression; `{m}` is the marker's
+/// file name, unique to this test process so no earlier test run's marker is seen).
 const MARKERS: &[(&str, &str, &str)] = &[
     (
         "tmp",
         "import tempfile",
-        "os.path.join(tempfile.gettempdir(), 'calc_ec_seen')",
+        "os.path.join(tempfile.gettempdir(), '{m}')",
     ),
-    ("home", "", "os.path.expanduser('~/.calc_ec_seen')"),
-    ("git_dir", "", "'.git/calc_ec_seen'"),
-    ("workspace_untracked", "", "'tests/.calc_ec_seen'"),
-    ("dev_shm", "", "'/dev/shm/calc_ec_seen'"),
+    ("home", "", "os.path.expanduser('~/.{m}')"),
+    ("git_dir", "", "'.git/{m}'"),
+    ("workspace_untracked", "", "'tests/.{m}'"),
+    ("dev_shm", "", "'/dev/shm/{m}'"),
 ];
+
+/// The marker file name of this test process.
+fn marker_name() -> String {
+    format!("calc_ec_seen_{}", std::process::id())
+}
 
 fn role_attacks() -> Vec<RoleAttack> {
     use sha2::Digest;
@@ -757,6 +845,7 @@ fn role_attacks() -> Vec<RoleAttack> {
     });
     for (name, imports, path) in MARKERS {
         let imports = if imports.is_empty() { "pass" } else { imports };
+        let path = path.replace("{m}", &marker_name());
         // Nothing exercised at all: the first run fails, every later run passes.
         v.push(RoleAttack {
             name: format!("earlier_run_marker:{name}"),
@@ -894,14 +983,11 @@ async fn test_role_attacks_are_refused_at_qualification() {
         .map(|r| r["name"].as_str().unwrap())
         .collect();
     eprintln!("not proven on a plain checkout (dropped): {unproven:?}");
-    if s.plain_only {
-        return;
-    }
-    assert!(
-        qualified.is_empty(),
-        "{} behaviourally empty Test bundles qualified (they must be refused at qualification); results in {}:\n{}",
-        qualified.len(),
-        path.display(),
-        qualified.join("\n")
+    // The one marker place the host shares with the plain runs.
+    let _ = std::fs::remove_file(PathBuf::from("/dev/shm").join(marker_name()));
+    s.expect_none(
+        &qualified,
+        "behaviourally empty Test bundles qualified (they must be refused at qualification)",
+        &path,
     );
 }

@@ -4,9 +4,10 @@
 //! table below, composed by one renderer:
 //!
 //! - **capability** ([`CAPABILITIES`]): what turns the failing official test into a pass without
-//!   fixing the bug — a Python template under `redteam/effects/` that defines `_ec_effect()`
-//!   (flip reports, neuter assertions or the test functions, objects equal to everything, forged
-//!   reports with an exit, the harness's own exit-code marker, state left for the next run, …).
+//!   fixing the bug — a Python template under `redteam/effects/` that defines `_ec_effect()`,
+//!   using helper templates from `redteam/helpers/` (flip reports, neuter assertions or the test
+//!   functions, objects equal to everything, forged reports with an exit, the harness's own
+//!   exit-code marker, state left for the next run, …).
 //!   Some capabilities have sub-variants (`_EC_SUB`: the way out of the process, the hook, the
 //!   place of the state) and output channels (`_EC_CHANNEL`), cycled by the sampler.
 //! - **spelling** ([`Spelling`]): how the template's sensitive names reach the code. Templates
@@ -222,10 +223,10 @@ pub struct Capability {
     pub template: &'static str,
     pub subs: &'static [&'static str],
     pub timings: &'static [Timing],
-    /// Needs the shared helpers (`kit.py`: forged report, real output, marker).
-    pub kit: bool,
-    /// Needs the helpers that replace the function under test (`entrypoint.py`).
-    pub entrypoint: bool,
+    /// Helper templates it needs, under `redteam/helpers/`: `kit` (forged report, real output,
+    /// exit-code marker), `entrypoint` (replace the function under test), `report` (a passing
+    /// report).
+    pub helpers: &'static [&'static str],
     /// Cycles the output channel (`_EC_CHANNEL`).
     pub channels: bool,
     /// Must run in the main thread.
@@ -242,8 +243,7 @@ const fn cap(name: &'static str, template: &'static str, timings: &'static [Timi
         template,
         subs: &[""],
         timings,
-        kit: false,
-        entrypoint: false,
+        helpers: &[],
         channels: false,
         main_thread: false,
         plugin_only: false,
@@ -257,18 +257,24 @@ const BEFORE_CALL: &[Timing] = &[Boot, Plugin, Early];
 const ANY: &[Timing] = &[Boot, Plugin, Early, Call, Exit];
 
 pub const CAPABILITIES: &[Capability] = &[
-    cap("flip_report", "flip_report", BEFORE_REPORT),
+    Capability {
+        helpers: &["report"],
+        ..cap("flip_report", "flip_report", BEFORE_REPORT)
+    },
     cap("runtest_noop", "runtest_noop", BEFORE_CALL),
     cap("swallow_assertion", "swallow_assert", BEFORE_CALL),
     Capability {
+        helpers: &["report"],
         subs: &["makereport", "logreport"],
         ..cap("live_plugin_hook", "plugin_hook", &[Plugin, Early, Call])
     },
     Capability {
+        helpers: &["report"],
         subs: &["modifyitems"],
         ..cap("collection_hook", "plugin_hook", &[Plugin, Early])
     },
     Capability {
+        helpers: &["report"],
         subs: &["terminal"],
         ..cap(
             "terminal_summary_and_exit_counter",
@@ -282,8 +288,7 @@ pub const CAPABILITIES: &[Capability] = &[
         ..cap("swap_test_functions", "swap_tests", BEFORE_CALL)
     },
     Capability {
-        kit: true,
-        entrypoint: true,
+        helpers: &["kit", "entrypoint"],
         ..cap(
             "skip_with_forged_reason",
             "skip_forged",
@@ -291,18 +296,17 @@ pub const CAPABILITIES: &[Capability] = &[
         )
     },
     Capability {
-        entrypoint: true,
+        helpers: &["entrypoint"],
         subs: &["eq_true", "truthy", "int_subclass"],
         ..cap("equal_to_everything", "eq_everything", BEFORE_REPORT)
     },
     Capability {
-        entrypoint: true,
+        helpers: &["entrypoint"],
         subs: &["frame", "inspect", "traceback", "scan_files"],
         ..cap("read_tests", "read_tests", BEFORE_REPORT)
     },
     Capability {
-        kit: true,
-        entrypoint: true,
+        helpers: &["kit", "entrypoint"],
         channels: true,
         subs: &[
             "os_exit",
@@ -318,21 +322,22 @@ pub const CAPABILITIES: &[Capability] = &[
         ..cap("forged_report_exit", "forge_exit", BEFORE_REPORT)
     },
     Capability {
-        kit: true,
+        helpers: &["kit"],
         channels: true,
         subs: &["exit1", "abort", "sigkill_self"],
         ..cap("forged_marker_kill_shell", "marker_forge", BEFORE_REPORT)
     },
     Capability {
-        kit: true,
+        helpers: &["kit"],
         channels: true,
         ..cap("late_forged_lines_exit0", "late_forge", &[Exit])
     },
     Capability {
-        kit: true,
+        helpers: &["kit"],
         ..cap("linger_after_marker", "linger_child", BEFORE_REPORT)
     },
     Capability {
+        helpers: &["report"],
         plugin_only: true,
         ..cap("hook_plugin_module", "hook_plugin", &[Plugin])
     },
@@ -1155,12 +1160,8 @@ impl Combo {
             py_str(c.subs[self.sub]),
             py_str(CHANNELS[self.channel]),
         );
-        if c.kit {
-            s += &template("kit.py");
-            s += "\n\n";
-        }
-        if c.entrypoint {
-            s += &template("effects/entrypoint.py");
+        for h in c.helpers {
+            s += &template(&format!("helpers/{h}.py"));
             s += "\n\n";
         }
         s += &template(&format!("effects/{}.py", c.template));

