@@ -327,7 +327,16 @@ async fn runtime_only(kind: SandboxKind, bundle: &FrozenBundle, v: &Variant) -> 
         .await
         .unwrap();
         let k = failure_kind(&r, &plan.nodes);
-        out = json!({"status": k.gate_status().as_str(), "failure_kind": k.name(), "rc": r.rc});
+        let tail: String = r
+            .output
+            .chars()
+            .rev()
+            .take(1500)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        out = json!({"status": k.gate_status().as_str(), "failure_kind": k.name(), "rc": r.rc, "output_tail": tail});
     }
     out
 }
@@ -903,62 +912,72 @@ async fn test_role_attacks_are_refused_at_qualification() {
     if docker {
         std::env::set_var("EXECCRITIC_DOCKER_IMAGE", docker_image());
     }
-    let mut rows = Vec::new();
-    let mut qualified = Vec::new();
-    for (i, a) in attacks.iter().enumerate() {
-        let p = &proofs[i];
-        let proven = !p[0].works() && p[0].failed_line && p[1].works();
-        let mut row = json!({
-            "name": a.name, "kind": a.kind, "proven": proven,
-            "plain": p, "test_body": a.body,
-        });
-        if proven && !s.plain_only {
-            let b = Bundle::from_parts(&patches[i], &cmd, &contract_with_nodes(&[NODE])).unwrap();
-            let kinds: &[SandboxKind] = if docker && a.kind == "earlier_runs" {
-                &[SandboxKind::Local, SandboxKind::Docker]
-            } else {
-                &[SandboxKind::Local]
-            };
-            for &kind in kinds {
-                let k = if kind == SandboxKind::Local {
-                    "local"
-                } else {
-                    "docker"
-                };
-                let q = qualify(&task, &b, kind).await.unwrap();
-                let (accepted, label) = match &q {
-                    Qualification::Accepted(_) => (true, "accepted".to_string()),
-                    Qualification::Rejected(r) => (false, format!("rejected:{}", r.kind.code())),
-                    Qualification::BaseGateFailed { category, .. } => {
-                        (false, format!("base_gate_failed:{}", category.name()))
-                    }
-                };
-                row[k] = json!({"qualify": label});
-                if let Qualification::Accepted(f) = q {
-                    let rec = audit(&task, &f, kind).await.unwrap();
-                    row[k]["audit"] = serde_json::to_value(&rec).unwrap();
-                    // A behaviour-preserving rewrite of Base that merely mentions the fix.
-                    let sb = open_sandbox(kind, &task, Purpose::Gate).await.unwrap();
-                    let nonfix = check_candidate_in(sb.as_ref(), &f, &rewrite, GATE_TIMEOUT)
-                        .await
-                        .unwrap();
-                    row[k]["textual_nonfix_gate"] = gate_json(&nonfix);
-                    qualified.push(format!(
-                        "{} ({k}): qualified; Base-to-Gold q={} gold={}/{} BA={:?} candidates {}; textual non-fix: {}",
-                        a.name,
-                        rec.q,
-                        rec.gold_status,
-                        rec.gold_failure_kind,
-                        rec.balanced_accuracy,
-                        rec.candidates.iter().map(|c| format!("{}:{}", if c.resolved { "fix" } else { "nonfix" }, c.status)).collect::<Vec<_>>().join(","),
-                        nonfix.status.as_str(),
-                    ));
-                }
-                let _ = accepted;
+    // One attack: qualification, the Gold audit and the textual non-fix, per sandbox kind.
+    let one = |i: usize| {
+        let (a, p, task, cmd, rewrite) = (&attacks[i], &proofs[i], &task, &cmd, &rewrite);
+        let (patch, s) = (&patches[i], &s);
+        async move {
+            let proven = !p[0].works() && p[0].failed_line && p[1].works();
+            let mut row = json!({
+                "name": a.name, "kind": a.kind, "proven": proven,
+                "plain": p, "test_body": a.body,
+            });
+            let mut qualified = Vec::new();
+            if !proven || s.plain_only {
+                return (row, qualified);
             }
+            let b = Bundle::from_parts(patch, cmd, &contract_with_nodes(&[NODE])).unwrap();
+            let mut kinds = vec![(SandboxKind::Local, "local")];
+            if docker && a.kind == "earlier_runs" {
+                kinds.push((SandboxKind::Docker, "docker"));
+            }
+            for (kind, k) in kinds {
+                let q = qualify(task, &b, kind).await.unwrap();
+                row[k] = json!({"qualify": match &q {
+                    Qualification::Accepted(_) => "accepted".to_string(),
+                    Qualification::Rejected(r) => format!("rejected:{}", r.kind.code()),
+                    Qualification::BaseGateFailed { category, .. } => {
+                        format!("base_gate_failed:{}", category.name())
+                    }
+                }});
+                let Qualification::Accepted(f) = q else {
+                    continue;
+                };
+                let rec = audit(task, &f, kind).await.unwrap();
+                row[k]["audit"] = serde_json::to_value(&rec).unwrap();
+                // A behaviour-preserving rewrite of Base that merely mentions the fix.
+                let sb = open_sandbox(kind, task, Purpose::Gate).await.unwrap();
+                let nonfix = check_candidate_in(sb.as_ref(), &f, rewrite, GATE_TIMEOUT)
+                    .await
+                    .unwrap();
+                row[k]["textual_nonfix_gate"] = gate_json(&nonfix);
+                let pool: Vec<String> = rec
+                    .candidates
+                    .iter()
+                    .map(|c| format!("{}:{}", if c.resolved { "fix" } else { "nonfix" }, c.status))
+                    .collect();
+                qualified.push(format!(
+                    "{} ({k}): qualified; Base-to-Gold q={} gold={}/{} BA={:?} candidates {}; textual non-fix: {}",
+                    a.name,
+                    rec.q,
+                    rec.gold_status,
+                    rec.gold_failure_kind,
+                    rec.balanced_accuracy,
+                    pool.join(","),
+                    nonfix.status.as_str(),
+                ));
+            }
+            (row, qualified)
         }
-        rows.push(row);
-    }
+    };
+    use futures_util::StreamExt;
+    let done: Vec<(Value, Vec<String>)> = futures_util::stream::iter(0..attacks.len())
+        .map(one)
+        .buffered(s.workers.max(1))
+        .collect()
+        .await;
+    let (rows, qualified): (Vec<Value>, Vec<Vec<String>>) = done.into_iter().unzip();
+    let qualified: Vec<String> = qualified.into_iter().flatten().collect();
     for r in &rows {
         eprintln!(
             "{} | proven {} | local {} | docker {}",
