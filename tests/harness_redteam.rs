@@ -36,18 +36,12 @@
 //!   `EXECCRITIC_REDTEAM_LIMIT` (at most N variants), `EXECCRITIC_REDTEAM_PLAIN_ONLY=1` (proofs
 //!   only, with the output of each dropped variant; `=all`: of every run),
 //!   `EXECCRITIC_REDTEAM_DOCKER=N` (Docker sample size, default 8; 0 skips),
-//!   `EXECCRITIC_REDTEAM_RUNTIME_ONLY=1` (also run each variant the static screen refused
-//!   WITHOUT the screen — a fresh sandbox, the apply chain, the runner guard and the gate's
-//!   classification, from the harness's public API — to show what the run-time defence alone
-//!   answers; informational, not asserted), `EXECCRITIC_REDTEAM_OUT` (directory of the JSON
-//!   results).
+//!   `EXECCRITIC_REDTEAM_OUT` (directory of the JSON results).
 
 mod harness_support;
 #[path = "harness_support/redteam.rs"]
 mod redteam;
 
-use execcritic::harness::classify::failure_kind;
-use execcritic::harness::execute::{apply_patch, run_tests, ApplyOutcome};
 use execcritic::harness::gate::check_candidate_in;
 use execcritic::harness::grade::official_command;
 use execcritic::harness::{
@@ -75,8 +69,6 @@ struct Settings {
     /// With `plain_only`: print the output of every run, not only of dropped variants.
     show_all: bool,
     docker: usize,
-    /// Also run every variant the static screen refused without the screen.
-    runtime_only: bool,
     out: PathBuf,
 }
 
@@ -99,7 +91,6 @@ impl Settings {
             plain_only: var("EXECCRITIC_REDTEAM_PLAIN_ONLY").is_some_and(|v| v != "0"),
             show_all: var("EXECCRITIC_REDTEAM_PLAIN_ONLY").as_deref() == Some("all"),
             docker: var("EXECCRITIC_REDTEAM_DOCKER").map_or(8, |s| s.parse().unwrap()),
-            runtime_only: var("EXECCRITIC_REDTEAM_RUNTIME_ONLY").is_some_and(|v| v != "0"),
             out: var("EXECCRITIC_REDTEAM_OUT")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("redteam")),
@@ -194,6 +185,7 @@ fn gate_json(v: &GateVerdict) -> Value {
         "forbidden": v.forbidden.as_ref().map(|t| t.class.code()),
         "forbidden_path": v.forbidden.as_ref().map(|t| t.path.clone()),
         "rc": v.rc,
+        "tampered": v.tampered,
         "test_seconds": v.test_duration.map(|d| d.as_secs_f64()),
     })
 }
@@ -204,6 +196,7 @@ fn grade_json(g: &GradeResult) -> Value {
         "forbidden": g.forbidden,
         "completion": g.completion,
         "error_kind": g.error_kind,
+        "tampered": g.tampered,
         "tests": g.tests,
     })
 }
@@ -237,6 +230,9 @@ fn grade_label(g: &Value) -> String {
     }
     if let Some(f) = g["forbidden"].as_str() {
         return format!("forbidden:{f}");
+    }
+    if g["tampered"].is_array() {
+        return "tampered".into();
     }
     if let Some(e) = g["error_kind"].as_str() {
         return format!("error:{e}");
@@ -299,46 +295,6 @@ async fn through_harness(
         Err(e) => json!({"resolved": false, "error_kind": format!("harness error: {e}")}),
     };
     (gate, g)
-}
-
-/// The gate's run WITHOUT its static screen, from the harness's public pieces (a fresh sandbox,
-/// its reset, the apply chain, the runner guard, the gate's classification), `runs` times: what
-/// the run-time defence alone answers for a variant the screen refused.
-async fn runtime_only(kind: SandboxKind, bundle: &FrozenBundle, v: &Variant) -> Value {
-    let task = fixture_task();
-    let sb = open_sandbox(kind, &task, Purpose::Gate).await.unwrap();
-    let plan = &bundle.plan;
-    let mut out = Value::Null;
-    for _ in 0..v.runs {
-        sb.reset().await.unwrap();
-        for (patch, name) in [(&v.patch, "candidate"), (&bundle.bundle.test_patch, "test")] {
-            if let ApplyOutcome::Failed { .. } =
-                apply_patch(sb.as_ref(), patch, name).await.unwrap()
-            {
-                return json!({"status": "inconclusive", "failure_kind": format!("{name}_apply_failure")});
-            }
-        }
-        let r = run_tests(
-            sb.as_ref(),
-            plan.command.runner,
-            &plan.command.activated,
-            GATE_TIMEOUT,
-        )
-        .await
-        .unwrap();
-        let k = failure_kind(&r, &plan.nodes);
-        let tail: String = r
-            .output
-            .chars()
-            .rev()
-            .take(1500)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect();
-        out = json!({"status": k.gate_status().as_str(), "failure_kind": k.name(), "rc": r.rc, "output_tail": tail});
-    }
-    out
 }
 
 fn selected(s: &Settings) -> Vec<Combo> {
@@ -450,7 +406,6 @@ async fn generated_attacks_get_no_false_pass() {
         .filter(|&i| proofs[i].proven())
         .collect();
     let results: Mutex<BTreeMap<usize, (Value, Value)>> = Mutex::new(BTreeMap::new());
-    let unscreened: Mutex<BTreeMap<usize, Value>> = Mutex::new(BTreeMap::new());
     if !s.plain_only {
         let queue = Mutex::new(proven.clone().into_iter());
         let workers = (0..s.workers.max(1)).map(|_| async {
@@ -463,17 +418,12 @@ async fn generated_attacks_get_no_false_pass() {
                 };
                 let r =
                     through_harness(SandboxKind::Local, sb.as_ref(), &bundle, &variants[i]).await;
-                if s.runtime_only && r.0["forbidden"].is_string() {
-                    let u = runtime_only(SandboxKind::Local, &bundle, &variants[i]).await;
-                    unscreened.lock().unwrap().insert(i, u);
-                }
                 results.lock().unwrap().insert(i, r);
             }
         });
         futures_util::future::join_all(workers).await;
     }
     let results = results.into_inner().unwrap();
-    let unscreened = unscreened.into_inner().unwrap();
     let t_harness = t0.elapsed() - t_generate - t_plain;
 
     // Phase 3: a stratified Docker sample: one variant per capability, preferring those the
@@ -550,7 +500,6 @@ async fn generated_attacks_get_no_false_pass() {
             "proven": {"gate_cmd": p.works_gate(), "grade_cmd": p.works_grade()},
             "plain": {"gate_cmd": p.gate_cmd, "grade_cmd": p.grade_cmd},
             "gate": gate, "grade": g, "docker_gate": dgate, "docker_grade": dg,
-            "gate_without_static_screen": unscreened.get(&i).cloned().unwrap_or(Value::Null),
             "false_pass": fp,
             "patch": v.patch,
         }));
@@ -569,10 +518,6 @@ async fn generated_attacks_get_no_false_pass() {
             "mode": format!("{:?}", s.mode), "seed": s.seed, "timings": timings,
             "gate_command": gate_cmd, "grade_command": grade_cmd,
             "false_passes": false_passes,
-            "passes_without_static_screen": rows.iter()
-                .filter(|r| r["gate_without_static_screen"]["status"] == "pass")
-                .map(|r| r["id"].clone())
-                .collect::<Vec<_>>(),
             "variants": rows,
         }),
     );
@@ -605,7 +550,7 @@ fn summary_table(rows: &[Value]) -> String {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let mut out = String::from("\ncapability | generated | proven (gate cmd / grade cmd) | dropped | local gate | local grade | docker gate / grade | gate without the static screen | false passes\n");
+    let mut out = String::from("\ncapability | generated | proven (gate cmd / grade cmd) | dropped | local gate | local grade | docker gate / grade | false passes\n");
     for (cap, vs) in &by {
         let proven: Vec<&Value> = vs
             .iter()
@@ -632,13 +577,8 @@ fn summary_table(rows: &[Value]) -> String {
             .copied()
             .filter(|r| !r["docker_gate"].is_null())
             .collect();
-        let unscreened: Vec<&Value> = proven
-            .iter()
-            .copied()
-            .filter(|r| !r["gate_without_static_screen"].is_null())
-            .collect();
         out += &format!(
-            "{cap} | {} | {} ({ng} / {nr}) | {} | {} | {} | {} | {} | {fps}\n",
+            "{cap} | {} | {} ({ng} / {nr}) | {} | {} | {} | {} | {fps}\n",
             vs.len(),
             proven.len(),
             vs.len() - proven.len(),
@@ -648,9 +588,6 @@ fn summary_table(rows: &[Value]) -> String {
                 "{} / {}",
                 gate_label(&r["docker_gate"]),
                 grade_label(&r["docker_grade"])
-            )),
-            count(&unscreened, &|r| gate_label(
-                &r["gate_without_static_screen"]
             )),
         );
     }
