@@ -24,7 +24,7 @@
 //! read the repository's source, or their outcome depends on an earlier run). Each is proven on a
 //! plain checkout (Base fails; Gold passes, or a second run of Base passes), run through
 //! `qualify`, the Gold `audit` and the candidate gate with a textual non-fix (Base's behaviour,
-//! source that mentions `a + b`), and must be refused at qualification.
+//! source that mentions `a + b`). None may qualify: accepted on Base with a Base-to-Gold pass.
 //!
 //! Settings (environment):
 //! - `EXECCRITIC_REDTEAM=ci|pairs|full` (default `ci`: a seeded stratified sample with every
@@ -893,8 +893,12 @@ async fn test_role_attacks_are_refused_at_qualification() {
                     .iter()
                     .map(|c| format!("{}:{}", if c.resolved { "fix" } else { "nonfix" }, c.status))
                     .collect();
+                // Qualified = accepted on Base AND a Base-to-Gold pass (a Test reward above 0).
+                if !rec.q {
+                    continue;
+                }
                 qualified.push(format!(
-                    "{} ({k}): qualified; Base-to-Gold q={} gold={}/{} BA={:?} candidates {}; textual non-fix: {}",
+                    "{} ({k}): accepted on Base, Base-to-Gold pass (q={}), gold={}/{} BA={:?} candidates {}; textual non-fix: {}",
                     a.name,
                     rec.q,
                     rec.gold_status,
@@ -943,7 +947,7 @@ async fn test_role_attacks_are_refused_at_qualification() {
     let _ = std::fs::remove_file(PathBuf::from("/dev/shm").join(marker_name()));
     s.expect_none(
         &qualified,
-        "behaviourally empty Test bundles qualified (they must be refused at qualification)",
+        "behaviourally empty Test bundles qualified: accepted on Base with a Base-to-Gold pass (they must be refused at qualification)",
         &path,
     );
 }

@@ -301,6 +301,14 @@ pub const CAPABILITIES: &[Capability] = &[
         ..cap("equal_to_everything", "eq_everything", BEFORE_REPORT)
     },
     Capability {
+        subs: &["eq_true", "traceback_answer"],
+        ..cap(
+            "rebind_entrypoint",
+            "rebind_entrypoint",
+            &[Boot, Plugin, Early],
+        )
+    },
+    Capability {
         helpers: &["entrypoint"],
         subs: &["frame", "inspect", "traceback", "scan_files"],
         ..cap("read_tests", "read_tests", BEFORE_REPORT)
