@@ -1819,25 +1819,37 @@ pub fn plain_sequence(test_patch: &str, candidates: &[&str], command: &str) -> V
         c.args(["-c", script]);
         envd(&mut c);
         let out = c.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{script}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        match out.status.success() {
+            true => Ok(()),
+            false => Err(format!(
+                "{script}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )),
+        }
     };
     let mut results = Vec::new();
     for (run, patch) in candidates.iter().enumerate() {
-        if run > 0 {
-            shell(&format!(
-                "git reset -q --hard {} && git clean -q -fdx",
-                f.base
-            ));
-        }
-        if patch.trim().is_empty() {
-            shell("git apply --whitespace=nowarn ../t.patch");
+        let reset = format!("git reset -q --hard {} && git clean -q -fdx", f.base);
+        let apply = if patch.trim().is_empty() {
+            "git apply --whitespace=nowarn ../t.patch"
         } else {
             std::fs::write(tmp.path().join("c.patch"), patch).unwrap();
-            shell("git apply --whitespace=nowarn ../c.patch ../t.patch");
+            "git apply --whitespace=nowarn ../c.patch ../t.patch"
+        };
+        // A run that cannot be prepared (an earlier run's state broke the reset or the apply)
+        // ends the sequence; it does not count as working.
+        let prepared = if run > 0 { shell(&reset) } else { Ok(()) }.and_then(|_| shell(apply));
+        if let Err(e) = prepared {
+            results.push(PlainRun {
+                command: command.to_string(),
+                rc: None,
+                marker_seen: false,
+                passed_line: false,
+                failed_line: false,
+                seconds: 0.0,
+                output: format!("preparing run {}: {e}", run + 1),
+            });
+            break;
         }
         let nonce: u64 = rand::random();
         let marker = format!("__EXECCRITIC_RC_{nonce:016x}__=");
