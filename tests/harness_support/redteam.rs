@@ -225,7 +225,7 @@ pub struct Capability {
     pub timings: &'static [Timing],
     /// Helper templates it needs, under `redteam/helpers/`: `kit` (forged report, real output,
     /// exit-code marker), `entrypoint` (replace the function under test), `report` (a passing
-    /// report).
+    /// report), `equal` (objects equal to everything).
     pub helpers: &'static [&'static str],
     /// Cycles the output channel (`_EC_CHANNEL`).
     pub channels: bool,
@@ -296,11 +296,12 @@ pub const CAPABILITIES: &[Capability] = &[
         )
     },
     Capability {
-        helpers: &["entrypoint"],
+        helpers: &["entrypoint", "equal"],
         subs: &["eq_true", "truthy", "int_subclass"],
         ..cap("equal_to_everything", "eq_everything", BEFORE_REPORT)
     },
     Capability {
+        helpers: &["equal"],
         subs: &["eq_true", "traceback_answer"],
         ..cap(
             "rebind_entrypoint",
