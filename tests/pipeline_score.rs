@@ -7,7 +7,7 @@
 use execcritic::agent::run::AgentStats;
 use execcritic::agent::trajectory::Trajectory;
 use execcritic::episode::oracle::{oracle_bundle, selected_oracle_bundle};
-use execcritic::episode::rewards::{repair_reward, test_reward, RepairTerminal, Reward, TestAudit};
+use execcritic::episode::rewards::{repair_reward, test_reward, CandidateResult, RepairTerminal, Reward, TestAudit};
 use execcritic::episode::test_episode::{SubmissionRecord, SubmissionVerdict};
 use execcritic::episode::{RepairRecord, RepairResult, TerminalReason, TestEpisodeRecord, TestEpisodeResult, TestOutcome};
 use execcritic::harness::{FrozenBundle, SandboxKind};
@@ -68,7 +68,10 @@ async fn test_rollouts_map_to_every_reward_tier() {
         panic!("the official tests must be audited, got {audit:?}")
     };
     assert!(*base_clean_fail && *gold_pass, "{audit:?}");
-    assert_eq!(candidates.len(), t.candidates.len());
+    // The task's candidates and the harness's look-alike non-fixes (`harness::nonfix`).
+    let look_alikes = execcritic::harness::nonfix::non_fixes(&t).len();
+    assert_eq!(look_alikes, 2);
+    assert_eq!(candidates.len(), t.candidates.len() + look_alikes);
     // The official tests label every candidate as recorded: BA = 1 → reward 1.0.
     assert!(candidates.iter().all(|c| c.passed == c.correct), "{candidates:?}");
     assert_eq!(test_reward(&audit), Reward::Value(1.0));
@@ -126,6 +129,10 @@ async fn an_inconclusive_gold_run_scores_zero_not_masked() {
     t.candidates.clear();
     let qualified = test_result(&t, TestOutcome::Qualified { hash: frozen.hash.clone() }, Some(frozen), vec![]);
     let audit = audit_test_rollout(&t, &qualified, SandboxKind::Local).await;
-    assert_eq!(audit, TestAudit::Audited { base_clean_fail: true, gold_pass: false, candidates: Vec::new() });
+    // Only the harness's look-alike non-fixes are left to label, and the bundle fails them.
+    let look_alikes = (0..execcritic::harness::nonfix::non_fixes(&t).len())
+        .map(|_| CandidateResult { correct: false, passed: false })
+        .collect();
+    assert_eq!(audit, TestAudit::Audited { base_clean_fail: true, gold_pass: false, candidates: look_alikes });
     assert_eq!(test_reward(&audit), Reward::Value(0.0));
 }

@@ -44,13 +44,38 @@ pub struct ScreenArgs {
     /// Screen as a bundle's test patch instead of a candidate.
     #[arg(long)]
     pub bundle: bool,
+    /// A git repository (work tree or bare) holding the Base commit: the configuration files a
+    /// candidate changes are read from it (`--rev`), as the gate reads them from its sandbox.
+    #[arg(long, requires = "rev")]
+    pub repo: Option<PathBuf>,
+    /// The Base commit in `--repo`.
+    #[arg(long, requires = "repo")]
+    pub rev: Option<String>,
+}
+
+/// A file's text at `rev` in the git repository `repo` (`None` where git cannot show it).
+fn git_show(repo: &std::path::Path, rev: &str, path: &str) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .arg("show")
+        .arg(format!("{rev}:{path}"))
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Screen patch files: `{"patch", "result": "ok" | "refused" | "unparseable", "class", "path",
 /// "detail"}` per line; exit 0 when every patch passes, 1 when one is refused or unparseable.
 pub fn screen(a: ScreenArgs) -> anyhow::Result<ExitCode> {
     use crate::harness::diff::parse_patch;
-    use crate::harness::tamper::{screen_bundle, screen_candidate};
+    use crate::harness::tamper::{screen_bundle, screen_candidate_with};
+    let base = |p: &str| match (&a.repo, &a.rev) {
+        (Some(repo), Some(rev)) => git_show(repo, rev, p),
+        _ => None,
+    };
     let mut all_ok = true;
     for p in &a.patches {
         let text = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
@@ -61,7 +86,7 @@ pub fn screen(a: ScreenArgs) -> anyhow::Result<ExitCode> {
                 json!({"patch": p, "result": "unparseable", "class": e.class(), "detail": e.to_string()})
             }
             Ok(files) => {
-                let r = if a.bundle { screen_bundle(&files) } else { screen_candidate(&files) };
+                let r = if a.bundle { screen_bundle(&files) } else { screen_candidate_with(&files, &base) };
                 match r {
                     Ok(()) => json!({"patch": p, "result": "ok"}),
                     Err(t) => {

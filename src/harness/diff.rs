@@ -33,6 +33,17 @@ pub struct Hunk {
     pub lines: Vec<String>,
 }
 
+impl Hunk {
+    /// The first old-file line the hunk covers (`@@ -START,…`), 1-based; `None` if unreadable.
+    pub fn old_start(&self) -> Option<usize> {
+        self.header
+            .split_whitespace()
+            .find(|w| w.starts_with('-'))
+            .and_then(|w| w[1..].split(',').next())
+            .and_then(|n| n.parse().ok())
+    }
+}
+
 /// One file section of a patch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FileChange {
@@ -388,9 +399,11 @@ impl Patch {
                     (None, Some(_)) => FileOp::Create,
                     (Some(_), None) => FileOp::Delete,
                     (Some(a), Some(b)) if a == b => FileOp::Modify,
-                    (Some(a), Some(b)) => return Err(malformed(format!(
+                    (Some(a), Some(b)) => {
+                        return Err(malformed(format!(
                         "plain diff names two files (`{a}`, `{b}`); renames need `git diff` output"
-                    ))),
+                    )))
+                    }
                 };
                 let mut f = FileChange {
                     old_path: old,

@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 const GIT_ID: &str =
-    "git -c user.name=execcritic -c user.email=harness@execcritic -c commit.gpgsign=false";
+    "GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 git -c user.name=execcritic -c user.email=harness@execcritic -c commit.gpgsign=false";
 
 /// How a patch was applied, or why it could not be.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,13 +69,14 @@ pub async fn apply_patch(
     sb.put_file(&file, body.as_bytes()).await?;
     let t = Duration::from_secs(120);
     let f = shell_quote(&file);
+    let g = super::sandbox::TRUSTED_GIT;
     let attempts: [(&'static str, String); 3] = [
-        ("git apply", format!("git apply --whitespace=nowarn {f}")),
+        ("git apply", format!("{g}; git apply --whitespace=nowarn {f}")),
         (
             "git apply --3way",
-            format!("git apply --3way --whitespace=nowarn {f}"),
+            format!("{g}; git apply --3way --whitespace=nowarn {f}"),
         ),
-        ("git apply -C1", format!("git apply -C1 --whitespace=nowarn {f}")),
+        ("git apply -C1", format!("{g}; git apply -C1 --whitespace=nowarn {f}")),
     ];
     let mut diagnostics = String::new();
     for (k, (method, cmd)) in attempts.into_iter().enumerate() {
@@ -100,7 +101,7 @@ pub async fn apply_patch(
         }
         diagnostics.push_str(&format!("$ {method}\n{}\n", out.output.trim_end()));
         let restore = sb
-            .exec("git reset -q --hard HEAD && git clean -q -fd", t)
+            .exec(&format!("{g}; git reset -q --hard HEAD && git clean -q -fd"), t)
             .await?;
         if !restore.success() {
             return Err(HarnessError::Other(format!(

@@ -467,8 +467,11 @@ pub struct AuditRecord {
     pub base_category: String,
     pub gold_status: String,
     pub gold_failure_kind: String,
-    /// Base-to-Gold indicator: clean Base failure and valid Gold pass.
+    /// Base-to-Gold indicator: clean Base failure, valid Gold pass, and no look-alike pass.
     pub q: bool,
+    /// The bundle passed one of the harness's look-alike non-fixes (`harness::nonfix`: Base's
+    /// behaviour with the fix's text): it tells source text from behaviour, so `q` is false.
+    pub lookalike_passed: bool,
     /// Balanced accuracy over labelled candidates, when the task has any.
     pub balanced_accuracy: Option<f64>,
     /// A candidate check was operationally invalid (the BA is then not a clean measurement).
@@ -504,13 +507,32 @@ pub async fn audit(
         let sb = open_sandbox(kind, task, Purpose::Gate).await?;
         check_candidate_in(sb.as_ref(), frozen, &task.patch, TEST_TIMEOUT).await?
     };
-    let q = cat.accepted() && gold.status == GateStatus::Pass;
+    // Look-alikes: Base's behaviour with the fix's text, size and mtime (the fix's added lines
+    // as comments; the words). Whatever door a bundle's tests use to look at the source
+    // instead of running it (a read, a listing, a subprocess, a stat), a look-alike opens it as
+    // Gold does; a test of the behaviour fails on it as on Base. Run only when q could be 1.
+    let mut verdicts: std::collections::HashMap<String, GateVerdict> = Default::default();
+    let mut lookalike_passed = false;
+    if cat.accepted() && gold.status == GateStatus::Pass {
+        for p in super::nonfix::non_fixes(task) {
+            let sb = open_sandbox(kind, task, Purpose::Gate).await?;
+            let v = check_candidate_in(sb.as_ref(), frozen, &p, TEST_TIMEOUT).await?;
+            lookalike_passed |= v.status == GateStatus::Pass;
+            verdicts.insert(p, v);
+        }
+    }
+    let q = cat.accepted() && gold.status == GateStatus::Pass && !lookalike_passed;
     let mut labels = Vec::new();
     let mut candidates = Vec::new();
     let mut infra = false;
     for c in &task.candidates {
-        let sb = open_sandbox(kind, task, Purpose::Gate).await?;
-        let v = check_candidate_in(sb.as_ref(), frozen, &c.patch, TEST_TIMEOUT).await?;
+        let v = match verdicts.get(&c.patch) {
+            Some(v) => v.clone(),
+            None => {
+                let sb = open_sandbox(kind, task, Purpose::Gate).await?;
+                check_candidate_in(sb.as_ref(), frozen, &c.patch, TEST_TIMEOUT).await?
+            }
+        };
         infra |= v.status == GateStatus::Inconclusive
             && !matches!(
                 v.failure_kind,
@@ -528,6 +550,7 @@ pub async fn audit(
         gold_status: gold.status.as_str().into(),
         gold_failure_kind: gold.failure_kind.name(),
         q,
+        lookalike_passed,
         balanced_accuracy: if labels.is_empty() {
             None
         } else {

@@ -110,30 +110,25 @@ fn comment_added(h: &Hunk) -> Vec<String> {
         .collect()
 }
 
-/// The file section with each hunk's lines replaced by `lines(hunk)`, headers recomputed.
+/// The file section with each hunk's lines replaced by `lines(hunk)`, headers recomputed; a hunk
+/// left with no change is dropped (git refuses a hunk of context only).
 fn rebuild(f: &FileChange, mut lines: impl FnMut(&Hunk) -> Vec<String>) -> FileChange {
     let mut out = f.clone();
     let mut offset: i64 = 0;
     out.hunks = f
         .hunks
         .iter()
-        .map(|h| {
+        .filter_map(|h| {
             let body = lines(h);
-            let old_start = h
-                .header
-                .split_whitespace()
-                .find(|w| w.starts_with('-'))
-                .and_then(|w| w[1..].split(',').next())
-                .and_then(|n| n.parse::<i64>().ok())
-                .unwrap_or(1);
+            let old_start = h.old_start().map_or(1, |n| n as i64);
             let old = body.iter().filter(|l| l.starts_with(' ')).count() as i64;
             let new = old + body.iter().filter(|l| l.starts_with('+')).count() as i64;
             let new_start = old_start + offset;
             offset += new - old;
-            Hunk {
+            body.iter().any(|l| l.starts_with('+')).then(|| Hunk {
                 header: format!("@@ -{old_start},{old} +{new_start},{new} @@"),
                 lines: body,
-            }
+            })
         })
         .collect();
     out
@@ -142,7 +137,11 @@ fn rebuild(f: &FileChange, mut lines: impl FnMut(&Hunk) -> Vec<String>) -> FileC
 fn serialise(files: Vec<FileChange>) -> Option<String> {
     let files: Vec<FileChange> = files
         .into_iter()
-        .filter(|f| f.hunks.iter().any(|h| h.lines.iter().any(|l| l.starts_with('+'))))
+        .filter(|f| {
+            f.hunks
+                .iter()
+                .any(|h| h.lines.iter().any(|l| l.starts_with('+')))
+        })
         .collect();
     if files.is_empty() {
         return None;
@@ -168,9 +167,27 @@ mod tests {
         .unwrap();
         let nf = non_fixes(&task);
         assert_eq!(nf.len(), 2);
-        assert!(nf[0].contains("@@ -1,5 +1,6 @@\n def add(a, b):\n     return a - b\n+    # return a + b\n"), "{}", nf[0]);
-        assert!(nf[0].contains("@@ -10,2 +11,3 @@\n x = 1\n+# y = 2\n z = 3\n"), "{}", nf[0]);
-        assert!(nf[1].contains("+# add() subtracts instead of adding\n def add(a, b):\n     return a - b\n"), "{}", nf[1]);
+        assert!(
+            nf[0].contains(
+                "@@ -1,5 +1,6 @@\n def add(a, b):\n     return a - b\n+    # return a + b\n"
+            ),
+            "{}",
+            nf[0]
+        );
+        assert!(
+            nf[0].contains("@@ -10,2 +11,3 @@\n x = 1\n+# y = 2\n z = 3\n"),
+            "{}",
+            nf[0]
+        );
+        assert!(
+            nf[1].contains(
+                "+# add() subtracts instead of adding\n def add(a, b):\n     return a - b\n"
+            ),
+            "{}",
+            nf[1]
+        );
+        // Only the hunk that carries the words: git refuses a hunk of context only.
+        assert_eq!(nf[1].matches("@@ -").count(), 1, "{}", nf[1]);
         let t = with_non_fixes(&task);
         assert_eq!(t.candidates.len(), 2);
         assert!(t.candidates.iter().all(|c| !c.resolved));

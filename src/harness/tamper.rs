@@ -138,8 +138,19 @@ fn path_rules(f: &FileChange, p: &str) -> Result<(), Tamper> {
     Ok(())
 }
 
-/// Configuration files whose sections may configure pytest or declare entry points.
-fn config_rules(f: &FileChange, p: &str) -> Result<(), Tamper> {
+/// The configuration files whose sections may configure pytest (`setup.py` only for entry
+/// points).
+pub const CONFIG_FILES: [&str; 4] = ["pyproject.toml", "setup.cfg", "tox.ini", "setup.py"];
+
+/// The Base text of a file the patch changes, where the caller has it (a hunk's section header
+/// is usually above its context lines).
+pub type BaseFiles<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// Configuration files whose sections may configure pytest or declare entry points. A hunk's
+/// section is the last header above it in the Base file (when given) or in the hunk; a changed
+/// line that is a whole-line comment configures nothing. Only where no section is known does a
+/// runner keyword on a changed line count.
+fn config_rules(f: &FileChange, p: &str, base: BaseFiles) -> Result<(), Tamper> {
     let name = file_name(p);
     let is_cfg = matches!(name, "pyproject.toml" | "setup.cfg" | "tox.ini");
     if !(is_cfg || name == "setup.py") {
@@ -151,12 +162,36 @@ fn config_rules(f: &FileChange, p: &str) -> Result<(), Tamper> {
     );
     // Entry points of the runner's plugin group only: a console script is not a plugin.
     let entry = re(r"(?i)pytest11");
+    let base_text = f.old_path.as_deref().and_then(base);
+    let base_lines: Vec<&str> = base_text
+        .as_deref()
+        .map_or(Vec::new(), |t| t.lines().collect());
+    // `;` starts a comment in INI files, not in TOML or Python.
+    let comment = |t: &str| {
+        let t = t.trim_start();
+        t.starts_with('#') || (name != "pyproject.toml" && name != "setup.py" && t.starts_with(';'))
+    };
+    // A section name as its consumer reads it (TOML quotes and spaces are not part of the key).
+    let norm = |c: &str| -> String {
+        c.to_ascii_lowercase()
+            .chars()
+            .filter(|ch| !matches!(ch, '"' | '\'' | ' ' | '\t'))
+            .collect()
+    };
     for h in &f.hunks {
-        let mut section: Option<String> = None;
+        let above = h
+            .old_start()
+            .unwrap_or(1)
+            .saturating_sub(1)
+            .min(base_lines.len());
+        let mut section: Option<String> = base_lines[..above]
+            .iter()
+            .rev()
+            .find_map(|l| header.captures(l).map(|c| norm(&c[1])));
         for l in &h.lines {
             let (sign, text) = l.split_at(1);
             if let Some(c) = header.captures(text) {
-                section = Some(c[1].to_ascii_lowercase());
+                section = Some(norm(&c[1]));
             }
             if sign == " " || sign == "\\" {
                 continue;
@@ -171,10 +206,18 @@ fn config_rules(f: &FileChange, p: &str) -> Result<(), Tamper> {
             if !is_cfg {
                 continue;
             }
+            // Inside a pytest section every changed line counts, comments too (a `#` line inside
+            // a multi-line TOML string is part of the value).
             let in_pytest = section.as_deref().is_some_and(|s| s.contains("pytest"));
+            // Where a dotted or inline key can still reach pytest's table: no known section, the
+            // TOML root or `[tool]` (`pytest.ini_options.addopts = …`).
+            let open = match section.as_deref() {
+                None => true,
+                Some(s) => name == "pyproject.toml" && (s.is_empty() || s == "tool"),
+            };
             if in_pytest
-                || (section.is_none() && keys.is_match(text))
                 || (header.is_match(text) && keys.is_match(text))
+                || (open && !comment(text) && keys.is_match(text))
             {
                 return Err(tamper(
                     TamperClass::RunnerConfig,
@@ -196,6 +239,11 @@ fn re(pattern: &str) -> Regex {
 /// before configuration, so a patch is named by what it changes first, not by the order of its
 /// files.
 pub fn screen_candidate(files: &[FileChange]) -> Result<(), Tamper> {
+    screen_candidate_with(files, &|_| None)
+}
+
+/// [`screen_candidate`] with the Base text of the configuration files it changes.
+pub fn screen_candidate_with(files: &[FileChange], base: BaseFiles) -> Result<(), Tamper> {
     let target = |f: &FileChange| {
         f.new_path
             .clone()
@@ -215,7 +263,7 @@ pub fn screen_candidate(files: &[FileChange]) -> Result<(), Tamper> {
         }
     }
     for f in files {
-        config_rules(f, &target(f))?;
+        config_rules(f, &target(f), base)?;
     }
     Ok(())
 }
@@ -228,19 +276,39 @@ pub fn screen_bundle(files: &[FileChange]) -> Result<(), Tamper> {
             path_rules(f, p)?;
         }
         if let Some(p) = f.new_path.as_deref().or(f.old_path.as_deref()) {
-            config_rules(f, p)?;
+            config_rules(f, p, &|_| None)?;
         }
     }
     Ok(())
 }
 
-/// Screen a candidate for a sandbox's task (the screen needs nothing of the sandbox; kept as the
-/// one entry point of the gate and grading).
+/// Screen a candidate for a sandbox's task, with the Base text of the configuration files it
+/// changes read from the sandbox's Base commit (the one entry point of the gate and grading).
 pub async fn screen_candidate_in(
-    _sb: &dyn super::sandbox::Sandbox,
+    sb: &dyn super::sandbox::Sandbox,
     files: &[FileChange],
 ) -> Result<Result<(), Tamper>, super::HarnessError> {
-    Ok(screen_candidate(files))
+    use super::sandbox::{shell_quote, TRUSTED_GIT};
+    let mut base = std::collections::HashMap::new();
+    for f in files {
+        let Some(p) = f.old_path.as_deref() else {
+            continue;
+        };
+        if !CONFIG_FILES.contains(&file_name(p)) {
+            continue;
+        }
+        let spec = shell_quote(&format!("{}:{p}", sb.base_commit()));
+        let out = sb
+            .exec(
+                &format!("{TRUSTED_GIT}; git show {spec}"),
+                std::time::Duration::from_secs(60),
+            )
+            .await?;
+        if out.success() {
+            base.insert(p.to_string(), out.output);
+        }
+    }
+    Ok(screen_candidate_with(files, &|p| base.get(p).cloned()))
 }
 
 #[cfg(test)]
@@ -255,7 +323,9 @@ mod tests {
     }
 
     fn class(patch: &str) -> Option<TamperClass> {
-        screen_candidate(&parse_patch(patch).unwrap()).err().map(|t| t.class)
+        screen_candidate(&parse_patch(patch).unwrap())
+            .err()
+            .map(|t| t.class)
     }
 
     #[test]
@@ -266,8 +336,16 @@ mod tests {
             ("pytest.ini", "[pytest]", RunnerConfig),
             ("sitecustomize.py", "x = 1", StartupHook),
             ("pkg/evil.pth", "import pkg", StartupHook),
-            ("pkg.egg-info/entry_points.txt", "[pytest11]", PackageMetadata),
-            ("Pkg-1.0.DIST-INFO/entry_points.txt", "[pytest11]", PackageMetadata),
+            (
+                "pkg.egg-info/entry_points.txt",
+                "[pytest11]",
+                PackageMetadata,
+            ),
+            (
+                "Pkg-1.0.DIST-INFO/entry_points.txt",
+                "[pytest11]",
+                PackageMetadata,
+            ),
             ("pkg/__pycache__/core.cpython-311.pyc", "x", Bytecode),
             (".gitattributes", "*.py text eol=crlf", TestCheckout),
         ];
@@ -308,10 +386,49 @@ mod tests {
     }
 
     #[test]
+    fn config_hunks_take_their_section_from_base() {
+        // Upstream shapes (pytest, requests, sphinx): a hunk below its header, a comment.
+        let tox = "diff --git a/tox.ini b/tox.ini\n--- a/tox.ini\n+++ b/tox.ini\n@@ -5,2 +5,2 @@\n deps =\n-    pytest-xdist\n+    pytest-xdist>=2\n";
+        let base = "[tox]\nenvlist = py3\n\n[testenv]\ndeps =\n    pytest-xdist\n";
+        let files = parse_patch(tox).unwrap();
+        assert!(
+            screen_candidate_with(&files, &|p| (p == "tox.ini").then(|| base.to_string())).is_ok()
+        );
+        // Without Base the section is unknown and the keyword decides.
+        assert_eq!(
+            screen_candidate(&files).err().map(|t| t.class),
+            Some(TamperClass::RunnerConfig)
+        );
+        // The same hunk under [pytest] is configuration.
+        let base = "[pytest]\naddopts = -q\ndeps =\n\n    pytest-xdist\n";
+        let r = screen_candidate_with(&files, &|_| Some(base.to_string()));
+        assert_eq!(r.err().map(|t| t.class), Some(TamperClass::RunnerConfig));
+        let comment = "diff --git a/pyproject.toml b/pyproject.toml\n--- a/pyproject.toml\n+++ b/pyproject.toml\n@@ -9,1 +9,2 @@\n select = []\n+# see https://docs.pytest.org/en/stable/\n";
+        assert_eq!(class(comment), None);
+        // A comment inside [tool.pytest.ini_options] is still no configuration; a key is.
+        let key = "diff --git a/pyproject.toml b/pyproject.toml\n--- a/pyproject.toml\n+++ b/pyproject.toml\n@@ -2,1 +2,2 @@\n x = 1\n+addopts = \"-p evil\"\n";
+        let base = "[tool.pytest.ini_options]\nx = 1\n";
+        let r = screen_candidate_with(&parse_patch(key).unwrap(), &|_| Some(base.to_string()));
+        assert_eq!(r.err().map(|t| t.class), Some(TamperClass::RunnerConfig));
+        // A dotted key under `[tool]` reaches pytest's table from a known, non-pytest section.
+        let dotted = "diff --git a/pyproject.toml b/pyproject.toml\n--- a/pyproject.toml\n+++ b/pyproject.toml\n@@ -2,1 +2,2 @@\n x = 1\n+pytest.ini_options.addopts = \"-p evil\"\n";
+        let base = "[ \"tool\" ]\nx = 1\n";
+        let r = screen_candidate_with(&parse_patch(dotted).unwrap(), &|_| Some(base.to_string()));
+        assert_eq!(r.err().map(|t| t.class), Some(TamperClass::RunnerConfig));
+    }
+
+    #[test]
     fn bundles_may_use_pytest_but_not_configure_it() {
-        let b = parse_patch(&add("tests/test_x.py", "import pytest\n\ndef test_a():\n    assert 1")).unwrap();
+        let b = parse_patch(&add(
+            "tests/test_x.py",
+            "import pytest\n\ndef test_a():\n    assert 1",
+        ))
+        .unwrap();
         assert!(screen_bundle(&b).is_ok());
         let b = parse_patch(&add("tests/pytest.ini", "[pytest]")).unwrap();
-        assert_eq!(screen_bundle(&b).err().map(|t| t.class), Some(TamperClass::RunnerConfig));
+        assert_eq!(
+            screen_bundle(&b).err().map(|t| t.class),
+            Some(TamperClass::RunnerConfig)
+        );
     }
 }

@@ -308,7 +308,9 @@ pub fn judge_events(rec: &GuardRecords, mode: GuardMode) -> (Vec<Evidence>, Vec<
                     continue;
                 }
                 match e.class.as_str() {
-                    "open_source_read" | "open_git" => evidence.push(ev("reads_source", detail)),
+                    "open_source_read" | "open_git" | "code_read" => {
+                        evidence.push(ev("reads_source", detail))
+                    }
                     "spawn" if e.exe.as_deref() == Some("git") || e.source_arg.is_some() => {
                         evidence.push(ev("reads_source", detail))
                     }
@@ -499,5 +501,10 @@ mod tests {
         assert_eq!(evidence[0].class, "reads_source");
         let (evidence, _) = judge_events(&rec, GuardMode::Candidate);
         assert!(evidence.is_empty());
+        // The code object of a repository function (its bytecode) is the source in another form.
+        let out = line(r#"{"k":"ev","e":"code_read","t":"calc/__init__.py:add","a":"indirect","w":"tests/test_calc.py:7"}"#);
+        let (_, rec, _) = split_output(&out, None, "n");
+        let (evidence, _) = judge_events(&rec, GuardMode::Bundle);
+        assert_eq!(evidence[0].class, "reads_source");
     }
 }

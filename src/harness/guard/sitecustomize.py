@@ -253,7 +253,7 @@ def _execcritic_guard():
                               or ".dist-info/" in rel.lower() or ".egg-info/" in rel.lower()
                               or rel.lower().endswith(".pth")):
                 target = "code_write"
-            elif mode == "bundle" and not writing and rel.endswith((".py", ".pyi", ".pyx")):
+            elif mode == "bundle" and not writing and rel.endswith((".py", ".pyi", ".pyx", ".pyc", ".pyo")):
                 target = "source_read"
             else:
                 return
@@ -379,6 +379,30 @@ def _execcritic_guard():
         if attr in ("direct", "indirect", "orphan"):
             ev(event_class, target, attr, wh)
 
+    CODE_ATTRS = ("__code__", "f_code", "gi_code", "cr_code", "ag_code")
+    # Standard-library code whose use of a code object is to read its bytecode.
+    BYTECODE_READERS = ("/dis.py", "/opcode.py", "/modulefinder.py")
+
+    def on_code_attr(args):
+        """Bundle mode: the tests (or a bytecode reader they call) fetching the code object of a
+        repository function — its bytecode, constants and names are the source in another
+        form. `inspect.signature` and the runner's own reads are not the tests'."""
+        if mode != "bundle" or len(args) < 2 or args[1] not in CODE_ATTRS:
+            return
+        try:
+            code = getattr(args[0], args[1])
+            fn = code.co_filename
+        except Exception:
+            return
+        if not isinstance(fn, str) or not under(fn, ws) or fn in bundle_files:
+            return
+        rel = fn[len(ws) + 1:]
+        if is_test_path(rel):
+            return
+        attr, wh, _, immediate = attribute(getframe(2))
+        if attr == "direct" or (attr == "indirect" and immediate and immediate.endswith(BYTECODE_READERS)):
+            ev("code_read", "%s:%s" % (rel, getattr(code, "co_name", "?")), attr, wh)
+
     def resolve_all(name, path_list):
         """Every origin a top-level module name has along path_list, in import order."""
         import importlib.machinery as m
@@ -461,7 +485,7 @@ def _execcritic_guard():
         "gc.get_referents": 11, "ctypes.dlopen": 12, "ctypes.dlsym": 12,
         "ctypes.call_function": 12, "ctypes.string_at": 12, "ctypes.PyObj_FromPtr": 12,
         "ctypes.addressof": 12, "import": 13, "sys.addaudithook": 14, "sys._current_frames": 11,
-        "execcritic.done": 15,
+        "execcritic.done": 15, "object.__getattr__": 16,
     }
     PICKLE_CODE = ("builtins", "__builtin__", "os", "posix", "subprocess", "sys", "importlib",
                    "runpy", "types", "ctypes", "code", "codeop", "marshal", "pickle", "_pickle",
@@ -508,6 +532,8 @@ def _execcritic_guard():
                 on_import(args)
             elif w == 14:
                 on_generic("audit_hook", event, "indirect")
+            elif w == 16:
+                on_code_attr(args)
             elif w == 15:
                 caller = getframe(1).f_code
                 if any(caller is c for c in emit_codes) and not state["done"] and auth["nonce"] is not None:

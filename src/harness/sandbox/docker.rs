@@ -865,7 +865,7 @@ impl super::Sandbox for DockerSandbox {
             // reset restores none of it), the work tree, /tmp and /dev/shm.
             self.kill_all(&self.id()).await;
             let cmd = format!(
-                "{} && find /tmp -mindepth 1 -delete && {{ [ ! -d /dev/shm ] || find /dev/shm -mindepth 1 -delete 2>/dev/null || true; }}",
+                "find /tmp -mindepth 1 -delete && {{ [ ! -d /dev/shm ] || find /dev/shm -mindepth 1 -delete 2>/dev/null || true; }} && {}",
                 reset_command(&self.base_commit)
             );
             for _ in 0..2 {

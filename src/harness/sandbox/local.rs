@@ -510,8 +510,9 @@ impl super::Sandbox for LocalSandbox {
             let cmd = reset_command(&self.base_commit);
             for _ in 0..2 {
                 // Everything a run may have written: `.git/` (hooks, config, `info/`, refs,
-                // objects: a git reset restores none of it), the work tree, /tmp.
-                if self.restore_git().is_err() {
+                // objects: a git reset restores none of it), /tmp (a `.gitconfig` in $HOME),
+                // then the work tree — in that order, so the reset runs no planted git config.
+                if self.restore_git().is_err() || clear_dir(&self.tmp_dir()).is_err() {
                     continue;
                 }
                 if let Ok(out) = self.run(&cmd, Duration::from_secs(120)).await {

@@ -240,10 +240,16 @@ pub fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// Reset command run inside a sandbox: back to the Base commit with no untracked files.
+/// Git configuration a run could have planted outside `.git/` (`$HOME/.gitconfig`,
+/// `~/.config/git/config`, the system file) is never read by the harness's own git commands: a
+/// smudge filter or `core.fsmonitor` there would run the candidate's code during a reset.
+pub const TRUSTED_GIT: &str = "export GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1";
+
+/// Reset command run inside a sandbox: back to the Base commit with no untracked files, with
+/// [`TRUSTED_GIT`] (the caller restores `.git/` itself first and empties `/tmp`).
 pub fn reset_command(base_commit: &str) -> String {
     format!(
-        "git reset -q --hard {b} && git clean -q -fdx",
+        "{TRUSTED_GIT}; git reset -q --hard {b} && git clean -q -fdx",
         b = shell_quote(base_commit)
     )
 }
