@@ -117,7 +117,10 @@ fn main() {
     match sanitize.as_str() {
         "" => {}
         "address" | "thread" => {
+            // Debug info whatever the profile says: a report must name the kernel's file
+            // (scripts/emu-sanitize.sh keeps the link from stripping it).
             build
+                .debug(true)
                 .flag(format!("-fsanitize={sanitize}"))
                 .flag("-fno-omit-frame-pointer");
             let lib = if sanitize == "address" {

@@ -13,6 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+# The dev and test profiles strip debug info; a report must name the kernel's source file.
+export CARGO_PROFILE_DEV_STRIP=none CARGO_PROFILE_TEST_STRIP=none
 fail=0
 
 test_binary() {
