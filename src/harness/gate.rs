@@ -158,24 +158,13 @@ async fn judge_against_base(
         return Ok(());
     }
     let key = format!("gate\0{}\0{}\0{}", sb.base_commit(), frozen.hash, sb.identity());
-    let cached = guard::reference_cache()
-        .lock()
-        .ok()
-        .and_then(|c| c.get(&key).cloned());
-    let reference = match cached {
-        Some(rec) => rec,
-        None => {
-            sb.reset().await?;
-            let rec = match prepared_run(sb, frozen, "", GuardMode::Reference, timeout).await? {
-                Ok(run) => run.guard.records,
-                Err(_) => Default::default(),
-            };
-            if let Ok(mut c) = guard::reference_cache().lock() {
-                c.insert(key, rec.clone());
-            }
-            rec
-        }
-    };
+    let reference = guard::reference_records(key, || async {
+        sb.reset().await?;
+        Ok(prepared_run(sb, frozen, "", GuardMode::Reference, timeout)
+            .await?
+            .map(|run| run.guard.records))
+    })
+    .await?;
     r.guard.judge_with_reference(&reference);
     Ok(())
 }

@@ -232,21 +232,13 @@ pub async fn grade(
             },
             sb.identity()
         );
-        let cached = guard::reference_cache().lock().ok().and_then(|c| c.get(&key).cloned());
-        let reference = match cached {
-            Some(rec) => rec,
-            None => {
-                sb.reset().await?;
-                let rec = match official_run(task, sb, &files, &[], GuardMode::Reference).await? {
-                    Ok(run) => run.guard.records,
-                    Err(_) => Default::default(),
-                };
-                if let Ok(mut c) = guard::reference_cache().lock() {
-                    c.insert(key, rec.clone());
-                }
-                rec
-            }
-        };
+        let reference = guard::reference_records(key, || async {
+            sb.reset().await?;
+            Ok(official_run(task, sb, &files, &[], GuardMode::Reference)
+                .await?
+                .map(|run| run.guard.records))
+        })
+        .await?;
         r.guard.judge_with_reference(&reference);
     }
     if !r.guard.evidence.is_empty() {

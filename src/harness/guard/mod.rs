@@ -117,6 +117,29 @@ pub fn reference_cache() -> &'static std::sync::Mutex<std::collections::HashMap<
     C.get_or_init(Default::default)
 }
 
+/// The records of the reference run named `key`: from [`reference_cache`], or made by `run`
+/// (a run that could not be prepared gives empty records) and cached.
+pub async fn reference_records<F, Fut, E>(
+    key: String,
+    run: F,
+) -> Result<GuardRecords, crate::harness::HarnessError>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<Result<GuardRecords, E>, crate::harness::HarnessError>>,
+{
+    if let Some(rec) = reference_cache().lock().ok().and_then(|c| c.get(&key).cloned()) {
+        return Ok(rec);
+    }
+    let rec = match run().await? {
+        Ok(r) => r,
+        Err(_) => Default::default(),
+    };
+    if let Ok(mut c) = reference_cache().lock() {
+        c.insert(key, rec.clone());
+    }
+    Ok(rec)
+}
+
 /// What the guard established about one run.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct GuardOutcome {
