@@ -279,3 +279,220 @@ fn base_only_workspace_holds_base_and_nothing_else() {
     found.sort();
     assert_eq!(found, expected);
 }
+
+/// A source repository in each form users have: the upstream itself, a mirror whose packs carry
+/// `.promisor` markers (git never prunes those), a clone borrowing objects through `alternates`,
+/// a shallow clone, a linked worktree and a mirror with packed refs. Returns (form, path).
+fn clone_forms(f: &Fixture) -> Vec<(&'static str, std::path::PathBuf)> {
+    let root = f._dir.path();
+    let up = f.repo.to_str().unwrap();
+    let promisor = root.join("promisor.git");
+    git(
+        root,
+        &["clone", "-q", "--mirror", up, promisor.to_str().unwrap()],
+    );
+    git(&promisor, &["repack", "-a", "-d", "-q"]);
+    for e in std::fs::read_dir(promisor.join("objects/pack")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "pack") {
+            std::fs::write(p.with_extension("promisor"), "").unwrap();
+        }
+    }
+    git(&promisor, &["config", "extensions.partialClone", "origin"]);
+    git(&promisor, &["config", "remote.origin.promisor", "true"]);
+    let shared = root.join("shared");
+    git(
+        root,
+        &["clone", "-q", "--shared", up, shared.to_str().unwrap()],
+    );
+    let shallow = root.join("shallow");
+    let url = format!("file://{up}");
+    git(
+        root,
+        &[
+            "clone",
+            "-q",
+            "--depth",
+            "2",
+            "--no-single-branch",
+            &url,
+            shallow.to_str().unwrap(),
+        ],
+    );
+    let worktree = root.join("linked");
+    git(
+        &f.repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "--detach",
+            worktree.to_str().unwrap(),
+            &f.fix,
+        ],
+    );
+    let packed = root.join("packed.git");
+    git(
+        root,
+        &["clone", "-q", "--mirror", up, packed.to_str().unwrap()],
+    );
+    git(&packed, &["pack-refs", "--all"]);
+    vec![
+        ("upstream", f.repo.clone()),
+        ("promisor packs", promisor),
+        ("alternates", shared),
+        ("shallow", shallow),
+        ("linked worktree", worktree),
+        ("packed refs", packed),
+    ]
+}
+
+#[test]
+fn workspaces_from_any_clone_form_are_sanitised_and_verified() {
+    let f = fixture();
+    let forms = clone_forms(&f);
+    // Without the policy, clone-and-prune keeps the fix in a promisor-marked store: git never
+    // prunes a promisor pack (what made every workspace of such a mirror fail closed).
+    let plain = f._dir.path().join("plain-of-promisor");
+    git(
+        f._dir.path(),
+        &[
+            "clone",
+            "-q",
+            "--no-hardlinks",
+            forms[1].1.to_str().unwrap(),
+            plain.to_str().unwrap(),
+        ],
+    );
+    git(&plain, &["checkout", "-q", "-B", "main", &f.base]);
+    git(&plain, &["remote", "remove", "origin"]);
+    git(&plain, &["reflog", "expire", "--expire=now", "--all"]);
+    git(
+        &plain,
+        &["-c", "gc.cruftPacks=false", "gc", "--prune=now", "--quiet"],
+    );
+    assert!(
+        cat_file_exists(&plain, &f.fix),
+        "the promisor pack kept the fix"
+    );
+
+    for (form, source) in &forms {
+        let mut t = task(&f);
+        t.repo_path = Some(source.clone());
+        for history in [History::Sanitized, History::BaseOnly] {
+            let dest = f
+                ._dir
+                .path()
+                .join(format!("ws-{form}-{history:?}").replace(' ', "-"));
+            let ws = materialize_with(&t, &dest, history)
+                .unwrap_or_else(|e| panic!("{form} / {history:?}: {e}"));
+            let status = ws.sanitization.expect("verified");
+            assert!(
+                status.verified,
+                "{form} / {history:?}: {:?}",
+                status.failures()
+            );
+            assert_eq!(ws.base_commit, f.base, "{form}");
+            for sha in [&f.fix, &f.side, &f.tagged] {
+                assert!(
+                    !cat_file_exists(&dest, sha),
+                    "{form} / {history:?}: {sha} in the store"
+                );
+            }
+            assert!(
+                !dest.join(".git/objects/info/alternates").exists(),
+                "{form}"
+            );
+            assert_eq!(git(&dest, &["status", "--porcelain"]), "", "{form}");
+            assert_eq!(
+                std::fs::read_to_string(dest.join("calc.py")).unwrap(),
+                "def add(a, b):\n    return a - b\n",
+                "{form}"
+            );
+        }
+    }
+}
+
+#[test]
+fn in_place_sanitisation_owns_borrowed_objects_and_drops_promisor_markers() {
+    let f = fixture();
+    let forms = clone_forms(&f);
+    for (form, source) in [&forms[1], &forms[2]] {
+        // A working clone of that form, at Base on main.
+        let ws = f
+            ._dir
+            .path()
+            .join(format!("inplace-{}", form.replace(' ', "-")));
+        if source.join("objects/info/alternates").exists() || *form == "alternates" {
+            git(
+                f._dir.path(),
+                &[
+                    "clone",
+                    "-q",
+                    "--shared",
+                    f.repo.to_str().unwrap(),
+                    ws.to_str().unwrap(),
+                ],
+            );
+        } else {
+            git(
+                f._dir.path(),
+                &[
+                    "clone",
+                    "-q",
+                    "--no-hardlinks",
+                    source.to_str().unwrap(),
+                    ws.to_str().unwrap(),
+                ],
+            );
+            for e in std::fs::read_dir(ws.join(".git/objects/pack")).unwrap() {
+                let p = e.unwrap().path();
+                if p.extension().is_some_and(|x| x == "pack") {
+                    std::fs::write(p.with_extension("promisor"), "").unwrap();
+                }
+            }
+        }
+        git(&ws, &["checkout", "-q", "-B", "main", &f.base]);
+        let status = execcritic::task::sanitize::sanitize(&ws, &f.base, &f.gold)
+            .unwrap_or_else(|e| panic!("{form}: {e}"));
+        assert!(status.verified, "{form}: {:?}", status.failures());
+        assert!(!cat_file_exists(&ws, &f.fix), "{form}");
+        // The store is whole on its own: fsck is clean and the work tree reads.
+        git(&ws, &["fsck", "--no-progress", "--no-dangling"]);
+        assert_eq!(git(&ws, &["status", "--porcelain"]), "", "{form}");
+    }
+}
+
+#[test]
+fn a_partial_clone_missing_history_is_a_clear_error() {
+    // Base has an ancestor whose file version the partial clone never fetched.
+    let dir = tempfile::tempdir().unwrap();
+    let up = dir.path().join("up");
+    std::fs::create_dir(&up).unwrap();
+    git(&up, &["init", "-q", "-b", "main"]);
+    git(&up, &["config", "uploadpack.allowFilter", "true"]);
+    git(&up, &["config", "uploadpack.allowAnySHA1InWant", "true"]);
+    for (i, body) in ["v = 1\n", "v = 2\n", "v = 3\n"].iter().enumerate() {
+        std::fs::write(up.join("m.py"), body).unwrap();
+        git(&up, &["add", "."]);
+        git(&up, &["commit", "-q", "-m", &format!("c{i}")]);
+    }
+    let base = git(&up, &["rev-parse", "HEAD~1"]);
+    let partial = dir.path().join("partial");
+    let url = format!("file://{}", up.display());
+    git(
+        dir.path(),
+        &[
+            "clone",
+            "-q",
+            "--filter=blob:none",
+            "--no-checkout",
+            &url,
+            partial.to_str().unwrap(),
+        ],
+    );
+    git(&partial, &["checkout", "-q", "-B", "main", &base]);
+    let err = execcritic::task::sanitize::sanitize(&partial, &base, "").unwrap_err();
+    assert!(err.to_string().contains("partial clone"), "{err}");
+    assert!(err.to_string().contains("missing"), "{err}");
+}

@@ -116,13 +116,13 @@ pub fn sanitize(
         }
     }
     let git_dir = std::path::PathBuf::from(git::run(repo, &["rev-parse", "--absolute-git-dir"])?);
+    own_every_object(repo, &git_dir)?;
     for f in [
         "ORIG_HEAD",
         "FETCH_HEAD",
         "MERGE_HEAD",
         "CHERRY_PICK_HEAD",
         "REVERT_HEAD",
-        "objects/info/alternates",
     ] {
         let p = git_dir.join(f);
         if p.exists() {
@@ -137,6 +137,50 @@ pub fn sanitize(
     )?;
 
     verify(repo, &git_dir, &branch, base_commit, gold)
+}
+
+/// Make the store prunable and self-contained before the garbage collection, for clones made
+/// any way: objects borrowed through `objects/info/alternates` are copied in (`repack -a`, then
+/// the alternates file goes), and packs marked `.promisor` lose their marker and the
+/// partial-clone setting — git never prunes a promisor pack, so the future would stay in the
+/// store. Only when HEAD's whole history is present: a real partial clone (objects missing)
+/// is an error, since removing the markers would make its store look corrupt.
+fn own_every_object(repo: &Path, git_dir: &Path) -> Result<(), TaskError> {
+    let pack_dir = git_dir.join("objects/pack");
+    let promisor: Vec<std::path::PathBuf> = match std::fs::read_dir(&pack_dir) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "promisor"))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    let partial = git::succeeds(repo, &["config", "--get", "extensions.partialClone"]);
+    if !promisor.is_empty() || partial {
+        // `--missing=print` lists what HEAD's history lacks without fetching it.
+        let missing = git::run(repo, &["rev-list", "--objects", "--missing=print", "HEAD"])?;
+        let n = missing.lines().filter(|l| l.starts_with('?')).count();
+        if n > 0 {
+            return Err(TaskError::Workspace {
+                instance: repo.display().to_string(),
+                message: format!(
+                    "a partial clone: {n} objects of Base's history are missing (fetch them into \
+                     the source repository first)"
+                ),
+            });
+        }
+        for p in &promisor {
+            std::fs::remove_file(p).map_err(|e| TaskError::io(p, e))?;
+        }
+        if partial {
+            git::run(repo, &["config", "--unset-all", "extensions.partialClone"])?;
+        }
+    }
+    let alternates = git_dir.join("objects/info/alternates");
+    if alternates.exists() {
+        git::run(repo, &["repack", "-a", "-d", "-q"])?;
+        std::fs::remove_file(&alternates).map_err(|e| TaskError::io(&alternates, e))?;
+    }
+    Ok(())
 }
 
 /// Verify the post-conditions of a workspace made without [`sanitize`] (HEAD at `base_commit`

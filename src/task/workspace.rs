@@ -2,10 +2,12 @@
 //! (clean work tree), made from the task's local `repo_path` with one of three [`History`]
 //! policies. Every workspace where agent or candidate code runs uses a policy under which no
 //! commit, object or ref after Base is reachable, verified after the fact (see
-//! [`super::sanitize`]): the agents get Base's ancestors ([`History::Sanitized`]), gates and
-//! grading get Base alone ([`History::BaseOnly`]: a depth-1 fetch of Base into a fresh
-//! repository, fast and with nothing else in the object store). [`History::Full`] (a plain clone)
-//! is for the harness's own inspection of a task, never for a sandbox.
+//! [`super::sanitize`]): the agents get Base's ancestors ([`History::Sanitized`]: a fetch of Base
+//! with its history into a fresh repository), gates and grading get Base alone
+//! ([`History::BaseOnly`]: the same at depth 1). Both fetch by commit id, so they work on any
+//! clone (promisor packs, alternates, shallow, worktrees): see [`fetch_base`].
+//! [`History::Full`] (a plain clone) is for the harness's own inspection of a task, never for a
+//! sandbox.
 
 use std::path::{Path, PathBuf};
 
@@ -31,7 +33,8 @@ pub struct Workspace {
 pub enum History {
     /// A plain clone: every ref and object of the source (never for a sandbox).
     Full,
-    /// Base and its ancestors only (refs, remotes, reflogs and other objects removed), verified.
+    /// Base and its ancestors only (fetched by id into a fresh repository, then sanitised:
+    /// one branch, no remote, no reflog, nothing unreachable), verified.
     Sanitized,
     /// Base alone: a shallow (depth 1) repository whose store holds Base's commit, tree and
     /// blobs only, verified.
@@ -99,23 +102,51 @@ pub fn materialize_with(
     let parent = std::fs::canonicalize(parent).map_err(|e| TaskError::io(parent, e))?;
     let dest = parent.join(name);
 
-    if history == History::BaseOnly {
-        return base_only(task, &source, &dest);
+    if history == History::Full {
+        return full_clone(task, &source, &dest);
     }
+    let depth = (history == History::BaseOnly).then_some(1);
+    let base = fetch_base(task, &source, &dest, depth)?;
+    let status = if history == History::Sanitized {
+        sanitize_history(&dest, &base, &task.patch)?
+    } else {
+        git::expire_reflogs(&dest)?;
+        super::sanitize::verify_workspace(&dest, &base, &task.patch)?
+    };
+    if !status.verified {
+        return Err(TaskError::Sanitization {
+            instance: id.clone(),
+            status: Box::new(status),
+        });
+    }
+    Ok(Workspace {
+        path: dest,
+        base_commit: base,
+        sanitization: Some(status),
+    })
+}
 
-    // `--no-hardlinks`: the workspace is writable by the agent and gets garbage-collected by
-    // sanitisation, so it must share no object file with the source repository (hard links also
-    // made concurrent clones of one cached repository fail with "hardlink different from source").
-    let mut clone = git::command(&parent);
+/// [`History::Full`]: a plain clone of `source` checked out at Base on the source's HEAD branch.
+fn full_clone(task: &TaskInstance, source: &Path, dest: &Path) -> Result<Workspace, TaskError> {
+    let id = &task.instance_id;
+    let ws_err = |message: String| TaskError::Workspace {
+        instance: id.clone(),
+        message,
+    };
+    let parent = dest.parent().unwrap_or(Path::new("."));
+    // `--no-hardlinks`: the workspace is writable by its user, so it shares no object file with
+    // the source repository (hard links also made concurrent clones of one cached repository
+    // fail with "hardlink different from source").
+    let mut clone = git::command(parent);
     clone
         .args(["clone", "--quiet", "--no-checkout", "--no-hardlinks"])
-        .arg(&source)
-        .arg(&dest);
-    git::output(clone, &parent)?;
+        .arg(source)
+        .arg(dest);
+    git::output(clone, parent)?;
 
     let commit_spec = format!("{}^{{commit}}", task.base_commit);
     let base =
-        git::run(&dest, &["rev-parse", "--verify", "--quiet", &commit_spec]).map_err(|_| {
+        git::run(dest, &["rev-parse", "--verify", "--quiet", &commit_spec]).map_err(|_| {
             ws_err(format!(
                 "base_commit {} is not a commit of {}",
                 task.base_commit,
@@ -123,38 +154,38 @@ pub fn materialize_with(
             ))
         })?;
     let branch =
-        git::run(&dest, &["symbolic-ref", "--short", "HEAD"]).unwrap_or_else(|_| "main".into());
+        git::run(dest, &["symbolic-ref", "--short", "HEAD"]).unwrap_or_else(|_| "main".into());
     git::run(
-        &dest,
+        dest,
         &["checkout", "--quiet", "--force", "-B", &branch, &base],
     )?;
-    let dirty = git::run(&dest, &["status", "--porcelain", "--untracked-files=all"])?;
+    let dirty = git::run(dest, &["status", "--porcelain", "--untracked-files=all"])?;
     if !dirty.is_empty() {
         return Err(ws_err(format!("checkout of Base is not clean:\n{dirty}")));
     }
-
-    let sanitization = if history == History::Sanitized {
-        let status = sanitize_history(&dest, &base, &task.patch)?;
-        if !status.verified {
-            return Err(TaskError::Sanitization {
-                instance: id.clone(),
-                status: Box::new(status),
-            });
-        }
-        Some(status)
-    } else {
-        None
-    };
     Ok(Workspace {
-        path: dest,
+        path: dest.to_path_buf(),
         base_commit: base,
-        sanitization,
+        sanitization: None,
     })
 }
 
-/// [`History::BaseOnly`]: a fresh repository that fetches Base alone (depth 1) from `source`,
-/// checks it out on the source's HEAD branch name, and keeps no FETCH_HEAD, reflog or remote.
-fn base_only(task: &TaskInstance, source: &Path, dest: &Path) -> Result<Workspace, TaskError> {
+/// A fresh repository at `dest` holding what `source` serves for Base alone (`depth` 1) or for
+/// Base and its ancestors (`depth` None), checked out on the source's HEAD branch name, with no
+/// FETCH_HEAD and no remote. Returns Base's full id.
+///
+/// Fetching by id instead of cloning and pruning is what makes this work on any clone a user
+/// has: the source's upload-pack sends only objects reachable from Base, so nothing of the
+/// future is ever copied — whatever the source's store looks like (packs with `.promisor`
+/// markers, which git never prunes; objects borrowed through `alternates`; a shallow clone;
+/// packed refs; a linked worktree). A partial clone that lacks objects of Base's history cannot
+/// serve them (upload-pack does not fetch lazily) and fails with git's error.
+fn fetch_base(
+    task: &TaskInstance,
+    source: &Path,
+    dest: &Path,
+    depth: Option<u32>,
+) -> Result<String, TaskError> {
     let id = &task.instance_id;
     let ws_err = |message: String| TaskError::Workspace {
         instance: id.clone(),
@@ -179,18 +210,28 @@ fn base_only(task: &TaskInstance, source: &Path, dest: &Path) -> Result<Workspac
     url.push(source.as_os_str());
     // Fetch by id: the source's upload-pack is told to serve a commit that no ref names.
     let mut fetch = git::command(dest);
-    fetch
-        .args([
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--no-write-fetch-head",
-            "--depth=1",
-            "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack",
-        ])
-        .arg(&url)
-        .arg(&base);
-    git::output(fetch, dest)?;
+    fetch.args([
+        "fetch",
+        "--quiet",
+        "--no-tags",
+        "--no-write-fetch-head",
+        "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack",
+    ]);
+    if let Some(d) = depth {
+        fetch.arg(format!("--depth={d}"));
+    }
+    fetch.arg(&url).arg(&base);
+    git::output(fetch, dest).map_err(|e| {
+        ws_err(format!(
+            "fetching Base{} from {} failed: {e}",
+            if depth.is_some() {
+                ""
+            } else {
+                " and its history"
+            },
+            source.display()
+        ))
+    })?;
     git::run(
         dest,
         &["checkout", "--quiet", "--force", "-B", &branch, &base],
@@ -199,17 +240,5 @@ fn base_only(task: &TaskInstance, source: &Path, dest: &Path) -> Result<Workspac
     if !dirty.is_empty() {
         return Err(ws_err(format!("checkout of Base is not clean:\n{dirty}")));
     }
-    git::expire_reflogs(dest)?;
-    let status = super::sanitize::verify_workspace(dest, &base, &task.patch)?;
-    if !status.verified {
-        return Err(TaskError::Sanitization {
-            instance: id.clone(),
-            status: Box::new(status),
-        });
-    }
-    Ok(Workspace {
-        path: dest.to_path_buf(),
-        base_commit: base,
-        sanitization: Some(status),
-    })
+    Ok(base)
 }
