@@ -522,7 +522,7 @@ mod tests {
         assert_eq!(r.fail_to_pass.success, ids(&["t[a"]));
         assert_eq!(r.fail_to_pass.failure, ids(&["u", "w[x", "gone"]));
         assert_eq!(r.pass_to_pass.success, ids(&["u", "w[x"]));
-        assert_eq!(resolution_status(&r), ResolvedStatus::No);
+        assert_eq!(resolution_status(&r), ResolvedStatus::Partial);
         let only = eval_tests_report(&ids(&["gone", "w[x-2]"]), &[], &map, EvalType::FailOnly);
         assert_eq!((only.fail_to_pass.success, only.fail_to_pass.failure), (ids(&["gone"]), ids(&["w[x-2]"])));
         let neither = eval_tests_report(&ids(&["v"]), &[], &map, EvalType::PassAndFail);
