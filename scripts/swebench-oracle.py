@@ -24,6 +24,9 @@ A result:
   byte for byte (swebench reads it back in text mode, so CR/CRLF become LF);
 - `classification` is infra_failure.classify_text(log).
 
+With `--run-summary SPEC.json` it instead writes {"summary": text}: the run summary
+make_run_report writes for the synthetic run SPEC describes (see run_summary below).
+
 Requires swebench==5.0.2 (see scripts/ci-deps-swebench.sh); exits 3 when it is missing.
 """
 import json
@@ -104,7 +107,44 @@ def run_case(case, workdir):
     return result
 
 
+def run_summary(spec):
+    """make_run_report (no docker client) over a synthetic run directory:
+    {"dataset": [id], "predictions": {id: patch|null}, "reports": {id: report.json text},
+     "test_outputs": {id: test_output.txt text}}; returns the summary file's text."""
+    from swebench.harness import reporting
+    from swebench.harness.constants import RUN_EVALUATION_LOG_DIR
+
+    model = "org/model"
+    predictions = {
+        iid: {"instance_id": iid, "model_patch": patch, "model_name_or_path": model}
+        for iid, patch in spec["predictions"].items()
+    }
+    cwd = os.getcwd()
+    with tempfile.TemporaryDirectory() as workdir:
+        os.chdir(workdir)
+        try:
+            for kind, name in (("reports", "report.json"), ("test_outputs", "test_output.txt")):
+                for iid, text in spec.get(kind, {}).items():
+                    d = RUN_EVALUATION_LOG_DIR / "run" / model.replace("/", "__") / iid
+                    d.mkdir(parents=True, exist_ok=True)
+                    (d / name).write_text(text)
+            dataset = [{"instance_id": iid} for iid in spec["dataset"]]
+            path = reporting.make_run_report(predictions, dataset, "run", None, workdir)
+            with open(path) as f:
+                return f.read()
+        finally:
+            os.chdir(cwd)
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--run-summary":
+        with open(sys.argv[2], encoding="utf-8") as f:
+            spec = json.load(f)
+        import contextlib
+        with contextlib.redirect_stdout(sys.stderr):
+            text = run_summary(spec)
+        json.dump({"summary": text}, sys.stdout)
+        return
     source = open(sys.argv[1], encoding="utf-8") if len(sys.argv) > 1 else sys.stdin
     cases = json.load(source)
     base = os.path.dirname(os.path.abspath(sys.argv[1])) if len(sys.argv) > 1 else "."

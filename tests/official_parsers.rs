@@ -313,3 +313,51 @@ fn live_differential_against_swebench_5_0_2() {
     let shown: Vec<_> = mismatches.iter().take(5).cloned().collect();
     assert!(mismatches.is_empty(), "{}", shown.join("\n\n"));
 }
+
+#[test]
+fn run_summary_matches_swebench_make_run_report() {
+    use execcritic::harness::official::report::{run_summary, RunInputs, StoredReport};
+    let spec = json!({
+        "dataset": ["a", "b", "c", "d", "e", "f", "a", "g"],
+        "predictions": {"a": "p", "b": "p", "c": "", "d": "p", "e": "p", "z": null, "f": null, "g": "p"},
+        "reports": {
+            "a": "{\"a\": {\"resolved\": true}}", "b": "{\"b\": {\"resolved\": false}}", "d": "  ",
+            "g": "{\"g\": {\"patch_exists\": true}}",
+        },
+        "test_outputs": {"b": "x\nKilled\n", "e": "collected 0 items\n", "a": "Cannot allocate memory", "g": "Could not resolve host"},
+    });
+    let mut inputs = RunInputs { dataset: strings(&spec["dataset"]), ..Default::default() };
+    for (id, patch) in spec["predictions"].as_object().into_iter().flatten() {
+        inputs.predictions.insert(id.clone(), patch.as_str().map(String::from));
+    }
+    for (id, text) in spec["reports"].as_object().into_iter().flatten() {
+        inputs.reports.insert(id.clone(), StoredReport::read(text.as_str().unwrap_or(""), id));
+    }
+    for (id, text) in spec["test_outputs"].as_object().into_iter().flatten() {
+        if let Some((reason, tier)) = classify_text(text.as_str().unwrap_or("")) {
+            inputs.classifications.insert(id.clone(), (reason.to_string(), tier));
+        }
+    }
+    let ours = python_json(&run_summary(&inputs)).unwrap_or_default() + "\n";
+    let path = std::env::temp_dir().join(format!("execcritic-swebench-run-{}.json", std::process::id()));
+    std::fs::write(&path, spec.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/swebench-oracle.py");
+    let output = Command::new("python3").arg(script).arg("--run-summary").arg(&path).output();
+    let _ = std::fs::remove_file(&path);
+    let theirs = match output {
+        Ok(o) if o.status.success() => serde_json::from_slice::<Value>(&o.stdout)
+            .ok()
+            .and_then(|v| v["summary"].as_str().map(String::from))
+            .unwrap_or_default(),
+        other => {
+            let why = match other {
+                Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+                Err(e) => e.to_string(),
+            };
+            assert!(std::env::var("SWEBENCH_ORACLE_REQUIRED").ok().as_deref() != Some("1"), "{why}");
+            eprintln!("SKIP run-summary differential: {why}");
+            return;
+        }
+    };
+    assert_eq!(ours, theirs);
+}
