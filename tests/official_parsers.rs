@@ -286,6 +286,26 @@ fn run_oracle(cases: &[Value]) -> Result<Vec<Value>, String> {
     Ok(answers.as_array().cloned().unwrap_or_default())
 }
 
+/// How the oracle's answers spread (so a differential that only ever compares empty maps shows).
+fn coverage(answers: &[Value]) -> String {
+    let mut counts = std::collections::BTreeMap::<String, usize>::new();
+    for a in answers {
+        let report = a["report_json"].as_str().and_then(|s| serde_json::from_str::<Value>(s).ok());
+        let key = match report.as_ref().and_then(|r| r.as_object()?.values().next().cloned()) {
+            None => "report raised".to_string(),
+            Some(r) if r["patch_successfully_applied"] == json!(true) => format!("graded resolved={}", r["resolved"]),
+            Some(_) => "not graded".to_string(),
+        };
+        *counts.entry(key).or_default() += 1;
+        let parse = if a["parse"].get("raised").is_some() { "parser raised" } else if a["parse"]["map"].as_array().is_some_and(|m| m.is_empty()) { "empty map" } else { "non-empty map" };
+        *counts.entry(parse.to_string()).or_default() += 1;
+        if let Some(r) = a["resolution"].as_str() {
+            *counts.entry(r.to_string()).or_default() += 1;
+        }
+    }
+    format!("{counts:?}")
+}
+
 #[test]
 fn live_differential_against_swebench_5_0_2() {
     let fixtures = load_fixture_cases();
@@ -310,6 +330,7 @@ fn live_differential_against_swebench_5_0_2() {
         stricter += usize::from(check_fail_closed(case, exp));
     }
     eprintln!("live swebench differential: {} cases, {} mismatching, {stricter} graded by swebench but refused fail-closed", cases.len(), mismatches.len());
+    eprintln!("  coverage: {}", coverage(&expected));
     let shown: Vec<_> = mismatches.iter().take(5).cloned().collect();
     assert!(mismatches.is_empty(), "{}", shown.join("\n\n"));
 }
