@@ -31,7 +31,11 @@ fn read_json(path: &Path) -> Value {
 
 fn strings(v: &Value) -> Vec<String> {
     v.as_array()
-        .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -49,7 +53,8 @@ fn ours(case: &Value) -> Value {
     let log = case["log"].as_str().unwrap_or("");
     let f2p = strings(&case["fail_to_pass"]);
     let p2p = strings(&case["pass_to_pass"]);
-    let eval_type: EvalType = serde_json::from_value(case["eval_type"].clone()).unwrap_or(EvalType::PassAndFail);
+    let eval_type: EvalType =
+        serde_json::from_value(case["eval_type"].clone()).unwrap_or(EvalType::PassAndFail);
     let model_patch = match case.get("model_patch") {
         None => Some("diff"),
         Some(v) => v.as_str(),
@@ -65,7 +70,12 @@ fn ours(case: &Value) -> Value {
         }
         Err(e) => out["parse"] = raised(&e),
     }
-    let spec = GradingSpec { parser, fail_to_pass: &f2p, pass_to_pass: &p2p, eval_type };
+    let spec = GradingSpec {
+        parser,
+        fail_to_pass: &f2p,
+        pass_to_pass: &p2p,
+        eval_type,
+    };
     let text = python_newlines(log);
     out["report_json"] = match eval_report(id, model_patch, &spec, &text, true) {
         Ok(r) => json!(python_json(&r).unwrap_or_default()),
@@ -81,11 +91,22 @@ fn ours(case: &Value) -> Value {
 /// Field-by-field differences between ours and swebench's answer.
 fn differences(case: &Value, expected: &Value) -> Vec<String> {
     let got = ours(case);
-    ["parse", "tests_report", "resolution", "report_json", "classification"]
-        .iter()
-        .filter(|k| got[**k] != expected[**k])
-        .map(|k| format!("{}: {k}\n  ours:     {}\n  swebench: {}", case["id"], got[*k], expected[*k]))
-        .collect()
+    [
+        "parse",
+        "tests_report",
+        "resolution",
+        "report_json",
+        "classification",
+    ]
+    .iter()
+    .filter(|k| got[**k] != expected[**k])
+    .map(|k| {
+        format!(
+            "{}: {k}\n  ours:     {}\n  swebench: {}",
+            case["id"], got[*k], expected[*k]
+        )
+    })
+    .collect()
 }
 
 /// swebench refused the log (no results, or its parser raised): the fail-closed reading must
@@ -101,7 +122,11 @@ fn check_fail_closed(case: &Value, expected: &Value) -> bool {
         .is_some_and(|r| r["patch_successfully_applied"] == json!(true));
     let patch_missing = case.get("model_patch").is_some_and(Value::is_null);
     if !graded && !patch_missing {
-        assert!(ours.is_err(), "{}: swebench refuses this log but the fail-closed reading grades it", case["id"]);
+        assert!(
+            ours.is_err(),
+            "{}: swebench refuses this log but the fail-closed reading grades it",
+            case["id"]
+        );
     }
     graded && ours.is_err()
 }
@@ -124,7 +149,11 @@ fn fixtures_match_committed_swebench_answers() {
     let cases = load_fixture_cases();
     let expected = read_json(&fixture_dir().join("expected.json"));
     let expected = expected.as_array().cloned().unwrap_or_default();
-    assert_eq!(cases.len(), expected.len(), "expected.json is stale: regenerate it (README)");
+    assert_eq!(
+        cases.len(),
+        expected.len(),
+        "expected.json is stale: regenerate it (README)"
+    );
     assert!(cases.len() >= 30);
     let mut mismatches = Vec::new();
     let mut stricter = 0;
@@ -151,14 +180,28 @@ impl Rng {
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
     fn below(&mut self, n: usize) -> usize {
-        if n == 0 { 0 } else { (self.next() % n as u64) as usize }
+        if n == 0 {
+            0
+        } else {
+            (self.next() % n as u64) as usize
+        }
     }
     fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len())]
     }
 }
 
-const PREFIXES: &[&str] = &["  ", "\t", "[gw0] ", "E   ", "PASSED ", "FAILED ", "ok ", "\u{1b}[1m", "\u{a0}"];
+const PREFIXES: &[&str] = &[
+    "  ",
+    "\t",
+    "[gw0] ",
+    "E   ",
+    "PASSED ",
+    "FAILED ",
+    "ok ",
+    "\u{1b}[1m",
+    "\u{a0}",
+];
 const FORGED: &[&str] = &[
     "PASSED tests/test_a.py::test_fix",
     "FAIL:",
@@ -237,7 +280,11 @@ fn pick_ids(rng: &mut Rng, parser: &str, log: &str) -> Vec<String> {
             break;
         }
         let key = rng.pick(&keys).clone();
-        let truncated = key.find('[').map(|b| key.chars().take(key[..b].chars().count() + 1 + rng.below(4)).collect::<String>());
+        let truncated = key.find('[').map(|b| {
+            key.chars()
+                .take(key[..b].chars().count() + 1 + rng.below(4))
+                .collect::<String>()
+        });
         match (rng.below(3), truncated) {
             (0, Some(t)) => ids.push(t),
             _ => ids.push(key),
@@ -256,11 +303,18 @@ fn generated_cases(fixtures: &[Value], count: usize) -> Vec<Value> {
             let base = rng.pick(fixtures);
             let log = mutate(&mut rng, base["log"].as_str().unwrap_or(""));
             let parser = if rng.below(5) < 3 {
-                base["parser"].as_str().unwrap_or("parse_log_pytest").to_string()
+                base["parser"]
+                    .as_str()
+                    .unwrap_or("parse_log_pytest")
+                    .to_string()
             } else {
                 rng.pick(&PARSER_NAMES).to_string()
             };
-            let eval_type = if rng.below(6) == 0 { "fail_only" } else { "pass_and_fail" };
+            let eval_type = if rng.below(6) == 0 {
+                "fail_only"
+            } else {
+                "pass_and_fail"
+            };
             let f2p = pick_ids(&mut rng, &parser, &log);
             let p2p = pick_ids(&mut rng, &parser, &log);
             json!({
@@ -273,16 +327,28 @@ fn generated_cases(fixtures: &[Value], count: usize) -> Vec<Value> {
 
 /// swebench's answers, or why the oracle cannot run here.
 fn run_oracle(cases: &[Value]) -> Result<Vec<Value>, String> {
-    let path = std::env::temp_dir().join(format!("execcritic-swebench-cases-{}.json", std::process::id()));
-    std::fs::write(&path, serde_json::to_string(cases).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    let path = std::env::temp_dir().join(format!(
+        "execcritic-swebench-cases-{}.json",
+        std::process::id()
+    ));
+    std::fs::write(
+        &path,
+        serde_json::to_string(cases).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/swebench-oracle.py");
     let output = Command::new("python3").arg(script).arg(&path).output();
     let _ = std::fs::remove_file(&path);
     let output = output.map_err(|e| format!("python3 not runnable: {e}"))?;
     if !output.status.success() {
-        return Err(format!("oracle exited {}: {}", output.status, String::from_utf8_lossy(&output.stderr).trim()));
+        return Err(format!(
+            "oracle exited {}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
     }
-    let answers: Value = serde_json::from_slice(&output.stdout).map_err(|e| format!("oracle output: {e}"))?;
+    let answers: Value =
+        serde_json::from_slice(&output.stdout).map_err(|e| format!("oracle output: {e}"))?;
     Ok(answers.as_array().cloned().unwrap_or_default())
 }
 
@@ -290,14 +356,27 @@ fn run_oracle(cases: &[Value]) -> Result<Vec<Value>, String> {
 fn coverage(answers: &[Value]) -> String {
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
     for a in answers {
-        let report = a["report_json"].as_str().and_then(|s| serde_json::from_str::<Value>(s).ok());
-        let key = match report.as_ref().and_then(|r| r.as_object()?.values().next().cloned()) {
+        let report = a["report_json"]
+            .as_str()
+            .and_then(|s| serde_json::from_str::<Value>(s).ok());
+        let key = match report
+            .as_ref()
+            .and_then(|r| r.as_object()?.values().next().cloned())
+        {
             None => "report raised".to_string(),
-            Some(r) if r["patch_successfully_applied"] == json!(true) => format!("graded resolved={}", r["resolved"]),
+            Some(r) if r["patch_successfully_applied"] == json!(true) => {
+                format!("graded resolved={}", r["resolved"])
+            }
             Some(_) => "not graded".to_string(),
         };
         *counts.entry(key).or_default() += 1;
-        let parse = if a["parse"].get("raised").is_some() { "parser raised" } else if a["parse"]["map"].as_array().is_some_and(|m| m.is_empty()) { "empty map" } else { "non-empty map" };
+        let parse = if a["parse"].get("raised").is_some() {
+            "parser raised"
+        } else if a["parse"]["map"].as_array().is_some_and(|m| m.is_empty()) {
+            "empty map"
+        } else {
+            "non-empty map"
+        };
         *counts.entry(parse.to_string()).or_default() += 1;
         if let Some(r) = a["resolution"].as_str() {
             *counts.entry(r.to_string()).or_default() += 1;
@@ -313,8 +392,13 @@ fn live_differential_against_swebench_5_0_2() {
     let expected = match run_oracle(&cases) {
         Ok(answers) => answers,
         Err(why) => {
-            let msg = format!("SKIP live swebench differential: {why} (install with scripts/ci-deps-swebench.sh)");
-            assert!(std::env::var("SWEBENCH_ORACLE_REQUIRED").ok().as_deref() != Some("1"), "{msg}");
+            let msg = format!(
+                "SKIP live swebench differential: {why} (install with scripts/ci-deps-swebench.sh)"
+            );
+            assert!(
+                std::env::var("SWEBENCH_ORACLE_REQUIRED").ok().as_deref() != Some("1"),
+                "{msg}"
+            );
             eprintln!("{msg}");
             return;
         }
@@ -347,23 +431,40 @@ fn run_summary_matches_swebench_make_run_report() {
         },
         "test_outputs": {"b": "x\nKilled\n", "e": "collected 0 items\n", "a": "Cannot allocate memory", "g": "Could not resolve host"},
     });
-    let mut inputs = RunInputs { dataset: strings(&spec["dataset"]), ..Default::default() };
+    let mut inputs = RunInputs {
+        dataset: strings(&spec["dataset"]),
+        ..Default::default()
+    };
     for (id, patch) in spec["predictions"].as_object().into_iter().flatten() {
-        inputs.predictions.insert(id.clone(), patch.as_str().map(String::from));
+        inputs
+            .predictions
+            .insert(id.clone(), patch.as_str().map(String::from));
     }
     for (id, text) in spec["reports"].as_object().into_iter().flatten() {
-        inputs.reports.insert(id.clone(), StoredReport::read(text.as_str().unwrap_or(""), id));
+        inputs.reports.insert(
+            id.clone(),
+            StoredReport::read(text.as_str().unwrap_or(""), id),
+        );
     }
     for (id, text) in spec["test_outputs"].as_object().into_iter().flatten() {
         if let Some((reason, tier)) = classify_text(text.as_str().unwrap_or("")) {
-            inputs.classifications.insert(id.clone(), (reason.to_string(), tier));
+            inputs
+                .classifications
+                .insert(id.clone(), (reason.to_string(), tier));
         }
     }
     let ours = python_json(&run_summary(&inputs)).unwrap_or_default() + "\n";
-    let path = std::env::temp_dir().join(format!("execcritic-swebench-run-{}.json", std::process::id()));
+    let path = std::env::temp_dir().join(format!(
+        "execcritic-swebench-run-{}.json",
+        std::process::id()
+    ));
     std::fs::write(&path, spec.to_string()).unwrap_or_else(|e| panic!("{e}"));
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/swebench-oracle.py");
-    let output = Command::new("python3").arg(script).arg("--run-summary").arg(&path).output();
+    let output = Command::new("python3")
+        .arg(script)
+        .arg("--run-summary")
+        .arg(&path)
+        .output();
     let _ = std::fs::remove_file(&path);
     let theirs = match output {
         Ok(o) if o.status.success() => serde_json::from_slice::<Value>(&o.stdout)
@@ -375,7 +476,10 @@ fn run_summary_matches_swebench_make_run_report() {
                 Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
                 Err(e) => e.to_string(),
             };
-            assert!(std::env::var("SWEBENCH_ORACLE_REQUIRED").ok().as_deref() != Some("1"), "{why}");
+            assert!(
+                std::env::var("SWEBENCH_ORACLE_REQUIRED").ok().as_deref() != Some("1"),
+                "{why}"
+            );
             eprintln!("SKIP run-summary differential: {why}");
             return;
         }

@@ -102,7 +102,10 @@ impl LogsEval {
     }
 
     fn refused(reason: NotFound) -> Self {
-        LogsEval { status_map: StatusMap::new(), not_found: Some(reason) }
+        LogsEval {
+            status_map: StatusMap::new(),
+            not_found: Some(reason),
+        }
     }
 }
 
@@ -126,7 +129,10 @@ pub fn official_logs_eval(parser: &str, content: &str) -> Result<LogsEval, Parse
     if exit_code.is_some_and(|c| c != 0) && !status_map.is_empty() && !has_failure(&status_map) {
         return Ok(LogsEval::refused(NotFound::ExitCodeContradicts));
     }
-    Ok(LogsEval { status_map, not_found: None })
+    Ok(LogsEval {
+        status_map,
+        not_found: None,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -165,13 +171,20 @@ pub struct InfraFailure {
 
 impl InfraFailure {
     fn new(kind: InfraKind, detail: impl Into<String>) -> Self {
-        InfraFailure { kind, detail: detail.into() }
+        InfraFailure {
+            kind,
+            detail: detail.into(),
+        }
     }
 }
 
 impl std::fmt::Display for InfraFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "infrastructure failure ({:?}): {}", self.kind, self.detail)
+        write!(
+            f,
+            "infrastructure failure ({:?}): {}",
+            self.kind, self.detail
+        )
     }
 }
 
@@ -206,10 +219,17 @@ pub fn read_test_output<'a>(parser: &str, content: &'a str) -> Result<TestRun<'a
     if exit_code != 0 && !has_failure(&status_map) {
         return Err(InfraFailure::new(
             InfraKind::ExitCodeContradictsLog,
-            format!("exit status {exit_code} but no FAILED or ERROR among {} results", status_map.len()),
+            format!(
+                "exit status {exit_code} but no FAILED or ERROR among {} results",
+                status_map.len()
+            ),
         ));
     }
-    Ok(TestRun { section, exit_code, status_map })
+    Ok(TestRun {
+        section,
+        exit_code,
+        status_map,
+    })
 }
 
 fn refuse_bad_codes(content: &str) -> Result<(), InfraFailure> {
@@ -219,8 +239,15 @@ fn refuse_bad_codes(content: &str) -> Result<(), InfraFailure> {
         InfraKind::TestsErrored,
         InfraKind::TestsTimedOut,
     ];
-    match BAD_CODES.iter().zip(KINDS).find(|(code, _)| content.contains(**code)) {
-        Some((code, kind)) => Err(InfraFailure::new(kind, format!("the log contains `{code}`"))),
+    match BAD_CODES
+        .iter()
+        .zip(KINDS)
+        .find(|(code, _)| content.contains(**code))
+    {
+        Some((code, kind)) => Err(InfraFailure::new(
+            kind,
+            format!("the log contains `{code}`"),
+        )),
         None => Ok(()),
     }
 }
@@ -244,7 +271,10 @@ fn locate_section(content: &str) -> Result<(&str, usize), InfraFailure> {
     let end = sole(content, END_TEST_OUTPUT, InfraKind::MissingEndMarker)?;
     let body = start + START_TEST_OUTPUT.len();
     if end < body {
-        return Err(InfraFailure::new(InfraKind::MisorderedMarkers, "end marker before start marker"));
+        return Err(InfraFailure::new(
+            InfraKind::MisorderedMarkers,
+            "end marker before start marker",
+        ));
     }
     Ok((&content[body..end], end))
 }
@@ -260,7 +290,10 @@ fn recorded_exit_code(content: &str, end: usize) -> Result<i64, InfraFailure> {
     }
     match first_exit_code(&content[at..]) {
         Some((0, code)) => Ok(code),
-        _ => Err(InfraFailure::new(InfraKind::MissingExitCode, "exit status marker without a number")),
+        _ => Err(InfraFailure::new(
+            InfraKind::MissingExitCode,
+            "exit status marker without a number",
+        )),
     }
 }
 
@@ -392,7 +425,10 @@ pub fn eval_tests_report_with_to_fail(
         EvalType::FailOnly => (rule_fail_only, rule_fail_only),
     };
     let (fail_to_fail, pass_to_fail) = match to_fail {
-        Some((f2f, p2f)) => (grade_all(f2f, status_map, check), grade_all(p2f, status_map, check)),
+        Some((f2f, p2f)) => (
+            grade_all(f2f, status_map, check),
+            grade_all(p2f, status_map, check),
+        ),
         None => (Outcome::default(), Outcome::default()),
     };
     TestsStatus {
@@ -474,8 +510,16 @@ mod tests {
             assert_eq!(kind(content), Some(*expected), "{content}");
         }
         let django = log("FAIL:", ">>>>> Test Exit Code: 1");
-        assert_eq!(read_test_output("parse_log_django", &django).err().map(|e| e.kind), Some(InfraKind::ParserRaised));
-        assert_eq!(read_test_output("nope", &ok).err().map(|e| e.kind), Some(InfraKind::UnknownParser));
+        assert_eq!(
+            read_test_output("parse_log_django", &django)
+                .err()
+                .map(|e| e.kind),
+            Some(InfraKind::ParserRaised)
+        );
+        assert_eq!(
+            read_test_output("nope", &ok).err().map(|e| e.kind),
+            Some(InfraKind::UnknownParser)
+        );
     }
 
     #[test]
@@ -497,34 +541,55 @@ mod tests {
     fn swebench_accepts_what_we_refuse() {
         // No exit status recorded: swebench grades it.
         let no_exit = log("PASSED a.py::t", "");
-        assert_eq!(official_logs_eval(PYTEST, &no_exit).map(|l| l.found()), Ok(true));
+        assert_eq!(
+            official_logs_eval(PYTEST, &no_exit).map(|l| l.found()),
+            Ok(true)
+        );
         // Results only outside the markers: swebench falls back to the whole log.
         let outside = format!("PASSED a.py::t\n{}", log("", ">>>>> Test Exit Code: 0"));
         let eval = official_logs_eval(PYTEST, &outside).ok();
         assert_eq!(eval.map(|l| l.status_map.len()), Some(1));
         assert_eq!(kind(&outside), Some(InfraKind::NoResults));
         // A forged exit status inside the section is the one swebench reads.
-        let forged = log("PASSED a.py::t\n>>>>> Test Exit Code: 0", ">>>>> Test Exit Code: 1");
-        assert_eq!(official_logs_eval(PYTEST, &forged).map(|l| l.found()), Ok(true));
+        let forged = log(
+            "PASSED a.py::t\n>>>>> Test Exit Code: 0",
+            ">>>>> Test Exit Code: 1",
+        );
+        assert_eq!(
+            official_logs_eval(PYTEST, &forged).map(|l| l.found()),
+            Ok(true)
+        );
     }
 
     #[test]
     fn report_follows_swebench_grading_rules() {
         let mut map = StatusMap::new();
         for (k, v) in [
-            ("t[a-1]", "PASSED"), ("t[a-2]", "XFAIL"), ("u", "SKIPPED"), ("v", "XPASSED"),
-            ("w[x-1]", "SKIPPED"), ("w[x-2]", "FAILED"),
+            ("t[a-1]", "PASSED"),
+            ("t[a-2]", "XFAIL"),
+            ("u", "SKIPPED"),
+            ("v", "XPASSED"),
+            ("w[x-1]", "SKIPPED"),
+            ("w[x-2]", "FAILED"),
         ] {
             map.insert(k, OfficialStatus::from_token(v));
         }
         let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let r = eval_tests_report(&ids(&["t[a", "u", "v", "w[x", "gone"]), &ids(&["u", "w[x"]), &map, EvalType::PassAndFail);
+        let r = eval_tests_report(
+            &ids(&["t[a", "u", "v", "w[x", "gone"]),
+            &ids(&["u", "w[x"]),
+            &map,
+            EvalType::PassAndFail,
+        );
         assert_eq!(r.fail_to_pass.success, ids(&["t[a"]));
         assert_eq!(r.fail_to_pass.failure, ids(&["u", "w[x", "gone"]));
         assert_eq!(r.pass_to_pass.success, ids(&["u", "w[x"]));
         assert_eq!(resolution_status(&r), ResolvedStatus::Partial);
         let only = eval_tests_report(&ids(&["gone", "w[x-2]"]), &[], &map, EvalType::FailOnly);
-        assert_eq!((only.fail_to_pass.success, only.fail_to_pass.failure), (ids(&["gone"]), ids(&["w[x-2]"])));
+        assert_eq!(
+            (only.fail_to_pass.success, only.fail_to_pass.failure),
+            (ids(&["gone"]), ids(&["w[x-2]"]))
+        );
         let neither = eval_tests_report(&ids(&["v"]), &[], &map, EvalType::PassAndFail);
         assert_eq!(resolution_status(&neither), ResolvedStatus::Full);
     }

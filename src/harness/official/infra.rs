@@ -27,13 +27,21 @@ impl Tier {
 
 /// (reason, tier, pattern), tried in order; the first hit wins.
 pub const SIGNATURES: &[(&str, Tier, &str)] = &[
-    ("browser_launch_failed", Tier::Environment, r"Failed to launch|Failed to connect to the bus"),
+    (
+        "browser_launch_failed",
+        Tier::Environment,
+        r"Failed to launch|Failed to connect to the bus",
+    ),
     (
         "display_unavailable",
         Tier::Environment,
         r"cannot open display|Missing X server|unable to open X display",
     ),
-    ("out_of_memory", Tier::Environment, r"Cannot allocate memory|OutOfMemoryError|^Killed$"),
+    (
+        "out_of_memory",
+        Tier::Environment,
+        r"Cannot allocate memory|OutOfMemoryError|^Killed$",
+    ),
     (
         "container_unavailable",
         Tier::Environment,
@@ -44,9 +52,21 @@ pub const SIGNATURES: &[(&str, Tier, &str)] = &[
         Tier::Environment,
         r"Could not resolve host|Temporary failure in name resolution",
     ),
-    ("missing_module", Tier::Ambiguous, r"Cannot find module|MODULE_NOT_FOUND|ModuleNotFoundError"),
-    ("no_tests_collected", Tier::Ambiguous, r"no tests ran|collected 0 items"),
-    ("tests_timed_out", Tier::Ambiguous, r"Timeout error: \d+ seconds exceeded"),
+    (
+        "missing_module",
+        Tier::Ambiguous,
+        r"Cannot find module|MODULE_NOT_FOUND|ModuleNotFoundError",
+    ),
+    (
+        "no_tests_collected",
+        Tier::Ambiguous,
+        r"no tests ran|collected 0 items",
+    ),
+    (
+        "tests_timed_out",
+        Tier::Ambiguous,
+        r"Timeout error: \d+ seconds exceeded",
+    ),
 ];
 
 fn compiled() -> &'static [(&'static str, Tier, Regex)] {
@@ -55,7 +75,9 @@ fn compiled() -> &'static [(&'static str, Tier, Regex)] {
         SIGNATURES
             .iter()
             .filter_map(|(reason, tier, p)| {
-                Regex::new(&format!("(?m){p}")).ok().map(|re| (*reason, *tier, re))
+                Regex::new(&format!("(?m){p}"))
+                    .ok()
+                    .map(|re| (*reason, *tier, re))
             })
             .collect()
     })
@@ -63,7 +85,10 @@ fn compiled() -> &'static [(&'static str, Tier, Regex)] {
 
 /// `classify_text`: the first matching signature's (reason, tier), if any.
 pub fn classify_text(text: &str) -> Option<(&'static str, Tier)> {
-    compiled().iter().find(|(_, _, re)| re.is_match(text)).map(|(r, t, _)| (*r, *t))
+    compiled()
+        .iter()
+        .find(|(_, _, re)| re.is_match(text))
+        .map(|(r, t, _)| (*r, *t))
 }
 
 #[cfg(test)]
@@ -77,7 +102,10 @@ mod tests {
             classify_text("collected 0 items\nCannot allocate memory"),
             Some(("out_of_memory", Tier::Environment))
         );
-        assert_eq!(classify_text("x\nKilled\n"), Some(("out_of_memory", Tier::Environment)));
+        assert_eq!(
+            classify_text("x\nKilled\n"),
+            Some(("out_of_memory", Tier::Environment))
+        );
         assert_eq!(classify_text("Killed by signal"), None);
         assert_eq!(
             classify_text("Timeout error: 1800 seconds exceeded"),

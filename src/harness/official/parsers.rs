@@ -39,7 +39,11 @@ impl std::fmt::Display for ParseError {
         match self {
             ParseError::UnknownParser(name) => write!(f, "unknown SWE-bench log parser `{name}`"),
             ParseError::Raised(r) => {
-                write!(f, "swebench's parser raises {} on line {}", r.exception, r.line)
+                write!(
+                    f,
+                    "swebench's parser raises {} on line {}",
+                    r.exception, r.line
+                )
             }
         }
     }
@@ -60,11 +64,19 @@ pub struct ParserEntry {
 }
 
 const fn own(name: &'static str, run: ParserFn) -> ParserEntry {
-    ParserEntry { name, alias_of: None, run }
+    ParserEntry {
+        name,
+        alias_of: None,
+        run,
+    }
 }
 
 const fn alias(name: &'static str, of: &'static str, run: ParserFn) -> ParserEntry {
-    ParserEntry { name, alias_of: Some(of), run }
+    ParserEntry {
+        name,
+        alias_of: Some(of),
+        run,
+    }
 }
 
 /// Every implemented registry name, in swebench's registry order.
@@ -83,9 +95,21 @@ pub const PARSERS: &[ParserEntry] = &[
     alias("parse_log_pyvista", "parse_log_pytest", pytest),
     alias("parse_log_sqlfluff", "parse_log_pytest", pytest),
     alias("parse_log_xarray", "parse_log_pytest", pytest),
-    alias("parse_log_pydicom", "parse_log_pytest_options", pytest_options),
-    alias("parse_log_requests", "parse_log_pytest_options", pytest_options),
-    alias("parse_log_pylint", "parse_log_pytest_options", pytest_options),
+    alias(
+        "parse_log_pydicom",
+        "parse_log_pytest_options",
+        pytest_options,
+    ),
+    alias(
+        "parse_log_requests",
+        "parse_log_pytest_options",
+        pytest_options,
+    ),
+    alias(
+        "parse_log_pylint",
+        "parse_log_pytest_options",
+        pytest_options,
+    ),
     alias("parse_log_astropy", "parse_log_pytest_v2", pytest_v2),
     alias("parse_log_scikit", "parse_log_pytest_v2", pytest_v2),
     alias("parse_log_sphinx", "parse_log_pytest_v2", pytest_v2),
@@ -147,7 +171,10 @@ pub fn parser(name: &str) -> Option<ParserFn> {
 
 /// The registry name swebench uses for a repository's logs.
 pub fn parser_for_repo(repo: &str) -> Option<&'static str> {
-    REPO_PARSERS.iter().find(|(r, _)| *r == repo).map(|(_, p)| *p)
+    REPO_PARSERS
+        .iter()
+        .find(|(r, _)| *r == repo)
+        .map(|(_, p)| *p)
 }
 
 /// Runs the named parser over a log.
@@ -221,7 +248,10 @@ fn pytest(log: &str) -> Result<StatusMap, ParserRaised> {
 
 fn matplotlib(log: &str) -> Result<StatusMap, ParserRaised> {
     fn mouse_buttons(line: &str) -> Cow<'_, str> {
-        Cow::Owned(line.replace("MouseButton.LEFT", "1").replace("MouseButton.RIGHT", "3"))
+        Cow::Owned(
+            line.replace("MouseButton.LEFT", "1")
+                .replace("MouseButton.RIGHT", "3"),
+        )
     }
     Ok(pytest_summary(log, mouse_buttons, unchanged))
 }
@@ -238,8 +268,7 @@ fn shorten_path_option(test: &str) -> Cow<'_, str> {
     };
     let main = caps.get(1).map_or("", |m| m.as_str());
     let option = caps.get(2).map_or("", |m| m.as_str());
-    let option = if option.starts_with('/') && !option.starts_with("//") && !option.contains('*')
-    {
+    let option = if option.starts_with('/') && !option.starts_with("//") && !option.contains('*') {
         format!("/{}", option.rsplit('/').next().unwrap_or(""))
     } else {
         option.to_string()
@@ -255,9 +284,16 @@ fn pytest_v2(log: &str) -> Result<StatusMap, ParserRaised> {
             Some(re) => re.replace_all(raw, ""),
             None => Cow::Borrowed(raw),
         };
-        let line: String = uncoloured.chars().filter(|c| !('\u{1}'..='\u{1f}').contains(c)).collect();
+        let line: String = uncoloured
+            .chars()
+            .filter(|c| !('\u{1}'..='\u{1f}').contains(c))
+            .collect();
         if starts_with_status(&line) {
-            let kept = if line.starts_with("FAILED") { before_first(&line, " - ") } else { &line };
+            let kept = if line.starts_with("FAILED") {
+                before_first(&line, " - ")
+            } else {
+                &line
+            };
             let tokens = py_split(kept);
             if tokens.len() >= 2 && !is_skip_summary(tokens[0], tokens[1]) {
                 map.insert(tokens[1..].join(" "), OfficialStatus::from_token(tokens[0]));
@@ -353,7 +389,10 @@ fn django(log: &str) -> Result<StatusMap, ParserRaised> {
             }
             if line.starts_with(header) {
                 let test = py_split(line).get(1).copied();
-                let test = test.ok_or(ParserRaised { exception: "IndexError", line: i + 1 })?;
+                let test = test.ok_or(ParserRaised {
+                    exception: "IndexError",
+                    line: i + 1,
+                })?;
                 map.insert(test, status);
             }
         }
@@ -383,7 +422,10 @@ fn django_interrupted_passes(log: &str) -> Vec<&str> {
     });
     patterns
         .iter()
-        .flat_map(|re| re.captures_iter(log).filter_map(|c| c.get(1).map(|m| m.as_str())))
+        .flat_map(|re| {
+            re.captures_iter(log)
+                .filter_map(|c| c.get(1).map(|m| m.as_str()))
+        })
         .collect()
 }
 
@@ -391,22 +433,30 @@ fn cargo(log: &str) -> Result<StatusMap, ParserRaised> {
     static RESULT: OnceLock<Option<Regex>> = OnceLock::new();
     let s = PY_SPACE_CLASS;
     let pattern = format!(r"^test{s}+([^\s\x1C-\x1F]+){s}+\.\.\.{s}+(\w+)$");
-    Ok(line_matches(log, lazy(&RESULT, &pattern), |caps| match caps.get(2)?.as_str() {
-        "ok" => Some((1, OfficialStatus::Passed)),
-        "FAILED" => Some((1, OfficialStatus::Failed)),
-        _ => None,
-    }))
+    Ok(line_matches(
+        log,
+        lazy(&RESULT, &pattern),
+        |caps| match caps.get(2)?.as_str() {
+            "ok" => Some((1, OfficialStatus::Passed)),
+            "FAILED" => Some((1, OfficialStatus::Failed)),
+            _ => None,
+        },
+    ))
 }
 
 fn gotest(log: &str) -> Result<StatusMap, ParserRaised> {
     static RESULT: OnceLock<Option<Regex>> = OnceLock::new();
     let pattern = r"^--- (PASS|FAIL|SKIP): (.+) \((.+)\)$";
-    Ok(line_matches(log, lazy(&RESULT, pattern), |caps| match caps.get(1)?.as_str() {
-        "PASS" => Some((2, OfficialStatus::Passed)),
-        "FAIL" => Some((2, OfficialStatus::Failed)),
-        "SKIP" => Some((2, OfficialStatus::Skipped)),
-        _ => None,
-    }))
+    Ok(line_matches(
+        log,
+        lazy(&RESULT, pattern),
+        |caps| match caps.get(1)?.as_str() {
+            "PASS" => Some((2, OfficialStatus::Passed)),
+            "FAIL" => Some((2, OfficialStatus::Failed)),
+            "SKIP" => Some((2, OfficialStatus::Skipped)),
+            _ => None,
+        },
+    ))
 }
 
 /// For each stripped line the pattern matches, `pick` names the capture group holding the test
@@ -419,7 +469,9 @@ fn line_matches(
     let mut map = StatusMap::new();
     let Some(re) = re else { return map };
     for raw in log.split('\n') {
-        let Some(caps) = re.captures(py_strip(raw)) else { continue };
+        let Some(caps) = re.captures(py_strip(raw)) else {
+            continue;
+        };
         if let Some((group, status)) = pick(&caps) {
             if let Some(test) = caps.get(group) {
                 map.insert(test.as_str(), status);
@@ -435,7 +487,11 @@ mod tests {
 
     fn pairs(name: &str, log: &str) -> Vec<(String, String)> {
         parse(name, log)
-            .map(|m| m.iter().map(|(k, v)| (k.to_string(), v.as_str().to_string())).collect())
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.to_string(), v.as_str().to_string()))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -446,7 +502,9 @@ mod tests {
         for e in PARSERS {
             if let Some(target) = e.alias_of {
                 let canonical = PARSERS.iter().find(|c| c.name == target);
-                let same = canonical.filter(|c| c.alias_of.is_none()).map(|c| (c.run)(sample));
+                let same = canonical
+                    .filter(|c| c.alias_of.is_none())
+                    .map(|c| (c.run)(sample));
                 assert_eq!(same, Some((e.run)(sample)), "{}", e.name);
             }
         }
@@ -454,15 +512,22 @@ mod tests {
             assert!(parser(p).is_some(), "{p}");
         }
         assert_eq!(parser_for_repo("django/django"), Some("parse_log_django"));
-        assert!(matches!(parse("parse_log_nope", ""), Err(ParseError::UnknownParser(_))));
+        assert!(matches!(
+            parse("parse_log_nope", ""),
+            Err(ParseError::UnknownParser(_))
+        ));
     }
 
     #[test]
     fn pytest_failed_reason_and_skip_count() {
-        let log = "PASSED a.py::t[x]\nFAILED a.py::u - assert 1 - 2\nSKIPPED [2] a.py:3: no\nPASSED";
+        let log =
+            "PASSED a.py::t[x]\nFAILED a.py::u - assert 1 - 2\nSKIPPED [2] a.py:3: no\nPASSED";
         assert_eq!(
             pairs("parse_log_pytest", log),
-            vec![("a.py::t[x]".into(), "PASSED".into()), ("a.py::u".into(), "FAILED".into())]
+            vec![
+                ("a.py::t[x]".into(), "PASSED".into()),
+                ("a.py::u".into(), "FAILED".into())
+            ]
         );
     }
 
@@ -471,7 +536,10 @@ mod tests {
         let err = parse("parse_log_django", "test_a (m.C) ... ok\nFAIL:\n");
         assert_eq!(
             err,
-            Err(ParseError::Raised(ParserRaised { exception: "IndexError", line: 2 }))
+            Err(ParseError::Raised(ParserRaised {
+                exception: "IndexError",
+                line: 2
+            }))
         );
     }
 }

@@ -4,8 +4,7 @@
 //! `\uXXXX` escape), so that ours diffs line by line against `swebench.harness.run_evaluation`'s.
 
 use super::grading::{
-    eval_tests_report, official_logs_eval, resolution_status, EvalType, ResolvedStatus,
-    TestsStatus,
+    eval_tests_report, official_logs_eval, resolution_status, EvalType, ResolvedStatus, TestsStatus,
 };
 use super::infra::{classify_text, Tier};
 use super::parsers::ParseError;
@@ -83,7 +82,12 @@ pub fn eval_report(
         return Ok(out(report, None));
     }
     report.patch_successfully_applied = true;
-    let tests = eval_tests_report(spec.fail_to_pass, spec.pass_to_pass, &logs.status_map, spec.eval_type);
+    let tests = eval_tests_report(
+        spec.fail_to_pass,
+        spec.pass_to_pass,
+        &logs.status_map,
+        spec.eval_type,
+    );
     let resolution = resolution_status(&tests);
     report.resolved = resolution == ResolvedStatus::Full;
     if include_tests_status {
@@ -107,7 +111,11 @@ impl StoredReport {
     /// Reads a `report.json` text as `make_run_report` does.
     pub fn read(text: &str, instance_id: &str) -> Self {
         let value: Option<serde_json::Value> = serde_json::from_str(text.trim()).ok();
-        match value.as_ref().and_then(|v| v.get(instance_id)).and_then(|r| r.get("resolved")) {
+        match value
+            .as_ref()
+            .and_then(|v| v.get(instance_id))
+            .and_then(|r| r.get("resolved"))
+        {
             Some(resolved) => StoredReport::Resolved(truthy(resolved)),
             None => StoredReport::Unusable,
         }
@@ -279,14 +287,30 @@ mod tests {
     #[test]
     fn instance_report_keys_and_layout_match_swebench() {
         let f2p = vec!["t[é]".to_string()];
-        let spec = GradingSpec { parser: "parse_log_pytest", fail_to_pass: &f2p, pass_to_pass: &[], eval_type: EvalType::PassAndFail };
+        let spec = GradingSpec {
+            parser: "parse_log_pytest",
+            fail_to_pass: &f2p,
+            pass_to_pass: &[],
+            eval_type: EvalType::PassAndFail,
+        };
         let log = ">>>>> Start Test Output\nPASSED t[é]\n>>>>> End Test Output\n>>>>> Test Exit Code: 0\n";
         let r = eval_report("a__b-1", Some("diff"), &spec, log, true).ok();
-        let text = r.as_ref().and_then(|r| python_json(r).ok()).unwrap_or_default();
+        let text = r
+            .as_ref()
+            .and_then(|r| python_json(r).ok())
+            .unwrap_or_default();
         let expected = "{\n    \"a__b-1\": {\n        \"patch_is_None\": false,\n        \"patch_exists\": true,\n        \"patch_successfully_applied\": true,\n        \"resolved\": true,\n        \"infra_failure\": false,\n        \"tests_status\": {\n            \"FAIL_TO_PASS\": {\n                \"success\": [\n                    \"t[\\u00e9]\"\n                ],\n                \"failure\": []\n            },\n            \"PASS_TO_PASS\": {\n                \"success\": [],\n                \"failure\": []\n            },\n            \"FAIL_TO_FAIL\": {\n                \"success\": [],\n                \"failure\": []\n            },\n            \"PASS_TO_FAIL\": {\n                \"success\": [],\n                \"failure\": []\n            }\n        }\n    }\n}";
         assert_eq!(text, expected);
-        let none = eval_report("x", None, &spec, "", true).ok().map(|r| r.report);
-        assert_eq!(none, Some(InstanceReport { patch_is_none: true, ..Default::default() }));
+        let none = eval_report("x", None, &spec, "", true)
+            .ok()
+            .map(|r| r.report);
+        assert_eq!(
+            none,
+            Some(InstanceReport {
+                patch_is_none: true,
+                ..Default::default()
+            })
+        );
         let _ = StatusMap::new().get("x").map(OfficialStatus::as_str);
     }
 
@@ -294,16 +318,44 @@ mod tests {
     fn run_summary_sorts_every_instance_into_swebench_buckets() {
         let mut inputs = RunInputs::default();
         inputs.dataset = ["a", "b", "c", "d", "e", "f"].map(String::from).to_vec();
-        for (id, patch) in [("a", Some("p")), ("b", Some("p")), ("c", Some("")), ("d", Some("p")), ("e", Some("p")), ("z", None)] {
-            inputs.predictions.insert(id.into(), patch.map(String::from));
+        for (id, patch) in [
+            ("a", Some("p")),
+            ("b", Some("p")),
+            ("c", Some("")),
+            ("d", Some("p")),
+            ("e", Some("p")),
+            ("z", None),
+        ] {
+            inputs
+                .predictions
+                .insert(id.into(), patch.map(String::from));
         }
-        inputs.reports.insert("a".into(), StoredReport::read("{\"a\": {\"resolved\": true}}", "a"));
-        inputs.reports.insert("b".into(), StoredReport::read("{\"b\": {\"resolved\": false}}", "b"));
-        inputs.reports.insert("d".into(), StoredReport::read("  ", "d"));
-        inputs.classifications.insert("b".into(), ("out_of_memory".into(), Tier::Environment));
-        inputs.classifications.insert("e".into(), ("no_tests_collected".into(), Tier::Ambiguous));
+        inputs.reports.insert(
+            "a".into(),
+            StoredReport::read("{\"a\": {\"resolved\": true}}", "a"),
+        );
+        inputs.reports.insert(
+            "b".into(),
+            StoredReport::read("{\"b\": {\"resolved\": false}}", "b"),
+        );
+        inputs
+            .reports
+            .insert("d".into(), StoredReport::read("  ", "d"));
+        inputs
+            .classifications
+            .insert("b".into(), ("out_of_memory".into(), Tier::Environment));
+        inputs
+            .classifications
+            .insert("e".into(), ("no_tests_collected".into(), Tier::Ambiguous));
         let s = run_summary(&inputs);
-        assert_eq!((s.total_instances, s.submitted_instances, s.completed_instances), (6, 6, 3));
+        assert_eq!(
+            (
+                s.total_instances,
+                s.submitted_instances,
+                s.completed_instances
+            ),
+            (6, 6, 3)
+        );
         assert_eq!(s.resolved_ids, vec!["a"]);
         assert_eq!(s.unresolved_ids, vec!["b"]);
         assert_eq!(s.error_ids, vec!["d", "e"]);
