@@ -26,6 +26,7 @@ pub mod grade;
 pub mod guard;
 pub mod nonfix;
 pub mod logparse;
+pub mod official;
 pub mod provision;
 pub mod orphans;
 
