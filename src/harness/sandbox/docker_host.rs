@@ -158,11 +158,12 @@ pub async fn connect(host: Option<&str>) -> Result<Docker, HarnessError> {
 }
 
 /// Hosts with capacities; [`HostPool::acquire`] hands out a slot on the least busy host with
-/// room, waiting while every host is full.
+/// room (ties in turn, round robin), waiting while every host is full.
 #[derive(Debug)]
 pub struct HostPool {
     hosts: Vec<DockerHost>,
-    busy: Mutex<Vec<usize>>,
+    /// Slots in use per host, and the host whose turn it is among equally busy ones.
+    busy: Mutex<(Vec<usize>, usize)>,
     freed: tokio::sync::Notify,
 }
 
@@ -183,7 +184,7 @@ impl HostSlot {
 impl Drop for HostSlot {
     fn drop(&mut self) {
         if let Ok(mut busy) = self.pool.busy.lock() {
-            busy[self.index] -= 1;
+            busy.0[self.index] -= 1;
         }
         self.pool.freed.notify_waiters();
     }
@@ -195,19 +196,22 @@ impl HostPool {
         (!hosts.is_empty()).then(|| {
             Arc::new(HostPool {
                 hosts: hosts.to_vec(),
-                busy: Mutex::new(vec![0; hosts.len()]),
+                busy: Mutex::new((vec![0; hosts.len()], 0)),
                 freed: tokio::sync::Notify::new(),
             })
         })
     }
 
-    /// The host with room and the fewest busy slots (the first such), taken.
+    /// The host with room and the fewest busy slots (the next in turn among those), taken.
     fn try_take(self: &Arc<Self>) -> Option<HostSlot> {
-        let mut busy = self.busy.lock().ok()?;
-        let index = (0..self.hosts.len())
+        let mut guard = self.busy.lock().ok()?;
+        let (busy, next) = &mut *guard;
+        let n = self.hosts.len();
+        let index = (0..n)
             .filter(|&i| self.hosts[i].capacity.is_none_or(|c| busy[i] < c))
-            .min_by_key(|&i| busy[i])?;
+            .min_by_key(|&i| (busy[i], (i + n - *next) % n))?;
         busy[index] += 1;
+        *next = (index + 1) % n;
         Some(HostSlot {
             pool: self.clone(),
             index,
@@ -229,7 +233,7 @@ impl HostPool {
 
     /// Slots in use per host, in order (for tests and progress).
     pub fn busy(&self) -> Vec<usize> {
-        self.busy.lock().map(|b| b.clone()).unwrap_or_default()
+        self.busy.lock().map(|b| b.0.clone()).unwrap_or_default()
     }
 }
 
@@ -320,5 +324,11 @@ mod tests {
         let slots: Vec<HostSlot> = futures_util::future::join_all((0..4).map(|_| pool.acquire())).await;
         assert_eq!(pool.busy(), [2, 2]);
         drop(slots);
+        // One at a time, hosts take turns.
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            seen.push(pool.acquire().await.url().to_string());
+        }
+        assert_eq!(seen, ["tcp://a:1", "tcp://b:1", "tcp://a:1"]);
     }
 }
