@@ -22,6 +22,8 @@ use std::time::Duration;
 const LAYOUT: &str = r#"set -e
 mkdir -p /opt/miniconda3/bin /opt/miniconda3/envs/testbed/bin
 cat > /opt/miniconda3/bin/activate <<'EOF'
+# Like conda reading ~/.condarc: a file under HOME would steer the activation.
+[ -f "$HOME/.fakecondarc" ] && . "$HOME/.fakecondarc"
 conda() {
   if [ "$1" = activate ] && [ -d "/opt/miniconda3/envs/$2" ]; then
     export CONDA_DEFAULT_ENV="$2" CONDA_PREFIX="/opt/miniconda3/envs/$2"
@@ -113,6 +115,17 @@ async fn swebench_images_run_every_command_in_the_activated_env() {
     let shell = SandboxShell(&sb);
     let out = shell.run(PROBE, Duration::from_secs(60)).await.unwrap();
     sees_testbed(&out.output, &base, "agent shell");
+    // A command plants a config under its HOME (/tmp) for the next activation: the prelude
+    // reads nothing from there, the command keeps its HOME.
+    let out = sb
+        .exec("echo 'echo PLANTED; tbtool() { echo hijacked; }' > $HOME/.fakecondarc", Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, Some(0), "{}", out.output);
+    let out = sb.exec(&format!("{PROBE}; echo home=$HOME"), Duration::from_secs(60)).await.unwrap();
+    sees_testbed(&out.output, &base, "after planting a config");
+    assert!(!out.output.contains("PLANTED") && !out.output.contains("hijacked"), "{}", out.output);
+    assert!(out.output.ends_with("home=/tmp\n"), "{}", out.output);
     // A run that dirties the tree; after a reset the next command is activated again at Base.
     let out = sb
         .exec("echo junk > m.py && touch new.txt && git add -A", Duration::from_secs(60))

@@ -11,8 +11,9 @@
 //! [`ACTIVATED`] as the first bytes of stdout before the command starts. The command cannot
 //! forge a missing marker, so a command whose stdout does not start with it never ran: an
 //! infrastructure failure of the image, never a test verdict (see [`MarkerGate`]).
-//! The harness's own commands (git snapshot, restore, reset) never run the prelude: nothing the
-//! code under test can write (a `~/.condarc` in `/tmp`) reaches them.
+//! The harness's own commands (git snapshot, restore, reset) never run the prelude, and the
+//! prelude itself reads nothing the code under test can write (a `~/.condarc` or Python user site
+//! under the writable HOME `/tmp`, the workdir): see [`ImageConvention::wrap`].
 
 use super::WORKDIR;
 
@@ -20,6 +21,13 @@ use super::WORKDIR;
 pub const SWEBENCH_ACTIVATION: &str = "source /opt/miniconda3/bin/activate && conda activate testbed";
 /// Working directory of SWE-bench Pro images.
 pub const PRO_WORKDIR: &str = "/app";
+/// Before the prelude: nothing a command can write reaches it. Its HOME is a directory that
+/// cannot exist (the root filesystem is read-only), so no `~/.condarc`, `~/.config` or Python
+/// user site from the writable `/tmp`; no `CONDARC`/`XDG_CONFIG_HOME`; run from `/`, not the
+/// writable workdir.
+const PRELUDE_ISOLATION: &str = "__execcritic_home=$HOME; export HOME=/nonexistent-execcritic-home PYTHONNOUSERSITE=1; unset CONDARC XDG_CONFIG_HOME; cd /";
+/// After the prelude: the command's own HOME back.
+const PRELUDE_RESTORE: &str = "export HOME=$__execcritic_home; unset __execcritic_home PYTHONNOUSERSITE";
 /// Printed (stdout) by a wrapped command once its prelude succeeded; stripped from the output.
 pub const ACTIVATED: &str = "\u{1}execcritic-activated\u{1}";
 
@@ -79,15 +87,17 @@ impl ImageConvention {
     }
 
     /// The script that runs `command` under this convention (as `bash -c`'s argument): with an
-    /// activation, the prelude (stdout to stderr, stdin closed; a failure names it and exits
-    /// before the command), then [`ACTIVATED`] on stdout, then the command. Without one, the
-    /// command as it is.
+    /// activation, the prelude (from `/`, with an unwritable HOME, stdout to stderr, stdin
+    /// closed; a failure names it and exits before the command), then HOME and the workdir back,
+    /// [`ACTIVATED`] on stdout, and the command. Without one, the command as it is.
     pub fn wrap(&self, command: &str) -> String {
         match &self.activation {
             None => command.to_string(),
             Some(prelude) => format!(
-                "{{ {prelude}\n}} >&2 </dev/null || {{ echo {msg} >&2; exit 1; }}\nprintf '%s' {marker}\n{command}",
+                "{PRELUDE_ISOLATION}\n{{ {prelude}\n}} >&2 </dev/null || {{ echo {msg} >&2; exit 1; }}\n\
+                 {PRELUDE_RESTORE}; cd {wd} || exit 1\nprintf '%s' {marker}\n{command}",
                 msg = super::shell_quote(&format!("execcritic: the image's activation failed: {prelude}")),
+                wd = super::shell_quote(&self.workdir),
                 marker = super::shell_quote(ACTIVATED),
             ),
         }
@@ -181,9 +191,13 @@ mod tests {
         assert!(!c.is_plain());
         assert_eq!(
             c.wrap("pytest -x"),
-            "{ source /opt/miniconda3/bin/activate && conda activate testbed\n} >&2 </dev/null \
+            "__execcritic_home=$HOME; export HOME=/nonexistent-execcritic-home PYTHONNOUSERSITE=1; \
+             unset CONDARC XDG_CONFIG_HOME; cd /\n\
+             { source /opt/miniconda3/bin/activate && conda activate testbed\n} >&2 </dev/null \
              || { echo 'execcritic: the image'\\''s activation failed: source /opt/miniconda3/bin/activate \
-             && conda activate testbed' >&2; exit 1; }\nprintf '%s' '\u{1}execcritic-activated\u{1}'\npytest -x"
+             && conda activate testbed' >&2; exit 1; }\n\
+             export HOME=$__execcritic_home; unset __execcritic_home PYTHONNOUSERSITE; cd '/testbed' || exit 1\n\
+             printf '%s' '\u{1}execcritic-activated\u{1}'\npytest -x"
         );
     }
 

@@ -4,8 +4,8 @@
 //! environment at `/env` (read-only). When the harness uploads the repository to `/testbed`, its
 //! files are owned by an unprivileged uid ([`SANDBOX_USER`]) and every command runs as that uid;
 //! an image's own `/testbed` (SWE-bench instance images) is root's, so commands run as the
-//! image's root (or the convention's user) — without capabilities — and its git history is sanitised in the container
-//! before the first command (no ref, remote, reflog or object after Base; verified). Commands run via
+//! image's root (or the convention's user) — without capabilities — and its git history is
+//! sanitised in the container before the first command (no ref, remote, reflog or object after Base; verified). Commands run via
 //! `docker exec` under `timeout -s KILL` inside, and on our side the exec's process group is
 //! killed if the daemon does not return in time. No container outlives us: the container's main
 //! process reads its attached stdin, so when this process dies (even by SIGKILL) the connection
