@@ -50,11 +50,13 @@ pub struct EvalArgs {
     pub slots: usize,
     #[arg(long, value_enum, default_value = "local")]
     pub sandbox: SandboxArg,
-    /// With --sandbox docker: a docker host (unix:///path or tcp://host:port) to run sandboxes
-    /// on; repeat to spread instances over several (default: DOCKER_HOST or the local daemon).
-    /// Images are never pulled: a missing one is an error naming it.
+    /// With --sandbox docker: a docker host to run sandboxes on, `URL` or `URL=N` (at most N
+    /// instances at once there); URL is unix:///path, tcp://host:port (TLS with
+    /// DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH), https://host:port or ssh://[user@]host.
+    /// Repeat to spread instances over several (default: DOCKER_HOST or the local daemon).
+    /// Images are never pulled: every missing one is named, per host, before any work.
     #[arg(long = "docker-host")]
-    pub docker_hosts: Vec<String>,
+    pub docker_hosts: Vec<crate::harness::sandbox::docker_host::DockerHost>,
     /// TOML file overriding the budgets (Table 9 defaults; see docs/eval.md).
     #[arg(long)]
     pub config: Option<PathBuf>,

@@ -4,22 +4,30 @@
 //! environment at `/env` (read-only). When the harness uploads the repository to `/testbed`, its
 //! files are owned by an unprivileged uid ([`SANDBOX_USER`]) and every command runs as that uid;
 //! an image's own `/testbed` (SWE-bench instance images) is root's, so commands run as the
-//! image's root — without capabilities — and its git history is sanitised in the container
-//! before the first command (no ref, remote, reflog or object after Base; verified). Commands run via
+//! image's root (or the convention's user) — without capabilities — and its git history is
+//! sanitised in the container before the first command (no ref, remote, reflog or object after Base; verified). Commands run via
 //! `docker exec` under `timeout -s KILL` inside, and on our side the exec's process group is
 //! killed if the daemon does not return in time. No container outlives us: the container's main
 //! process reads its attached stdin, so when this process dies (even by SIGKILL) the connection
 //! closes, the container stops and `auto_remove` deletes it; `Drop` removes it explicitly, a
 //! label-based sweep at start removes leftovers, and `cleanup_all` serves Ctrl-C handlers.
 //!
-//! Which daemon: `DOCKER_HOST` (unix:// or tcp://; bollard's defaults), or a host chosen for one
-//! piece of work with [`on_host`] (`eval --docker-host`, spreading instances over a fleet). Every
-//! container remembers its host, so removal and Ctrl-C cleanup reach the right daemon.
+//! Which daemon: `DOCKER_HOST` (unix://, tcp://, https://, ssh://; TLS per `DOCKER_TLS_VERIFY` and
+//! `DOCKER_CERT_PATH`: see [`super::docker_host`]), or a host chosen for one piece of work with
+//! [`on_host`] (`eval --docker-host`, spreading instances over a fleet). Every container
+//! remembers its host, so removal and Ctrl-C cleanup reach the right daemon.
+//!
+//! How commands run follows the image's [`ImageConvention`] (`SandboxConfig::convention`): its
+//! workdir (`/testbed` by default, `/app` for SWE-bench Pro) is the repository's place and every
+//! command's working directory, its environment is every command's, and its activation prelude
+//! (SWE-bench's conda env) runs before every command of the code under test — never before the
+//! harness's own commands (see [`super::convention`]).
 
 use super::capture::Capture;
+use super::convention::{ImageConvention, MarkerGate};
 use super::{
     reset_command, shell_quote, EnvAccess, ExecOutput, SandboxConfig, SandboxFuture, SandboxLimits,
-    ENV_DIR, WORKDIR,
+    ENV_DIR,
 };
 use crate::harness::error::HarnessError;
 use bollard::query_parameters::{
@@ -43,10 +51,11 @@ const LIFELINE: &str = "execcritic-lifeline";
 /// The unprivileged uid:gid commands run as when the harness uploaded the workspace.
 pub const SANDBOX_USER: &str = "65534:65534";
 
-/// Sanitises the image's own `/testbed` (run once, as the image's user, at creation): only
+/// Sanitises the image's own repository (run once, as the image's user, at creation): only
 /// HEAD's branch at Base, no remote, no reflog, nothing unreachable; then verifies that every
-/// commit in the store is reachable from HEAD. `$1` is the Base commit.
-const SANITIZE_IMAGE_HISTORY: &str = r#"set -e; cd /testbed
+/// commit in the store is reachable from HEAD. `$1` is the Base commit, `$2` the workdir.
+const SANITIZE_IMAGE_HISTORY: &str = r#"set -e; cd "$2"
+export GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1
 test "$(git rev-parse HEAD)" = "$(git rev-parse "$1^{commit}")"
 b=$(git symbolic-ref --short HEAD 2>/dev/null || { git checkout -q -B main; echo main; })
 for r in $(git remote); do git remote remove "$r"; done
@@ -71,7 +80,7 @@ tokio::task_local! {
 }
 
 /// Run `work` with the docker sandboxes it opens on `host` (a `DOCKER_HOST`-style URL:
-/// `unix:///path` or `tcp://host:port`); `None` keeps the default daemon.
+/// `unix://`, `tcp://`, `https://` or `ssh://`); `None` keeps the default daemon.
 pub async fn on_host<F: std::future::Future>(host: Option<String>, work: F) -> F::Output {
     match host {
         Some(h) => HOST.scope(h, work).await,
@@ -94,25 +103,10 @@ pub async fn connect() -> Result<Docker, HarnessError> {
     connect_to(current_host().as_deref()).await
 }
 
-/// Connect to `host` (`None`: `DOCKER_HOST` or the local socket).
+/// Connect to `host` (`None`: `DOCKER_HOST` or the local socket); see [`super::docker_host`]
+/// for the schemes, TLS and ssh.
 pub async fn connect_to(host: Option<&str>) -> Result<Docker, HarnessError> {
-    let what = format!("connecting to the docker daemon {}", host.unwrap_or("(DOCKER_HOST or local)"));
-    let d = match host {
-        None => Docker::connect_with_defaults(),
-        Some(h) if h.starts_with("unix://") => Docker::connect_with_unix(h, 120, bollard::API_DEFAULT_VERSION),
-        Some(h) if h.starts_with("tcp://") || h.starts_with("http://") => {
-            Docker::connect_with_http(h, 120, bollard::API_DEFAULT_VERSION)
-        }
-        Some(h) => {
-            return Err(HarnessError::Docker(format!(
-                "{what}: unsupported docker host {h:?} (unix:// or tcp://; TLS and ssh hosts are not built in)"
-            )))
-        }
-    }
-    .map_err(derr(&what))?;
-    d.negotiate_version()
-        .await
-        .map_err(derr(&format!("docker daemon {} not reachable (is dockerd running?)", host.unwrap_or("(DOCKER_HOST or local)"))))
+    super::docker_host::connect(host).await
 }
 
 /// The images of `images` that the daemon at `host` does not hold locally (nothing is pulled).
@@ -205,6 +199,10 @@ pub struct DockerSandbox {
     sanitize_image_history: bool,
     /// `uid:gid` of every command (`None`: the image's user).
     user: Option<String>,
+    /// How the image expects commands to run (workdir, activation, environment).
+    convention: ImageConvention,
+    /// The convention's environment as `KEY=VALUE` (validated at open).
+    convention_env: Vec<String>,
     counter: AtomicU64,
     /// The task environment, bind-mounted at `/env` (the daemon must be local).
     env: EnvAccess,
@@ -294,8 +292,23 @@ impl DockerSandbox {
         let ws = staging.path().join("testbed");
         std::fs::create_dir_all(&ws).map_err(|e| HarnessError::io(&ws, e))?;
         // Non-root when we own the workspace; the setup sandbox writes the host's /env as root.
-        let user =
-            (populate.is_some() && !config.environment.network()).then(|| SANDBOX_USER.to_string());
+        let user = if populate.is_some() && !config.environment.network() {
+            Some(SANDBOX_USER.to_string())
+        } else if populate.is_none() {
+            config.convention.user.clone()
+        } else {
+            None
+        };
+        let convention_env = config
+            .convention
+            .env_pairs()
+            .map_err(HarnessError::SandboxStart)?;
+        if !config.convention.workdir.starts_with('/') || config.convention.workdir == "/" {
+            return Err(HarnessError::SandboxStart(format!(
+                "the image convention's workdir {:?} is not an absolute directory below /",
+                config.convention.workdir
+            )));
+        }
         let owner = user.clone();
         let (base_commit, repo_tar) = match populate {
             Some(populate) => {
@@ -329,6 +342,8 @@ impl DockerSandbox {
             repo_tar,
             sanitize_image_history: sanitize_history,
             user,
+            convention: config.convention.clone(),
+            convention_env,
             counter: AtomicU64::new(0),
             env: config.environment.clone(),
             _lifeline: tokio::sync::Mutex::new(Vec::new()),
@@ -366,7 +381,7 @@ impl DockerSandbox {
             stdin_once: Some(true),
             attach_stdin: Some(true),
             volumes: Some(HashMap::from([
-                (WORKDIR.to_string(), HashMap::new()),
+                (self.convention.workdir.clone(), HashMap::new()),
                 ("/tmp".to_string(), HashMap::new()),
             ])),
             host_config: Some(HostConfig {
@@ -423,18 +438,21 @@ impl DockerSandbox {
             )
             .await
             .map_err(derr("starting the container"))?;
+        self.check_activation().await?;
         if self.repo_tar.is_empty() {
-            // The image's own /testbed (SWE-bench instance images) is the workspace.
+            // The image's own repository (SWE-bench instance images) is the workspace.
             if self.sanitize_image_history {
                 let cmd = format!(
-                    "bash -c {} sanitize {}",
+                    "bash -c {} sanitize {} {}",
                     shell_quote(SANITIZE_IMAGE_HISTORY),
-                    shell_quote(&self.base_commit)
+                    shell_quote(&self.base_commit),
+                    self.wd()
                 );
                 let out = self.run_as(&cmd, Duration::from_secs(600), None).await?;
                 if !out.success() {
                     return Err(HarnessError::SandboxStart(format!(
-                        "sanitising the history of the image's /testbed failed: {}",
+                        "sanitising the history of the image's {} failed: {}",
+                    self.convention.workdir,
                         out.output.chars().take(2000).collect::<String>()
                     )));
                 }
@@ -442,10 +460,10 @@ impl DockerSandbox {
             return self.snapshot_git().await;
         }
         // As the image's root (without capabilities: it may only touch what it owns): empty the
-        // volumes and open /testbed's top directory to the sandbox user.
+        // volumes and open the workdir's top directory to the sandbox user.
         let prep = self
             .run_as(
-                "find /testbed /tmp -mindepth 1 -delete && chmod 0777 /testbed",
+                &format!("find {wd} /tmp -mindepth 1 -delete && chmod 0777 {wd}", wd = self.wd()),
                 Duration::from_secs(60),
                 None,
             )
@@ -460,7 +478,7 @@ impl DockerSandbox {
             .upload_to_container(
                 &id,
                 Some(UploadToContainerOptions {
-                    path: WORKDIR.into(),
+                    path: self.convention.workdir.clone(),
                     ..Default::default()
                 }),
                 bollard::body_full(self.repo_tar.clone().into()),
@@ -477,7 +495,7 @@ impl DockerSandbox {
         let stage = "/tmp/.execcritic-gitmeta.tar";
         let mk = self
             .run(
-                &format!("cd {WORKDIR} && tar -cf {stage} --exclude=.git/objects .git"),
+                &format!("cd {} && tar -cf {stage} --exclude=.git/objects .git", self.wd()),
                 t,
             )
             .await?;
@@ -506,7 +524,7 @@ impl DockerSandbox {
     async fn object_listing(&self) -> Result<super::git_state::ObjectListing, HarnessError> {
         let out = self
             .run(
-                &format!("cd {WORKDIR} && find .git/objects -type f -printf '%P\\t%s\\t%i\\t%C@\\n'"),
+                &format!("cd {} && find .git/objects -type f -printf '%P\\t%s\\t%i\\t%C@\\n'", self.wd()),
                 Duration::from_secs(120),
             )
             .await?;
@@ -529,7 +547,7 @@ impl DockerSandbox {
         let t = Duration::from_secs(120);
         let rm = self
             .run(
-                &format!("cd {WORKDIR} && find .git -mindepth 1 -maxdepth 1 ! -name objects -exec rm -rf {{}} +"),
+                &format!("cd {} && find .git -mindepth 1 -maxdepth 1 ! -name objects -exec rm -rf {{}} +", self.wd()),
                 t,
             )
             .await?;
@@ -544,7 +562,7 @@ impl DockerSandbox {
                 .map(|p| shell_quote(&format!(".git/objects/{p}")))
                 .collect();
             let out = self
-                .run(&format!("cd {WORKDIR} && rm -f -- {}", files.join(" ")), t)
+                .run(&format!("cd {} && rm -f -- {}", self.wd(), files.join(" ")), t)
                 .await?;
             if !out.success() {
                 return Err(HarnessError::Reset(format!("removing objects: {}", out.output)));
@@ -554,7 +572,7 @@ impl DockerSandbox {
             .upload_to_container(
                 &self.id(),
                 Some(UploadToContainerOptions {
-                    path: WORKDIR.into(),
+                    path: self.convention.workdir.clone(),
                     ..Default::default()
                 }),
                 bollard::body_full(meta.into()),
@@ -584,8 +602,24 @@ impl DockerSandbox {
         self._lifeline.lock().await.clear();
     }
 
+    /// A harness command (never the convention's prelude: see [`super::convention`]).
     async fn run(&self, command: &str, timeout: Duration) -> Result<ExecOutput, HarnessError> {
         self.run_as(command, timeout, self.user.as_deref()).await
+    }
+
+    /// The workdir, shell-quoted.
+    fn wd(&self) -> String {
+        shell_quote(&self.convention.workdir)
+    }
+
+    /// With an activation prelude: run it once so that an image without it fails at open, with
+    /// an infrastructure error naming it.
+    async fn check_activation(&self) -> Result<(), HarnessError> {
+        if self.convention.activation.is_some() {
+            self.run_full("true", Duration::from_secs(120), self.user.as_deref(), None, true)
+                .await?;
+        }
+        Ok(())
     }
 
     /// Run as `user` (`None`: the image's user).
@@ -595,17 +629,29 @@ impl DockerSandbox {
         timeout: Duration,
         user: Option<&str>,
     ) -> Result<ExecOutput, HarnessError> {
-        self.run_full(command, timeout, user, None).await
+        self.run_full(command, timeout, user, None, false).await
     }
 
-    /// Run as `user` with `input` on the command's stdin.
+    /// Run as `user` with `input` on the command's stdin; `convention`: a command of the code
+    /// under test, run under the image's convention (its prelude: a prelude that fails is an
+    /// infrastructure error, the command never ran).
     async fn run_full(
         &self,
         command: &str,
         timeout: Duration,
         user: Option<&str>,
         input: Option<&[u8]>,
+        convention: bool,
     ) -> Result<ExecOutput, HarnessError> {
+        let gated = convention && self.convention.activation.is_some();
+        let wrapped;
+        let command = if gated {
+            wrapped = self.convention.wrap(command);
+            wrapped.as_str()
+        } else {
+            command
+        };
+        let mut gate = MarkerGate::new(gated);
         use bollard::exec::{StartExecOptions, StartExecResults};
         use bollard::models::ExecConfig;
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
@@ -632,7 +678,7 @@ impl DockerSandbox {
                     attach_stdout: Some(true),
                     attach_stderr: Some(true),
                     attach_stdin: Some(input.is_some()),
-                    working_dir: Some(WORKDIR.into()),
+                    working_dir: Some(self.convention.workdir.clone()),
                     env: Some(self.exec_env()),
                     user: user.map(str::to_string),
                     ..Default::default()
@@ -667,6 +713,9 @@ impl DockerSandbox {
             let deadline = tokio::time::Instant::now() + timeout + Duration::from_secs(5);
             loop {
                 match tokio::time::timeout_at(deadline, output.next()).await {
+                    Ok(Some(Ok(bollard::container::LogOutput::StdOut { message }))) => {
+                        capture.push(&gate.stdout(&message))
+                    }
                     Ok(Some(Ok(chunk))) => capture.push(&chunk.into_bytes()),
                     Ok(Some(Err(e))) => {
                         return Err(HarnessError::Docker(format!("reading exec output: {e}")))
@@ -693,7 +742,19 @@ impl DockerSandbox {
             // escaped the process group while forking.
             self.kill_all(&id).await;
         }
+        let (activated, held) = gate.finish();
+        capture.push(&held);
         let (output, truncated) = capture.finish();
+        if !activated {
+            let prelude = self.convention.activation.as_deref().unwrap_or_default();
+            return Err(HarnessError::SandboxStart(format!(
+                "image {}: the activation prelude `{prelude}` failed{}, the command did not run \
+                 (does the image follow this convention?): {}",
+                self.image,
+                if timed_out { " (timed out)" } else { "" },
+                output.chars().take(2000).collect::<String>()
+            )));
+        }
         Ok(ExecOutput {
             exit_code: if timed_out { None } else { code },
             output,
@@ -707,13 +768,16 @@ impl DockerSandbox {
 
 impl DockerSandbox {
     /// Environment of every exec (the task environment's variables included).
+    /// The image convention's variables come first: ours (later ones win) keep git's
+    /// `safe.directory` for the workdir, whoever owns it, without any config file.
     fn exec_env(&self) -> Vec<String> {
-        let mut env: Vec<String> = vec![
+        let mut env: Vec<String> = self.convention_env.clone();
+        env.extend([
             "HOME=/tmp".into(),
             "GIT_CONFIG_COUNT=1".into(),
             "GIT_CONFIG_KEY_0=safe.directory".into(),
             "GIT_CONFIG_VALUE_0=*".into(),
-        ];
+        ]);
         let base_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
         env.extend(
             self.env
@@ -825,7 +889,11 @@ pub const DOCKER_GUARD_DIR: &str = "/tmp/.execcritic-guard";
 
 impl super::Sandbox for DockerSandbox {
     fn exec<'a>(&'a self, command: &'a str, timeout: Duration) -> SandboxFuture<'a, ExecOutput> {
-        Box::pin(self.run(command, timeout))
+        Box::pin(self.run_full(command, timeout, self.user.as_deref(), None, true))
+    }
+
+    fn workdir(&self) -> &str {
+        &self.convention.workdir
     }
 
     fn exec_input<'a>(
@@ -835,7 +903,7 @@ impl super::Sandbox for DockerSandbox {
         input: &'a [u8],
         _ephemeral: bool,
     ) -> SandboxFuture<'a, ExecOutput> {
-        Box::pin(self.run_full(command, timeout, self.user.as_deref(), Some(input)))
+        Box::pin(self.run_full(command, timeout, self.user.as_deref(), Some(input), true))
     }
 
     fn identity(&self) -> String {

@@ -5,7 +5,9 @@
 pub mod allowlist;
 pub mod capture;
 pub mod cgroup;
+pub mod convention;
 pub mod docker;
+pub mod docker_host;
 pub mod git_state;
 pub mod local;
 pub mod uid;
@@ -16,6 +18,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 
+pub use convention::ImageConvention;
 pub use docker::DockerSandbox;
 pub use local::LocalSandbox;
 
@@ -180,6 +183,9 @@ pub struct SandboxConfig {
     pub environment: EnvAccess,
     /// Never use ephemeral runs (see [`Sandbox::exec_ephemeral`]): gates reset with git.
     pub no_ephemeral: bool,
+    /// How the image expects its commands to run (docker only: working directory, activation
+    /// prelude, environment, user); the default is our own images' plain `/testbed`.
+    pub convention: ImageConvention,
 }
 
 /// In-sandbox path of a task's prepared environment (`environment_setup`).

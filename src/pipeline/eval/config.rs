@@ -150,8 +150,9 @@ pub struct EvalConfig {
     pub sandbox: SandboxKind,
     /// Instances in flight at once.
     pub workers: usize,
-    /// Docker hosts the instances are spread over (round robin; empty: `DOCKER_HOST` or local).
-    pub docker_hosts: Vec<String>,
+    /// Docker hosts the instances are spread over (the least busy host with room; a host's
+    /// capacity is never exceeded; empty: `DOCKER_HOST` or local).
+    pub docker_hosts: Vec<crate::harness::sandbox::docker_host::DockerHost>,
 }
 
 impl Default for EvalConfig {

@@ -48,8 +48,9 @@ pub enum EvalError {
     NoInstances,
     #[error("unknown instance {0:?}")]
     UnknownInstance(String),
-    #[error("docker host {host}: images not present locally (never pulled; `docker load` them): {}", images.join(", "))]
-    MissingImages { host: String, images: Vec<String> },
+    /// Every docker host that cannot run the tasks: its missing images, or why it is unreachable.
+    #[error("docker image preflight failed (images are never pulled; `docker load` them): {}", hosts.iter().map(|(h, why)| format!("{h}: {why}")).collect::<Vec<_>>().join("; "))]
+    MissingImages { hosts: Vec<(String, String)> },
     #[error("docker: {0}")]
     Docker(#[from] crate::harness::HarnessError),
 }

@@ -25,6 +25,7 @@ use crate::episode::oracle::selected_oracle_bundle;
 use crate::episode::repair::RepairInputs;
 use crate::harness::provision::docker_image;
 use crate::harness::sandbox::docker::{missing_images, on_host};
+use crate::harness::sandbox::docker_host::{DockerHost, HostPool};
 use crate::harness::{Bundle, FrozenBundle, Prediction, SandboxConfig, SandboxKind};
 use crate::pipeline::jobs::run_each;
 use crate::task::TaskInstance;
@@ -303,19 +304,28 @@ impl Ctx {
     }
 }
 
-/// Fail early, naming them, when a docker host lacks an image the tasks need (nothing is pulled).
-async fn check_images(tasks: &[TaskInstance], hosts: &[String]) -> Result<(), EvalError> {
+/// Fail before any work, in one error naming every host and each image it lacks (or why it
+/// cannot be reached), when a docker host cannot run the tasks (nothing is pulled).
+async fn check_images(tasks: &[TaskInstance], hosts: &[DockerHost]) -> Result<(), EvalError> {
     let mut images: Vec<String> = tasks.iter().map(|t| docker_image(t, &SandboxConfig::default())).collect();
     images.sort();
     images.dedup();
-    let hosts: Vec<Option<&str>> = if hosts.is_empty() { vec![None] } else { hosts.iter().map(|h| Some(h.as_str())).collect() };
-    for host in hosts {
-        let missing = missing_images(host, &images).await?;
-        if !missing.is_empty() {
-            return Err(EvalError::MissingImages { host: host.unwrap_or("(DOCKER_HOST or local)").to_string(), images: missing });
+    let hosts: Vec<Option<&str>> = if hosts.is_empty() { vec![None] } else { hosts.iter().map(|h| Some(h.url.as_str())).collect() };
+    let checks = futures_util::future::join_all(hosts.iter().map(|h| missing_images(*h, &images))).await;
+    let mut problems = Vec::new();
+    for (host, check) in hosts.iter().zip(checks) {
+        let name = host.unwrap_or("(DOCKER_HOST or local)").to_string();
+        match check {
+            Ok(missing) if missing.is_empty() => {}
+            Ok(missing) => problems.push((name, format!("missing {}", missing.join(", ")))),
+            Err(e) => problems.push((name, e.to_string())),
         }
     }
-    Ok(())
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(EvalError::MissingImages { hosts: problems })
+    }
 }
 
 /// Run the evaluation; `on_row` sees each result row as its instance completes.
@@ -336,14 +346,22 @@ pub async fn run_eval(run: EvalRun, on_row: Arc<dyn Fn(&ResultRow) + Send + Sync
     let items: Vec<(usize, (usize, TaskInstance))> = run.tasks.into_iter().enumerate().map(|(i, t)| (i, (i, t))).collect();
     let mut outs: Vec<Option<InstanceOut>> = (0..ids.len()).map(|_| None).collect();
     let c = ctx.clone();
+    let pool = HostPool::new(&ctx.config.docker_hosts);
     run_each(
         items,
         ctx.config.workers,
-        move |(i, task): (usize, TaskInstance)| {
+        move |(_, task): (usize, TaskInstance)| {
             let c = c.clone();
-            let hosts = &c.config.docker_hosts;
-            let host = (!hosts.is_empty()).then(|| hosts[i % hosts.len()].clone());
-            async move { on_host(host, c.run_instance(&task)).await.map_err(|e| e.to_string()) }
+            let pool = pool.clone();
+            async move {
+                // A slot on the least busy host with room, held for the whole instance.
+                let slot = match &pool {
+                    Some(p) => Some(p.acquire().await),
+                    None => None,
+                };
+                let host = slot.as_ref().map(|s| s.url().to_string());
+                on_host(host, c.run_instance(&task)).await.map_err(|e| e.to_string())
+            }
         },
         |i, r| {
             let out = match r {
