@@ -288,3 +288,11 @@ fn sources_are_kept_for_the_grader() {
     assert_eq!(p.repo_language.as_deref(), Some("go"));
     assert_eq!(pro::PRO_OUTPUT_PATH, "/workspace/output.json");
 }
+
+#[test]
+fn format_fields_are_known_fields() {
+    use execcritic::task::instance::KNOWN_FIELDS;
+    for f in official::PRO_FIELDS.iter().chain(official::SWEBENCH5_FIELDS) {
+        assert!(KNOWN_FIELDS.contains(f), "{f} missing from KNOWN_FIELDS");
+    }
+}
