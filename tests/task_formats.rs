@@ -102,6 +102,7 @@ fn swebench5_rows_keep_their_own_script() {
     assert_eq!(o.eval_script, expected("astropy__astropy-12907.run.sh"));
     assert_eq!(o.log_parser, "parse_log_pytest");
     assert_eq!(o.eval_type, EvalType::FailOnly);
+    assert_eq!(o.activation, Activation::Conda { env: "testbed".into() });
     assert_eq!(o.image, "docker.io/swebench/sweb.eval.x86_64.astropy_1776_astropy-12907:v2");
     assert_eq!(t.image, o.image);
     assert_eq!(o.image_assets, Some(v["image_assets"].clone()));
@@ -110,8 +111,12 @@ fn swebench5_rows_keep_their_own_script() {
     let mut unknown = v;
     unknown["repo"] = json!("acme/widget");
     unknown["version"] = json!("0.1");
+    unknown["eval_script"] = json!("#!/bin/bash\nset -uxo pipefail\ncd /testbed\n: '>>>>> Start Test Output'\nnpx jest\n: '>>>>> End Test Output'\n");
     let t = TaskInstance::from_json(unknown, None).unwrap();
-    assert_eq!(t.official.unwrap().test_cmd, None);
+    let o = t.official.unwrap();
+    assert_eq!(o.test_cmd, None);
+    assert_eq!(o.activation, Activation::None);
+    assert!(o.eval_script.ends_with("npx jest\nSWEBENCH_TEST_EXIT_CODE=$?\n: '>>>>> End Test Output'\necho \">>>>> Test Exit Code: $SWEBENCH_TEST_EXIT_CODE\"\n"));
 }
 
 #[test]

@@ -70,6 +70,9 @@ pub enum Activation {
     Conda { env: String },
     /// `export ...` lines, one per Dockerfile `ENV` line (Pro images).
     Exports { lines: Vec<String> },
+    /// Nothing to activate (a 5.x row whose script activates no conda environment, e.g.
+    /// a non-Python repository).
+    None,
 }
 
 impl Activation {
@@ -80,6 +83,7 @@ impl Activation {
                 format!("source /opt/miniconda3/bin/activate\nconda activate {env}\n")
             }
             Activation::Exports { lines } => lines.iter().map(|l| format!("{l}\n")).collect(),
+            Activation::None => String::new(),
         }
     }
 }
@@ -284,7 +288,7 @@ fn swebench5(row: &Row) -> Result<OfficialSpec, TaskError> {
         family: Family::Swebench5,
         image,
         workdir: swebench::TESTBED.into(),
-        activation: conda(),
+        activation: script_activation(&eval_script),
         eval_script: swebench::run_form(&eval_script),
         log_parser,
         eval_type,
@@ -380,6 +384,17 @@ fn pro(row: &Row) -> Result<OfficialSpec, TaskError> {
         test_cmd: Some(format!("bash {}", pro::PRO_RUN_SCRIPT_PATH)),
         source: Source::Pro(pro_row),
     })
+}
+
+/// The conda environment a 5.x script activates (its first `conda activate <env>` line).
+fn script_activation(eval_script: &str) -> Activation {
+    eval_script
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("conda activate "))
+        .map(|env| Activation::Conda {
+            env: env.trim().to_string(),
+        })
+        .unwrap_or(Activation::None)
 }
 
 fn conda() -> Activation {
