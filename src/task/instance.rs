@@ -1,6 +1,8 @@
 //! One task instance: the SWE-bench schema plus this project's extensions (`repo_path`,
 //! `environment_setup`, `test_cmd`, `runner`, `image`, `candidates`), parsed field by field so
-//! that every unknown or malformed field is reported with the instance and field name.
+//! that every unknown or malformed field is reported with the instance and field name. Rows in
+//! a published SWE-bench format (swebench 4.x, 5.x, SWE-bench Pro) also get their official
+//! evaluation, [`OfficialSpec`] (see [`super::official`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,6 +12,7 @@ use serde_json::{Map, Value};
 
 use super::error::TaskError;
 use super::git;
+use super::official::{self, OfficialSpec};
 
 /// How the repository's tests are run and their output parsed.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -105,6 +108,10 @@ pub struct TaskInstance {
     pub runner: Runner,
     pub image: String,
     pub candidates: Vec<Candidate>,
+    /// The official evaluation of a row in a published SWE-bench format (`None` for other
+    /// rows). Its source fields are written back by [`TaskInstance::to_json`].
+    #[serde(skip)]
+    pub official: Option<OfficialSpec>,
     /// Top-level fields this crate does not know (SWE-rebench's `meta`, `install_config`,
     /// `license_name`, …): kept as given, written back by [`TaskInstance::to_json`], and
     /// otherwise ignored.
@@ -134,6 +141,22 @@ pub const KNOWN_FIELDS: &[&str] = &[
     "runner",
     "image",
     "candidates",
+    // swebench 5.x (super::official::SWEBENCH5_FIELDS)
+    "eval_script",
+    "log_parser",
+    "eval_type",
+    "image_assets",
+    // SWE-bench Pro (super::official::PRO_FIELDS)
+    "fail_to_pass",
+    "pass_to_pass",
+    "before_repo_set_cmd",
+    "selected_test_files_to_run",
+    "dockerhub_tag",
+    "repo_language",
+    "run_script",
+    "parser_script",
+    "base_dockerfile",
+    "instance_dockerfile",
 ];
 
 /// The SWE-bench image name rule: `swebench/sweb.eval.x86_64.<id, "__" → "_1776_">:latest`
@@ -195,6 +218,17 @@ impl TaskInstance {
                 _ => p,
             }
         });
+        let test_patch = f.required_string("test_patch")?;
+        let version = f.optional_string_or_number("version")?;
+        let official = official::from_row(&official::Row {
+            id: &id,
+            obj: &obj,
+            repo: &repo,
+            base_commit: &base_commit,
+            test_patch: &test_patch,
+            version: version.as_deref(),
+            base_dir,
+        })?;
         let runner = match f.optional_string("runner")? {
             Some(s) => Runner::parse(&s).ok_or_else(|| {
                 TaskError::field(
@@ -203,7 +237,10 @@ impl TaskInstance {
                     format!("`{s}` is not one of pytest, django, sympy"),
                 )
             })?,
-            None => infer_runner(&repo, repo_path.as_deref(), &base_commit),
+            None => match &official {
+                Some(spec) => spec.runner(),
+                None => infer_runner(&repo, repo_path.as_deref(), &base_commit),
+            },
         };
         let test_cmd = match f.optional_string("test_cmd")? {
             Some(cmd) if cmd.trim().is_empty() => {
@@ -212,20 +249,22 @@ impl TaskInstance {
             Some(cmd) => cmd,
             None => runner.default_test_cmd().to_string(),
         };
-        let image = f
-            .optional_string("image")?
-            .unwrap_or_else(|| default_image(&id));
+        let image = match (f.optional_string("image")?, &official) {
+            (Some(image), _) => image,
+            (None, Some(spec)) => spec.image.clone(),
+            (None, None) => default_image(&id),
+        };
         Ok(TaskInstance {
             repo,
             base_commit,
             patch: f.required_string("patch")?,
-            test_patch: f.required_string("test_patch")?,
+            test_patch,
             problem_statement: f.required_string("problem_statement")?,
             hints_text: f.optional_string("hints_text")?.unwrap_or_default(),
             created_at: f.optional_string("created_at")?,
-            version: f.optional_string_or_number("version")?,
-            fail_to_pass: f.test_list("FAIL_TO_PASS")?,
-            pass_to_pass: f.test_list("PASS_TO_PASS")?,
+            version,
+            fail_to_pass: f.test_list_of_either("FAIL_TO_PASS", "fail_to_pass")?,
+            pass_to_pass: f.test_list_of_either("PASS_TO_PASS", "pass_to_pass")?,
             environment_setup_commit: f.optional_string("environment_setup_commit")?,
             difficulty: f.optional_string("difficulty")?,
             repo_path,
@@ -234,6 +273,7 @@ impl TaskInstance {
             runner,
             image,
             candidates: f.candidates()?,
+            official,
             extra,
             instance_id: id,
         })
@@ -242,13 +282,17 @@ impl TaskInstance {
     /// The record as SWE-bench-style JSON (the same schema [`TaskInstance::from_json`] reads).
     /// Fails only for a `repo_path` that is not valid UTF-8 (JSON cannot hold it).
     pub fn to_json(&self) -> Result<Value, TaskError> {
-        serde_json::to_value(self).map_err(|e| {
+        let mut value = serde_json::to_value(self).map_err(|e| {
             TaskError::field(
                 &self.instance_id,
                 "repo_path",
                 format!("cannot be written as JSON: {e}"),
             )
-        })
+        })?;
+        if let (Some(spec), Value::Object(obj)) = (&self.official, &mut value) {
+            spec.write_fields(obj);
+        }
+        Ok(value)
     }
 }
 
@@ -313,6 +357,22 @@ impl Fields<'_> {
         }
     }
 
+    /// A list of test ids from `upper` (SWE-bench) or `lower` (SWE-bench Pro, whose strings
+    /// are Python list literals); both at once is an error.
+    fn test_list_of_either(&self, upper: &str, lower: &str) -> Result<Vec<String>, TaskError> {
+        match (self.obj.get(upper), self.obj.get(lower)) {
+            (Some(_), Some(_)) => Err(self.err(
+                lower,
+                format!("given together with `{upper}`: ambiguous test list"),
+            )),
+            (None, Some(Value::String(s))) => super::official::pylist::parse_string_list(s)
+                .map_err(|m| self.err(lower, m))
+                .and_then(|items| self.test_ids(lower, items.into_iter().map(Value::String).collect())),
+            (None, Some(_)) => self.test_list(lower),
+            _ => self.test_list(upper),
+        }
+    }
+
     /// A list of test ids, given as a JSON list or as a JSON-encoded string of a list.
     fn test_list(&self, field: &str) -> Result<Vec<String>, TaskError> {
         let value = match self.obj.get(field) {
@@ -331,6 +391,10 @@ impl Fields<'_> {
                 format!("expected a list of test ids, got {}", kind(&value)),
             ));
         };
+        self.test_ids(field, items)
+    }
+
+    fn test_ids(&self, field: &str, items: Vec<Value>) -> Result<Vec<String>, TaskError> {
         items
             .into_iter()
             .enumerate()

@@ -207,6 +207,7 @@ impl<'a> ProjectBuilder<'a> {
                 .clone()
                 .unwrap_or_else(|| default_image(&task.id)),
             candidates,
+            official: None,
             extra: Default::default(),
         }
     }
