@@ -403,6 +403,7 @@ fn grade_error(t: &TaskInstance, kind: String) -> GradeResult {
         completion: None,
         forbidden: None,
         tampered: None,
+        official: None,
     }
 }
 
@@ -453,16 +454,24 @@ pub fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
         panicked: &panicked,
     };
     let jobs = Arc::new(jobs);
+    let logs = a.out.join("logs");
+    let logs_for_jobs = logs.clone();
     let rows = match run_batch(batch, a.workers, move |i| {
         let (t, patch) = jobs[i].clone();
+        let logs = logs_for_jobs.clone();
         async move {
-            let r = match patch {
+            let mut r = match patch {
                 None => grade_error(&t, "no_prediction".into()),
                 Some(p) => match harness::grade(&t, &p, kind).await {
                     Ok(r) => r,
                     Err(e) => grade_error(&t, format!("infra: {e}")),
                 },
             };
+            if let Some(rec) = &r.official {
+                if let Err(e) = write_official_logs(&logs.join(&t.instance_id), rec) {
+                    r = grade_error(&t, format!("infra: writing the official logs: {e}"));
+                }
+            }
             serde_json::to_value(r).unwrap_or_default()
         }
     })? {
@@ -479,5 +488,58 @@ pub fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
         tasks.len(),
         path.display()
     );
+    if tasks.iter().any(|t| t.official.is_some()) {
+        let summary = a.out.join("swebench_summary.json");
+        write_official_summary(&tasks, &by_id, &logs, &summary)?;
+        println!(
+            "swebench's own view: per-instance test_output.txt and report.json under {}, run summary {}",
+            logs.display(),
+            summary.display()
+        );
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `test_output.txt` and `report.json` of one published instance, as swebench lays them out
+/// (`report.json` only where swebench writes one).
+fn write_official_logs(
+    dir: &std::path::Path,
+    rec: &harness::official::evaluate::OfficialRecord,
+) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("test_output.txt"), &rec.test_output)?;
+    if let Some(report) = &rec.report_json {
+        std::fs::write(dir.join("report.json"), report)?;
+    }
+    Ok(())
+}
+
+/// swebench's run summary (`make_run_report`, without a docker client) from the logs written.
+fn write_official_summary(
+    tasks: &[TaskInstance],
+    predictions: &std::collections::BTreeMap<String, harness::Prediction>,
+    logs: &std::path::Path,
+    out: &std::path::Path,
+) -> anyhow::Result<()> {
+    use harness::official::report::{python_json, run_summary, RunInputs, StoredReport};
+    let mut inputs = RunInputs {
+        dataset: tasks.iter().map(|t| t.instance_id.clone()).collect(),
+        ..RunInputs::default()
+    };
+    for (id, p) in predictions {
+        inputs.predictions.insert(id.clone(), p.model_patch.clone());
+        let dir = logs.join(id);
+        if let Ok(text) = std::fs::read_to_string(dir.join("report.json")) {
+            inputs.reports.insert(id.clone(), StoredReport::read(&text, id));
+        }
+        if let Ok(text) = std::fs::read_to_string(dir.join("test_output.txt")) {
+            if let Some((reason, tier)) = harness::official::infra::classify_text(&text) {
+                inputs.classifications.insert(id.clone(), (reason.to_string(), tier));
+            }
+        }
+    }
+    let mut text = python_json(&run_summary(&inputs))?;
+    text.push('\n');
+    std::fs::write(out, text)?;
+    Ok(())
 }

@@ -59,6 +59,10 @@ pub struct GradeResult {
     /// `harness::guard`): not resolved, reward 0, whatever the tests reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tampered: Option<Vec<String>>,
+    /// Set for a published benchmark instance (`task.official`): swebench's own report and
+    /// the eval script's output (see `harness::official::evaluate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub official: Option<super::official::evaluate::OfficialRecord>,
 }
 
 /// Read predictions from a JSON list or JSONL file.
@@ -116,6 +120,7 @@ fn error(task: &TaskInstance, kind: &str) -> GradeResult {
         completion: None,
         forbidden: None,
         tampered: None,
+        official: None,
     }
 }
 
@@ -173,12 +178,16 @@ async fn reset_to_base(sb: &dyn Sandbox, paths: &[String]) -> Result<(), Harness
     Ok(())
 }
 
-/// Grade one model patch.
+/// Grade one model patch. A published benchmark instance (`task.official`) is graded the
+/// benchmark's way instead: see `harness::official::evaluate`.
 pub async fn grade(
     task: &TaskInstance,
     model_patch: &str,
     kind: SandboxKind,
 ) -> Result<GradeResult, HarnessError> {
+    if let Some(spec) = &task.official {
+        return super::official::evaluate::evaluate(task, spec, model_patch, kind).await;
+    }
     let files = match parse_patch(&task.test_patch) {
         Ok(f) => f,
         Err(_) => return Ok(error(task, "test_patch_unparseable")),
@@ -287,6 +296,7 @@ pub async fn grade(
         completion: done,
         forbidden: None,
         tampered: None,
+        official: None,
     })
 }
 

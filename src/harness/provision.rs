@@ -15,7 +15,7 @@ use super::error::HarnessError;
 use super::execute::bound_tail;
 use super::sandbox::docker::{DockerSandbox, Populate as DockerPopulate};
 use super::sandbox::local::LocalSandbox;
-use super::sandbox::{EnvAccess, Purpose, Sandbox, SandboxConfig, SandboxKind};
+use super::sandbox::{EnvAccess, ImageConvention, Purpose, Sandbox, SandboxConfig, SandboxKind};
 use crate::task::{EnvironmentSetup, TaskInstance};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,7 +29,34 @@ pub async fn open_sandbox(
     task: &TaskInstance,
     purpose: Purpose,
 ) -> Result<Box<dyn Sandbox>, HarnessError> {
-    open_sandbox_with(kind, task, purpose, &SandboxConfig::default()).await
+    let config = SandboxConfig {
+        convention: convention_for(task),
+        ..SandboxConfig::default()
+    };
+    open_sandbox_with(kind, task, purpose, &config).await
+}
+
+/// The image convention a task's published format asks for: SWE-bench images activate their
+/// conda env in `/testbed`, Pro images export their Dockerfiles' ENV lines in `/app`; our own
+/// tasks keep the plain convention.
+pub fn convention_for(task: &TaskInstance) -> ImageConvention {
+    use crate::task::official::Activation;
+    let Some(spec) = &task.official else {
+        return ImageConvention::default();
+    };
+    let activation = match &spec.activation {
+        Activation::Conda { env } => Some(format!(
+            "source /opt/miniconda3/bin/activate && conda activate {}",
+            super::sandbox::shell_quote(env)
+        )),
+        Activation::Exports { lines } if !lines.is_empty() => Some(lines.join("\n")),
+        _ => None,
+    };
+    ImageConvention {
+        workdir: spec.workdir.clone(),
+        activation,
+        ..ImageConvention::default()
+    }
 }
 
 /// Open a sandbox with explicit options. A task with `environment_setup` gets its prepared

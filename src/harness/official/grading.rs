@@ -279,9 +279,37 @@ fn locate_section(content: &str) -> Result<(&str, usize), InfraFailure> {
     Ok((&content[body..end], end))
 }
 
-/// The sole exit-status record, which must follow the end marker.
+/// The sole exit-status record, which must follow the end marker. The record is a line the
+/// eval script printed; a bash `set -x` trace of the command that prints it
+/// (`+ echo '>>>>> Test Exit Code: 0'`: every swebench 5.x script runs with `-x`) is the shell
+/// showing the command, not a record, and is skipped. Any other line holding the marker counts,
+/// so a second one (printed by the code under test, even after the run) is refused.
 fn recorded_exit_code(content: &str, end: usize) -> Result<i64, InfraFailure> {
-    let at = sole(content, TEST_EXIT_CODE, InfraKind::MissingExitCode)?;
+    let mut records = Vec::new();
+    let mut offset = 0;
+    for line in content.split_inclusive('\n') {
+        if let Some(i) = line.find(TEST_EXIT_CODE) {
+            if !line.starts_with('+') {
+                records.push(offset + i);
+            }
+        }
+        offset += line.len();
+    }
+    let at = match records.as_slice() {
+        [] => {
+            return Err(InfraFailure::new(
+                InfraKind::MissingExitCode,
+                format!("no `{TEST_EXIT_CODE}`"),
+            ))
+        }
+        [at] => *at,
+        _ => {
+            return Err(InfraFailure::new(
+                InfraKind::RepeatedMarker,
+                format!("`{TEST_EXIT_CODE}` occurs more than once"),
+            ))
+        }
+    };
     if at < end {
         return Err(InfraFailure::new(
             InfraKind::MisorderedMarkers,
@@ -520,6 +548,24 @@ mod tests {
             read_test_output("nope", &ok).err().map(|e| e.kind),
             Some(InfraKind::UnknownParser)
         );
+    }
+
+    #[test]
+    fn a_real_5x_log_with_its_set_x_trace_is_read() {
+        // What every swebench 5.x script prints under `set -uxo pipefail`: the markers as trace
+        // lines, the exit-code record twice — traced, then printed.
+        let real = "+ : '>>>>> Start Test Output'\n+ pytest -rA t.py\nPASSED t.py::a\n\
+                    + SWEBENCH_TEST_EXIT_CODE=0\n+ : '>>>>> End Test Output'\n\
+                    + echo '>>>>> Test Exit Code: 0'\n+ git checkout abc t.py\n\
+                    >>>>> Test Exit Code: 0\nUpdated 1 path\n";
+        let run = read_test_output(PYTEST, real).expect("a real log reads");
+        assert_eq!(run.exit_code, 0);
+        assert_eq!(run.status_map.get("t.py::a").map(|s| s.as_str()), Some("PASSED"));
+        // A second printed record (the code under test, even after the run) is still refused,
+        // and a trace line alone is no record.
+        assert_eq!(kind(&format!("{real}>>>>> Test Exit Code: 0\n")), Some(InfraKind::RepeatedMarker));
+        let traced_only = real.replace("\n>>>>> Test Exit Code: 0\n", "\n");
+        assert_eq!(kind(&traced_only), Some(InfraKind::MissingExitCode));
     }
 
     #[test]

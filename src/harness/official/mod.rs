@@ -14,6 +14,7 @@
 //! Python text semantics the replica depends on (whitespace set, `str.split()`) live in
 //! [`pytext`]; the ordered status map and the status strings in [`status`].
 
+pub mod evaluate;
 pub mod grading;
 pub mod infra;
 pub mod parsers;

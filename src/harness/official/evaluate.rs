@@ -1,0 +1,250 @@
+//! Official evaluation of one prediction on a published SWE-bench (4.x or 5.x row) or SWE-bench
+//! Pro instance, the way the benchmark's own harness does it, in the instance's image with its
+//! conventions (conda activation or exported ENV, `/testbed` or `/app`: see
+//! `sandbox::convention`):
+//!
+//! 1. the model patch goes through our one patch parser and the tamper screen (a forbidden
+//!    test-framework change is a behavioural verdict, never run), then is applied at Base;
+//! 2. the instance's files (Pro: run script, parser) are placed and the dataset's eval script
+//!    runs as it is: test files reset to Base, test patch applied, the test command between the
+//!    `>>>>> Start/End Test Output` markers, its exit code recorded;
+//! 3. its output is `test_output.txt`; swebench's own reading of it (named log parser, tests
+//!    report, resolution) gives `report.json`, byte for byte what `swebench.harness` writes;
+//! 4. our verdict is fail-closed on top: a log that swebench would grade but that has no or
+//!    misplaced markers, no exit code, or an exit code its report contradicts
+//!    ([`read_test_output`]) is an infrastructure failure (`error_kind`), never RESOLVED.
+//!
+//! The runtime guard and canaries of our own grading (see `harness::grade`) do not run here:
+//! the dataset's script is the command, so the grade is the benchmark's, with the fail-closed
+//! reading as the only addition.
+
+use super::grading::{eval_tests_report, read_test_output, resolution_status, EvalType};
+use super::report::{eval_report, GradingSpec};
+use super::status::{OfficialStatus, StatusMap};
+use crate::harness::diff::parse_patch;
+use crate::harness::error::HarnessError;
+use crate::harness::execute::{apply_patch, ApplyOutcome};
+use crate::harness::grade::{GradeResult, GRADE_TIMEOUT};
+use crate::harness::provision::open_sandbox;
+use crate::harness::sandbox::{shell_quote, Purpose, Sandbox, SandboxKind, HANDOFF_DIR};
+use crate::harness::tamper::screen_candidate_in;
+use crate::task::official::{self as formats, OfficialSpec};
+use crate::task::TaskInstance;
+use std::collections::BTreeMap;
+
+/// The parser name of a Pro row: the instance's own `parser.py` wrote [`formats::pro::PRO_OUTPUT_PATH`].
+const PRO_PARSER: &str = "pro_parser_py";
+
+/// What an official evaluation leaves for the run's log directory.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OfficialRecord {
+    /// `report.json` exactly as swebench writes it (`None`: swebench writes none, e.g. its
+    /// parser raised, or the model patch was refused before running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report_json: Option<String>,
+    /// swebench's resolution (`RESOLVED_FULL`, `RESOLVED_PARTIAL`, `RESOLVED_NO`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<String>,
+    /// The eval script's whole output (`test_output.txt`); not kept in result lines.
+    #[serde(skip)]
+    pub test_output: String,
+}
+
+fn swebench_eval_type(t: formats::EvalType) -> EvalType {
+    match t {
+        formats::EvalType::PassAndFail => EvalType::PassAndFail,
+        formats::EvalType::FailOnly => EvalType::FailOnly,
+    }
+}
+
+fn result(task: &TaskInstance) -> GradeResult {
+    GradeResult {
+        instance_id: task.instance_id.clone(),
+        resolved: false,
+        tests: BTreeMap::new(),
+        error_kind: None,
+        completion: None,
+        forbidden: None,
+        tampered: None,
+        official: None,
+    }
+}
+
+fn not_gradable(task: &TaskInstance, kind: String) -> GradeResult {
+    GradeResult {
+        error_kind: Some(kind),
+        ..result(task)
+    }
+}
+
+/// Grade `model_patch` on `task` (which carries `spec`) the official way; see the module doc.
+pub async fn evaluate(
+    task: &TaskInstance,
+    spec: &OfficialSpec,
+    model_patch: &str,
+    kind: SandboxKind,
+) -> Result<GradeResult, HarnessError> {
+    if kind != SandboxKind::Docker {
+        // The instance's environment lives in its image: no other sandbox has it.
+        return Ok(not_gradable(task, "official_needs_docker".into()));
+    }
+    let sb = open_sandbox(kind, task, Purpose::Grading).await?;
+    let sb = sb.as_ref();
+    sb.reset().await?;
+    if !model_patch.trim().is_empty() {
+        let Ok(files) = parse_patch(model_patch) else {
+            return Ok(not_gradable(task, "patch_apply_failed".into()));
+        };
+        if let Err(t) = screen_candidate_in(sb, &files).await? {
+            return Ok(GradeResult {
+                forbidden: Some(t.class.code().to_string()),
+                ..result(task)
+            });
+        }
+        if let ApplyOutcome::Failed { .. } = apply_patch(sb, model_patch, "model").await? {
+            return Ok(not_gradable(task, "patch_apply_failed".into()));
+        }
+    }
+    let test_output = run_eval_script(sb, spec).await?;
+    judge(task, spec, Some(model_patch), test_output, sb).await
+}
+
+/// Place the instance's files and run its eval script; returns the whole output.
+async fn run_eval_script(sb: &dyn Sandbox, spec: &OfficialSpec) -> Result<String, HarnessError> {
+    for f in &spec.files {
+        sb.put_file(&f.path, f.content.as_bytes()).await?;
+    }
+    let script = format!("{HANDOFF_DIR}/eval.sh");
+    sb.put_file(&script, spec.eval_script.as_bytes()).await?;
+    let out = sb
+        // One stream: the order of the markers, the trace and the exit-code record is the
+        // order the script wrote them (two pipes merged by docker keep no order between them).
+        .exec(&format!("bash {} 2>&1", shell_quote(&script)), GRADE_TIMEOUT)
+        .await?;
+    if out.timed_out {
+        // As swebench's harness records it: the run-level marker voids the run.
+        return Ok(format!("{}\n>>>>> Tests Timed Out\n", out.output));
+    }
+    if out.truncated {
+        if let Some(path) = &out.log_path {
+            return std::fs::read_to_string(path).map_err(|e| HarnessError::io(path, e));
+        }
+        return Err(HarnessError::Other(
+            "the eval script's output was truncated and no full log was kept".into(),
+        ));
+    }
+    Ok(out.output)
+}
+
+/// swebench's report of `test_output` and our fail-closed verdict on it.
+async fn judge(
+    task: &TaskInstance,
+    spec: &OfficialSpec,
+    model_patch: Option<&str>,
+    test_output: String,
+    sb: &dyn Sandbox,
+) -> Result<GradeResult, HarnessError> {
+    let text = super::pytext::python_newlines(&test_output).into_owned();
+    let eval_type = swebench_eval_type(spec.eval_type);
+    let mut record = OfficialRecord {
+        test_output: test_output.clone(),
+        ..OfficialRecord::default()
+    };
+    let (status_map, official_resolved) = if spec.log_parser == PRO_PARSER {
+        // The instance's parser.py wrote its own JSON report; every judged test must be PASSED.
+        let json = sb
+            .exec(
+                &format!("cat {}", shell_quote(formats::pro::PRO_OUTPUT_PATH)),
+                std::time::Duration::from_secs(60),
+            )
+            .await?;
+        match pro_statuses(&json.output) {
+            Some(map) if json.success() => (map, None),
+            _ => return Ok(not_gradable(task, "official_infra:no_parser_output".into())),
+        }
+    } else {
+        let grading = GradingSpec {
+            parser: &spec.log_parser,
+            fail_to_pass: &task.fail_to_pass,
+            pass_to_pass: &task.pass_to_pass,
+            eval_type,
+        };
+        match eval_report(&task.instance_id, model_patch, &grading, &text, true) {
+            Ok(report) => {
+                record.report_json = super::report::python_json(&report).ok();
+                record.resolution = report.resolution.map(|r| r.as_str().to_string());
+                let resolved = report.report.resolved;
+                match read_test_output(&spec.log_parser, &text) {
+                    Ok(run) => (run.status_map, Some(resolved)),
+                    Err(infra) => {
+                        return Ok(GradeResult {
+                            official: Some(record),
+                            ..not_gradable(task, format!(
+                                    "official_infra:{}",
+                                    serde_json::to_value(infra.kind)
+                                        .ok()
+                                        .and_then(|v| v.as_str().map(str::to_string))
+                                        .unwrap_or_default()
+                                ))
+                        })
+                    }
+                }
+            }
+            Err(e) => {
+                return Ok(GradeResult {
+                    official: Some(record),
+                    ..not_gradable(task, format!("official_parser:{e}"))
+                })
+            }
+        }
+    };
+    let report = eval_tests_report(&task.fail_to_pass, &task.pass_to_pass, &status_map, eval_type);
+    let ours = resolution_status(&report).as_str() == "RESOLVED_FULL";
+    if task.fail_to_pass.is_empty() && task.pass_to_pass.is_empty() {
+        return Ok(not_gradable(task, "no_f2p_p2p_tests".into()));
+    }
+    let mut tests = BTreeMap::new();
+    for id in task.fail_to_pass.iter().chain(&task.pass_to_pass) {
+        let st = status_map
+            .get(id)
+            .map_or("MISSING".to_string(), |s| s.as_str().to_string());
+        tests.insert(id.clone(), st);
+    }
+    // Our reading of the marked section alone must agree with swebench's reading of the whole
+    // log; where it does not (a PASSED line outside the markers, say), nothing is resolved.
+    let disagree = official_resolved.is_some_and(|r| r != ours);
+    Ok(GradeResult {
+        resolved: ours && !disagree,
+        tests,
+        completion: disagree.then(|| "official_reading_disagrees".to_string()),
+        official: Some(record),
+        ..result(task)
+    })
+}
+
+/// The statuses in a Pro `output.json` (`{"tests": [{"name": …, "status": …}, …]}`).
+fn pro_statuses(json: &str) -> Option<StatusMap> {
+    let v: serde_json::Value = serde_json::from_str(json.trim()).ok()?;
+    let mut map = StatusMap::default();
+    for t in v.get("tests")?.as_array()? {
+        let name = t.get("name")?.as_str()?;
+        let status = t.get("status")?.as_str()?;
+        map.insert(name, OfficialStatus::from_token(status));
+    }
+    Some(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pro_statuses;
+
+    #[test]
+    fn pro_output_json_is_read_and_malformed_is_none() {
+        let m = pro_statuses(r#"{"tests": [{"name": "a", "status": "PASSED"}, {"name": "b", "status": "FAILED"}]}"#)
+            .unwrap();
+        assert_eq!(m.get("a").unwrap().as_str(), "PASSED");
+        assert_eq!(m.get("b").unwrap().as_str(), "FAILED");
+        assert!(pro_statuses("not json").is_none());
+        assert!(pro_statuses(r#"{"tests": [{"name": 1}]}"#).is_none());
+    }
+}

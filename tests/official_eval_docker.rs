@@ -1,0 +1,188 @@
+//! Official evaluation end to end against a real docker daemon (skipped, saying why, without
+//! one): a swebench 5.x row whose image has the SWE-bench layout (a conda-like activation whose
+//! `testbed` env is the only place `pytest` is found, the repository in `/testbed`) and whose
+//! own `eval_script` and `log_parser` grade it. Gold resolves, a wrong and an empty patch do
+//! not, a test-framework patch is refused unrun, the local sandbox says it cannot, and the
+//! `grade` command writes swebench's `test_output.txt`, `report.json` and run summary — the
+//! report equal to what swebench 5.0.2 itself computes from the same output (when installed).
+
+mod harness_support;
+
+use execcritic::harness::{self, SandboxKind};
+use execcritic::task::TaskInstance;
+use harness_support::*;
+use std::process::Command;
+
+/// The SWE-bench layout on top of the test image: `pytest` only inside the activated env, and
+/// a repository at `/testbed` (a buggy `add`, a passing `test_sub`); prints the Base commit.
+const LAYOUT: &str = r#"set -e
+mkdir -p /opt/miniconda3/bin /opt/miniconda3/envs/testbed/bin
+cat > /opt/miniconda3/bin/activate <<'EOF'
+conda() {
+  if [ "$1" = activate ] && [ -d "/opt/miniconda3/envs/$2" ]; then
+    export CONDA_DEFAULT_ENV="$2" PATH="/opt/miniconda3/envs/$2/bin:$PATH"
+  else
+    echo "conda: no environment $2" >&2; return 1
+  fi
+}
+EOF
+printf '#!/bin/sh\nexec python3 -m pytest "$@"\n' > /opt/miniconda3/envs/testbed/bin/pytest
+chmod +x /opt/miniconda3/envs/testbed/bin/pytest
+mkdir -p /testbed/tests; cd /testbed
+git init -q -b main
+printf 'def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n' > calc.py
+printf 'from calc import sub\n\n\ndef test_sub():\n    assert sub(3, 1) == 2\n' > tests/test_calc.py
+touch tests/__init__.py conftest.py
+git -c user.name=t -c user.email=t@t add .
+git -c user.name=t -c user.email=t@t commit -q -m base
+git rev-parse HEAD"#;
+
+const GOLD: &str = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,5 +1,5 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n \n \n def sub(a, b):\n";
+const WRONG: &str = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,5 +1,5 @@\n def add(a, b):\n-    return a - b\n+    return a * b\n \n \n def sub(a, b):\n";
+/// A pytest hook that turns every failure into a pass: refused before anything runs.
+const HOOK: &str = "diff --git a/conftest.py b/conftest.py\n--- a/conftest.py\n+++ b/conftest.py\n@@ -0,0 +1,3 @@\n+import pytest\n+def pytest_runtest_makereport(item, call):\n+    call.excinfo = None\n";
+const TEST_PATCH: &str = "diff --git a/tests/test_calc.py b/tests/test_calc.py\n--- a/tests/test_calc.py\n+++ b/tests/test_calc.py\n@@ -1,5 +1,9 @@\n-from calc import sub\n+from calc import add, sub\n \n \n def test_sub():\n     assert sub(3, 1) == 2\n+\n+\n+def test_add():\n+    assert add(2, 3) == 5\n";
+
+/// The eval script a 5.x row carries (swebench 5.x adds the exit-code record when it runs it).
+fn eval_script(base: &str) -> String {
+    format!(
+        "#!/bin/bash\nset -uxo pipefail\nsource /opt/miniconda3/bin/activate\nconda activate testbed\ncd /testbed\n\
+         git checkout {base} tests/test_calc.py\ngit apply -v - <<'EOF_114329324912'\n{TEST_PATCH}EOF_114329324912\n\
+         : '>>>>> Start Test Output'\npytest -rA tests/test_calc.py\n: '>>>>> End Test Output'\n\
+         git checkout {base} tests/test_calc.py\n"
+    )
+}
+
+fn row(image: &str, base: &str) -> serde_json::Value {
+    serde_json::json!({
+        "instance_id": "demo__calc-7", "repo": "demo/calc", "base_commit": base,
+        "patch": GOLD, "test_patch": TEST_PATCH, "problem_statement": "add subtracts",
+        "FAIL_TO_PASS": ["tests/test_calc.py::test_add"],
+        "PASS_TO_PASS": ["tests/test_calc.py::test_sub"],
+        "image": image, "eval_script": eval_script(base),
+        "log_parser": "parse_log_pytest", "eval_type": "pass_and_fail",
+    })
+}
+
+struct Image(String);
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rmi", "-f", &self.0]).output();
+    }
+}
+
+fn build(image: &str) -> String {
+    let name = image.replace([':', '/'], "-");
+    let out = Command::new("docker")
+        .args(["run", "--name", &name, "--network", "none", &docker_image(), "bash", "-c", LAYOUT])
+        .output()
+        .expect("docker run");
+    let commit = Command::new("docker").args(["commit", &name, image]).output().expect("docker commit");
+    let _ = Command::new("docker").args(["rm", "-f", &name]).output();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(commit.status.success(), "{}", String::from_utf8_lossy(&commit.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// swebench 5.0.2's own `report.json` for `log` (None when the package is not installed).
+fn swebench_report(log: &str, task: &TaskInstance, patch: &str) -> Option<String> {
+    let have = Command::new("python3")
+        .args(["-c", "import importlib.metadata as m; assert m.version('swebench') == '5.0.2'"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have {
+        eprintln!("swebench 5.0.2 not installed: report.json not compared (scripts/ci-deps-swebench.sh)");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cases = dir.path().join("cases.json");
+    let case = serde_json::json!([{
+        "id": task.instance_id, "parser": "parse_log_pytest", "log": log,
+        "fail_to_pass": task.fail_to_pass, "pass_to_pass": task.pass_to_pass,
+        "eval_type": "pass_and_fail", "model_patch": patch,
+    }]);
+    std::fs::write(&cases, case.to_string()).unwrap();
+    let out = Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/swebench-oracle.py"))
+        .arg(&cases)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The oracle reports under the case id; swebench keys the report by instance id.
+    Some(v[0]["report_json"].as_str().unwrap().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swebench_5_row_is_graded_in_its_image_as_swebench_grades_it() {
+    if !docker_available().await {
+        return;
+    }
+    let image = format!("execcritic-test-official:{}", std::process::id());
+    let _cleanup = Image(image.clone());
+    let base = build(&image);
+    let task = TaskInstance::from_json(row(&image, &base), None).expect("the 5.x row loads");
+    assert!(task.official.is_some());
+
+    let gold = harness::grade(&task, GOLD, SandboxKind::Docker).await.expect("grades");
+    let rec = gold.official.clone().expect("an official record");
+    assert!(gold.resolved, "gold: {gold:?}\n{}", rec.test_output);
+    assert_eq!(gold.tests["tests/test_calc.py::test_add"], "PASSED");
+    assert_eq!(rec.resolution.as_deref(), Some("RESOLVED_FULL"));
+    let report = rec.report_json.clone().expect("report.json");
+    assert!(report.contains("\"resolved\": true"), "{report}");
+    if let Some(theirs) = swebench_report(&rec.test_output, &task, GOLD) {
+        assert_eq!(report, theirs, "our report.json differs from swebench's");
+    }
+
+    let wrong = harness::grade(&task, WRONG, SandboxKind::Docker).await.unwrap();
+    assert!(!wrong.resolved && wrong.error_kind.is_none(), "{wrong:?}");
+    assert_eq!(wrong.tests["tests/test_calc.py::test_add"], "FAILED");
+    assert_eq!(wrong.tests["tests/test_calc.py::test_sub"], "PASSED");
+    let wrong_rec = wrong.official.clone().unwrap();
+    assert_eq!(wrong_rec.resolution.as_deref(), Some("RESOLVED_NO"));
+    if let Some(theirs) = swebench_report(&wrong_rec.test_output, &task, WRONG) {
+        assert_eq!(wrong_rec.report_json.unwrap(), theirs);
+    }
+
+    let empty = harness::grade(&task, "", SandboxKind::Docker).await.unwrap();
+    assert!(!empty.resolved, "{empty:?}");
+
+    // On a plain checkout the hook turns the failing test into a pass (shown with the local
+    // runner in tests/harness_attacks.rs); here it is refused before anything runs.
+    let hook = harness::grade(&task, HOOK, SandboxKind::Docker).await.unwrap();
+    assert!(!hook.resolved && hook.forbidden.is_some(), "{hook:?}");
+
+    let local = harness::grade(&task, GOLD, SandboxKind::Local).await.unwrap();
+    assert_eq!(local.error_kind.as_deref(), Some("official_needs_docker"));
+
+    // The `grade` command lays the outputs out as swebench does.
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, format!("{}\n", row(&image, &base))).unwrap();
+    let preds = dir.path().join("preds.jsonl");
+    std::fs::write(
+        &preds,
+        format!("{}\n", serde_json::json!({"instance_id": "demo__calc-7", "model_name_or_path": "m", "model_patch": GOLD})),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let run = Command::new(env!("CARGO_BIN_EXE_execcritic"))
+        .args(["grade", "--sandbox", "docker", "--tasks"])
+        .arg(&tasks)
+        .arg("--predictions")
+        .arg(&preds)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let logs = out.join("logs/demo__calc-7");
+    assert!(std::fs::read_to_string(logs.join("test_output.txt")).unwrap().contains(">>>>> End Test Output"));
+    assert_eq!(std::fs::read_to_string(logs.join("report.json")).unwrap(), report);
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("swebench_summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["resolved_instances"], 1, "{summary}");
+    assert_eq!(summary["resolved_ids"][0], "demo__calc-7");
+}
