@@ -101,9 +101,11 @@ pub struct TestSourceReport {
     pub instances: usize,
     pub qualified: usize,
     pub qualified_pct: f64,
-    pub base_to_gold: usize,
-    /// Base-to-Gold % of all instances.
-    pub base_to_gold_pct: f64,
+    /// Bundles with Base-to-Gold; `None` where it was not measured: bundles qualified but none
+    /// was audited (given `oracle` bundles are not), so the report says n/a rather than 0.
+    pub base_to_gold: Option<usize>,
+    /// Base-to-Gold % of all instances (`None`: not measured).
+    pub base_to_gold_pct: Option<f64>,
     pub infra_errors: usize,
     /// Why bundles did not qualify, with counts (sorted by class).
     pub rejections: Vec<(String, usize)>,
@@ -179,6 +181,8 @@ impl Report {
                 let n = rows.len();
                 let qualified = rows.iter().filter(|t| t.qualified).count();
                 let b2g = rows.iter().filter(|t| t.base_to_gold == Some(true)).count();
+                // Measured when some audit ran, or when nothing qualified (then 0 is exact).
+                let measured = qualified == 0 || rows.iter().any(|t| t.base_to_gold.is_some());
                 let mut rejections: Vec<(String, usize)> = Vec::new();
                 for r in rows.iter().filter_map(|t| t.rejection.as_deref()) {
                     match rejections.iter_mut().find(|(k, _)| k == r) {
@@ -192,8 +196,8 @@ impl Report {
                     instances: n,
                     qualified,
                     qualified_pct: pct(qualified, n),
-                    base_to_gold: b2g,
-                    base_to_gold_pct: pct(b2g, n),
+                    base_to_gold: measured.then_some(b2g),
+                    base_to_gold_pct: measured.then(|| pct(b2g, n)),
                     infra_errors: rows.iter().filter(|t| t.infra_error.is_some()).count(),
                     rejections,
                 }
@@ -233,8 +237,13 @@ impl Report {
             for t in &self.tests {
                 let rej: Vec<String> = t.rejections.iter().map(|(k, n)| format!("{k}: {n}")).collect();
                 s += &format!(
-                    "| {} | {}/{} ({:.1}%) | {}/{} ({:.1}%) | {} | {} |\n",
-                    t.source, t.qualified, t.instances, t.qualified_pct, t.base_to_gold, t.instances, t.base_to_gold_pct, t.infra_errors,
+                    "| {} | {}/{} ({:.1}%) | {} | {} | {} |\n",
+                    t.source, t.qualified, t.instances, t.qualified_pct,
+                    match (t.base_to_gold, t.base_to_gold_pct) {
+                        (Some(b), Some(p)) => format!("{b}/{} ({p:.1}%)", t.instances),
+                        _ => "n/a (not audited)".to_string(),
+                    },
+                    t.infra_errors,
                     if rej.is_empty() { "—".into() } else { rej.join(", ") }
                 );
             }
@@ -288,5 +297,39 @@ mod tests {
         assert!((t.p75 - 17.5).abs() < 1e-12);
         assert!((t.p90 - 31.0).abs() < 1e-12);
         assert_eq!((t.at_most_5_pct, t.at_most_10_pct), (50.0, 75.0));
+    }
+
+    fn row(source: &str, qualified: bool, b2g: Option<bool>) -> TestRow {
+        TestRow {
+            instance_id: format!("i{}", b2g.map_or(0, |b| b as u8)),
+            source: source.into(),
+            qualified,
+            rejection: (!qualified).then(|| "no_bundle".to_string()),
+            base_to_gold: b2g,
+            gold_status: None,
+            turns: 0,
+            completion_tokens: 0,
+            bundle_sha256: None,
+            infra_error: None,
+        }
+    }
+
+    #[test]
+    fn base_to_gold_is_not_applicable_where_nothing_was_audited() {
+        let tests = vec![
+            row("oracle", true, None),
+            row("oracle", true, None),
+            row("model", true, Some(true)),
+            row("model", true, Some(false)),
+            row("none-qualified", false, None),
+        ];
+        let r = Report::compute(&[], &tests);
+        let by = |s: &str| r.tests.iter().find(|t| t.source == s).unwrap().clone();
+        assert_eq!((by("oracle").base_to_gold, by("oracle").base_to_gold_pct), (None, None));
+        assert_eq!((by("model").base_to_gold, by("model").base_to_gold_pct), (Some(1), Some(50.0)));
+        assert_eq!(by("none-qualified").base_to_gold, Some(0));
+        let md = r.markdown("t");
+        assert!(md.contains("| oracle | 2/2 (100.0%) | n/a (not audited) |"), "{md}");
+        assert!(md.contains("| model | 2/2 (100.0%) | 1/2 (50.0%) |"), "{md}");
     }
 }
