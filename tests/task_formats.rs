@@ -133,7 +133,14 @@ fn pro_rows_read_their_scripts_beside_the_task_file() {
         assert!(o.image.starts_with("jefzda/sweap-images:"));
         assert_eq!(t.image, o.image);
         let paths: Vec<&str> = o.files.iter().map(|f| f.path.as_str()).collect();
-        assert_eq!(paths, ["/workspace/run_script.sh", "/workspace/parser.py"]);
+        assert_eq!(paths, ["/workspace/run_script.sh", "/workspace/parser.py", "/workspace/test.patch"]);
+        assert_eq!(o.files[2].content, t.test_patch);
+        assert_eq!(o.scratch_dirs, ["/workspace"]);
+        // The fix commit's test files come from the test patch (no sandbox holds the fix).
+        assert!(o.eval_script.contains("git apply -v --include="), "{}", o.eval_script);
+        let Source::Pro(pro) = &o.source else { panic!("a Pro source") };
+        let fix = pro.before_repo_set_cmd.split_whitespace().rev().find(|w| w.len() == 40).unwrap().to_string();
+        assert!(!o.eval_script.contains(&fix), "the fix commit {fix} is not named: {}", o.eval_script);
         assert!(o.files[0].content.contains("run_selected_tests"));
         assert!(o.files[1].content.contains("json.dump"));
         let Activation::Exports { lines } = &o.activation else {
@@ -169,13 +176,16 @@ fn pro_rows_read_their_scripts_beside_the_task_file() {
          export PYTEST_ADDOPTS=\"--tb=short -v --continue-on-collection-errors --reruns=3\"\n\
          export UV_HTTP_TIMEOUT=60\n\
          cd /app\n\
-         git checkout 708192a3b4c5d6e7f8091a2b3c4d5e6f70819203 -- internal/config/config_test.go\n\
+         if git cat-file -e 5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7081:internal/config/config_test.go 2>/dev/null; \
+         then git checkout 5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7081 -- internal/config/config_test.go; \
+         else rm -rf -- internal/config/config_test.go; fi\n\
+         git apply -v --include=internal/config/config_test.go --include='internal/config/config_test.go/*' \
+         /workspace/test.patch || { echo 'execcritic: the test patch does not apply' >&2; exit 97; }\n\
          : '>>>>> Start Test Output'\n\
          bash /workspace/run_script.sh TestLoad,TestServeHTTP > /workspace/stdout.log 2> /workspace/stderr.log\n\
          SWEBENCH_TEST_EXIT_CODE=$?\n\
          : '>>>>> End Test Output'\n\
-         echo \">>>>> Test Exit Code: $SWEBENCH_TEST_EXIT_CODE\"\n\
-         python /workspace/parser.py /workspace/stdout.log /workspace/stderr.log /workspace/output.json\n"
+         echo \">>>>> Test Exit Code: $SWEBENCH_TEST_EXIT_CODE\"\n"
     );
     let js = &tasks[2];
     let Activation::Exports { lines } = &js.official.as_ref().unwrap().activation else {

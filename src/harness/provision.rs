@@ -55,6 +55,7 @@ pub fn convention_for(task: &TaskInstance) -> ImageConvention {
     ImageConvention {
         workdir: spec.workdir.clone(),
         activation,
+        scratch_dirs: spec.scratch_dirs.clone(),
         ..ImageConvention::default()
     }
 }

@@ -14,26 +14,36 @@
 //!    misplaced markers, no exit code, or an exit code its report contradicts
 //!    ([`read_test_output`]) is an infrastructure failure (`error_kind`), never RESOLVED.
 //!
+//! SWE-bench Pro: the test files come from the row's test patch instead of the fix commit
+//! (which no sandbox holds: see `task::official::pro::test_files_step`), and the instance's
+//! `parser.py` reads the run script's two logs in a fresh sandbox of the image, never the one
+//! where the candidate ran (it could have rewritten the parser there); our fail-closed reading
+//! (markers, exit-code record, no exit status its statuses contradict) applies to Pro as well.
+//!
 //! The runtime guard and canaries of our own grading (see `harness::grade`) do not run here:
 //! the dataset's script is the command, so the grade is the benchmark's, with the fail-closed
 //! reading as the only addition.
 
-use super::grading::{eval_tests_report, read_test_output, resolution_status, EvalType};
-use super::report::{eval_report, GradingSpec};
+use super::grading::{
+    eval_tests_report, read_test_output, read_test_output_with, resolution_status, EvalType,
+    InfraFailure,
+};
+use super::report::{eval_report, report_from_statuses, GradingSpec};
 use super::status::{OfficialStatus, StatusMap};
 use crate::harness::diff::parse_patch;
 use crate::harness::error::HarnessError;
 use crate::harness::execute::{apply_patch, ApplyOutcome};
 use crate::harness::grade::{GradeResult, GRADE_TIMEOUT};
 use crate::harness::provision::open_sandbox;
-use crate::harness::sandbox::{shell_quote, Purpose, Sandbox, SandboxKind, HANDOFF_DIR};
+use crate::harness::sandbox::{
+    shell_quote, ExecOutput, Purpose, Sandbox, SandboxKind, HANDOFF_DIR,
+};
 use crate::harness::tamper::screen_candidate_in;
 use crate::task::official::{self as formats, OfficialSpec};
 use crate::task::TaskInstance;
 use std::collections::BTreeMap;
 
-/// The parser name of a Pro row: the instance's own `parser.py` wrote [`formats::pro::PRO_OUTPUT_PATH`].
-const PRO_PARSER: &str = "pro_parser_py";
+use formats::pro::PRO_PARSER;
 
 /// What an official evaluation leaves for the run's log directory.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -125,15 +135,7 @@ async fn run_eval_script(sb: &dyn Sandbox, spec: &OfficialSpec) -> Result<String
         // As swebench's harness records it: the run-level marker voids the run.
         return Ok(format!("{}\n>>>>> Tests Timed Out\n", out.output));
     }
-    if out.truncated {
-        if let Some(path) = &out.log_path {
-            return std::fs::read_to_string(path).map_err(|e| HarnessError::io(path, e));
-        }
-        return Err(HarnessError::Other(
-            "the eval script's output was truncated and no full log was kept".into(),
-        ));
-    }
-    Ok(out.output)
+    full_output(out, "the eval script's output")
 }
 
 /// swebench's report of `test_output` and our fail-closed verdict on it.
@@ -151,16 +153,24 @@ async fn judge(
         ..OfficialRecord::default()
     };
     let (status_map, official_resolved) = if spec.log_parser == PRO_PARSER {
-        // The instance's parser.py wrote its own JSON report; every judged test must be PASSED.
-        let json = sb
-            .exec(
-                &format!("cat {}", shell_quote(formats::pro::PRO_OUTPUT_PATH)),
-                std::time::Duration::from_secs(60),
-            )
-            .await?;
-        match pro_statuses(&json.output) {
-            Some(map) if json.success() => (map, None),
-            _ => return Ok(not_gradable(task, "official_infra:no_parser_output".into())),
+        // The instance's parser.py, on the run script's two logs, in a fresh sandbox.
+        let Some(map) = run_pro_parser(task, sb).await? else {
+            return Ok(not_gradable(task, "official_infra:no_parser_output".into()));
+        };
+        match read_test_output_with(PRO_PARSER, &text, |_| Ok(map)) {
+            Ok(run) => {
+                let grading = GradingSpec {
+                    parser: PRO_PARSER,
+                    fail_to_pass: &task.fail_to_pass,
+                    pass_to_pass: &task.pass_to_pass,
+                    eval_type,
+                };
+                let report = report_from_statuses(&task.instance_id, &grading, &run.status_map, true);
+                record.report_json = super::report::python_json(&report).ok();
+                record.resolution = report.resolution.map(|r| r.as_str().to_string());
+                (run.status_map, Some(report.report.resolved))
+            }
+            Err(infra) => return Ok(infra_result(task, record, &infra)),
         }
     } else {
         let grading = GradingSpec {
@@ -176,18 +186,7 @@ async fn judge(
                 let resolved = report.report.resolved;
                 match read_test_output(&spec.log_parser, &text) {
                     Ok(run) => (run.status_map, Some(resolved)),
-                    Err(infra) => {
-                        return Ok(GradeResult {
-                            official: Some(record),
-                            ..not_gradable(task, format!(
-                                    "official_infra:{}",
-                                    serde_json::to_value(infra.kind)
-                                        .ok()
-                                        .and_then(|v| v.as_str().map(str::to_string))
-                                        .unwrap_or_default()
-                                ))
-                        })
-                    }
+                    Err(infra) => return Ok(infra_result(task, record, &infra)),
                 }
             }
             Err(e) => {
@@ -220,6 +219,73 @@ async fn judge(
         official: Some(record),
         ..result(task)
     })
+}
+
+/// The result of a log the fail-closed reading refused: `official_infra:<kind>`.
+fn infra_result(task: &TaskInstance, record: OfficialRecord, infra: &InfraFailure) -> GradeResult {
+    let kind = serde_json::to_value(infra.kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    GradeResult {
+        official: Some(record),
+        ..not_gradable(task, format!("official_infra:{kind}"))
+    }
+}
+
+/// The whole output of `out` (from its full log when the captured output was truncated).
+fn full_output(out: ExecOutput, what: &str) -> Result<String, HarnessError> {
+    if !out.truncated {
+        return Ok(out.output);
+    }
+    match &out.log_path {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| HarnessError::io(path, e)),
+        None => Err(HarnessError::Other(format!(
+            "{what} was truncated and no full log was kept"
+        ))),
+    }
+}
+
+/// SWE-bench Pro's `parser.py` on the run script's `stdout.log` and `stderr.log`. The code under
+/// test ran in `sb` and could have rewritten the parser there (`/workspace` is writable), so the
+/// logs are read out of it and the parser, as the dataset gives it, runs in a fresh sandbox of
+/// the same image that never ran the candidate. `None`: no readable `output.json`.
+async fn run_pro_parser(
+    task: &TaskInstance,
+    sb: &dyn Sandbox,
+) -> Result<Option<StatusMap>, HarnessError> {
+    use formats::pro::{parser_command, PRO_OUTPUT_PATH, PRO_PARSER_PATH, PRO_STDERR_PATH, PRO_STDOUT_PATH};
+    let t = std::time::Duration::from_secs(120);
+    let mut logs = Vec::new();
+    for path in [PRO_STDOUT_PATH, PRO_STDERR_PATH] {
+        let out = sb.exec(&format!("cat {}", shell_quote(path)), t).await?;
+        if !out.success() {
+            return Ok(None);
+        }
+        logs.push((path, full_output(out, path)?));
+    }
+    let Some(spec) = &task.official else {
+        return Ok(None);
+    };
+    let Some(parser) = spec.files.iter().find(|f| f.path == PRO_PARSER_PATH) else {
+        return Ok(None);
+    };
+    let fresh = open_sandbox(SandboxKind::Docker, task, Purpose::Grading).await?;
+    fresh.put_file(PRO_PARSER_PATH, parser.content.as_bytes()).await?;
+    for (path, text) in &logs {
+        fresh.put_file(path, text.as_bytes()).await?;
+    }
+    let run = fresh.exec(&parser_command(), t).await?;
+    if !run.success() {
+        return Ok(None);
+    }
+    let json = fresh
+        .exec(&format!("cat {}", shell_quote(PRO_OUTPUT_PATH)), t)
+        .await?;
+    if !json.success() {
+        return Ok(None);
+    }
+    Ok(pro_statuses(&full_output(json, PRO_OUTPUT_PATH)?))
 }
 
 /// The statuses in a Pro `output.json` (`{"tests": [{"name": …, "status": …}, …]}`).

@@ -203,13 +203,26 @@ pub struct TestRun<'a> {
 
 /// Reads a `test_output.txt` fail-closed with the named official parser.
 pub fn read_test_output<'a>(parser: &str, content: &'a str) -> Result<TestRun<'a>, InfraFailure> {
+    read_test_output_with(parser, content, |section| {
+        parse(parser, section).map_err(|e| match e {
+            ParseError::UnknownParser(_) => InfraFailure::new(InfraKind::UnknownParser, e.to_string()),
+            ParseError::Raised(_) => InfraFailure::new(InfraKind::ParserRaised, e.to_string()),
+        })
+    })
+}
+
+/// [`read_test_output`] with the statuses from `statuses` (given the marked section): the same
+/// markers, exit-code record and contradiction rules for a parser that is not ours (SWE-bench
+/// Pro's `parser.py`, which reads the run script's own log files).
+pub fn read_test_output_with<'a>(
+    parser: &str,
+    content: &'a str,
+    statuses: impl FnOnce(&'a str) -> Result<StatusMap, InfraFailure>,
+) -> Result<TestRun<'a>, InfraFailure> {
     refuse_bad_codes(content)?;
     let (section, end) = locate_section(content)?;
     let exit_code = recorded_exit_code(content, end)?;
-    let status_map = parse(parser, section).map_err(|e| match e {
-        ParseError::UnknownParser(_) => InfraFailure::new(InfraKind::UnknownParser, e.to_string()),
-        ParseError::Raised(_) => InfraFailure::new(InfraKind::ParserRaised, e.to_string()),
-    })?;
+    let status_map = statuses(section)?;
     if status_map.is_empty() && !suite_ran(section) {
         return Err(InfraFailure::new(
             InfraKind::NoResults,

@@ -7,6 +7,7 @@ use super::grading::{
     eval_tests_report, official_logs_eval, resolution_status, EvalType, ResolvedStatus, TestsStatus,
 };
 use super::infra::{classify_text, Tier};
+use super::status::StatusMap;
 use super::parsers::ParseError;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use std::collections::{BTreeMap, BTreeSet};
@@ -81,19 +82,32 @@ pub fn eval_report(
         }
         return Ok(out(report, None));
     }
-    report.patch_successfully_applied = true;
-    let tests = eval_tests_report(
-        spec.fail_to_pass,
-        spec.pass_to_pass,
-        &logs.status_map,
-        spec.eval_type,
-    );
+    Ok(report_from_statuses(instance_id, spec, &logs.status_map, include_tests_status))
+}
+
+/// The `report.json` of a run whose statuses were read (the patch applied): swebench's tests
+/// report and resolution. Also the report of a SWE-bench Pro run, whose statuses come from the
+/// instance's `parser.py` (the Pro harness itself writes only a resolved flag per instance).
+pub fn report_from_statuses(
+    instance_id: &str,
+    spec: &GradingSpec<'_>,
+    status_map: &StatusMap,
+    include_tests_status: bool,
+) -> EvalReport {
+    let tests = eval_tests_report(spec.fail_to_pass, spec.pass_to_pass, status_map, spec.eval_type);
     let resolution = resolution_status(&tests);
-    report.resolved = resolution == ResolvedStatus::Full;
-    if include_tests_status {
-        report.tests_status = Some(tests);
+    let report = InstanceReport {
+        patch_exists: true,
+        patch_successfully_applied: true,
+        resolved: resolution == ResolvedStatus::Full,
+        tests_status: include_tests_status.then_some(tests),
+        ..InstanceReport::default()
+    };
+    EvalReport {
+        instance_id: instance_id.to_string(),
+        report,
+        resolution: Some(resolution),
     }
-    Ok(out(report, Some(resolution)))
 }
 
 /// What `make_run_report` finds in an instance's `report.json`.

@@ -44,6 +44,9 @@ pub struct ImageConvention {
     /// User every command runs as when the repository is the image's own (`None`: the image's
     /// user). A repository the harness uploads always runs as the unprivileged sandbox user.
     pub user: Option<String>,
+    /// Writable directories besides the workdir and `/tmp` (each a fresh empty volume, the
+    /// root filesystem being read-only): SWE-bench Pro's `/workspace`.
+    pub scratch_dirs: Vec<String>,
 }
 
 impl Default for ImageConvention {
@@ -54,6 +57,7 @@ impl Default for ImageConvention {
             activation: None,
             env: Vec::new(),
             user: None,
+            scratch_dirs: Vec::new(),
         }
     }
 }

@@ -51,12 +51,14 @@ const LIFELINE: &str = "execcritic-lifeline";
 /// The unprivileged uid:gid commands run as when the harness uploaded the workspace.
 pub const SANDBOX_USER: &str = "65534:65534";
 
-/// Sanitises the image's own repository (run once, as the image's user, at creation): only
-/// HEAD's branch at Base, no remote, no reflog, nothing unreachable; then verifies that every
+/// Sanitises the image's own repository (run once, as the image's user, at creation): HEAD
+/// moved to Base if the image left it elsewhere (as the official Pro evaluation's
+/// `git reset --hard <base>` does), only HEAD's branch at Base, no remote, no reflog, nothing unreachable; then verifies that every
 /// commit in the store is reachable from HEAD. `$1` is the Base commit, `$2` the workdir.
 const SANITIZE_IMAGE_HISTORY: &str = r#"set -e; cd "$2"
 export GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1
-test "$(git rev-parse HEAD)" = "$(git rev-parse "$1^{commit}")"
+c=$(git rev-parse --verify "$1^{commit}")
+[ "$(git rev-parse HEAD)" = "$c" ] || git reset -q --hard "$c"
 b=$(git symbolic-ref --short HEAD 2>/dev/null || { git checkout -q -B main; echo main; })
 for r in $(git remote); do git remote remove "$r"; done
 git for-each-ref --format='%(refname)' | while read -r r; do
@@ -303,10 +305,13 @@ impl DockerSandbox {
             .convention
             .env_pairs()
             .map_err(HarnessError::SandboxStart)?;
-        if !config.convention.workdir.starts_with('/') || config.convention.workdir == "/" {
+        let below_root = |d: &str| d.starts_with('/') && d != "/" && !d.split('/').any(|c| c == "..");
+        if let Some(bad) = std::iter::once(&config.convention.workdir)
+            .chain(&config.convention.scratch_dirs)
+            .find(|d| !below_root(d))
+        {
             return Err(HarnessError::SandboxStart(format!(
-                "the image convention's workdir {:?} is not an absolute directory below /",
-                config.convention.workdir
+                "the image convention's directory {bad:?} is not an absolute directory below /"
             )));
         }
         let owner = user.clone();
@@ -380,10 +385,13 @@ impl DockerSandbox {
             open_stdin: Some(true),
             stdin_once: Some(true),
             attach_stdin: Some(true),
-            volumes: Some(HashMap::from([
-                (self.convention.workdir.clone(), HashMap::new()),
-                ("/tmp".to_string(), HashMap::new()),
-            ])),
+            volumes: Some(
+                [self.convention.workdir.as_str(), "/tmp"]
+                    .into_iter()
+                    .chain(self.convention.scratch_dirs.iter().map(String::as_str))
+                    .map(|d| (d.to_string(), HashMap::new()))
+                    .collect(),
+            ),
             host_config: Some(HostConfig {
                 readonly_rootfs: Some(true),
                 network_mode: Some(if self.env.network() { "host" } else { "none" }.into()),
@@ -463,7 +471,16 @@ impl DockerSandbox {
         // volumes and open the workdir's top directory to the sandbox user.
         let prep = self
             .run_as(
-                &format!("find {wd} /tmp -mindepth 1 -delete && chmod 0777 {wd}", wd = self.wd()),
+                &format!(
+                    "find {wd} /tmp{scratch} -mindepth 1 -delete && chmod 0777 {wd}{scratch}",
+                    wd = self.wd(),
+                    scratch = self
+                        .convention
+                        .scratch_dirs
+                        .iter()
+                        .map(|d| format!(" {}", shell_quote(d)))
+                        .collect::<String>()
+                ),
                 Duration::from_secs(60),
                 None,
             )

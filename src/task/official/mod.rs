@@ -121,6 +121,9 @@ pub struct OfficialSpec {
     pub files: Vec<OfficialFile>,
     /// The official test command prefix (4.x: the table's `test_cmd`), when known.
     pub test_cmd: Option<String>,
+    /// Writable directories the sandbox must provide beside the workdir (Pro: `/workspace`,
+    /// where the run script, parser, test patch and logs live; the image's root is read-only).
+    pub scratch_dirs: Vec<String>,
     /// The row's own fields behind this spec, written back by `TaskInstance::to_json`.
     pub source: Source,
 }
@@ -217,6 +220,7 @@ fn swebench4(row: &Row) -> Result<OfficialSpec, TaskError> {
         image_assets: None,
         files: Vec::new(),
         test_cmd: spec.test_cmd.clone(),
+        scratch_dirs: Vec::new(),
         source: Source::Swebench4,
     })
 }
@@ -295,6 +299,7 @@ fn swebench5(row: &Row) -> Result<OfficialSpec, TaskError> {
         image_assets,
         files: Vec::new(),
         test_cmd,
+        scratch_dirs: Vec::new(),
         source: Source::Swebench5 { eval_script },
     })
 }
@@ -367,7 +372,7 @@ fn pro(row: &Row) -> Result<OfficialSpec, TaskError> {
         activation: Activation::Exports {
             lines: pro::env_exports(&pro_row.base_dockerfile, &pro_row.instance_dockerfile),
         },
-        eval_script: pro::eval_script(&pro_row),
+        eval_script: pro::eval_script(&pro_row, row.base_commit),
         log_parser: pro::PRO_PARSER.into(),
         eval_type: EvalType::PassAndFail,
         image_assets: None,
@@ -380,8 +385,13 @@ fn pro(row: &Row) -> Result<OfficialSpec, TaskError> {
                 path: pro::PRO_PARSER_PATH.into(),
                 content: pro_row.parser_script.clone(),
             },
+            OfficialFile {
+                path: pro::PRO_TEST_PATCH_PATH.into(),
+                content: row.test_patch.to_string(),
+            },
         ],
         test_cmd: Some(format!("bash {}", pro::PRO_RUN_SCRIPT_PATH)),
+        scratch_dirs: vec![pro::PRO_SCRATCH_DIR.into()],
         source: Source::Pro(pro_row),
     })
 }
