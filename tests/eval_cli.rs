@@ -16,14 +16,17 @@
 //! evaluation at three seeded random points, reruns it, and compares `results.jsonl` (without
 //! timings) and `report.json` with an uninterrupted run's.
 //!
-//! With docker available, a second `dockerd` on its own socket checks `--sandbox docker` with two
-//! `--docker-host`s: a host without the task image is an error naming it (nothing is pulled);
-//! once the image is `docker load`ed there, the instances are spread over both daemons.
+//! With docker available, a second `dockerd` speaking only TLS (client certificates from
+//! `DOCKER_CERT_PATH`) checks `--sandbox docker` with two `--docker-host URL=N`s: a host without
+//! the task image is an error naming it (nothing is pulled); once the image is `docker load`ed
+//! there, three instances are spread over both daemons as their capacities (1 and 2) say.
 
 #[path = "common/agents.rs"]
 mod agents;
 #[path = "common/process.rs"]
 mod process;
+#[path = "common/tls.rs"]
+mod tls;
 
 use agents::{call, good_test_script, round0_partial, CHECK_FIX, EXPORT, FIX_FULL};
 use execcritic::task::{bundled_suite, load_tasks, TaskInstance};
@@ -108,6 +111,10 @@ fn setup() -> Setup {
 }
 
 fn eval_cmd(s: &Setup, out: &Path) -> Command {
+    eval_cmd_workers(s, out, 2)
+}
+
+fn eval_cmd_workers(s: &Setup, out: &Path, workers: usize) -> Command {
     let mut c = bin();
     c.arg("eval")
         .arg("--tasks")
@@ -116,7 +123,7 @@ fn eval_cmd(s: &Setup, out: &Path) -> Command {
         .arg(out)
         .arg(format!("--test-policy=scripted:{}", s.root.join("test-scripts").display()))
         .arg(format!("--repair-policy=scripted:{}", s.root.join("repair-scripts").display()))
-        .args(["--tests", "generated,none", "--runs", "2", "--workers", "2"])
+        .args(["--tests", "generated,none", "--runs", "2", "--workers", &workers.to_string()])
         .arg("--config")
         .arg(s.root.join("eval.toml"));
     c
@@ -294,56 +301,10 @@ fn docker(host: &str) -> Command {
     c
 }
 
-/// A second docker daemon on its own socket, stopped (SIGTERM to its pid) when dropped.
-struct SecondDaemon {
-    dir: tempfile::TempDir,
-    child: std::process::Child,
-}
-
-impl SecondDaemon {
-    fn start() -> Option<SecondDaemon> {
-        let dir = tempfile::Builder::new().prefix("ecd2").tempdir_in("/tmp").ok()?;
-        let d = dir.path();
-        let child = Command::new("dockerd")
-            .arg("--host")
-            .arg(format!("unix://{}/d.sock", d.display()))
-            .arg("--data-root")
-            .arg(d.join("data"))
-            .arg("--exec-root")
-            .arg(d.join("exec"))
-            .arg("--pidfile")
-            .arg(d.join("d.pid"))
-            .args(["--iptables=false", "--bridge=none"])
-            .stdout(std::fs::File::create(d.join("log")).ok()?)
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .ok()?;
-        let daemon = SecondDaemon { dir, child };
-        for _ in 0..60 {
-            if docker(&daemon.host()).arg("info").output().is_ok_and(|o| o.status.success()) {
-                return Some(daemon);
-            }
-            std::thread::sleep(Duration::from_secs(1));
-        }
-        None
-    }
-
-    fn host(&self) -> String {
-        format!("unix://{}/d.sock", self.dir.path().display())
-    }
-}
-
-impl Drop for SecondDaemon {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
-        let _ = self.child.wait();
-    }
-}
-
-/// Containers created on `host` since `since` (unix seconds).
-fn containers_created(host: &str, since: u64) -> usize {
+/// Containers created by the daemon `cli` talks to since `since` (unix seconds).
+fn containers_created(mut cli: Command, since: u64) -> usize {
     let until = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 1;
-    let o = docker(host)
+    let o = cli
         .args(["events", "--since", &since.to_string(), "--until", &until.to_string(), "--filter", "type=container", "--filter", "event=create", "--format", "{{.ID}}"])
         .output()
         .unwrap();
@@ -359,28 +320,36 @@ fn eval_spreads_docker_sandboxes_over_hosts_and_never_pulls() {
         eprintln!("SKIPPED eval_spreads_docker_sandboxes_over_hosts_and_never_pulls: no docker daemon with {IMAGE} (scripts/ci-deps-harness.sh)");
         return;
     }
-    let Some(second) = SecondDaemon::start() else {
-        eprintln!("SKIPPED eval_spreads_docker_sandboxes_over_hosts_and_never_pulls: a second dockerd could not start");
-        return;
+    let second = match tls::TlsDaemon::start() {
+        Ok(d) if d.wait_ready(60) => d,
+        Ok(_) => panic!("the TLS dockerd did not answer in 60 s"),
+        Err(why) => {
+            eprintln!("SKIPPED eval_spreads_docker_sandboxes_over_hosts_and_never_pulls: a TLS dockerd {why}");
+            return;
+        }
     };
     let s = setup();
     let out = s.root.join("docker");
+    // Capacities: one instance at a time on the default daemon, two on the TLS one. Three
+    // instances start together (three workers): round robin alone would put two on the first.
     let eval = || {
-        let mut c = eval_cmd(&s, &out);
-        c.args(["--sandbox", "docker", "--instances", &format!("{A},{B}"), "--docker-host", default_host, "--docker-host", &second.host()]);
+        let mut c = eval_cmd_workers(&s, &out, 3);
+        c.args(["--sandbox", "docker", "--instances", &format!("{A},{B},{C}")])
+            .args(["--docker-host", &format!("{default_host}=1"), "--docker-host", &format!("{}=2", second.https())])
+            .env("DOCKER_CERT_PATH", second.certs());
         c
     };
     // The second host has no image yet: a clear error naming it, nothing pulled.
     let o = eval().output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{err}");
-    assert!(err.contains(IMAGE) && err.contains(&second.host()) && err.contains("never pulled"), "{err}");
-    assert!(!docker(&second.host()).args(["image", "inspect", IMAGE]).output().unwrap().status.success());
+    assert!(err.contains(IMAGE) && err.contains(&second.https()) && err.contains("never pulled"), "{err}");
+    assert!(!second.cli().args(["image", "inspect", IMAGE]).output().unwrap().status.success());
 
     // `docker load` a saved image there, and run.
     let saved = s.root.join("image.tar");
     assert!(docker(default_host).args(["save", "-o"]).arg(&saved).arg(IMAGE).status().unwrap().success());
-    assert!(docker(&second.host()).args(["load", "-i"]).arg(&saved).status().unwrap().success());
+    assert!(second.cli().args(["load", "-i"]).arg(&saved).status().unwrap().success());
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
     let o = eval().output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -388,10 +357,19 @@ fn eval_spreads_docker_sandboxes_over_hosts_and_never_pulls() {
     for run in [1, 2] {
         assert_eq!(row(&rows, A, "generated", run)["final_resolved"], true, "{rows:?}");
         assert_eq!(row(&rows, B, "none", run)["final_resolved"], true);
-        assert!(rows.iter().all(|r| r["infra_error"].is_null()), "{rows:?}");
     }
-    let (first_n, second_n) = (containers_created(default_host, since), containers_created(&second.host(), since));
-    eprintln!("containers created: {first_n} on the default daemon, {second_n} on the second");
+    assert!(rows.iter().filter(|r| r["instance_id"] != C).all(|r| r["infra_error"].is_null()), "{rows:?}");
+    // Each instance's rows name one host; the capacities decide how many go where.
+    let mut on: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = Default::default();
+    for r in &rows {
+        let host = r["docker_host"].as_str().unwrap_or_else(|| panic!("no docker_host: {r}")).to_string();
+        on.entry(r["instance_id"].as_str().unwrap().to_string()).or_default().insert(host);
+    }
+    assert!(on.values().all(|h| h.len() == 1), "{on:?}");
+    let count = |h: &str| on.values().filter(|hs| hs.contains(h)).count();
+    assert_eq!((count(default_host), count(&second.https())), (1, 2), "{on:?}");
+    let (first_n, second_n) = (containers_created(docker(default_host), since), containers_created(second.cli(), since));
+    eprintln!("containers created: {first_n} on the default daemon, {second_n} on the TLS one");
     assert!(first_n > 0 && second_n > 0, "{first_n} / {second_n}");
 }
 

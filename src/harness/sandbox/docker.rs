@@ -91,7 +91,7 @@ pub async fn on_host<F: std::future::Future>(host: Option<String>, work: F) -> F
 }
 
 /// The host chosen by the enclosing [`on_host`], if any.
-fn current_host() -> Option<String> {
+pub fn current_host() -> Option<String> {
     HOST.try_with(Clone::clone).ok()
 }
 

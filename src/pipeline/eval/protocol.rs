@@ -24,7 +24,7 @@ use crate::agent::Trajectory;
 use crate::episode::oracle::selected_oracle_bundle;
 use crate::episode::repair::RepairInputs;
 use crate::harness::provision::docker_image;
-use crate::harness::sandbox::docker::{missing_images, on_host};
+use crate::harness::sandbox::docker::{current_host, missing_images, on_host};
 use crate::harness::sandbox::docker_host::{DockerHost, HostPool};
 use crate::harness::{Bundle, FrozenBundle, Prediction, SandboxConfig, SandboxKind};
 use crate::pipeline::jobs::run_each;
@@ -216,6 +216,7 @@ impl Ctx {
                     round0_patch_sha256: sha256(&p0),
                     final_patch_sha256: sha256(&p0),
                     infra_error: r0.infra_error.clone().or_else(|| g0.as_ref().and_then(|g| g.infra_error.clone())),
+                    docker_host: current_host(),
                 };
                 let mut patch = p0.clone();
                 if let (Some(Some(frozen)), None) = (src, &r0.infra_error) {
@@ -296,6 +297,7 @@ impl Ctx {
                     round0_patch_sha256: sha256(""),
                     final_patch_sha256: sha256(""),
                     infra_error: Some(error.to_string()),
+                    docker_host: current_host(),
                 };
                 results.push(Scored { row, patch: String::new() });
             }

@@ -45,6 +45,10 @@ pub struct ResultRow {
     /// An infrastructure failure (sandbox, harness, policy, crash) anywhere in this row's units:
     /// the row counts as unresolved and is reported separately.
     pub infra_error: Option<String>,
+    /// The docker host this run of the evaluation scheduled the instance on (`--docker-host`),
+    /// when hosts were given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docker_host: Option<String>,
 }
 
 /// One instance and Test source: the single generation (or given bundle) and its audit.
