@@ -486,3 +486,17 @@ fn run_summary_matches_swebench_make_run_report() {
     };
     assert_eq!(ours, theirs);
 }
+
+/// Every registry name we implement reads at least one real log: the output of the real runner
+/// of its repositories, made by scripts/make-real-logs.py (pytest in the specs' variants,
+/// Django's runner, sympy's runner, `cargo test`, `go test -v`), graded above against swebench.
+#[test]
+fn every_parser_name_reads_a_real_runners_log() {
+    let cases = read_json(&fixture_dir().join("cases.json"));
+    for name in PARSER_NAMES {
+        let real = cases.as_array().unwrap().iter().any(|c| {
+            c["parser"] == name && c["log_file"].as_str().is_some_and(|f| f.starts_with("logs/real/"))
+        });
+        assert!(real, "{name}: no case on a real runner's log (scripts/make-real-logs.py)");
+    }
+}
