@@ -7,6 +7,8 @@
 //! report equal to what swebench 5.0.2 itself computes from the same output (when installed).
 
 mod harness_support;
+#[path = "common/official_eval.rs"]
+mod official_eval;
 
 use execcritic::harness::{self, SandboxKind};
 use execcritic::task::TaskInstance;
@@ -86,7 +88,7 @@ fn build(image: &str) -> String {
 }
 
 /// swebench 5.0.2's own `report.json` for `log` (None when the package is not installed).
-fn swebench_report(log: &str, task: &TaskInstance, patch: &str) -> Option<String> {
+fn swebench_report(log: &str, task: &TaskInstance, patch: &str, parser: &str) -> Option<String> {
     let have = Command::new("python3")
         .args(["-c", "import importlib.metadata as m; assert m.version('swebench') == '5.0.2'"])
         .status()
@@ -98,7 +100,7 @@ fn swebench_report(log: &str, task: &TaskInstance, patch: &str) -> Option<String
     let dir = tempfile::tempdir().unwrap();
     let cases = dir.path().join("cases.json");
     let case = serde_json::json!([{
-        "id": task.instance_id, "parser": "parse_log_pytest", "log": log,
+        "id": task.instance_id, "parser": parser, "log": log,
         "fail_to_pass": task.fail_to_pass, "pass_to_pass": task.pass_to_pass,
         "eval_type": "pass_and_fail", "model_patch": patch,
     }]);
@@ -132,7 +134,7 @@ async fn a_swebench_5_row_is_graded_in_its_image_as_swebench_grades_it() {
     assert_eq!(rec.resolution.as_deref(), Some("RESOLVED_FULL"));
     let report = rec.report_json.clone().expect("report.json");
     assert!(report.contains("\"resolved\": true"), "{report}");
-    if let Some(theirs) = swebench_report(&rec.test_output, &task, GOLD) {
+    if let Some(theirs) = swebench_report(&rec.test_output, &task, GOLD, "parse_log_pytest") {
         assert_eq!(report, theirs, "our report.json differs from swebench's");
     }
 
@@ -142,7 +144,7 @@ async fn a_swebench_5_row_is_graded_in_its_image_as_swebench_grades_it() {
     assert_eq!(wrong.tests["tests/test_calc.py::test_sub"], "PASSED");
     let wrong_rec = wrong.official.clone().unwrap();
     assert_eq!(wrong_rec.resolution.as_deref(), Some("RESOLVED_NO"));
-    if let Some(theirs) = swebench_report(&wrong_rec.test_output, &task, WRONG) {
+    if let Some(theirs) = swebench_report(&wrong_rec.test_output, &task, WRONG, "parse_log_pytest") {
         assert_eq!(wrong_rec.report_json.unwrap(), theirs);
     }
 
@@ -185,4 +187,54 @@ async fn a_swebench_5_row_is_graded_in_its_image_as_swebench_grades_it() {
         serde_json::from_str(&std::fs::read_to_string(out.join("swebench_summary.json")).unwrap()).unwrap();
     assert_eq!(summary["resolved_instances"], 1, "{summary}");
     assert_eq!(summary["resolved_ids"][0], "demo__calc-7");
+}
+
+/// The same image as a swebench 4.x row (`repo` + `version`: the eval script from the spec
+/// table, the image by the instance id, 4.x's `parse_log_pytest_options` for requests), graded and evaluated; and
+/// `execcritic eval` on the 4.x and 5.x task files: a Repair agent in the image's own `/testbed`
+/// (conda activation applied to its shell) submitting gold resolves, empty does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swebench_4_and_5_rows_grade_and_evaluate_in_their_images() {
+    if !docker_available().await {
+        return;
+    }
+    let image = format!("execcritic-test-official4:{}", std::process::id());
+    let _cleanup = Image(image.clone());
+    let base = build(&image);
+    const ID4: &str = "psf__requests-4242";
+    let image4 = execcritic::task::default_image(ID4);
+    assert!(Command::new("docker").args(["tag", &image, &image4]).status().unwrap().success());
+    let _cleanup4 = Image(image4.clone());
+    let row4 = serde_json::json!({
+        "instance_id": ID4, "repo": "psf/requests", "version": "2.0", "base_commit": base,
+        "patch": GOLD, "test_patch": TEST_PATCH, "problem_statement": "add subtracts",
+        "FAIL_TO_PASS": ["tests/test_calc.py::test_add"],
+        "PASS_TO_PASS": ["tests/test_calc.py::test_sub"],
+        "environment_setup_commit": base,
+    });
+    let task4 = TaskInstance::from_json(row4.clone(), None).expect("the 4.x row loads");
+    let spec = task4.official.as_ref().expect("a 4.x spec");
+    assert_eq!(spec.log_parser, "parse_log_pytest_options");
+    assert_eq!(task4.image, image4);
+    let gold = harness::grade(&task4, GOLD, SandboxKind::Docker).await.unwrap();
+    let rec = gold.official.clone().unwrap();
+    assert!(gold.resolved, "{gold:?}\n{}", rec.test_output);
+    if let Some(theirs) = swebench_report(&rec.test_output, &task4, GOLD, "parse_log_pytest_options") {
+        assert_eq!(rec.report_json.clone().unwrap(), theirs);
+    }
+    let empty = harness::grade(&task4, "", SandboxKind::Docker).await.unwrap();
+    assert!(!empty.resolved && empty.error_kind.is_none(), "{empty:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let rows = official_eval::eval_rows(
+        dir.path(),
+        &[row4, row(&image, &base), { let mut r = row(&image, &base); r["instance_id"] = "demo__calc-8".into(); r }],
+        &[("/testbed", GOLD), ("/testbed", GOLD), ("/testbed", "")],
+    );
+    let by_id = |id: &str| rows.iter().find(|r| r["instance_id"] == id).unwrap_or_else(|| panic!("{id}: {rows:?}"));
+    for id in [ID4, "demo__calc-7"] {
+        assert_eq!(by_id(id)["final_resolved"], true, "{rows:?}");
+        assert!(by_id(id)["infra_error"].is_null(), "{rows:?}");
+    }
+    assert_eq!(by_id("demo__calc-8")["final_resolved"], false, "{rows:?}");
 }

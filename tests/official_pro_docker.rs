@@ -13,6 +13,8 @@
 //!   sandbox on the logs.
 
 mod harness_support;
+#[path = "common/official_eval.rs"]
+mod official_eval;
 
 use execcritic::harness::{self, SandboxKind};
 use execcritic::task::TaskInstance;
@@ -261,4 +263,14 @@ async fn a_pro_row_is_graded_in_its_image_and_its_attacks_are_refused() {
         serde_json::from_str(&std::fs::read_to_string(out.join(format!("logs/{ID}/report.json"))).unwrap()).unwrap();
     assert_eq!(report[ID]["resolved"], true, "{report}");
     assert_eq!(report[ID]["tests_status"]["FAIL_TO_PASS"]["success"][0], add, "{report}");
+
+    // `execcritic eval` on the Pro task file: a Repair agent in the image's own `/app` (the
+    // ENV exports applied to its shell) submitting gold resolves; one submitting the store
+    // attack does not.
+    let mut second = row(&image, &base, &fix);
+    second["instance_id"] = format!("{ID}-attack").into();
+    let rows = official_eval::eval_rows(dir.path(), &[row(&image, &base, &fix), second], &[("/app", GOLD), ("/app", FUTURE)]);
+    let final_of = |id: &str| rows.iter().find(|r| r["instance_id"] == id).map(|r| r["final_resolved"].clone());
+    assert_eq!(final_of(ID), Some(true.into()), "{rows:?}");
+    assert_eq!(final_of(&format!("{ID}-attack")), Some(false.into()), "{rows:?}");
 }
