@@ -2,6 +2,7 @@
 //! one): a swebench 5.x row whose image has the SWE-bench layout (a conda-like activation whose
 //! `testbed` env is the only place `pytest` is found, the repository in `/testbed`) and whose
 //! own `eval_script` and `log_parser` grade it. Gold resolves, a wrong and an empty patch do
+//! not, a patch that passes only under the image's default interpreter (outside the env) does
 //! not, a test-framework patch is refused unrun, the local sandbox says it cannot, and the
 //! `grade` command writes swebench's `test_output.txt`, `report.json` and run summary — the
 //! report equal to what swebench 5.0.2 itself computes from the same output (when installed).
@@ -28,7 +29,8 @@ conda() {
   fi
 }
 EOF
-printf '#!/bin/sh\nexec python3 -m pytest "$@"\n' > /opt/miniconda3/envs/testbed/bin/pytest
+ln -s "$(command -v python3)" /opt/miniconda3/envs/testbed/bin/python
+printf '#!/bin/sh\nexec /opt/miniconda3/envs/testbed/bin/python -m pytest "$@"\n' > /opt/miniconda3/envs/testbed/bin/pytest
 chmod +x /opt/miniconda3/envs/testbed/bin/pytest
 mkdir -p /testbed/tests; cd /testbed
 git init -q -b main
@@ -41,6 +43,8 @@ git rev-parse HEAD"#;
 
 const GOLD: &str = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,5 +1,5 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n \n \n def sub(a, b):\n";
 const WRONG: &str = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,5 +1,5 @@\n def add(a, b):\n-    return a - b\n+    return a * b\n \n \n def sub(a, b):\n";
+/// Fixes `add` only under an interpreter outside the testbed env (the wrong interpreter).
+const WRONG_INTERPRETER: &str = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,5 +1,6 @@\n def add(a, b):\n-    return a - b\n+    import sys\n+    return a - b if sys.executable.startswith('/opt/miniconda3/') else a + b\n \n \n def sub(a, b):\n";
 /// A pytest hook that turns every failure into a pass: refused before anything runs.
 const HOOK: &str = "diff --git a/conftest.py b/conftest.py\n--- a/conftest.py\n+++ b/conftest.py\n@@ -0,0 +1,3 @@\n+import pytest\n+def pytest_runtest_makereport(item, call):\n+    call.excinfo = None\n";
 const TEST_PATCH: &str = "diff --git a/tests/test_calc.py b/tests/test_calc.py\n--- a/tests/test_calc.py\n+++ b/tests/test_calc.py\n@@ -1,5 +1,9 @@\n-from calc import sub\n+from calc import add, sub\n \n \n def test_sub():\n     assert sub(3, 1) == 2\n+\n+\n+def test_add():\n+    assert add(2, 3) == 5\n";
@@ -150,6 +154,20 @@ async fn a_swebench_5_row_is_graded_in_its_image_as_swebench_grades_it() {
 
     let empty = harness::grade(&task, "", SandboxKind::Docker).await.unwrap();
     assert!(!empty.resolved, "{empty:?}");
+
+    // A patch that passes only outside the env: run with the image's default interpreter it
+    // passes; graded in the activated env, as SWE-bench grades, it does not.
+    let outside = Command::new("docker")
+        .args(["run", "--rm", "--network", "none", &image, "bash", "-c"])
+        .arg(format!(
+            "cd /testbed && git apply <<'EOF'\n{WRONG_INTERPRETER}EOF\ngit apply <<'EOF'\n{TEST_PATCH}EOF\npython3 -m pytest -q tests/test_calc.py"
+        ))
+        .output()
+        .unwrap();
+    assert!(outside.status.success(), "outside the env it passes: {}", String::from_utf8_lossy(&outside.stdout));
+    let interp = harness::grade(&task, WRONG_INTERPRETER, SandboxKind::Docker).await.unwrap();
+    assert!(!interp.resolved && interp.error_kind.is_none(), "{interp:?}");
+    assert_eq!(interp.tests["tests/test_calc.py::test_add"], "FAILED");
 
     // On a plain checkout the hook turns the failing test into a pass (shown with the local
     // runner in tests/harness_attacks.rs); here it is refused before anything runs.
