@@ -401,3 +401,71 @@ fn sigterm_stops_an_eval_leaving_no_sandbox_or_workspace() {
     assert!(left.is_empty(), "left in the temp dir: {left:?}");
     assert!(!out.join("results.jsonl").exists(), "an interrupted evaluation writes no results");
 }
+
+fn git_in(dir: &Path, args: &[&str]) -> String {
+    let o = Command::new("git").arg("-C").arg(dir).args(args).output().unwrap();
+    assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A repository as users have it from a partial clone: `git clone --filter=blob:none` of the
+/// bundled repository, every blob then fetched (so it is whole, but its packs carry `.promisor`
+/// markers, which git never prunes). `eval` opens its workspaces (fetching Base by id: the
+/// future commits in the promisor store never reach a workspace, as the Repair agent's own probe
+/// shows) and resolves with the gold patch.
+#[test]
+fn eval_resolves_on_a_promisor_clone_whose_workspaces_hold_no_future() {
+    let s = setup();
+    let bundled = load_tasks(&bundled_suite().unwrap()).unwrap();
+    let mut task = bundled.iter().find(|t| t.instance_id == B).unwrap().clone();
+    let upstream = task.repo_path.clone().expect("a local repository");
+    let future: Vec<String> = git_in(&upstream, &["rev-list", "--all", &format!("^{}", task.base_commit)]).lines().map(str::to_string).collect();
+    assert!(!future.is_empty(), "the bundled repository holds commits after Base");
+
+    let root = s.root.join("promisor");
+    std::fs::create_dir_all(&root).unwrap();
+    let src = root.join("src.git");
+    git_in(&root, &["clone", "-q", "--bare", upstream.to_str().unwrap(), src.to_str().unwrap()]);
+    git_in(&src, &["config", "uploadpack.allowFilter", "true"]);
+    let clone = root.join("clone.git");
+    git_in(&root, &["clone", "-q", "--bare", "--filter=blob:none", &format!("file://{}", src.display()), clone.to_str().unwrap()]);
+    let missing = |c: &Path| git_in(c, &["rev-list", "--objects", "--all", "--missing=print"]).lines().filter(|l| l.starts_with('?')).map(|l| l[1..].to_string()).collect::<Vec<_>>();
+    let absent = missing(&clone);
+    assert!(!absent.is_empty(), "a blobless clone lacks blobs");
+    // Fetch every blob (lazily, one `cat-file` batch), then check the clone is whole.
+    let mut fetch = Command::new("git").arg("-C").arg(&clone).args(["cat-file", "--batch"]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::null()).spawn().unwrap();
+    use std::io::Write;
+    fetch.stdin.take().unwrap().write_all((absent.join("\n") + "\n").as_bytes()).unwrap();
+    assert!(fetch.wait().unwrap().success());
+    assert!(missing(&clone).is_empty(), "every blob fetched");
+    let promisor = std::fs::read_dir(clone.join("objects/pack")).unwrap().flatten().any(|e| e.path().extension().is_some_and(|x| x == "promisor"));
+    assert!(promisor, "the clone's packs carry .promisor markers");
+    for f in &future {
+        git_in(&clone, &["cat-file", "-e", f]);
+    }
+
+    task.repo_path = Some(clone.clone());
+    let tasks = root.join("tasks.jsonl");
+    std::fs::write(&tasks, format!("{}\n", task.to_json().unwrap())).unwrap();
+    let scripts = root.join("repair");
+    let probe = format!("cd /testbed && for c in {}; do echo \"visible=$(git cat-file -t $c 2>/dev/null || echo none)\"; done", future.join(" "));
+    let mut turns = vec![call(&probe)];
+    turns.extend(round0_applying(&task.patch));
+    write_script(&scripts, B, &turns);
+    let out = root.join("out");
+    let o = bin()
+        .args(["eval", "--tests", "none", "--runs", "1", "--tasks"])
+        .arg(&tasks)
+        .arg("--out")
+        .arg(&out)
+        .arg(format!("--repair-policy=scripted:{}", scripts.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows = results_without_timings(&out);
+    assert_eq!(row(&rows, B, "none", 1)["final_resolved"], true, "{rows:?}");
+    assert!(rows[0]["infra_error"].is_null(), "{rows:?}");
+    let traj: String = std::fs::read_dir(out.join("trajectories").join(B)).unwrap().flatten().map(|e| std::fs::read_to_string(e.path()).unwrap()).collect();
+    assert_eq!(traj.matches("visible=none").count(), future.len(), "{traj}");
+    assert!(!traj.contains("visible=commit"), "a future commit reached the Repair agent's workspace");
+}
