@@ -306,8 +306,9 @@ fn sources_are_kept_for_the_grader() {
 
 #[test]
 fn format_fields_are_known_fields() {
-    use execcritic::task::instance::KNOWN_FIELDS;
-    for f in official::PRO_FIELDS.iter().chain(official::SWEBENCH5_FIELDS) {
-        assert!(KNOWN_FIELDS.contains(f), "{f} missing from KNOWN_FIELDS");
+    use execcritic::task::instance::{is_known_field, KNOWN_FIELDS};
+    for f in official::PRO_FIELDS.iter().chain(official::SWEBENCH5_FIELDS).chain(KNOWN_FIELDS) {
+        assert!(is_known_field(f), "{f} is not a known field");
     }
+    assert!(!is_known_field("requirements"), "Pro's requirements are kept in `extra`");
 }

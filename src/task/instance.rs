@@ -119,7 +119,9 @@ pub struct TaskInstance {
     pub extra: BTreeMap<String, Value>,
 }
 
-/// Every field this crate reads from a task record; any other top-level field is kept in
+/// The SWE-bench core fields and this crate's extensions. With the published formats' own
+/// fields ([`super::official::SWEBENCH5_FIELDS`], [`super::official::PRO_FIELDS`]) they are every
+/// field this crate reads ([`is_known_field`]); any other top-level field is kept in
 /// [`TaskInstance::extra`] and ignored.
 pub const KNOWN_FIELDS: &[&str] = &[
     "instance_id",
@@ -141,23 +143,15 @@ pub const KNOWN_FIELDS: &[&str] = &[
     "runner",
     "image",
     "candidates",
-    // swebench 5.x (super::official::SWEBENCH5_FIELDS)
-    "eval_script",
-    "log_parser",
-    "eval_type",
-    "image_assets",
-    // SWE-bench Pro (super::official::PRO_FIELDS)
-    "fail_to_pass",
-    "pass_to_pass",
-    "before_repo_set_cmd",
-    "selected_test_files_to_run",
-    "dockerhub_tag",
-    "repo_language",
-    "run_script",
-    "parser_script",
-    "base_dockerfile",
-    "instance_dockerfile",
 ];
+
+/// Whether this crate reads top-level field `name` of a task record.
+pub fn is_known_field(name: &str) -> bool {
+    use super::official::{PRO_FIELDS, SWEBENCH5_FIELDS};
+    [KNOWN_FIELDS, SWEBENCH5_FIELDS, PRO_FIELDS]
+        .iter()
+        .any(|fields| fields.contains(&name))
+}
 
 /// The SWE-bench image name rule: `swebench/sweb.eval.x86_64.<id, "__" → "_1776_">:latest`
 /// (lower-cased, as Docker requires).
@@ -198,7 +192,7 @@ impl TaskInstance {
         };
         let extra: BTreeMap<String, Value> = obj
             .iter()
-            .filter(|(k, _)| !KNOWN_FIELDS.contains(&k.as_str()))
+            .filter(|(k, _)| !is_known_field(k))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let f = Fields { id: &id, obj: &obj };
