@@ -17,6 +17,9 @@ fi
 need=()
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+# An ssh:// docker host for tests/harness_docker_ssh.rs (sshd on a loopback port).
+[ -x /usr/sbin/sshd ] || need+=(openssh-server openssh-client)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 if [ ${#need[@]} -gt 0 ]; then
   echo "ci-deps-harness: installing ${need[*]}"
   apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null || { echo "ci-deps-harness: apt failed; docker tests will skip"; exit 0; }

@@ -6,7 +6,8 @@
 //! TLS follows the docker CLI: the client certificate, its key and the CA that signed the
 //! daemon's certificate are `ca.pem`, `cert.pem` and `key.pem` in `DOCKER_CERT_PATH` (default
 //! `~/.docker`); a missing one is an error naming it. `ssh://[user@]host[:port]` runs the `ssh`
-//! client (its own configuration and agent) and `docker system dial-stdio` on the host.
+//! client (its own configuration and agent) and `docker system dial-stdio` on the host, one
+//! process per connection (see [`super::docker_ssh`]).
 
 use crate::harness::error::HarnessError;
 use bollard::Docker;
@@ -136,7 +137,10 @@ pub fn client(url: &str) -> Result<Docker, HarnessError> {
             let (ca, cert, key) = tls_files()?;
             Docker::connect_with_ssl(url, &key, &cert, &ca, TIMEOUT_S, version)
         }
-        Transport::Ssh => Docker::connect_with_ssh(url, TIMEOUT_S, version),
+        Transport::Ssh => {
+            let socket = super::docker_ssh::socket_for(url)?;
+            Docker::connect_with_unix(&format!("unix://{}", socket.display()), TIMEOUT_S, version)
+        }
     };
     d.map_err(|e| HarnessError::Docker(format!("{what}: {e}")))
 }
@@ -153,7 +157,14 @@ pub async fn connect(host: Option<&str>) -> Result<Docker, HarnessError> {
     };
     let name = url.as_deref().unwrap_or("(local socket)");
     d.negotiate_version().await.map_err(|e| {
-        HarnessError::Docker(format!("docker daemon {name} not reachable (is dockerd running?): {e}"))
+        let ssh = url
+            .as_deref()
+            .filter(|u| u.starts_with("ssh://"))
+            .map(super::docker_ssh::last_error)
+            .filter(|said| !said.is_empty())
+            .map(|said| format!("; ssh said: {said}"))
+            .unwrap_or_default();
+        HarnessError::Docker(format!("docker daemon {name} not reachable (is dockerd running?): {e}{ssh}"))
     })
 }
 

@@ -8,6 +8,7 @@ pub mod cgroup;
 pub mod convention;
 pub mod docker;
 pub mod docker_host;
+pub mod docker_ssh;
 pub mod git_state;
 pub mod local;
 pub mod uid;
