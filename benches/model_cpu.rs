@@ -1,15 +1,20 @@
 //! CPU engine benchmark (harness = false): prefill and batched decode throughput of the forward
 //! pass on a Hugging Face model folder (weights kept in the checkpoint's format: f32 or bf16
-//! matrices), the GFLOP/s of the large-GEMM kernel and the bandwidth of the decode GEMV with f32
-//! and bf16 weights. Prints one JSON
-//! object; scripts/bench_cpu_vs_transformers.py runs it next to transformers on the same weights.
+//! matrices), the GFLOP/s of the large-GEMM kernel (f32 and bf16 weights), the bandwidth of the
+//! decode GEMV with f32 and bf16 weights, the machine's streaming read bandwidth on the same
+//! threads (the decode roofline) and the ISA path the engine ran on with its nominal
+//! floating-point operations per cycle and core (bf16 dot products count double). Prints one
+//! JSON object; scripts/bench_cpu_vs_transformers.py runs it next to transformers on the same
+//! weights and turns these into fractions of their limits.
 //!
 //! `cargo bench --bench model_cpu -- DIR [--prefill 512] [--decode-steps 32] [--prompt 64]`
-//! Threads: `RAYON_NUM_THREADS` (the script sets the same count for torch). With
-//! `EXECCRITIC_PROFILE=1` it also prints per-op times of each phase to stderr.
+//! Threads: `RAYON_NUM_THREADS` (the script sets the same count for torch). ISA path:
+//! `EXECCRITIC_CPU_PATH` (see `execcritic::tensor::cpu_path`). With `EXECCRITIC_PROFILE=1` it also
+//! prints per-op times of each phase to stderr.
 
 use execcritic::model::{ForwardOptions, LogitsMode, Model, SeqInput};
 use execcritic::tensor::cpu::matmul_t;
+use execcritic::tensor::cpu_path;
 use execcritic::tensor::linear::linear;
 use execcritic::tensor::Weight;
 use execcritic::tensor::profile;
@@ -59,6 +64,34 @@ fn print_profile(phase: &str, calls: usize, wall_s: f64) {
 
 fn best_of<F: FnMut() -> f64>(runs: usize, mut f: F) -> f64 {
     (0..runs).map(|_| f()).fold(f64::INFINITY, f64::min)
+}
+
+/// Streaming read bandwidth (GB/s) of the rayon pool: every thread sums its contiguous share of
+/// a 1 GiB buffer (far beyond the caches) as u64 words; best of 5 passes.
+fn stream_read_gb_s() -> f64 {
+    use rayon::prelude::*;
+    let words = (1usize << 30) / 8;
+    let buf: Vec<u64> = (0..words as u64).into_par_iter().map(|i| i.wrapping_mul(0x9E37_79B9)).collect();
+    let share = words.div_ceil(rayon::current_num_threads()).max(1 << 16);
+    let secs = best_of(5, || {
+        let t = Instant::now();
+        let sum: u64 = buf
+            .par_chunks(share)
+            .map(|c| {
+                let lanes = c.chunks_exact(8).fold([0u64; 8], |mut a, v| {
+                    for (x, y) in a.iter_mut().zip(v) {
+                        *x = x.wrapping_add(*y);
+                    }
+                    a
+                });
+                lanes.iter().fold(0u64, |a, b| a.wrapping_add(*b))
+            })
+            .reduce(|| 0, |a, b| a.wrapping_add(b));
+        let dt = t.elapsed().as_secs_f64();
+        std::hint::black_box(sum);
+        dt
+    });
+    (words * 8) as f64 / secs / 1e9
 }
 
 fn main() {
@@ -160,7 +193,13 @@ fn main() {
         t.elapsed().as_secs_f64()
     });
 
+    let stream_gb_s = stream_read_gb_s();
+    let path = cpu_path::active();
+
     let json = serde_json::json!({
+        "cpu_path": path.name(),
+        "cpu_path_flops_per_cycle": path.flops_per_cycle(),
+        "stream_read_gb_s": stream_gb_s,
         "weights": format!("{:?}", model.matrix_dtype()),
         "threads": rayon::current_num_threads(),
         "prefill_tokens": prefill,

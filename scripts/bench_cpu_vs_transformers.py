@@ -14,9 +14,18 @@ and for `cargo bench --bench model_cpu`. Our engine keeps each checkpoint's form
 matrices stay bf16, f32 accumulation). transformers runs the f32 checkpoint in f32 and the bf16
 checkpoint both in bf16 (its default for a bf16 checkpoint) and upcast to f32 (the very same
 weight values); each bf16 ratio is taken against the FASTER of the two.
+Every figure is also read against its limit: the report names the ISA path our engine ran on
+(`EXECCRITIC_CPU_PATH`, chosen at start-up) and that path's nominal peak (threads x clock x
+flops per cycle, bf16 dot products counting double) for the GEMM and the prefill's matrix
+FLOPs, and the streaming read bandwidth the bench measured on the same threads for the decode
+rows (weight bytes read per step / step time).
+
+`--cpu-path avx2` forces our engine onto the AVX2 path and limits torch to AVX2 as well
+(ATEN_CPU_CAPABILITY, DNNL_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS, set before torch loads): the
+"AVX2-only machine" run on a machine that has more.
 Prints a markdown report (and writes it with --write).
 
-Run: scripts/bench_cpu_vs_transformers.sh [--threads 2] [--dtype f32|bf16|both] [--write benches/results/cpu-engine.md]
+Run: scripts/bench_cpu_vs_transformers.sh [--threads 2] [--dtype f32|bf16|both] [--cpu-path PATH] [--write benches/results/cpu-engine.md]
 """
 import argparse
 import copy
@@ -28,8 +37,17 @@ import subprocess
 import sys
 import time
 
-import torch
-from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
+
+
+def limit_torch_isa(argv):
+    """With `--cpu-path avx2`: keep torch (ATen, oneDNN, MKL) on AVX2 too (must run before torch loads)."""
+    if "--cpu-path" in argv and argv[argv.index("--cpu-path") + 1:][:1] == ["avx2"]:
+        os.environ.update(ATEN_CPU_CAPABILITY="avx2", DNNL_MAX_CPU_ISA="AVX2", MKL_ENABLE_INSTRUCTIONS="AVX2")
+
+
+limit_torch_isa(sys.argv)
+import torch  # noqa: E402
+from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_fixtures import randomise  # noqa: E402
@@ -92,21 +110,40 @@ def bench_hf(model):
     return out
 
 
-def nominal_peak(threads):
-    """FMA peak from the CPU flags and clock: threads x GHz x lanes x 2 (FMA) x 2 (units)."""
+def cpu_mhz():
+    """The clock in /proc/cpuinfo (MHz; boost may be higher), or None."""
     try:
         info = open("/proc/cpuinfo").read()
-        mhz = float([l for l in info.splitlines() if l.startswith("cpu MHz")][0].split(":")[1])
-        lanes = 16 if " avx512f" in info else 8
-        return threads * mhz / 1000 * lanes * 2 * 2, mhz, "avx512f" if lanes == 16 else "avx2"
+        return float([l for l in info.splitlines() if l.startswith("cpu MHz")][0].split(":")[1])
     except Exception:  # noqa: BLE001
-        return None, None, None
+        return None
 
 
-def run_ours(root, threads, path):
+def weight_bytes(model, batch, elem_bytes):
+    """Weight bytes one decode step of `batch` sequences reads, and the matrix multiply-adds per
+    token: every parameter but the embedding table (one row per token), the routed experts scaled
+    by the expected share of experts the batch touches (top-k of E per token, independent)."""
+    cfg = model.config
+    e, k = cfg.num_experts, cfg.num_experts_per_tok
+    touched = 1 - (1 - k / e) ** batch
+    read, macs = 0.0, 0.0
+    for name, p in model.named_parameters():
+        if "embed_tokens" in name:
+            continue
+        routed = ".experts." in name and "shared" not in name
+        read += p.numel() * (touched if routed else 1)
+        if p.dim() >= 2:
+            macs += p.numel() * (k / e if routed else 1)
+    return read * elem_bytes, macs
+
+
+def run_ours(root, threads, path, cpu_path):
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads), CARGO_TARGET_DIR=os.environ.get("CARGO_TARGET_DIR", "/work/target"))
-    res = subprocess.run(["cargo", "bench", "--bench", "model_cpu", "--", path, "--prefill", str(PREFILL),
-                          "--decode-steps", str(STEPS), "--prompt", str(PROMPT)],
+    if cpu_path:
+        env["EXECCRITIC_CPU_PATH"] = cpu_path
+    # MODEL_CPU_BIN: an already built `model_cpu` bench binary (skips cargo).
+    cmd = [os.environ["MODEL_CPU_BIN"]] if os.environ.get("MODEL_CPU_BIN") else ["cargo", "bench", "--bench", "model_cpu", "--"]
+    res = subprocess.run(cmd + [path, "--prefill", str(PREFILL), "--decode-steps", str(STEPS), "--prompt", str(PROMPT)],
                          cwd=root, env=env, capture_output=True, text=True)
     if res.returncode != 0:
         sys.exit(res.stderr[-3000:])
@@ -123,6 +160,7 @@ def main():
     ap.add_argument("--dir", default="/tmp/execcritic-bench-model")
     ap.add_argument("--dtype", choices=["f32", "bf16", "both"], default="both")
     ap.add_argument("--write", default=None)
+    ap.add_argument("--cpu-path", default=None, help="force our ISA path (avx2 also limits torch to AVX2)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -133,7 +171,7 @@ def main():
     randomise(model, torch.Generator().manual_seed(0))
     n_params = sum(p.numel() for p in model.parameters())
 
-    peak, mhz, isa = nominal_peak(args.threads)
+    mhz = cpu_mhz()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
     cpu = [l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")][0]
     lines = [
@@ -146,6 +184,9 @@ def main():
         f"- transformers {__import__('transformers').__version__}, torch {torch.__version__}; ours: "
         "`cargo bench --bench model_cpu` (release)",
         f"- decode: {STEPS} steps after a {PROMPT}-token prompt per sequence; best of 2 runs each",
+        f"- forced: EXECCRITIC_CPU_PATH={args.cpu_path}; torch: " + ", ".join(
+            f"{v}={os.environ[v]}" for v in ("ATEN_CPU_CAPABILITY", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+            if v in os.environ) if args.cpu_path else "- ISA path: the best the CPU supports (not forced)",
     ]
     tables, loads = [], [f"{os.getloadavg()[0]:.1f} at start"]
     for dtype in (["f32", "bf16"] if args.dtype == "both" else [args.dtype]):
@@ -158,7 +199,7 @@ def main():
             low.save_pretrained(path)
             variants = {"bf16": low, "f32 (upcast)": copy.deepcopy(low).float()}
         print(f"{dtype} checkpoint -> {path}", file=sys.stderr)
-        ours = run_ours(root, args.threads, path)
+        ours = run_ours(root, args.threads, path, args.cpu_path)
         loads.append(f"{os.getloadavg()[0]:.1f} after ours ({dtype})")
         hf = {name: bench_hf(m) for name, m in variants.items()}
         loads.append(f"{os.getloadavg()[0]:.1f} after transformers ({dtype})")
@@ -170,6 +211,20 @@ def main():
             best = max(hf[n][key] for n in names)
             t.append(f"| {label} | {ours[key]:.1f} | " + " | ".join(f"{hf[n][key]:.1f}" for n in names)
                      + f" | {ours[key] / best:.2f}x |")
+        elem = 2 if dtype == "bf16" else 4
+        peak = args.threads * mhz / 1000 * ours["cpu_path_flops_per_cycle"] if mhz else None
+        _, macs = weight_bytes(model, 1, elem)
+        gflops = 2 * macs * ours["prefill_tok_s"] / 1e9
+        t += ["", f"Limits ({dtype}): ISA path `{ours['cpu_path']}`, nominal peak "
+              + (f"{peak:.0f} GFLOP/s ({args.threads} threads x {mhz / 1000:.2f} GHz x "
+                 f"{ours['cpu_path_flops_per_cycle']:.0f} flop/cycle)" if peak else "unknown")
+              + f"; streaming read bandwidth {ours['stream_read_gb_s']:.1f} GB/s ({args.threads} threads)."]
+        t.append(f"Prefill matrix FLOPs: {gflops:.1f} GFLOP/s" + (f" = {100 * gflops / peak:.0f}% of the path peak." if peak else "."))
+        for b in (1, 8):
+            step_bytes, _ = weight_bytes(model, b, elem)
+            bw = step_bytes * ours[f"decode_b{b}_tok_s"] / b / 1e9
+            t.append(f"Decode batch {b}: {step_bytes / 1e6:.0f} MB of weights per step -> {bw:.1f} GB/s = "
+                     f"{100 * bw / ours['stream_read_gb_s']:.0f}% of the streaming read bandwidth.")
         tables.append((t, ours, hf))
     lines.append(f"- 1-min load average (the machine is shared): {', '.join(loads)}")
     lines.append("")
@@ -180,13 +235,20 @@ def main():
     lines += ["| kernel | execcritic | torch | ratio |", "|---|---|---|---|",
               f"| GEMM 512x2048x4096 f32 (GFLOP/s) | {ours['gemm_gflops']:.1f} | {hf['gemm_gflops']:.1f} | "
               f"{ours['gemm_gflops'] / hf['gemm_gflops']:.2f}x |", ""]
+    peak = args.threads * mhz / 1000 * ours["cpu_path_flops_per_cycle"] if mhz else None
+    gemm_lines = [f"| GEMM 512x2048x4096 bf16 weights (GFLOP/s) | {t[1]['gemm_bf16_gflops']:.1f} | | |"
+                  for t in tables if "gemm_bf16_gflops" in t[1]][:1]
+    lines[-1:-1] = gemm_lines
     if peak:
-        lines.append(f"Large-GEMM efficiency: ours {ours['gemm_gflops']:.1f} GFLOP/s = "
-                     f"{100 * ours['gemm_gflops'] / hf['gemm_gflops']:.0f}% of torch's measured "
-                     f"{hf['gemm_gflops']:.1f} GFLOP/s and {100 * ours['gemm_gflops'] / peak:.0f}% "
-                     f"of the nominal {isa} FMA peak {peak:.0f} GFLOP/s ({args.threads} threads x {mhz / 1000:.2f} GHz "
-                     f"x 2 FMA units; the clock in /proc/cpuinfo, boost may be higher). Decode GEMV bandwidth (ours, "
-                     f"4096x2048): f32 {ours['gemv_gb_s']:.1f} GB/s, bf16 {ours.get('gemv_bf16_gb_s', float('nan')):.1f} GB/s.")
+        lines.append(f"Large-GEMM efficiency: ours {ours['gemm_gflops']:.1f} GFLOP/s f32, "
+                     f"{ours.get('gemm_bf16_gflops', float('nan')):.1f} GFLOP/s bf16 weights; torch f32 "
+                     f"{hf['gemm_gflops']:.1f} GFLOP/s; nominal peak of our `{ours['cpu_path']}` path "
+                     f"{peak:.0f} GFLOP/s ({args.threads} threads x {mhz / 1000:.2f} GHz x "
+                     f"{ours['cpu_path_flops_per_cycle']:.0f} flop/cycle, bf16 dot products counting double; "
+                     f"the clock in /proc/cpuinfo, boost may be higher): f32 {100 * ours['gemm_gflops'] / peak:.0f}%, "
+                     f"bf16 {100 * ours.get('gemm_bf16_gflops', float('nan')) / peak:.0f}%. Decode GEMV bandwidth (ours, "
+                     f"4096x2048): f32 {ours['gemv_gb_s']:.1f} GB/s, bf16 {ours.get('gemv_bf16_gb_s', float('nan')):.1f} GB/s "
+                     f"of {ours['stream_read_gb_s']:.1f} GB/s streaming read.")
     report = "\n".join(lines) + "\n"
     print(report)
     if args.write:  # append: the file keeps every run (shared machines make single runs noisy)

@@ -4,17 +4,11 @@
 //! Every op names its dimensions explicitly; a CUDA backend mirrors this list one to one.
 
 
-/// True when the CPU has AVX2 and FMA (checked once, cached by std).
+/// True when the engine runs on a path with AVX2 and FMA ([`super::cpu_path::active`]: the CPU
+/// has them and no lower path was forced).
 #[inline]
 pub fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    super::cpu_path::active() >= super::cpu_path::CpuPath::Avx2
 }
 
 /// Define a function whose body is compiled twice — for the baseline target and with AVX2+FMA
@@ -108,6 +102,26 @@ pub fn matmul_t(
     out: &mut [f32],
     parallel: bool,
 ) {
+    let threads = if parallel { rayon::current_num_threads() } else { 1 };
+    matmul_t_on(super::cpu_path::active(), x, m, k, w, n, out, threads)
+}
+
+/// [`matmul_t`] on the kernels of `path` (which the CPU must support) and up to `threads` rayon
+/// workers: the packed AVX-512 kernel on the AVX-512 paths (large enough products), otherwise the
+/// `gemm` crate (its own portable or AVX2 kernels; on other architectures e.g. NEON). Few-row
+/// products (decode) use the active path's few-row kernels whatever `path` is.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_t_on(
+    path: super::cpu_path::CpuPath,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[f32],
+    n: usize,
+    out: &mut [f32],
+    threads: usize,
+) {
+    use super::cpu_path::CpuPath;
     assert_eq!(x.len(), m * k, "matmul_t: x");
     assert_eq!(w.len(), n * k, "matmul_t: w");
     assert_eq!(out.len(), m * n, "matmul_t: out");
@@ -119,14 +133,9 @@ pub fn matmul_t(
         return;
     }
     if m <= SMALL_M {
-        return super::linear::few_rows_f32(x, m, k, w, n, out, parallel);
+        return super::linear::few_rows_f32(x, m, k, w, n, out, threads > 1);
     }
-    let threads = if parallel {
-        rayon::current_num_threads()
-    } else {
-        1
-    };
-    if m >= AVX512_MIN_ROWS && n >= AVX512_MIN_COLS && super::cpu_avx512::available() {
+    if m >= AVX512_MIN_ROWS && n >= AVX512_MIN_COLS && path >= CpuPath::Avx512F {
         super::cpu_avx512::matmul_t(x, m, k, w, n, out, threads);
         return;
     }

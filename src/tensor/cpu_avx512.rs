@@ -32,17 +32,18 @@ const _: () = assert!(MC % MR == 0 && NC % NR == 0);
 /// Most columns per rayon task (`KC × NC` packed weights ≈ 512 KiB, kept in L2).
 const NC: usize = 512;
 
-/// True when the CPU supports the AVX-512 foundation instructions this kernel uses.
+/// True when the engine runs on an AVX-512 path ([`super::cpu_path::active`]): the CPU supports
+/// `avx512f` and no lower path was forced. Dispatchers check this; the kernels themselves only
+/// need [`supported`].
 #[inline]
 pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    super::cpu_path::active() >= super::cpu_path::CpuPath::Avx512F
+}
+
+/// True when the CPU supports the AVX-512 foundation instructions this module uses.
+#[inline]
+pub fn supported() -> bool {
+    super::cpu_path::CpuPath::Avx512F.supported()
 }
 
 /// Raw output pointer shared by tasks that write disjoint column ranges.
@@ -68,7 +69,7 @@ pub fn matmul_t(
     assert_eq!(x.len(), m * k, "matmul_t_avx512: x");
     assert_eq!(w.len(), n * k, "matmul_t_avx512: w");
     assert_eq!(out.len(), m * n, "matmul_t_avx512: out");
-    assert!(available(), "matmul_t_avx512: CPU lacks avx512f");
+    assert!(supported(), "matmul_t_avx512: CPU lacks avx512f");
     if m == 0 || n == 0 {
         return;
     }
@@ -196,7 +197,7 @@ unsafe fn pack_w(w: &[f32], k: usize, nw: usize, p0: usize, kc: usize, dst: &mut
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn transpose16(src: *const f32, ld_src: usize, dst: *mut f32, ld_dst: usize) {
+pub(crate) unsafe fn transpose16(src: *const f32, ld_src: usize, dst: *mut f32, ld_dst: usize) {
     let mut r = [_mm512_setzero_ps(); 16];
     for (i, v) in r.iter_mut().enumerate() {
         *v = _mm512_loadu_ps(src.add(i * ld_src));
@@ -322,7 +323,7 @@ pub fn gemm_small(
     ldc: usize,
     accumulate: bool,
 ) {
-    assert!(available(), "gemm_small: CPU lacks avx512f");
+    assert!(supported(), "gemm_small: CPU lacks avx512f");
     if m == 0 || n == 0 {
         return;
     }
@@ -613,7 +614,7 @@ mod tests {
 
     #[test]
     fn matches_f64_reference_on_odd_shapes() {
-        if !available() {
+        if !supported() {
             eprintln!("skipped: CPU lacks avx512f");
             return;
         }

@@ -6,15 +6,19 @@
 //!   bytes). The columns of every product of a batch are cut into blocks and all blocks of all
 //!   products run as one rayon region ([`linear_batch`]), so e.g. the active experts of a MoE
 //!   layer or the projections of a mixer share both cores without one fork-join per product.
-//! * Many rows (prefill): f32 weights go to the packed GEMM ([`cpu::matmul_t`]); bf16 weights
-//!   are widened block by block into a reused f32 scratch first (`n·k` conversions against
-//!   `m·n·k` multiply-adds).
+//! * Many rows (prefill, training): f32 weights go to the packed GEMM ([`cpu::matmul_t`]); bf16
+//!   weights go to the active ISA path's kernel ([`cpu_path::kernels`]): on
+//!   [`CpuPath::Avx512Bf16`] the `vdpbf16ps` GEMM ([`super::gemm_bf16`], activations rounded
+//!   to bf16, f32 accumulation), on the other paths they are widened block by block into a
+//!   reused f32 scratch and run through that path's f32 GEMM ([`matmul_bf16_widened`]).
 //!
-//! Every product accumulates in f32; a bf16 value widens to f32 exactly, so the two formats
-//! differ only by summation order on the same values.
+//! Every product accumulates in f32. A bf16 value widens to f32 exactly, so the widening paths
+//! differ from f32 weights only by summation order; the avx512bf16 many-row path additionally
+//! rounds the activations to bf16 (the rounding contract of [`super::gemm_bf16`], PyTorch's).
 
 use super::cpu::{self, SMALL_M};
 use super::cpu_bf16;
+use super::cpu_path::{self, CpuPath};
 use super::storage::{Tensor, Weight};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -77,7 +81,11 @@ pub fn linear_batch(jobs: &mut [LinearJob<'_>], parallel: bool) {
         match j.w {
             Weight::F32(w) => cpu::matmul_t(j.x, j.m, j.k, w, j.n, j.out, parallel),
             Weight::Bf16(_) if j.m <= SMALL_M => few_rows(std::slice::from_mut(j), parallel),
-            Weight::Bf16(w) => many_rows_bf16(j.x, j.m, j.k, w, j.n, j.out, parallel),
+            Weight::Bf16(w) => {
+                let threads = if parallel { rayon::current_num_threads() } else { 1 };
+                let kernel = cpu_path::kernels().matmul_bf16_for(cpu_path::bf16_activations());
+                kernel(j.x, j.m, j.k, w, j.n, j.out, threads)
+            }
         }
     }
 }
@@ -134,13 +142,28 @@ fn few_rows(jobs: &mut [LinearJob<'_>], parallel: bool) {
     }
 }
 
-/// Many-row product with bf16 weights: widen blocks of weight rows into the thread's f32 scratch
-/// and run the f32 GEMM on each block.
-fn many_rows_bf16(x: &[f32], m: usize, k: usize, w: &[half::bf16], n: usize, out: &mut [f32], parallel: bool) {
+/// Many-row product with bf16 weights on the widening paths: widen blocks of weight rows into
+/// the thread's f32 scratch and run the f32 GEMM of `path` ([`cpu::matmul_t_on`]) on each block.
+/// Sizes are checked by the caller.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matmul_bf16_widened(
+    path: CpuPath,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[half::bf16],
+    n: usize,
+    out: &mut [f32],
+    threads: usize,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
     if k == 0 {
         out.fill(0.0);
         return;
     }
+    let parallel = threads > 1;
     let block = (WIDEN_BLOCK / k).clamp(1, n.max(1));
     WIDE.with(|wide| {
         let mut wide = wide.borrow_mut();
@@ -159,10 +182,10 @@ fn many_rows_bf16(x: &[f32], m: usize, k: usize, w: &[half::bf16], n: usize, out
                 cpu_bf16::widen(src, dst);
             }
             if nb == n {
-                cpu::matmul_t(x, m, k, dst, n, out, parallel);
+                cpu::matmul_t_on(path, x, m, k, dst, n, out, threads);
             } else {
                 let part = &mut part[..m * nb];
-                cpu::matmul_t(x, m, k, dst, nb, part, parallel);
+                cpu::matmul_t_on(path, x, m, k, dst, nb, part, threads);
                 for (o, p) in out.chunks_exact_mut(n).zip(part.chunks_exact(nb)) {
                     o[j0..j0 + nb].copy_from_slice(p);
                 }
@@ -208,12 +231,60 @@ mod tests {
         for &(m, k, n) in shapes {
             let (x, wb, wf) = inputs(m, k, n);
             let want = naive(&x, m, k, &wf, n);
+            // The avx512bf16 many-row kernel rounds the activations to bf16 (its contract).
+            let native = cpu_path::bf16_activations() == cpu_path::Bf16Activations::Bf16;
+            let want_bf16 = if m > SMALL_M && native && cpu_path::active() == CpuPath::Avx512Bf16 {
+                naive(&round_bf16(&x), m, k, &wf, n)
+            } else {
+                want.clone()
+            };
             for par in [false, true] {
                 let mut out = vec![f32::NAN; m * n];
                 linear(&x, m, k, Weight::Bf16(&wb), n, &mut out, par);
-                assert_close(&out, &want, k, &format!("{m}x{k}x{n} bf16"));
+                assert_close(&out, &want_bf16, k, &format!("{m}x{k}x{n} bf16"));
                 linear(&x, m, k, Weight::F32(&wf), n, &mut out, par);
                 assert_close(&out, &want, k, &format!("{m}x{k}x{n} f32"));
+            }
+        }
+    }
+
+    fn round_bf16(x: &[f32]) -> Vec<f32> {
+        x.iter().map(|v| half::bf16::from_f32(*v).to_f32()).collect()
+    }
+
+    /// Every ISA path the CPU supports, forced through its kernel table, matches an f64
+    /// reference of its rounding contract on shapes that are no multiple of any tile (paths the
+    /// CPU lacks are skipped with a printed reason).
+    #[test]
+    fn every_path_matches_f64_reference() {
+        let shapes: &[(usize, usize, usize)] =
+            &[(9, 1, 3), (15, 33, 31), (33, 257, 65), (47, 515, 130), (61, 1100, 33), (200, 70, 300)];
+        for path in CpuPath::ALL {
+            let Some(kern) = cpu_path::kernels_for(path) else {
+                println!("skipped path {}: this CPU does not support it", path.name());
+                continue;
+            };
+            for &(m, k, n) in shapes {
+                let (x, wb, _) = inputs(m, k, n);
+                let xr = if path == CpuPath::Avx512Bf16 { round_bf16(&x) } else { x.clone() };
+                for (threads, exact) in [(1, false), (2, false), (2, true)] {
+                    let mut out = vec![f32::NAN; m * n];
+                    let xr = if exact { &x } else { &xr };
+                    let a = if exact { cpu_path::Bf16Activations::F32 } else { cpu_path::Bf16Activations::Bf16 };
+                    kern.matmul_bf16_for(a)(&x, m, k, &wb, n, &mut out, threads);
+                    for i in 0..m {
+                        for j in 0..n {
+                            let r: f64 = (0..k).map(|p| xr[i * k + p] as f64 * wb[j * k + p].to_f64()).sum();
+                            let g = out[i * n + j] as f64;
+                            let tol = 1e-5 * (k as f64).sqrt() * (1.0 + r.abs());
+                            assert!(
+                                (g - r).abs() <= tol,
+                                "{} {m}x{k}x{n} t{threads} exact={exact} [{i},{j}]: {g} vs {r}",
+                                path.name()
+                            );
+                        }
+                    }
+                }
             }
         }
     }

@@ -10,12 +10,14 @@
 pub mod cpu;
 pub mod cpu_avx512;
 pub mod cpu_bf16;
+pub mod cpu_path;
 pub mod cubin;
 pub mod cuda;
 pub mod device;
 pub mod dtype;
 pub mod emu;
 pub mod expert_parallel;
+pub mod gemm_bf16;
 pub mod kernel_audit;
 pub mod kernel_store;
 pub mod kernels;
