@@ -17,8 +17,10 @@
 //! products with bf16 weights round the activations to bf16 (PyTorch's native bf16 contract,
 //! twice the multiply-add rate); [`Bf16Activations::F32`] keeps them exact (the widening kernel,
 //! the contract of every other path, under which bf16 weights match transformers' f32 compute to
-//! 1e-4). The default is `Bf16`; `EXECCRITIC_BF16_ACTIVATIONS=f32` or
-//! [`set_bf16_activations`] selects `F32` for the whole process.
+//! 1e-4). The default is `F32`: on the one avx512bf16 CPU measured so far (a 2-vCPU Xeon),
+//! `vdpbf16ps` ran at the f32 FMA rate, so rounding bought no speed and would have moved the
+//! logits by ~1e-2 (benches/results/cpu-engine.md). `EXECCRITIC_BF16_ACTIVATIONS=bf16` or
+//! [`set_bf16_activations`] selects `Bf16` for the whole process.
 
 use half::bf16;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -143,7 +145,7 @@ pub fn bf16_activations() -> Bf16Activations {
         2 => Bf16Activations::F32,
         _ => {
             let v = std::env::var(ENV_ACTIVATIONS).unwrap_or_default();
-            let a = if v.trim().eq_ignore_ascii_case("f32") { Bf16Activations::F32 } else { Bf16Activations::Bf16 };
+            let a = if v.trim().eq_ignore_ascii_case("bf16") { Bf16Activations::Bf16 } else { Bf16Activations::F32 };
             set_bf16_activations(a);
             a
         }
