@@ -134,3 +134,13 @@ fn diff_binary_section_needs_its_index_line() {
     refused("diff --git a/s b/s\nBinary files a/s and b/s differ\ndiff --git a/t b/t\nnew file mode 100644\n--- /dev/null\n+++ b/t\n@@ -0,0 +1 @@\n+x\n");
     refused("diff --git a/s b/s\nGIT binary patch\nliteral 0\nHcmV?d00001\n\n");
 }
+
+/// diff_git_differential: a `Binary files … differ` line ending in `\r` was read as binary (git
+/// reads a binary change only from a line ending in exactly ` differ`, any such line).
+#[test]
+fn diff_binary_differ_line_is_read_as_git_reads_it() {
+    let section = "diff --git a/x b/x\nindex 1234567..89abcde 100644\n";
+    refused(&format!("{section}Binary files a/x and b/x differ\r\n"));
+    let p = round_trips(&format!("{section}Files a/x and b/x differ\n"));
+    assert!(p.files[0].binary);
+}
