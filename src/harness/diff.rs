@@ -12,7 +12,9 @@
 //! stripped, as `git apply` and `patch -p1` do) and may not rename. Quoted git paths
 //! (`"a/caf\303\251.py"`) are unquoted.
 
+use regex::Regex;
 use std::fmt::Write as _;
+use std::sync::OnceLock;
 
 /// What a file section does.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -120,7 +122,14 @@ pub enum PatchError {
     UnsupportedFormat(String),
     #[error("{0}")]
     Malformed(String),
+    #[error("patch of {bytes} bytes is over the parser's limit of {limit}")]
+    TooLarge { bytes: usize, limit: usize },
 }
+
+/// The largest patch [`Patch::parse`] reads (64 MiB; callers cap tighter, e.g. a bundle's
+/// `test.patch` at 4 MiB). Parsing is one pass over the lines, each hunk consuming the lines its
+/// header counts, so time and memory are linear in the text up to this bound.
+pub const MAX_PATCH_BYTES: usize = 64 << 20;
 
 impl PatchError {
     /// Stable class name of the error.
@@ -129,6 +138,7 @@ impl PatchError {
             PatchError::NoFileHeaders => "no_file_headers",
             PatchError::UnsupportedFormat(_) => "unsupported_patch_format",
             PatchError::Malformed(_) => "malformed_patch",
+            PatchError::TooLarge { .. } => "patch_too_large",
         }
     }
 }
@@ -399,8 +409,10 @@ fn settle_modes(f: &mut FileChange) -> Result<(), PatchError> {
 }
 
 fn hunk_counts(header: &str) -> Result<(usize, usize), PatchError> {
-    let re =
-        regex::Regex::new(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@").expect("valid regex");
+    static RE: OnceLock<Regex> = OnceLock::new();
+    let re = RE.get_or_init(|| {
+        Regex::new(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@").expect("valid regex")
+    });
     let c = re
         .captures(header)
         .ok_or_else(|| malformed(format!("bad hunk header `{header}`")))?;
@@ -432,10 +444,19 @@ fn is_section_start(lines: &[&str], i: usize) -> bool {
 }
 
 impl Patch {
-    /// Parse a patch; see the module doc.
+    /// Parse a patch; see the module doc. Bounded: over [`MAX_PATCH_BYTES`] it is
+    /// [`PatchError::TooLarge`], below it time and memory are linear in the text.
     pub fn parse(text: &str) -> Result<Patch, PatchError> {
-        let def_re =
-            regex::Regex::new(r"^\+\s*(?:async\s+)?def\s+(test\w*)\s*\(").expect("valid regex");
+        if text.len() > MAX_PATCH_BYTES {
+            return Err(PatchError::TooLarge {
+                bytes: text.len(),
+                limit: MAX_PATCH_BYTES,
+            });
+        }
+        static DEF_RE: OnceLock<Regex> = OnceLock::new();
+        let def_re = DEF_RE.get_or_init(|| {
+            Regex::new(r"^\+\s*(?:async\s+)?def\s+(test\w*)\s*\(").expect("valid regex")
+        });
         let mut lines: Vec<&str> = text.split('\n').collect();
         // The element after the text's last newline is no line.
         if text.ends_with('\n') {
@@ -546,8 +567,11 @@ impl Patch {
                 to = Some(unquote(p)?);
             } else if val("similarity index ").is_some() || val("dissimilarity index ").is_some() {
             } else if let Some(ix) = val("index ") {
-                let re = regex::Regex::new(r"^[0-9a-f]{4,64}\.\.[0-9a-f]{4,64}(?: ([0-7]{6}))?$")
-                    .expect("valid regex");
+                static RE: OnceLock<Regex> = OnceLock::new();
+                let re = RE.get_or_init(|| {
+                    Regex::new(r"^[0-9a-f]{4,64}\.\.[0-9a-f]{4,64}(?: ([0-7]{6}))?$")
+                        .expect("valid regex")
+                });
                 if !re.is_match(ix) {
                     return Err(malformed(format!("bad index line `{l}`")));
                 }
@@ -589,6 +613,9 @@ impl Patch {
             if f.hunks.is_empty() {
                 return Err(malformed("`---`/`+++` without hunks"));
             }
+        } else if l.starts_with("--- ") || l.starts_with("+++ ") {
+            // git reads every `---`/`+++` line here as the section's own header line.
+            return Err(malformed(format!("`{l}` without its `---`/`+++` partner")));
         } else if (is_git_binary(raw) || is_binary_differ(raw)) && f.index.is_none() {
             // git cannot apply one without it, and without any header line it does not even
             // read the `diff --git` line as the section's start.

@@ -144,3 +144,12 @@ fn diff_binary_differ_line_is_read_as_git_reads_it() {
     let p = round_trips(&format!("{section}Files a/x and b/x differ\n"));
     assert!(p.files[0].binary);
 }
+
+/// diff_git_differential (soak): a git section's `--- /dev/null` given twice ended the section
+/// (an empty new file) and the rest was read as a second, plain section on the same path; git
+/// reads both `---` lines as header lines of one section.
+#[test]
+fn diff_unpaired_marker_line_in_a_git_section_is_refused() {
+    refused("diff --git a/g.rs b/g.rs\nnew file mode 100644\n--- /dev/null\n--- /dev/null\n+++ b/g.rs\n@@ -0,0 +1 @@\n+\n");
+    refused("diff --git a/g.rs b/g.rs\nnew file mode 100644\n+++ b/g.rs\n@@ -0,0 +1 @@\n+\n");
+}
