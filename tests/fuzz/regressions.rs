@@ -1,5 +1,5 @@
-//! The minimal inputs of the bugs the fuzz targets found, as plain tests (each names the target
-//! that found it).
+//! The minimal inputs of the bugs the fuzz targets (or the git probes made while writing them)
+//! found, as plain tests, each naming what found it; and the tests of the parsers' stated bounds.
 
 use execcritic::harness::diff::Patch;
 use execcritic::model::checkpoint::Checkpoint;
@@ -19,7 +19,8 @@ fn checkpoint_with_index(shard: &str) -> tempfile::TempDir {
     scratch
 }
 
-/// checkpoint_open: a shard index could name a file outside the checkpoint.
+/// Found by review while writing checkpoint_open (which now covers it): a shard index could
+/// name a file outside the checkpoint.
 #[test]
 fn checkpoint_index_may_not_name_a_file_outside_the_checkpoint() {
     for shard in ["../outside.safetensors", "/etc/hostname", ".", ""] {
@@ -31,7 +32,8 @@ fn checkpoint_index_may_not_name_a_file_outside_the_checkpoint() {
     assert!(Checkpoint::open(&ok.path().join("ckpt")).is_ok());
 }
 
-/// checkpoint_open: a shard that is a FIFO blocked `open` for ever.
+/// Found by review while writing checkpoint_open (which now covers it): a shard that is a FIFO
+/// blocked `open` for ever.
 #[test]
 fn checkpoint_shard_must_be_a_regular_file() {
     let scratch = checkpoint_with_index("fifo");
@@ -55,8 +57,9 @@ fn round_trips(patch: &str) -> Patch {
     p
 }
 
-/// diff_git_differential: a git section that changes nothing (only an `index` line, equal
-/// `old mode`/`new mode`) was accepted; `git apply` refuses it ("patch with only garbage").
+/// A git probe (`git apply --check`) while writing diff_git_differential: a git section that
+/// changes nothing (only an `index` line, equal `old mode`/`new mode`) was accepted; `git apply`
+/// refuses it ("patch with only garbage").
 #[test]
 fn diff_git_section_that_changes_nothing_is_refused() {
     refused("diff --git a/x b/x\nindex 1234567..89abcde 100644\n");
@@ -65,8 +68,9 @@ fn diff_git_section_that_changes_nothing_is_refused() {
     round_trips("diff --git a/x b/x\nold mode 100644\nnew mode 100755\n");
 }
 
-/// diff_git_differential: `\ No newline at end of file` was accepted anywhere in a hunk and at
-/// any length; git refuses one under 12 bytes and, inside a hunk, joins the lines around it.
+/// A git probe while writing diff_git_differential: `\ No newline at end of file` was accepted
+/// anywhere in a hunk and at any length; git refuses one under 12 bytes and, inside a hunk, joins
+/// the lines around it.
 #[test]
 fn diff_no_newline_marker_only_ends_a_side() {
     let hunk = |body: &str| format!("--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n{body}");
@@ -79,23 +83,24 @@ fn diff_no_newline_marker_only_ends_a_side() {
     round_trips("--- a/x\n+++ b/x\n@@ -1,2 +1,3 @@\n a\n+b\n c\n\\ No newline at end of file\n");
 }
 
-/// diff_git_differential: a line holding only `\r` in a hunk was read as an empty context line
-/// (and re-serialised without the `\r`); git refuses it as a corrupt patch.
+/// A git probe while writing diff_git_differential: a line holding only `\r` in a hunk was read as
+/// an empty context line (and re-serialised without the `\r`); git refuses it as a corrupt patch.
 #[test]
 fn diff_lone_carriage_return_in_a_hunk_is_refused() {
     refused("--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n-a\n+b\n\r\n");
     round_trips("--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n-a\n+b\n\n");
 }
 
-/// diff_git_differential: a hunk of no lines (`@@ -0,0 +0,0 @@`) was accepted; git refuses it.
+/// A git probe while writing diff_git_differential: a hunk of no lines (`@@ -0,0 +0,0 @@`) was
+/// accepted; git refuses it.
 #[test]
 fn diff_empty_hunk_is_refused() {
     refused("--- a/x\n+++ b/x\n@@ -0,0 +0,0 @@\n");
     refused("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n@@ -5,0 +5,0 @@\n");
 }
 
-/// diff_structured: a `Binary files … differ` section lost its binary marker in `to_git` (the
-/// re-serialisation was a section that changes nothing).
+/// Review while writing diff_structured: a `Binary files … differ` section lost its binary marker
+/// in `to_git` (the re-serialisation was a section that changes nothing).
 #[test]
 fn diff_binary_marker_survives_the_round_trip() {
     let p = round_trips("diff --git a/x.bin b/x.bin\nindex 1234567..89abcde 100644\nBinary files a/x.bin and b/x.bin differ\n");
@@ -103,9 +108,9 @@ fn diff_binary_marker_survives_the_round_trip() {
     round_trips("diff --git a/x.bin b/x.bin\nnew file mode 100644\nindex 0000000..89abcde\nBinary files /dev/null and b/x.bin differ\n");
 }
 
-/// diff_structured: modes that `to_git` could not write back (a lone `old mode`, an `index` mode
-/// contradicting the mode lines, an old mode on a created file, a plain diff's new file) broke
-/// the round trip.
+/// Review while writing diff_structured: modes that `to_git` could not write back (a lone `old
+/// mode`, an `index` mode contradicting the mode lines, an old mode on a created file, a plain
+/// diff's new file) broke the round trip.
 #[test]
 fn diff_modes_round_trip_or_are_refused() {
     refused("diff --git a/x b/x\nold mode 100644\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n");
@@ -152,4 +157,13 @@ fn diff_binary_differ_line_is_read_as_git_reads_it() {
 fn diff_unpaired_marker_line_in_a_git_section_is_refused() {
     refused("diff --git a/g.rs b/g.rs\nnew file mode 100644\n--- /dev/null\n--- /dev/null\n+++ b/g.rs\n@@ -0,0 +1 @@\n+\n");
     refused("diff --git a/g.rs b/g.rs\nnew file mode 100644\n+++ b/g.rs\n@@ -0,0 +1 @@\n+\n");
+}
+
+/// The patch parser's bound (docs/testing.md, "Bounds"): over `MAX_PATCH_BYTES` a typed refusal.
+#[test]
+fn diff_over_the_size_bound_is_a_typed_refusal() {
+    use execcritic::harness::diff::{PatchError, MAX_PATCH_BYTES};
+    let big = format!("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n{}", " ".repeat(MAX_PATCH_BYTES));
+    let err = Patch::parse(&big).unwrap_err();
+    assert!(matches!(err, PatchError::TooLarge { .. }) && err.class() == "patch_too_large");
 }
