@@ -589,6 +589,13 @@ impl Patch {
                 };
                 (old, new) = (Some(a), Some(b));
             }
+            // git names a created or deleted file by the `diff --git` line alone when it has no
+            // `---`/`+++` lines: only if both halves agree.
+            FileOp::Create | FileOp::Delete if old != new => {
+                return Err(malformed(format!(
+                    "diff header names two files for a created or deleted file: diff --git {rest}"
+                )))
+            }
             FileOp::Create => old = None,
             FileOp::Delete => new = None,
             FileOp::Modify => {
@@ -649,6 +656,13 @@ impl Patch {
         if f.old_path.is_none() && f.new_path.is_none() {
             return Err(malformed("a section without paths"));
         }
+        if lines[start].ends_with('\r') && f.hunks.is_empty() {
+            // git keeps the `\r` in the names of the `diff --git` line, so only `---`/`+++`
+            // lines can name the files of a CRLF section.
+            return Err(malformed(format!(
+                "CRLF `diff --git {rest}` without `---`/`+++` lines"
+            )));
+        }
         let mode_change = matches!((f.old_mode, f.new_mode), (Some(o), Some(n)) if o != n);
         if f.op == FileOp::Modify && f.hunks.is_empty() && !f.binary && !mode_change {
             // `git apply` refuses it too ("patch with only garbage").
@@ -667,9 +681,6 @@ impl Patch {
         while i < lines.len() && lines[i].starts_with("@@ ") {
             let header = lines[i].trim_end_matches('\r').to_string();
             let (mut old, mut new) = hunk_counts(&header)?;
-            if old == 0 && new == 0 {
-                return Err(malformed(format!("hunk `{header}` has no lines")));
-            }
             let mut body: Vec<String> = Vec::new();
             i += 1;
             loop {
@@ -708,6 +719,10 @@ impl Patch {
                 }
                 body.push(l.to_string());
                 i += 1;
+            }
+            // git refuses a hunk that changes nothing ("corrupt patch").
+            if !body.iter().any(|l| l.starts_with(['+', '-'])) {
+                return Err(malformed(format!("hunk `{header}` changes no line")));
             }
             f.hunks.push(Hunk {
                 header,

@@ -3,6 +3,9 @@
 
 use execcritic::harness::diff::Patch;
 use execcritic::model::checkpoint::Checkpoint;
+use execcritic::task::parquet::parquet_to_jsonl;
+use execcritic::task::TaskError;
+use std::path::Path;
 use serde_json::json;
 
 /// A checkpoint directory holding one valid, empty safetensors shard, and an index naming `shard`.
@@ -166,4 +169,45 @@ fn diff_over_the_size_bound_is_a_typed_refusal() {
     let big = format!("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n{}", " ".repeat(MAX_PATCH_BYTES));
     let err = Patch::parse(&big).unwrap_err();
     assert!(matches!(err, PatchError::TooLarge { .. }) && err.class() == "patch_too_large");
+}
+
+/// diff_git_differential (`scripts/fuzz-soak.sh`): a `diff --git` line ending in `\r` was read
+/// with the `\r` trimmed; git keeps it in the names, so a CRLF section without `---`/`+++` lines
+/// (binary, mode change, empty new file) has no file name for git.
+#[test]
+fn diff_crlf_git_line_without_marker_lines_is_refused() {
+    refused("diff --git a/x b/x\r\nindex 1234567..89abcde 100644\nBinary files a/x and b/x differ\n");
+    refused("diff --git a/x b/x\r\nold mode 100644\r\nnew mode 100755\r\n");
+    refused("diff --git a/x b/x\r\nnew file mode 100644\r\n");
+    round_trips("diff --git a/x b/x\r\n--- a/x\r\n+++ b/x\r\n@@ -1 +1 @@\r\n-a\r\n+b\r\n");
+}
+
+/// diff_git_differential (soak): a created file whose `diff --git` halves differ (a corrupted
+/// quoted name) was accepted under the second name; git finds no file name there.
+#[test]
+fn diff_created_file_with_two_header_names_is_refused() {
+    refused("diff --git \"a/caf\\333\\251.py\" \"b/caf\\303\\251.py\"\nnew file mode 100644\n");
+    refused("diff --git a/x b/y\ndeleted file mode 100644\n--- a/x\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n");
+}
+
+/// diff_git_differential (soak): a hunk of context lines only was accepted; git refuses it as a
+/// corrupt patch.
+#[test]
+fn diff_hunk_that_changes_nothing_is_refused() {
+    refused("--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n a\n c\n");
+    refused("--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n a\n c\n@@ -5 +5 @@\n-a\n+b\n");
+}
+
+/// tasks_parquet (`scripts/fuzz-soak.sh`): one corrupted metadata byte made the `parquet` crate
+/// panic inside `parquet_to_jsonl`; now a typed `TaskError::Parquet`.
+#[test]
+fn corrupt_parquet_metadata_is_a_typed_error() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tasks/swebench-sample.parquet");
+    let mut bytes = std::fs::read(fixture).unwrap();
+    bytes[3632] = 5;
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("t.parquet");
+    std::fs::write(&file, &bytes).unwrap();
+    let err = parquet_to_jsonl(&file).unwrap_err();
+    assert!(matches!(err, TaskError::Parquet { .. }), "{err}");
 }
