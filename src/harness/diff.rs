@@ -431,10 +431,21 @@ fn is_git_binary(line: &str) -> bool {
     line == "GIT binary patch"
 }
 
-/// A line git reads as a binary change when it directly follows a section's header lines: any
-/// line ending in ` differ` (`Binary files a/x and b/x differ`), without a `\r`.
+/// Whether git reads a line that directly follows a section's header lines as a binary change
+/// (`Binary files a/x and b/x differ`): git 2.x reads one that starts with `Binary files ` or
+/// `Files `, older git one that ends in ` differ` (no `\r`). `Some(true)` where both agree it is,
+/// `Some(false)` where both agree it is not, `None` where they disagree.
+fn binary_differ(line: &str) -> Option<bool> {
+    let prefix = line.starts_with("Binary files ") || line.starts_with("Files ");
+    match (prefix, line.ends_with(" differ")) {
+        (true, true) => Some(true),
+        (false, false) => Some(false),
+        _ => None,
+    }
+}
+
 fn is_binary_differ(line: &str) -> bool {
-    line.ends_with(" differ")
+    binary_differ(line) == Some(true)
 }
 
 fn is_section_start(lines: &[&str], i: usize) -> bool {
@@ -623,6 +634,10 @@ impl Patch {
         } else if l.starts_with("--- ") || l.starts_with("+++ ") {
             // git reads every `---`/`+++` line here as the section's own header line.
             return Err(malformed(format!("`{l}` without its `---`/`+++` partner")));
+        } else if binary_differ(raw).is_none() {
+            return Err(malformed(format!(
+                "`{l}`: git versions disagree on whether it is a binary change"
+            )));
         } else if (is_git_binary(raw) || is_binary_differ(raw)) && f.index.is_none() {
             // git cannot apply one without it, and without any header line it does not even
             // read the `diff --git` line as the section's start.

@@ -143,12 +143,16 @@ fn diff_binary_section_needs_its_index_line() {
     refused("diff --git a/s b/s\nGIT binary patch\nliteral 0\nHcmV?d00001\n\n");
 }
 
-/// diff_git_differential: a `Binary files … differ` line ending in `\r` was read as binary (git
-/// reads a binary change only from a line ending in exactly ` differ`, any such line).
+/// diff_git_differential: a `Binary files … differ` line ending in `\r`, and (soak) any line
+/// ending in ` differ`, were read as binary; git 2.x reads a binary change from a line starting
+/// with `Binary files ` or `Files `, older git from one ending in ` differ`. Only a line both
+/// read alike is accepted.
 #[test]
 fn diff_binary_differ_line_is_read_as_git_reads_it() {
     let section = "diff --git a/x b/x\nindex 1234567..89abcde 100644\n";
     refused(&format!("{section}Binary files a/x and b/x differ\r\n"));
+    refused(&format!("{section}dBinary files a/x and b/x differ\n"));
+    refused(&format!("{section}Binary files a/x and b/x\n"));
     let p = round_trips(&format!("{section}Files a/x and b/x differ\n"));
     assert!(p.files[0].binary);
 }
