@@ -9,7 +9,8 @@
 //!   dropped or duplicated lines, CRLF): no panic; accepted → round trip.
 //! * `diff_git_differential`: the same generator against git itself. Every accepted patch's
 //!   re-serialisation must be read by `git apply --numstat` exactly as the parser reads it (files,
-//!   paths, added/removed lines); git's reading of the original text must equal its reading of the
+//!   paths, added/removed lines); git's reading of the original text (its final newline restored:
+//!   the parser accepts a patch without one, on purpose) must equal its reading of the
 //!   re-serialisation; for an uncorrupted patch, `git apply` of the re-serialisation in a scratch
 //!   repository holding the pre-image must produce exactly the generator's post-image.
 //!
@@ -464,7 +465,10 @@ fn diff_git_differential() {
         let theirs = git_numstat(&canonical, dir)
             .map_err(|e| TestCaseError::fail(format!("git refuses the re-serialisation: {e}\n{canonical}")))?;
         prop_assert_eq!(&theirs, &ours, "git reads the re-serialisation differently:\n{}", canonical);
-        match git_numstat(&text, dir) {
+        // The one intended difference: a patch may lack its final newline (a tool call's
+        // parameter value loses it); git refuses that, so it reads the text with it restored.
+        let restored = if text.ends_with('\n') { text.clone() } else { format!("{text}\n") };
+        match git_numstat(&restored, dir) {
             Ok(original) => prop_assert_eq!(&original, &ours, "git reads the original differently:\n{}", text),
             Err(e) => prop_assert!(false, "parser accepts what git refuses ({}):\n{}", e, text),
         }
