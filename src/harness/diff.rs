@@ -448,6 +448,24 @@ fn is_binary_differ(line: &str) -> bool {
     binary_differ(line) == Some(true)
 }
 
+/// A created file's hunks may only add lines and a deleted file's only remove them (git: "deleted
+/// file still has contents", "new file depends on old contents").
+fn check_side_lines(f: &FileChange) -> Result<(), PatchError> {
+    let forbidden: &[char] = match f.op {
+        FileOp::Create => &['-', ' '],
+        FileOp::Delete => &['+', ' '],
+        _ => return Ok(()),
+    };
+    let mut body = f.hunks.iter().flat_map(|h| h.lines.iter());
+    match body.find(|l| l.starts_with(forbidden)) {
+        Some(l) => Err(malformed(format!(
+            "a {} file's hunk has the line `{l}`",
+            if f.op == FileOp::Create { "created" } else { "deleted" }
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn is_section_start(lines: &[&str], i: usize) -> bool {
     let l = lines[i];
     l.starts_with("diff --git ")
@@ -510,6 +528,7 @@ impl Patch {
                 if f.hunks.is_empty() {
                     return Err(malformed("a plain diff section without hunks"));
                 }
+                check_side_lines(&f)?;
                 files.push(f);
             } else if l == "***************"
                 || (l.starts_with("*** ")
@@ -671,6 +690,7 @@ impl Patch {
         if f.old_path.is_none() && f.new_path.is_none() {
             return Err(malformed("a section without paths"));
         }
+        check_side_lines(&f)?;
         if lines[start].ends_with('\r') && f.hunks.is_empty() {
             // git keeps the `\r` in the names of the `diff --git` line, so only `---`/`+++`
             // lines can name the files of a CRLF section.

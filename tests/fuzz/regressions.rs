@@ -215,3 +215,12 @@ fn corrupt_parquet_metadata_is_a_typed_error() {
     let err = parquet_to_jsonl(&file).unwrap_err();
     assert!(matches!(err, TaskError::Parquet { .. }), "{err}");
 }
+
+/// diff_git_differential (soak): a deleted file's second hunk added lines (the next section's
+/// `---`/`+++` lines, swallowed as body lines); git refuses a deletion that leaves contents.
+#[test]
+fn diff_created_or_deleted_file_hunks_only_add_or_remove() {
+    refused("diff --git a/x b/x\ndeleted file mode 100644\n--- a/x\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n@@ -1 +1 @@\n--- /dev/null\n+++ b/y\n");
+    refused("--- /dev/null\n+++ b/x\n@@ -0,0 +1,2 @@\n+a\n c\n");
+    round_trips("--- /dev/null\n+++ b/x\n@@ -0,0 +1,2 @@\n+a\n+c\n");
+}
