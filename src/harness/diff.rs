@@ -587,6 +587,10 @@ impl Patch {
                 f.op = FileOp::Create;
                 f.new_mode = Some(parse_mode(m)?);
             } else if let Some(p) = val("rename from ").or_else(|| val("copy from ")) {
+                // git refuses repeated or mixed rename/copy lines ("inconsistent header lines").
+                if from.is_some() {
+                    return Err(malformed(format!("repeated `{l}`")));
+                }
                 f.op = if l.starts_with("rename") {
                     FileOp::Rename
                 } else {
@@ -594,6 +598,10 @@ impl Patch {
                 };
                 from = Some(unquote(p)?);
             } else if let Some(p) = val("rename to ").or_else(|| val("copy to ")) {
+                let verb = if l.starts_with("rename") { FileOp::Rename } else { FileOp::Copy };
+                if to.is_some() || (from.is_some() && verb != f.op) {
+                    return Err(malformed(format!("repeated or mixed `{l}`")));
+                }
                 to = Some(unquote(p)?);
             } else if val("similarity index ").is_some() || val("dissimilarity index ").is_some() {
             } else if let Some(ix) = val("index ") {

@@ -224,3 +224,12 @@ fn diff_created_or_deleted_file_hunks_only_add_or_remove() {
     refused("--- /dev/null\n+++ b/x\n@@ -0,0 +1,2 @@\n+a\n c\n");
     round_trips("--- /dev/null\n+++ b/x\n@@ -0,0 +1,2 @@\n+a\n+c\n");
 }
+
+/// diff_git_differential (soak): repeated or mixed `rename`/`copy` lines in one section were
+/// accepted (the last won); git refuses them ("inconsistent header lines").
+#[test]
+fn diff_repeated_or_mixed_rename_lines_are_refused() {
+    refused("diff --git a/a b/b\ncopy from a\ncopy to diff --git a/c b/d\nrename from c\nrename to d\n");
+    refused("diff --git a/a b/b\nrename from a\ncopy to b\n");
+    round_trips("diff --git a/a b/b\nsimilarity index 100%\nrename from a\nrename to b\n");
+}
