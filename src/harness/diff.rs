@@ -12,7 +12,9 @@
 //! stripped, as `git apply` and `patch -p1` do) and may not rename. Quoted git paths
 //! (`"a/caf\303\251.py"`) are unquoted.
 
+use regex::Regex;
 use std::fmt::Write as _;
+use std::sync::OnceLock;
 
 /// What a file section does.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -120,7 +122,14 @@ pub enum PatchError {
     UnsupportedFormat(String),
     #[error("{0}")]
     Malformed(String),
+    #[error("patch of {bytes} bytes is over the parser's limit of {limit}")]
+    TooLarge { bytes: usize, limit: usize },
 }
+
+/// The largest patch [`Patch::parse`] reads (64 MiB; callers cap tighter, e.g. a bundle's
+/// `test.patch` at 4 MiB). Parsing is one pass over the lines, each hunk consuming the lines its
+/// header counts, so time and memory are linear in the text up to this bound.
+pub const MAX_PATCH_BYTES: usize = 64 << 20;
 
 impl PatchError {
     /// Stable class name of the error.
@@ -129,6 +138,7 @@ impl PatchError {
             PatchError::NoFileHeaders => "no_file_headers",
             PatchError::UnsupportedFormat(_) => "unsupported_patch_format",
             PatchError::Malformed(_) => "malformed_patch",
+            PatchError::TooLarge { .. } => "patch_too_large",
         }
     }
 }
@@ -254,6 +264,14 @@ fn quote(p: &str) -> String {
     s
 }
 
+/// A `---`/`+++`/`Binary files` side: the prefixed, quoted path, or `/dev/null`.
+fn side_path(p: &Option<String>, prefix: &str) -> String {
+    match p {
+        Some(p) => quote(&format!("{prefix}{p}")),
+        None => "/dev/null".to_string(),
+    }
+}
+
 /// Split the first (possibly quoted) token of `s`; returns (token, rest).
 fn take_token(s: &str) -> Result<(String, &str), PatchError> {
     if s.starts_with('"') {
@@ -292,11 +310,11 @@ fn git_header_paths(rest: &str) -> Result<(Option<String>, Option<String>), Patc
         let b = unquote(tail.trim_start())?;
         return Ok((strip(&a, "a/"), strip(&b, "b/")));
     }
-    if rest.len() >= 5 && (rest.len() - 5) % 2 == 0 {
+    if rest.starts_with("a/") && rest.len() >= 5 && (rest.len() - 5) % 2 == 0 {
         let n = (rest.len() - 5) / 2;
         if rest.is_char_boundary(2 + n) && rest.is_char_boundary(5 + n) {
             let (a, b) = (&rest[2..2 + n], &rest[5 + n..]);
-            if rest.starts_with("a/") && &rest[2 + n..5 + n] == " b/" && a == b {
+            if &rest[2 + n..5 + n] == " b/" && a == b {
                 return Ok((Some(a.to_string()), Some(b.to_string())));
             }
         }
@@ -351,9 +369,50 @@ fn parse_mode(s: &str) -> Result<u32, PatchError> {
     u32::from_str_radix(s, 8).map_err(|_| malformed(format!("bad file mode `{s}`")))
 }
 
+/// The mode of an `index <old>..<new> <mode>` value, if it has one.
+fn index_mode(index: &str) -> Option<u32> {
+    let (_, m) = index.split_once(' ')?;
+    u32::from_str_radix(m, 8).ok()
+}
+
+/// Check a section's modes against its operation and complete them from its `index` line, so
+/// that every accepted combination is one [`Patch::to_git`] writes back: a new file has no old
+/// mode, a deleted file no new mode, `old mode` and `new mode` come in pairs, and an `index`
+/// mode names the unchanged mode of a modified, renamed or copied file (or the mode of a created
+/// or deleted one).
+fn settle_modes(f: &mut FileChange) -> Result<(), PatchError> {
+    let ix = f.index.as_deref().and_then(index_mode);
+    let (mode, other) = match f.op {
+        FileOp::Create => (f.new_mode, f.old_mode),
+        FileOp::Delete => (f.old_mode, f.new_mode),
+        _ => {
+            match (f.old_mode, f.new_mode, ix) {
+                (None, None, Some(m)) => (f.old_mode, f.new_mode) = (Some(m), Some(m)),
+                (Some(o), Some(n), Some(m)) if o != n || o != m => {
+                    return Err(malformed("`index` mode contradicts `old mode`/`new mode`"))
+                }
+                (Some(_), None, _) | (None, Some(_), _) => {
+                    return Err(malformed("`old mode` and `new mode` must come together"))
+                }
+                _ => {}
+            }
+            return Ok(());
+        }
+    };
+    if other.is_some() {
+        return Err(malformed("a created or deleted file has only one mode"));
+    }
+    if ix.is_some() && ix != mode {
+        return Err(malformed("`index` mode contradicts the file's mode"));
+    }
+    Ok(())
+}
+
 fn hunk_counts(header: &str) -> Result<(usize, usize), PatchError> {
-    let re =
-        regex::Regex::new(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@").expect("valid regex");
+    static RE: OnceLock<Regex> = OnceLock::new();
+    let re = RE.get_or_init(|| {
+        Regex::new(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@").expect("valid regex")
+    });
     let c = re
         .captures(header)
         .ok_or_else(|| malformed(format!("bad hunk header `{header}`")))?;
@@ -367,6 +426,46 @@ fn hunk_counts(header: &str) -> Result<(usize, usize), PatchError> {
     Ok((n(2)?, n(4)?))
 }
 
+/// The line that opens a `GIT binary patch` body, exactly as git matches it.
+fn is_git_binary(line: &str) -> bool {
+    line == "GIT binary patch"
+}
+
+/// Whether git reads a line that directly follows a section's header lines as a binary change
+/// (`Binary files a/x and b/x differ`): git 2.x reads one that starts with `Binary files ` or
+/// `Files `, older git one that ends in ` differ` (no `\r`). `Some(true)` where both agree it is,
+/// `Some(false)` where both agree it is not, `None` where they disagree.
+fn binary_differ(line: &str) -> Option<bool> {
+    let prefix = line.starts_with("Binary files ") || line.starts_with("Files ");
+    match (prefix, line.ends_with(" differ")) {
+        (true, true) => Some(true),
+        (false, false) => Some(false),
+        _ => None,
+    }
+}
+
+fn is_binary_differ(line: &str) -> bool {
+    binary_differ(line) == Some(true)
+}
+
+/// A created file's hunks may only add lines and a deleted file's only remove them (git: "deleted
+/// file still has contents", "new file depends on old contents").
+fn check_side_lines(f: &FileChange) -> Result<(), PatchError> {
+    let forbidden: &[char] = match f.op {
+        FileOp::Create => &['-', ' '],
+        FileOp::Delete => &['+', ' '],
+        _ => return Ok(()),
+    };
+    let mut body = f.hunks.iter().flat_map(|h| h.lines.iter());
+    match body.find(|l| l.starts_with(forbidden)) {
+        Some(l) => Err(malformed(format!(
+            "a {} file's hunk has the line `{l}`",
+            if f.op == FileOp::Create { "created" } else { "deleted" }
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn is_section_start(lines: &[&str], i: usize) -> bool {
     let l = lines[i];
     l.starts_with("diff --git ")
@@ -374,10 +473,19 @@ fn is_section_start(lines: &[&str], i: usize) -> bool {
 }
 
 impl Patch {
-    /// Parse a patch; see the module doc.
+    /// Parse a patch; see the module doc. Bounded: over [`MAX_PATCH_BYTES`] it is
+    /// [`PatchError::TooLarge`], below it time and memory are linear in the text.
     pub fn parse(text: &str) -> Result<Patch, PatchError> {
-        let def_re =
-            regex::Regex::new(r"^\+\s*(?:async\s+)?def\s+(test\w*)\s*\(").expect("valid regex");
+        if text.len() > MAX_PATCH_BYTES {
+            return Err(PatchError::TooLarge {
+                bytes: text.len(),
+                limit: MAX_PATCH_BYTES,
+            });
+        }
+        static DEF_RE: OnceLock<Regex> = OnceLock::new();
+        let def_re = DEF_RE.get_or_init(|| {
+            Regex::new(r"^\+\s*(?:async\s+)?def\s+(test\w*)\s*\(").expect("valid regex")
+        });
         let mut lines: Vec<&str> = text.split('\n').collect();
         // The element after the text's last newline is no line.
         if text.ends_with('\n') {
@@ -405,16 +513,22 @@ impl Patch {
                     )))
                     }
                 };
+                // The mode `git apply` gives a file a plain diff creates (and that
+                // [`Patch::to_git`] writes for it).
+                let mode = |side: FileOp| (op == side).then_some(0o100644);
                 let mut f = FileChange {
                     old_path: old,
                     new_path: new,
                     op,
+                    old_mode: mode(FileOp::Delete),
+                    new_mode: mode(FileOp::Create),
                     ..Default::default()
                 };
                 i = Self::hunks(&lines, i + 2, &mut f)?;
                 if f.hunks.is_empty() {
                     return Err(malformed("a plain diff section without hunks"));
                 }
+                check_side_lines(&f)?;
                 files.push(f);
             } else if l == "***************"
                 || (l.starts_with("*** ")
@@ -473,6 +587,10 @@ impl Patch {
                 f.op = FileOp::Create;
                 f.new_mode = Some(parse_mode(m)?);
             } else if let Some(p) = val("rename from ").or_else(|| val("copy from ")) {
+                // git refuses repeated or mixed rename/copy lines ("inconsistent header lines").
+                if from.is_some() {
+                    return Err(malformed(format!("repeated `{l}`")));
+                }
                 f.op = if l.starts_with("rename") {
                     FileOp::Rename
                 } else {
@@ -480,18 +598,20 @@ impl Patch {
                 };
                 from = Some(unquote(p)?);
             } else if let Some(p) = val("rename to ").or_else(|| val("copy to ")) {
+                let verb = if l.starts_with("rename") { FileOp::Rename } else { FileOp::Copy };
+                if to.is_some() || (from.is_some() && verb != f.op) {
+                    return Err(malformed(format!("repeated or mixed `{l}`")));
+                }
                 to = Some(unquote(p)?);
             } else if val("similarity index ").is_some() || val("dissimilarity index ").is_some() {
             } else if let Some(ix) = val("index ") {
-                let re = regex::Regex::new(r"^[0-9a-f]{4,64}\.\.[0-9a-f]{4,64}(?: ([0-7]{6}))?$")
-                    .expect("valid regex");
-                let c = re
-                    .captures(ix)
-                    .ok_or_else(|| malformed(format!("bad index line `{l}`")))?;
-                if let Some(m) = c.get(1) {
-                    let m = parse_mode(m.as_str())?;
-                    f.old_mode.get_or_insert(m);
-                    f.new_mode.get_or_insert(m);
+                static RE: OnceLock<Regex> = OnceLock::new();
+                let re = RE.get_or_init(|| {
+                    Regex::new(r"^[0-9a-f]{4,64}\.\.[0-9a-f]{4,64}(?: ([0-7]{6}))?$")
+                        .expect("valid regex")
+                });
+                if !re.is_match(ix) {
+                    return Err(malformed(format!("bad index line `{l}`")));
                 }
                 f.index = Some(ix.to_string());
             } else {
@@ -499,12 +619,20 @@ impl Patch {
             }
             i += 1;
         }
+        settle_modes(&mut f)?;
         match f.op {
             FileOp::Rename | FileOp::Copy => {
                 let (Some(a), Some(b)) = (from, to) else {
                     return Err(malformed("rename/copy without both `from` and `to`"));
                 };
                 (old, new) = (Some(a), Some(b));
+            }
+            // git names a created or deleted file by the `diff --git` line alone when it has no
+            // `---`/`+++` lines: only if both halves agree.
+            FileOp::Create | FileOp::Delete if old != new => {
+                return Err(malformed(format!(
+                    "diff header names two files for a created or deleted file: diff --git {rest}"
+                )))
             }
             FileOp::Create => old = None,
             FileOp::Delete => new = None,
@@ -516,7 +644,8 @@ impl Patch {
                 }
             }
         }
-        let l = lines.get(i).map(|l| l.trim_end_matches('\r')).unwrap_or("");
+        let raw = lines.get(i).copied().unwrap_or("");
+        let l = raw.trim_end_matches('\r');
         if l.starts_with("--- ") && lines.get(i + 1).is_some_and(|n| n.starts_with("+++ ")) {
             let m_old = marker_path(&l[4..], true, "a/")?;
             let m_new = marker_path(&lines[i + 1][4..], true, "b/")?;
@@ -529,7 +658,20 @@ impl Patch {
             if f.hunks.is_empty() {
                 return Err(malformed("`---`/`+++` without hunks"));
             }
-        } else if l.starts_with("GIT binary patch") {
+        } else if l.starts_with("--- ") || l.starts_with("+++ ") {
+            // git reads every `---`/`+++` line here as the section's own header line.
+            return Err(malformed(format!("`{l}` without its `---`/`+++` partner")));
+        } else if binary_differ(raw).is_none() {
+            return Err(malformed(format!(
+                "`{l}`: git versions disagree on whether it is a binary change"
+            )));
+        } else if (is_git_binary(raw) || is_binary_differ(raw)) && f.index.is_none() {
+            // git cannot apply one without it, and without any header line it does not even
+            // read the `diff --git` line as the section's start.
+            return Err(malformed(format!(
+                "binary section `diff --git {rest}` without an `index` line"
+            )));
+        } else if is_git_binary(raw) {
             f.binary = true;
             i += 1;
             while i < lines.len() && !lines[i].starts_with("diff --git ") {
@@ -547,7 +689,7 @@ impl Patch {
             while f.binary_body.last().is_some_and(|b| b.is_empty()) {
                 f.binary_body.pop();
             }
-        } else if l.starts_with("Binary files ") {
+        } else if is_binary_differ(raw) {
             f.binary = true;
             i += 1;
         }
@@ -556,37 +698,74 @@ impl Patch {
         if f.old_path.is_none() && f.new_path.is_none() {
             return Err(malformed("a section without paths"));
         }
+        check_side_lines(&f)?;
+        if lines[start].ends_with('\r') && f.hunks.is_empty() {
+            // git keeps the `\r` in the names of the `diff --git` line, so only `---`/`+++`
+            // lines can name the files of a CRLF section.
+            return Err(malformed(format!(
+                "CRLF `diff --git {rest}` without `---`/`+++` lines"
+            )));
+        }
+        let mode_change = matches!((f.old_mode, f.new_mode), (Some(o), Some(n)) if o != n);
+        if f.op == FileOp::Modify && f.hunks.is_empty() && !f.binary && !mode_change {
+            // `git apply` refuses it too ("patch with only garbage").
+            return Err(malformed(format!("`diff --git {rest}` changes nothing")));
+        }
         Ok((f, i))
     }
 
-    /// Hunks from `lines[i]` on; each body must match its header's counts.
+    /// Hunks from `lines[i]` on; each body must match its header's counts, and a
+    /// `\ No newline at end of file` line may only follow the last line of the side(s) it ends
+    /// (after it, that side has no more lines in this file): `git apply` would otherwise join
+    /// the lines around it, a reading the typed hunks could not show.
     fn hunks(lines: &[&str], mut i: usize, f: &mut FileChange) -> Result<usize, PatchError> {
+        // Whether the old / new side of the file has ended with a `\` line.
+        let mut ended = (false, false);
         while i < lines.len() && lines[i].starts_with("@@ ") {
             let header = lines[i].trim_end_matches('\r').to_string();
             let (mut old, mut new) = hunk_counts(&header)?;
-            let mut body = Vec::new();
+            let mut body: Vec<String> = Vec::new();
             i += 1;
-            while old > 0 || new > 0 {
+            loop {
+                let counted = old > 0 || new > 0;
                 let Some(&l) = lines.get(i) else {
-                    return Err(malformed(format!(
-                        "hunk `{header}` is shorter than its header says"
-                    )));
+                    if counted {
+                        return Err(malformed(format!(
+                            "hunk `{header}` is shorter than its header says"
+                        )));
+                    }
+                    break;
                 };
-                // An empty line is a context line whose space was lost (git apply agrees).
-                let l = if l.is_empty() || l == "\r" { " " } else { l };
+                if !counted && !l.starts_with('\\') {
+                    break;
+                }
+                // An empty line is a context line whose space was lost (git apply agrees; a
+                // lone `\r` it refuses).
+                let l = if l.is_empty() { " " } else { l };
+                let bad = || malformed(format!("hunk `{header}`: unexpected line `{l}`"));
                 match l.as_bytes()[0] {
-                    b' ' if old > 0 && new > 0 => (old, new) = (old - 1, new - 1),
-                    b'-' if old > 0 => old -= 1,
-                    b'+' if new > 0 => new -= 1,
-                    b'\\' => {}
-                    _ => return Err(malformed(format!("hunk `{header}`: unexpected line `{l}`"))),
+                    b' ' if old > 0 && new > 0 && ended == (false, false) => {
+                        (old, new) = (old - 1, new - 1)
+                    }
+                    b'-' if old > 0 && !ended.0 => old -= 1,
+                    b'+' if new > 0 && !ended.1 => new -= 1,
+                    // git reads any line of at least 12 bytes starting with `\` as the marker.
+                    b'\\' if l.len() >= 11 => {
+                        match body.last().map(|p| p.as_bytes()[0]) {
+                            Some(b' ') => ended = (true, true),
+                            Some(b'-') => ended.0 = true,
+                            Some(b'+') => ended.1 = true,
+                            _ => return Err(bad()),
+                        }
+                    }
+                    _ => return Err(bad()),
                 }
                 body.push(l.to_string());
                 i += 1;
             }
-            if lines.get(i).is_some_and(|l| l.starts_with('\\')) {
-                body.push(lines[i].to_string());
-                i += 1;
+            // git refuses a hunk that changes nothing ("corrupt patch").
+            if !body.iter().any(|l| l.starts_with(['+', '-'])) {
+                return Err(malformed(format!("hunk `{header}` changes no line")));
             }
             f.hunks.push(Hunk {
                 header,
@@ -625,8 +804,10 @@ impl Patch {
                     let _ = writeln!(s, "deleted file mode {}", mode(f.old_mode));
                 }
                 _ => {
+                    // Unless the `index` line carries the (unchanged) mode.
+                    let ix = f.index.as_deref().and_then(index_mode);
                     if let (Some(o), Some(n)) = (f.old_mode, f.new_mode) {
-                        if o != n {
+                        if o != n || ix != Some(o) {
                             let _ = writeln!(s, "old mode {o:06o}\nnew mode {n:06o}");
                         }
                     }
@@ -644,15 +825,11 @@ impl Patch {
                 let _ = writeln!(s, "index {ix}");
             }
             if !f.hunks.is_empty() {
-                let side = |p: &Option<String>, pre: &str| match p {
-                    Some(p) => quote(&format!("{pre}{p}")),
-                    None => "/dev/null".to_string(),
-                };
                 let _ = writeln!(
                     s,
                     "--- {}\n+++ {}",
-                    side(&f.old_path, "a/"),
-                    side(&f.new_path, "b/")
+                    side_path(&f.old_path, "a/"),
+                    side_path(&f.new_path, "b/")
                 );
                 for h in &f.hunks {
                     s.push_str(&h.header);
@@ -670,6 +847,13 @@ impl Patch {
                     s.push('\n');
                 }
                 s.push('\n');
+            } else if f.binary {
+                let _ = writeln!(
+                    s,
+                    "Binary files {} and {} differ",
+                    side_path(&f.old_path, "a/"),
+                    side_path(&f.new_path, "b/")
+                );
             }
         }
         s

@@ -40,8 +40,18 @@ pub struct LoadedBytes {
     pub owned: u64,
 }
 
+/// Whether a shard name of `weight_map` is a plain file name: the index may only name files in
+/// the checkpoint's own directory (no separators, no `.`/`..`, not empty), as Hugging Face writes
+/// them (`model-00001-of-00004.safetensors`).
+fn is_shard_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
+}
+
 impl Checkpoint {
-    /// Map every safetensors file of the checkpoint in `dir` and index its tensors.
+    /// Map every safetensors file of the checkpoint in `dir` and index its tensors. Untrusted
+    /// input is bounded: shard names must be plain file names in `dir`, every file must be a
+    /// regular file, and the safetensors crate refuses headers over 100 MB and offsets outside
+    /// the file (a typed [`ModelError::Safetensors`] in every case).
     pub fn open(dir: &Path) -> Result<Self> {
         let index = dir.join("model.safetensors.index.json");
         let single = dir.join("model.safetensors");
@@ -68,6 +78,12 @@ impl Checkpoint {
                     msg: "weight_map lists no files".into(),
                 });
             }
+            if let Some(bad) = names.iter().find(|n| !is_shard_name(n)) {
+                return Err(ModelError::Safetensors {
+                    path: index,
+                    msg: format!("weight_map names `{bad}`, not a file name inside the checkpoint"),
+                });
+            }
             names.into_iter().map(|n| dir.join(n)).collect()
         } else if single.exists() {
             vec![single]
@@ -78,6 +94,18 @@ impl Checkpoint {
         let mut maps = Vec::new();
         let mut entries = HashMap::new();
         for (fi, path) in files.iter().enumerate() {
+            // Only a regular file (a symlink to one, as in the Hugging Face cache, is fine):
+            // opening a FIFO or a device would block or read without end.
+            let meta = std::fs::metadata(path).map_err(|source| ModelError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            if !meta.is_file() {
+                return Err(ModelError::Safetensors {
+                    path: path.clone(),
+                    msg: "not a regular file".into(),
+                });
+            }
             let file = std::fs::File::open(path).map_err(|source| ModelError::Io {
                 path: path.clone(),
                 source,

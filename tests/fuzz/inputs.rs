@@ -1,0 +1,155 @@
+//! Fuzz targets of the loaders of user-brought files and of the bundle the Test agent submits.
+//!
+//! * `tasks_jsonl`: mutations of the task files under `tests/fixtures` (JSONL and JSON arrays of
+//!   SWE-bench-shaped rows): `parse_tasks` never panics.
+//! * `tasks_parquet`: byte mutations of `tests/fixtures/tasks/swebench-sample.parquet`:
+//!   `parquet_to_jsonl` never panics and returns a typed error on what it cannot read.
+//! * `bundle_validation`: bundles from mutated fixture patches, generated test commands (with
+//!   shell syntax and mutations) and generated contracts: `Bundle::from_parts`, `validate` and
+//!   the selector's `parse_command` never panic.
+//! * `checkpoint_open`: checkpoint directories with a generated `model.safetensors` (headers with
+//!   huge or inconsistent lengths, offsets and shapes) or a shard index whose file names escape
+//!   the directory: `Checkpoint::open` never panics, and refuses every shard name that is not a
+//!   plain file name inside the checkpoint.
+
+use crate::driver::{fuzz, mutated, seeds};
+use execcritic::harness::bundle::Bundle;
+use execcritic::harness::selector::parse_command;
+use execcritic::harness::validate::validate;
+use execcritic::model::checkpoint::Checkpoint;
+use execcritic::task::parquet::parquet_to_jsonl;
+use execcritic::task::parse_tasks;
+use proptest::prelude::*;
+use serde_json::json;
+use std::path::Path;
+
+const JSON_DICTIONARY: &[&str] = &[
+    "{", "}", "[", "]", "\"", ",", ":", "null", "\"FAIL_TO_PASS\": \"[\\\"a\\\"]\"", "\"instance_id\": \"x__y-1\"",
+    "\\u0000", "\\ud800", "1e999", "-0", "\n", "[[[[[[[[[[[[[[[[[[[[", "\u{feff}", " ",
+];
+
+#[test]
+fn tasks_jsonl() {
+    let corpus = seeds("tests/fixtures", &[".jsonl"]);
+    fuzz("tasks_jsonl", 1_000, mutated(corpus, JSON_DICTIONARY), |text| {
+        let _ = parse_tasks(&text, Path::new("fuzz.jsonl"), None);
+        Ok(())
+    });
+}
+
+#[test]
+fn tasks_parquet() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tasks/swebench-sample.parquet");
+    let bytes = std::fs::read(path).unwrap();
+    let mutation = prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0u8..3), 1..8);
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("t.parquet");
+    fuzz("tasks_parquet", 300, mutation, |steps| {
+        let mut b = bytes.clone();
+        for (at, byte, kind) in steps {
+            let i = at.index(b.len());
+            match kind {
+                0 => b[i] = byte,
+                1 => b[i] ^= 1 << (byte % 8),
+                _ => b.truncate(i.max(1)),
+            }
+        }
+        std::fs::write(&file, &b).unwrap();
+        if let Ok(jsonl) = parquet_to_jsonl(&file) {
+            let _ = parse_tasks(&jsonl, &file, None);
+        }
+        Ok(())
+    });
+}
+
+fn contract() -> impl Strategy<Value = String> {
+    let s = "[a-z ]{0,8}";
+    let list = prop::collection::vec(s, 0..3);
+    (s, s, s, list.clone(), list.clone(), list, prop::collection::vec("tests/test_[a-z]{1,3}\\.py::test_[a-z]{1,3}", 0..3), 0u8..4)
+        .prop_map(|(e, t, o, i, a, n, nodes, shape)| {
+            let v = json!({"entrypoint": e, "trigger": t, "expected_output": o, "issue_evidence": i,
+                "alternative_hypotheses": a, "non_assertions": n, "test_nodes": nodes});
+            match shape {
+                0 => v.to_string(),
+                1 => json!([v]).to_string(),
+                2 => v.to_string().replace('"', ""),
+                _ => serde_json::to_string_pretty(&v).unwrap(),
+            }
+        })
+}
+
+fn command() -> impl Strategy<Value = String> {
+    let word = prop_oneof![
+        Just("pytest".to_string()), Just("python -m pytest".to_string()), Just("./tests/runtests.py".to_string()),
+        Just("bin/test".to_string()), Just("-q".to_string()), Just("-k".to_string()), Just("--no-header".to_string()),
+        "tests/test_[a-z]{1,3}\\.py(::test_[a-z]{1,3})?(\\[[a-z0-9-]{0,4}\\])?",
+        prop::sample::select(vec![";", "&&", "|", "$(x)", "`x`", ">", "'a b'", "\"a\"", "\\", "\n", "#", "*", "~", "{a,b}"]).prop_map(str::to_string),
+    ];
+    prop::collection::vec(word, 1..6).prop_map(|ws| ws.join(" "))
+}
+
+#[test]
+fn bundle_validation() {
+    let patches = seeds("tests/fixtures", &["test.patch"]);
+    let bundle = (mutated(patches, &["diff --git a/t b/t\n", "+def test_x():\n", "\n"]), command(), contract());
+    fuzz("bundle_validation", 1_000, bundle, |(patch, cmd, contract)| {
+        let _ = parse_command(&cmd);
+        if let Ok(b) = Bundle::from_parts(&patch, &cmd, &contract) {
+            let _ = validate(&b);
+        }
+        Ok(())
+    });
+}
+
+/// A safetensors file: an 8-byte little-endian header length (possibly lying), the header, data.
+fn safetensors() -> impl Strategy<Value = Vec<u8>> {
+    let tensor = (
+        prop::sample::select(vec!["F32", "BF16", "F16", "I64", "BOOL", "X"]),
+        prop::collection::vec(prop_oneof![0usize..5, Just(usize::MAX / 2), Just(1 << 40)], 0..4),
+        (0usize..64, 0usize..64),
+    );
+    (prop::collection::btree_map("[a-z.]{1,6}", tensor, 0..4), 0usize..128, prop_oneof![Just(None), any::<u64>().prop_map(Some)])
+        .prop_map(|(tensors, data, lie)| {
+            let header: serde_json::Map<String, serde_json::Value> = tensors
+                .into_iter()
+                .map(|(n, (dtype, shape, (a, b)))| (n, json!({"dtype": dtype, "shape": shape, "data_offsets": [a, b]})))
+                .collect();
+            let header = serde_json::to_vec(&header).unwrap();
+            let mut out = lie.unwrap_or(header.len() as u64).to_le_bytes().to_vec();
+            out.extend(&header);
+            out.extend(std::iter::repeat_n(0u8, data));
+            out
+        })
+}
+
+/// Shard names an index may list; only the plain ones name a file inside the checkpoint.
+const SHARDS: &[&str] = &[
+    "model-00001-of-00001.safetensors", "../outside.safetensors", "/etc/hostname", "sub/x.safetensors",
+    "", ".", "..", "fifo",
+];
+
+#[test]
+fn checkpoint_open() {
+    let input = (safetensors(), prop::option::of(prop::collection::vec(prop::sample::select(SHARDS), 1..3)));
+    fuzz("checkpoint_open", 300, input, |(bytes, index)| {
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().join("ckpt");
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(scratch.path().join("outside.safetensors"), &bytes).unwrap();
+        std::fs::write(dir.join("sub/x.safetensors"), &bytes).unwrap();
+        std::fs::write(dir.join("model-00001-of-00001.safetensors"), &bytes).unwrap();
+        std::fs::write(dir.join("model.safetensors"), &bytes).unwrap();
+        nix::unistd::mkfifo(&dir.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let plain = |n: &str| n == SHARDS[0];
+        if let Some(names) = &index {
+            let map: serde_json::Map<String, serde_json::Value> =
+                names.iter().enumerate().map(|(i, n)| (format!("t{i}"), json!(n))).collect();
+            std::fs::write(dir.join("model.safetensors.index.json"), json!({"weight_map": map}).to_string()).unwrap();
+        }
+        let opened = Checkpoint::open(&dir);
+        if let Some(names) = index {
+            prop_assert!(opened.is_err() || names.iter().all(|n| plain(n)), "opened shards {:?}", names);
+        }
+        Ok(())
+    });
+}

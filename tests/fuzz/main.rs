@@ -1,0 +1,11 @@
+//! Property and fuzz targets of every parser of untrusted input, in one test binary (issue #26;
+//! docs/testing.md, "Fuzz targets"). Each target is a `#[test]`: `cargo test --test fuzz` runs all
+//! of them in CI mode (a fixed number of inputs from a fixed seed, seconds each);
+//! `scripts/fuzz-soak.sh TARGET SECONDS` soaks one. The driver is in [`driver`].
+
+mod diff;
+mod driver;
+mod inputs;
+mod logs;
+mod regressions;
+mod toolcall;

@@ -1,0 +1,235 @@
+//! The minimal inputs of the bugs the fuzz targets (or the git probes made while writing them)
+//! found, as plain tests, each naming what found it; and the tests of the parsers' stated bounds.
+
+use execcritic::harness::diff::Patch;
+use execcritic::model::checkpoint::Checkpoint;
+use execcritic::task::parquet::parquet_to_jsonl;
+use execcritic::task::TaskError;
+use std::path::Path;
+use serde_json::json;
+
+/// A checkpoint directory holding one valid, empty safetensors shard, and an index naming `shard`.
+fn checkpoint_with_index(shard: &str) -> tempfile::TempDir {
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path().join("ckpt");
+    std::fs::create_dir_all(&dir).unwrap();
+    let empty = [&2u64.to_le_bytes()[..], b"{}"].concat();
+    std::fs::write(scratch.path().join("outside.safetensors"), &empty).unwrap();
+    std::fs::write(dir.join("model-00001-of-00001.safetensors"), &empty).unwrap();
+    nix::unistd::mkfifo(&dir.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let index = json!({"weight_map": {"t": shard}});
+    std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
+    scratch
+}
+
+/// Found by review while writing checkpoint_open (which now covers it): a shard index could
+/// name a file outside the checkpoint.
+#[test]
+fn checkpoint_index_may_not_name_a_file_outside_the_checkpoint() {
+    for shard in ["../outside.safetensors", "/etc/hostname", ".", ""] {
+        let scratch = checkpoint_with_index(shard);
+        let err = Checkpoint::open(&scratch.path().join("ckpt")).err();
+        assert!(err.is_some_and(|e| e.to_string().contains("not a file name")), "{shard}");
+    }
+    let ok = checkpoint_with_index("model-00001-of-00001.safetensors");
+    assert!(Checkpoint::open(&ok.path().join("ckpt")).is_ok());
+}
+
+/// Found by review while writing checkpoint_open (which now covers it): a shard that is a FIFO
+/// blocked `open` for ever.
+#[test]
+fn checkpoint_shard_must_be_a_regular_file() {
+    let scratch = checkpoint_with_index("fifo");
+    let err = Checkpoint::open(&scratch.path().join("ckpt")).err();
+    assert!(err.is_some_and(|e| e.to_string().contains("not a regular file")));
+}
+
+/// Parse `patch` expecting a malformed-patch refusal.
+fn refused(patch: &str) {
+    let got = Patch::parse(patch);
+    assert!(
+        got.as_ref().is_err_and(|e| e.class() == "malformed_patch"),
+        "accepted or refused otherwise: {patch:?} -> {got:?}"
+    );
+}
+
+/// Parse `patch`, expecting it accepted and its re-serialisation to parse to the same structure.
+fn round_trips(patch: &str) -> Patch {
+    let p = Patch::parse(patch).unwrap_or_else(|e| panic!("{patch:?}: {e}"));
+    assert_eq!(Patch::parse(&p.to_git()).unwrap(), p, "{patch:?}");
+    p
+}
+
+/// A git probe (`git apply --check`) while writing diff_git_differential: a git section that
+/// changes nothing (only an `index` line, equal `old mode`/`new mode`) was accepted; `git apply`
+/// refuses it ("patch with only garbage").
+#[test]
+fn diff_git_section_that_changes_nothing_is_refused() {
+    refused("diff --git a/x b/x\nindex 1234567..89abcde 100644\n");
+    refused("diff --git a/x b/x\nold mode 100644\nnew mode 100644\n");
+    refused("diff --git a/x b/x\n");
+    round_trips("diff --git a/x b/x\nold mode 100644\nnew mode 100755\n");
+}
+
+/// A git probe while writing diff_git_differential: `\ No newline at end of file` was accepted
+/// anywhere in a hunk and at any length; git refuses one under 12 bytes and, inside a hunk, joins
+/// the lines around it.
+#[test]
+fn diff_no_newline_marker_only_ends_a_side() {
+    let hunk = |body: &str| format!("--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n{body}");
+    refused(&hunk("-a\n\\ No newline at end of file\n+b\n c\n"));
+    refused(&hunk("\\ No newline at end of file\n-a\n-c\n+b\n+c\n"));
+    refused(&hunk("-a\n-c\n\\\n+b\n+c\n"));
+    refused(&hunk("-a\n-c\n\\ No newline at end of file\n\\ No newline at end of file\n+b\n+c\n"));
+    round_trips(&hunk("-a\n-c\n\\ No newline at end of file\n+b\n+c\n"));
+    round_trips(&hunk(" a\n-c\n+d\n\\ No newline at end of file\n"));
+    round_trips("--- a/x\n+++ b/x\n@@ -1,2 +1,3 @@\n a\n+b\n c\n\\ No newline at end of file\n");
+}
+
+/// A git probe while writing diff_git_differential: a line holding only `\r` in a hunk was read as
+/// an empty context line (and re-serialised without the `\r`); git refuses it as a corrupt patch.
+#[test]
+fn diff_lone_carriage_return_in_a_hunk_is_refused() {
+    refused("--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n-a\n+b\n\r\n");
+    round_trips("--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n-a\n+b\n\n");
+}
+
+/// A git probe while writing diff_git_differential: a hunk of no lines (`@@ -0,0 +0,0 @@`) was
+/// accepted; git refuses it.
+#[test]
+fn diff_empty_hunk_is_refused() {
+    refused("--- a/x\n+++ b/x\n@@ -0,0 +0,0 @@\n");
+    refused("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n@@ -5,0 +5,0 @@\n");
+}
+
+/// Review while writing diff_structured: a `Binary files … differ` section lost its binary marker
+/// in `to_git` (the re-serialisation was a section that changes nothing).
+#[test]
+fn diff_binary_marker_survives_the_round_trip() {
+    let p = round_trips("diff --git a/x.bin b/x.bin\nindex 1234567..89abcde 100644\nBinary files a/x.bin and b/x.bin differ\n");
+    assert!(p.files[0].binary);
+    round_trips("diff --git a/x.bin b/x.bin\nnew file mode 100644\nindex 0000000..89abcde\nBinary files /dev/null and b/x.bin differ\n");
+}
+
+/// Review while writing diff_structured: modes that `to_git` could not write back (a lone `old
+/// mode`, an `index` mode contradicting the mode lines, an old mode on a created file, a plain
+/// diff's new file) broke the round trip.
+#[test]
+fn diff_modes_round_trip_or_are_refused() {
+    refused("diff --git a/x b/x\nold mode 100644\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n");
+    refused("diff --git a/x b/x\nold mode 100644\nnew mode 100755\nindex 1234567..89abcde 100644\n");
+    refused("diff --git a/x b/x\nnew file mode 100644\nold mode 100755\n");
+    refused("diff --git a/x b/x\nnew file mode 100644\nindex 0000000..89abcde 100755\n");
+    round_trips("diff --git a/x b/x\nindex 1234567..89abcde 100755\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n");
+    round_trips("diff --git a/x b/x\nold mode 100644\nnew mode 100644\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n");
+    let created = round_trips("--- /dev/null\n+++ b/x\n@@ -0,0 +1 @@\n+a\n");
+    assert_eq!(created.files[0].new_mode, Some(0o100644));
+    round_trips("--- a/x\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n");
+}
+
+/// diff_mutated_seeds: a `diff --git` line not starting with `a/` whose length split it inside a
+/// multi-byte character panicked (string slice off a char boundary).
+#[test]
+fn diff_git_header_split_inside_a_character_does_not_panic() {
+    refused("diff --git a\u{e9}a--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n");
+}
+
+/// diff_git_differential: a binary section right after its `diff --git` line was accepted; git
+/// does not read such a line as a section start (it folds the next section into it), and cannot
+/// apply a binary change without the `index` line anyway.
+#[test]
+fn diff_binary_section_needs_its_index_line() {
+    refused("diff --git a/s b/s\nBinary files a/s and b/s differ\ndiff --git a/t b/t\nnew file mode 100644\n--- /dev/null\n+++ b/t\n@@ -0,0 +1 @@\n+x\n");
+    refused("diff --git a/s b/s\nGIT binary patch\nliteral 0\nHcmV?d00001\n\n");
+}
+
+/// diff_git_differential: a `Binary files … differ` line ending in `\r`, and (soak) any line
+/// ending in ` differ`, were read as binary; git 2.x reads a binary change from a line starting
+/// with `Binary files ` or `Files `, older git from one ending in ` differ`. Only a line both
+/// read alike is accepted.
+#[test]
+fn diff_binary_differ_line_is_read_as_git_reads_it() {
+    let section = "diff --git a/x b/x\nindex 1234567..89abcde 100644\n";
+    refused(&format!("{section}Binary files a/x and b/x differ\r\n"));
+    refused(&format!("{section}dBinary files a/x and b/x differ\n"));
+    refused(&format!("{section}Binary files a/x and b/x\n"));
+    let p = round_trips(&format!("{section}Files a/x and b/x differ\n"));
+    assert!(p.files[0].binary);
+}
+
+/// diff_git_differential (soak): a git section's `--- /dev/null` given twice ended the section
+/// (an empty new file) and the rest was read as a second, plain section on the same path; git
+/// reads both `---` lines as header lines of one section.
+#[test]
+fn diff_unpaired_marker_line_in_a_git_section_is_refused() {
+    refused("diff --git a/g.rs b/g.rs\nnew file mode 100644\n--- /dev/null\n--- /dev/null\n+++ b/g.rs\n@@ -0,0 +1 @@\n+\n");
+    refused("diff --git a/g.rs b/g.rs\nnew file mode 100644\n+++ b/g.rs\n@@ -0,0 +1 @@\n+\n");
+}
+
+/// The patch parser's bound (docs/testing.md, "Bounds"): over `MAX_PATCH_BYTES` a typed refusal.
+#[test]
+fn diff_over_the_size_bound_is_a_typed_refusal() {
+    use execcritic::harness::diff::{PatchError, MAX_PATCH_BYTES};
+    let big = format!("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n{}", " ".repeat(MAX_PATCH_BYTES));
+    let err = Patch::parse(&big).unwrap_err();
+    assert!(matches!(err, PatchError::TooLarge { .. }) && err.class() == "patch_too_large");
+}
+
+/// diff_git_differential (`scripts/fuzz-soak.sh`): a `diff --git` line ending in `\r` was read
+/// with the `\r` trimmed; git keeps it in the names, so a CRLF section without `---`/`+++` lines
+/// (binary, mode change, empty new file) has no file name for git.
+#[test]
+fn diff_crlf_git_line_without_marker_lines_is_refused() {
+    refused("diff --git a/x b/x\r\nindex 1234567..89abcde 100644\nBinary files a/x and b/x differ\n");
+    refused("diff --git a/x b/x\r\nold mode 100644\r\nnew mode 100755\r\n");
+    refused("diff --git a/x b/x\r\nnew file mode 100644\r\n");
+    round_trips("diff --git a/x b/x\r\n--- a/x\r\n+++ b/x\r\n@@ -1 +1 @@\r\n-a\r\n+b\r\n");
+}
+
+/// diff_git_differential (soak): a created file whose `diff --git` halves differ (a corrupted
+/// quoted name) was accepted under the second name; git finds no file name there.
+#[test]
+fn diff_created_file_with_two_header_names_is_refused() {
+    refused("diff --git \"a/caf\\333\\251.py\" \"b/caf\\303\\251.py\"\nnew file mode 100644\n");
+    refused("diff --git a/x b/y\ndeleted file mode 100644\n--- a/x\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n");
+}
+
+/// diff_git_differential (soak): a hunk of context lines only was accepted; git refuses it as a
+/// corrupt patch.
+#[test]
+fn diff_hunk_that_changes_nothing_is_refused() {
+    refused("--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n a\n c\n");
+    refused("--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n a\n c\n@@ -5 +5 @@\n-a\n+b\n");
+}
+
+/// tasks_parquet (`scripts/fuzz-soak.sh`): one corrupted metadata byte made the `parquet` crate
+/// panic inside `parquet_to_jsonl`; now a typed `TaskError::Parquet`.
+#[test]
+fn corrupt_parquet_metadata_is_a_typed_error() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tasks/swebench-sample.parquet");
+    let mut bytes = std::fs::read(fixture).unwrap();
+    bytes[3632] = 5;
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("t.parquet");
+    std::fs::write(&file, &bytes).unwrap();
+    let err = parquet_to_jsonl(&file).unwrap_err();
+    assert!(matches!(err, TaskError::Parquet { .. }), "{err}");
+}
+
+/// diff_git_differential (soak): a deleted file's second hunk added lines (the next section's
+/// `---`/`+++` lines, swallowed as body lines); git refuses a deletion that leaves contents.
+#[test]
+fn diff_created_or_deleted_file_hunks_only_add_or_remove() {
+    refused("diff --git a/x b/x\ndeleted file mode 100644\n--- a/x\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n@@ -1 +1 @@\n--- /dev/null\n+++ b/y\n");
+    refused("--- /dev/null\n+++ b/x\n@@ -0,0 +1,2 @@\n+a\n c\n");
+    round_trips("--- /dev/null\n+++ b/x\n@@ -0,0 +1,2 @@\n+a\n+c\n");
+}
+
+/// diff_git_differential (soak): repeated or mixed `rename`/`copy` lines in one section were
+/// accepted (the last won); git refuses them ("inconsistent header lines").
+#[test]
+fn diff_repeated_or_mixed_rename_lines_are_refused() {
+    refused("diff --git a/a b/b\ncopy from a\ncopy to diff --git a/c b/d\nrename from c\nrename to d\n");
+    refused("diff --git a/a b/b\nrename from a\ncopy to b\n");
+    round_trips("diff --git a/a b/b\nsimilarity index 100%\nrename from a\nrename to b\n");
+}
