@@ -14,6 +14,7 @@ mod official_eval;
 use execcritic::harness::{self, SandboxKind};
 use execcritic::task::TaskInstance;
 use harness_support::*;
+use official_eval::{swebench_report, Image};
 use std::process::Command;
 
 /// The SWE-bench layout on top of the test image: `pytest` only inside the activated env, and
@@ -70,55 +71,10 @@ fn row(image: &str, base: &str) -> serde_json::Value {
     })
 }
 
-struct Image(String);
-
-impl Drop for Image {
-    fn drop(&mut self) {
-        let _ = Command::new("docker").args(["rmi", "-f", &self.0]).output();
-    }
-}
-
 fn build(image: &str) -> String {
-    let name = image.replace([':', '/'], "-");
-    let out = Command::new("docker")
-        .args(["run", "--name", &name, "--network", "none", &docker_image(), "bash", "-c", LAYOUT])
-        .output()
-        .expect("docker run");
-    let commit = Command::new("docker").args(["commit", &name, image]).output().expect("docker commit");
-    let _ = Command::new("docker").args(["rm", "-f", &name]).output();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(commit.status.success(), "{}", String::from_utf8_lossy(&commit.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    official_eval::build_image(&docker_image(), image, LAYOUT)
 }
 
-/// swebench 5.0.2's own `report.json` for `log` (None when the package is not installed).
-fn swebench_report(log: &str, task: &TaskInstance, patch: &str, parser: &str) -> Option<String> {
-    let have = Command::new("python3")
-        .args(["-c", "import importlib.metadata as m; assert m.version('swebench') == '5.0.2'"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !have {
-        eprintln!("swebench 5.0.2 not installed: report.json not compared (scripts/ci-deps-swebench.sh)");
-        return None;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let cases = dir.path().join("cases.json");
-    let case = serde_json::json!([{
-        "id": task.instance_id, "parser": parser, "log": log,
-        "fail_to_pass": task.fail_to_pass, "pass_to_pass": task.pass_to_pass,
-        "eval_type": "pass_and_fail", "model_patch": patch,
-    }]);
-    std::fs::write(&cases, case.to_string()).unwrap();
-    let out = Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/swebench-oracle.py"))
-        .arg(&cases)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    // The oracle reports under the case id; swebench keys the report by instance id.
-    Some(v[0]["report_json"].as_str().unwrap().to_string())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_swebench_5_row_is_graded_in_its_image_as_swebench_grades_it() {
@@ -138,7 +94,7 @@ async fn a_swebench_5_row_is_graded_in_its_image_as_swebench_grades_it() {
     assert_eq!(rec.resolution.as_deref(), Some("RESOLVED_FULL"));
     let report = rec.report_json.clone().expect("report.json");
     assert!(report.contains("\"resolved\": true"), "{report}");
-    if let Some(theirs) = swebench_report(&rec.test_output, &task, GOLD, "parse_log_pytest") {
+    if let Some(theirs) = swebench_report(&rec.test_output, &task, "parse_log_pytest", GOLD) {
         assert_eq!(report, theirs, "our report.json differs from swebench's");
     }
 
@@ -148,7 +104,7 @@ async fn a_swebench_5_row_is_graded_in_its_image_as_swebench_grades_it() {
     assert_eq!(wrong.tests["tests/test_calc.py::test_sub"], "PASSED");
     let wrong_rec = wrong.official.clone().unwrap();
     assert_eq!(wrong_rec.resolution.as_deref(), Some("RESOLVED_NO"));
-    if let Some(theirs) = swebench_report(&wrong_rec.test_output, &task, WRONG, "parse_log_pytest") {
+    if let Some(theirs) = swebench_report(&wrong_rec.test_output, &task, "parse_log_pytest", WRONG) {
         assert_eq!(wrong_rec.report_json.unwrap(), theirs);
     }
 
@@ -188,21 +144,10 @@ async fn a_swebench_5_row_is_graded_in_its_image_as_swebench_grades_it() {
     )
     .unwrap();
     let out = dir.path().join("out");
-    let run = Command::new(env!("CARGO_BIN_EXE_execcritic"))
-        .args(["grade", "--sandbox", "docker", "--tasks"])
-        .arg(&tasks)
-        .arg("--predictions")
-        .arg(&preds)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let summary = official_eval::grade_cli(&tasks, &preds, &out);
     let logs = out.join("logs/demo__calc-7");
     assert!(std::fs::read_to_string(logs.join("test_output.txt")).unwrap().contains(">>>>> End Test Output"));
     assert_eq!(std::fs::read_to_string(logs.join("report.json")).unwrap(), report);
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("swebench_summary.json")).unwrap()).unwrap();
     assert_eq!(summary["resolved_instances"], 1, "{summary}");
     assert_eq!(summary["resolved_ids"][0], "demo__calc-7");
 }
@@ -237,7 +182,7 @@ async fn swebench_4_and_5_rows_grade_and_evaluate_in_their_images() {
     let gold = harness::grade(&task4, GOLD, SandboxKind::Docker).await.unwrap();
     let rec = gold.official.clone().unwrap();
     assert!(gold.resolved, "{gold:?}\n{}", rec.test_output);
-    if let Some(theirs) = swebench_report(&rec.test_output, &task4, GOLD, "parse_log_pytest_options") {
+    if let Some(theirs) = swebench_report(&rec.test_output, &task4, "parse_log_pytest_options", GOLD) {
         assert_eq!(rec.report_json.clone().unwrap(), theirs);
     }
     let empty = harness::grade(&task4, "", SandboxKind::Docker).await.unwrap();

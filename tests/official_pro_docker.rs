@@ -19,6 +19,7 @@ mod official_eval;
 use execcritic::harness::{self, SandboxKind};
 use execcritic::task::TaskInstance;
 use harness_support::*;
+use official_eval::Image;
 use std::process::Command;
 
 /// The image: `pytest` only in /opt/venv/bin, `/app` at Base on `main`, the fix commit (source
@@ -116,26 +117,9 @@ fn row(image: &str, base: &str, fix: &str) -> serde_json::Value {
     })
 }
 
-struct Image(String);
-
-impl Drop for Image {
-    fn drop(&mut self) {
-        let _ = Command::new("docker").args(["rmi", "-f", &self.0]).output();
-    }
-}
-
 /// Builds the image; returns (Base, fix).
 fn build(image: &str) -> (String, String) {
-    let name = image.replace([':', '/'], "-");
-    let out = Command::new("docker")
-        .args(["run", "--name", &name, "--network", "none", &docker_image(), "bash", "-c", LAYOUT])
-        .output()
-        .expect("docker run");
-    let commit = Command::new("docker").args(["commit", &name, image]).output().expect("docker commit");
-    let _ = Command::new("docker").args(["rm", "-f", &name]).output();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(commit.status.success(), "{}", String::from_utf8_lossy(&commit.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = official_eval::build_image(&docker_image(), image, LAYOUT);
     let mut ids = text.split_whitespace().map(str::to_string);
     (ids.next().unwrap(), ids.next().unwrap())
 }
@@ -238,22 +222,10 @@ async fn a_pro_row_is_graded_in_its_image_and_its_attacks_are_refused() {
     let pred = |patch: &str| serde_json::json!({"instance_id": ID, "model_name_or_path": "m", "model_patch": patch});
     std::fs::write(&preds, format!("{}\n", pred(GOLD))).unwrap();
     let out = dir.path().join("out");
-    let run = Command::new(env!("CARGO_BIN_EXE_execcritic"))
-        .args(["grade", "--sandbox", "docker", "--tasks"])
-        .arg(&tasks)
-        .arg("--predictions")
-        .arg(&preds)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("swebench_summary.json")).unwrap()).unwrap();
+    let summary = official_eval::grade_cli(&tasks, &preds, &out);
     assert_eq!(
         summary["resolved_instances"], 1,
-        "{summary}\n{}\n{}",
-        String::from_utf8_lossy(&run.stderr),
+        "{summary}\n{}",
         std::fs::read_to_string(out.join("results.jsonl")).unwrap_or_default()
     );
     let log = std::fs::read_to_string(out.join(format!("logs/{ID}/test_output.txt"))).unwrap();

@@ -9,12 +9,13 @@
 //! `test_output.txt`. Skipped, saying why, without docker or the images.
 
 mod harness_support;
+#[path = "common/official_eval.rs"]
+mod official_eval;
 
 use execcritic::harness::{self, SandboxKind};
-use execcritic::task::TaskInstance;
 use harness_support::*;
+use official_eval::swebench_report;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn cache() -> PathBuf {
@@ -44,33 +45,6 @@ fn built_tasks() -> Result<PathBuf, String> {
     }
 }
 
-/// swebench 5.0.2's own `report.json` for `log` (None when the package is not installed).
-fn swebench_report(log: &str, task: &TaskInstance, parser: &str, patch: &str) -> Option<String> {
-    let have = Command::new("python3")
-        .args(["-c", "import importlib.metadata as m; assert m.version('swebench') == '5.0.2'"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !have {
-        eprintln!("swebench 5.0.2 not installed: report.json not compared (scripts/ci-deps-swebench.sh)");
-        return None;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let cases = dir.path().join("cases.json");
-    let case = serde_json::json!([{
-        "id": task.instance_id, "parser": parser, "log": log,
-        "fail_to_pass": task.fail_to_pass, "pass_to_pass": task.pass_to_pass,
-        "eval_type": "pass_and_fail", "model_patch": patch,
-    }]);
-    std::fs::write(&cases, case.to_string()).unwrap();
-    let out = Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/swebench-oracle.py"))
-        .arg(&cases)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    Some(v[0]["report_json"].as_str().unwrap().to_string())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_projects_resolve_with_gold_as_swebench_grades_them() {

@@ -50,3 +50,73 @@ pub fn eval_rows(dir: &Path, rows: &[serde_json::Value], work: &[(&str, &str)]) 
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
+
+/// `execcritic grade --sandbox docker` of `predictions` on `tasks` into `out` (panics, with its
+/// stderr, if the command fails); returns `swebench_summary.json`.
+pub fn grade_cli(tasks: &Path, predictions: &Path, out: &Path) -> serde_json::Value {
+    let run = Command::new(env!("CARGO_BIN_EXE_execcritic"))
+        .args(["grade", "--sandbox", "docker", "--tasks"])
+        .arg(tasks)
+        .arg("--predictions")
+        .arg(predictions)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    serde_json::from_str(&std::fs::read_to_string(out.join("swebench_summary.json")).unwrap()).unwrap()
+}
+
+/// swebench 5.0.2's own `report.json` for `log` of `task` read with `parser`
+/// (scripts/swebench-oracle.py); `None`, saying why, when the package is not installed.
+pub fn swebench_report(log: &str, task: &execcritic::task::TaskInstance, parser: &str, patch: &str) -> Option<String> {
+    let have = Command::new("python3")
+        .args(["-c", "import importlib.metadata as m; assert m.version('swebench') == '5.0.2'"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have {
+        eprintln!("swebench 5.0.2 not installed: report.json not compared (scripts/ci-deps-swebench.sh)");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cases = dir.path().join("cases.json");
+    let case = serde_json::json!([{
+        "id": task.instance_id, "parser": parser, "log": log,
+        "fail_to_pass": task.fail_to_pass, "pass_to_pass": task.pass_to_pass,
+        "eval_type": "pass_and_fail", "model_patch": patch,
+    }]);
+    std::fs::write(&cases, case.to_string()).unwrap();
+    let out = Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/swebench-oracle.py"))
+        .arg(&cases)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The oracle reports under the case id; swebench keys the report by instance id.
+    Some(v[0]["report_json"].as_str().unwrap().to_string())
+}
+
+/// A test image, removed when dropped.
+pub struct Image(pub String);
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rmi", "-f", &self.0]).output();
+    }
+}
+
+/// Run the shell script `layout` in a container of `from` (no network) and commit the result as
+/// `image`; returns the script's stdout, trimmed.
+pub fn build_image(from: &str, image: &str, layout: &str) -> String {
+    let name = image.replace([':', '/'], "-");
+    let out = Command::new("docker")
+        .args(["run", "--name", &name, "--network", "none", from, "bash", "-c", layout])
+        .output()
+        .expect("docker run");
+    let commit = Command::new("docker").args(["commit", &name, image]).output().expect("docker commit");
+    let _ = Command::new("docker").args(["rm", "-f", &name]).output();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(commit.status.success(), "{}", String::from_utf8_lossy(&commit.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
