@@ -72,15 +72,17 @@ async fn real_projects_resolve_with_gold_as_swebench_grades_them() {
             assert_eq!(rec.report_json.clone().unwrap(), theirs, "{}", task.instance_id);
         }
     }
-    // The empty patch, on the project whose runner is fastest to start (inflection).
-    let task = &tasks[2];
-    let empty = harness::grade(task, "", SandboxKind::Docker).await.unwrap();
-    let rec = empty.official.clone().expect("an official record");
-    assert!(!empty.resolved && empty.error_kind.is_none(), "{empty:?}");
-    for id in &task.fail_to_pass {
-        assert_eq!(empty.tests[id], "FAILED", "{id}");
-    }
-    if let Some(theirs) = swebench_report(&rec.test_output, task, "parse_log_pytest", "") {
-        assert_eq!(rec.report_json.unwrap(), theirs);
+    // The empty patch: unresolved, every FAIL_TO_PASS test failing, as swebench reads it.
+    for task in &tasks {
+        let parser = &task.official.as_ref().unwrap().log_parser;
+        let empty = harness::grade(task, "", SandboxKind::Docker).await.unwrap();
+        let rec = empty.official.clone().expect("an official record");
+        assert!(!empty.resolved && empty.error_kind.is_none(), "{}: {empty:?}", task.instance_id);
+        for id in &task.fail_to_pass {
+            assert!(matches!(empty.tests[id].as_str(), "FAILED" | "ERROR" | "MISSING"), "{id}: {}", empty.tests[id]);
+        }
+        if let Some(theirs) = swebench_report(&rec.test_output, task, parser, "") {
+            assert_eq!(rec.report_json.unwrap(), theirs, "{}", task.instance_id);
+        }
     }
 }
