@@ -572,6 +572,8 @@ impl Patch {
         let (mut old, mut new) = git_header_paths(rest)?;
         let mut f = FileChange::default();
         let (mut from, mut to): (Option<String>, Option<String>) = (None, None);
+        // The verb (rename or copy) of the `… to` line, when it came first.
+        let mut to_verb: Option<FileOp> = None;
         let mut i = start + 1;
         while i < lines.len() {
             let l = lines[i].trim_end_matches('\r');
@@ -588,20 +590,18 @@ impl Patch {
                 f.new_mode = Some(parse_mode(m)?);
             } else if let Some(p) = val("rename from ").or_else(|| val("copy from ")) {
                 // git refuses repeated or mixed rename/copy lines ("inconsistent header lines").
-                if from.is_some() {
-                    return Err(malformed(format!("repeated `{l}`")));
+                let verb = if l.starts_with("rename") { FileOp::Rename } else { FileOp::Copy };
+                if from.is_some() || to_verb.as_ref().is_some_and(|v| *v != verb) {
+                    return Err(malformed(format!("repeated or mixed `{l}`")));
                 }
-                f.op = if l.starts_with("rename") {
-                    FileOp::Rename
-                } else {
-                    FileOp::Copy
-                };
+                f.op = verb;
                 from = Some(unquote(p)?);
             } else if let Some(p) = val("rename to ").or_else(|| val("copy to ")) {
                 let verb = if l.starts_with("rename") { FileOp::Rename } else { FileOp::Copy };
                 if to.is_some() || (from.is_some() && verb != f.op) {
                     return Err(malformed(format!("repeated or mixed `{l}`")));
                 }
+                to_verb = Some(verb);
                 to = Some(unquote(p)?);
             } else if val("similarity index ").is_some() || val("dissimilarity index ").is_some() {
             } else if let Some(ix) = val("index ") {

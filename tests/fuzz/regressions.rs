@@ -231,5 +231,8 @@ fn diff_created_or_deleted_file_hunks_only_add_or_remove() {
 fn diff_repeated_or_mixed_rename_lines_are_refused() {
     refused("diff --git a/a b/b\ncopy from a\ncopy to diff --git a/c b/d\nrename from c\nrename to d\n");
     refused("diff --git a/a b/b\nrename from a\ncopy to b\n");
+    // The `to` line first (found by review of the fix above).
+    refused("diff --git a/a b/b\ncopy to b\nrename from a\n");
+    round_trips("diff --git a/a b/b\nsimilarity index 100%\nrename to b\nrename from a\n");
     round_trips("diff --git a/a b/b\nsimilarity index 100%\nrename from a\nrename to b\n");
 }
