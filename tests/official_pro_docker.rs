@@ -10,7 +10,13 @@
 //! - reading the fix out of the git store (`git rev-list --all --not HEAD`): our container's
 //!   history is sanitised, so there is no fix to read;
 //! - rewriting `/workspace/parser.py` from the code under test: our parser runs in a fresh
-//!   sandbox on the logs.
+//!   sandbox on the logs;
+//! - rewriting `/workspace/stdout.log` at exit (and writing the same lines to `/dev/stdout`):
+//!   our logs are rebuilt from the run script's tagged output stream, where lines cannot be
+//!   taken back;
+//! - printing a passing line for the failing test after pytest's report, then exiting 0: the
+//!   official grading passes a name any of whose entries in `output.json` is PASSED; ours keeps
+//!   a name's first other status.
 
 mod harness_support;
 #[path = "common/official_eval.rs"]
@@ -81,6 +87,47 @@ const PARSER_REWRITE: &str = r#"diff --git a/calc.py b/calc.py
 +    pass
 "#;
 
+/// Rewrites the run script's stdout log at exit, from the code under test, so that every test
+/// named in it passes, and exits 0 (the official procedure redirects the run script into that
+/// file; before logs were rebuilt from the stream, this resolved here too).
+const LOG_REWRITE: &str = r#"diff --git a/calc.py b/calc.py
+--- a/calc.py
++++ b/calc.py
+@@ -4,3 +4,14 @@
+ 
+ def sub(a, b):
+     return a - b
++import atexit, os, sys
++
++
++def _forge():
++    sys.stdout.flush()
++    try:
++        open('/workspace/stdout.log', 'w').write('tests/test_calc.py::test_add PASSED\ntests/test_calc.py::test_sub PASSED\n')
++    except OSError:
++        pass
++    os._exit(0)
++atexit.register(_forge)
+"#;
+/// Prints a passing line for the failing test after pytest's own report and exits 0: the
+/// official grading counts a name as passed when any of its entries in `output.json` is.
+const PRINTED: &str = r#"diff --git a/calc.py b/calc.py
+--- a/calc.py
++++ b/calc.py
+@@ -4,3 +4,11 @@
+ 
+ def sub(a, b):
+     return a - b
++import atexit, os, sys
++
++
++def _forge():
++    sys.stdout.write('tests/test_calc.py::test_add PASSED\n')
++    sys.stdout.flush()
++    os._exit(0)
++atexit.register(_forge)
+"#;
+
 const RUN_SCRIPT: &str = r#"#!/bin/bash
 set -e
 run_all_tests() { pytest -v tests; }
@@ -148,16 +195,21 @@ fn official_procedure(image: &str, base: &str, fix: &str, patch: &str) -> serde_
     serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {text}\n{}", String::from_utf8_lossy(&out.stderr)))
 }
 
-/// The status `output.json` gives `name`.
+/// `name`'s status as swe_bench_pro_eval.py grades it: PASSED when any entry of `name` in
+/// `output.json` is PASSED (`passed_tests = {x["name"] for x in output["tests"] if x["status"] ==
+/// "PASSED"}`), else its first entry's status.
 fn status_of(output: &serde_json::Value, name: &str) -> String {
-    output["tests"]
+    let entries: Vec<&str> = output["tests"]
         .as_array()
         .into_iter()
         .flatten()
-        .find(|t| t["name"] == name)
-        .and_then(|t| t["status"].as_str())
-        .unwrap_or("MISSING")
-        .to_string()
+        .filter(|t| t["name"] == name)
+        .filter_map(|t| t["status"].as_str())
+        .collect();
+    if entries.contains(&"PASSED") {
+        return "PASSED".into();
+    }
+    entries.first().copied().unwrap_or("MISSING").to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,6 +228,8 @@ async fn a_pro_row_is_graded_in_its_image_and_its_attacks_are_refused() {
     assert_eq!(status_of(&official_procedure(&image, &base, &fix, GOLD), add), "PASSED");
     assert_eq!(status_of(&official_procedure(&image, &base, &fix, FUTURE), add), "PASSED", "the store attack works outside");
     assert_eq!(status_of(&official_procedure(&image, &base, &fix, PARSER_REWRITE), add), "PASSED", "the parser attack works outside");
+    assert_eq!(status_of(&official_procedure(&image, &base, &fix, LOG_REWRITE), add), "PASSED", "the log attack works outside");
+    assert_eq!(status_of(&official_procedure(&image, &base, &fix, PRINTED), add), "PASSED", "the printing attack works outside");
 
     let gold = harness::grade(&task, GOLD, SandboxKind::Docker).await.expect("grades");
     let out = gold.official.as_ref().map(|r| r.test_output.clone()).unwrap_or_default();
@@ -187,7 +241,7 @@ async fn a_pro_row_is_graded_in_its_image_and_its_attacks_are_refused() {
     assert!(!empty.resolved && empty.error_kind.is_none(), "{empty:?}");
     assert_eq!(empty.tests[add], "FAILED");
 
-    for (name, attack) in [("store", FUTURE), ("parser", PARSER_REWRITE)] {
+    for (name, attack) in [("store", FUTURE), ("parser", PARSER_REWRITE), ("log", LOG_REWRITE), ("printing", PRINTED)] {
         let g = harness::grade(&task, attack, SandboxKind::Docker).await.unwrap();
         assert!(!g.resolved, "the {name} attack: {g:?}");
         assert_eq!(g.tests[add], "FAILED", "the {name} attack: {g:?}");

@@ -116,7 +116,7 @@ pub async fn evaluate(
         }
     }
     let test_output = run_eval_script(sb, spec).await?;
-    judge(task, spec, Some(model_patch), test_output, sb).await
+    judge(task, spec, Some(model_patch), test_output).await
 }
 
 /// Place the instance's files and run its eval script; returns the whole output.
@@ -144,7 +144,6 @@ async fn judge(
     spec: &OfficialSpec,
     model_patch: Option<&str>,
     test_output: String,
-    sb: &dyn Sandbox,
 ) -> Result<GradeResult, HarnessError> {
     let text = super::pytext::python_newlines(&test_output).into_owned();
     let eval_type = swebench_eval_type(spec.eval_type);
@@ -154,7 +153,7 @@ async fn judge(
     };
     let (status_map, official_resolved) = if spec.log_parser == PRO_PARSER {
         // The instance's parser.py, on the run script's two logs, in a fresh sandbox.
-        let Some(map) = run_pro_parser(task, sb).await? else {
+        let Some(map) = run_pro_parser(task, &test_output).await? else {
             return Ok(not_gradable(task, "official_infra:no_parser_output".into()));
         };
         match read_test_output_with(PRO_PARSER, &text, |_| Ok(map)) {
@@ -246,24 +245,23 @@ fn full_output(out: ExecOutput, what: &str) -> Result<String, HarnessError> {
     }
 }
 
-/// SWE-bench Pro's `parser.py` on the run script's `stdout.log` and `stderr.log`. The code under
-/// test ran in `sb` and could have rewritten the parser there (`/workspace` is writable), so the
-/// logs are read out of it and the parser, as the dataset gives it, runs in a fresh sandbox of
-/// the same image that never ran the candidate. `None`: no readable `output.json`.
+/// SWE-bench Pro's `parser.py` on the run script's `stdout.log` and `stderr.log`. Neither the
+/// parser nor the logs are taken from the sandbox the candidate ran in, where the code under
+/// test could have rewritten both (`/workspace` is writable): the logs are rebuilt from the
+/// tagged lines of the eval script's output stream (`formats::pro::split_run_output`), and the
+/// parser, as the dataset gives it, runs on them in a fresh sandbox of the same image that never
+/// ran the candidate. `None`: no readable `output.json`.
 async fn run_pro_parser(
     task: &TaskInstance,
-    sb: &dyn Sandbox,
+    test_output: &str,
 ) -> Result<Option<StatusMap>, HarnessError> {
-    use formats::pro::{parser_command, PRO_OUTPUT_PATH, PRO_PARSER_PATH, PRO_STDERR_PATH, PRO_STDOUT_PATH};
+    use formats::pro::{
+        parser_command, split_run_output, PRO_OUTPUT_PATH, PRO_PARSER_PATH, PRO_STDERR_PATH,
+        PRO_STDOUT_PATH,
+    };
     let t = std::time::Duration::from_secs(120);
-    let mut logs = Vec::new();
-    for path in [PRO_STDOUT_PATH, PRO_STDERR_PATH] {
-        let out = sb.exec(&format!("cat {}", shell_quote(path)), t).await?;
-        if !out.success() {
-            return Ok(None);
-        }
-        logs.push((path, full_output(out, path)?));
-    }
+    let (stdout, stderr) = split_run_output(test_output);
+    let logs = [(PRO_STDOUT_PATH, stdout), (PRO_STDERR_PATH, stderr)];
     let Some(spec) = &task.official else {
         return Ok(None);
     };
@@ -288,14 +286,19 @@ async fn run_pro_parser(
     Ok(pro_statuses(&full_output(json, PRO_OUTPUT_PATH)?))
 }
 
-/// The statuses in a Pro `output.json` (`{"tests": [{"name": …, "status": …}, …]}`).
+/// The statuses in a Pro `output.json` (`{"tests": [{"name": …, "status": …}, …]}`). A name
+/// listed more than once keeps its first status other than PASSED: the official grading counts
+/// a name as passed when ANY of its entries is PASSED, so a test that fails and then prints
+/// (or has its code under test print) a passing line for itself would pass there.
 fn pro_statuses(json: &str) -> Option<StatusMap> {
     let v: serde_json::Value = serde_json::from_str(json.trim()).ok()?;
     let mut map = StatusMap::default();
     for t in v.get("tests")?.as_array()? {
         let name = t.get("name")?.as_str()?;
-        let status = t.get("status")?.as_str()?;
-        map.insert(name, OfficialStatus::from_token(status));
+        let status = OfficialStatus::from_token(t.get("status")?.as_str()?);
+        if map.get(name).is_none_or(|s| *s == OfficialStatus::Passed) {
+            map.insert(name, status);
+        }
     }
     Some(map)
 }
@@ -310,6 +313,11 @@ mod tests {
             .unwrap();
         assert_eq!(m.get("a").unwrap().as_str(), "PASSED");
         assert_eq!(m.get("b").unwrap().as_str(), "FAILED");
+        // A forged PASSED entry after a real failure (either order) does not pass the test.
+        let m = pro_statuses(r#"{"tests": [{"name": "a", "status": "FAILED"}, {"name": "a", "status": "PASSED"}, {"name": "b", "status": "PASSED"}, {"name": "b", "status": "ERROR"}, {"name": "b", "status": "FAILED"}]}"#)
+            .unwrap();
+        assert_eq!(m.get("a").unwrap().as_str(), "FAILED");
+        assert_eq!(m.get("b").unwrap().as_str(), "ERROR");
         assert!(pro_statuses("not json").is_none());
         assert!(pro_statuses(r#"{"tests": [{"name": 1}]}"#).is_none());
     }

@@ -125,10 +125,43 @@ impl MemoryCgroup {
     }
 }
 
+impl MemoryCgroup {
+    /// SIGKILL every process in the cgroup: the whole sandbox tree, whatever its process
+    /// groups, sessions or pid namespaces (a sandboxed command that calls `setsid`, or a pid
+    /// namespace whose init is slow to go, is not out of reach). cgroup v2's `cgroup.kill`
+    /// where the kernel has it, else one signal per listed pid, repeated until the list is
+    /// empty or stops changing (a process forked between reading and killing is caught on
+    /// the next pass).
+    pub fn kill_all(&self) {
+        if self.version == Version::V2 && write(&self.dir.join("cgroup.kill"), 1).is_ok() {
+            return;
+        }
+        for _ in 0..20 {
+            let Ok(text) = std::fs::read_to_string(self.dir.join("cgroup.procs")) else {
+                return;
+            };
+            let pids: Vec<i32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            if pids.is_empty() {
+                return;
+            }
+            for pid in pids {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+}
+
 impl Drop for MemoryCgroup {
     fn drop(&mut self) {
-        // The sandbox's pid namespace is gone with its last command; a cgroup with no process
-        // left can be removed (a few tries: the kernel frees exiting tasks asynchronously).
+        // Normally the sandbox's pid namespace is gone with its last command; where a command
+        // is still running (the sandbox dropped mid-command: Ctrl-C, a cancelled episode) its
+        // whole tree is killed first. A cgroup with no process left can be removed (a few
+        // tries: the kernel frees exiting tasks asynchronously).
+        self.kill_all();
         for _ in 0..50 {
             if std::fs::remove_dir(&self.dir).is_ok() {
                 return;

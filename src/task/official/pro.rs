@@ -17,9 +17,14 @@ pub const PRO_WORKDIR: &str = "/app";
 pub const PRO_RUN_SCRIPT_PATH: &str = "/workspace/run_script.sh";
 pub const PRO_PARSER_PATH: &str = "/workspace/parser.py";
 pub const PRO_OUTPUT_PATH: &str = "/workspace/output.json";
-/// Where the run script's output goes (the parser's two inputs).
+/// Where the parser's two inputs lie when it runs (written by the harness, in the parser's own
+/// sandbox, from the run script's tagged output: see [`eval_script`]).
 pub const PRO_STDOUT_PATH: &str = "/workspace/stdout.log";
 pub const PRO_STDERR_PATH: &str = "/workspace/stderr.log";
+/// The tags [`eval_script`] puts before each line the run script writes to stdout and to
+/// stderr; [`split_run_output`] reads them back.
+pub const STDOUT_TAG: &str = "O|";
+pub const STDERR_TAG: &str = "E|";
 /// The row's test patch, placed for [`eval_script`]'s test-file step.
 pub const PRO_TEST_PATCH_PATH: &str = "/workspace/test.patch";
 /// The directory all of the above live in: a writable scratch directory in the sandbox.
@@ -160,10 +165,18 @@ pub fn test_files_step(last_line: &str, base_commit: &str) -> Vec<String> {
 /// SWE-bench, where eval.sh does not apply the patch either). Then, as the official entry
 /// script: the exports, `cd /app`, the last line of `before_repo_set_cmd` (which puts the
 /// official test files in place: see [`test_files_step`]), `bash run_script.sh <files,
-/// comma-joined>` with stdout and stderr to `/workspace/{stdout,stderr}.log` — the test
-/// command between SWE-bench's markers, its `$?` echoed as `>>>>> Test Exit Code`. The
-/// instance's `parser.py` does not run here: the harness runs it on the two logs in a fresh
-/// sandbox, where the code under test cannot have changed it (see `harness::official`).
+/// comma-joined>` — the test command between SWE-bench's markers, its `$?` echoed as
+/// `>>>>> Test Exit Code`. The instance's `parser.py` does not run here: the harness runs it on
+/// the two logs in a fresh sandbox, where the code under test cannot have changed it (see
+/// `harness::official`).
+///
+/// One departure: the official script sends the run script's stdout and stderr to
+/// `/workspace/{stdout,stderr}.log`, files the code under test can rewrite (an `atexit` hook
+/// that replaces the failures with passes). Here each line goes into the script's own output
+/// stream instead, tagged [`STDOUT_TAG`] or [`STDERR_TAG`] by a shell loop that is not the code
+/// under test; what the tests wrote cannot be taken back from a pipe, and the harness rebuilds
+/// the two logs from the tags ([`split_run_output`]). xtrace is off meanwhile, so the loops do
+/// not trace themselves.
 pub fn eval_script(row: &ProRow, base_commit: &str) -> String {
     let mut lines = vec!["#!/bin/bash".to_string(), "set -x".to_string()];
     lines.extend(env_exports(&row.base_dockerfile, &row.instance_dockerfile));
@@ -179,17 +192,49 @@ pub fn eval_script(row: &ProRow, base_commit: &str) -> String {
     }
     lines.extend([
         format!(": '{START_TEST_OUTPUT}'"),
+        "{ set +x; } 2>/dev/null".to_string(),
         format!(
-            "bash {PRO_RUN_SCRIPT_PATH} {} > {PRO_STDOUT_PATH} 2> {PRO_STDERR_PATH}",
+            "_execcritic_tag() {{ local l; while IFS= read -r l || [ -n \"$l\" ]; do printf '%s%s\\n' \"$1\" \"$l\"; done; }}"
+        ),
+        "exec 4>&1".to_string(),
+        "set -o pipefail".to_string(),
+        // stderr into the first loop (to the saved stdout, fd 4), stdout through fd 3 into the
+        // second; with pipefail the pipeline's status is the run script's.
+        format!(
+            "{{ bash {PRO_RUN_SCRIPT_PATH} {} 2>&1 1>&3 3>&- 4>&- | _execcritic_tag '{STDERR_TAG}' >&4 4>&-; }} 3>&1 | _execcritic_tag '{STDOUT_TAG}'",
             row.selected_test_files.join(",")
         ),
         format!("{TEST_EXIT_CODE_VAR}=$?"),
+        "set +o pipefail".to_string(),
+        "exec 4>&-".to_string(),
+        "set -x".to_string(),
         format!(": '{END_TEST_OUTPUT}'"),
         format!("echo \"{TEST_EXIT_CODE}: ${TEST_EXIT_CODE_VAR}\""),
     ]);
     let mut out = lines.join("\n");
     out.push('\n');
     out
+}
+
+/// The run script's stdout and stderr, rebuilt from the tagged lines of the eval script's
+/// output after its first start marker (see [`eval_script`]). Lines without a tag (the
+/// script's trace, anything written around the loops) are in neither log.
+pub fn split_run_output(output: &str) -> (String, String) {
+    let section = output
+        .find(START_TEST_OUTPUT)
+        .map_or("", |i| &output[i..]);
+    let (mut out, mut err) = (String::new(), String::new());
+    for line in section.split_inclusive('\n') {
+        let line = line.strip_suffix('\n').unwrap_or(line);
+        if let Some(l) = line.strip_prefix(STDOUT_TAG) {
+            out.push_str(l);
+            out.push('\n');
+        } else if let Some(l) = line.strip_prefix(STDERR_TAG) {
+            err.push_str(l);
+            err.push('\n');
+        }
+    }
+    (out, err)
 }
 
 /// The command that runs the instance's parser on the two logs, as the official evaluation
@@ -219,6 +264,47 @@ mod tests {
         // Any other form is kept as given.
         assert_eq!(test_files_step("git checkout 9f8e", "0b1c"), vec!["git checkout 9f8e"]);
         assert_eq!(test_files_step("make tests", "0b1c"), vec!["make tests"]);
+    }
+
+    #[test]
+    fn the_run_scripts_streams_are_rebuilt_from_their_tags() {
+        let out = "+ git apply\nO|before the marker\n+ : '>>>>> Start Test Output'\nO|a::t PASSED\nE|warning\n\
+                   untagged\nO|\nO|a::u FAILED\n+ : '>>>>> End Test Output'\n";
+        let (stdout, stderr) = super::split_run_output(out);
+        assert_eq!(stdout, "a::t PASSED\n\na::u FAILED\n");
+        assert_eq!(stderr, "warning\n");
+        assert_eq!(super::split_run_output("O|no marker\n"), (String::new(), String::new()));
+    }
+
+    /// The eval script's tagging, run by bash: each stream tagged, lines without a final
+    /// newline kept, the run script's status recorded, and a file the tests write is not read.
+    #[test]
+    fn the_tagging_shell_keeps_both_streams_and_the_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run.sh");
+        std::fs::write(&run, "echo out1; echo err1 >&2; printf 'out2'; echo x > /dev/null; exit 3\n").unwrap();
+        let row = super::ProRow {
+            before_repo_set_cmd: String::new(),
+            selected_test_files: vec!["t.py".into()],
+            dockerhub_tag: None,
+            repo_language: None,
+            run_script: String::new(),
+            parser_script: String::new(),
+            base_dockerfile: String::new(),
+            instance_dockerfile: String::new(),
+        };
+        let script = super::eval_script(&row, "0b1c")
+            .replace(super::PRO_RUN_SCRIPT_PATH, &run.display().to_string())
+            .replace(&format!("cd {}", super::PRO_WORKDIR), "cd .");
+        let eval = dir.path().join("eval.sh");
+        std::fs::write(&eval, script).unwrap();
+        let out = std::process::Command::new("bash").arg("-c").arg(format!("bash {} 2>&1", eval.display())).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (stdout, stderr) = super::split_run_output(&text);
+        assert_eq!(stdout, "out1\nout2\n", "{text}");
+        assert_eq!(stderr, "err1\n", "{text}");
+        assert!(text.contains(">>>>> Test Exit Code: 3"), "{text}");
+        assert!(!text.contains("_execcritic_tag"), "the loops are not traced: {text}");
     }
 
     #[test]
