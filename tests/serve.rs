@@ -138,6 +138,7 @@ impl ScriptedServer {
             max_sequences: 64,
             limits: TokenLimits { max_model_len: 4096, max_tokens: 1024 },
             max_body_bytes: 1 << 20,
+            connections: Default::default(),
         };
         let state = AppState::new(engine, config);
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
@@ -408,6 +409,176 @@ async fn full_queue_is_429_and_a_disconnect_frees_the_sequence() {
     // And the server serves again.
     let (status, v) = post(&client, url, json!({"model": "tiny", "prompt": "hi", "max_tokens": 2}).to_string()).await;
     assert_eq!(status, 200, "{v}");
+}
+
+/// Median and 99th percentile of `d`, in milliseconds.
+fn p50_p99(d: &mut [Duration]) -> (f64, f64) {
+    d.sort();
+    let at = |q: f64| d[((d.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e3;
+    (at(0.5), at(0.99))
+}
+
+/// `n` well-formed chat requests one after another; each must succeed. Their latencies.
+async fn well_formed_latencies(client: &reqwest::Client, base: &str, n: usize) -> Vec<Duration> {
+    let body = json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}).to_string();
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let t = Instant::now();
+        let (status, v) = post(client, format!("{base}/v1/chat/completions"), body.clone()).await;
+        assert_eq!(status, 200, "a well-formed request under abuse: {v}");
+        out.push(t.elapsed());
+    }
+    out
+}
+
+/// Read from `sock` until the server closes it or `within` passes; what it sent.
+async fn read_until_closed(sock: &mut tokio::net::TcpStream, within: Duration) -> Result<Vec<u8>, String> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, sock.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return Ok(got),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => return Err(format!("still open after {within:?}; got {:?}", String::from_utf8_lossy(&got))),
+        }
+    }
+}
+
+/// Issue 26, "server under abuse": silent, slow (head, body, and a streaming response nobody
+/// reads), disconnecting and malformed clients on loopback, bounded in count and time, while
+/// well-formed requests keep being answered; afterwards every abusive connection was closed by
+/// the server, no sequence is running or admitted, a flood beyond `--max-connections` was
+/// refused and counted, and the server serves again. Latencies are printed (p50/p99 unloaded and
+/// under abuse; benches/results/serve-abuse.md), never asserted.
+#[tokio::test(flavor = "multi_thread")]
+async fn slow_silent_and_malformed_clients_are_bounded_and_leave_nothing_behind() {
+    use tokio::io::AsyncWriteExt;
+    let server = BinServer::start(&["--max-connections", "64", "--header-timeout", "1", "--body-timeout", "1", "--write-timeout", "2"]);
+    let client = reqwest::Client::new();
+    let base = server.base.clone();
+    let addr: std::net::SocketAddr = base.trim_start_matches("http://").parse().unwrap();
+    let mut unloaded = well_formed_latencies(&client, &base, 30).await;
+
+    let connect = move || async move { tokio::net::TcpStream::connect(addr).await.unwrap() };
+    let head = |len: usize| format!("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n");
+    let mut abusers = tokio::task::JoinSet::new();
+    // Silent: connect and send nothing; closed after the header timeout.
+    for _ in 0..8 {
+        abusers.spawn(async move {
+            let mut s = connect().await;
+            read_until_closed(&mut s, Duration::from_secs(10)).await.map(|_| "silent")
+        });
+    }
+    // Slowloris: a request head one byte every 200 ms, never finished.
+    for _ in 0..8 {
+        abusers.spawn(async move {
+            let mut s = connect().await;
+            for b in b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".iter() {
+                if s.write_all(&[*b]).await.is_err() {
+                    break; // closed by the server
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            read_until_closed(&mut s, Duration::from_secs(10)).await.map(|_| "slowloris")
+        });
+    }
+    // Slow body: the head at once, then the body one byte every 200 ms; 408 after the body timeout.
+    for _ in 0..8 {
+        abusers.spawn(async move {
+            let mut s = connect().await;
+            s.write_all(head(100_000).as_bytes()).await.unwrap();
+            for _ in 0..50 {
+                if s.write_all(b" ").await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let got = read_until_closed(&mut s, Duration::from_secs(10)).await?;
+            let text = String::from_utf8_lossy(&got);
+            if text.starts_with("HTTP/1.1 408") { Ok("slow body") } else { Err(format!("slow body answered {text:?}")) }
+        });
+    }
+    // Malformed: each answered with a 4xx or closed, never left hanging.
+    let malformed: Vec<Vec<u8>> = vec![
+        b"\x00\x01\x02\xff garbage\r\n\r\n".to_vec(),
+        b"GET / HTTP/9.9\r\n\r\n".to_vec(),
+        format!("GET /health HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(1 << 20)).into_bytes(),
+        b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: -5\r\n\r\n".to_vec(),
+        b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n".to_vec(),
+        b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\nhello".to_vec(),
+        format!("{}{{\"model\": \"tiny\", \"messages\": [", head(29)).into_bytes(),
+        (0..200).map(|i| format!("X-H{i}: v\r\n")).fold(b"GET /health HTTP/1.1\r\n".to_vec(), |mut v, h| { v.extend(h.bytes()); v }),
+    ];
+    for bytes in malformed {
+        abusers.spawn(async move {
+            let mut s = connect().await;
+            let _ = s.write_all(&bytes).await;
+            let got = read_until_closed(&mut s, Duration::from_secs(10)).await?;
+            let text = String::from_utf8_lossy(&got);
+            if got.is_empty() || text.starts_with("HTTP/1.1 4") { Ok("malformed") } else { Err(format!("malformed answered {text:?}")) }
+        });
+    }
+    // Streaming clients that go away after the first bytes.
+    for _ in 0..4 {
+        abusers.spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut s = connect().await;
+            let body = long_request(true);
+            s.write_all(format!("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).as_bytes()).await.unwrap();
+            let mut buf = [0u8; 256];
+            let _ = s.read(&mut buf).await;
+            Ok("disconnected stream")
+        });
+    }
+    // Streaming clients that never read (a small receive buffer): kept open until the end, so
+    // only the server's write timeout can free their sequences.
+    let mut readers_never = Vec::new();
+    for _ in 0..4 {
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.set_recv_buffer_size(4096).unwrap();
+        let mut s = sock.connect(addr).await.unwrap();
+        let body = long_request(true);
+        s.write_all(format!("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).as_bytes()).await.unwrap();
+        readers_never.push(s);
+    }
+
+    let mut loaded = well_formed_latencies(&client, &base, 30).await;
+    let mut outcomes = std::collections::BTreeMap::new();
+    while let Some(r) = abusers.join_next().await {
+        *outcomes.entry(r.unwrap().unwrap_or_else(|e| panic!("{e}"))).or_insert(0) += 1;
+    }
+    assert_eq!(outcomes.values().sum::<i32>(), 36, "{outcomes:?}");
+    // The streams nobody reads are still open here: their sequences were ended by the server.
+    wait_idle(&client, &base).await;
+    assert_eq!(gauge(&client, &base, "execcritic_queue_depth").await, 0.0);
+    drop(readers_never);
+
+    // A flood beyond the connection limit: the excess is closed unread and counted; the silent
+    // ones go after the header timeout, and the server serves again.
+    let mut flood = Vec::new();
+    for _ in 0..100 {
+        flood.push(connect().await);
+    }
+    let mut closed_at_once = 0;
+    for s in flood.iter_mut() {
+        if read_until_closed(s, Duration::from_secs(5)).await.is_ok() {
+            closed_at_once += 1;
+        }
+    }
+    assert_eq!(closed_at_once, 100, "every flood connection is closed (refused, or after the header timeout)");
+    drop(flood);
+    let refused = gauge(&client, &base, "execcritic_connections_refused_total").await;
+    assert!(refused >= 36.0, "100 connections on 64 slots (one is the client's): refused {refused}");
+    well_formed_latencies(&client, &base, 3).await;
+
+    let (u50, u99) = p50_p99(&mut unloaded);
+    let (l50, l99) = p50_p99(&mut loaded);
+    eprintln!(
+        "serve abuse: well-formed chat (8 tokens) p50 {u50:.1} ms, p99 {u99:.1} ms unloaded; p50 {l50:.1} ms, p99 {l99:.1} ms under abuse (p99 ratio {:.2}); abusers {outcomes:?}; flood refused {refused}",
+        l99 / u99
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

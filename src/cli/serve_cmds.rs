@@ -46,6 +46,27 @@ pub struct ServeArgs {
     /// Conversations whose model states the engine keeps for prefix reuse.
     #[arg(long, default_value_t = 256)]
     pub max_conversations: usize,
+    /// Open connections at once; one more is closed unread.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Seconds a client may take to send a request head (or stay idle between requests).
+    #[arg(long, default_value_t = 30.0)]
+    pub header_timeout: f64,
+    /// Seconds a client may take to send a request body (408 after).
+    #[arg(long, default_value_t = 60.0)]
+    pub body_timeout: f64,
+    /// Seconds a response may wait for the client to read it before the connection is closed
+    /// (a streaming client that stops reading frees its sequences then).
+    #[arg(long, default_value_t = 60.0)]
+    pub write_timeout: f64,
+}
+
+/// A positive, finite number of seconds given as `flag`.
+fn seconds(value: f64, flag: &str) -> anyhow::Result<std::time::Duration> {
+    if !(value.is_finite() && value > 0.0 && value < 1e9) {
+        anyhow::bail!("--{flag} must be a positive number of seconds, got {value}");
+    }
+    Ok(std::time::Duration::from_secs_f64(value))
 }
 
 /// `max_position_embeddings` of a model folder's config (top level or `text_config`).
@@ -64,6 +85,16 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
     if a.max_concurrency == 0 {
         anyhow::bail!("--max-concurrency must be at least 1");
     }
+    if a.max_connections == 0 {
+        anyhow::bail!("--max-connections must be at least 1");
+    }
+    let connections = crate::serve::listener::ConnectionLimits {
+        max_connections: a.max_connections,
+        header_timeout: seconds(a.header_timeout, "header-timeout")?,
+        body_timeout: seconds(a.body_timeout, "body-timeout")?,
+        write_timeout: seconds(a.write_timeout, "write-timeout")?,
+        ..Default::default()
+    };
     let max_model_len = match a.max_model_len {
         Some(n) => n,
         None => max_positions(&a.model)?,
@@ -84,6 +115,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         max_sequences: a.max_concurrency + a.max_queue,
         limits: TokenLimits { max_model_len, max_tokens: a.max_tokens_limit },
         max_body_bytes: a.max_body_bytes,
+        connections,
     };
     let state = AppState::new(engine, config);
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;

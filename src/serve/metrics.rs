@@ -66,6 +66,8 @@ pub struct Metrics {
     pub time_to_first_token: Histogram,
     pub inter_token_latency: Histogram,
     pub request_latency: Histogram,
+    /// Connections closed unread because the server had its maximum open.
+    pub connections_refused: AtomicU64,
 }
 
 impl Metrics {
@@ -77,6 +79,11 @@ impl Metrics {
             .unwrap_or_else(|p| p.into_inner())
             .entry((endpoint, status))
             .or_default() += 1;
+    }
+
+    /// Count a connection closed because the maximum were open.
+    pub fn connection_refused(&self) {
+        self.connections_refused.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Add the token counts of one finished sequence.
@@ -101,6 +108,7 @@ impl Metrics {
             ("execcritic_prompt_tokens_total", "Prompt tokens of finished sequences.", &self.prompt_tokens),
             ("execcritic_prompt_cached_tokens_total", "Prompt tokens served from the conversation cache.", &self.cached_prompt_tokens),
             ("execcritic_completion_tokens_total", "Generated tokens of finished sequences.", &self.completion_tokens),
+            ("execcritic_connections_refused_total", "Connections closed unread: the maximum were open.", &self.connections_refused),
         ];
         for (name, help, v) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));

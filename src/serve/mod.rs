@@ -9,6 +9,7 @@
 //!   response pieces; [`split`]: reasoning / content / tool-call split while streaming.
 //! * [`generate`]: choices on the engine, token by token; [`sse`]: Server-Sent Events.
 //! * [`limits`]: back-pressure (429) and token limits; [`auth`]: `--api-key`;
+//!   [`listener`]: the accept loop, with bounds on connections and on slow or silent clients;
 //!   [`metrics`]: `/metrics`; [`error`]: OpenAI-shaped errors.
 //!
 //! Also `GET /v1/models`, `GET /v1/models/{id}`, `GET /health`. Every failure is answered with
@@ -20,6 +21,7 @@ pub mod completions;
 pub mod error;
 pub mod generate;
 pub mod limits;
+pub mod listener;
 pub mod messages;
 pub mod metrics;
 pub mod openai;
@@ -38,6 +40,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use error::ApiError;
 use limits::{Admission, TokenLimits};
+use listener::ConnectionLimits;
 use metrics::Metrics;
 use serde_json::json;
 use std::future::Future;
@@ -56,6 +59,8 @@ pub struct ServeConfig {
     pub limits: TokenLimits,
     /// Largest request body, in bytes (413 beyond).
     pub max_body_bytes: usize,
+    /// Open connections and how long a client may take (see [`listener`]).
+    pub connections: ConnectionLimits,
 }
 
 /// What every handler shares.
@@ -124,20 +129,50 @@ pub fn router(state: Arc<AppState>) -> Router {
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint")
         })
+        .layer(axum::middleware::from_fn_with_state(state.clone(), body_deadline))
         .layer(axum::middleware::from_fn_with_state(state.clone(), count_requests))
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
         .with_state(state)
 }
 
-/// Serve on `listener` until `shutdown` resolves.
+/// Serve on `listener` until `shutdown` resolves (see [`listener::serve_bounded`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let metrics = state.metrics.clone();
+    let limits = state.config.connections;
+    listener::serve_bounded(listener, router(state), limits, move || metrics.connection_refused(), shutdown).await
+}
+
+/// Read the whole request body within the body timeout (408 when it has not arrived by then,
+/// 413 beyond the size limit), so a client that sends its body slowly or never holds nothing
+/// but its connection, and only until then.
+async fn body_deadline(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    let limit = state.config.max_body_bytes;
+    let read = tokio::time::timeout(state.config.connections.body_timeout, axum::body::to_bytes(body, limit));
+    match read.await {
+        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await,
+        Ok(Err(e)) => {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if too_large {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large").into_response()
+            } else {
+                ApiError::new(StatusCode::BAD_REQUEST, format!("reading the request body: {e}")).into_response()
+            }
+        }
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request body did not arrive within {} s",
+                state.config.connections.body_timeout.as_secs_f64()
+            ),
+        )
+        .into_response(),
+    }
 }
 
 /// Count every answered request by endpoint and status.
