@@ -17,10 +17,9 @@ run() { # run NAME DIR CMD... : save interleaved output, stdout alone and the ex
   local name=$1 dir=$2; shift 2
   (cd "$dir" && "$@" >"$WORK/stdout" 2>"$WORK/stderr"); echo $? >"$OUT/$name.rc"
   (cd "$dir" && "$@" >"$OUT/$name.log" 2>&1)
-  # Paths of the temporary directory and timings vary between runs: normalise them.
-  sed -i -E "s#$WORK#/tmp/W#g; s#([0-9]+\.[0-9]+)s#0.00s#g; s#-[0-9a-f]{16}\)#-HASH)#g; s#' \([0-9]+\) panicked#' (N) panicked#g" "$OUT/$name.log"
   cp "$WORK/stdout" "$OUT/$name.stdout"
-  sed -i -E "s#$WORK#/tmp/W#g; s#\"Time\":\"[^\"]*\"#\"Time\":\"T\"#g; s#\"Elapsed\":[0-9.]+#\"Elapsed\":0#g" "$OUT/$name.stdout"
+  # Paths of the temporary directory, timings, hashes and thread ids vary between runs.
+  sed -i -E "s#$WORK#/tmp/W#g; s#([0-9]+\.[0-9]+)s#0.00s#g; s#-[0-9a-f]{16}\)#-HASH)#g; s#' \([0-9]+\) panicked#' (N) panicked#g; s#\"Time\":\"[^\"]*\"#\"Time\":\"T\"#g; s#\"Elapsed\":[0-9.]+#\"Elapsed\":0#g" "$OUT/$name.log" "$OUT/$name.stdout"
 }
 
 # --- a crate: lib unit tests (pass, fail, ignored, a forger), an integration test, a doctest.
@@ -153,11 +152,24 @@ func TestMul(t *testing.T) {
 	}
 }
 T
+mkdir -p "$G/setup"
+cat >"$G/setup/setup_test.go" <<'T'
+package setup
+
+import (
+	"testing"
+
+	"example.com/demo/nope"
+)
+
+func TestX(t *testing.T) { nope.X() }
+T
 run go_pass "$G" go test -json -count=1 -run '^TestAdd$' ./calc
 run go_mixed "$G" go test -json -count=1 -run '^(TestAdd|TestFail|TestSkip|TestSub)$' ./calc
 run go_forged "$G" go test -json -count=1 -run '^(TestFail|TestForger)$' ./calc
 run go_build_error "$G" go test -json -count=1 -run '^TestMul$' ./broken
 run go_two_packages "$G" go test -json -count=1 -run '^(TestAdd|TestMul)$' ./calc ./broken
+run go_setup_failed "$G" go test -json -count=1 -run '^TestX$' ./setup
 run go_no_match "$G" go test -json -count=1 -run '^TestNone$' ./calc
 run go_plain_fail "$G" go test -count=1 -run '^TestFail$' ./calc
 run go_plain_build_error "$G" go test -count=1 -run '^TestMul$' ./broken

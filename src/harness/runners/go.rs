@@ -456,6 +456,10 @@ mod tests {
         assert_eq!(p.statuses["./calc::TestAdd"], TestStatus::Passed);
         assert!(p.collection_errors.contains_key("./broken"));
         assert!(p.summary_seen && p.consistent);
+        // A package whose set-up failed (an import no module provides): exit status 1.
+        let p = read("go_setup_failed", &["./setup"]);
+        assert!(p.statuses.is_empty() && p.summary_seen && p.consistent);
+        assert!(p.collection_errors["./setup"].contains("cannot find module providing package"));
         // Only stdout: go's `FAIL … [build failed]` line is still there.
         let p = read_go_json(&fixture("go_build_error.stdout"), MODULE, &["./broken".into()]);
         assert_eq!(p.collection_errors["./broken"], "[build failed]");

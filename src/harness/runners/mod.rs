@@ -337,6 +337,7 @@ mod tests {
             go_cat("go_two_packages", &["./calc", "./broken"], &["./calc::TestAdd", "./broken::TestMul"]),
             BaseCategory::CollectionError
         );
+        assert_eq!(go_cat("go_setup_failed", &["./setup"], &["./setup::TestX"]), BaseCategory::CollectionError);
         assert_eq!(go_cat("go_no_match", &["./calc"], &["./calc::TestNone"]), BaseCategory::RunnerLabelError);
         assert_eq!(
             go_cat("go_forged", &["./calc"], &["./calc::TestFail", "./calc::TestForger"]),
