@@ -25,7 +25,9 @@
 //! outside a section — otherwise the report is not trusted (`consistent = false`). The worst of
 //! a test's reports wins. A compile error (`error[E…]`, `error: could not compile`, any cargo
 //! `error:` before the tests ran) is a build failure, kept in `collection_errors`, not a test
-//! failure. Exit status: 101 for a failed test or a build failure, 0 otherwise.
+//! failure. Exit status: 101 for a failed test or a build failure, 0 otherwise. Being strict has
+//! a cost: a test whose subprocess writes to the inherited stdout (past libtest's capture) also
+//! makes the report untrusted.
 //!
 //! Not detected by the reader alone (see `cargo_exit_forger.log`): a test that prints a whole
 //! consistent report for the tests still to run and ends the process with status 0 — the
