@@ -11,7 +11,8 @@
 //!   `--test-threads`; anything else (`--nocapture`, `--ignored`, `--include-ignored`, `--skip`,
 //!   `--format`, `-Z`, a `+toolchain`, …) is `unsupported_flag`;
 //! - `--exact` is required (without it a name is a substring filter) and every name is a full
-//!   test path (`tests::test_ok`, an integration test's `it_adds`);
+//!   test path (`tests::test_ok`, an integration test's `it_adds`): a partial path selects
+//!   nothing, and the node is then missing from the report (`runner_label_error` on Base);
 //! - environment prefixes: `RUST_BACKTRACE`, `TZ`, `LANG`, `LC_ALL` with plain values.
 //!
 //! Node id: `<package>/<target>::<test path>` with target `lib`, `test/<name>` or `bin/<name>`.
