@@ -5,7 +5,8 @@
 //! File-, class-, directory-, module- and suite-level selectors and `-k`/`-m` expressions are
 //! rejected. Environment assignments before the runner are allow-listed (`PYTHONHASHSEED`, `TZ`,
 //! `LANG`, `LC_ALL`, `PYTHONIOENCODING`): `PYTEST_ADDOPTS`, `PYTHONPATH` and the like would bypass the
-//! flag allow-list.
+//! flag allow-list. `cargo test` and `go test` commands are parsed by [`super::runners`], with the
+//! shared helpers below (`tokenize`, `split_env`, `check_env_assignment`, `quote`).
 
 use super::validate::{Rejection, RejectionKind};
 
