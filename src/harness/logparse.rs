@@ -66,7 +66,7 @@ pub struct ParsedLog {
 }
 
 impl ParsedLog {
-    fn record(&mut self, id: String, status: TestStatus) {
+    pub(crate) fn record(&mut self, id: String, status: TestStatus) {
         let e = self.statuses.entry(id).or_insert(status);
         if status.rank() > e.rank() {
             *e = status;

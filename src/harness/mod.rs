@@ -12,6 +12,7 @@ pub use sandbox::{ExecOutput, Purpose, Sandbox, SandboxConfig, SandboxKind, Sand
 pub mod bundle;
 pub mod diff;
 pub mod environment;
+pub mod runners;
 pub mod selector;
 pub mod tamper;
 pub mod validate;

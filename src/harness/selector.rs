@@ -5,7 +5,8 @@
 //! File-, class-, directory-, module- and suite-level selectors and `-k`/`-m` expressions are
 //! rejected. Environment assignments before the runner are allow-listed (`PYTHONHASHSEED`, `TZ`,
 //! `LANG`, `LC_ALL`, `PYTHONIOENCODING`): `PYTEST_ADDOPTS`, `PYTHONPATH` and the like would bypass the
-//! flag allow-list.
+//! flag allow-list. `cargo test` and `go test` commands are parsed by [`super::runners`], with the
+//! shared helpers below (`tokenize`, `split_env`, `check_env_assignment`, `quote`).
 
 use super::validate::{Rejection, RejectionKind};
 
@@ -109,7 +110,28 @@ fn is_python(tok: &str) -> bool {
         .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
 }
 
-fn is_ident(s: &str) -> bool {
+/// Check the shell syntax of a one-line command ([`check_shell_syntax`]) and split it into words.
+pub(crate) fn tokenize(cmd: &str) -> Result<Vec<String>, Rejection> {
+    check_shell_syntax(cmd)?;
+    shlex::split(cmd).ok_or_else(|| {
+        reject(
+            RejectionKind::ShellSyntax,
+            "test_command: cannot be tokenised",
+        )
+    })
+}
+
+/// Split leading `NAME=value` words (environment assignments) from the program and its
+/// arguments; the assignments are not checked here (see [`check_env_assignment`]).
+pub(crate) fn split_env(tokens: &[String]) -> (&[String], &[String]) {
+    let n = tokens
+        .iter()
+        .take_while(|t| t.contains('=') && is_ident(t.split('=').next().unwrap_or("")))
+        .count();
+    tokens.split_at(n)
+}
+
+pub(crate) fn is_ident(s: &str) -> bool {
     let mut c = s.chars();
     c.next().is_some_and(|f| f.is_alphabetic() || f == '_')
         && c.all(|x| x.is_alphanumeric() || x == '_')
@@ -117,24 +139,11 @@ fn is_ident(s: &str) -> bool {
 
 /// Parse and validate a test command (shell syntax, runner, flags, exact selectors).
 pub fn parse_command(cmd: &str) -> Result<ParsedCommand, Rejection> {
-    check_shell_syntax(cmd)?;
-    let tokens = shlex::split(cmd).ok_or_else(|| {
-        reject(
-            RejectionKind::ShellSyntax,
-            "test_command: cannot be tokenised",
-        )
-    })?;
-    let mut i = 0;
-    let mut env = Vec::new();
-    while i < tokens.len()
-        && tokens[i].contains('=')
-        && is_ident(tokens[i].split('=').next().unwrap_or(""))
-    {
-        check_env_assignment(&tokens[i])?;
-        env.push(tokens[i].clone());
-        i += 1;
+    let tokens = tokenize(cmd)?;
+    let (env, rest) = split_env(&tokens);
+    for e in env {
+        check_env_assignment(e, ALLOWED_ENV)?;
     }
-    let rest = &tokens[i..];
     let at = |k: usize| rest.get(k).map(String::as_str).unwrap_or("");
     let (runner, prog_len) = if matches!(at(0), "pytest" | "py.test") {
         (CommandRunner::Pytest, 1)
@@ -190,24 +199,26 @@ pub fn parse_command(cmd: &str) -> Result<ParsedCommand, Rejection> {
 /// `LD_PRELOAD`, `DJANGO_SETTINGS_MODULE`, …) would bypass the flag allow-list and is rejected.
 const ALLOWED_ENV: &[&str] = &["PYTHONHASHSEED", "TZ", "LANG", "LC_ALL", "PYTHONIOENCODING"];
 
-fn check_env_assignment(tok: &str) -> Result<(), Rejection> {
+/// Check one `NAME=value` prefix against a runner's allow-list (a plain value, no `..`).
+pub(crate) fn check_env_assignment(tok: &str, allowed: &[&str]) -> Result<(), Rejection> {
     let (name, value) = tok.split_once('=').unwrap_or((tok, ""));
     let plain = value
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || "-_./:+@".contains(c));
-    if !ALLOWED_ENV.contains(&name) || !plain || value.contains("..") {
+    if !allowed.contains(&name) || !plain || value.contains("..") {
         return Err(reject(
             RejectionKind::EnvironmentPrefix,
             format!(
                 "test_command: environment assignment `{name}=…` is not allowed (it can change how the runner runs); only {} with a plain value may prefix the command",
-                ALLOWED_ENV.join(", ")
+                allowed.join(", ")
             ),
         ));
     }
     Ok(())
 }
 
-fn quote(t: &str) -> String {
+/// One word of an activated command, shell-quoted where it needs to be.
+pub(crate) fn quote(t: &str) -> String {
     if !t.is_empty()
         && t.chars()
             .all(|c| c.is_alphanumeric() || "-_./:=,@%+[]".contains(c))
@@ -354,7 +365,7 @@ pub fn pytest_node(a: &str) -> Result<String, Rejection> {
     Ok(a.to_string())
 }
 
-fn check_rel_path(p: &str) -> Result<(), Rejection> {
+pub(crate) fn check_rel_path(p: &str) -> Result<(), Rejection> {
     if p.starts_with('/') || p.split('/').any(|c| c == "..") {
         return Err(reject(
             RejectionKind::SelectorNotExact,

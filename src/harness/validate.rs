@@ -6,6 +6,7 @@
 use super::bundle::Bundle;
 use super::diff::{is_test_path, parse_patch, FileChange};
 use super::tamper::{screen_bundle, TamperClass};
+use super::runners::{parse_native_command, NativeCommand};
 use super::selector::{canonical_label, parse_command, pytest_node, CommandRunner, ParsedCommand};
 
 /// Why a bundle was rejected. The `code` strings are stable.
@@ -29,6 +30,9 @@ pub enum RejectionKind {
     MultiLineCommand,
     ShellSyntax,
     UnknownRunner,
+    /// The command runs a native runner (`cargo test`, `go test`) whose selectors parse, but no
+    /// sandboxed toolchain exists to run it yet (see `harness::runners`).
+    RunnerEnvironmentUnavailable,
     UnsupportedFlag,
     /// An environment assignment before the runner that is not on the allow-list.
     EnvironmentPrefix,
@@ -61,6 +65,7 @@ impl RejectionKind {
             RejectionKind::MultiLineCommand => "multi_line_command",
             RejectionKind::ShellSyntax => "shell_syntax",
             RejectionKind::UnknownRunner => "unknown_runner",
+            RejectionKind::RunnerEnvironmentUnavailable => "runner_environment_unavailable",
             RejectionKind::UnsupportedFlag => "unsupported_flag",
             RejectionKind::EnvironmentPrefix => "environment_prefix",
             RejectionKind::SelectorNotExact => "selector_not_exact",
@@ -244,6 +249,26 @@ fn node_covers(runner: CommandRunner, node: &str, file: &str, name: &str) -> boo
     }
 }
 
+/// The rejection of a native command that parsed: what was understood, and what is missing.
+fn environment_unavailable(c: &NativeCommand) -> Rejection {
+    const SHOWN: usize = 5;
+    let mut nodes = c.nodes.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    if c.nodes.len() > SHOWN {
+        nodes.push_str(&format!(", … ({} in all)", c.nodes.len()));
+    }
+    Rejection::new(
+        RejectionKind::RunnerEnvironmentUnavailable,
+        format!(
+            "test_command: `{}` with exact selectors is understood (nodes: {nodes}), but this harness has no sandboxed {} toolchain and dependency environment to run it yet, so the bundle cannot be validated against the repository or run",
+            c.runner.name(),
+            match c.runner {
+                super::runners::NativeRunner::Cargo => "Rust (cargo)",
+                super::runners::NativeRunner::Go => "Go",
+            }
+        ),
+    )
+}
+
 /// Validate a parsed bundle. `Ok` carries the run plan.
 pub fn validate(bundle: &Bundle) -> Result<TestPlan, Rejection> {
     validate_with(bundle, true)
@@ -259,6 +284,11 @@ pub fn validate_oracle_selection(bundle: &Bundle) -> Result<TestPlan, Rejection>
 fn validate_with(bundle: &Bundle, added_tests_declared: bool) -> Result<TestPlan, Rejection> {
     let files = parse_patch(&bundle.test_patch)
         .map_err(|m| Rejection::new(RejectionKind::MalformedPatch, format!("test.patch: {m}")))?;
+    // A native command is judged before the patch's paths, whose test-path and tamper rules
+    // are Python's: precisely rejected when it does not parse, and otherwise not runnable yet.
+    if let Some(native) = parse_native_command(&bundle.test_command) {
+        return Err(environment_unavailable(&native?));
+    }
     let paths = check_patch_paths(&files)?;
     let mut command = parse_command(&bundle.test_command)?;
     let runner = command.runner;
@@ -321,4 +351,41 @@ fn validate_with(bundle: &Bundle, added_tests_declared: bool) -> Result<TestPlan
         paths,
         command_sanitized: sanitized,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GO_PATCH: &str = "diff --git a/calc/calc_test.go b/calc/calc_test.go\nnew file mode 100644\n--- /dev/null\n+++ b/calc/calc_test.go\n@@ -0,0 +1,3 @@\n+package calc\n+\n+func TestAdd(t *testing.T) {}\n";
+
+    fn rejection(command: &str) -> Rejection {
+        let contract = r#"{"entrypoint": "calc.Add", "trigger": "Add(2, 3)", "expected_output": "5",
+ "issue_evidence": ["Add subtracts"], "alternative_hypotheses": ["none"], "non_assertions": ["Sub unchanged"],
+ "test_nodes": ["./calc::TestAdd"]}"#;
+        let b = Bundle::from_parts(GO_PATCH, command, contract).expect("a well-formed bundle");
+        validate(&b).expect_err("a native bundle is not runnable yet")
+    }
+
+    #[test]
+    fn native_commands_are_understood_but_not_runnable_yet() {
+        let r = rejection("go test -run '^TestAdd$' ./calc");
+        assert_eq!(r.kind, RejectionKind::RunnerEnvironmentUnavailable);
+        assert_eq!(r.kind.code(), "runner_environment_unavailable");
+        assert!(r.message.contains("`go test` with exact selectors is understood (nodes: ./calc::TestAdd)"), "{r}");
+        assert!(r.message.contains("no sandboxed Go toolchain"), "{r}");
+        let r = rejection("cargo test -p calc --lib -- --exact tests::a tests::b tests::c tests::d tests::e tests::f");
+        assert_eq!(r.kind, RejectionKind::RunnerEnvironmentUnavailable);
+        assert!(r.message.contains("calc/lib::tests::e, … (6 in all)"), "{r}");
+        assert_eq!(
+            serde_json::to_value(r.kind).unwrap(),
+            serde_json::json!("runner_environment_unavailable")
+        );
+        // A native command that does not parse gets its precise rejection, not `unknown_runner`.
+        assert_eq!(rejection("go test ./...").kind, RejectionKind::SelectorNotExact);
+        assert_eq!(rejection("cargo test -p calc --lib -- tests::a").kind, RejectionKind::SelectorNotExact);
+        assert_eq!(rejection("GOFLAGS=-x go test -run '^TestAdd$' ./calc").kind, RejectionKind::EnvironmentPrefix);
+        // Any other command takes the Python path, whose test-path rules come first.
+        assert_eq!(rejection("make test").kind, RejectionKind::NonTestPath);
+    }
 }

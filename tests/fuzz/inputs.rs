@@ -6,7 +6,8 @@
 //!   `parquet_to_jsonl` never panics and returns a typed error on what it cannot read.
 //! * `bundle_validation`: bundles from mutated fixture patches, generated test commands (with
 //!   shell syntax and mutations) and generated contracts: `Bundle::from_parts`, `validate` and
-//!   the selector's `parse_command` never panic.
+//!   the selector's `parse_command` and `runners::parse_native_command` (cargo/go words
+//!   included) never panic.
 //! * `checkpoint_open`: checkpoint directories with a generated `model.safetensors` (headers with
 //!   huge or inconsistent lengths, offsets and shapes) or a shard index whose file names escape
 //!   the directory: `Checkpoint::open` never panics, and refuses every shard name that is not a
@@ -14,6 +15,7 @@
 
 use crate::driver::{fuzz, mutated, seeds};
 use execcritic::harness::bundle::Bundle;
+use execcritic::harness::runners::parse_native_command;
 use execcritic::harness::selector::parse_command;
 use execcritic::harness::validate::validate;
 use execcritic::model::checkpoint::Checkpoint;
@@ -82,6 +84,9 @@ fn command() -> impl Strategy<Value = String> {
     let word = prop_oneof![
         Just("pytest".to_string()), Just("python -m pytest".to_string()), Just("./tests/runtests.py".to_string()),
         Just("bin/test".to_string()), Just("-q".to_string()), Just("-k".to_string()), Just("--no-header".to_string()),
+        prop::sample::select(vec!["cargo test", "go test", "-p demo", "--lib", "--test", "--", "--exact", "tests::a",
+            "-run", "'^TestA$'", "'^(TestA|TestB)$'", "./calc", "./...", "-count=1", "RUST_BACKTRACE=1", "GOFLAGS=x"])
+            .prop_map(str::to_string),
         "tests/test_[a-z]{1,3}\\.py(::test_[a-z]{1,3})?(\\[[a-z0-9-]{0,4}\\])?",
         prop::sample::select(vec![";", "&&", "|", "$(x)", "`x`", ">", "'a b'", "\"a\"", "\\", "\n", "#", "*", "~", "{a,b}"]).prop_map(str::to_string),
     ];
@@ -94,6 +99,7 @@ fn bundle_validation() {
     let bundle = (mutated(patches, &["diff --git a/t b/t\n", "+def test_x():\n", "\n"]), command(), contract());
     fuzz("bundle_validation", 1_000, bundle, |(patch, cmd, contract)| {
         let _ = parse_command(&cmd);
+        let _ = parse_native_command(&cmd);
         if let Ok(b) = Bundle::from_parts(&patch, &cmd, &contract) {
             let _ = validate(&b);
         }

@@ -7,10 +7,14 @@
 //!   on: no panic, for every parser.
 //! * `logs_structured`: logs assembled line by line from those markers, status lines, test names
 //!   and noise, with long runs of one line (repetition): no panic.
+//! * `logs_native_runners`: byte-level mutations of the real `cargo test` and `go test -json`
+//!   outputs under `tests/fixtures/native_runners`, with libtest and go event markers: the native
+//!   readers (`harness::runners`) never panic.
 
 use crate::driver::{fuzz, mutated, seeds};
 use execcritic::harness::logparse::parse_log;
 use execcritic::harness::official::{self, PARSER_NAMES};
+use execcritic::harness::runners::{cargo::read_libtest, go::read_go_json};
 use execcritic::harness::selector::CommandRunner;
 use proptest::prelude::*;
 
@@ -36,6 +40,32 @@ fn every_parser(log: &str) {
     for runner in [CommandRunner::Pytest, CommandRunner::Django, CommandRunner::Unittest, CommandRunner::Sympy] {
         let _ = parse_log(runner, log);
     }
+    native_readers(log);
+}
+
+fn native_readers(log: &str) {
+    let _ = read_libtest(log, "demo/lib");
+    let _ = read_go_json(log, "example.com/demo", &["./calc".to_string(), ".".to_string()]);
+}
+
+const NATIVE_MARKERS: &[&str] = &[
+    "running 1 test\n", "running 18446744073709551616 tests\n", "test tests::a ... ok\n",
+    "test tests::a ... FAILED\n", "test tests::a ... ignored, slow\n", "failures:\n",
+    "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s\n",
+    "   Doc-tests demo\n", "     Running unittests src/lib.rs (x)\n", "error[E0425]: x\n",
+    "{\"Action\":\"run\",\"Package\":\"example.com/demo/calc\",\"Test\":\"TestA\"}\n",
+    "{\"Action\":\"pass\",\"Package\":\"example.com/demo/calc\",\"Test\":\"TestA\"}\n",
+    "{\"Action\":\"fail\",\"Package\":\"example.com/demo\"}\n", "FAIL\texample.com/demo [build failed]\n",
+    "# example.com/demo/calc\n", "{\"Action\":7}\n", "\"", "}", "\u{e9}", "\r",
+];
+
+#[test]
+fn logs_native_runners() {
+    let corpus = seeds("tests/fixtures/native_runners", &[".log", ".stdout"]);
+    fuzz("logs_native_runners", 400, mutated(corpus, NATIVE_MARKERS), |log| {
+        native_readers(&log);
+        Ok(())
+    });
 }
 
 #[test]
