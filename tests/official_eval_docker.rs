@@ -6,6 +6,8 @@
 //! not, a test-framework patch is refused unrun, the local sandbox says it cannot, and the
 //! `grade` command writes swebench's `test_output.txt`, `report.json` and run summary — the
 //! report equal to what swebench 5.0.2 itself computes from the same output (when installed).
+//! A row with `image_assets` gets its binary file staged from beside the task file; without
+//! the file it is an infrastructure failure.
 
 mod harness_support;
 #[path = "common/official_eval.rs"]
@@ -50,11 +52,19 @@ const WRONG_INTERPRETER: &str = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n
 const HOOK: &str = "diff --git a/conftest.py b/conftest.py\n--- a/conftest.py\n+++ b/conftest.py\n@@ -0,0 +1,3 @@\n+import pytest\n+def pytest_runtest_makereport(item, call):\n+    call.excinfo = None\n";
 const TEST_PATCH: &str = "diff --git a/tests/test_calc.py b/tests/test_calc.py\n--- a/tests/test_calc.py\n+++ b/tests/test_calc.py\n@@ -1,5 +1,9 @@\n-from calc import sub\n+from calc import add, sub\n \n \n def test_sub():\n     assert sub(3, 1) == 2\n+\n+\n+def test_add():\n+    assert add(2, 3) == 5\n";
 
+/// A test patch whose new test reads a binary file the patch cannot carry (`tests/expected.bin`,
+/// listed in the row's `image_assets`).
+const TEST_PATCH_ASSET: &str = "diff --git a/tests/test_calc.py b/tests/test_calc.py\n--- a/tests/test_calc.py\n+++ b/tests/test_calc.py\n@@ -1,5 +1,15 @@\n-from calc import sub\n+import pathlib\n+\n+from calc import add, sub\n \n \n def test_sub():\n     assert sub(3, 1) == 2\n+\n+\n+def test_add():\n+    assert add(2, 3) == 5\n+\n+\n+def test_asset():\n+    assert pathlib.Path(__file__).with_name('expected.bin').read_bytes() == b'\\x89PNG\\x00\\xff'\n";
+
 /// The eval script a 5.x row carries (swebench 5.x adds the exit-code record when it runs it).
 fn eval_script(base: &str) -> String {
+    eval_script_with(base, TEST_PATCH)
+}
+
+fn eval_script_with(base: &str, test_patch: &str) -> String {
     format!(
         "#!/bin/bash\nset -uxo pipefail\nsource /opt/miniconda3/bin/activate\nconda activate testbed\ncd /testbed\n\
-         git checkout {base} tests/test_calc.py\ngit apply -v - <<'EOF_114329324912'\n{TEST_PATCH}EOF_114329324912\n\
+         git checkout {base} tests/test_calc.py\ngit apply -v - <<'EOF_114329324912'\n{test_patch}EOF_114329324912\n\
          : '>>>>> Start Test Output'\npytest -rA tests/test_calc.py\n: '>>>>> End Test Output'\n\
          git checkout {base} tests/test_calc.py\n"
     )
@@ -129,6 +139,30 @@ async fn a_swebench_5_row_is_graded_in_its_image_as_swebench_grades_it() {
     // runner in tests/harness_attacks.rs); here it is refused before anything runs.
     let hook = harness::grade(&task, HOOK, SandboxKind::Docker).await.unwrap();
     assert!(!hook.resolved && hook.forbidden.is_some(), "{hook:?}");
+
+    // `image_assets`: a binary file the test patch cannot carry, read from the task
+    // repository's layout beside the task file and copied in before the tests, as swebench
+    // stages it. Without the file the instance is an infrastructure failure, not a verdict.
+    let dir = tempfile::tempdir().unwrap();
+    let mut with_asset = row(&image, &base);
+    with_asset["instance_id"] = "demo__calc-8".into();
+    with_asset["test_patch"] = TEST_PATCH_ASSET.into();
+    with_asset["eval_script"] = eval_script_with(&base, TEST_PATCH_ASSET).into();
+    with_asset["FAIL_TO_PASS"] = serde_json::json!(["tests/test_calc.py::test_add", "tests/test_calc.py::test_asset"]);
+    with_asset["image_assets"] = serde_json::json!({"test_patch": [{"path": "tests/expected.bin", "url": "https://example.invalid/expected.bin"}]}).to_string().into();
+    let missing = TaskInstance::from_json(with_asset.clone(), Some(dir.path())).unwrap();
+    let g = harness::grade(&missing, GOLD, SandboxKind::Docker).await.unwrap();
+    assert_eq!(g.error_kind.as_deref(), Some("official_infra:image_asset_missing"), "{g:?}");
+    let asset = dir.path().join("tasks/demo__calc-8/test_assets/tests/expected.bin");
+    std::fs::create_dir_all(asset.parent().unwrap()).unwrap();
+    std::fs::write(&asset, b"\x89PNG\x00\xff").unwrap();
+    let staged = TaskInstance::from_json(with_asset, Some(dir.path())).unwrap();
+    let g = harness::grade(&staged, GOLD, SandboxKind::Docker).await.unwrap();
+    assert!(g.resolved, "gold with its asset staged: {g:?}");
+    assert_eq!(g.tests["tests/test_calc.py::test_asset"], "PASSED");
+    let g = harness::grade(&staged, "", SandboxKind::Docker).await.unwrap();
+    assert!(!g.resolved && g.error_kind.is_none(), "{g:?}");
+    assert_eq!(g.tests["tests/test_calc.py::test_asset"], "PASSED", "the asset is there whatever the patch");
 
     let local = harness::grade(&task, GOLD, SandboxKind::Local).await.unwrap();
     assert_eq!(local.error_kind.as_deref(), Some("official_needs_docker"));

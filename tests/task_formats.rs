@@ -99,7 +99,18 @@ fn swebench5_rows_keep_their_own_script() {
     let t = TaskInstance::from_json(v.clone(), None).unwrap();
     let o = t.official.as_ref().unwrap();
     assert_eq!(o.family, Family::Swebench5);
-    assert_eq!(o.eval_script, expected("astropy__astropy-12907.run.sh"));
+    // swebench's run form, with the asset's restore line before the start marker (as
+    // swebench's `_inject_asset_restore` places it when it runs the instance).
+    assert_eq!(
+        o.eval_script,
+        expected("astropy__astropy-12907.run.sh").replace(
+            ": '>>>>> Start Test Output'",
+            "mkdir -p \"$(dirname a.png)\" && cp /image_assets/a.png a.png\n: '>>>>> Start Test Output'"
+        )
+    );
+    assert_eq!(o.assets.len(), 1);
+    assert_eq!((o.assets[0].path.as_str(), o.assets[0].bytes.is_none()), ("a.png", true));
+    assert_eq!(o.scratch_dirs, vec!["/image_assets".to_string()]);
     assert_eq!(o.log_parser, "parse_log_pytest");
     assert_eq!(o.eval_type, EvalType::FailOnly);
     assert_eq!(o.activation, Activation::Conda { env: "testbed".into() });
@@ -182,8 +193,15 @@ fn pro_rows_read_their_scripts_beside_the_task_file() {
          git apply -v --include=internal/config/config_test.go --include='internal/config/config_test.go/*' \
          /workspace/test.patch || { echo 'execcritic: the test patch does not apply' >&2; exit 97; }\n\
          : '>>>>> Start Test Output'\n\
-         bash /workspace/run_script.sh TestLoad,TestServeHTTP > /workspace/stdout.log 2> /workspace/stderr.log\n\
+         { set +x; } 2>/dev/null\n\
+         _execcritic_tag() { local l; while IFS= read -r l || [ -n \"$l\" ]; do printf '%s%s\\n' \"$1\" \"$l\"; done; }\n\
+         exec 4>&1\n\
+         set -o pipefail\n\
+         { bash /workspace/run_script.sh TestLoad,TestServeHTTP 2>&1 1>&3 3>&- 4>&- | _execcritic_tag 'E|' >&4 4>&-; } 3>&1 | _execcritic_tag 'O|'\n\
          SWEBENCH_TEST_EXIT_CODE=$?\n\
+         set +o pipefail\n\
+         exec 4>&-\n\
+         set -x\n\
          : '>>>>> End Test Output'\n\
          echo \">>>>> Test Exit Code: $SWEBENCH_TEST_EXIT_CODE\"\n"
     );
@@ -196,7 +214,7 @@ fn pro_rows_read_their_scripts_beside_the_task_file() {
         "export SETUP='{ \"url\": \"http://127.0.0.1:4567/forum\", \"database\": \"redis\" }'"
     );
     assert!(js.official.as_ref().unwrap().eval_script.contains(
-        "bash /workspace/run_script.sh test/translator.js,test/user.js > /workspace/stdout.log"
+        "{ bash /workspace/run_script.sh test/translator.js,test/user.js 2>&1 1>&3"
     ));
 }
 

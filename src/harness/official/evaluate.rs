@@ -98,6 +98,11 @@ pub async fn evaluate(
         // The instance's environment lives in its image: no other sandbox has it.
         return Ok(not_gradable(task, "official_needs_docker".into()));
     }
+    if spec.assets.iter().any(|a| a.bytes.is_none()) {
+        // swebench would run the tests without the file (and fail them): a missing input of
+        // the instance, not the candidate's doing.
+        return Ok(not_gradable(task, "official_infra:image_asset_missing".into()));
+    }
     let sb = open_sandbox(kind, task, Purpose::Grading).await?;
     let sb = sb.as_ref();
     sb.reset().await?;
@@ -123,6 +128,13 @@ pub async fn evaluate(
 async fn run_eval_script(sb: &dyn Sandbox, spec: &OfficialSpec) -> Result<String, HarnessError> {
     for f in &spec.files {
         sb.put_file(&f.path, f.content.as_bytes()).await?;
+    }
+    // `image_assets`, where the eval script's restore lines copy them from (every asset has
+    // its bytes here: `evaluate` refuses an instance missing one before anything runs).
+    for a in &spec.assets {
+        if let Some(bytes) = &a.bytes {
+            sb.put_file(&a.staged, bytes).await?;
+        }
     }
     let script = format!("{HANDOFF_DIR}/eval.sh");
     sb.put_file(&script, spec.eval_script.as_bytes()).await?;

@@ -6,6 +6,7 @@
 //! how its log is parsed and graded. Detection is by the fields present; nothing here needs
 //! network.
 
+pub mod assets;
 pub mod pro;
 pub mod pylist;
 pub mod specs;
@@ -19,6 +20,7 @@ use serde_json::{Map, Value};
 use super::error::TaskError;
 use super::instance::default_image;
 use super::Runner;
+pub use assets::ImageAsset;
 pub use pro::ProRow;
 
 /// Which published format a row is in.
@@ -117,6 +119,8 @@ pub struct OfficialSpec {
     pub eval_type: EvalType,
     /// swebench 5.x `image_assets`, kept as given (a JSON string or an object).
     pub image_assets: Option<Value>,
+    /// The binary files of `image_assets`, staged before the eval script runs (see [`assets`]).
+    pub assets: Vec<ImageAsset>,
     /// Files to place in the container first (Pro: run script and parser).
     pub files: Vec<OfficialFile>,
     /// The official test command prefix (4.x: the table's `test_cmd`), when known.
@@ -218,6 +222,7 @@ fn swebench4(row: &Row) -> Result<OfficialSpec, TaskError> {
         log_parser: log_parser.into(),
         eval_type: EvalType::parse(&repo_spec.eval_type).unwrap_or(EvalType::PassAndFail),
         image_assets: None,
+        assets: Vec::new(),
         files: Vec::new(),
         test_cmd: spec.test_cmd.clone(),
         scratch_dirs: Vec::new(),
@@ -288,18 +293,21 @@ fn swebench5(row: &Row) -> Result<OfficialSpec, TaskError> {
         .version
         .and_then(|v| specs::table().lookup(row.repo, v).ok())
         .and_then(|(_, s)| s.test_cmd.clone());
+    let assets = assets::parse(row.id, image_assets.as_ref(), row.base_dir)?;
+    let scratch_dirs = if assets.is_empty() { Vec::new() } else { vec![assets::STAGING_DIR.to_string()] };
     Ok(OfficialSpec {
         family: Family::Swebench5,
         image,
         workdir: swebench::TESTBED.into(),
         activation: script_activation(&eval_script),
-        eval_script: swebench::run_form(&eval_script),
+        eval_script: assets::inject_restore(&swebench::run_form(&eval_script), &assets),
         log_parser,
         eval_type,
         image_assets,
+        assets,
         files: Vec::new(),
         test_cmd,
-        scratch_dirs: Vec::new(),
+        scratch_dirs,
         source: Source::Swebench5 { eval_script },
     })
 }
@@ -376,6 +384,7 @@ fn pro(row: &Row) -> Result<OfficialSpec, TaskError> {
         log_parser: pro::PRO_PARSER.into(),
         eval_type: EvalType::PassAndFail,
         image_assets: None,
+        assets: Vec::new(),
         files: vec![
             OfficialFile {
                 path: pro::PRO_RUN_SCRIPT_PATH.into(),
