@@ -15,6 +15,7 @@ pub mod environment;
 pub mod runners;
 pub mod selector;
 pub mod tamper;
+pub mod tamper_native;
 pub mod validate;
 
 pub use bundle::{Bundle, BundleError, FrozenBundle, TestContract};

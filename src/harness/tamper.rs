@@ -40,6 +40,11 @@ pub enum TamperClass {
     Symlink,
     /// Changes how the official tests are checked out (`.gitattributes`, `.gitmodules`).
     TestCheckout,
+    /// A cargo build script, which runs before the tests are compiled ([`super::tamper_native`]).
+    BuildScript,
+    /// Replaces the dependency code the tests run against: `[patch]`/`[replace]`, go.mod
+    /// `replace`, `go.work`, vendored sources ([`super::tamper_native`]).
+    DependencyOverride,
 }
 
 impl TamperClass {
@@ -57,6 +62,8 @@ impl TamperClass {
             BinaryPatch => "binary_patch",
             Symlink => "symlink",
             TestCheckout => "test_checkout",
+            BuildScript => "build_script",
+            DependencyOverride => "dependency_override",
         }
     }
 }
@@ -70,7 +77,7 @@ pub struct Tamper {
     pub detail: String,
 }
 
-fn tamper(class: TamperClass, path: &str, detail: impl Into<String>) -> Tamper {
+pub(super) fn tamper(class: TamperClass, path: &str, detail: impl Into<String>) -> Tamper {
     Tamper {
         class,
         path: path.to_string(),
@@ -125,6 +132,7 @@ fn path_rules(f: &FileChange, p: &str) -> Result<(), Tamper> {
     if comps.contains(&"__pycache__") || [".pyc", ".pyo"].iter().any(|e| name.ends_with(e)) {
         return Err(tamper(Bytecode, p, "is compiled bytecode"));
     }
+    super::tamper_native::path_rules(p)?;
     if f.binary {
         return Err(tamper(BinaryPatch, p, "is a binary change"));
     }
@@ -146,6 +154,39 @@ pub const CONFIG_FILES: [&str; 4] = ["pyproject.toml", "setup.cfg", "tox.ini", "
 /// is usually above its context lines).
 pub type BaseFiles<'a> = &'a dyn Fn(&str) -> Option<String>;
 
+/// Each changed line (added or removed) of `f` with the section it is in: the last line above it
+/// for which `section_of` gives a section, looked up in the Base file (when `base` has it) above
+/// the hunk, then in the hunk itself (a changed header line opens its own section).
+pub(super) fn sections_of_changed_lines<'f>(
+    f: &'f FileChange,
+    base: BaseFiles,
+    section_of: &dyn Fn(&str) -> Option<String>,
+) -> Vec<(Option<String>, &'f str)> {
+    let base_text = f.old_path.as_deref().and_then(base);
+    let base_lines: Vec<&str> = base_text
+        .as_deref()
+        .map_or(Vec::new(), |t| t.lines().collect());
+    let mut out = Vec::new();
+    for h in &f.hunks {
+        let above = h
+            .old_start()
+            .unwrap_or(1)
+            .saturating_sub(1)
+            .min(base_lines.len());
+        let mut section: Option<String> = base_lines[..above].iter().rev().find_map(|l| section_of(l));
+        for l in &h.lines {
+            let (sign, text) = l.split_at(1);
+            if let Some(s) = section_of(text) {
+                section = Some(s);
+            }
+            if sign == "+" || sign == "-" {
+                out.push((section.clone(), text));
+            }
+        }
+    }
+    out
+}
+
 /// Configuration files whose sections may configure pytest or declare entry points. A hunk's
 /// section is the last header above it in the Base file (when given) or in the hunk; a changed
 /// line that is a whole-line comment configures nothing. Only where no section is known does a
@@ -154,7 +195,7 @@ fn config_rules(f: &FileChange, p: &str, base: BaseFiles) -> Result<(), Tamper> 
     let name = file_name(p);
     let is_cfg = matches!(name, "pyproject.toml" | "setup.cfg" | "tox.ini");
     if !(is_cfg || name == "setup.py") {
-        return Ok(());
+        return super::tamper_native::manifest_rules(f, p, base);
     }
     let header = re(r"^\s*\[+\s*([^\]]*?)\s*\]+");
     let keys = re(
@@ -162,69 +203,49 @@ fn config_rules(f: &FileChange, p: &str, base: BaseFiles) -> Result<(), Tamper> 
     );
     // Entry points of the runner's plugin group only: a console script is not a plugin.
     let entry = re(r"(?i)pytest11");
-    let base_text = f.old_path.as_deref().and_then(base);
-    let base_lines: Vec<&str> = base_text
-        .as_deref()
-        .map_or(Vec::new(), |t| t.lines().collect());
     // `;` starts a comment in INI files, not in TOML or Python.
     let comment = |t: &str| {
         let t = t.trim_start();
         t.starts_with('#') || (name != "pyproject.toml" && name != "setup.py" && t.starts_with(';'))
     };
     // A section name as its consumer reads it (TOML quotes and spaces are not part of the key).
-    let norm = |c: &str| -> String {
-        c.to_ascii_lowercase()
-            .chars()
-            .filter(|ch| !matches!(ch, '"' | '\'' | ' ' | '\t'))
-            .collect()
+    let section_of = |line: &str| {
+        header.captures(line).map(|c| {
+            c[1].to_ascii_lowercase()
+                .chars()
+                .filter(|ch| !matches!(ch, '"' | '\'' | ' ' | '\t'))
+                .collect::<String>()
+        })
     };
-    for h in &f.hunks {
-        let above = h
-            .old_start()
-            .unwrap_or(1)
-            .saturating_sub(1)
-            .min(base_lines.len());
-        let mut section: Option<String> = base_lines[..above]
-            .iter()
-            .rev()
-            .find_map(|l| header.captures(l).map(|c| norm(&c[1])));
-        for l in &h.lines {
-            let (sign, text) = l.split_at(1);
-            if let Some(c) = header.captures(text) {
-                section = Some(norm(&c[1]));
-            }
-            if sign == " " || sign == "\\" {
-                continue;
-            }
-            if entry.is_match(text) || section.as_deref().is_some_and(|s| s.contains("pytest11")) {
-                return Err(tamper(
-                    TamperClass::PluginEntryPoint,
-                    p,
-                    format!("changes entry points: `{}`", text.trim()),
-                ));
-            }
-            if !is_cfg {
-                continue;
-            }
-            // Inside a pytest section every changed line counts, comments too (a `#` line inside
-            // a multi-line TOML string is part of the value).
-            let in_pytest = section.as_deref().is_some_and(|s| s.contains("pytest"));
-            // Where a dotted or inline key can still reach pytest's table: no known section, the
-            // TOML root or `[tool]` (`pytest.ini_options.addopts = …`).
-            let open = match section.as_deref() {
-                None => true,
-                Some(s) => name == "pyproject.toml" && (s.is_empty() || s == "tool"),
-            };
-            if in_pytest
-                || (header.is_match(text) && keys.is_match(text))
-                || (open && !comment(text) && keys.is_match(text))
-            {
-                return Err(tamper(
-                    TamperClass::RunnerConfig,
-                    p,
-                    format!("changes the test runner's configuration: `{}`", text.trim()),
-                ));
-            }
+    for (section, text) in sections_of_changed_lines(f, base, &section_of) {
+        if entry.is_match(text) || section.as_deref().is_some_and(|s| s.contains("pytest11")) {
+            return Err(tamper(
+                TamperClass::PluginEntryPoint,
+                p,
+                format!("changes entry points: `{}`", text.trim()),
+            ));
+        }
+        if !is_cfg {
+            continue;
+        }
+        // Inside a pytest section every changed line counts, comments too (a `#` line inside
+        // a multi-line TOML string is part of the value).
+        let in_pytest = section.as_deref().is_some_and(|s| s.contains("pytest"));
+        // Where a dotted or inline key can still reach pytest's table: no known section, the
+        // TOML root or `[tool]` (`pytest.ini_options.addopts = …`).
+        let open = match section.as_deref() {
+            None => true,
+            Some(s) => name == "pyproject.toml" && (s.is_empty() || s == "tool"),
+        };
+        if in_pytest
+            || (header.is_match(text) && keys.is_match(text))
+            || (open && !comment(text) && keys.is_match(text))
+        {
+            return Err(tamper(
+                TamperClass::RunnerConfig,
+                p,
+                format!("changes the test runner's configuration: `{}`", text.trim()),
+            ));
         }
     }
     Ok(())
@@ -294,7 +315,8 @@ pub async fn screen_candidate_in(
         let Some(p) = f.old_path.as_deref() else {
             continue;
         };
-        if !CONFIG_FILES.contains(&file_name(p)) {
+        let name = file_name(p);
+        if !CONFIG_FILES.contains(&name) && !super::tamper_native::MANIFESTS.contains(&name) {
             continue;
         }
         let spec = shell_quote(&format!("{}:{p}", sb.base_commit()));
