@@ -572,8 +572,19 @@ impl Patch {
         let (mut old, mut new) = git_header_paths(rest)?;
         let mut f = FileChange::default();
         let (mut from, mut to): (Option<String>, Option<String>) = (None, None);
-        // The verb (rename or copy) of the `… to` line, when it came first.
-        let mut to_verb: Option<FileOp> = None;
+        // The extension lines seen, as git's `check_header_line` counts them: a section may be
+        // at most one of created, deleted, renamed, copied ("inconsistent header lines"), with
+        // whatever spelling and order the lines come in.
+        let mut extensions: Vec<FileOp> = Vec::new();
+        let mut extension = |op: FileOp, l: &str| {
+            if !extensions.contains(&op) {
+                extensions.push(op);
+            }
+            if extensions.len() > 1 {
+                return Err(malformed(format!("inconsistent header lines: `{l}` in a {:?} section", extensions[0])));
+            }
+            Ok(())
+        };
         let mut i = start + 1;
         while i < lines.len() {
             let l = lines[i].trim_end_matches('\r');
@@ -583,25 +594,29 @@ impl Patch {
             } else if let Some(m) = val("new mode ") {
                 f.new_mode = Some(parse_mode(m)?);
             } else if let Some(m) = val("deleted file mode ") {
+                extension(FileOp::Delete, l)?;
                 f.op = FileOp::Delete;
                 f.old_mode = Some(parse_mode(m)?);
             } else if let Some(m) = val("new file mode ") {
+                extension(FileOp::Create, l)?;
                 f.op = FileOp::Create;
                 f.new_mode = Some(parse_mode(m)?);
             } else if let Some(p) = val("rename from ").or_else(|| val("copy from ")) {
-                // git refuses repeated or mixed rename/copy lines ("inconsistent header lines").
                 let verb = if l.starts_with("rename") { FileOp::Rename } else { FileOp::Copy };
-                if from.is_some() || to_verb.as_ref().is_some_and(|v| *v != verb) {
-                    return Err(malformed(format!("repeated or mixed `{l}`")));
+                extension(verb, l)?;
+                // git refuses a repeated `from` too.
+                if from.is_some() {
+                    return Err(malformed(format!("repeated `{l}`")));
                 }
                 f.op = verb;
                 from = Some(unquote(p)?);
             } else if let Some(p) = val("rename to ").or_else(|| val("copy to ")) {
                 let verb = if l.starts_with("rename") { FileOp::Rename } else { FileOp::Copy };
-                if to.is_some() || (from.is_some() && verb != f.op) {
-                    return Err(malformed(format!("repeated or mixed `{l}`")));
+                extension(verb, l)?;
+                if to.is_some() {
+                    return Err(malformed(format!("repeated `{l}`")));
                 }
-                to_verb = Some(verb);
+                f.op = verb;
                 to = Some(unquote(p)?);
             } else if val("similarity index ").is_some() || val("dissimilarity index ").is_some() {
             } else if let Some(ix) = val("index ") {
