@@ -962,11 +962,13 @@ pub fn is_test_path_in(path: &str, layout: &TestLayout) -> bool {
     !library && is_test_path_by_convention(path)
 }
 
-/// Test files by name alone (`test_*.py`, `*_test.py`, `*_tests.py`, `tests.py`, conftest.py).
+/// Test files by name alone (`test_*.py`, `*_test.py`, `*_tests.py`, `tests.py`, conftest.py;
+/// Go's `*_test.go`, which only `go test` compiles).
 fn is_conventional_test_file(path: &str) -> bool {
     let file = path.rsplit('/').next().unwrap_or(path);
     file.starts_with("test_")
         || file.ends_with("_test.py")
+        || file.ends_with("_test.go")
         || file.ends_with("_tests.py")
         || file == "conftest.py"
         || file == "tests.py"
@@ -975,7 +977,7 @@ fn is_conventional_test_file(path: &str) -> bool {
 fn is_test_path_by_convention(path: &str) -> bool {
     let comps: Vec<&str> = path.split('/').collect();
     comps[..comps.len().saturating_sub(1)].iter().any(|c| {
-        matches!(*c, "tests" | "test" | "testing") || c.ends_with("tests") || c.starts_with("test_")
+        matches!(*c, "tests" | "test" | "testing" | "testdata") || c.ends_with("tests") || c.starts_with("test_")
     }) || is_conventional_test_file(path)
 }
 
@@ -1097,6 +1099,10 @@ diff --git a/run.sh b/run.sh\nold mode 100644\nnew mode 100755\n";
         assert!(is_test_path("conftest.py"));
         assert!(is_test_path("sympy/core/tests/test_basic.py"));
         assert!(!is_test_path("pkg/core.py"));
+        // Go: `*_test.go` files and `testdata/` directories.
+        assert!(is_test_path("calc/calc_test.go"));
+        assert!(is_test_path("calc/testdata/golden.txt"));
+        assert!(!is_test_path("calc/calc.go"));
         // Library test-support source is source.
         assert!(!is_test_path("django/test/runner.py"));
         assert!(!is_test_path("sphinx/testing/fixtures.py"));

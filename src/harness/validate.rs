@@ -385,7 +385,8 @@ mod tests {
         assert_eq!(rejection("go test ./...").kind, RejectionKind::SelectorNotExact);
         assert_eq!(rejection("cargo test -p calc --lib -- tests::a").kind, RejectionKind::SelectorNotExact);
         assert_eq!(rejection("GOFLAGS=-x go test -run '^TestAdd$' ./calc").kind, RejectionKind::EnvironmentPrefix);
-        // Any other command takes the Python path, whose test-path rules come first.
-        assert_eq!(rejection("make test").kind, RejectionKind::NonTestPath);
+        // Any other command takes the Python path: `calc/calc_test.go` is a test file by Go's
+        // convention, so the command itself is what is refused.
+        assert_eq!(rejection("make test").kind, RejectionKind::UnknownRunner);
     }
 }

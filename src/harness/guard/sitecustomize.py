@@ -26,14 +26,15 @@ def _execcritic_is_test_path(rel, library=()):
     parts = rel.split("/")
     name = parts[-1]
     conventional = name.startswith("test_") or name.endswith("_test.py") \
-        or name.endswith("_tests.py") or name in ("conftest.py", "tests.py")
+        or name.endswith("_test.go") or name.endswith("_tests.py") \
+        or name in ("conftest.py", "tests.py")
     for p in library:
         if (p.endswith("/") and rel.startswith(p) and not conventional) or rel == p:
             return False
     if conventional:
         return True
     for c in parts[:-1]:
-        if c in ("tests", "test", "testing") or c.endswith("tests") or c.startswith("test_"):
+        if c in ("tests", "test", "testing", "testdata") or c.endswith("tests") or c.startswith("test_"):
             return True
     return False
 

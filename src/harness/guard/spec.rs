@@ -207,6 +207,7 @@ mod tests {
             "src/_pytest/python.py", "astropy/tests/helper.py", "astropy/tests/test_logger.py",
             "unittests/a.py", "test_data/a.py", "contest.py", "latest/a.py", "pkg/testing.py",
             "xarray/tests/__init__.py", "xarray/tests/test_x.py",
+            "calc/calc_test.go", "calc/calc.go", "calc/testdata/in.txt", "calc/test.go",
         ];
         let dir = tempfile::tempdir().unwrap();
         let guard = dir.path().join("sitecustomize.py");
