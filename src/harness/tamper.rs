@@ -187,6 +187,19 @@ pub(super) fn sections_of_changed_lines<'f>(
     out
 }
 
+/// The section an INI or TOML header line opens, as its consumer reads the name: lower case,
+/// without TOML quotes and spaces (`[ "tool" . pytest ]` → `tool.pytest`, `[[test]]` → `test`).
+pub(super) fn section_header(line: &str) -> Option<String> {
+    static HEADER: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
+    let header = HEADER.get_or_init(|| re(r"^\s*\[+\s*([^\]]*?)\s*\]+"));
+    header.captures(line).map(|c| {
+        c[1].to_ascii_lowercase()
+            .chars()
+            .filter(|ch| !matches!(ch, '"' | '\'' | ' ' | '\t'))
+            .collect()
+    })
+}
+
 /// Configuration files whose sections may configure pytest or declare entry points. A hunk's
 /// section is the last header above it in the Base file (when given) or in the hunk; a changed
 /// line that is a whole-line comment configures nothing. Only where no section is known does a
@@ -197,7 +210,6 @@ fn config_rules(f: &FileChange, p: &str, base: BaseFiles) -> Result<(), Tamper> 
     if !(is_cfg || name == "setup.py") {
         return super::tamper_native::manifest_rules(f, p, base);
     }
-    let header = re(r"^\s*\[+\s*([^\]]*?)\s*\]+");
     let keys = re(
         r"(?i)pytest|addopts|testpaths|python_files|python_classes|python_functions|norecursedirs|confcutdir|rootdir|required_plugins|usefixtures|\bplugins\b|(^|\s)-p\s",
     );
@@ -208,16 +220,7 @@ fn config_rules(f: &FileChange, p: &str, base: BaseFiles) -> Result<(), Tamper> 
         let t = t.trim_start();
         t.starts_with('#') || (name != "pyproject.toml" && name != "setup.py" && t.starts_with(';'))
     };
-    // A section name as its consumer reads it (TOML quotes and spaces are not part of the key).
-    let section_of = |line: &str| {
-        header.captures(line).map(|c| {
-            c[1].to_ascii_lowercase()
-                .chars()
-                .filter(|ch| !matches!(ch, '"' | '\'' | ' ' | '\t'))
-                .collect::<String>()
-        })
-    };
-    for (section, text) in sections_of_changed_lines(f, base, &section_of) {
+    for (section, text) in sections_of_changed_lines(f, base, &section_header) {
         if entry.is_match(text) || section.as_deref().is_some_and(|s| s.contains("pytest11")) {
             return Err(tamper(
                 TamperClass::PluginEntryPoint,
@@ -238,7 +241,7 @@ fn config_rules(f: &FileChange, p: &str, base: BaseFiles) -> Result<(), Tamper> 
             Some(s) => name == "pyproject.toml" && (s.is_empty() || s == "tool"),
         };
         if in_pytest
-            || (header.is_match(text) && keys.is_match(text))
+            || (section_header(text).is_some() && keys.is_match(text))
             || (open && !comment(text) && keys.is_match(text))
         {
             return Err(tamper(

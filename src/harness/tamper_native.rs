@@ -21,7 +21,7 @@
 //! [`super::tamper::BaseFiles`]), else from the hunk; a whole-line comment configures nothing.
 
 use super::diff::FileChange;
-use super::tamper::{sections_of_changed_lines, tamper, BaseFiles, Tamper, TamperClass};
+use super::tamper::{section_header, sections_of_changed_lines, tamper, BaseFiles, Tamper, TamperClass};
 
 /// Manifests whose Base text the screen reads (besides Python's).
 pub const MANIFESTS: [&str; 2] = ["Cargo.toml", "go.mod"];
@@ -82,23 +82,14 @@ pub(super) fn manifest_rules(f: &FileChange, p: &str, base: BaseFiles) -> Result
 
 fn cargo_toml(f: &FileChange, p: &str, base: BaseFiles) -> Result<(), Tamper> {
     use TamperClass::*;
-    let header = regex::Regex::new(r"^\s*\[+\s*([^\]]*?)\s*\]+").expect("valid regex");
     let key_re = regex::Regex::new(r#"^\s*"?([A-Za-z0-9_.\-]+)"?\s*="#).expect("valid regex");
-    let section_of = |line: &str| {
-        header.captures(line).map(|c| {
-            c[1].to_ascii_lowercase()
-                .chars()
-                .filter(|ch| !matches!(ch, '"' | '\'' | ' ' | '\t'))
-                .collect::<String>()
-        })
-    };
-    for (section, text) in sections_of_changed_lines(f, base, &section_of) {
+    for (section, text) in sections_of_changed_lines(f, base, &section_header) {
         if text.trim_start().starts_with('#') || text.trim().is_empty() {
             continue;
         }
         // A header line itself opens its section; a dotted key reaches one from the root.
         let key = key_re.captures(text).map(|c| c[1].to_ascii_lowercase()).unwrap_or_default();
-        let here = section_of(text).or(section).unwrap_or_default();
+        let here = section_header(text).or(section).unwrap_or_default();
         let path = if here.is_empty() { key.clone() } else if key.is_empty() { here.clone() } else { format!("{here}.{key}") };
         let first = path.split('.').next().unwrap_or("");
         let last = key.rsplit('.').next().unwrap_or("");
