@@ -1,13 +1,16 @@
-//! Tamper screening for Rust repositories (issue 28, item 2), shown on a real crate with the real
-//! `cargo test`: each attack is first shown WORKING on a plain checkout — the validated command
+//! Tamper screening for Rust and Go repositories (issue 28, item 2), shown on a real crate with
+//! the real `cargo test` and a real module with the real `go test`: each attack is first shown
+//! WORKING on a plain checkout — the validated command
 //! (`harness::runners`, activated form) exits 0 on the buggy source, and where the attack forges
 //! a report, libtest's reader (`read_libtest`) reads the judged test as PASSED — then refused by
 //! the candidate screen with its class. The gold fix passes the screen and the test; the buggy
-//! Base fails it. Needs `cargo` on PATH (the project's own build has it); runs offline.
+//! Base fails it. Needs `cargo` on PATH (the project's own build has it); the Go test needs `go`
+//! and says so and skips without it. Both run offline.
 
 use execcritic::harness::diff::parse_patch;
 use execcritic::harness::logparse::TestStatus;
 use execcritic::harness::runners::cargo::read_libtest;
+use execcritic::harness::runners::go::read_go_json;
 use execcritic::harness::runners::parse_native_command;
 use execcritic::harness::tamper::{screen_candidate, TamperClass};
 use std::path::Path;
@@ -57,8 +60,8 @@ new file mode 100644
 +}
 "#;
 
-fn have_cargo() -> bool {
-    Command::new("cargo").arg("--version").output().is_ok_and(|o| o.status.success())
+fn have(tool: &str) -> bool {
+    Command::new(tool).arg("version").output().is_ok_and(|o| o.status.success())
 }
 
 fn write(dir: &Path, path: &str, text: &str) {
@@ -67,14 +70,14 @@ fn write(dir: &Path, path: &str, text: &str) {
     std::fs::write(p, text).unwrap();
 }
 
-/// A fresh checkout of the crate at Base with `patch` applied by git; the activated command's
+/// A fresh checkout of `files` at Base with `patch` applied by git; the activated command's
 /// exit code and output.
-fn run(patch: &str, target: &Path, activated: &str) -> (i32, String) {
+fn run_in(files: &[(&str, &str)], patch: &str, env: &[(&str, &Path)], activated: &str) -> (i32, String) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    write(d, "Cargo.toml", CARGO_TOML);
-    write(d, "src/lib.rs", LIB);
-    write(d, "tests/calc.rs", TEST);
+    for (path, text) in files {
+        write(d, path, text);
+    }
     if !patch.is_empty() {
         let mut child = Command::new("git")
             .args(["apply", "-"])
@@ -88,17 +91,62 @@ fn run(patch: &str, target: &Path, activated: &str) -> (i32, String) {
     let out = Command::new("bash")
         .args(["-c", activated])
         .current_dir(d)
-        .env("CARGO_TARGET_DIR", target)
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
         .env("CARGO_NET_OFFLINE", "true")
+        .env("GOPROXY", "off")
+        .env("GOFLAGS", "-mod=vendor")
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     (out.status.code().unwrap_or(-1), text)
 }
 
+fn run(patch: &str, target: &Path, activated: &str) -> (i32, String) {
+    let files = [("Cargo.toml", CARGO_TOML), ("src/lib.rs", LIB), ("tests/calc.rs", TEST)];
+    run_in(&files, patch, &[("CARGO_TARGET_DIR", target)], activated)
+}
+
+const GO_MOD: &str = "module example.com/calc\n\ngo 1.19\n\nrequire example.com/check v0.1.0\n";
+const GO_MODULES_TXT: &str = "# example.com/check v0.1.0\n## explicit\nexample.com/check\n";
+const GO_CHECK: &str = "package check\n\nimport \"testing\"\n\nfunc Equal(t *testing.T, got, want int) {\n\tt.Helper()\n\tif got != want {\n\t\tt.Fatalf(\"got %d, want %d\", got, want)\n\t}\n}\n";
+const GO_CALC: &str = "package calc\n\nfunc Add(a, b int) int {\n\treturn a - b\n}\n";
+const GO_TEST: &str = "package calc\n\nimport (\n\t\"testing\"\n\n\t\"example.com/check\"\n)\n\nfunc TestAdd(t *testing.T) {\n\tcheck.Equal(t, Add(2, 3), 5)\n}\n";
+/// The vendored assertion library made to accept anything: the test really passes.
+const GO_VENDOR: &str = "diff --git a/vendor/example.com/check/check.go b/vendor/example.com/check/check.go\n--- a/vendor/example.com/check/check.go\n+++ b/vendor/example.com/check/check.go\n@@ -5,6 +5,4 @@\n func Equal(t *testing.T, got, want int) {\n \tt.Helper()\n-\tif got != want {\n-\t\tt.Fatalf(\"got %d, want %d\", got, want)\n-\t}\n+\t_, _ = got, want\n }\n";
+const GO_GOLD: &str = "diff --git a/calc.go b/calc.go\n--- a/calc.go\n+++ b/calc.go\n@@ -1,5 +1,5 @@\n package calc\n \n func Add(a, b int) int {\n-\treturn a - b\n+\treturn a + b\n }\n";
+
+#[test]
+fn a_go_vendored_dependency_attack_works_on_a_plain_checkout_and_is_refused() {
+    if !have("go") {
+        eprintln!("skipped: no go on PATH");
+        return;
+    }
+    let cmd = parse_native_command("go test -run '^TestAdd$' .").expect("a go command").expect("valid");
+    let cache = tempfile::tempdir().unwrap();
+    let files = [
+        ("go.mod", GO_MOD),
+        ("vendor/modules.txt", GO_MODULES_TXT),
+        ("vendor/example.com/check/check.go", GO_CHECK),
+        ("calc.go", GO_CALC),
+        ("calc_test.go", GO_TEST),
+    ];
+    let env = [("GOCACHE", cache.path()), ("GOPATH", cache.path())];
+    let status = |text: &str| read_go_json(text, "example.com/calc", &cmd.scope).statuses.get(&cmd.nodes[0]).copied();
+    let (rc, text) = run_in(&files, "", &env, &cmd.activated);
+    assert_ne!(rc, 0, "Base must fail: {text}");
+    assert_eq!(status(&text), Some(TestStatus::Failed), "{text}");
+    let (rc, text) = run_in(&files, GO_GOLD, &env, &cmd.activated);
+    assert_eq!((rc, status(&text)), (0, Some(TestStatus::Passed)), "{text}");
+    assert!(screen_candidate(&parse_patch(GO_GOLD).unwrap()).is_ok());
+    let (rc, text) = run_in(&files, GO_VENDOR, &env, &cmd.activated);
+    assert_eq!((rc, status(&text)), (0, Some(TestStatus::Passed)), "the vendor attack passes a plain checkout:\n{text}");
+    let refused = screen_candidate(&parse_patch(GO_VENDOR).unwrap()).expect_err("refused");
+    assert_eq!(refused.class, TamperClass::DependencyOverride, "{refused}");
+}
+
 #[test]
 fn cargo_attacks_work_on_a_plain_checkout_and_are_refused_by_class() {
-    if !have_cargo() {
+    if !have("cargo") {
         eprintln!("skipped: no cargo on PATH");
         return;
     }
