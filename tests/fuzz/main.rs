@@ -3,6 +3,7 @@
 //! of them in CI mode (a fixed number of inputs from a fixed seed, seconds each);
 //! `scripts/fuzz-soak.sh TARGET SECONDS` soaks one. The driver is in [`driver`].
 
+mod bounds;
 mod diff;
 mod driver;
 mod inputs;
