@@ -8,5 +8,8 @@ mod diff;
 mod driver;
 mod inputs;
 mod logs;
+mod oracle;
 mod regressions;
+mod tokenizer;
+mod toml_config;
 mod toolcall;

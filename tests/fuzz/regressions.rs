@@ -236,3 +236,19 @@ fn diff_repeated_or_mixed_rename_lines_are_refused() {
     round_trips("diff --git a/a b/b\nsimilarity index 100%\nrename to b\nrename from a\n");
     round_trips("diff --git a/a b/b\nsimilarity index 100%\nrename from a\nrename to b\n");
 }
+
+/// toml_differential (seeds 1000 and 2000): where the `toml` crate (0.8) and Python's `tomllib`
+/// read a config differently, kept as the target's documented exceptions. A positive float
+/// literal past `f64` is refused by the crate and a negative one read as `-inf` (tomllib reads
+/// both as infinities); a leap second is read by the crate (tomllib refuses it). A change of
+/// the crate that moves these fails here first.
+#[test]
+fn toml_float_overflow_and_leap_second() {
+    let float = |text: &str| toml::from_str::<toml::Table>(text).map(|t| t["a"].as_float());
+    assert!(float("a = 1e309").is_err());
+    assert!(float("a = +1e309").is_err());
+    assert_eq!(float("a = -1e309").unwrap(), Some(f64::NEG_INFINITY));
+    assert_eq!(float("a = inf").unwrap(), Some(f64::INFINITY));
+    let t = toml::from_str::<toml::Table>("a = 2000-02-29T23:59:60Z").unwrap();
+    assert!(matches!(&t["a"], toml::Value::Datetime(d) if d.time.is_some_and(|t| t.second == 60)));
+}
