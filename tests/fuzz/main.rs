@@ -10,6 +10,7 @@ mod inputs;
 mod logs;
 mod oracle;
 mod regressions;
+mod serve_routes;
 mod tokenizer;
 mod toml_config;
 mod toolcall;
