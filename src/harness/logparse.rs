@@ -15,7 +15,8 @@
 //! Bounds: a log over [`MAX_LOG_BYTES`] is refused ([`LogTooLarge`]); below it every parser is
 //! linear in the log (one pass over the lines, regexes of the `regex` crate, no per-line copy of
 //! anything but the line itself; failure sections are matched to nodes through an index, not
-//! each against each). Measured on adversarial shapes in `benches/results/fuzz.md`.
+//! each against each, and the exception line a section gives every node it names is cut to
+//! 1 KiB). Measured on adversarial shapes in `benches/results/fuzz.md`.
 
 use super::selector::{canonical_label, CommandRunner};
 use std::collections::BTreeMap;
@@ -175,6 +176,19 @@ fn e_line(line: &str) -> Option<&str> {
     rest.starts_with(' ').then(|| rest.trim())
 }
 
+/// The longest exception line kept from a failure section: one section's line becomes the
+/// reason of every node it is titled after, so an unbounded line would be copied once per node.
+const MAX_SECTION_REASON_BYTES: usize = 1024;
+
+/// `s` cut to [`MAX_SECTION_REASON_BYTES`] at a character boundary.
+fn clip(s: &str) -> &str {
+    let mut end = s.len().min(MAX_SECTION_REASON_BYTES);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// pytest's closing counts (`2 failed, 1 passed, 1 error in 0.1s`), keys normalised.
 fn closing_counts(counts: &regex::Regex, line: &str) -> BTreeMap<String, u64> {
     counts
@@ -213,7 +227,7 @@ fn parse_pytest(output: &str) -> ParsedLog {
     let mut section_exc: BTreeMap<(&'static str, String), String> = BTreeMap::new();
     let mut close = |section: &mut Option<((&'static str, String), Option<&str>)>| {
         if let Some((key, Some(e))) = section.take() {
-            section_exc.insert(key, e.to_string());
+            section_exc.insert(key, clip(e).to_string());
         }
     };
     // Entries of the last summary section, per status word.

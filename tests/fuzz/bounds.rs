@@ -49,6 +49,14 @@ pub fn adversarial(size: usize) -> Vec<(&'static str, String)> {
                 fill(size / 2, "FAILED t.py::test_{i} - E\n", "=== 1 failed in 1s ===\n"),
             ),
         ),
+        (
+            "one long exception for many nodes",
+            format!(
+                "{START}_ c _\nE   {}\n=== short test summary info ===\n{}{END}",
+                "x".repeat(size / 2),
+                fill(size / 2, "FAILED f_{i}.py::c\n", "=== 1 failed in 1s ===\n"),
+            ),
+        ),
         ("unittest heads without status", fill(size, "test_{i} (m.C)\n", END)),
         ("unittest traceback blocks", fill(size, "FAIL: test_{i} (m.C)\nValueError: x\n", END)),
         (
@@ -149,4 +157,19 @@ fn logs_over_the_bound_are_typed_errors() {
     at.truncate(MAX_LOG_BYTES);
     assert!(parse_log(CommandRunner::Pytest, &at).is_ok());
     assert!(official::parse("parse_log_pytest", &at).is_ok());
+}
+
+/// One failure section's exception line becomes the reason of every node it names, cut to
+/// 1 KiB (else a long line times many nodes is their product in memory).
+#[test]
+fn logs_section_reason_is_cut_to_its_bound() {
+    let log = format!(
+        "_ test_c _\nE   ValueError: {}\n=== short test summary info ===\nFAILED t.py::test_c\nFAILED u.py::test_c\n=== 2 failed in 1s ===\n",
+        "\u{e9}".repeat(3000)
+    );
+    let parsed = parse_log(CommandRunner::Pytest, &log).unwrap();
+    for id in ["t.py::test_c", "u.py::test_c"] {
+        let r = &parsed.reasons[id];
+        assert!(r.starts_with("ValueError: \u{e9}") && r.len() <= 1024 && r.len() > 1000, "{id}: {}", r.len());
+    }
 }
