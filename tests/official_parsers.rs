@@ -43,6 +43,8 @@ fn raised(e: &ParseError) -> Value {
     match e {
         ParseError::Raised(r) => json!({ "raised": r.exception }),
         ParseError::UnknownParser(name) => json!({ "raised": format!("KeyError: {name}") }),
+        // The oracle's logs are small; over the bound is ours alone (no Python counterpart).
+        ParseError::TooLarge { bytes } => json!({ "too_large": bytes }),
     }
 }
 

@@ -435,7 +435,7 @@ mod tests {
             exit_observed: rc.is_some(),
             timed_out,
             output: output.to_string(),
-            parsed: parse_log(CommandRunner::Pytest, output),
+            parsed: parse_log(CommandRunner::Pytest, output).expect("a short log"),
             runner: CommandRunner::Pytest,
             command: String::new(),
             duration: Duration::ZERO,

@@ -18,7 +18,7 @@
 use super::diff::{path_problem, Patch};
 use super::error::HarnessError;
 use super::guard::{self, spec::CanaryNode, GuardMode, GuardOutcome, GuardSpec};
-use super::logparse::{parse_log, ParsedLog, TestStatus};
+use super::logparse::{parse_log, ParsedLog, TestStatus, MAX_LOG_BYTES};
 use super::sandbox::{shell_quote, Sandbox, HANDOFF_DIR};
 use super::selector::CommandRunner;
 use rand::Rng;
@@ -465,7 +465,7 @@ pub async fn run_after(
         _ => None,
     };
     let text: &str = match &full {
-        Some(f) if !f.contains("\n[execcritic: log truncated at ") => f,
+        Some(f) if f.len() <= MAX_LOG_BYTES && !f.contains("\n[execcritic: log truncated at ") => f,
         _ => &out.output,
     };
     let mut t0 = None;
@@ -488,7 +488,9 @@ pub async fn run_after(
     }
     let (runner_text, records, canary_json) =
         guard::records::split_output(&body, full.as_deref(), &nonce);
-    let mut parsed = parse_log(command.runner, &runner_text);
+    // A report over the parsers' bound (a sandbox whose output cap was raised past it) is no
+    // report: the run is incomplete (`classify::completion`), never graded from a part of it.
+    let mut parsed = parse_log(command.runner, &runner_text).unwrap_or_default();
     let rc = if out.timed_out { None } else { out.exit_code };
     let outcome = judge(
         &spec,

@@ -11,6 +11,12 @@
 //!
 //! When a node is reported more than once, the worst status wins, so a forged `PASSED` line never
 //! hides a real failure.
+//!
+//! Bounds: a log over [`MAX_LOG_BYTES`] is refused ([`LogTooLarge`]); below it every parser is
+//! linear in the log (one pass over the lines, regexes of the `regex` crate, no per-line copy of
+//! anything but the line itself; failure sections are matched to nodes through an index, not
+//! each against each, and the exception line a section gives every node it names is cut to
+//! 1 KiB). Measured on adversarial shapes in `benches/results/fuzz.md`.
 
 use super::selector::{canonical_label, CommandRunner};
 use std::collections::BTreeMap;
@@ -86,12 +92,39 @@ impl ParsedLog {
     }
 }
 
-pub fn parse_log(runner: CommandRunner, output: &str) -> ParsedLog {
-    match runner {
+/// The largest runner output [`parse_log`] reads: 64 MiB, the sandbox's default cap on the
+/// on-disk log (`SandboxLimits::log_cap`).
+pub const MAX_LOG_BYTES: usize = 64 << 20;
+
+/// A runner output over [`MAX_LOG_BYTES`]: not read, so no report (the caller treats the run as
+/// one whose runner never completed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogTooLarge {
+    /// The output's size.
+    pub bytes: usize,
+}
+
+impl std::fmt::Display for LogTooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "runner output of {} bytes is over the {MAX_LOG_BYTES}-byte bound", self.bytes)
+    }
+}
+
+impl std::error::Error for LogTooLarge {}
+
+/// The runner's report in `output`, which the code under test writes into: bounded by
+/// [`MAX_LOG_BYTES`], linear below it (module doc).
+pub fn parse_log(runner: CommandRunner, output: &str) -> Result<ParsedLog, LogTooLarge> {
+    if output.len() > MAX_LOG_BYTES {
+        return Err(LogTooLarge {
+            bytes: output.len(),
+        });
+    }
+    Ok(match runner {
         CommandRunner::Pytest => parse_pytest(output),
         CommandRunner::Django | CommandRunner::Unittest => parse_unittest(output),
         CommandRunner::Sympy => parse_sympy(output),
-    }
+    })
 }
 
 fn pytest_status(word: &str) -> Option<TestStatus> {
@@ -143,6 +176,19 @@ fn e_line(line: &str) -> Option<&str> {
     rest.starts_with(' ').then(|| rest.trim())
 }
 
+/// The longest exception line kept from a failure section: one section's line becomes the
+/// reason of every node it is titled after, so an unbounded line would be copied once per node.
+const MAX_SECTION_REASON_BYTES: usize = 1024;
+
+/// `s` cut to [`MAX_SECTION_REASON_BYTES`] at a character boundary.
+fn clip(s: &str) -> &str {
+    let mut end = s.len().min(MAX_SECTION_REASON_BYTES);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// pytest's closing counts (`2 failed, 1 passed, 1 error in 0.1s`), keys normalised.
 fn closing_counts(counts: &regex::Regex, line: &str) -> BTreeMap<String, u64> {
     counts
@@ -175,9 +221,15 @@ fn parse_pytest(output: &str) -> ParsedLog {
         Summary,
     }
     let mut at = Where::Body;
-    // The body section being read: (kind, name) where kind is "collect" or "setup".
-    let mut section: Option<(&'static str, String)> = None;
+    // The body section being read: (kind, name) where kind is "collect", "setup" or "call",
+    // and its last exception line (recorded when the section ends).
+    let mut section: Option<((&'static str, String), Option<&str>)> = None;
     let mut section_exc: BTreeMap<(&'static str, String), String> = BTreeMap::new();
+    let mut close = |section: &mut Option<((&'static str, String), Option<&str>)>| {
+        if let Some((key, Some(e))) = section.take() {
+            section_exc.insert(key, clip(e).to_string());
+        }
+    };
     // Entries of the last summary section, per status word.
     let mut entries: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut collect_entries: Vec<String> = Vec::new();
@@ -187,37 +239,39 @@ fn parse_pytest(output: &str) -> ParsedLog {
             if title == "short test summary info" {
                 at = Where::Summary;
                 entries.clear();
-                section = None;
+                close(&mut section);
                 continue;
             }
             if final_line.is_match(title) || title.starts_with("no tests ran") {
                 log.summary_seen = true;
                 log.counts = closing_counts(&counts, title);
                 at = Where::Body;
-                section = None;
+                close(&mut section);
                 continue;
             }
             at = Where::Body;
-            section = None;
+            close(&mut section);
             continue;
         }
         if at == Where::Body {
             if let Some(title) = rule_title(line, '_') {
-                section = if let Some(p) = title.strip_prefix("ERROR collecting ") {
-                    Some(("collect", p.trim().to_string()))
+                close(&mut section);
+                let key = if let Some(p) = title.strip_prefix("ERROR collecting ") {
+                    ("collect", p.trim().to_string())
                 } else if let Some(p) = title
                     .strip_prefix("ERROR at setup of ")
                     .or_else(|| title.strip_prefix("ERROR at teardown of "))
                 {
-                    Some(("setup", p.trim().to_string()))
+                    ("setup", p.trim().to_string())
                 } else {
-                    Some(("call", title.to_string()))
+                    ("call", title.to_string())
                 };
+                section = Some((key, None));
                 continue;
             }
-            if let (Some(key), Some(e)) = (section.as_ref(), e_line(line)) {
+            if let (Some((_, last)), Some(e)) = (section.as_mut(), e_line(line)) {
                 if !e.is_empty() {
-                    section_exc.insert(key.clone(), e.to_string());
+                    *last = Some(e);
                 }
             }
             continue;
@@ -271,41 +325,18 @@ fn parse_pytest(output: &str) -> ParsedLog {
         }
         log.record(id.to_string(), st);
     }
+    close(&mut section);
     // Exception lines of the body sections complete what the summary leaves out.
     for ((kind, name), exc) in &section_exc {
-        match *kind {
-            "collect" => {
-                if let Some(r) = log.collection_errors.get_mut(name) {
-                    if r.is_empty() {
-                        *r = exc.clone();
-                    }
-                }
-            }
-            _ => {
-                let want = if *kind == "setup" {
-                    TestStatus::Error
-                } else {
-                    TestStatus::Failed
-                };
-                let hits: Vec<String> = log
-                    .statuses
-                    .iter()
-                    .filter(|(id, s)| {
-                        // A failure section is titled `name` or `Class.name`.
-                        let last = id.rsplit("::").next().unwrap_or("");
-                        **s == want && (last == name || name.ends_with(&format!(".{last}")))
-                    })
-                    .map(|(id, _)| id.clone())
-                    .collect();
-                for id in hits {
-                    let r = log.reasons.entry(id).or_default();
-                    if r.is_empty() || r.ends_with("...") {
-                        *r = exc.clone();
-                    }
+        if *kind == "collect" {
+            if let Some(r) = log.collection_errors.get_mut(name) {
+                if r.is_empty() {
+                    *r = exc.clone();
                 }
             }
         }
     }
+    section_reasons(&mut log, &section_exc);
     let c = |k: &str| log.counts.get(k).copied().unwrap_or(0);
     let e = |k: &str| entries.get(k).copied().unwrap_or(0);
     // No more entries than the closing counts (a bounded log may lose entries in its middle,
@@ -315,6 +346,61 @@ fn parse_pytest(output: &str) -> ParsedLog {
             .iter()
             .all(|k| e(k) <= c(k));
     log
+}
+
+/// The exception lines of the failure (`call`) and set-up sections onto the failed (errored)
+/// nodes they are titled after: a section titled `name` or `Class.name` matches every node
+/// whose last `::` part is `name`; sections are taken in title order, and each overwrites a
+/// reason that is empty or cut short (`...`). Linear in the log: the sections are indexed by
+/// reversed title and looked up once per distinct (kind, name), so that many sections against
+/// many nodes is not their product.
+fn section_reasons(log: &mut ParsedLog, sections: &BTreeMap<(&'static str, String), String>) {
+    let rev = |s: &str| s.chars().rev().collect::<String>();
+    let by_rev: BTreeMap<(&str, String), (&str, &str)> = sections
+        .iter()
+        .filter(|((kind, _), _)| *kind != "collect")
+        .map(|((kind, name), exc)| ((*kind, rev(name)), (name.as_str(), exc.as_str())))
+        .collect();
+    let mut found: BTreeMap<(&str, String), Option<String>> = BTreeMap::new();
+    let mut reason_of = |kind: &'static str, last: &str| -> Option<String> {
+        found
+            .entry((kind, last.to_string()))
+            .or_insert_with(|| {
+                let exact = rev(last);
+                let dotted = format!("{exact}.");
+                let mut hits: Vec<(&str, &str)> = by_rev.get(&(kind, exact)).copied().into_iter().collect();
+                hits.extend(
+                    by_rev
+                        .range((kind, dotted.clone())..)
+                        .take_while(|((k, n), _)| *k == kind && n.starts_with(&dotted))
+                        .map(|(_, hit)| *hit),
+                );
+                hits.sort_unstable();
+                let mut r = String::new();
+                for (_, exc) in hits {
+                    if r.is_empty() || r.ends_with("...") {
+                        r = exc.to_string();
+                    }
+                }
+                (!r.is_empty()).then_some(r)
+            })
+            .clone()
+    };
+    for (id, status) in &log.statuses {
+        let kind = match status {
+            TestStatus::Failed => "call",
+            TestStatus::Error => "setup",
+            _ => continue,
+        };
+        let last = id.rsplit("::").next().unwrap_or("");
+        let Some(exc) = reason_of(kind, last) else {
+            continue;
+        };
+        let r = log.reasons.entry(id.clone()).or_default();
+        if r.is_empty() || r.ends_with("...") {
+            *r = exc;
+        }
+    }
 }
 
 fn unittest_status(s: &str) -> Option<TestStatus> {
@@ -429,15 +515,16 @@ fn parse_unittest(output: &str) -> ParsedLog {
             }
             continue;
         }
-        if let Some(id) = pending.clone() {
+        if pending.is_some() {
             // Docstring line `First line ... ok`, or a bare status after test output.
             let status = match line.rsplit_once(" ... ") {
                 Some((_, s)) => unittest_status(s),
                 None => unittest_status(line).filter(|_| !line.is_empty()),
             };
             if let Some(s) = status {
-                log.record(id, s);
-                pending = None;
+                if let Some(id) = pending.take() {
+                    log.record(id, s);
+                }
             }
         }
     }

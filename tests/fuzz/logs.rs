@@ -31,7 +31,7 @@ const MARKERS: &[&str] = &[
     "\u{1b}[32mPASSED\u{1b}[0m t.py::c", "\r", "\u{1c}", "\u{e9}", "::", " - ", "[", "]",
 ];
 
-fn every_parser(log: &str) {
+pub fn every_parser(log: &str) {
     for name in PARSER_NAMES {
         let _ = official::parse(name, log);
         let _ = official::official_logs_eval(name, log);

@@ -3,9 +3,14 @@
 //! of them in CI mode (a fixed number of inputs from a fixed seed, seconds each);
 //! `scripts/fuzz-soak.sh TARGET SECONDS` soaks one. The driver is in [`driver`].
 
+mod bounds;
 mod diff;
 mod driver;
 mod inputs;
 mod logs;
+mod oracle;
 mod regressions;
+mod serve_routes;
+mod tokenizer;
+mod toml_config;
 mod toolcall;

@@ -255,3 +255,19 @@ fn diff_sections_with_two_kinds_of_extension_lines_are_refused() {
     // One kind, its lines in either order, still parses.
     round_trips("diff --git a/a b/a\nnew file mode 100644\nindex 0000000..1234567\n--- /dev/null\n+++ b/a\n@@ -0,0 +1 @@\n+x\n");
 }
+
+/// toml_differential (seeds 1000 and 2000): where the `toml` crate (0.8) and Python's `tomllib`
+/// read a config differently, kept as the target's documented exceptions. A positive float
+/// literal past `f64` is refused by the crate and a negative one read as `-inf` (tomllib reads
+/// both as infinities); a leap second is read by the crate (tomllib refuses it). A change of
+/// the crate that moves these fails here first.
+#[test]
+fn toml_float_overflow_and_leap_second() {
+    let float = |text: &str| toml::from_str::<toml::Table>(text).map(|t| t["a"].as_float());
+    assert!(float("a = 1e309").is_err());
+    assert!(float("a = +1e309").is_err());
+    assert_eq!(float("a = -1e309").unwrap(), Some(f64::NEG_INFINITY));
+    assert_eq!(float("a = inf").unwrap(), Some(f64::INFINITY));
+    let t = toml::from_str::<toml::Table>("a = 2000-02-29T23:59:60Z").unwrap();
+    assert!(matches!(&t["a"], toml::Value::Datetime(d) if d.time.is_some_and(|t| t.second == 60)));
+}

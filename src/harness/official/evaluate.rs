@@ -28,6 +28,7 @@ use super::grading::{
     eval_tests_report, read_test_output, read_test_output_with, resolution_status, EvalType,
     InfraFailure,
 };
+use super::parsers::ParseError;
 use super::report::{eval_report, report_from_statuses, GradingSpec};
 use super::status::{OfficialStatus, StatusMap};
 use crate::harness::diff::parse_patch;
@@ -200,6 +201,7 @@ async fn judge(
                     Err(infra) => return Ok(infra_result(task, record, &infra)),
                 }
             }
+            Err(e @ ParseError::TooLarge { .. }) => return Ok(infra_result(task, record, &e.into())),
             Err(e) => {
                 return Ok(GradeResult {
                     official: Some(record),

@@ -9,7 +9,7 @@
 //!   `get_resolution_status` (truncated parametrized ids, XFAIL as a pass, SKIPPED kept by
 //!   PASS_TO_PASS but not FAIL_TO_PASS, fail-only grading).
 
-use super::parsers::{parse, ParseError};
+use super::parsers::{parse, ParseError, MAX_LOG_BYTES};
 use super::pytext::{py_int, PY_SPACE_CLASS};
 use super::status::{OfficialStatus, StatusMap};
 use regex::Regex;
@@ -110,8 +110,10 @@ impl LogsEval {
 }
 
 /// swebench 5.0.2 `get_logs_eval` on the text of a `test_output.txt`. `Err` where swebench's
-/// parser raises (swebench then aborts the instance: no report) or the parser is unknown.
+/// parser raises (swebench then aborts the instance: no report), the parser is unknown, or the
+/// log is over `parsers::MAX_LOG_BYTES` (where swebench has no bound).
 pub fn official_logs_eval(parser: &str, content: &str) -> Result<LogsEval, ParseError> {
+    refuse_over_size(content)?;
     if let Some(code) = BAD_CODES.iter().find(|c| content.contains(**c)) {
         return Ok(LogsEval::refused(NotFound::BadCode(code)));
     }
@@ -160,6 +162,8 @@ pub enum InfraKind {
     /// swebench's own parser raises on this log.
     ParserRaised,
     UnknownParser,
+    /// The log is over the parsers' bound (`parsers::MAX_LOG_BYTES`).
+    LogTooLarge,
 }
 
 /// An infrastructure failure: the run cannot be graded.
@@ -201,14 +205,20 @@ pub struct TestRun<'a> {
     pub status_map: StatusMap,
 }
 
+impl From<ParseError> for InfraFailure {
+    fn from(e: ParseError) -> Self {
+        let kind = match e {
+            ParseError::UnknownParser(_) => InfraKind::UnknownParser,
+            ParseError::Raised(_) => InfraKind::ParserRaised,
+            ParseError::TooLarge { .. } => InfraKind::LogTooLarge,
+        };
+        InfraFailure::new(kind, e.to_string())
+    }
+}
+
 /// Reads a `test_output.txt` fail-closed with the named official parser.
 pub fn read_test_output<'a>(parser: &str, content: &'a str) -> Result<TestRun<'a>, InfraFailure> {
-    read_test_output_with(parser, content, |section| {
-        parse(parser, section).map_err(|e| match e {
-            ParseError::UnknownParser(_) => InfraFailure::new(InfraKind::UnknownParser, e.to_string()),
-            ParseError::Raised(_) => InfraFailure::new(InfraKind::ParserRaised, e.to_string()),
-        })
-    })
+    read_test_output_with(parser, content, |section| Ok(parse(parser, section)?))
 }
 
 /// [`read_test_output`] with the statuses from `statuses` (given the marked section): the same
@@ -219,6 +229,7 @@ pub fn read_test_output_with<'a>(
     content: &'a str,
     statuses: impl FnOnce(&'a str) -> Result<StatusMap, InfraFailure>,
 ) -> Result<TestRun<'a>, InfraFailure> {
+    refuse_over_size(content)?;
     refuse_bad_codes(content)?;
     let (section, end) = locate_section(content)?;
     let exit_code = recorded_exit_code(content, end)?;
@@ -243,6 +254,14 @@ pub fn read_test_output_with<'a>(
         exit_code,
         status_map,
     })
+}
+
+/// A log over the parsers' bound is read by no one ([`ParseError::TooLarge`]).
+fn refuse_over_size(content: &str) -> Result<(), ParseError> {
+    match content.len() {
+        bytes if bytes > MAX_LOG_BYTES => Err(ParseError::TooLarge { bytes }),
+        _ => Ok(()),
+    }
 }
 
 fn refuse_bad_codes(content: &str) -> Result<(), InfraFailure> {

@@ -26,6 +26,6 @@ pub use grading::{
     eval_tests_report, official_logs_eval, read_test_output, resolution_status, EvalType,
     InfraFailure, InfraKind, LogsEval, ResolvedStatus, TestRun, TestsStatus,
 };
-pub use parsers::{parse, parser, parser_for_repo, ParseError, ParserFn, PARSER_NAMES};
+pub use parsers::{parse, parser, parser_for_repo, ParseError, ParserFn, MAX_LOG_BYTES, PARSER_NAMES};
 pub use report::{eval_report, run_summary, InstanceReport, RunSummary};
 pub use status::{OfficialStatus, StatusMap};

@@ -9,6 +9,13 @@
 //! A parser never panics. Where swebench's own parser raises (Django's `FAIL:`/`ERROR:` line with
 //! no test name after it: `IndexError`), ours returns [`ParseError::Raised`]: swebench would
 //! abort that instance's evaluation, so no verdict may be drawn from it.
+//!
+//! Bounds: [`parse`] refuses a log over [`MAX_LOG_BYTES`] ([`ParseError::TooLarge`]; swebench
+//! has no bound, so the fail-closed reading makes it an infrastructure failure,
+//! `official_infra:log_too_large`). Below it every parser is linear in the log: one pass over
+//! the lines with per-line work linear in the line, and whole-log patterns of the `regex` crate
+//! (finite automata, no backtracking). Measured on adversarial shapes in
+//! `benches/results/fuzz.md`.
 
 use super::pytext::{before_first, before_last, py_split, py_strip, PY_SPACE_CLASS};
 use super::status::{OfficialStatus, StatusMap, OFFICIAL_STATUSES};
@@ -32,7 +39,12 @@ pub enum ParseError {
     UnknownParser(String),
     /// swebench's parser raises on this log.
     Raised(ParserRaised),
+    /// The log is over [`MAX_LOG_BYTES`]; it was not read.
+    TooLarge { bytes: usize },
 }
+
+/// The largest log [`parse`] reads: 64 MiB, the sandbox's default cap on an on-disk log.
+pub const MAX_LOG_BYTES: usize = 64 << 20;
 
 impl std::fmt::Display for ParseError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -44,6 +56,9 @@ impl std::fmt::Display for ParseError {
                     "swebench's parser raises {} on line {}",
                     r.exception, r.line
                 )
+            }
+            ParseError::TooLarge { bytes } => {
+                write!(f, "log of {bytes} bytes is over the {MAX_LOG_BYTES}-byte bound")
             }
         }
     }
@@ -177,9 +192,12 @@ pub fn parser_for_repo(repo: &str) -> Option<&'static str> {
         .map(|(_, p)| *p)
 }
 
-/// Runs the named parser over a log.
+/// Runs the named parser over a log of at most [`MAX_LOG_BYTES`].
 pub fn parse(name: &str, log: &str) -> Result<StatusMap, ParseError> {
     let run = parser(name).ok_or_else(|| ParseError::UnknownParser(name.to_string()))?;
+    if log.len() > MAX_LOG_BYTES {
+        return Err(ParseError::TooLarge { bytes: log.len() });
+    }
     run(log).map_err(ParseError::Raised)
 }
 
