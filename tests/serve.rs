@@ -9,8 +9,6 @@
 use execcritic::engine::{DecoderModel, Engine, EngineConfig, EngineError, StepInput, StepOutput};
 use execcritic::model::chat::ChatTemplate;
 use execcritic::model::tokenizer::Tokenizer;
-use execcritic::serve::limits::TokenLimits;
-use execcritic::serve::{AppState, ServeConfig};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -23,6 +21,9 @@ fn root() -> PathBuf {
 
 #[path = "common/tiny_model.rs"]
 mod tiny_model;
+#[path = "common/in_process_server.rs"]
+mod in_process_server;
+use in_process_server::InProcessServer;
 use tiny_model::tiny_model_dir as model_dir;
 
 /// `execcritic serve` on the tiny model, on a free loopback port.
@@ -113,14 +114,10 @@ impl DecoderModel for ScriptedModel {
 const SCRIPT: &str = "The user wants the files listed.\n</think>\n\nLet me look.\n\n<tool_call>\n<function=bash>\n<parameter=command>\nls -la\n</parameter>\n</function>\n</tool_call>";
 
 /// An in-process server over the scripted model, served as `tiny`.
-struct ScriptedServer {
-    base: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
+struct ScriptedServer;
 
 impl ScriptedServer {
-    fn start() -> Self {
+    fn start() -> InProcessServer {
         let tok_dir = root().join("models/tokenizer");
         let tokenizer = Tokenizer::from_dir(&tok_dir).unwrap();
         let template = ChatTemplate::from_dir(&tok_dir).unwrap();
@@ -131,43 +128,7 @@ impl ScriptedServer {
             end: tokenizer.token_id("<|im_end|>").unwrap(),
             vocab: tokenizer.vocab_size(),
         };
-        let engine = Engine::start(model, tokenizer, Some(template), EngineConfig::default()).unwrap();
-        let config = ServeConfig {
-            served_model_name: "tiny".into(),
-            api_key: None,
-            max_sequences: 64,
-            limits: TokenLimits { max_model_len: 4096, max_tokens: 1024 },
-            max_body_bytes: 1 << 20,
-            connections: Default::default(),
-        };
-        let state = AppState::new(engine, config);
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Runtime::new().unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                addr_tx.send(listener.local_addr().unwrap()).unwrap();
-                execcritic::serve::serve(listener, state, async {
-                    let _ = stopped.await;
-                })
-                .await
-                .unwrap();
-            });
-        });
-        let addr = addr_rx.recv().unwrap();
-        ScriptedServer { base: format!("http://{addr}"), stop: Some(stop), thread: Some(thread) }
-    }
-}
-
-impl Drop for ScriptedServer {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        InProcessServer::start(Engine::start(model, tokenizer, Some(template), EngineConfig::default()).unwrap())
     }
 }
 

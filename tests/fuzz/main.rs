@@ -6,6 +6,8 @@
 mod bounds;
 mod diff;
 mod driver;
+#[path = "../common/in_process_server.rs"]
+mod in_process_server;
 mod inputs;
 mod logs;
 mod oracle;

@@ -15,8 +15,7 @@ use crate::driver::fuzz;
 use execcritic::engine::{DecoderModel, Engine, EngineConfig, EngineError, StepInput, StepOutput};
 use execcritic::model::chat::ChatTemplate;
 use execcritic::model::tokenizer::Tokenizer;
-use execcritic::serve::limits::TokenLimits;
-use execcritic::serve::{AppState, ServeConfig};
+use crate::in_process_server::InProcessServer;
 use proptest::prelude::*;
 use serde_json::{json, Value as J};
 use std::path::Path;
@@ -52,6 +51,7 @@ impl DecoderModel for EndModel {
 
 struct Server {
     base: String,
+    _server: InProcessServer,
     rt: tokio::runtime::Runtime,
     client: reqwest::Client,
 }
@@ -64,29 +64,10 @@ fn server() -> &'static Server {
         let tokenizer = Tokenizer::from_dir(&dir).unwrap();
         let template = ChatTemplate::from_dir(&dir).unwrap();
         let model = EndModel { end: tokenizer.token_id("<|im_end|>").unwrap(), vocab: tokenizer.vocab_size() };
-        let engine = Engine::start(model, tokenizer, Some(template), EngineConfig::default()).unwrap();
-        let config = ServeConfig {
-            served_model_name: "tiny".into(),
-            api_key: None,
-            max_sequences: 64,
-            limits: TokenLimits { max_model_len: 4096, max_tokens: 1024 },
-            max_body_bytes: 1 << 20,
-            connections: Default::default(),
-        };
-        let state = AppState::new(engine, config);
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Runtime::new().unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                addr_tx.send(listener.local_addr().unwrap()).unwrap();
-                execcritic::serve::serve(listener, state, std::future::pending()).await.unwrap();
-            });
-        });
-        let addr = addr_rx.recv().unwrap();
+        let server = InProcessServer::start(Engine::start(model, tokenizer, Some(template), EngineConfig::default()).unwrap());
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
-        Server { base: format!("http://{addr}"), rt, client }
+        Server { base: server.base.clone(), _server: server, rt, client }
     })
 }
 
