@@ -7,7 +7,10 @@
 //! JSON object; scripts/bench_cpu_vs_transformers.py runs it next to transformers on the same
 //! weights and turns these into fractions of their limits.
 //!
-//! `cargo bench --bench model_cpu -- DIR [--prefill 512] [--decode-steps 32] [--prompt 64]`
+//! `cargo bench --bench model_cpu -- DIR [--prefill 512] [--decode-steps 32] [--prompt 64]
+//! [--stream-bytes N]`: with `--stream-bytes` the streaming read bandwidth is measured a second
+//! time on a buffer of N bytes (the weights one decode step reads), read over and over as decode
+//! reads its weights, so the part that stays in the last-level cache counts as it does in decode.
 //! Threads: `RAYON_NUM_THREADS` (the script sets the same count for torch). ISA path:
 //! `EXECCRITIC_CPU_PATH` (see `execcritic::tensor::cpu_path`). With `EXECCRITIC_PROFILE=1` it also
 //! prints per-op times of each phase to stderr.
@@ -67,13 +70,13 @@ fn best_of<F: FnMut() -> f64>(runs: usize, mut f: F) -> f64 {
 }
 
 /// Streaming read bandwidth (GB/s) of the rayon pool: every thread sums its contiguous share of
-/// a 1 GiB buffer (far beyond the caches) as u64 words; best of 5 passes.
-fn stream_read_gb_s() -> f64 {
+/// a buffer of `bytes` as u64 words; best of 6 passes (the first also warms the caches).
+fn stream_read_gb_s(bytes: usize) -> f64 {
     use rayon::prelude::*;
-    let words = (1usize << 30) / 8;
+    let words = (bytes / 8).max(1 << 16);
     let buf: Vec<u64> = (0..words as u64).into_par_iter().map(|i| i.wrapping_mul(0x9E37_79B9)).collect();
     let share = words.div_ceil(rayon::current_num_threads()).max(1 << 16);
-    let secs = best_of(5, || {
+    let secs = best_of(6, || {
         let t = Instant::now();
         let sum: u64 = buf
             .par_chunks(share)
@@ -193,13 +196,20 @@ fn main() {
         t.elapsed().as_secs_f64()
     });
 
-    let stream_gb_s = stream_read_gb_s();
+    // DRAM: 1 GiB, far beyond the caches; the decode step's working set when asked for.
+    let stream_gb_s = stream_read_gb_s(1 << 30);
+    let stream_bytes = arg(&args, "--stream-bytes", 0);
+    let stream_step_gb_s = (stream_bytes > 0).then(|| stream_read_gb_s(stream_bytes));
     let path = cpu_path::active();
 
     let json = serde_json::json!({
         "cpu_path": path.name(),
         "cpu_path_flops_per_cycle": path.flops_per_cycle(),
+        "cpu_path_f32_flops_per_cycle": path.f32_flops_per_cycle(),
+        "bf16_activations": format!("{:?}", cpu_path::bf16_activations()),
         "stream_read_gb_s": stream_gb_s,
+        "stream_step_bytes": stream_bytes,
+        "stream_read_step_gb_s": stream_step_gb_s,
         "weights": format!("{:?}", model.matrix_dtype()),
         "threads": rayon::current_num_threads(),
         "prefill_tokens": prefill,

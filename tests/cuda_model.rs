@@ -17,6 +17,13 @@ use std::path::PathBuf;
 
 /// Fixture folder: `$EXECCRITIC_MODELS/<name>` (the GPU host runs a prebuilt binary from another
 /// path), else the crate's `models/<name>`.
+/// The CPU engine on fixture `name` as the reference of the f32 mode: activations of bf16
+/// products kept in f32 (the default on AMX CPUs rounds them to bf16, `tensor::cpu_path`).
+fn cpu_reference(name: &str) -> Model {
+    execcritic::tensor::cpu_path::set_bf16_activations(execcritic::tensor::cpu_path::Bf16Activations::F32);
+    Model::load(&fixture(name)).unwrap()
+}
+
 fn fixture(name: &str) -> PathBuf {
     std::env::var_os("EXECCRITIC_MODELS")
         .map(PathBuf::from)
@@ -161,7 +168,7 @@ const FIXTURES: [&str; 3] = ["tiny-qwen35", "tiny-qwen35-b", "tiny-qwen35-bf16"]
 /// Both fixture sequences in one packed batch (different lengths) vs the CPU engine; with
 /// `force`, the reference routing is replayed. f32: max-abs check; bf16: RMS + top-1.
 fn prefill_batch_vs_cpu<A: Act>(g: &Gpu, name: &str, force: bool) {
-    let cpu = Model::load(&fixture(name)).unwrap();
+    let cpu = cpu_reference(name);
     let m = CudaModel::<A>::load(g, &fixture(name)).unwrap();
     let v = m.cfg.vocab_size;
     let (a, b) = (fixture_ids(name, "ids.a"), fixture_ids(name, "ids.b"));
@@ -329,7 +336,7 @@ fn decode_through_caches_equals_prefill() {
 fn f32_mode_greedy_32_tokens_equal_cpu_engine() {
     let g = gpu();
     for name in ["tiny-qwen35", "tiny-qwen35-bf16"] {
-        let cpu = Model::load(&fixture(name)).unwrap();
+        let cpu = cpu_reference(name);
         let m = CudaModel::<f32>::load(&g, &fixture(name)).unwrap();
         let prompt = &fixture_ids(name, "ids.b");
         let mut cs = cpu.new_state();

@@ -1,12 +1,14 @@
 //! The CPU instruction-set path of the engine, chosen once per process, and the table of kernels
 //! that belongs to each path.
 //!
-//! Paths, best first: [`CpuPath::Avx512Bf16`] (`vdpbf16ps` for bf16 weights, see
-//! [`super::gemm_bf16`]), [`CpuPath::Avx512F`] (packed AVX-512 f32 GEMM, bf16 weights widened to
-//! f32), [`CpuPath::Avx2`] (AVX2+FMA kernels and the `gemm` crate, bf16 widened) and
-//! [`CpuPath::Scalar`]. [`active`] is the best path the CPU supports unless the environment
-//! variable `EXECCRITIC_CPU_PATH` (`avx512bf16`, `avx512f`, `avx2`, `scalar`) asks for a lower
-//! one; a request the CPU cannot run, or an unknown name, is reported on stderr and ignored. Every
+//! Paths, best first: [`CpuPath::Amx`] (AMX `tdpbf16ps` tiles for many-row products with bf16
+//! weights, see [`super::gemm_amx`]; everything else as avx512bf16), [`CpuPath::Avx512Bf16`]
+//! (`vdpbf16ps` for bf16 weights, see [`super::gemm_bf16`]), [`CpuPath::Avx512F`] (packed
+//! AVX-512 f32 GEMM, bf16 weights widened to f32), [`CpuPath::Avx2`] (AVX2+FMA kernels and the
+//! `gemm` crate, bf16 widened) and [`CpuPath::Scalar`]. [`active`] is the best path the CPU
+//! supports unless the environment variable `EXECCRITIC_CPU_PATH` (`amx`, `avx512bf16`,
+//! `avx512f`, `avx2`, `scalar`) asks for a lower one; a request the CPU cannot run, or an unknown
+//! name, is reported on stderr and ignored. Every
 //! feature test of the CPU kernels ([`super::cpu::has_avx2`], [`super::cpu_avx512::available`])
 //! goes through [`active`], so forcing a path moves the whole engine onto it.
 //!
@@ -17,10 +19,12 @@
 //! products with bf16 weights round the activations to bf16 (PyTorch's native bf16 contract,
 //! twice the multiply-add rate); [`Bf16Activations::F32`] keeps them exact (the widening kernel,
 //! the contract of every other path, under which bf16 weights match transformers' f32 compute to
-//! 1e-4). The default is `F32`: on the one avx512bf16 CPU measured so far (a 2-vCPU Xeon),
-//! `vdpbf16ps` ran at the f32 FMA rate, so rounding bought no speed and would have moved the
-//! logits by ~1e-2 (benches/results/cpu-engine.md). `EXECCRITIC_BF16_ACTIVATIONS=bf16` or
-//! [`set_bf16_activations`] selects `Bf16` for the whole process.
+//! 1e-4). The default is `Bf16` on the AMX path, where the tiles multiply bf16 several times
+//! faster than anything in f32, and `F32` on every other path: on the one avx512bf16 CPU measured
+//! so far (a 2-vCPU Xeon), `vdpbf16ps` ran at the f32 FMA rate, so rounding bought no speed and
+//! would have moved the logits by ~1e-2 (benches/results/cpu-engine.md).
+//! `EXECCRITIC_BF16_ACTIVATIONS=bf16|f32` or [`set_bf16_activations`] chooses for the whole
+//! process.
 
 use half::bf16;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -33,6 +37,7 @@ pub enum CpuPath {
     Avx2,
     Avx512F,
     Avx512Bf16,
+    Amx,
 }
 
 /// Environment variable that forces a (supported) lower path.
@@ -40,7 +45,8 @@ pub const ENV: &str = "EXECCRITIC_CPU_PATH";
 
 impl CpuPath {
     /// Every path, best first.
-    pub const ALL: [CpuPath; 4] = [CpuPath::Avx512Bf16, CpuPath::Avx512F, CpuPath::Avx2, CpuPath::Scalar];
+    pub const ALL: [CpuPath; 5] =
+        [CpuPath::Amx, CpuPath::Avx512Bf16, CpuPath::Avx512F, CpuPath::Avx2, CpuPath::Scalar];
 
     /// The name used by [`ENV`] and in benchmark reports.
     pub fn name(self) -> &'static str {
@@ -49,6 +55,7 @@ impl CpuPath {
             CpuPath::Avx2 => "avx2",
             CpuPath::Avx512F => "avx512f",
             CpuPath::Avx512Bf16 => "avx512bf16",
+            CpuPath::Amx => "amx",
         }
     }
 
@@ -69,6 +76,7 @@ impl CpuPath {
                 CpuPath::Avx2 => avx2,
                 CpuPath::Avx512F => f,
                 CpuPath::Avx512Bf16 => f && std::is_x86_feature_detected!("avx512bf16"),
+                CpuPath::Amx => super::gemm_amx::available(),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -82,15 +90,29 @@ impl CpuPath {
         CpuPath::ALL.into_iter().find(|p| p.supported()).unwrap_or(CpuPath::Scalar)
     }
 
+    /// Nominal f32 floating-point operations per cycle and core (the f32 GEMM's limit: every path
+    /// above AVX-512F multiplies f32 with AVX-512F).
+    pub fn f32_flops_per_cycle(self) -> f64 {
+        self.min(CpuPath::Avx512F).flops_per_cycle()
+    }
+
+    /// Whether the path's many-row bf16 kernel rounds the activations to bf16 under
+    /// [`Bf16Activations::Bf16`] (the paths with bf16 dot products).
+    pub fn rounds_activations(self) -> bool {
+        self >= CpuPath::Avx512Bf16
+    }
+
     /// Nominal floating-point operations per cycle and core of the path's large-GEMM inner loop:
     /// f32 lanes × 2 (multiply and add) × 2 (two vector FMA units), and twice that for bf16 dot
-    /// products (`vdpbf16ps` does two multiply-adds per f32 lane). Scalar counts 2 FMA units.
+    /// products (`vdpbf16ps` does two multiply-adds per f32 lane). Scalar counts 2 FMA units. AMX:
+    /// one `tdpbf16ps` (16 × 16 × 32 multiply-adds) every 16 cycles.
     pub fn flops_per_cycle(self) -> f64 {
         match self {
             CpuPath::Scalar => 4.0,
             CpuPath::Avx2 => 32.0,
             CpuPath::Avx512F => 64.0,
             CpuPath::Avx512Bf16 => 128.0,
+            CpuPath::Amx => 1024.0,
         }
     }
 }
@@ -145,10 +167,22 @@ pub fn bf16_activations() -> Bf16Activations {
         2 => Bf16Activations::F32,
         _ => {
             let v = std::env::var(ENV_ACTIVATIONS).unwrap_or_default();
-            let a = if v.trim().eq_ignore_ascii_case("bf16") { Bf16Activations::Bf16 } else { Bf16Activations::F32 };
+            let a = default_activations(&v, active());
             set_bf16_activations(a);
             a
         }
+    }
+}
+
+/// The activation format for a value of [`ENV_ACTIVATIONS`] (`bf16`, `f32`, or anything else:
+/// the default) on `path`: by default `Bf16` where rounding buys speed ([`CpuPath::Amx`]),
+/// `F32` elsewhere.
+pub fn default_activations(env: &str, path: CpuPath) -> Bf16Activations {
+    match env.trim().to_ascii_lowercase().as_str() {
+        "bf16" => Bf16Activations::Bf16,
+        "f32" => Bf16Activations::F32,
+        _ if path == CpuPath::Amx => Bf16Activations::Bf16,
+        _ => Bf16Activations::F32,
     }
 }
 
@@ -188,7 +222,12 @@ macro_rules! widened {
     };
 }
 
-static TABLES: [CpuKernels; 4] = [
+static TABLES: [CpuKernels; 5] = [
+    CpuKernels {
+        path: CpuPath::Amx,
+        matmul_bf16: super::gemm_amx::matmul_t,
+        matmul_bf16_exact: widened!(CpuPath::Avx512F),
+    },
     CpuKernels {
         path: CpuPath::Avx512Bf16,
         matmul_bf16: super::gemm_bf16::matmul_t,
@@ -218,7 +257,7 @@ pub fn kernels_for(path: CpuPath) -> Option<&'static CpuKernels> {
 /// The kernel table of the [`active`] path.
 pub fn kernels() -> &'static CpuKernels {
     static K: OnceLock<&'static CpuKernels> = OnceLock::new();
-    K.get_or_init(|| kernels_for(active()).unwrap_or(&TABLES[3]))
+    K.get_or_init(|| kernels_for(active()).unwrap_or(&TABLES[4]))
 }
 
 #[cfg(test)]
@@ -241,5 +280,11 @@ mod tests {
             assert_eq!(kernels_for(p).map(|k| k.path), p.supported().then_some(p));
         }
         assert!(active() <= CpuPath::best());
+        assert_eq!(default_activations("", CpuPath::Amx), Bf16Activations::Bf16);
+        assert_eq!(default_activations(" F32 ", CpuPath::Amx), Bf16Activations::F32);
+        assert_eq!(default_activations("", CpuPath::Avx512Bf16), Bf16Activations::F32);
+        assert_eq!(default_activations("bf16", CpuPath::Avx2), Bf16Activations::Bf16);
+        assert_eq!(CpuPath::Amx.f32_flops_per_cycle(), 64.0);
+        assert!(CpuPath::Amx.rounds_activations() && !CpuPath::Avx512F.rounds_activations());
     }
 }

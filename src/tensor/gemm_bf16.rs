@@ -57,14 +57,14 @@ pub fn available() -> bool {
 
 /// Raw pointer shared by tasks that write disjoint parts of one buffer.
 #[derive(Clone, Copy)]
-struct SharedPtr<T>(*mut T);
+pub(super) struct SharedPtr<T>(pub(super) *mut T);
 // SAFETY: every task writes only its own part (row panels of the packed `x`, column panels of `out`).
 unsafe impl<T> Send for SharedPtr<T> {}
 unsafe impl<T> Sync for SharedPtr<T> {}
 
 impl<T> SharedPtr<T> {
     /// The pointer (a method, so closures capture the `Send` wrapper, not the raw field).
-    fn get(self) -> *mut T {
+    pub(super) fn get(self) -> *mut T {
         self.0
     }
 }
@@ -139,19 +139,31 @@ unsafe fn pack_x(x: &[f32], m: usize, k: usize, ip: usize, dst: *mut u32) {
             }
             continue;
         }
-        let src = x.as_ptr().add(r * k);
-        // 32 values → 16 pair words per step; the tail loads only the values that exist.
-        let mut p = 0;
-        while p < k {
-            let lo = load_masked(src, p, k);
-            let hi = load_masked(src, p + 16, k);
-            let v: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
-            _mm512_storeu_si512(row.as_mut_ptr().add(p / 2) as *mut _, v);
-            p += 32;
-        }
+        round_row(&x[r * k..(r + 1) * k], &mut row);
         for (q, wd) in row[..kh].iter().enumerate() {
             *dst.add(q * MR + i) = *wd;
         }
+    }
+}
+
+/// Round the values of `src` to bf16 (the rounding contract of the module doc) as pair words,
+/// `row[q] = bf16(src[2q]) | bf16(src[2q + 1]) << 16`, zero past the end of `src`.
+///
+/// # Safety
+/// avx512bf16 present; `row.len()` ≥ `src.len().div_ceil(32) · 16`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+pub(super) unsafe fn round_row(src: &[f32], row: &mut [u32]) {
+    let k = src.len();
+    assert!(row.len() >= k.div_ceil(32) * 16, "round_row: row too short");
+    // 32 values → 16 pair words per step; the tail loads only the values that exist.
+    let mut p = 0;
+    while p < k {
+        let lo = load_masked(src.as_ptr(), p, k);
+        let hi = load_masked(src.as_ptr(), p + 16, k);
+        let v: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+        _mm512_storeu_si512(row.as_mut_ptr().add(p / 2) as *mut _, v);
+        p += 32;
     }
 }
 

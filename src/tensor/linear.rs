@@ -7,14 +7,15 @@
 //!   products run as one rayon region ([`linear_batch`]), so e.g. the active experts of a MoE
 //!   layer or the projections of a mixer share both cores without one fork-join per product.
 //! * Many rows (prefill, training): f32 weights go to the packed GEMM ([`cpu::matmul_t`]); bf16
-//!   weights go to the active ISA path's kernel ([`cpu_path::kernels`]): on
-//!   [`CpuPath::Avx512Bf16`] the `vdpbf16ps` GEMM ([`super::gemm_bf16`], activations rounded
-//!   to bf16, f32 accumulation), on the other paths they are widened block by block into a
+//!   weights go to the active ISA path's kernel ([`cpu_path::kernels`]): with bf16 activations
+//!   ([`cpu_path::Bf16Activations`]), on [`CpuPath::Amx`] the tile GEMM ([`super::gemm_amx`])
+//!   and on [`CpuPath::Avx512Bf16`] the `vdpbf16ps` GEMM ([`super::gemm_bf16`]), both rounding
+//!   the activations to bf16 with f32 accumulation; otherwise, and on the other paths, they are widened block by block into a
 //!   reused f32 scratch and run through that path's f32 GEMM ([`matmul_bf16_widened`]).
 //!
 //! Every product accumulates in f32. A bf16 value widens to f32 exactly, so the widening paths
-//! differ from f32 weights only by summation order; the avx512bf16 many-row path additionally
-//! rounds the activations to bf16 (the rounding contract of [`super::gemm_bf16`], PyTorch's).
+//! differ from f32 weights only by summation order; the AMX and avx512bf16 many-row kernels
+//! additionally round the activations to bf16 (the rounding contract of [`super::gemm_bf16`], PyTorch's).
 
 use super::cpu::{self, SMALL_M};
 use super::cpu_bf16;
@@ -233,7 +234,7 @@ mod tests {
             let want = naive(&x, m, k, &wf, n);
             // The avx512bf16 many-row kernel rounds the activations to bf16 (its contract).
             let native = cpu_path::bf16_activations() == cpu_path::Bf16Activations::Bf16;
-            let want_bf16 = if m > SMALL_M && native && cpu_path::active() == CpuPath::Avx512Bf16 {
+            let want_bf16 = if m > SMALL_M && native && cpu_path::active().rounds_activations() {
                 naive(&round_bf16(&x), m, k, &wf, n)
             } else {
                 want.clone()
@@ -266,7 +267,7 @@ mod tests {
             };
             for &(m, k, n) in shapes {
                 let (x, wb, _) = inputs(m, k, n);
-                let xr = if path == CpuPath::Avx512Bf16 { round_bf16(&x) } else { x.clone() };
+                let xr = if path.rounds_activations() { round_bf16(&x) } else { x.clone() };
                 for (threads, exact) in [(1, false), (2, false), (2, true)] {
                     let mut out = vec![f32::NAN; m * n];
                     let xr = if exact { &x } else { &xr };

@@ -17,6 +17,7 @@ pub mod device;
 pub mod dtype;
 pub mod emu;
 pub mod expert_parallel;
+pub mod gemm_amx;
 pub mod gemm_bf16;
 pub mod kernel_audit;
 pub mod kernel_store;
