@@ -214,13 +214,15 @@ def main():
             best = max(hf[n][key] for n in names)
             t.append(f"| {label} | {ours[key]:.1f} | " + " | ".join(f"{hf[n][key]:.1f}" for n in names)
                      + f" | {ours[key] / best:.2f}x |")
-        peak = args.threads * mhz / 1000 * ours["cpu_path_flops_per_cycle"] if mhz else None
+        # f32 weights multiply in f32 whatever the path: their limit is the path's f32 peak.
+        fpc = ours["cpu_path_flops_per_cycle"] if dtype == "bf16" else ours.get("cpu_path_f32_flops_per_cycle", ours["cpu_path_flops_per_cycle"])
+        peak = args.threads * mhz / 1000 * fpc if mhz else None
         step_gb_s = ours.get("stream_read_step_gb_s") or ours["stream_read_gb_s"]
         _, macs = weight_bytes(model, 1, elem)
         gflops = 2 * macs * ours["prefill_tok_s"] / 1e9
         t += ["", f"Limits ({dtype}): ISA path `{ours['cpu_path']}`, nominal peak "
               + (f"{peak:.0f} GFLOP/s ({args.threads} threads x {mhz / 1000:.2f} GHz x "
-                 f"{ours['cpu_path_flops_per_cycle']:.0f} flop/cycle)" if peak else "unknown")
+                 f"{fpc:.0f} flop/cycle)" if peak else "unknown")
               + f"; bf16 activations {ours.get('bf16_activations', '?')}; streaming read bandwidth "
               f"{ours['stream_read_gb_s']:.1f} GB/s from DRAM (1 GiB), {step_gb_s:.1f} GB/s over a buffer of the "
               f"batch-1 step's {step1_bytes / 1e6:.0f} MB read again and again ({args.threads} threads)."]

@@ -1,6 +1,7 @@
 //! CPU kernels for bf16 weight matrices (the storage format of bf16 checkpoints): exact widening
 //! to f32 and the few-row (decode) product `out[r, j] = x[r]·w[j]` reading the bf16 weights
-//! directly, so a decode step streams half the bytes of an f32 copy. Every product accumulates
+//! directly, so a decode step streams half the bytes of an f32 copy (AVX-512:
+//! [`super::rows_bf16_avx512`]; AVX2: [`super::rows_avx2`]). Every product accumulates
 //! in f32; a bf16 value widens to f32 exactly (`bits << 16`), so results differ from the f32
 //! kernels on widened weights only by summation order.
 //! [`linear`](super::linear) chooses between these and the f32 kernels.
@@ -33,6 +34,10 @@ pub unsafe fn rows_block(x: &[f32], m: usize, k: usize, w: &[bf16], nw: usize, o
     assert!(x.len() >= m * k && w.len() >= nw * k, "rows_block(bf16): operand sizes");
     #[cfg(target_arch = "x86_64")]
     {
+        if k % 2 == 0 && k > 0 && super::cpu_avx512::available() {
+            // SAFETY: AVX-512F present (the active path); k even and non-zero; sizes checked above.
+            return super::rows_bf16_avx512::rows_block(x, m, k, &w[..nw * k], out, ldo);
+        }
         if super::cpu::has_avx2() {
             // SAFETY: AVX2+FMA present; operand sizes checked above; `out` as promised.
             return fma::rows_block(x, m, k, &w[..nw * k], out, ldo);

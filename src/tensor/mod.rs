@@ -27,6 +27,7 @@ pub mod linear;
 pub mod nvrtc;
 pub mod profile;
 pub mod rows_avx2;
+pub mod rows_bf16_avx512;
 pub mod storage;
 pub mod thread_exchange;
 
