@@ -27,7 +27,7 @@
 //! any `m, n, k` works.
 
 #[cfg(target_arch = "x86_64")]
-use super::gemm_bf16::{round_row, SharedPtr};
+use super::gemm_bf16::{column_panels, round_row, SharedPtr};
 use half::bf16;
 #[cfg(target_arch = "x86_64")]
 use rayon::prelude::*;
@@ -74,15 +74,7 @@ fn detect() -> bool {
 /// Panics if the slice lengths do not match the dimensions or [`available`] is false (callers
 /// check it).
 pub fn matmul_t(x: &[f32], m: usize, k: usize, w: &[bf16], n: usize, out: &mut [f32], threads: usize) {
-    assert_eq!(x.len(), m * k, "matmul_t_amx: x");
-    assert_eq!(w.len(), n * k, "matmul_t_amx: w");
-    assert_eq!(out.len(), m * n, "matmul_t_amx: out");
-    assert!(available(), "matmul_t_amx: AMX bf16 tiles unavailable");
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        out.fill(0.0);
+    if !super::gemm_bf16::prologue("matmul_t_amx", (x, m, k, w, n, out), available()) {
         return;
     }
     #[cfg(target_arch = "x86_64")]
@@ -102,22 +94,13 @@ pub fn matmul_t(x: &[f32], m: usize, k: usize, w: &[bf16], n: usize, out: &mut [
         } else {
             (0..real_groups).for_each(pack);
         }
-        let per_thread = n.div_ceil(threads.max(1)).div_ceil(2 * T) * 2 * T;
-        let nc = per_thread.clamp(2 * T, NC);
-        let panels = n.div_ceil(nc);
         let dst = SharedPtr(out.as_mut_ptr());
         let apack = &apack;
-        let run = |p: usize| {
-            let (j0, j1) = (p * nc, ((p + 1) * nc).min(n));
+        column_panels(n, threads, 2 * T, NC, |j0, j1| {
             // SAFETY: available() checked above; the task writes only columns j0..j1 of `out`
             // (m·n elements, checked above).
             unsafe { panel(apack, m, k, kt, &w[j0 * k..j1 * k], j1 - j0, dst, n, j0) }
-        };
-        if threads > 1 && panels > 1 {
-            (0..panels).into_par_iter().for_each(run);
-        } else {
-            (0..panels).for_each(run);
-        }
+        });
     }
 }
 
@@ -279,30 +262,8 @@ unsafe fn panel(apack: &[u32], m: usize, k: usize, kt: usize, w: &[bf16], nw: us
 
 #[cfg(test)]
 mod tests {
+    use super::super::gemm_bf16::tests::{check_contract, fill};
     use super::*;
-
-    /// The f64 product of `x` rounded to bf16 (the contract) and the weights.
-    fn reference(x: &[f32], m: usize, k: usize, w: &[bf16], n: usize) -> Vec<f64> {
-        let mut out = vec![0.0f64; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                out[i * n + j] = (0..k)
-                    .map(|p| bf16::from_f32(x[i * k + p]).to_f64() * w[j * k + p].to_f64())
-                    .sum();
-            }
-        }
-        out
-    }
-
-    fn fill(len: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (0..len)
-            .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-            })
-            .collect()
-    }
 
     /// Odd shapes (no dimension a multiple of a tile, odd `k`, whole and edge blocks, several
     /// column panels) against the f64 reference of the rounding contract, 1 and 2 threads; a NaN
@@ -314,19 +275,7 @@ mod tests {
             return;
         }
         let shapes = [(1, 1, 1), (13, 7, 5), (17, 33, 33), (32, 64, 32), (31, 1031, 97), (200, 96, 70), (37, 64, 600)];
-        for (m, k, n) in shapes {
-            let x = fill(m * k, (m * 31 + k) as u64);
-            let w: Vec<bf16> = fill(n * k, (n * 17 + k) as u64).into_iter().map(bf16::from_f32).collect();
-            let want = reference(&x, m, k, &w, n);
-            for threads in [1, 2] {
-                let mut out = vec![f32::NAN; m * n];
-                matmul_t(&x, m, k, &w, n, &mut out, threads);
-                for (idx, (g, r)) in out.iter().zip(&want).enumerate() {
-                    let tol = 1e-5 * (k as f64).sqrt() * (1.0 + r.abs());
-                    assert!((*g as f64 - r).abs() <= tol, "{m}x{k}x{n} t{threads} [{idx}]: {g} vs {r}");
-                }
-            }
-        }
+        check_contract(matmul_t, &shapes);
         let (m, k, n) = (20, 40, 20);
         let x = fill(m * k, 3);
         let mut w: Vec<bf16> = fill(n * k, 4).into_iter().map(bf16::from_f32).collect();

@@ -75,15 +75,7 @@ impl<T> SharedPtr<T> {
 /// Panics if the slice lengths do not match the dimensions or the CPU lacks `avx512bf16`
 /// (callers check [`available`]).
 pub fn matmul_t(x: &[f32], m: usize, k: usize, w: &[bf16], n: usize, out: &mut [f32], threads: usize) {
-    assert_eq!(x.len(), m * k, "matmul_t_bf16: x");
-    assert_eq!(w.len(), n * k, "matmul_t_bf16: w");
-    assert_eq!(out.len(), m * n, "matmul_t_bf16: out");
-    assert!(available(), "matmul_t_bf16: CPU lacks avx512bf16");
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        out.fill(0.0);
+    if !prologue("matmul_t_bf16", (x, m, k, w, n, out), available()) {
         return;
     }
     #[cfg(target_arch = "x86_64")]
@@ -101,22 +93,42 @@ pub fn matmul_t(x: &[f32], m: usize, k: usize, w: &[bf16], n: usize, out: &mut [
         } else {
             (0..panels_m).for_each(pack);
         }
-        let per_thread = n.div_ceil(threads.max(1)).div_ceil(NR) * NR;
-        let nc = per_thread.clamp(NR, NC);
-        let panels = n.div_ceil(nc);
         let dst = SharedPtr(out.as_mut_ptr());
         let apack = &apack;
-        let run = |p: usize| {
-            let (j0, j1) = (p * nc, ((p + 1) * nc).min(n));
+        column_panels(n, threads, NR, NC, |j0, j1| {
             // SAFETY: avx512bf16 checked above; the task writes only columns j0..j1 of `out`
             // (m·n elements, checked above).
             unsafe { panel(apack, m, k, &w[j0 * k..j1 * k], j1 - j0, dst, n, j0) }
-        };
-        if threads > 1 && panels > 1 {
-            (0..panels).into_par_iter().for_each(run);
-        } else {
-            (0..panels).for_each(run);
-        }
+        });
+    }
+}
+
+/// The checks of a many-row bf16 kernel (named `name`) on its operands `(x, m, k, w, n, out)`:
+/// panics if the slice lengths do not match the dimensions or the kernel is not `available`;
+/// finishes empty products (`k == 0` zeroes `out`). True when there is work left.
+pub(super) fn prologue(name: &str, ops: (&[f32], usize, usize, &[bf16], usize, &mut [f32]), available: bool) -> bool {
+    let (x, m, k, w, n, out) = ops;
+    assert_eq!(x.len(), m * k, "{name}: x");
+    assert_eq!(w.len(), n * k, "{name}: w");
+    assert_eq!(out.len(), m * n, "{name}: out");
+    assert!(available, "{name}: the CPU or kernel lacks this path's instructions");
+    if k == 0 {
+        out.fill(0.0);
+    }
+    m > 0 && n > 0 && k > 0
+}
+
+/// Run `f(j0, j1)` once per column panel of `n` columns: about `n / threads` columns each, a
+/// multiple of `step`, at most `max`; on the rayon pool when `threads > 1`.
+pub(super) fn column_panels(n: usize, threads: usize, step: usize, max: usize, f: impl Fn(usize, usize) + Sync + Send) {
+    let nc = n.div_ceil(threads.max(1)).div_ceil(step) * step;
+    let nc = nc.clamp(step, max);
+    let panels = n.div_ceil(nc);
+    let run = |p: usize| f(p * nc, ((p + 1) * nc).min(n));
+    if threads > 1 && panels > 1 {
+        (0..panels).into_par_iter().for_each(run);
+    } else {
+        (0..panels).for_each(run);
     }
 }
 
@@ -301,11 +313,11 @@ unsafe fn kernel(a: *const u32, b: *const u32, qc: usize, c: *mut f32, ldc: usiz
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// The f64 product of `x` rounded to bf16 (the contract) and the weights.
-    fn reference(x: &[f32], m: usize, k: usize, w: &[bf16], n: usize) -> Vec<f64> {
+    pub(in crate::tensor) fn reference(x: &[f32], m: usize, k: usize, w: &[bf16], n: usize) -> Vec<f64> {
         let mut out = vec![0.0f64; m * n];
         for i in 0..m {
             for j in 0..n {
@@ -317,7 +329,8 @@ mod tests {
         out
     }
 
-    fn fill(len: usize, seed: u64) -> Vec<f32> {
+    /// `len` pseudo-random values in [-0.5, 0.5) from `seed`.
+    pub(in crate::tensor) fn fill(len: usize, seed: u64) -> Vec<f32> {
         let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         (0..len)
             .map(|_| {
@@ -337,13 +350,19 @@ mod tests {
         }
         let shapes =
             [(1, 1, 1), (13, 7, 5), (15, 33, 33), (29, 512, 64), (31, 1031, 97), (200, 96, 70), (37, 64, 600)];
-        for (m, k, n) in shapes {
+        check_contract(matmul_t, &shapes);
+    }
+
+    /// `kernel` against the f64 reference of the rounding contract on `shapes` (m, k, n), with 1
+    /// and 2 threads.
+    pub(in crate::tensor) fn check_contract(kernel: super::super::cpu_path::MatmulBf16, shapes: &[(usize, usize, usize)]) {
+        for &(m, k, n) in shapes {
             let x = fill(m * k, (m * 31 + k) as u64);
             let w: Vec<bf16> = fill(n * k, (n * 17 + k) as u64).into_iter().map(bf16::from_f32).collect();
             let want = reference(&x, m, k, &w, n);
             for threads in [1, 2] {
                 let mut out = vec![f32::NAN; m * n];
-                matmul_t(&x, m, k, &w, n, &mut out, threads);
+                kernel(&x, m, k, &w, n, &mut out, threads);
                 for (idx, (g, r)) in out.iter().zip(&want).enumerate() {
                     let tol = 1e-5 * (k as f64).sqrt() * (1.0 + r.abs());
                     assert!((*g as f64 - r).abs() <= tol, "{m}x{k}x{n} t{threads} [{idx}]: {g} vs {r}");

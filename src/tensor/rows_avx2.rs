@@ -83,8 +83,9 @@ pub unsafe fn rows_block<E: Elem>(x: &[f32], m: usize, k: usize, w: &[E], out: *
     }
 }
 
+/// Write an R × J tile of results at `out` (row stride `ldo`).
 #[inline(always)]
-unsafe fn store<const R: usize, const J: usize>(t: &[[f32; J]; R], out: *mut f32, ldo: usize) {
+pub(super) unsafe fn store<const R: usize, const J: usize>(t: &[[f32; J]; R], out: *mut f32, ldo: usize) {
     for (rr, row) in t.iter().enumerate() {
         for (jj, v) in row.iter().enumerate() {
             *out.add(rr * ldo + jj) = *v;

@@ -17,6 +17,7 @@
 
 #![cfg(target_arch = "x86_64")]
 
+use super::rows_avx2::store;
 use half::bf16;
 use std::arch::x86_64::*;
 
@@ -82,15 +83,6 @@ pub unsafe fn rows_block(x: &[f32], m: usize, k: usize, w: &[bf16], out: *mut f3
             j += jn;
         }
     })
-}
-
-#[inline(always)]
-unsafe fn store<const R: usize, const J: usize>(t: &[[f32; J]; R], out: *mut f32, ldo: usize) {
-    for (rr, row) in t.iter().enumerate() {
-        for (jj, v) in row.iter().enumerate() {
-            *out.add(rr * ldo + jj) = *v;
-        }
-    }
 }
 
 /// One 16-word step at word `c` (lanes outside `mask` read as zero): J weight vectors times R rows.
