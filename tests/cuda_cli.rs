@@ -13,6 +13,8 @@ fn models() -> PathBuf {
 fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_execcritic"))
         .args(args)
+        // The CPU engine as the exact reference, whatever the caller's environment asks for.
+        .env("EXECCRITIC_BF16_ACTIVATIONS", "f32")
         .output()
         .unwrap()
 }

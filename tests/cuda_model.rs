@@ -18,7 +18,7 @@ use std::path::PathBuf;
 /// Fixture folder: `$EXECCRITIC_MODELS/<name>` (the GPU host runs a prebuilt binary from another
 /// path), else the crate's `models/<name>`.
 /// The CPU engine on fixture `name` as the reference of the f32 mode: activations of bf16
-/// products kept in f32 (the default on AMX CPUs rounds them to bf16, `tensor::cpu_path`).
+/// products kept in f32 whatever `EXECCRITIC_BF16_ACTIVATIONS` says (`tensor::cpu_path`).
 fn cpu_reference(name: &str) -> Model {
     execcritic::tensor::cpu_path::set_bf16_activations(execcritic::tensor::cpu_path::Bf16Activations::F32);
     Model::load(&fixture(name)).unwrap()

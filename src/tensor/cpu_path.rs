@@ -19,12 +19,12 @@
 //! products with bf16 weights round the activations to bf16 (PyTorch's native bf16 contract,
 //! twice the multiply-add rate); [`Bf16Activations::F32`] keeps them exact (the widening kernel,
 //! the contract of every other path, under which bf16 weights match transformers' f32 compute to
-//! 1e-4). The default is `Bf16` on the AMX path, where the tiles multiply bf16 several times
-//! faster than anything in f32, and `F32` on every other path: on the one avx512bf16 CPU measured
-//! so far (a 2-vCPU Xeon), `vdpbf16ps` ran at the f32 FMA rate, so rounding bought no speed and
-//! would have moved the logits by ~1e-2 (benches/results/cpu-engine.md).
-//! `EXECCRITIC_BF16_ACTIVATIONS=bf16|f32` or [`set_bf16_activations`] chooses for the whole
-//! process.
+//! 1e-4). The default is `F32` on every path, so one command gives the same logits (to f32
+//! rounding) on every CPU, and rollouts match the f32 trainer's log-probabilities.
+//! `EXECCRITIC_BF16_ACTIVATIONS=bf16` or [`set_bf16_activations`] selects `Bf16` for the whole
+//! process: on the AMX path that is where the speed is (bf16 prefill 2.2x transformers' bf16
+//! against ~1.6x with exact activations on the machine measured, benches/results/cpu-engine.md);
+//! on the avx512bf16 path `vdpbf16ps` ran at the f32 FMA rate on the one such CPU measured.
 
 use half::bf16;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -167,22 +167,10 @@ pub fn bf16_activations() -> Bf16Activations {
         2 => Bf16Activations::F32,
         _ => {
             let v = std::env::var(ENV_ACTIVATIONS).unwrap_or_default();
-            let a = default_activations(&v, active());
+            let a = if v.trim().eq_ignore_ascii_case("bf16") { Bf16Activations::Bf16 } else { Bf16Activations::F32 };
             set_bf16_activations(a);
             a
         }
-    }
-}
-
-/// The activation format for a value of [`ENV_ACTIVATIONS`] (`bf16`, `f32`, or anything else:
-/// the default) on `path`: by default `Bf16` where rounding buys speed ([`CpuPath::Amx`]),
-/// `F32` elsewhere.
-pub fn default_activations(env: &str, path: CpuPath) -> Bf16Activations {
-    match env.trim().to_ascii_lowercase().as_str() {
-        "bf16" => Bf16Activations::Bf16,
-        "f32" => Bf16Activations::F32,
-        _ if path == CpuPath::Amx => Bf16Activations::Bf16,
-        _ => Bf16Activations::F32,
     }
 }
 
@@ -280,10 +268,6 @@ mod tests {
             assert_eq!(kernels_for(p).map(|k| k.path), p.supported().then_some(p));
         }
         assert!(active() <= CpuPath::best());
-        assert_eq!(default_activations("", CpuPath::Amx), Bf16Activations::Bf16);
-        assert_eq!(default_activations(" F32 ", CpuPath::Amx), Bf16Activations::F32);
-        assert_eq!(default_activations("", CpuPath::Avx512Bf16), Bf16Activations::F32);
-        assert_eq!(default_activations("bf16", CpuPath::Avx2), Bf16Activations::Bf16);
         assert_eq!(CpuPath::Amx.f32_flops_per_cycle(), 64.0);
         assert!(CpuPath::Amx.rounds_activations() && !CpuPath::Avx512F.rounds_activations());
     }
