@@ -22,8 +22,8 @@
 //! 1e-4). The default is `F32` on every path, so one command gives the same logits (to f32
 //! rounding) on every CPU, and rollouts match the f32 trainer's log-probabilities.
 //! `EXECCRITIC_BF16_ACTIVATIONS=bf16` or [`set_bf16_activations`] selects `Bf16` for the whole
-//! process: on the AMX path that is where the speed is (bf16 prefill 2.2x transformers' bf16
-//! against ~1.6x with exact activations on the machine measured, benches/results/cpu-engine.md);
+//! process: on the AMX path that is where the speed is (bf16 prefill 2.05–2.23x transformers'
+//! bf16, against 0.98x with exact activations, on the machine measured, benches/results/cpu-engine.md);
 //! on the avx512bf16 path `vdpbf16ps` ran at the f32 FMA rate on the one such CPU measured.
 
 use half::bf16;
