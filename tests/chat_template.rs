@@ -250,3 +250,40 @@ fn next_turn_prompt_extends_prompt_and_completion() {
     assert!(prompt2.starts_with(&head), "{prompt2}");
     assert_eq!(&prompt2[head.len()..], "\n<|im_start|>user\n<tool_response>\na.py\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n");
 }
+
+/// A template is untrusted input (it comes with any model folder): loops over loops and large
+/// repeated output stop with a typed `Bound` error instead of running for hours or filling
+/// memory. Without the bounds the first would render 10¹⁰ characters, the second 10¹² bytes.
+#[test]
+fn hostile_templates_stop_at_their_bounds() {
+    let msgs = [Message::user("hi")];
+    for (what, src) in [
+        ("nested loops", "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}"),
+        ("repeated large output", "{% for a in range(100000) %}{{ 'x' * 10000000 }}{% endfor %}"),
+        ("loop without output", "{% for a in range(100000) %}{% for b in range(100000) %}{% set c = a %}{% endfor %}{% endfor %}"),
+    ] {
+        let t = ChatTemplate::from_source(src.into(), None, None).unwrap();
+        match t.render(&msgs, &[], GEN) {
+            Err(ChatError::Bound(m)) => println!("{what}: {m}"),
+            other => panic!("{what}: expected a Bound error, got {other:?}"),
+        }
+    }
+}
+
+/// The bounds leave real use far behind: the Qwen3.5 template renders 1,000 messages with tools,
+/// tool calls and reasoning.
+#[test]
+fn long_conversations_render_within_the_bounds() {
+    let mut msgs = vec![Message::system("You are helpful.")];
+    for i in 0..200 {
+        msgs.extend(tool_conversation().into_iter().skip(1).take(5).map(|m| match m.role {
+            execcritic::model::chat::Role::User => Message::user(format!("step {i}")),
+            _ => m,
+        }));
+    }
+    assert!(msgs.len() > 1000);
+    let got = template().render(&msgs, &[bash_tool()], GEN).unwrap();
+    assert!(got.contains("\nstep 0<") && got.contains("\nstep 199<"), "{}", &got[got.len() - 300..]);
+    // Three calls per step, plus two in the tools preamble's format instructions.
+    assert_eq!(got.matches("<tool_call>").count(), 602, "every call rendered");
+}

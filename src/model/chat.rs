@@ -9,6 +9,12 @@
 //! `": "` separators, insertion order kept, no HTML escaping, Python float spelling; `indent=N`
 //! supported). Context variables: `messages`, `tools` (only when non-empty), `add_generation_prompt`,
 //! `enable_thinking` (only when set), `bos_token`, `eos_token`.
+//!
+//! **Bounds.** A template comes with a model folder, i.e. from anyone. minijinja itself caps
+//! single operations (`range` at 100,000 items, a repeated string's length, recursion depth);
+//! loops over loops and repeated large output are bounded here: a render runs at most
+//! [`RENDER_FUEL`] template instructions and writes at most [`MAX_RENDERED_BYTES`]; beyond
+//! either it stops with [`ChatError::Bound`].
 
 use crate::model::toolcall::ToolCall;
 use minijinja::value::{Kwargs, Value as JinjaValue};
@@ -99,6 +105,37 @@ pub enum ChatError {
     Raised(String),
     #[error("rendering the chat template failed: {0}")]
     Render(String),
+    #[error("the chat template exceeded its bound: {0}")]
+    Bound(String),
+}
+
+/// Template instructions one render may run (a Qwen3.5 conversation of 1,001 messages with tools,
+/// tool calls and reasoning renders within 1% of it: checked by hand with the fuel at 500,000).
+pub const RENDER_FUEL: u64 = 50_000_000;
+
+/// Bytes one render may write (a 262,144-token context is a few MiB of text).
+pub const MAX_RENDERED_BYTES: usize = 64 << 20;
+
+/// The render's output, refusing to grow past [`MAX_RENDERED_BYTES`].
+#[derive(Default)]
+struct BoundedOutput {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+impl std::io::Write for BoundedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > MAX_RENDERED_BYTES {
+            self.overflowed = true;
+            return Err(std::io::Error::other("rendered prompt too large"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A compiled chat template.
@@ -162,6 +199,7 @@ impl ChatTemplate {
         eos_token: Option<String>,
     ) -> Result<Self, ChatError> {
         let mut env = Environment::new();
+        env.set_fuel(Some(RENDER_FUEL));
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -219,8 +257,13 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| ChatError::Syntax(e.to_string()))?;
-        template
-            .render(JinjaValue::from_serialize(&ctx))
+        let mut out = BoundedOutput::default();
+        let rendered = template.render_captured_to(JinjaValue::from_serialize(&ctx), &mut out);
+        if out.overflowed {
+            return Err(ChatError::Bound(format!("the rendered prompt passed {MAX_RENDERED_BYTES} bytes")));
+        }
+        rendered
+            .map(|_| ())
             .map_err(|e| {
                 let raised =
                     std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
@@ -233,9 +276,13 @@ impl ChatTemplate {
                     Some(r) => ChatError::Raised(
                         r.detail().unwrap_or_default()[RAISED.len()..].to_string(),
                     ),
+                    None if e.kind() == ErrorKind::OutOfFuel => {
+                        ChatError::Bound(format!("the render ran more than {RENDER_FUEL} template instructions"))
+                    }
                     None => ChatError::Render(format!("{e:#}")),
                 }
-            })
+            })?;
+        String::from_utf8(out.bytes).map_err(|e| ChatError::Render(e.to_string()))
     }
 }
 
