@@ -4,18 +4,36 @@
 //! `chat_template` field of `tokenizer_config.json` (a string, or a list of `{name, template}`
 //! where `default` is used). It is rendered with minijinja set up like Hugging Face's
 //! `apply_chat_template`: `trim_blocks` and `lstrip_blocks`, Python string methods (`strip`,
-//! `split`, `startswith`, … via minijinja-contrib's pycompat), `raise_exception(msg)`, and a
+//! `split`, `startswith`, … via minijinja-contrib's pycompat, with Python's whitespace from
+//! [`crate::model::chat_python`]), `raise_exception(msg)`, and a
 //! `tojson` that writes exactly what Python's `json.dumps(x, ensure_ascii=False)` writes (`", "` and
 //! `": "` separators, insertion order kept, no HTML escaping, Python float spelling; `indent=N`
 //! supported). Context variables: `messages`, `tools` (only when non-empty), `add_generation_prompt`,
 //! `enable_thinking` (only when set), `bos_token`, `eos_token`.
 //!
-//! **Bounds.** A template comes with a model folder, i.e. from anyone. minijinja itself caps
-//! single operations (`range` at 100,000 items, a repeated string's length, recursion depth);
-//! loops over loops and repeated large output are bounded here: a render runs at most
-//! [`RENDER_FUEL`] template instructions and writes at most [`MAX_RENDERED_BYTES`]; beyond
-//! either it stops with [`ChatError::Bound`].
+//! **Not Python.** A value other than a string turned into text by `~` or `{{ }}` is spelled by
+//! minijinja (`none`, `true`, `["a"]`, `10000000000000000.0`), not by Python (`None`, `True`,
+//! `['a']`, `1e+16`); templates put values in prompts through `tojson`, and the committed one
+//! joins only strings (its error messages name what they found). The `chat_template_render`
+//! fuzz target compares prompts with jinja2's on generated conversations.
+//!
+//! **Bounds.** The files are read with the caps of [`crate::model::files`]. The conversation is
+//! untrusted data: a render runs at most [`RENDER_FUEL`] template instructions and writes at most
+//! [`MAX_RENDERED_BYTES`] (our `tojson` included); beyond either it stops with
+//! [`ChatError::Bound`]. minijinja caps some single operations itself (`range` at 100,000 items,
+//! a repeated string at 100 MB, recursion depth).
+//!
+//! **Not bounded: the template as a program.** The template is code that comes with the
+//! checkpoint, like its weights. One template operation can allocate or iterate in proportion
+//! to a number the template chooses (`"x" | indent(10**12)`, `([0] * 10**12) | list`), and a
+//! loop can double a string with `~`; the fuel counts instructions, not bytes or a filter's
+//! inner loop, so such a template exhausts memory or time at its first render (with
+//! transformers' jinja2 it is a `MemoryError` or a hang as well). Closing this needs an
+//! allocation budget per render, which stable Rust can only give with a separate process; it is
+//! not done. Published chat templates do none of this.
 
+use crate::model::chat_python;
+use crate::model::files::{read_text, MAX_CONFIG_BYTES, MAX_TEMPLATE_BYTES};
 use crate::model::toolcall::ToolCall;
 use minijinja::value::{Kwargs, Value as JinjaValue};
 use minijinja::{Environment, ErrorKind};
@@ -159,34 +177,25 @@ impl ChatTemplate {
     /// Load the template of a model folder (see the module docs for the search order).
     pub fn from_dir(dir: &Path) -> Result<Self, ChatError> {
         let config_path = dir.join("tokenizer_config.json");
-        let config: Option<Value> = match std::fs::read_to_string(&config_path) {
-            Ok(text) => Some(
-                serde_json::from_str(&text).map_err(|source| ChatError::Json {
-                    path: config_path.clone(),
-                    source,
-                })?,
-            ),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(source) => {
-                return Err(ChatError::Io {
-                    path: config_path,
-                    source,
-                })
-            }
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| ChatError::Io { path, source }
         };
+        let config: Option<Value> = read_text(&config_path, MAX_CONFIG_BYTES)
+            .map_err(io(&config_path))?
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(|source| ChatError::Json {
+                path: config_path.clone(),
+                source,
+            })?;
         let jinja_path = dir.join("chat_template.jinja");
-        let source = match std::fs::read_to_string(&jinja_path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => config
+        let source = match read_text(&jinja_path, MAX_TEMPLATE_BYTES).map_err(io(&jinja_path))? {
+            Some(text) => text,
+            None => config
                 .as_ref()
                 .and_then(|c| template_from_config(c.get("chat_template")?))
                 .ok_or_else(|| ChatError::NoTemplate(dir.to_path_buf()))?,
-            Err(source) => {
-                return Err(ChatError::Io {
-                    path: jinja_path,
-                    source,
-                })
-            }
         };
         let token = |key: &str| config.as_ref().and_then(|c| token_string(c.get(key)?));
         Self::from_source(source, token("bos_token"), token("eos_token"))
@@ -202,7 +211,8 @@ impl ChatTemplate {
         env.set_fuel(Some(RENDER_FUEL));
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_unknown_method_callback(chat_python::unknown_method);
+        env.add_filter("trim", chat_python::trim);
         env.add_function("raise_exception", raise_exception);
         env.add_filter("tojson", py_tojson);
         env.add_template_owned(TEMPLATE_NAME, source)
@@ -265,17 +275,17 @@ impl ChatTemplate {
         rendered
             .map(|_| ())
             .map_err(|e| {
-                let raised =
-                    std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
-                        .filter_map(|e| e.downcast_ref::<minijinja::Error>())
-                        .find(|e| {
-                            e.kind() == ErrorKind::InvalidOperation
-                                && e.detail().is_some_and(|d| d.starts_with(RAISED))
-                        });
-                match raised {
-                    Some(r) => ChatError::Raised(
-                        r.detail().unwrap_or_default()[RAISED.len()..].to_string(),
-                    ),
+                let ours = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+                    .filter_map(|e| e.downcast_ref::<minijinja::Error>())
+                    .filter(|e| e.kind() == ErrorKind::InvalidOperation)
+                    .find_map(|e| {
+                        let d = e.detail()?;
+                        d.strip_prefix(RAISED)
+                            .map(|m| ChatError::Raised(m.to_string()))
+                            .or_else(|| d.strip_prefix(BOUNDED).map(|m| ChatError::Bound(m.to_string())))
+                    });
+                match ours {
+                    Some(ours) => ours,
                     None if e.kind() == ErrorKind::OutOfFuel => {
                         ChatError::Bound(format!("the render ran more than {RENDER_FUEL} template instructions"))
                     }
@@ -308,6 +318,8 @@ pub(crate) fn token_string(v: &Value) -> Option<String> {
 }
 
 const RAISED: &str = "raise_exception: ";
+/// The prefix of an error of ours that stops a render at a bound ([`ChatError::Bound`]).
+const BOUNDED: &str = "execcritic bound: ";
 
 fn raise_exception(message: String) -> Result<JinjaValue, minijinja::Error> {
     Err(minijinja::Error::new(
@@ -322,7 +334,16 @@ fn py_tojson(value: JinjaValue, kwargs: Kwargs) -> Result<JinjaValue, minijinja:
     kwargs.assert_all_used()?;
     let json = serde_json::to_value(&value)
         .map_err(|e| minijinja::Error::new(ErrorKind::BadSerialization, e.to_string()))?;
-    let mut out = Vec::new();
+    let bound = || {
+        minijinja::Error::new(
+            ErrorKind::InvalidOperation,
+            format!("{BOUNDED}tojson passed {MAX_RENDERED_BYTES} bytes"),
+        )
+    };
+    if indent.is_some_and(|n| n > MAX_RENDERED_BYTES) {
+        return Err(bound());
+    }
+    let mut out = BoundedOutput::default();
     let indent_str = " ".repeat(indent.unwrap_or(0));
     let mut ser = serde_json::Serializer::with_formatter(
         &mut out,
@@ -332,9 +353,12 @@ fn py_tojson(value: JinjaValue, kwargs: Kwargs) -> Result<JinjaValue, minijinja:
             has_value: false,
         },
     );
-    serde::Serialize::serialize(&json, &mut ser)
-        .map_err(|e| minijinja::Error::new(ErrorKind::BadSerialization, e.to_string()))?;
-    let text = String::from_utf8(out)
+    let written = serde::Serialize::serialize(&json, &mut ser);
+    if out.overflowed {
+        return Err(bound());
+    }
+    written.map_err(|e| minijinja::Error::new(ErrorKind::BadSerialization, e.to_string()))?;
+    let text = String::from_utf8(out.bytes)
         .map_err(|e| minijinja::Error::new(ErrorKind::BadSerialization, e.to_string()))?;
     Ok(JinjaValue::from_safe_string(text))
 }

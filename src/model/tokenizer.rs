@@ -6,8 +6,17 @@
 //! `tokenizer_config.json`. Qwen3.5 declares `<|im_end|>` and `<|endoftext|>`. Encoding never adds
 //! a BOS (`add_bos_token=false` for Qwen); special-token text inside the input (`<|im_start|>`, …)
 //! is matched as that token, as the chat template's output requires.
+//!
+//! **Consistency.** A `tokenizer.json` whose added tokens would not get their declared ids, or
+//! whose unknown token is not in its vocabulary, is refused ([`TokenizerError::Inconsistent`]).
+//!
+//! **Bounds.** A panic inside the `tokenizers` crate while loading, encoding or decoding is an
+//! error ([`TokenizerError::Load`], `Encode`, `Decode`). The files are read with the caps of [`crate::model::files`]; an id in
+//! `eos_token_id` that is not an integer in `u32` is an error ([`TokenizerError::Config`]), not a
+//! value wrapped or skipped.
 
 use crate::model::chat::token_string;
+use crate::model::files::{read_text, MAX_CONFIG_BYTES, MAX_TOKENIZER_JSON_BYTES};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -25,6 +34,12 @@ pub enum TokenizerError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("{path}: {message}")]
+    Config { path: PathBuf, message: String },
+    /// `tokenizer.json` parses, but the tokenizer built from it would not give the ids the file
+    /// declares.
+    #[error("{path}: {message}")]
+    Inconsistent { path: PathBuf, message: String },
     #[error("token `{0}` is not in the vocabulary")]
     UnknownToken(String),
     #[error("encoding failed: {0}")]
@@ -47,15 +62,19 @@ impl Tokenizer {
     /// Load `tokenizer.json` (required) and the stop ids from the configs next to it.
     pub fn from_dir(dir: &Path) -> Result<Self, TokenizerError> {
         let path = dir.join("tokenizer.json");
-        if !path.is_file() {
-            return Err(TokenizerError::Load {
-                path,
-                message: "file not found".into(),
-            });
-        }
-        let inner = tokenizers::Tokenizer::from_file(&path).map_err(|e| TokenizerError::Load {
+        let load = |message: String| TokenizerError::Load {
             path: path.clone(),
-            message: e.to_string(),
+            message,
+        };
+        let text = read_text(&path, MAX_TOKENIZER_JSON_BYTES)
+            .map_err(|e| load(e.to_string()))?
+            .ok_or_else(|| load("file not found".into()))?;
+        let inner = guarded(|| tokenizers::Tokenizer::from_bytes(text.as_bytes()))
+            .map_err(load)?
+            .map_err(|e| load(e.to_string()))?;
+        check_ids(&inner, &text).map_err(|message| TokenizerError::Inconsistent {
+            path: path.clone(),
+            message,
         })?;
         let mut added_ids: Vec<u32> = inner.get_added_tokens_decoder().keys().copied().collect();
         added_ids.sort_unstable();
@@ -70,14 +89,17 @@ impl Tokenizer {
             .as_ref()
             .and_then(|c| token_string(c.get("eos_token")?));
         let mut stops = Vec::new();
-        if let Some(gen) = read_json(&dir.join("generation_config.json"))? {
-            stops.extend(ids_of(gen.get("eos_token_id")));
+        let gen_path = dir.join("generation_config.json");
+        if let Some(gen) = read_json(&gen_path)? {
+            stops.extend(ids_of(&gen_path, gen.get("eos_token_id"))?);
         }
-        if let Some(cfg) = read_json(&dir.join("config.json"))? {
-            stops.extend(ids_of(cfg.get("eos_token_id")));
+        let cfg_path = dir.join("config.json");
+        if let Some(cfg) = read_json(&cfg_path)? {
+            stops.extend(ids_of(&cfg_path, cfg.get("eos_token_id"))?);
             stops.extend(ids_of(
+                &cfg_path,
                 cfg.get("text_config").and_then(|t| t.get("eos_token_id")),
-            ));
+            )?);
         }
         if let Some(eos) = &tok.eos_token {
             stops.push(tok.token_id(eos)?);
@@ -124,9 +146,8 @@ impl Tokenizer {
 
     /// Encode text (no BOS; special-token text becomes the special token).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
-        let enc = self
-            .inner
-            .encode(text, false)
+        let enc = guarded(|| self.inner.encode(text, false))
+            .map_err(TokenizerError::Encode)?
             .map_err(|e| TokenizerError::Encode(e.to_string()))?;
         Ok(enc.get_ids().to_vec())
     }
@@ -134,37 +155,76 @@ impl Tokenizer {
     /// Decode ids; `skip_special` drops tokens flagged special (`<|im_end|>`, …, but not `<think>`
     /// or `<tool_call>`, which Qwen marks as ordinary added tokens).
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String, TokenizerError> {
-        self.inner
-            .decode(ids, skip_special)
+        guarded(|| self.inner.decode(ids, skip_special))
+            .map_err(TokenizerError::Decode)?
             .map_err(|e| TokenizerError::Decode(e.to_string()))
     }
 }
 
-fn read_json(path: &Path) -> Result<Option<Value>, TokenizerError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|source| TokenizerError::Json {
-                path: path.to_path_buf(),
-                source,
-            }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(TokenizerError::Io {
-            path: path.to_path_buf(),
-            source,
-        }),
+/// The ids a loaded tokenizer gives must be the ones `tokenizer.json` declares. The `tokenizers`
+/// crate (like the Python package) moves an added token whose `id` leaves a gap after the
+/// vocabulary to the next free id, in an order that differs between runs, and maps text to an
+/// unknown token missing from the vocabulary to whatever id it finds; the model would then see
+/// other tokens than the ones it was trained on. Found by the `tokenizer_load` fuzz target: both
+/// sides of the differential gave a different id on every run.
+fn check_ids(inner: &tokenizers::Tokenizer, text: &str) -> Result<(), String> {
+    let file: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    for t in file.get("added_tokens").and_then(Value::as_array).into_iter().flatten() {
+        let (Some(content), Some(id)) = (t.get("content").and_then(Value::as_str), t.get("id").and_then(Value::as_u64)) else {
+            continue;
+        };
+        let given = inner.token_to_id(content);
+        if given.map(u64::from) != Some(id) {
+            return Err(format!("added token {content:?} is declared as id {id}, the tokenizer gives it {given:?}"));
+        }
     }
+    if let Some(unk) = file.pointer("/model/unk_token").and_then(Value::as_str) {
+        if tokenizers::Model::token_to_id(inner.get_model(), unk).is_none() {
+            return Err(format!("the unknown token {unk:?} is not in the vocabulary"));
+        }
+    }
+    Ok(())
 }
 
-fn ids_of(v: Option<&Value>) -> Vec<u32> {
+/// `f`, with a panic inside the `tokenizers` crate as an error message: the crate panics on some
+/// malformed files (0.22.2 `expect`s a decoder section that does not parse; found by the
+/// `tokenizer_load` fuzz target), and a bad file must be an error, not a crash.
+fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        let why = p
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| p.downcast_ref::<&str>().copied())
+            .unwrap_or("no message");
+        format!("the tokenizers crate panicked: {why}")
+    })
+}
+
+fn read_json(path: &Path) -> Result<Option<Value>, TokenizerError> {
+    let text = read_text(path, MAX_CONFIG_BYTES).map_err(|source| TokenizerError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    text.map(|text| serde_json::from_str(&text))
+        .transpose()
+        .map_err(|source| TokenizerError::Json {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// `eos_token_id`: absent or null (no ids), an id, or a list of ids; an id is an integer in `u32`.
+fn ids_of(path: &Path, v: Option<&Value>) -> Result<Vec<u32>, TokenizerError> {
+    let id = |v: &Value| {
+        v.as_u64().and_then(|i| u32::try_from(i).ok()).ok_or_else(|| TokenizerError::Config {
+            path: path.to_path_buf(),
+            message: format!("eos_token_id {v} is not a token id"),
+        })
+    };
     match v {
-        Some(Value::Number(n)) => n.as_u64().map(|i| i as u32).into_iter().collect(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .filter_map(Value::as_u64)
-            .map(|i| i as u32)
-            .collect(),
-        _ => Vec::new(),
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => a.iter().map(id).collect(),
+        Some(v) => Ok(vec![id(v)?]),
     }
 }
 

@@ -33,7 +33,10 @@ fn convert(i: usize, m: &Value) -> Result<Value, ApiError> {
         Some(Value::String(s)) => Value::String(s.clone()),
         Some(Value::Array(parts)) => {
             for p in parts {
-                if p.get("type").and_then(Value::as_str) == Some("text") && !p.get("text").is_some_and(Value::is_string) {
+                // A template prints `part.text` as it is: a number there would be spelled by
+                // minijinja (`1e16` as `10000000000000000.0`), not as transformers spells it.
+                let typed_text = p.get("type").and_then(Value::as_str) == Some("text");
+                if (typed_text || p.get("text").is_some()) && !p.get("text").is_some_and(Value::is_string) {
                     return Err(at("a text part needs a string `text`"));
                 }
             }
@@ -132,6 +135,16 @@ pub fn tool_calls_enabled(tools: &[Value], choice: Option<&Value>) -> Result<boo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_part_with_text_needs_a_string() {
+        for part in [json!({ "type": "text", "text": 1e16 }), json!({ "text": 1e16 }), json!({ "type": "text" })] {
+            let m = json!({ "role": "user", "content": [part] });
+            assert!(template_messages(&[m]).is_err());
+        }
+        let m = json!({ "role": "user", "content": [{ "text": "hi" }, { "type": "image" }] });
+        assert!(template_messages(&[m]).is_ok());
+    }
 
     #[test]
     fn converts_roles_and_tool_call_arguments() {

@@ -10,6 +10,7 @@ mod driver;
 mod in_process_server;
 mod inputs;
 mod logs;
+mod model_files;
 mod oracle;
 mod regressions;
 mod serve_routes;

@@ -55,7 +55,7 @@ const PIECES: &[&str] = &[
 ];
 
 /// A text of pieces, now and then one piece repeated many times.
-fn text() -> impl Strategy<Value = String> {
+pub fn text() -> impl Strategy<Value = String> {
     let piece = (prop::sample::select(PIECES), 0usize..40).prop_map(|(p, n)| {
         if n == 39 {
             p.repeat(200)
