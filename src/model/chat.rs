@@ -12,8 +12,8 @@
 //! `enable_thinking` (only when set), `bos_token`, `eos_token`.
 //!
 //! **Not Python.** A value other than a string turned into text by `~` or `{{ }}` is spelled by
-//! minijinja (`none`, `true`, `["a"]`, `10000000000000000.0`), not by Python (`None`, `True`,
-//! `['a']`, `1e+16`); templates put values in prompts through `tojson`, and the committed one
+//! minijinja (`none`, `["a"]`, `10000000000000000.0`), not by Python (`None`, `['a']`,
+//! `1e+16`); templates put values in prompts through `tojson`, and the committed one
 //! joins only strings (its error messages name what they found). The `chat_template_render`
 //! fuzz target compares prompts with jinja2's on generated conversations.
 //!

@@ -155,6 +155,10 @@ impl Tokenizer {
     /// Decode ids; `skip_special` drops tokens flagged special (`<|im_end|>`, …, but not `<think>`
     /// or `<tool_call>`, which Qwen marks as ordinary added tokens).
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String, TokenizerError> {
+        // Not handed to the crate: 0.23's `BPEDecoder` subtracts one from the token count.
+        if ids.is_empty() {
+            return Ok(String::new());
+        }
         guarded(|| self.inner.decode(ids, skip_special))
             .map_err(TokenizerError::Decode)?
             .map_err(|e| TokenizerError::Decode(e.to_string()))

@@ -271,3 +271,90 @@ fn toml_float_overflow_and_leap_second() {
     let t = toml::from_str::<toml::Table>("a = 2000-02-29T23:59:60Z").unwrap();
     assert!(matches!(&t["a"], toml::Value::Datetime(d) if d.time.is_some_and(|t| t.second == 60)));
 }
+
+/// A model folder with `tokenizer.json` (a small WordLevel tokenizer, `added` as its added
+/// tokens) and `config.json` holding `eos`.
+fn tokenizer_folder(added: serde_json::Value, decoder: serde_json::Value, eos: serde_json::Value) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = json!({ "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
+        "normalizer": null, "pre_tokenizer": { "type": "WhitespaceSplit" }, "post_processor": null,
+        "decoder": decoder, "model": { "type": "WordLevel", "vocab": { "a": 0, "b": 1, "<unk>": 2 }, "unk_token": "<unk>" } });
+    std::fs::write(dir.path().join("tokenizer.json"), tok.to_string()).unwrap();
+    std::fs::write(dir.path().join("config.json"), json!({ "eos_token_id": eos }).to_string()).unwrap();
+    dir
+}
+
+/// Found by `tokenizer_load`: the `tokenizers` crate panics (`expect("Helper")`) on a decoder
+/// section it cannot read (now a load error), and its `BPEDecoder` on an empty id list (which
+/// the crate is no longer asked to decode).
+#[test]
+fn tokenizer_crate_panics_are_load_errors() {
+    use execcritic::model::tokenizer::{Tokenizer, TokenizerError};
+    let dir = tokenizer_folder(json!([]), json!({ "type": "ByteLevel" }), json!(1));
+    let text = std::fs::read_to_string(dir.path().join("tokenizer.json")).unwrap();
+    // The decoder object cut so that its helper enum cannot parse it: `"decoder":type": …`.
+    std::fs::write(dir.path().join("tokenizer.json"), text.replace("\"decoder\":{\"", "\"decoder\":")).unwrap();
+    assert!(matches!(Tokenizer::from_dir(dir.path()), Err(TokenizerError::Load { .. })));
+    let dir = tokenizer_folder(json!([]), json!({ "type": "BPEDecoder", "suffix": "</w>" }), json!(1));
+    let tok = Tokenizer::from_dir(dir.path()).unwrap();
+    assert_eq!(tok.decode(&[], false).unwrap(), "");
+}
+
+/// Found by `tokenizer_load`: an added token declared with an id past a gap is moved to another
+/// id (differently on each load), and an unknown token missing from the vocabulary maps text to
+/// arbitrary ids; such files are refused. An eos id outside `u32` was wrapped (2³² + 1 read as 1).
+#[test]
+fn tokenizer_ids_are_the_declared_ones() {
+    use execcritic::model::tokenizer::{Tokenizer, TokenizerError};
+    let token = |id: u32, content: &str| json!({ "id": id, "content": content, "single_word": false,
+        "lstrip": false, "rstrip": false, "normalized": false, "special": true });
+    let ok = tokenizer_folder(json!([token(3, "<|im_end|>")]), json!(null), json!(3));
+    let tok = Tokenizer::from_dir(ok.path()).unwrap();
+    assert_eq!(tok.stop_ids(), &[3]);
+    assert_eq!(tok.encode("a <|im_end|>").unwrap(), [0, 3]);
+    let gap = tokenizer_folder(json!([token(11, "<|im_end|>")]), json!(null), json!(3));
+    let err = Tokenizer::from_dir(gap.path()).unwrap_err();
+    assert!(matches!(err, TokenizerError::Inconsistent { .. }), "{err}");
+    assert!(err.to_string().contains("declared as id 11"), "{err}");
+    for eos in [json!(4294967297u64), json!([1, "2"]), json!(-1), json!(1.5)] {
+        let dir = tokenizer_folder(json!([]), json!(null), eos.clone());
+        assert!(matches!(Tokenizer::from_dir(dir.path()), Err(TokenizerError::Config { .. })), "{eos}");
+    }
+    let dir = tokenizer_folder(json!([]), json!(null), json!(null));
+    assert!(Tokenizer::from_dir(dir.path()).unwrap().stop_ids().is_empty());
+}
+
+/// Found by `chat_template_render`: Python's `str.strip()` (jinja2's `trim`) removes U+001C–U+001F,
+/// Rust's `trim` does not, so a tool output ending in one gave another prompt than transformers.
+#[test]
+fn chat_template_whitespace_is_pythons() {
+    use execcritic::model::chat::{ChatOptions, ChatTemplate, Message};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tokenizer");
+    let t = ChatTemplate::from_dir(&dir).unwrap();
+    let opts = ChatOptions { add_generation_prompt: false, enable_thinking: None };
+    let text = t.render(&[Message::user("\u{1c}hi\u{1f} \u{1e}")], &[], opts).unwrap();
+    assert_eq!(text, "<|im_start|>user\nhi<|im_end|>\n");
+    let t = ChatTemplate::from_source(
+        "{{ '\u{1c}a b\u{1f}c '.split() | join(',') }}|{{ ' x\u{1d}'.strip() }}|{{ '\u{1f}'.isspace() }}|{{ ''.isspace() }}|{{ 'xax'.strip('x') }}".into(),
+        None,
+        None,
+    )
+    .unwrap();
+    assert_eq!(t.render_json(&json!([]), &[], opts).unwrap(), "a,b,c|x|True|False|a");
+}
+
+/// Found while writing `chat_template_load`: `tojson(indent=N)` built an `N`-space string and wrote
+/// it once per nesting level, with no bound; it is now a `ChatError::Bound`.
+#[test]
+fn chat_template_tojson_indent_is_bounded() {
+    use execcritic::model::chat::{ChatError, ChatOptions, ChatTemplate};
+    let opts = ChatOptions::default();
+    for indent in ["1000000000000", "40000000"] {
+        let source = format!("{{{{ messages | tojson(indent={indent}) }}}}");
+        let t = ChatTemplate::from_source(source, None, None).unwrap();
+        let err = t.render_json(&json!([[[[1]]]]), &[], opts).unwrap_err();
+        assert!(matches!(err, ChatError::Bound(_)), "{err}");
+    }
+    let t = ChatTemplate::from_source("{{ messages | tojson(indent=2) }}".into(), None, None).unwrap();
+    assert_eq!(t.render_json(&json!([1]), &[], opts).unwrap(), "[\n  1\n]");
+}
