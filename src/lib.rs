@@ -10,6 +10,7 @@
 //! know nothing of agents, episodes or sandboxes; `episode` reaches a model only through
 //! [`policy::Policy`] and execution only through the harness API.
 
+pub mod panics;
 pub mod tensor;
 pub mod model;
 pub mod engine;

@@ -20,7 +20,10 @@
 //! **Bounds.** The files are read with the caps of [`crate::model::files`]. The conversation is
 //! untrusted data: a render runs at most [`RENDER_FUEL`] template instructions and writes at most
 //! [`MAX_RENDERED_BYTES`] (our `tojson` included); beyond either it stops with
-//! [`ChatError::Bound`]. minijinja caps some single operations itself (`range` at 100,000 items,
+//! [`ChatError::Bound`]. A panic inside minijinja while compiling or rendering is a
+//! [`ChatError::Syntax`] or [`ChatError::Render`] (2.24 panics formatting the source excerpt of
+//! `{%- for in messages %}`'s error, whose span ends before it starts; found by the
+//! `chat_template_load` fuzz target), and errors are shown without that excerpt. minijinja caps some single operations itself (`range` at 100,000 items,
 //! a repeated string at 100 MB, recursion depth).
 //!
 //! **Not bounded: the template as a program.** The template is code that comes with the
@@ -32,6 +35,7 @@
 //! allocation budget per render, which stable Rust can only give with a separate process; it is
 //! not done. Published chat templates do none of this.
 
+use crate::panics;
 use crate::model::chat_python;
 use crate::model::files::{read_text, MAX_CONFIG_BYTES, MAX_TEMPLATE_BYTES};
 use crate::model::toolcall::ToolCall;
@@ -215,8 +219,9 @@ impl ChatTemplate {
         env.add_filter("trim", chat_python::trim);
         env.add_function("raise_exception", raise_exception);
         env.add_filter("tojson", py_tojson);
-        env.add_template_owned(TEMPLATE_NAME, source)
-            .map_err(|e| ChatError::Syntax(format!("{e:#}")))?;
+        panics::caught("minijinja", || env.add_template_owned(TEMPLATE_NAME, source))
+            .map_err(ChatError::Syntax)?
+            .map_err(|e| ChatError::Syntax(e.to_string()))?;
         Ok(ChatTemplate {
             env,
             bos_token,
@@ -268,7 +273,8 @@ impl ChatTemplate {
             .get_template(TEMPLATE_NAME)
             .map_err(|e| ChatError::Syntax(e.to_string()))?;
         let mut out = BoundedOutput::default();
-        let rendered = template.render_captured_to(JinjaValue::from_serialize(&ctx), &mut out);
+        let rendered = panics::caught("minijinja", || template.render_captured_to(JinjaValue::from_serialize(&ctx), &mut out))
+            .map_err(ChatError::Render)?;
         if out.overflowed {
             return Err(ChatError::Bound(format!("the rendered prompt passed {MAX_RENDERED_BYTES} bytes")));
         }
@@ -289,12 +295,13 @@ impl ChatTemplate {
                     None if e.kind() == ErrorKind::OutOfFuel => {
                         ChatError::Bound(format!("the render ran more than {RENDER_FUEL} template instructions"))
                     }
-                    None => ChatError::Render(format!("{e:#}")),
+                    None => ChatError::Render(e.to_string()),
                 }
             })?;
         String::from_utf8(out.bytes).map_err(|e| ChatError::Render(e.to_string()))
     }
 }
+
 
 /// `chat_template` of tokenizer_config.json: a string or a list of named templates.
 fn template_from_config(v: &Value) -> Option<String> {

@@ -15,6 +15,7 @@
 //! `eos_token_id` that is not an integer in `u32` is an error ([`TokenizerError::Config`]), not a
 //! value wrapped or skipped.
 
+use crate::panics;
 use crate::model::chat::token_string;
 use crate::model::files::{read_text, MAX_CONFIG_BYTES, MAX_TOKENIZER_JSON_BYTES};
 use serde_json::Value;
@@ -69,7 +70,7 @@ impl Tokenizer {
         let text = read_text(&path, MAX_TOKENIZER_JSON_BYTES)
             .map_err(|e| load(e.to_string()))?
             .ok_or_else(|| load("file not found".into()))?;
-        let inner = guarded(|| tokenizers::Tokenizer::from_bytes(text.as_bytes()))
+        let inner = panics::caught("the tokenizers crate", || tokenizers::Tokenizer::from_bytes(text.as_bytes()))
             .map_err(load)?
             .map_err(|e| load(e.to_string()))?;
         check_ids(&inner, &text).map_err(|message| TokenizerError::Inconsistent {
@@ -146,7 +147,7 @@ impl Tokenizer {
 
     /// Encode text (no BOS; special-token text becomes the special token).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
-        let enc = guarded(|| self.inner.encode(text, false))
+        let enc = panics::caught("the tokenizers crate", || self.inner.encode(text, false))
             .map_err(TokenizerError::Encode)?
             .map_err(|e| TokenizerError::Encode(e.to_string()))?;
         Ok(enc.get_ids().to_vec())
@@ -159,7 +160,7 @@ impl Tokenizer {
         if ids.is_empty() {
             return Ok(String::new());
         }
-        guarded(|| self.inner.decode(ids, skip_special))
+        panics::caught("the tokenizers crate", || self.inner.decode(ids, skip_special))
             .map_err(TokenizerError::Decode)?
             .map_err(|e| TokenizerError::Decode(e.to_string()))
     }
@@ -190,19 +191,6 @@ fn check_ids(inner: &tokenizers::Tokenizer, text: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// `f`, with a panic inside the `tokenizers` crate as an error message: the crate panics on some
-/// malformed files (0.22.2 `expect`s a decoder section that does not parse; found by the
-/// `tokenizer_load` fuzz target), and a bad file must be an error, not a crash.
-fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
-        let why = p
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| p.downcast_ref::<&str>().copied())
-            .unwrap_or("no message");
-        format!("the tokenizers crate panicked: {why}")
-    })
-}
 
 fn read_json(path: &Path) -> Result<Option<Value>, TokenizerError> {
     let text = read_text(path, MAX_CONFIG_BYTES).map_err(|source| TokenizerError::Io {

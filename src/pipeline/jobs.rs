@@ -10,16 +10,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-/// The message of a panic payload.
-pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic without a message".to_string()
-    }
-}
+pub use crate::panics::message as panic_message;
 
 /// Run `f` over `items` (each with its index) with at most `workers` at once; `done(index,
 /// result)` is called in completion order, `Err(message)` when the item panicked.

@@ -24,15 +24,8 @@ pub fn parquet_to_jsonl(path: &Path) -> Result<String, TaskError> {
         }
         Ok(out)
     };
-    match std::panic::catch_unwind(read) {
+    match crate::panics::caught("the reader", read) {
         Ok(rows) => rows.map_err(|e| bad(e.to_string())),
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            Err(bad(format!("corrupt Parquet file (the reader panicked: {what})")))
-        }
+        Err(panicked) => Err(bad(format!("corrupt Parquet file ({panicked})"))),
     }
 }

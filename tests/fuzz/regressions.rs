@@ -358,3 +358,18 @@ fn chat_template_tojson_indent_is_bounded() {
     let t = ChatTemplate::from_source("{{ messages | tojson(indent=2) }}".into(), None, None).unwrap();
     assert_eq!(t.render_json(&json!([1]), &[], opts).unwrap(), "[\n  1\n]");
 }
+
+/// Found by the `chat_template_load` soak: minijinja 2.24 panics (a subtraction that underflows)
+/// while formatting the source excerpt of the error `{%- for in messages %}` raises when rendered;
+/// it is a `ChatError::Render` now.
+#[test]
+fn chat_template_error_with_a_backwards_span_is_an_error() {
+    use execcritic::model::chat::{ChatError, ChatOptions, ChatTemplate, Message};
+    let committed = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tokenizer/chat_template.jinja")).unwrap();
+    let broken = committed.replace("{%- for message in messages %}", "{%- for in messages %}");
+    assert_ne!(broken, committed);
+    let conversation = [Message::system("s"), Message::user("Fix the bug."), Message::assistant("done")];
+    let t = ChatTemplate::from_source(broken, None, None).unwrap();
+    let err = t.render(&conversation, &[], ChatOptions::default()).unwrap_err();
+    assert!(matches!(err, ChatError::Render(_)), "{err}");
+}
