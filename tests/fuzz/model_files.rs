@@ -341,10 +341,11 @@ fn tokenizer_load() {
         }
         let Some(py) = py else { return Ok(()) };
         // The package can die on its own (pyo3 0.29 aborts on a `UnicodeDecodeError` of its
-        // encoder): then it is started again and the input is not compared.
+        // encoder) or spin (a soak found it 15 CPU-minutes into one input, our side done with
+        // it): then it is started again and the input is not compared.
         let ask_package = |query: &J| {
             let mut oracle = py.lock().unwrap_or_else(|e| e.into_inner());
-            let answer = oracle.ask(query);
+            let answer = oracle.ask_within(query, Some(std::time::Duration::from_secs(30)));
             if answer.is_none() {
                 *oracle = Oracle::start("tokenizer_load", "tokenizers", TOKENIZERS_PY, &[])
                     .expect("the tokenizers package starts again")
@@ -404,7 +405,7 @@ fn tokenizer_load() {
         Ok(())
     });
     eprintln!(
-        "tokenizer_load: {} files loaded by both, {} encodings compared ({} unstable across loads), the package died {} times",
+        "tokenizer_load: {} files loaded by both, {} encodings compared ({} unstable across loads), the package died or hung {} times",
         loaded.into_inner(),
         compared.into_inner(),
         unstable_encodings.into_inner(),

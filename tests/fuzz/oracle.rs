@@ -54,10 +54,32 @@ impl Oracle {
 
     /// One query; `None` when the process died.
     pub fn ask(&mut self, query: &J) -> Option<J> {
+        self.ask_within(query, None)
+    }
+
+    /// One query; `None` when the process died or, with a `limit`, did not answer within it
+    /// (the process is then of no further use: drop it, which kills it).
+    pub fn ask_within(&mut self, query: &J, limit: Option<std::time::Duration>) -> Option<J> {
+        use std::os::fd::AsRawFd;
         writeln!(self.stdin, "{query}").ok()?;
+        if let Some(limit) = limit.filter(|_| self.stdout.buffer().is_empty()) {
+            let mut fd = libc::pollfd { fd: self.stdout.get_ref().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            let ms = limit.as_millis().min(i32::MAX as u128) as i32;
+            // SAFETY: one valid pollfd for the duration of the call.
+            if unsafe { libc::poll(&mut fd, 1, ms) } <= 0 {
+                return None;
+            }
+        }
         let mut line = String::new();
         self.stdout.read_line(&mut line).ok()?;
         serde_json::from_str(&line).ok()
+    }
+}
+
+impl Drop for Oracle {
+    fn drop(&mut self) {
+        let _ = self._child.kill();
+        let _ = self._child.wait();
     }
 }
 
