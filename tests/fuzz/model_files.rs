@@ -22,8 +22,7 @@
 //!   template it compiles renders a conversation to `Ok` or a typed error within its bounds.
 //!
 //! The Python oracles are skipped, with a note, where `python3` cannot import `tokenizers` or
-//! `jinja2` (`scripts/ci-deps-vocab.sh` installs the first; the second comes with Debian's
-//! python3-jinja2); the no-panic properties run regardless.
+//! `jinja2` (`scripts/ci-deps-vocab.sh` installs both); the no-panic properties run regardless.
 
 use crate::driver::{fuzz, mutated};
 use crate::oracle::{ask, Oracle};
@@ -302,7 +301,7 @@ fn tokenizer_load() {
     let files = (tokenizer_json(), eos_token, eos_ids(), eos_ids(), eos_ids());
     let texts = prop::collection::vec(crate::tokenizer::text(), 1..4);
     let (loaded, compared, restarts) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
-    let unstable_encodings = AtomicU64::new(0);
+    let (unstable_encodings, regex_dialect) = (AtomicU64::new(0), AtomicU64::new(0));
     fuzz("tokenizer_load", 300, (files, texts, any::<bool>()), |((json_text, eos_token, gen, top, nested), texts, skip)| {
         std::fs::write(dir.join("tokenizer.json"), &json_text).unwrap();
         let config = |v: &Option<J>, nested: Option<&Option<J>>| {
@@ -374,6 +373,18 @@ fn tokenizer_load() {
                     match (tok.encode(text), theirs[0].as_str()) {
                         (Ok(ids), Some("ok")) => {
                             compared.fetch_add(1, Relaxed);
+                            // The crate runs regexes with fancy-regex (Rust's `regex` classes),
+                            // the package with Oniguruma: `\w` (so `\b`, `\B`, `\W` and the
+                            // `Whitespace` pre-tokenizer's `\w+|[^\w\s]+`) holds U+200C/U+200D
+                            // (Join_Control, a word character per UTS #18) in the first, not in
+                            // the second. Counted, not failed; Qwen3.5's pattern has no `\w`.
+                            let dialect = json!(ids) != theirs[1]
+                                && text.contains(['\u{200c}', '\u{200d}'])
+                                && ["\\\\b", "\\\\B", "\\\\w", "\\\\W", "\"Whitespace\""].iter().any(|p| json_text.contains(p));
+                            if dialect {
+                                regex_dialect.fetch_add(1, Relaxed);
+                                continue;
+                            }
                             // Added tokens with `normalized: true` whose text a normalizer can
                             // produce are matched in an order that changes from one load to the
                             // next, in the crate and in the package alike: such a difference
@@ -405,10 +416,11 @@ fn tokenizer_load() {
         Ok(())
     });
     eprintln!(
-        "tokenizer_load: {} files loaded by both, {} encodings compared ({} unstable across loads), the package died or hung {} times",
+        "tokenizer_load: {} files loaded by both, {} encodings compared ({} unstable across loads, {} of `\\w` on U+200C/U+200D), the package died or hung {} times",
         loaded.into_inner(),
         compared.into_inner(),
         unstable_encodings.into_inner(),
+        regex_dialect.into_inner(),
         restarts.into_inner()
     );
 }
