@@ -17,9 +17,11 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 export CARGO_PROFILE_DEV_STRIP=none CARGO_PROFILE_TEST_STRIP=none
 fail=0
 
+# The emu_device test binary. Its artifact is picked by target name: the same build also lists
+# the `execcritic` binary (integration tests get it), in an order that varies from build to build.
 test_binary() {
     cargo test --locked --test emu_device --no-run --message-format=json 2>/dev/null |
-        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
+        sed -n '/"name":"emu_device"/s/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
 }
 
 # Sanitizer reports that concern the emulated C++ code: an access stack (not a thread-creation
