@@ -296,13 +296,18 @@ fn bad_eos(v: &Option<J>) -> bool {
 /// (Join_Control) are word characters; Oniguruma's are not, its Latin-1 table makes `¹ ² ³ ¼ ½ ¾`
 /// word characters, and its Unicode tables are of another version (a character unassigned in
 /// one may be a letter in the other). Measured against the package: these are the differences
-/// the soaks met (docs/engine.md). Qwen3.5's pattern has no `\w`.
+/// the soaks met (docs/engine.md), also through a byte-level pre-tokenizer's characters. Qwen3.5's
+/// pattern has no `\w`.
 fn word_dialect(tokenizer_json: &str, text: &str) -> bool {
     static UNASSIGNED: OnceLock<regex::Regex> = OnceLock::new();
     let unassigned = UNASSIGNED.get_or_init(|| regex::Regex::new(r"\p{Cn}").unwrap());
     let uses_word = ["\\\\b", "\\\\B", "\\\\w", "\\\\W", "\"Whitespace\""].iter().any(|p| tokenizer_json.contains(p));
+    // A byte-level pre-tokenizer turns the bytes of any non-ASCII text into characters of
+    // Latin-1 and beyond (`½` among them) before a later `\w` sees them.
+    let byte_level = tokenizer_json.contains("\"ByteLevel\"") && !text.is_ascii();
     uses_word
-        && (text.contains(['\u{200c}', '\u{200d}', '\u{b2}', '\u{b3}', '\u{b9}', '\u{bc}', '\u{bd}', '\u{be}'])
+        && (byte_level
+            || text.contains(['\u{200c}', '\u{200d}', '\u{b2}', '\u{b3}', '\u{b9}', '\u{bc}', '\u{bd}', '\u{be}'])
             || unassigned.is_match(text))
 }
 
