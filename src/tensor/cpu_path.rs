@@ -19,11 +19,13 @@
 //! products with bf16 weights round the activations to bf16 (PyTorch's native bf16 contract,
 //! twice the multiply-add rate); [`Bf16Activations::F32`] keeps them exact (the widening kernel,
 //! the contract of every other path, under which bf16 weights match transformers' f32 compute to
-//! 1e-4). The default is `F32` on every path, so one command gives the same logits (to f32
+//! 1e-4; on the amx path the same contract on tiles, each activation split exactly into three bf16
+//! parts, [`super::gemm_amx::matmul_t_exact`]). The default is `F32` on every path, so one command gives the same logits (to f32
 //! rounding) on every CPU, and rollouts match the f32 trainer's log-probabilities.
 //! `EXECCRITIC_BF16_ACTIVATIONS=bf16` or [`set_bf16_activations`] selects `Bf16` for the whole
 //! process: on the AMX path that is where the speed is (bf16 prefill 2.05–2.23x transformers'
-//! bf16, against 0.98x with exact activations, on the machine measured, benches/results/cpu-engine.md);
+//! bf16, against 0.98x with exact activations on the widening kernel, on the machine measured,
+//! benches/results/cpu-engine.md, before the exact tile kernel);
 //! on the avx512bf16 path `vdpbf16ps` ran at the f32 FMA rate on the one such CPU measured.
 
 use half::bf16;
@@ -214,7 +216,7 @@ static TABLES: [CpuKernels; 5] = [
     CpuKernels {
         path: CpuPath::Amx,
         matmul_bf16: super::gemm_amx::matmul_t,
-        matmul_bf16_exact: widened!(CpuPath::Avx512F),
+        matmul_bf16_exact: super::gemm_amx::matmul_t_exact,
     },
     CpuKernels {
         path: CpuPath::Avx512Bf16,

@@ -183,7 +183,7 @@ pub(super) unsafe fn round_row(src: &[f32], row: &mut [u32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn load_masked(src: *const f32, p: usize, k: usize) -> __m512 {
+pub(super) unsafe fn load_masked(src: *const f32, p: usize, k: usize) -> __m512 {
     if p + 16 <= k {
         _mm512_loadu_ps(src.add(p))
     } else if p < k {
