@@ -37,10 +37,8 @@
 //! any `m, n, k` works.
 
 #[cfg(target_arch = "x86_64")]
-use super::gemm_bf16::{column_panels, load_masked, round_row, SharedPtr};
+use super::gemm_bf16::{column_panels, load_masked, round_row, tasks, SharedPtr};
 use half::bf16;
-#[cfg(target_arch = "x86_64")]
-use rayon::prelude::*;
 use std::sync::OnceLock;
 
 /// Rows (and 32-bit columns) of a tile.
@@ -137,12 +135,7 @@ fn run(x: &[f32], m: usize, k: usize, w: &[bf16], n: usize, out: &mut [f32], thr
         // each part of `apack`.
         unsafe { pack_x(x, m, k, g, kt, a, ap.get().add(g * kt * TILE_WORDS), part_words) }
     };
-    let real_groups = m.div_ceil(T);
-    if threads > 1 && real_groups > 1 {
-        (0..real_groups).into_par_iter().for_each(pack);
-    } else {
-        (0..real_groups).for_each(pack);
-    }
+    tasks(m.div_ceil(T), threads, pack);
     let dst = SharedPtr(out.as_mut_ptr());
     let apack = &apack;
     column_panels(n, threads, 2 * T, NC, |j0, j1| {

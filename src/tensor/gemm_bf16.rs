@@ -88,11 +88,7 @@ pub fn matmul_t(x: &[f32], m: usize, k: usize, w: &[bf16], n: usize, out: &mut [
             // SAFETY: avx512bf16 checked above; task `ip` writes only row panel `ip` of `apack`.
             unsafe { pack_x(x, m, k, ip, ap.get().add(ip * kh * MR)) }
         };
-        if threads > 1 && panels_m > 1 {
-            (0..panels_m).into_par_iter().for_each(pack);
-        } else {
-            (0..panels_m).for_each(pack);
-        }
+        tasks(panels_m, threads, pack);
         let dst = SharedPtr(out.as_mut_ptr());
         let apack = &apack;
         column_panels(n, threads, NR, NC, |j0, j1| {
@@ -118,18 +114,22 @@ pub(super) fn prologue(name: &str, ops: (&[f32], usize, usize, &[bf16], usize, &
     m > 0 && n > 0 && k > 0
 }
 
+/// Run `f(i)` for `i` in `0..count`, on the rayon pool when `threads > 1` and there are several.
+pub(super) fn tasks(count: usize, threads: usize, f: impl Fn(usize) + Sync + Send) {
+    if threads > 1 && count > 1 {
+        (0..count).into_par_iter().for_each(f);
+    } else {
+        (0..count).for_each(f);
+    }
+}
+
 /// Run `f(j0, j1)` once per column panel of `n` columns: about `n / threads` columns each, a
 /// multiple of `step`, at most `max`; on the rayon pool when `threads > 1`.
 pub(super) fn column_panels(n: usize, threads: usize, step: usize, max: usize, f: impl Fn(usize, usize) + Sync + Send) {
     let nc = n.div_ceil(threads.max(1)).div_ceil(step) * step;
     let nc = nc.clamp(step, max);
     let panels = n.div_ceil(nc);
-    let run = |p: usize| f(p * nc, ((p + 1) * nc).min(n));
-    if threads > 1 && panels > 1 {
-        (0..panels).into_par_iter().for_each(run);
-    } else {
-        (0..panels).for_each(run);
-    }
+    tasks(panels, threads, |p| f(p * nc, ((p + 1) * nc).min(n)));
 }
 
 /// Round row panel `ip` of `x` to bf16 and store it as pair words:
