@@ -82,14 +82,12 @@ fn demo_train_learns_on_real_episodes() {
         (first, last)
     };
     let (first, last) = rise(&s);
-    // EXECCRITIC_DEMO_FORCE_RETRY=1 takes the branch below whatever the first run did (to check it).
-    if last <= first + MARGIN || std::env::var_os("EXECCRITIC_DEMO_FORCE_RETRY").is_some() {
+    if last <= first + MARGIN {
         // One RL run is not bit-deterministic and its gain has a heavy lower tail (a collapse
-        // after an early update was seen once in six runs): one more GRPO run with another seed,
-        // from the same SFT checkpoint (SFT is not where it collapsed, and it is two thirds of the
-        // run's time), and the reward must rise in it.
-        eprintln!("mean reward did not rise in the seed-{} run; running GRPO again with seed {}", cfg.seed, cfg.seed + 1);
-        let again = DemoConfig { seed: cfg.seed + 1, sft_from: Some(out.path().join("sft").join("final")), ..cfg.clone() };
+        // after an early update was seen once in six runs): one more run with another seed,
+        // and the reward must rise in it.
+        eprintln!("mean reward did not rise in the seed-{} run; running seed {}", cfg.seed, cfg.seed + 1);
+        let again = DemoConfig { seed: cfg.seed + 1, ..cfg.clone() };
         let out2 = tempfile::tempdir().unwrap();
         let s2 = run_demo(&again, out2.path(), &mut |line| eprintln!("{line}")).unwrap();
         let (first2, last2) = rise(&s2);

@@ -56,9 +56,6 @@ pub struct DemoTrainArgs {
     /// Every N-th GRPO group drawn is a Test group (0: Repair groups only).
     #[arg(long)]
     pub test_every: Option<usize>,
-    /// GRPO only, from this SFT checkpoint (another run's `sft/final`): no teacher, no SFT.
-    #[arg(long)]
-    pub sft_from: Option<PathBuf>,
 }
 
 pub fn run(c: DemoCommand) -> anyhow::Result<ExitCode> {
@@ -76,7 +73,6 @@ pub fn run(c: DemoCommand) -> anyhow::Result<ExitCode> {
     cfg.grpo_iterations = a.iterations.unwrap_or(cfg.grpo_iterations);
     cfg.test_teacher_tasks = a.test_teacher_tasks.unwrap_or(cfg.test_teacher_tasks);
     cfg.test_every = a.test_every.unwrap_or(cfg.test_every);
-    cfg.sft_from = a.sft_from;
     let out = a
         .out
         .unwrap_or_else(|| std::env::temp_dir().join(format!("execcritic-demo-train-{}", std::process::id())));

@@ -107,10 +107,6 @@ pub struct DemoConfig {
     /// preparation call (contract JSON, command, patch export) is ≈ 360 tokens.
     #[serde(default)]
     pub test_max_tokens: Option<u32>,
-    /// GRPO only: start from this SFT checkpoint (another run's `sft/final`), skipping the
-    /// teacher trajectories, SFT and the evaluation of the untrained model.
-    #[serde(default)]
-    pub sft_from: Option<PathBuf>,
 }
 
 impl DemoConfig {
@@ -143,7 +139,6 @@ impl DemoConfig {
             test_teacher_tasks: 0,
             test_every: 0,
             test_max_tokens: Some(384),
-            sft_from: None,
         }
     }
 
@@ -340,64 +335,6 @@ fn teacher_phase(
     Ok(records)
 }
 
-/// The teacher trajectories and SFT on them (from the random model written to `init`): the
-/// teacher's records and seconds, the SFT checkpoint, its losses and seconds.
-#[allow(clippy::type_complexity, clippy::too_many_arguments)]
-fn teacher_and_sft(
-    c: &DemoConfig,
-    train: &[TaskInstance],
-    init: &Path,
-    out: &Path,
-    placement: &Placement,
-    rt: &tokio::runtime::Runtime,
-    rec: &mut Recorder,
-    progress: &mut dyn FnMut(String),
-) -> Result<(Vec<TeacherRecord>, f64, PathBuf, Vec<f64>, f64)> {
-    let t = Instant::now();
-    progress(format!(
-        "[teacher] scripted solution paths: Repair on {} tasks, Test on {} (real sandboxes, harness-scored)…",
-        train.len(),
-        c.test_teacher_tasks.min(train.len())
-    ));
-    let teacher = teacher_phase(train, c.test_teacher_tasks, out, c.seed, rt)?;
-    let teacher_s = t.elapsed().as_secs_f64();
-    for line in super::demo_report::teacher_lines(&teacher) {
-        progress(format!("[teacher] {line}"));
-    }
-
-    // 2. SFT.
-    init_folder(c, init)?;
-    let sft_toml = out.join("sft.toml");
-    std::fs::write(
-        &sft_toml,
-        format!(
-            "model = \"init\"\ntrajectories = \"trajectories.jsonl\"\nout = \"sft\"\nsteps = {}\nbatch_size = {}\ndevice = \"{placement}\"\n[optimizer]\nlr = {}\n",
-            c.sft_steps, c.sft_batch_size, c.sft_lr
-        ),
-    )
-    .map_err(io(&sft_toml))?;
-    let sft_cfg = SftConfig::from_file(&sft_toml)?;
-    let read = |p: &Path| sft_conversations(p).map_err(|e| e.to_string());
-    let t = Instant::now();
-    let mut sft_curve = Vec::new();
-    let mut sft_err = None;
-    let sft_final = run_sft(&sft_cfg, &read, |r| {
-        let m = SftMetrics { phase: "sft", step: r.step, loss: r.loss, tokens: r.tokens };
-        if let Err(e) = rec.log(&m) {
-            sft_err.get_or_insert(e);
-        }
-        if r.step % 20 == 0 || r.step == c.sft_steps {
-            progress(format!("[sft] step {:4}/{}  loss {:.4}", r.step, c.sft_steps, r.loss));
-        }
-        sft_curve.push(r.loss);
-    })?;
-    if let Some(e) = sft_err {
-        return Err(e);
-    }
-    let sft_s = t.elapsed().as_secs_f64();
-    Ok((teacher, teacher_s, sft_final, sft_curve, sft_s))
-}
-
 /// Run the whole demo into `out`; `progress` receives human-readable progress lines.
 pub fn run_demo(c: &DemoConfig, out: &Path, progress: &mut dyn FnMut(String)) -> Result<RunSummary> {
     let placement: Placement = c.device.parse().map_err(|e| DemoError::Invalid(format!("--device {}: {e}", c.device)))?;
@@ -434,15 +371,50 @@ pub fn run_demo(c: &DemoConfig, out: &Path, progress: &mut dyn FnMut(String)) ->
     let ids = |t: &[TaskInstance]| t.iter().map(|t| t.instance_id.clone()).collect::<Vec<_>>();
     progress(format!("tasks: {} trained {:?}, {} held back {:?}", train.len(), ids(train), held.len(), ids(held)));
 
-    // 1. Teacher trajectories, 2. SFT (or the SFT checkpoint of another run).
+    // 1. Teacher trajectories.
+    let t = Instant::now();
+    progress(format!(
+        "[teacher] scripted solution paths: Repair on {} tasks, Test on {} (real sandboxes, harness-scored)…",
+        train.len(),
+        c.test_teacher_tasks.min(train.len())
+    ));
+    let teacher = teacher_phase(train, c.test_teacher_tasks, out, c.seed, &rt)?;
+    let teacher_s = t.elapsed().as_secs_f64();
+    for line in super::demo_report::teacher_lines(&teacher) {
+        progress(format!("[teacher] {line}"));
+    }
+
+    // 2. SFT.
     let init = out.join("init");
-    let (teacher, teacher_s, sft_final, sft_curve, sft_s) = match &c.sft_from {
-        Some(dir) => {
-            progress(format!("GRPO from the SFT checkpoint {} (no teacher, no SFT)", dir.display()));
-            (Vec::new(), 0.0, dir.clone(), Vec::new(), 0.0)
+    init_folder(c, &init)?;
+    let sft_toml = out.join("sft.toml");
+    std::fs::write(
+        &sft_toml,
+        format!(
+            "model = \"init\"\ntrajectories = \"trajectories.jsonl\"\nout = \"sft\"\nsteps = {}\nbatch_size = {}\ndevice = \"{placement}\"\n[optimizer]\nlr = {}\n",
+            c.sft_steps, c.sft_batch_size, c.sft_lr
+        ),
+    )
+    .map_err(io(&sft_toml))?;
+    let sft_cfg = SftConfig::from_file(&sft_toml)?;
+    let read = |p: &Path| sft_conversations(p).map_err(|e| e.to_string());
+    let t = Instant::now();
+    let mut sft_curve = Vec::new();
+    let mut sft_err = None;
+    let sft_final = run_sft(&sft_cfg, &read, |r| {
+        let m = SftMetrics { phase: "sft", step: r.step, loss: r.loss, tokens: r.tokens };
+        if let Err(e) = rec.log(&m) {
+            sft_err.get_or_insert(e);
         }
-        None => teacher_and_sft(c, train, &init, out, &placement, &rt, &mut rec, progress)?,
-    };
+        if r.step % 20 == 0 || r.step == c.sft_steps {
+            progress(format!("[sft] step {:4}/{}  loss {:.4}", r.step, c.sft_steps, r.loss));
+        }
+        sft_curve.push(r.loss);
+    })?;
+    if let Some(e) = sft_err {
+        return Err(e);
+    }
+    let sft_s = t.elapsed().as_secs_f64();
 
     // Samplers: training rollouts (DAPO) and evaluations of each split.
     let agent = |instances: Vec<String>| AgentTaskConfig {
@@ -466,12 +438,11 @@ pub fn run_demo(c: &DemoConfig, out: &Path, progress: &mut dyn FnMut(String)) ->
         max_tokens: Some(c.test_max_tokens.unwrap_or(c.max_tokens)),
         ..agent(instances)
     };
-    let first_model = if c.sft_from.is_some() { &sft_final } else { &init };
-    let mut eval_train = sampler(ids(train), first_model, c.seed ^ 0xE1, "eval.jsonl")?;
-    let mut eval_held = sampler(ids(held), first_model, c.seed ^ 0xE2, "eval.jsonl")?;
+    let mut eval_train = sampler(ids(train), &init, c.seed ^ 0xE1, "eval.jsonl")?;
+    let mut eval_held = sampler(ids(held), &init, c.seed ^ 0xE2, "eval.jsonl")?;
 
     // Before SFT: the random model.
-    if c.sft_from.is_none() {
+    {
         let policy = EnginePolicy::open_on(&init, placement).map_err(|e| DemoError::Invalid(e.to_string()))?;
         let s = evaluate(&mut eval_held, policy.engine(), c.eval_samples)?;
         rec.eval(progress, "untrained", 0, "held_back", s)?;
