@@ -209,12 +209,10 @@ unsafe fn split_row(src: &[f32], parts: [&mut [u32]; 3]) {
         (bits, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(rest, rest), rest))
     };
     // Pack the top halves of two vectors of 16 lanes (values p.., p + 16..) into 16 pair words.
-    let pack = |lo: __m512i, hi: __m512i| -> __m512i {
-        let idx = _mm512_set_epi16(
-            63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1,
-        );
-        _mm512_permutex2var_epi16(lo, idx, hi)
-    };
+    let idx = _mm512_set_epi16(
+        63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1,
+    );
+    let pack = |lo: __m512i, hi: __m512i| -> __m512i { _mm512_permutex2var_epi16(lo, idx, hi) };
     let mut p = 0;
     while p < k {
         let mut lo = load_masked(src.as_ptr(), p, k);
