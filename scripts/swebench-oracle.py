@@ -6,7 +6,11 @@ list, one result per case, in order. A case:
 
     {"id": str, "parser": str, "log": str,
      "fail_to_pass": [str], "pass_to_pass": [str], "eval_type": "pass_and_fail"|"fail_only",
-     "model_patch": str|null (optional, default "diff")}
+     "model_patch": str|null (optional, default "diff"),
+     "version": str (optional, default "")}
+
+The parser reads a TestSpec whose `instance_id` is the case's id and whose `version` is the
+case's (four JavaScript and Ruby parsers choose a format by them).
 
 (or "log_file": a path relative to the cases file instead of "log").
 
@@ -70,6 +74,10 @@ def raised(exc):
     return {"raised": type(exc).__name__}
 
 
+def test_spec(case):
+    return types.SimpleNamespace(instance_id=case["id"], version=case.get("version", ""))
+
+
 def run_case(case, workdir):
     parser = PARSER_REGISTRY[case["parser"]]
     result = {"id": case["id"], "tests_report": None, "resolution": None}
@@ -79,7 +87,7 @@ def run_case(case, workdir):
     }
     eval_type = EvalType(case["eval_type"])
     try:
-        status_map = parser(case["log"], None)
+        status_map = parser(case["log"], test_spec(case))
         result["parse"] = {"map": [[k, v] for k, v in status_map.items()]}
         report = grading.get_eval_tests_report(status_map, gold, eval_type=eval_type)
         result["tests_report"] = report
@@ -92,6 +100,7 @@ def run_case(case, workdir):
         f.write(case["log"])
     spec = types.SimpleNamespace(
         instance_id=case["id"],
+        version=case.get("version", ""),
         log_parser=case["parser"],
         FAIL_TO_PASS=case["fail_to_pass"],
         PASS_TO_PASS=case["pass_to_pass"],

@@ -12,7 +12,7 @@
 
 use execcritic::harness::official::grading::{read_test_output, EvalType};
 use execcritic::harness::official::infra::classify_text;
-use execcritic::harness::official::parsers::{parse, ParseError, PARSER_NAMES};
+use execcritic::harness::official::parsers::{parse, LogParser, ParseError, PARSER_NAMES};
 use execcritic::harness::official::pytext::python_newlines;
 use execcritic::harness::official::report::{eval_report, python_json, GradingSpec};
 use execcritic::harness::official::{eval_tests_report, resolution_status};
@@ -51,7 +51,8 @@ fn raised(e: &ParseError) -> Value {
 /// Our answer to one case, in the oracle's shape.
 fn ours(case: &Value) -> Value {
     let id = case["id"].as_str().unwrap_or("");
-    let parser = case["parser"].as_str().unwrap_or("");
+    let version = case["version"].as_str().unwrap_or("");
+    let parser = LogParser::new(case["parser"].as_str().unwrap_or(""), id, version);
     let log = case["log"].as_str().unwrap_or("");
     let f2p = strings(&case["fail_to_pass"]);
     let p2p = strings(&case["pass_to_pass"]);
@@ -114,7 +115,9 @@ fn differences(case: &Value, expected: &Value) -> Vec<String> {
 /// swebench refused the log (no results, or its parser raised): the fail-closed reading must
 /// refuse it too. Returns whether swebench graded a log that we refuse.
 fn check_fail_closed(case: &Value, expected: &Value) -> bool {
-    let parser = case["parser"].as_str().unwrap_or("");
+    let id = case["id"].as_str().unwrap_or("");
+    let version = case["version"].as_str().unwrap_or("");
+    let parser = LogParser::new(case["parser"].as_str().unwrap_or(""), id, version);
     let text = python_newlines(case["log"].as_str().unwrap_or(""));
     let ours = read_test_output(parser, &text);
     let graded = expected["report_json"]

@@ -28,7 +28,7 @@ use super::grading::{
     eval_tests_report, read_test_output, read_test_output_with, resolution_status, EvalType,
     InfraFailure,
 };
-use super::parsers::ParseError;
+use super::parsers::{LogParser, ParseError};
 use super::report::{eval_report, report_from_statuses, GradingSpec};
 use super::status::{OfficialStatus, StatusMap};
 use crate::harness::diff::parse_patch;
@@ -172,7 +172,7 @@ async fn judge(
         match read_test_output_with(PRO_PARSER, &text, |_| Ok(map)) {
             Ok(run) => {
                 let grading = GradingSpec {
-                    parser: PRO_PARSER,
+                    parser: PRO_PARSER.into(),
                     fail_to_pass: &task.fail_to_pass,
                     pass_to_pass: &task.pass_to_pass,
                     eval_type,
@@ -185,8 +185,13 @@ async fn judge(
             Err(infra) => return Ok(infra_result(task, record, &infra)),
         }
     } else {
+        let parser = LogParser::new(
+            &spec.log_parser,
+            &task.instance_id,
+            task.version.as_deref().unwrap_or(""),
+        );
         let grading = GradingSpec {
-            parser: &spec.log_parser,
+            parser,
             fail_to_pass: &task.fail_to_pass,
             pass_to_pass: &task.pass_to_pass,
             eval_type,
@@ -196,7 +201,7 @@ async fn judge(
                 record.report_json = super::report::python_json(&report).ok();
                 record.resolution = report.resolution.map(|r| r.as_str().to_string());
                 let resolved = report.report.resolved;
-                match read_test_output(&spec.log_parser, &text) {
+                match read_test_output(parser, &text) {
                     Ok(run) => (run.status_map, Some(resolved)),
                     Err(infra) => return Ok(infra_result(task, record, &infra)),
                 }

@@ -9,7 +9,7 @@
 //!   `get_resolution_status` (truncated parametrized ids, XFAIL as a pass, SKIPPED kept by
 //!   PASS_TO_PASS but not FAIL_TO_PASS, fail-only grading).
 
-use super::parsers::{parse, ParseError, MAX_LOG_BYTES};
+use super::parsers::{parse, LogParser, ParseError, MAX_LOG_BYTES};
 use super::pytext::{py_int, PY_SPACE_CLASS};
 use super::status::{OfficialStatus, StatusMap};
 use regex::Regex;
@@ -112,7 +112,11 @@ impl LogsEval {
 /// swebench 5.0.2 `get_logs_eval` on the text of a `test_output.txt`. `Err` where swebench's
 /// parser raises (swebench then aborts the instance: no report), the parser is unknown, or the
 /// log is over `parsers::MAX_LOG_BYTES` (where swebench has no bound).
-pub fn official_logs_eval(parser: &str, content: &str) -> Result<LogsEval, ParseError> {
+pub fn official_logs_eval<'p>(
+    parser: impl Into<LogParser<'p>>,
+    content: &str,
+) -> Result<LogsEval, ParseError> {
+    let parser = parser.into();
     refuse_over_size(content)?;
     if let Some(code) = BAD_CODES.iter().find(|c| content.contains(**c)) {
         return Ok(LogsEval::refused(NotFound::BadCode(code)));
@@ -217,8 +221,12 @@ impl From<ParseError> for InfraFailure {
 }
 
 /// Reads a `test_output.txt` fail-closed with the named official parser.
-pub fn read_test_output<'a>(parser: &str, content: &'a str) -> Result<TestRun<'a>, InfraFailure> {
-    read_test_output_with(parser, content, |section| Ok(parse(parser, section)?))
+pub fn read_test_output<'a, 'p>(
+    parser: impl Into<LogParser<'p>>,
+    content: &'a str,
+) -> Result<TestRun<'a>, InfraFailure> {
+    let parser = parser.into();
+    read_test_output_with(parser.name, content, |section| Ok(parse(parser, section)?))
 }
 
 /// [`read_test_output`] with the statuses from `statuses` (given the marked section): the same

@@ -26,6 +26,9 @@ pub use grading::{
     eval_tests_report, official_logs_eval, read_test_output, resolution_status, EvalType,
     InfraFailure, InfraKind, LogsEval, ResolvedStatus, TestRun, TestsStatus,
 };
-pub use parsers::{parse, parser, parser_for_repo, ParseError, ParserFn, MAX_LOG_BYTES, PARSER_NAMES};
+pub use parsers::{
+    language_for_parser, language_for_repo, parse, parser, parser_for_repo, LogParser, ParseError, ParserFn, TestSpec,
+    MAX_LOG_BYTES, PARSER_NAMES,
+};
 pub use report::{eval_report, run_summary, InstanceReport, RunSummary};
 pub use status::{OfficialStatus, StatusMap};

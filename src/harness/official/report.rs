@@ -8,15 +8,15 @@ use super::grading::{
 };
 use super::infra::{classify_text, Tier};
 use super::status::StatusMap;
-use super::parsers::ParseError;
+use super::parsers::{LogParser, ParseError};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What one instance is graded against.
 #[derive(Clone, Debug)]
 pub struct GradingSpec<'a> {
-    /// Registry name of the log parser.
-    pub parser: &'a str,
+    /// The log parser by registry name, with the instance it reads for.
+    pub parser: LogParser<'a>,
     pub fail_to_pass: &'a [String],
     pub pass_to_pass: &'a [String],
     pub eval_type: EvalType,
@@ -302,7 +302,7 @@ mod tests {
     fn instance_report_keys_and_layout_match_swebench() {
         let f2p = vec!["t[é]".to_string()];
         let spec = GradingSpec {
-            parser: "parse_log_pytest",
+            parser: "parse_log_pytest".into(),
             fail_to_pass: &f2p,
             pass_to_pass: &[],
             eval_type: EvalType::PassAndFail,
