@@ -202,6 +202,96 @@ func TestTable(t *testing.T) {
 '''
 
 
+GTEST = r'''#include <gtest/gtest.h>
+static int add(int a, int b) { return a + b; }
+TEST(Calc, Adds) { EXPECT_EQ(add(1, 2), 3); }
+TEST(Calc, Fails) { EXPECT_EQ(add(2, 2), 5); }
+TEST(Calc, Skips) { GTEST_SKIP() << "not here"; }
+TEST(Format, Pads) { EXPECT_EQ(std::string(3, ' ').size(), 3u); }
+'''
+
+DOCTEST = r'''#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+static int add(int a, int b) { return a + b; }
+TEST_CASE("value to json") {
+    SUBCASE("adds") { CHECK(add(1, 2) == 3); }
+    SUBCASE("fails") { CHECK(add(2, 2) == 5); }
+    SUBCASE("two checks") { CHECK(add(0, 0) == 0); CHECK(add(1, 1) == 2); }
+}
+TEST_CASE("parser") {
+    SUBCASE("reads & writes") { CHECK(add(2, 3) == 5); }
+}
+'''
+
+PHPUNIT = r'''<?php
+namespace Tests\Unit;
+use PHPUnit\Framework\TestCase;
+final class CalcTest extends TestCase
+{
+    public function testAddsNumbers(): void { $this->assertSame(3, 1 + 2); }
+    public function testFailsOnPurpose(): void { $this->assertSame(5, 2 + 2); }
+    public function testSkipped(): void { $this->markTestSkipped('not here'); }
+    /** @dataProvider pairs */
+    public function testPairs(int $a, int $b): void { $this->assertSame($a, $b); }
+    public function pairs(): array { return ['same' => [1, 1], 'other' => [1, 2]]; }
+}
+'''
+
+MINITEST = r'''require "minitest/autorun"
+# Jekyll's tests are shoulda contexts: names such as `test_: A site should render. `.
+class CalcTest < Minitest::Test
+  define_method("test_: Calc should add. ") { assert_equal 3, 1 + 2 }
+  define_method("test_: Calc should fail. ") { assert_equal 5, 2 + 2 }
+  def test_adds; assert_equal 3, 1 + 2; end
+  def test_fails; assert_equal 5, 2 + 2; end
+  def test_errors; raise "boom"; end
+  def test_skips; skip "not here"; end
+end
+'''
+
+TEST_UNIT = r'''require "test/unit"
+class TestCalc < Test::Unit::TestCase
+  def test_adds; assert_equal(3, 1 + 2); end
+  def test_fails; assert_equal(5, 2 + 2); end
+  def test_errors; raise "boom"; end
+  def test_omits; omit("not here"); end
+end
+'''
+
+RSPEC = r'''RSpec.describe "Calc" do
+  it("adds") { expect(1 + 2).to eq(3) }
+  it("fails") { expect(2 + 2).to eq(5) }
+  context "with a context" do
+    it("still adds") { expect(2 + 3).to eq(5) }
+  end
+end
+'''
+
+
+def multilingual_logs(tmp: Path) -> dict:
+    """Real runs of the C/C++, PHP and Ruby runners SWE-bench Multilingual's repositories use
+    (Debian's googletest, doctest-dev, phpunit, ruby-minitest, ruby-test-unit, ruby-rspec, jq)."""
+    logs = {}
+    gt = tmp / "gtest"
+    write(gt, {"calc_test.cc": GTEST})
+    logs["googletest"] = run_log(gt, "g++ -o calc_test calc_test.cc -lgtest -lgtest_main -pthread && ./calc_test")
+    dt = tmp / "doctest"
+    write(dt, {"calc_test.cc": DOCTEST})
+    logs["doctest"] = run_log(dt, "g++ -o calc_test calc_test.cc && ./calc_test -s -r=xml")
+    php = tmp / "php"
+    write(php, {"tests/CalcTest.php": PHPUNIT})
+    logs["phpunit"] = run_log(php, "phpunit --testdox --colors=never tests")
+    rb = tmp / "rb"
+    write(rb, {"test/calc_test.rb": MINITEST, "test/test_calc.rb": TEST_UNIT, "spec/calc_spec.rb": RSPEC})
+    logs["minitest"] = run_log(rb, "ruby test/calc_test.rb -v --seed 1")
+    logs["ruby_unit"] = run_log(rb, "ruby test/test_calc.rb -v")
+    # The eval scripts turn RSpec's JSON into one `<description> - <status>` line per example.
+    logs["rspec_transformed_json"] = run_log(
+        rb, "rspec --format json spec/calc_spec.rb | jq -r '.examples[] | \"\\(.full_description) - \\(.status)\"'"
+    )
+    return logs
+
+
 def eval_script(workdir: Path, command: str, env: str = "") -> str:
     """A SWE-bench eval script in swebench 5.x's run form around `command`."""
     return (
@@ -233,6 +323,11 @@ def write(root: Path, files: dict):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--django-wheels", help="directory of Django, asgiref and sqlparse wheels")
+    ap.add_argument(
+        "--multilingual-only",
+        action="store_true",
+        help="only the C/C++, PHP and Ruby logs (keeps the other real logs and their cases)",
+    )
     args = ap.parse_args()
     # swebench's registry, loaded as scripts/swebench-oracle.py loads it (exits without 5.0.2).
     import importlib.util
@@ -244,6 +339,61 @@ def main():
     logs = {}
     with tempfile.TemporaryDirectory(prefix="reallogs") as tmp:
         tmp = Path(tmp)
+        logs.update(multilingual_logs(tmp))
+        if not args.multilingual_only:
+            logs.update(python_go_rust_logs(tmp, args))
+
+    out_dir = FIXTURES / "logs/real"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in logs.items():
+        (out_dir / f"{name}.txt").write_text(text)
+    for name in ("django", "sympy", "cargo", "gotest", "pytest_ra", "pytest_astropy", "pytest_seaborn", "pytest_color"):
+        if name not in logs:
+            logs[name] = (out_dir / f"{name}.txt").read_text()
+
+    # Which real log each registry name reads: the format its repositories' specs produce.
+    log_of = {
+        "parse_log_django": "django",
+        "parse_log_sympy": "sympy",
+        "parse_log_cargo": "cargo",
+        "parse_log_gotest": "gotest",
+        "parse_log_astropy": "pytest_astropy",
+        "parse_log_pytest_v2": "pytest_color",
+        "parse_log_seaborn": "pytest_seaborn",
+        "parse_log_googletest": "googletest",
+        "parse_log_doctest": "doctest",
+        "parse_log_phpunit": "phpunit",
+        "parse_log_minitest": "minitest",
+        "parse_log_ruby_unit": "ruby_unit",
+        "parse_log_rspec_transformed_json": "rspec_transformed_json",
+    }
+    cases = [c for c in json.loads((FIXTURES / "cases.json").read_text()) if not c["id"].startswith("real__")]
+    # The names with a real runner here: the Python parsers, cargo's, go's and those above.
+    ours = [n for n, f in registry.items() if f.__module__.endswith(".python")] + [
+        n for n in log_of if not n.startswith("parse_log_django") and n not in ("parse_log_sympy", "parse_log_astropy", "parse_log_pytest_v2", "parse_log_seaborn")
+    ]
+    for name in sorted(set(ours)):
+        log = log_of.get(name, "pytest_ra")
+        status = registry[name](logs[log], None)
+        passed = [t for t, s in status.items() if s in ("PASSED", "XFAIL")]
+        failed = [t for t, s in status.items() if s in ("FAILED", "ERROR")]
+        if not passed or not failed:
+            sys.exit(f"{name} on logs/real/{log}.txt: no passing or no failing test ({status})")
+        cases.append({
+            "id": f"real__{name}",
+            "parser": name,
+            "log_file": f"logs/real/{log}.txt",
+            "fail_to_pass": failed[:2],
+            "pass_to_pass": passed[:3],
+            "eval_type": "pass_and_fail",
+        })
+    (FIXTURES / "cases.json").write_text(json.dumps(cases, indent=1, ensure_ascii=False) + "\n")
+    print(f"{len(logs)} real logs, {len(set(ours))} registry names", file=sys.stderr)
+
+
+def python_go_rust_logs(tmp: Path, args) -> dict:
+    logs = {}
+    if True:
         py = tmp / "py"
         write(py, {"tests/__init__.py": "", "tests/test_calc.py": PYTEST_MODULE})
         plain = "PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -p no:cacheprovider"
@@ -273,42 +423,7 @@ def main():
         go = tmp / "go"
         write(go, {"go.mod": GO_MOD, "calc_test.go": GO_TEST})
         logs["gotest"] = run_log(go, "go test -v ./...", f"export GOCACHE={tmp}/gocache GOFLAGS=-mod=mod\n")
-
-    out_dir = FIXTURES / "logs/real"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in logs.items():
-        (out_dir / f"{name}.txt").write_text(text)
-
-    # Which real log each registry name reads: the format its repositories' specs produce.
-    log_of = {
-        "parse_log_django": "django",
-        "parse_log_sympy": "sympy",
-        "parse_log_cargo": "cargo",
-        "parse_log_gotest": "gotest",
-        "parse_log_astropy": "pytest_astropy",
-        "parse_log_pytest_v2": "pytest_color",
-        "parse_log_seaborn": "pytest_seaborn",
-    }
-    cases = [c for c in json.loads((FIXTURES / "cases.json").read_text()) if not c["id"].startswith("real__")]
-    # The names we implement: the Python parsers, cargo's and go's.
-    ours = [n for n, f in registry.items() if f.__module__.endswith(".python")] + ["parse_log_cargo", "parse_log_gotest"]
-    for name in sorted(ours):
-        log = log_of.get(name, "pytest_ra")
-        status = registry[name](logs[log], None)
-        passed = [t for t, s in status.items() if s in ("PASSED", "XFAIL")]
-        failed = [t for t, s in status.items() if s in ("FAILED", "ERROR")]
-        if not passed or not failed:
-            sys.exit(f"{name} on logs/real/{log}.txt: no passing or no failing test ({status})")
-        cases.append({
-            "id": f"real__{name}",
-            "parser": name,
-            "log_file": f"logs/real/{log}.txt",
-            "fail_to_pass": failed[:2],
-            "pass_to_pass": passed[:3],
-            "eval_type": "pass_and_fail",
-        })
-    (FIXTURES / "cases.json").write_text(json.dumps(cases, indent=1, ensure_ascii=False) + "\n")
-    print(f"{len(logs)} real logs, {len(ours)} registry names", file=sys.stderr)
+    return logs
 
 
 if __name__ == "__main__":

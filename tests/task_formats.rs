@@ -330,3 +330,39 @@ fn format_fields_are_known_fields() {
     }
     assert!(!is_known_field("requirements"), "Pro's requirements are kept in `extra`");
 }
+
+/// The language an evaluation report files each row under (`harness::official::language_of`).
+#[test]
+fn rows_of_every_format_have_a_language() {
+    use execcritic::harness::official::language_of;
+    let of = |v: Value| language_of(&TaskInstance::from_json(v, None).unwrap());
+    let astropy = row("swebench4.jsonl", "astropy__");
+    assert_eq!(of(astropy.clone()), "python");
+    let multilingual = |repo: &str, parser: &str| {
+        let mut v = astropy.clone();
+        v["repo"] = json!(repo);
+        v["instance_id"] = json!(format!("{}-1", repo.replace('/', "__")));
+        v["eval_script"] = json!("#!/bin/bash\n: '>>>>> Start Test Output'\ntrue\n: '>>>>> End Test Output'\n");
+        v["log_parser"] = json!(parser);
+        v["eval_type"] = json!("pass_and_fail");
+        v["image"] = json!("swebench/sweb.eval.x86_64.x:latest");
+        v
+    };
+    assert_eq!(of(multilingual("tokio-rs/tokio", "parse_log_cargo")), "rust");
+    assert_eq!(of(multilingual("fmtlib/fmt", "parse_log_googletest")), "c++");
+    assert_eq!(of(multilingual("jqlang/jq", "parse_log_jq")), "c");
+    assert_eq!(of(multilingual("google/gson", "parse_log_maven")), "java");
+    assert_eq!(of(multilingual("rubocop/rubocop", "parse_log_rspec_transformed_json")), "ruby");
+    assert_eq!(of(multilingual("laravel/framework", "parse_log_phpunit")), "php");
+    // A repository swebench does not map: its parser's language.
+    assert_eq!(of(multilingual("acme/widget", "parse_log_maven")), "java");
+    assert_eq!(of(multilingual("acme/widget", "parse_log_nobody")), "unknown");
+    // SWE-bench Pro says it itself.
+    let pro = load_tasks(&fixtures().join("pro/pro.jsonl")).unwrap();
+    let langs: Vec<&str> = pro.iter().map(language_of).collect();
+    assert_eq!(langs, ["python", "go", "javascript"]);
+    // A row this crate runs with its own runners (the bundled and PyPI suites).
+    let mut own = row("swebench4.jsonl", "psf__");
+    own["repo"] = json!("acme/widget");
+    assert_eq!(of(own), "python");
+}

@@ -26,6 +26,45 @@ pub use grading::{
     eval_tests_report, official_logs_eval, read_test_output, resolution_status, EvalType,
     InfraFailure, InfraKind, LogsEval, ResolvedStatus, TestRun, TestsStatus,
 };
+/// The language an instance's repository is written in, for reports: SWE-bench Pro's
+/// `repo_language`, else the language swebench files the repository under (its per-language
+/// parser maps: SWE-bench, SWE-bench Multilingual), else the language of the row's log parser,
+/// else `python` for a task this crate runs with its own runners (pytest, Django, sympy: the
+/// bundled and PyPI suites), else `unknown`.
+pub fn language_of(task: &crate::task::TaskInstance) -> &'static str {
+    use crate::task::official::Source;
+    let official = task.official.as_ref();
+    if let Some(Source::Pro(p)) = official.map(|o| &o.source) {
+        if let Some(l) = p.repo_language.as_deref() {
+            return pro_language(l);
+        }
+    }
+    if let Some(l) = language_for_repo(&task.repo) {
+        return l;
+    }
+    match official {
+        Some(o) => language_for_parser(&o.log_parser).unwrap_or("unknown"),
+        None => "python",
+    }
+}
+
+/// SWE-bench Pro's `repo_language` (`python`, `go`, `js`, `ts`) in the report's names.
+fn pro_language(l: &str) -> &'static str {
+    match l.trim().to_ascii_lowercase().as_str() {
+        "python" | "py" => "python",
+        "go" | "golang" => "go",
+        "js" | "javascript" => "javascript",
+        "ts" | "typescript" => "typescript",
+        "rust" | "rs" => "rust",
+        "java" => "java",
+        "c" => "c",
+        "c++" | "cpp" => "c++",
+        "ruby" | "rb" => "ruby",
+        "php" => "php",
+        _ => "unknown",
+    }
+}
+
 pub use parsers::{
     language_for_parser, language_for_repo, parse, parser, parser_for_repo, LogParser, ParseError, ParserFn, TestSpec,
     MAX_LOG_BYTES, PARSER_NAMES,

@@ -23,6 +23,7 @@ use crate::agent::trajectory::seed_messages;
 use crate::agent::Trajectory;
 use crate::episode::oracle::selected_oracle_bundle;
 use crate::episode::repair::RepairInputs;
+use crate::harness::official::language_of;
 use crate::harness::provision::docker_image;
 use crate::harness::sandbox::docker::{current_host, missing_images, on_host};
 use crate::harness::sandbox::docker_host::{DockerHost, HostPool};
@@ -69,6 +70,18 @@ struct InstanceOut {
     tests: Vec<TestRow>,
 }
 
+impl InstanceOut {
+    /// Every row of the instance carries its language (the report's per-language breakdown).
+    fn set_language(&mut self, language: &str) {
+        for s in &mut self.results {
+            s.row.language = language.to_string();
+        }
+        for t in &mut self.tests {
+            t.language = language.to_string();
+        }
+    }
+}
+
 /// The bundle a condition gives an instance: `None` for the no-test condition.
 type TestSource = Option<Option<FrozenBundle>>;
 
@@ -101,6 +114,7 @@ impl Ctx {
                     completion_tokens: 0,
                     bundle_sha256: b.as_ref().ok().map(|f| f.hash.clone()),
                     infra_error: None,
+                    language: String::new(),
                 };
                 return Ok((Some(b.ok()), Some(row)));
             }
@@ -134,6 +148,7 @@ impl Ctx {
             completion_tokens: unit.completion_tokens,
             bundle_sha256: unit.bundle_hash.clone(),
             infra_error: unit.infra_error.clone(),
+            language: String::new(),
         };
         let frozen = match &unit.bundle_hash {
             Some(h) => match units::load_bundle(&bundle_dir, h) {
@@ -217,6 +232,7 @@ impl Ctx {
                     final_patch_sha256: sha256(&p0),
                     infra_error: r0.infra_error.clone().or_else(|| g0.as_ref().and_then(|g| g.infra_error.clone())),
                     docker_host: current_host(),
+                    language: String::new(),
                 };
                 let mut patch = p0.clone();
                 if let (Some(Some(frozen)), None) = (src, &r0.infra_error) {
@@ -298,6 +314,7 @@ impl Ctx {
                     final_patch_sha256: sha256(""),
                     infra_error: Some(error.to_string()),
                     docker_host: current_host(),
+                    language: String::new(),
                 };
                 results.push(Scored { row, patch: String::new() });
             }
@@ -345,6 +362,7 @@ pub async fn run_eval(run: EvalRun, on_row: Arc<dyn Fn(&ResultRow) + Send + Sync
     let store = UnitStore::open(&run.out.join("units.jsonl"))?;
     let ctx = Arc::new(Ctx { config: run.config, test_policy: run.test_policy, repair_policy: run.repair_policy, out: run.out, store });
     let ids: Vec<String> = run.tasks.iter().map(|t| t.instance_id.clone()).collect();
+    let languages: Vec<&'static str> = run.tasks.iter().map(language_of).collect();
     let items: Vec<(usize, (usize, TaskInstance))> = run.tasks.into_iter().enumerate().map(|(i, t)| (i, (i, t))).collect();
     let mut outs: Vec<Option<InstanceOut>> = (0..ids.len()).map(|_| None).collect();
     let c = ctx.clone();
@@ -366,11 +384,12 @@ pub async fn run_eval(run: EvalRun, on_row: Arc<dyn Fn(&ResultRow) + Send + Sync
             }
         },
         |i, r| {
-            let out = match r {
+            let mut out = match r {
                 Ok(Ok(o)) => o,
                 Ok(Err(e)) => ctx.error_rows(&ids[i], &e),
                 Err(panic) => ctx.error_rows(&ids[i], &format!("the instance panicked: {panic}")),
             };
+            out.set_language(languages[i]);
             for s in &out.results {
                 on_row(&s.row);
             }
@@ -389,7 +408,11 @@ pub async fn run_eval(run: EvalRun, on_row: Arc<dyn Fn(&ResultRow) + Send + Sync
         }
     }
     for (i, out) in outs.into_iter().enumerate() {
-        let out = out.unwrap_or_else(|| ctx.error_rows(&ids[i], "the instance was cancelled"));
+        let out = out.unwrap_or_else(|| {
+            let mut out = ctx.error_rows(&ids[i], "the instance was cancelled");
+            out.set_language(languages[i]);
+            out
+        });
         tests.extend(out.tests);
         for s in out.results {
             if let Some(p) = predictions.iter_mut().find(|(c, r, _)| *c == s.row.condition && *r == s.row.run) {

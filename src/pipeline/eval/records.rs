@@ -49,6 +49,10 @@ pub struct ResultRow {
     /// when hosts were given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub docker_host: Option<String>,
+    /// The instance's language (`harness::official::language_of`); empty in rows written
+    /// before it was recorded.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub language: String,
 }
 
 /// One instance and Test source: the single generation (or given bundle) and its audit.
@@ -69,6 +73,9 @@ pub struct TestRow {
     pub completion_tokens: u64,
     pub bundle_sha256: Option<String>,
     pub infra_error: Option<String>,
+    /// The instance's language, as in [`ResultRow::language`].
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub language: String,
 }
 
 /// Read a JSONL file of rows.

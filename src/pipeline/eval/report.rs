@@ -120,6 +120,28 @@ pub struct Report {
     pub tests: Vec<TestSourceReport>,
     /// Instances with an infrastructure failure in any row, and the first error of each.
     pub infra: Vec<(String, String)>,
+    /// The same numbers per language of the instances (`rust`, `python`, `go`, …; `unknown` for
+    /// rows written without one), in order of first appearance.
+    #[serde(default)]
+    pub by_language: Vec<LanguageReport>,
+}
+
+/// One language's share of an evaluation: its instances' conditions and Test sources, with
+/// rates over its own instances.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LanguageReport {
+    pub language: String,
+    pub instances: usize,
+    pub conditions: Vec<ConditionReport>,
+    pub tests: Vec<TestSourceReport>,
+}
+
+fn language_of(language: &str) -> &str {
+    if language.is_empty() {
+        "unknown"
+    } else {
+        language
+    }
 }
 
 fn ordered_unique<'a>(it: impl Iterator<Item = &'a str>) -> Vec<String> {
@@ -140,69 +162,82 @@ fn pct(k: usize, n: usize) -> f64 {
     }
 }
 
+/// Per condition (in order of first appearance): resolved rates over `runs`, Δs, infrastructure
+/// failures and revision turns, with the condition's own instances in the denominator.
+fn conditions_of(results: &[&ResultRow], runs: usize) -> Vec<ConditionReport> {
+    let mut conditions: Vec<ConditionReport> = ordered_unique(results.iter().map(|r| r.condition.as_str()))
+        .into_iter()
+        .map(|c| {
+            let rows: Vec<&ResultRow> = results.iter().copied().filter(|r| r.condition == c).collect();
+            let n = ordered_unique(rows.iter().map(|r| r.instance_id.as_str())).len();
+            let rate = |f: fn(&ResultRow) -> bool| {
+                Rate::of((1..=runs).map(|k| pct(rows.iter().filter(|r| r.run == k && f(r)).count(), n)).collect())
+            };
+            let round0 = rate(|r| r.round0_resolved);
+            let final_ = rate(|r| r.final_resolved);
+            ConditionReport {
+                delta: final_.mean - round0.mean,
+                condition: c,
+                instances: n,
+                runs,
+                round0,
+                final_,
+                delta_vs_none: None,
+                infra_errors: rows.iter().filter(|r| r.infra_error.is_some()).count(),
+                qualified_rows: rows.iter().filter(|r| r.test_qualified == Some(true)).count(),
+                revision_turns: TurnStats::of(rows.iter().filter(|r| r.entered_repair).map(|r| r.revision_turns).collect()),
+            }
+        })
+        .collect();
+    if let Some(none) = conditions.iter().find(|c| c.condition == "none").map(|c| c.final_.mean) {
+        for c in conditions.iter_mut() {
+            c.delta_vs_none = Some(c.final_.mean - none);
+        }
+    }
+    conditions
+}
+
+/// Per Test source (in order of first appearance): qualified and Base-to-Gold rates, rejection
+/// classes.
+fn test_sources_of(tests: &[&TestRow]) -> Vec<TestSourceReport> {
+    ordered_unique(tests.iter().map(|t| t.source.as_str()))
+        .into_iter()
+        .map(|s| {
+            let rows: Vec<&TestRow> = tests.iter().copied().filter(|t| t.source == s).collect();
+            let n = rows.len();
+            let qualified = rows.iter().filter(|t| t.qualified).count();
+            let b2g = rows.iter().filter(|t| t.base_to_gold == Some(true)).count();
+            // Measured when some audit ran, or when nothing qualified (then 0 is exact).
+            let measured = qualified == 0 || rows.iter().any(|t| t.base_to_gold.is_some());
+            let mut rejections: Vec<(String, usize)> = Vec::new();
+            for r in rows.iter().filter_map(|t| t.rejection.as_deref()) {
+                match rejections.iter_mut().find(|(k, _)| k == r) {
+                    Some(e) => e.1 += 1,
+                    None => rejections.push((r.to_string(), 1)),
+                }
+            }
+            rejections.sort();
+            TestSourceReport {
+                source: s,
+                instances: n,
+                qualified,
+                qualified_pct: pct(qualified, n),
+                base_to_gold: measured.then_some(b2g),
+                base_to_gold_pct: measured.then(|| pct(b2g, n)),
+                infra_errors: rows.iter().filter(|t| t.infra_error.is_some()).count(),
+                rejections,
+            }
+        })
+        .collect()
+}
+
 impl Report {
     /// Compute the report from the rows of one evaluation.
     pub fn compute(results: &[ResultRow], tests: &[TestRow]) -> Report {
         let instances = ordered_unique(results.iter().map(|r| r.instance_id.as_str())).len();
         let runs = results.iter().map(|r| r.run).max().unwrap_or(0);
-        let mut conditions: Vec<ConditionReport> = ordered_unique(results.iter().map(|r| r.condition.as_str()))
-            .into_iter()
-            .map(|c| {
-                let rows: Vec<&ResultRow> = results.iter().filter(|r| r.condition == c).collect();
-                let n = ordered_unique(rows.iter().map(|r| r.instance_id.as_str())).len();
-                let rate = |f: fn(&ResultRow) -> bool| {
-                    Rate::of((1..=runs).map(|k| pct(rows.iter().filter(|r| r.run == k && f(r)).count(), n)).collect())
-                };
-                let round0 = rate(|r| r.round0_resolved);
-                let final_ = rate(|r| r.final_resolved);
-                ConditionReport {
-                    delta: final_.mean - round0.mean,
-                    condition: c,
-                    instances: n,
-                    runs,
-                    round0,
-                    final_,
-                    delta_vs_none: None,
-                    infra_errors: rows.iter().filter(|r| r.infra_error.is_some()).count(),
-                    qualified_rows: rows.iter().filter(|r| r.test_qualified == Some(true)).count(),
-                    revision_turns: TurnStats::of(rows.iter().filter(|r| r.entered_repair).map(|r| r.revision_turns).collect()),
-                }
-            })
-            .collect();
-        if let Some(none) = conditions.iter().find(|c| c.condition == "none").map(|c| c.final_.mean) {
-            for c in conditions.iter_mut() {
-                c.delta_vs_none = Some(c.final_.mean - none);
-            }
-        }
-        let tests = ordered_unique(tests.iter().map(|t| t.source.as_str()))
-            .into_iter()
-            .map(|s| {
-                let rows: Vec<&TestRow> = tests.iter().filter(|t| t.source == s).collect();
-                let n = rows.len();
-                let qualified = rows.iter().filter(|t| t.qualified).count();
-                let b2g = rows.iter().filter(|t| t.base_to_gold == Some(true)).count();
-                // Measured when some audit ran, or when nothing qualified (then 0 is exact).
-                let measured = qualified == 0 || rows.iter().any(|t| t.base_to_gold.is_some());
-                let mut rejections: Vec<(String, usize)> = Vec::new();
-                for r in rows.iter().filter_map(|t| t.rejection.as_deref()) {
-                    match rejections.iter_mut().find(|(k, _)| k == r) {
-                        Some(e) => e.1 += 1,
-                        None => rejections.push((r.to_string(), 1)),
-                    }
-                }
-                rejections.sort();
-                TestSourceReport {
-                    source: s,
-                    instances: n,
-                    qualified,
-                    qualified_pct: pct(qualified, n),
-                    base_to_gold: measured.then_some(b2g),
-                    base_to_gold_pct: measured.then(|| pct(b2g, n)),
-                    infra_errors: rows.iter().filter(|t| t.infra_error.is_some()).count(),
-                    rejections,
-                }
-            })
-            .collect();
+        let all_results: Vec<&ResultRow> = results.iter().collect();
+        let all_tests: Vec<&TestRow> = tests.iter().collect();
         let mut infra: Vec<(String, String)> = Vec::new();
         for r in results {
             if let Some(e) = &r.infra_error {
@@ -211,7 +246,34 @@ impl Report {
                 }
             }
         }
-        Report { instances, runs, conditions, tests, infra }
+        let languages = ordered_unique(
+            results.iter().map(|r| language_of(&r.language)).chain(tests.iter().map(|t| language_of(&t.language))),
+        );
+        let by_language = languages
+            .into_iter()
+            .map(|l| {
+                let results: Vec<&ResultRow> = results.iter().filter(|r| language_of(&r.language) == l).collect();
+                let tests: Vec<&TestRow> = tests.iter().filter(|t| language_of(&t.language) == l).collect();
+                let instances = ordered_unique(
+                    results.iter().map(|r| r.instance_id.as_str()).chain(tests.iter().map(|t| t.instance_id.as_str())),
+                )
+                .len();
+                LanguageReport {
+                    language: l,
+                    instances,
+                    conditions: conditions_of(&results, runs),
+                    tests: test_sources_of(&tests),
+                }
+            })
+            .collect();
+        Report {
+            instances,
+            runs,
+            conditions: conditions_of(&all_results, runs),
+            tests: test_sources_of(&all_tests),
+            infra,
+            by_language,
+        }
     }
 
     /// The report as Markdown (the paper's tables).
@@ -256,6 +318,7 @@ impl Report {
                 c.condition, t.trajectories, t.mean, t.median, t.p75, t.p90, t.at_most_5_pct, t.at_most_10_pct
             );
         }
+        s += &self.language_markdown();
         if !self.infra.is_empty() {
             s += "\n## Infrastructure failures (counted as unresolved)\n\n";
             for (id, e) in &self.infra {
@@ -263,6 +326,45 @@ impl Report {
             }
         }
         s += "\nPlots: `plots/resolved.svg`, `plots/revision_turns.svg`, `plots/outcomes.svg`.\n";
+        s
+    }
+}
+
+impl Report {
+    /// The per-language table: each language's resolved rates (of its own instances) per
+    /// condition, and its Test sources' qualified and Base-to-Gold counts.
+    fn language_markdown(&self) -> String {
+        if self.by_language.is_empty() {
+            return String::new();
+        }
+        let mut s = String::from("\n## By language\n\n| language | instances | condition | Round 0 | final | Δ | infra errors |\n|---|---|---|---|---|---|---|\n");
+        for l in &self.by_language {
+            for c in &l.conditions {
+                s += &format!(
+                    "| {} | {} | {} | {:.1} ± {:.1} | {:.1} ± {:.1} | {:+.1} | {} |\n",
+                    l.language, l.instances, c.condition, c.round0.mean, c.round0.std, c.final_.mean, c.final_.std, c.delta, c.infra_errors
+                );
+            }
+        }
+        if self.by_language.iter().any(|l| !l.tests.is_empty()) {
+            s += "\n| language | source | qualified | Base-to-Gold |\n|---|---|---|---|\n";
+            for l in &self.by_language {
+                for t in &l.tests {
+                    s += &format!(
+                        "| {} | {} | {}/{} ({:.1}%) | {} |\n",
+                        l.language,
+                        t.source,
+                        t.qualified,
+                        t.instances,
+                        t.qualified_pct,
+                        match (t.base_to_gold, t.base_to_gold_pct) {
+                            (Some(b), Some(p)) => format!("{b}/{} ({p:.1}%)", t.instances),
+                            _ => "n/a (not audited)".to_string(),
+                        }
+                    );
+                }
+            }
+        }
         s
     }
 }
@@ -311,6 +413,7 @@ mod tests {
             completion_tokens: 0,
             bundle_sha256: None,
             infra_error: None,
+            language: String::new(),
         }
     }
 
@@ -331,5 +434,68 @@ mod tests {
         let md = r.markdown("t");
         assert!(md.contains("| oracle | 2/2 (100.0%) | n/a (not audited) |"), "{md}");
         assert!(md.contains("| model | 2/2 (100.0%) | 1/2 (50.0%) |"), "{md}");
+    }
+
+    fn result(id: &str, language: &str, run: usize, resolved: bool) -> ResultRow {
+        ResultRow {
+            instance_id: id.into(),
+            condition: "generated".into(),
+            run,
+            test_qualified: Some(true),
+            entered_repair: false,
+            round0_resolved: resolved,
+            final_resolved: resolved,
+            terminal_reason: "pass_at_round0".into(),
+            terminal_round: 0,
+            revision_rounds: 0,
+            checks: 0,
+            terminal_gate: None,
+            round0_turns: 1,
+            revision_turns: 0,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            wall_ms: 0,
+            round0_patch_sha256: String::new(),
+            final_patch_sha256: String::new(),
+            infra_error: None,
+            docker_host: None,
+            language: language.into(),
+        }
+    }
+
+    #[test]
+    fn a_mixed_language_run_is_broken_down_by_language() {
+        let results = vec![
+            result("tokio-rs__tokio-1", "rust", 1, true),
+            result("tokio-rs__tokio-2", "rust", 1, false),
+            result("django__django-1", "python", 1, true),
+            result("gin-gonic__gin-1", "go", 1, false),
+            result("old-row", "", 1, true),
+        ];
+        let mut tests = vec![row("generated", true, Some(true)), row("generated", false, None)];
+        (tests[0].instance_id, tests[0].language) = ("tokio-rs__tokio-1".into(), "rust".into());
+        (tests[1].instance_id, tests[1].language) = ("gin-gonic__gin-1".into(), "go".into());
+        let r = Report::compute(&results, &tests);
+        assert_eq!(r.conditions[0].final_.mean, 60.0);
+        let langs: Vec<(&str, usize, f64)> = r
+            .by_language
+            .iter()
+            .map(|l| (l.language.as_str(), l.instances, l.conditions[0].final_.mean))
+            .collect();
+        assert_eq!(
+            langs,
+            vec![("rust", 2, 50.0), ("python", 1, 100.0), ("go", 1, 0.0), ("unknown", 1, 100.0)]
+        );
+        let rust = &r.by_language[0];
+        assert_eq!((rust.tests[0].qualified, rust.tests[0].base_to_gold), (1, Some(1)));
+        let md = r.markdown("t");
+        assert!(md.contains("| rust | 2 | generated | 50.0 ± 0.0 | 50.0 ± 0.0 | +0.0 | 0 |"), "{md}");
+        assert!(md.contains("| go | generated | 0/1 (0.0%) | 0/1 (0.0%) |"), "{md}");
+        // Rows written before languages were recorded still read.
+        let old: ResultRow = serde_json::from_str(
+            &serde_json::to_string(&result("x", "", 1, true)).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(old.language, "");
     }
 }

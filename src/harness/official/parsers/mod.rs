@@ -188,6 +188,7 @@ pub const LANGUAGES: &[Language] = &[
     php::LANGUAGE,
     ruby::LANGUAGE,
     rust::LANGUAGE,
+    c::LANGUAGE_CPP,
 ];
 
 const fn registry_len() -> usize {
