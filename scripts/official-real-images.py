@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""SWE-bench-layout images of real public Python projects, and their swebench 5.x rows.
+"""SWE-bench-layout images of real public projects, and their swebench 5.x rows.
 
-For each project below: the release sdist from PyPI (sha256 pinned) is the repository at Base
+For each project below: the release sdist from PyPI or tarball from npm (sha256 pinned) is the
+repository at Base
 (one root commit in `/testbed`); the fix is real — a fix between two consecutive releases
 (Django 4.2.16 → 4.2.17: `strip_tags`; sympy 1.13.2 → 1.13.3: Wigner/Clebsch-Gordan) or, for
 inflection, the PyPI suite's task 101 — split as SWE-bench splits it: the source files are the
@@ -9,6 +10,12 @@ gold patch, the test files the test patch. The image holds the repository and a 
 `activate` whose `testbed` env is the only place the project and its dependencies are importable
 (as after `pip install -e .`; Django:
 asgiref, sqlparse; sympy: mpmath, numpy), so a command outside the env has the wrong interpreter.
+
+One JavaScript project, as SWE-bench Multilingual's JavaScript rows are: qs 6.14.0 with the fix of
+6.14.1 (`arrayLimit` on `[]` notation, a decoder returning `null` for a key), its tests run by
+tape (TAP output, `parse_log_tap`). Its image has no conda env: Node.js (the host's `node`, a
+single binary needing only glibc and libstdc++) and the test dependencies installed by `npm ci`
+from `data/official-real-qs/package-lock.json` at `/node_modules`, outside the repository.
 
 The row's eval script is swebench's shape (conda activation, test files reset to Base, test
 patch applied, the test command between the markers: Django's `tests/runtests.py --verbosity 2
@@ -52,6 +59,8 @@ DOWNLOADS = {
     "mpmath-1.3.0-py3-none-any.whl": ("mpmath", "1.3.0", "wheel"),
     # The image's interpreter is CPython 3.11 on x86-64.
     "numpy-1.26.4-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl": ("numpy", "1.26.4", "wheel"),
+    "qs-6.14.0.tgz": ("qs", "6.14.0", "npm"),
+    "qs-6.14.1.tgz": ("qs", "6.14.1", "npm"),
 }
 SHA256 = json.loads((ROOT / "data/official-real.lock.json").read_text())
 
@@ -95,7 +104,28 @@ PROJECTS = [
         "parser": "parse_log_pytest",
         "problem": "humanize() removes _id from the middle of words",
     },
+    {
+        "id": "ljharb__qs-6141",
+        "repo": "ljharb/qs",
+        "image": "execcritic-real-qs:latest",
+        "base": "qs-6.14.0.tgz",
+        "fixed": "qs-6.14.1.tgz",
+        "source": ["lib/parse.js", "lib/utils.js"],
+        "tests": ["test/parse.js", "test/stringify.js", "test/utils.js"],
+        "wheels": [],
+        "node_modules": "data/official-real-qs",
+        "test_cmd": "node /node_modules/tape/bin/tape test/parse.js",
+        "parser": "parse_log_tap",
+        "problem": "qs.parse ignores arrayLimit for `a[]=` keys, and keeps a key a custom decoder turned into null",
+    },
 ]
+
+NODE_DOCKERFILE = """FROM {base}
+COPY testbed /testbed
+COPY node_modules /node_modules
+COPY node /usr/local/bin/node
+WORKDIR /testbed
+"""
 
 ACTIVATE = """conda() {
   if [ "$1" = activate ] && [ -d "/opt/miniconda3/envs/$2" ]; then
@@ -138,9 +168,12 @@ def fetch(name: str) -> Path:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        flags = ["--no-binary", ":all:"] if kind == "sdist" else [
-            "--only-binary", ":all:", "--python-version", "3.11", "--platform", "manylinux2014_x86_64"]
-        sh(sys.executable, "-m", "pip", "download", "-q", "--no-deps", *flags, "-d", tmp, f"{dist}=={version}")
+        if kind == "npm":
+            sh("npm", "pack", "-q", f"{dist}@{version}", cwd=tmp, capture=True)
+        else:
+            flags = ["--no-binary", ":all:"] if kind == "sdist" else [
+                "--only-binary", ":all:", "--python-version", "3.11", "--platform", "manylinux2014_x86_64"]
+            sh(sys.executable, "-m", "pip", "download", "-q", "--no-deps", *flags, "-d", tmp, f"{dist}=={version}")
         got = Path(tmp) / name
         if sha256(got) != want:
             sys.exit(f"official-real-images: {name} has sha256 {sha256(got)}, expected {want}")
@@ -168,8 +201,9 @@ def diff(repo: Path, paths):
 
 def eval_script(p, base_commit, test_files, test_patch):
     files = " ".join(test_files)
+    activate = "" if "node_modules" in p else "source /opt/miniconda3/bin/activate\nconda activate testbed\n"
     return (
-        "#!/bin/bash\nset -uxo pipefail\nsource /opt/miniconda3/bin/activate\nconda activate testbed\ncd /testbed\n"
+        f"#!/bin/bash\nset -uxo pipefail\n{activate}cd /testbed\n"
         f"git checkout {base_commit} {files}\n"
         f"git apply -v - <<'EOF_114329324912'\n{test_patch}\nEOF_114329324912\n"
         f": '>>>>> Start Test Output'\n{p['test_cmd']}\n: '>>>>> End Test Output'\n"
@@ -231,12 +265,20 @@ def main():
                 test_patch = diff(repo, p["tests"])
                 git(repo, "checkout", "-q", "--", ".")
                 test_files = p["tests"]
-            site = tmp / "site"
-            site.mkdir()
-            for w in p["wheels"]:
-                zipfile.ZipFile(fetch(w)).extractall(site)
-            (tmp / "activate").write_text(ACTIVATE)
-            (tmp / "Dockerfile").write_text(DOCKERFILE.format(base=BASE_IMAGE))
+            if "node_modules" in p:
+                deps = tmp / "deps"
+                shutil.copytree(ROOT / p["node_modules"], deps)
+                sh("npm", "ci", "-q", "--ignore-scripts", "--no-audit", "--no-fund", cwd=deps, capture=True)
+                shutil.move(str(deps / "node_modules"), tmp / "node_modules")
+                shutil.copy(os.path.realpath(shutil.which("node")), tmp / "node")
+                (tmp / "Dockerfile").write_text(NODE_DOCKERFILE.format(base=BASE_IMAGE))
+            else:
+                site = tmp / "site"
+                site.mkdir()
+                for w in p["wheels"]:
+                    zipfile.ZipFile(fetch(w)).extractall(site)
+                (tmp / "activate").write_text(ACTIVATE)
+                (tmp / "Dockerfile").write_text(DOCKERFILE.format(base=BASE_IMAGE))
             log(f"{p['id']}: building {p['image']}")
             sh("docker", "build", "-q", "--network", "none", "-t", p["image"], str(tmp), capture=True)
             log(f"{p['id']}: built")

@@ -3,8 +3,10 @@
 //! Django 4.2.16 with the `strip_tags` fix of 4.2.17 (Django's own runner, `parse_log_django`),
 //! sympy 1.13.2 with the Clebsch-Gordan fix of 1.13.3 (sympy's own runner, `parse_log_sympy`),
 //! and inflection 0.5.1 with the PyPI suite's task 101 (pytest, parametrised ids,
-//! `parse_log_pytest`). Each image keeps the project importable only inside its conda-style
-//! `testbed` env. Gold resolves with every FAIL_TO_PASS and PASS_TO_PASS test PASSED, the empty
+//! `parse_log_pytest`); each of these images keeps the project importable only inside its
+//! conda-style `testbed` env. And one JavaScript project as SWE-bench Multilingual's rows are:
+//! qs 6.14.0 from npm with the fix of 6.14.1, its tests run by tape (TAP, `parse_log_tap`) with
+//! Node.js and the test dependencies outside the repository. Gold resolves with every FAIL_TO_PASS and PASS_TO_PASS test PASSED, the empty
 //! patch does not, and each `report.json` equals the one swebench 5.0.2 computes from the same
 //! `test_output.txt`. Skipped, saying why, without docker or the images.
 
@@ -60,7 +62,9 @@ async fn real_projects_resolve_with_gold_as_swebench_grades_them() {
     };
     let tasks = execcritic::task::load_tasks(&tasks).expect("the real-project rows load");
     let parsers: Vec<String> = tasks.iter().map(|t| t.official.as_ref().unwrap().log_parser.clone()).collect();
-    assert_eq!(parsers, ["parse_log_django", "parse_log_sympy", "parse_log_pytest"]);
+    assert_eq!(parsers, ["parse_log_django", "parse_log_sympy", "parse_log_pytest", "parse_log_tap"]);
+    let languages: Vec<&str> = tasks.iter().map(execcritic::harness::official::language_of).collect();
+    assert_eq!(languages, ["python", "python", "python", "javascript"]);
     for task in &tasks {
         let parser = &task.official.as_ref().unwrap().log_parser;
         let gold = harness::grade(task, &task.patch, SandboxKind::Docker).await.expect("grades");
@@ -85,4 +89,47 @@ async fn real_projects_resolve_with_gold_as_swebench_grades_them() {
             assert_eq!(rec.report_json.unwrap(), theirs, "{}", task.instance_id);
         }
     }
+}
+
+/// `eval` over a mixed-language task file (inflection: Python; qs: JavaScript), a scripted
+/// Repair agent applying the gold patch: both resolve, and `report.json` breaks the run down by
+/// language.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_language_eval_reports_each_language() {
+    if !docker_available().await {
+        return;
+    }
+    let tasks = match built_tasks() {
+        Ok(t) => t,
+        Err(why) => {
+            eprintln!("SKIPPED a_mixed_language_eval_reports_each_language: {why}");
+            return;
+        }
+    };
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(&tasks)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &serde_json::Value| matches!(r["repo"].as_str(), Some("jpvanhal/inflection" | "ljharb/qs")))
+        .collect();
+    assert_eq!(rows.len(), 2);
+    let work: Vec<(&str, &str)> = rows.iter().map(|r| ("/testbed", r["patch"].as_str().unwrap())).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let results = official_eval::eval_rows(dir.path(), &rows, &work);
+    let by: Vec<(&str, &str, bool)> = results
+        .iter()
+        .map(|r| (r["instance_id"].as_str().unwrap(), r["language"].as_str().unwrap(), r["final_resolved"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(by, [("jpvanhal__inflection-101", "python", true), ("ljharb__qs-6141", "javascript", true)]);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("eval-out/report.json")).unwrap()).unwrap();
+    let langs: Vec<(&str, u64, f64)> = report["by_language"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["language"].as_str().unwrap(), l["instances"].as_u64().unwrap(), l["conditions"][0]["final"]["mean"].as_f64().unwrap()))
+        .collect();
+    assert_eq!(langs, [("python", 1, 100.0), ("javascript", 1, 100.0)]);
+    let md = std::fs::read_to_string(dir.path().join("eval-out/report.md")).unwrap();
+    assert!(md.contains("## By language") && md.contains("| javascript | 1 | none |"), "{md}");
 }
