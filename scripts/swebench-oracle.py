@@ -161,7 +161,11 @@ def main():
         if "log_file" in case:
             with open(os.path.join(base, case["log_file"]), encoding="utf-8", newline="") as f:
                 case["log"] = f.read()
-    with tempfile.TemporaryDirectory() as workdir:
+    import contextlib
+
+    # swebench's parsers may print (parse_log_next_v2 prints every failure): keep stdout for
+    # the answers.
+    with tempfile.TemporaryDirectory() as workdir, contextlib.redirect_stdout(sys.stderr):
         results = [run_case(case, workdir) for case in cases]
     json.dump(results, sys.stdout, indent=1, sort_keys=False)
     sys.stdout.write("\n")

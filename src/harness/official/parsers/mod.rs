@@ -30,6 +30,7 @@
 pub mod c;
 pub mod go;
 pub mod java;
+pub mod javascript;
 pub mod php;
 pub mod python;
 pub mod ruby;
@@ -182,6 +183,7 @@ pub const UNREGISTERED: &[&str] =
 /// Every language, in swebench's registry order.
 pub const LANGUAGES: &[Language] = &[
     python::LANGUAGE,
+    javascript::LANGUAGE,
     c::LANGUAGE,
     go::LANGUAGE,
     java::LANGUAGE,
