@@ -1076,7 +1076,7 @@ fn quarto_cli(log: &str, _: &TestSpec) -> Parsed {
         tmp_qmd = r"/tmp/(\w+)\.qmd";
         tmp_dir = r"/tmp/(\w+)/";
     }
-    let mut tmp_keys: Vec<String> = Vec::new();
+    let mut tmp_keys: std::collections::HashMap<String, usize> = Default::default();
     let mut map = StatusMap::new();
     for raw in log.split('\n') {
         if raw.contains("ERRORS") || raw.contains("failures:") {
@@ -1090,14 +1090,8 @@ fn quarto_cli(log: &str, _: &TestSpec) -> Parsed {
             let Some(found) = pattern.find(&line) else {
                 continue;
             };
-            let key = found.as_str().to_string();
-            let n = match tmp_keys.iter().position(|k| *k == key) {
-                Some(n) => n,
-                None => {
-                    tmp_keys.push(key);
-                    tmp_keys.len() - 1
-                }
-            };
+            let next_n = tmp_keys.len();
+            let n = *tmp_keys.entry(found.as_str().to_string()).or_insert(next_n);
             line = pattern.replace_all(&line, NoExpand(&format!("/tmp/{n}"))).into_owned();
         }
         let test = py_strip(line.split("...").next().unwrap_or(""));
@@ -1263,12 +1257,24 @@ fn immutable_js(log: &str, spec: &TestSpec) -> Parsed {
 mod tests {
     use super::*;
 
+    fn keys(r: Parsed) -> Vec<(String, &'static str)> {
+        r.map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        OfficialStatus::Passed => "PASSED",
+                        OfficialStatus::Failed => "FAILED",
+                        _ => "OTHER",
+                    };
+                    (k.to_string(), v)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+    }
+
     #[test]
-    fn every_pattern_compiles() {
-        let spec = TestSpec::default();
-        for e in LANGUAGE.parsers {
-            let _ = (e.run)("x\n", &spec);
-        }
+    fn python_float_and_xml_blocks() {
         assert_eq!(py_float(" 1_0 "), Some(10.0));
         assert_eq!(py_float("\u{ff13}"), Some(3.0));
         assert_eq!(py_float(""), None);
@@ -1278,5 +1284,32 @@ mod tests {
         assert_eq!(py_float("0x10"), None);
         assert_eq!(remove_xml_blocks("a<b>x<b>y</b>z".into()), "a<b>z");
         assert_eq!(remove_xml_blocks("<a>1</b><b>2</b>".into()), "<a>1</b>");
+    }
+
+    #[test]
+    fn raises_where_swebench_raises() {
+        let spec = TestSpec::default();
+        let karma_log = "Starting browser X\n      a\n    b\n  c\n";
+        assert_eq!(karma(karma_log, &spec), Err(raised("IndexError", 4)));
+        let prism_log = "x\n./node_modules/.bin/mocha tests/run.js --reporter json\n{\"passes\": []}";
+        assert_eq!(prismjs(prism_log, &spec), Err(raised("KeyError", 2)));
+        let prism_log = "./node_modules/.bin/mocha tests/run.js --reporter json {\"failures\": [,]}";
+        assert_eq!(prismjs(prism_log, &spec), Err(raised("JSONDecodeError", 1)));
+        assert_eq!(lighthouse("", &spec), Err(raised("ValueError", 0)));
+        assert_eq!(immutable_js("", &spec), Err(raised("ValueError", 0)));
+        let calypso_log = "+ ./node_modules/.bin/jest x\n\u{2713} top (1ms) trailing\n";
+        assert_eq!(calypso(calypso_log, &spec), Err(raised("AttributeError", 2)));
+    }
+
+    #[test]
+    fn reads_each_runner() {
+        let spec = TestSpec { instance_id: "immutable-js__immutable-js-2006", version: "1.27" };
+        let prism = "./node_modules/.bin/mocha tests/run.js --reporter json\n{\"failures\": [{\"fullTitle\": \"f\"}], \"passes\": [{\"fullTitle\": \"p\", \"fullTitle\": \"q\"}, {\"fullTitle\": NaN}]}";
+        assert_eq!(keys(prismjs(prism, &spec)), vec![("f".into(), "FAILED"), ("q".into(), "PASSED")]);
+        assert_eq!(keys(immutable_js("  \u{2713} a (3 ms)\n\u{2715} b", &spec)), vec![("a".into(), "PASSED"), ("b".into(), "FAILED")]);
+        let next_log = "Running:  a.tsx  (1 of 1)\n\n\n  Suite\n    \u{2713} ok one (3ms)\n    1) bad\n";
+        assert_eq!(keys(next(next_log, &spec)), vec![("Suite: bad".into(), "FAILED"), ("Suite: ok one".into(), "PASSED")]);
+        let p5 = "  1) S\n    t:\n";
+        assert_eq!(keys(p5js(p5, &spec)), vec![("S:t".into(), "FAILED")]);
     }
 }
