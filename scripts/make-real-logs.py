@@ -23,11 +23,13 @@ Needs: pytest, sympy, swebench 5.0.2 (scripts/ci-deps-swebench.sh), cargo, go, a
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent.parent / "tests/fixtures/swebench_official"
 
 PYTEST_MODULE = '''import pytest
@@ -268,6 +270,66 @@ end
 '''
 
 
+JEST_CALC = r'''const add = (a, b) => a + b;
+describe("calc", () => {
+  test("adds", () => { expect(add(1, 2)).toBe(3); });
+  test("fails", () => { expect(add(2, 2)).toBe(5); });
+  test.skip("skips", () => {});
+  describe("nested", () => {
+    test("still adds", () => { expect(add(2, 3)).toBe(5); });
+  });
+});
+'''
+
+JEST_OK = r'''test("parses", () => { expect(JSON.parse("[1]")).toEqual([1]); });
+'''
+
+MOCHA_SPEC = r'''const assert = require("assert");
+describe("calc", function () {
+  it("adds", function () { assert.strictEqual(1 + 2, 3); });
+  it("fails", function () { assert.strictEqual(2 + 2, 5); });
+  it.skip("skips", function () {});
+  describe("nested", function () {
+    it("still adds", function () { assert.strictEqual(2 + 3, 5); });
+  });
+});
+'''
+
+TAPE_SPEC = r'''const test = require("tape");
+test("calc", function (t) {
+  t.equal(1 + 2, 3, "adds");
+  t.equal(2 + 2, 5, "fails");
+  t.ok(true, "truthy");
+  t.end();
+});
+test("skipped", { skip: true }, function (t) { t.end(); });
+'''
+
+
+def javascript_logs(tmp: Path) -> dict:
+    """Real runs of Jest, Vitest, mocha and tape (versions pinned by data/real-logs-js), as the
+    JavaScript repositories' eval scripts run them."""
+    logs = {}
+    js = tmp / "js"
+    js.mkdir()
+    shutil.copy(ROOT / "data/real-logs-js/package.json", js)
+    shutil.copy(ROOT / "data/real-logs-js/package-lock.json", js)
+    subprocess.run(["npm", "ci", "-q", "--ignore-scripts", "--no-audit", "--no-fund"], cwd=js, check=True,
+                   stdout=subprocess.DEVNULL)
+    write(js, {"tests/calc.test.js": JEST_CALC, "tests/ok.test.js": JEST_OK, "spec/calc.spec.js": MOCHA_SPEC,
+               "tap/calc.js": TAPE_SPEC})
+    logs["jest_verbose"] = run_log(js, "./node_modules/.bin/jest --ci --verbose tests")
+    logs["jest"] = run_log(js, "./node_modules/.bin/jest --ci tests")
+    # JEST_JSON_JQ_TRANSFORM: one `[STATUS] <describe blocks> <title>` line per assertion.
+    logs["jest_json"] = run_log(
+        js, "./node_modules/.bin/jest --ci --json tests 2>/dev/null | jq -r '.testResults[].assertionResults[] | "
+        "\"[\\(.status | ascii_upcase)] \\((.ancestorTitles + [.title]) | join(\" \"))\"'")
+    logs["vitest"] = run_log(js, "./node_modules/.bin/vitest run --reporter=verbose --globals tests")
+    logs["mocha"] = run_log(js, "./node_modules/.bin/mocha spec")
+    logs["tape"] = run_log(js, "node ./node_modules/.bin/tape tap/calc.js")
+    return logs
+
+
 def multilingual_logs(tmp: Path) -> dict:
     """Real runs of the C/C++, PHP and Ruby runners SWE-bench Multilingual's repositories use
     (Debian's googletest, doctest-dev, phpunit, ruby-minitest, ruby-test-unit, ruby-rspec, jq)."""
@@ -340,6 +402,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="reallogs") as tmp:
         tmp = Path(tmp)
         logs.update(multilingual_logs(tmp))
+        logs.update(javascript_logs(tmp))
         if not args.multilingual_only:
             logs.update(python_go_rust_logs(tmp, args))
 
@@ -366,6 +429,16 @@ def main():
         "parse_log_minitest": "minitest",
         "parse_log_ruby_unit": "ruby_unit",
         "parse_log_rspec_transformed_json": "rspec_transformed_json",
+        "parse_log_jest": "jest_verbose",
+        "parse_log_calypso": "jest_verbose",
+        "parse_log_jest_json": "jest_json",
+        "parse_log_carbon": "jest",
+        "parse_log_react_pdf": "jest",
+        "parse_log_grommet": "jest",
+        "parse_log_vitest": "vitest",
+        "parse_log_highlightjs": "mocha",
+        "parse_log_eslint": "mocha",
+        "parse_log_tap": "tape",
     }
     cases = [c for c in json.loads((FIXTURES / "cases.json").read_text()) if not c["id"].startswith("real__")]
     # The names with a real runner here: the Python parsers, cargo's, go's and those above.
@@ -377,7 +450,8 @@ def main():
         status = registry[name](logs[log], None)
         passed = [t for t, s in status.items() if s in ("PASSED", "XFAIL")]
         failed = [t for t, s in status.items() if s in ("FAILED", "ERROR")]
-        if not passed or not failed:
+        # eslint's parser records failures only.
+        if not failed or (not passed and name != "parse_log_eslint"):
             sys.exit(f"{name} on logs/real/{log}.txt: no passing or no failing test ({status})")
         cases.append({
             "id": f"real__{name}",

@@ -162,7 +162,8 @@ def main():
             with open(os.path.join(base, case["log_file"]), encoding="utf-8", newline="") as f:
                 case["log"] = f.read()
     import contextlib
-    # Some parsers print warnings (maven, gradle): stdout carries the answers alone.
+    # swebench's parsers may print (maven and gradle warn, parse_log_next_v2 prints every
+    # failure): stdout carries the answers alone.
     with tempfile.TemporaryDirectory() as workdir, contextlib.redirect_stdout(sys.stderr):
         results = [run_case(case, workdir) for case in cases]
     json.dump(results, sys.stdout, indent=1, sort_keys=False)

@@ -527,21 +527,27 @@ fn run_summary_matches_swebench_make_run_report() {
 }
 
 /// Registry names whose runner this machine cannot run, read on logs in the runner's published
-/// format instead (`logs/multilingual/`), each graded above against swebench: the repository's
-/// own test harness (Redis's and Valkey's Tcl suite, MicroPython's `run-tests.py`, Lombok's Ant
-/// formatter, Jekyll's Cucumber formatter and the instance dispatch over both), jq's autotools
-/// `make check`, or a registry we cannot reach (Maven Central for Surefire; Gradle with the
-/// eval scripts' init script).
+/// format instead (`logs/multilingual/`, `logs/js/`), each graded above against swebench: the
+/// repository's own test harness (Redis's and Valkey's Tcl suite, MicroPython's `run-tests.py`,
+/// Lombok's Ant formatter, Jekyll's Cucumber formatter, marked's and Quarto's runners, Prism's
+/// mocha command), a browser under Karma (bpmn-js, Chart.js, OpenLayers, p5.js, Preact's
+/// `parse_log_karma`), jq's autotools `make check`, a registry we cannot reach (Maven Central for
+/// Surefire; Gradle with the eval scripts' init script), or a parser that dispatches on the
+/// instance (`parse_log_jekyll`, `_immutable_js`, `_next`, `_lighthouse`: their fixtures carry
+/// the ids and versions of each branch).
 const FORMAT_ONLY: &[&str] = &[
     "parse_log_redis", "parse_log_jq", "parse_log_micropython_test", "parse_log_maven",
     "parse_log_ant", "parse_log_gradle_custom", "parse_log_cucumber", "parse_log_jekyll",
+    "parse_log_bpmn_js", "parse_log_chart_js", "parse_log_karma", "parse_log_openlayers",
+    "parse_log_p5js", "parse_log_lighthouse", "parse_log_next", "parse_log_immutable_js",
+    "parse_log_marked", "parse_log_prismjs", "parse_log_quarto_cli",
 ];
 
 /// Every registry name we implement reads at least one real log: the output of the real runner
 /// of its repositories, made by scripts/make-real-logs.py (pytest in the specs' variants,
 /// Django's runner, sympy's runner, `cargo test`, `go test -v`, GoogleTest, doctest, PHPUnit,
-/// Minitest, test-unit, RSpec), graded above against swebench — or is in [`FORMAT_ONLY`] and
-/// reads a log in its format.
+/// Minitest, test-unit, RSpec, Jest, Vitest, mocha, tape), graded above against swebench — or is
+/// in [`FORMAT_ONLY`] and reads a log in its format.
 #[test]
 fn every_parser_name_reads_a_real_runners_log() {
     let cases = read_json(&fixture_dir().join("cases.json"));

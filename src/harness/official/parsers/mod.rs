@@ -24,12 +24,14 @@
 //! has no bound, so the fail-closed reading makes it an infrastructure failure,
 //! `official_infra:log_too_large`). Below it the line parsers are linear in the log (one pass
 //! over the lines, per-line work linear in the line) and whole-log patterns run on the `regex`
-//! crate (finite automata, no backtracking). Measured on adversarial shapes in
+//! crate (finite automata, no backtracking), except p5.js's `remove_xml_blocks`, whose loop is
+//! quadratic in the log as swebench's is ([`javascript`]). Measured on adversarial shapes in
 //! `benches/results/fuzz.md`.
 
 pub mod c;
 pub mod go;
 pub mod java;
+pub mod javascript;
 pub mod php;
 pub mod python;
 pub mod ruby;
@@ -182,6 +184,7 @@ pub const UNREGISTERED: &[&str] =
 /// Every language, in swebench's registry order.
 pub const LANGUAGES: &[Language] = &[
     python::LANGUAGE,
+    javascript::LANGUAGE,
     c::LANGUAGE,
     go::LANGUAGE,
     java::LANGUAGE,
