@@ -321,6 +321,10 @@ fn carbon(log: &str, _: &TestSpec) -> Parsed {
     ];
     let mut map = StatusMap::new();
     for line in log.split('\n') {
+        // Every pattern starts `^PASS\s` or `^FAIL\s`: other lines match none.
+        if !(line.starts_with("PASS") || line.starts_with("FAIL")) {
+            continue;
+        }
         for (re, status) in &table {
             if let Some(test) = re.captures(line).and_then(|c| c.get(1)) {
                 map.insert(test.as_str(), status.clone());
