@@ -88,6 +88,55 @@ fn swebench4_rows_get_the_script_swebench_4_1_0_writes() {
     );
 }
 
+/// SWE-bench Multilingual's rows as published (4.x: `repo` + `version`): the script swebench
+/// 4.1.0's `make_eval_script_list_common` / `_js` writes (wp-calypso's per-path Jest commands
+/// included), no conda activation, and the language's parser.
+#[test]
+fn multilingual_4x_rows_get_the_script_swebench_4_1_0_writes() {
+    use execcritic::harness::official::language_of;
+    let tasks = load_tasks(&fixtures().join("multilingual4.jsonl")).unwrap();
+    assert_eq!(tasks.len(), 9);
+    let mut seen = Vec::new();
+    for t in &tasks {
+        let id = &t.instance_id;
+        let o = t.official.as_ref().expect("official spec");
+        assert_eq!(o.family, Family::Swebench4, "{id}");
+        assert_eq!(o.activation, Activation::None, "{id}");
+        assert_eq!(o.image, execcritic::task::default_image(id));
+        let published = official::swebench4_published_script(
+            &t.repo,
+            t.version.as_deref().unwrap(),
+            &t.base_commit,
+            &t.test_patch,
+        )
+        .unwrap();
+        assert_eq!(published, expected(&format!("{id}.eval.sh")), "{id}");
+        assert_eq!(o.eval_script, expected(&format!("{id}.run.sh")), "{id}");
+        assert!(execcritic::harness::official::parser(&o.log_parser).is_some(), "{id}: {}", o.log_parser);
+        seen.push((language_of(t), o.log_parser.as_str()));
+    }
+    assert_eq!(
+        seen,
+        [
+            ("rust", "parse_log_cargo"),
+            ("java", "parse_log_maven"),
+            ("javascript", "parse_log_jest"),
+            ("javascript", "parse_log_calypso"),
+            ("c", "parse_log_jq"),
+            ("c++", "parse_log_googletest"),
+            ("ruby", "parse_log_rspec_transformed_json"),
+            ("php", "parse_log_phpunit"),
+            ("go", "parse_log_gotest"),
+        ]
+    );
+    // Every Multilingual repository of the table has a parser we implement.
+    let table = official::specs::table();
+    for (repo, spec) in table.repos.iter().filter(|(_, s)| s.ext != "py") {
+        let parser = spec.parser.as_deref().unwrap_or("");
+        assert!(execcritic::harness::official::parser(parser).is_some(), "{repo}: {parser}");
+    }
+}
+
 #[test]
 fn swebench5_rows_keep_their_own_script() {
     let mut v = row("swebench4.jsonl", "astropy__");

@@ -212,12 +212,15 @@ fn swebench4(row: &Row) -> Result<OfficialSpec, TaskError> {
         base_commit: row.base_commit,
         test_patch: row.test_patch,
     };
-    let script = swebench::swebench4_eval_script(table, &row4, version, spec).map_err(err)?;
+    let script = swebench::swebench4_eval_script(table, repo_spec, &row4, version, spec).map_err(err)?;
+    // SWE-bench Multilingual's images have no conda environment: their eval scripts activate
+    // nothing.
+    let activation = if repo_spec.ext == "py" { conda() } else { Activation::None };
     Ok(OfficialSpec {
         family: Family::Swebench4,
         image: default_image(row.id),
         workdir: swebench::TESTBED.into(),
-        activation: conda(),
+        activation,
         eval_script: swebench::run_form(&script),
         log_parser: log_parser.into(),
         eval_type: EvalType::parse(&repo_spec.eval_type).unwrap_or(EvalType::PassAndFail),
@@ -239,13 +242,13 @@ pub fn swebench4_published_script(
     test_patch: &str,
 ) -> Result<String, String> {
     let table = specs::table();
-    let (_, spec) = table.lookup(repo, version)?;
+    let (repo_spec, spec) = table.lookup(repo, version)?;
     let row = swebench::Row4 {
         repo,
         base_commit,
         test_patch,
     };
-    swebench::swebench4_eval_script(table, &row, version, spec)
+    swebench::swebench4_eval_script(table, repo_spec, &row, version, spec)
 }
 
 fn swebench5(row: &Row) -> Result<OfficialSpec, TaskError> {

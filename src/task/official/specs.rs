@@ -21,11 +21,18 @@ pub struct TableSource {
     pub generated_by: String,
 }
 
-/// One repository version's facts (MAP_REPO_VERSION_TO_SPECS_PY).
+/// One repository version's facts (MAP_REPO_VERSION_TO_SPECS).
 #[derive(Clone, Debug, Deserialize)]
 pub struct VersionSpec {
+    /// A Python repository's test command, to which the test patch's files are appended.
     /// Absent for a few repositories (swebench cannot evaluate them either).
     pub test_cmd: Option<String>,
+    /// Any other repository's test commands, run as given (`get_test_cmds`).
+    #[serde(default)]
+    pub test_cmds: Vec<String>,
+    /// Any other repository's `build` commands, run after the test patch is applied.
+    #[serde(default)]
+    pub build: Vec<String>,
     pub eval_commands: Vec<String>,
     pub pre_install: Vec<String>,
     /// `None`: the key is absent, so the eval script runs no install command.
@@ -33,9 +40,12 @@ pub struct VersionSpec {
     pub python: Option<String>,
 }
 
-/// One repository's facts: its log parser (MAP_REPO_TO_PARSER) and versions.
+/// One repository's facts: its language's extension (MAP_REPO_TO_EXT), its log parser
+/// (MAP_REPO_TO_PARSER) and versions.
 #[derive(Clone, Debug, Deserialize)]
 pub struct RepoSpec {
+    /// `py`, `js`, `rs`, `go`, `java`, `c`, `rb`, `php`.
+    pub ext: String,
     pub parser: Option<String>,
     pub eval_type: String,
     pub versions: BTreeMap<String, VersionSpec>,
@@ -66,7 +76,7 @@ impl SpecTable {
     pub fn lookup(&self, repo: &str, version: &str) -> Result<(&RepoSpec, &VersionSpec), String> {
         let r = self.repos.get(repo).ok_or_else(|| {
             format!(
-                "repository `{repo}` (version `{version}`) is not in {} {}'s Python specs",
+                "repository `{repo}` (version `{version}`) is not in {} {}'s specs",
                 self.source.package, self.source.version
             )
         })?;
@@ -96,6 +106,9 @@ mod tests {
         assert!(v.test_cmd.as_deref().unwrap().starts_with("./tests/runtests.py"));
         let e = t.lookup("django/django", "9.9").unwrap_err();
         assert!(e.contains("django/django") && e.contains("9.9"), "{e}");
+        let (repo, v) = t.lookup("tokio-rs/tokio", "7139").unwrap();
+        assert_eq!((repo.ext.as_str(), repo.parser.as_deref()), ("rs", Some("parse_log_cargo")));
+        assert!(v.test_cmd.is_none() && v.test_cmds[0].contains("cargo test --test fs_file"));
         let e = t.lookup("acme/widget", "1.0").unwrap_err();
         assert!(e.contains("acme/widget") && e.contains("1.0"), "{e}");
     }

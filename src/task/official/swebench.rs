@@ -1,5 +1,6 @@
 //! SWE-bench eval scripts: the 4.x script derived from a row and the table (what swebench
-//! 4.1.0's `make_eval_script_list_py` writes), and the 5.x run form of any eval script
+//! 4.1.0's `make_eval_script_list_py`, `_js` and `_common` write: SWE-bench's Python
+//! repositories, SWE-bench Multilingual's others), and the 5.x run form of any eval script
 //! (`parse_eval_script` + `record_test_exit_code` of swebench 5.0.2), so that one grader
 //! reads the test command's exit status the same way for every family.
 
@@ -25,9 +26,123 @@ pub struct Row4<'a> {
     pub test_patch: &'a str,
 }
 
-/// The eval script swebench 4.x writes for a Python repository (`TestSpec.eval_script`),
-/// byte for byte. `Err` says why it cannot be made (no test command for this version).
+/// The eval script swebench 4.x writes for a row (`TestSpec.eval_script`), byte for byte, by
+/// the repository's language (`make_eval_script_list`). `Err` says why it cannot be made (no
+/// test command for this version).
 pub fn swebench4_eval_script(
+    table: &SpecTable,
+    repo: &RepoSpec,
+    row: &Row4,
+    version: &str,
+    spec: &VersionSpec,
+) -> Result<String, String> {
+    match repo.ext.as_str() {
+        "py" => python_eval_script(table, row, version, spec),
+        "js" => common_eval_script(table, row, version, spec, js_test_commands(row, version)),
+        _ => common_eval_script(table, row, version, spec, None),
+    }
+}
+
+/// `make_eval_script_list_common` (and `_js`, whose image downloads come from a row's
+/// `image_assets`, which a 4.x row has not): test files reset, test patch applied with
+/// `--reject`, the `build` commands, the test commands between the markers, no conda.
+fn common_eval_script(
+    table: &SpecTable,
+    row: &Row4,
+    version: &str,
+    spec: &VersionSpec,
+    custom_tests: Option<Vec<String>>,
+) -> Result<String, String> {
+    let tests = custom_tests.unwrap_or_else(|| spec.test_cmds.clone());
+    if tests.is_empty() && spec.test_cmds.is_empty() {
+        return Err(format!(
+            "{} {} gives no test_cmd for `{}` version `{version}`",
+            table.source.package, table.source.version, row.repo
+        ));
+    }
+    let test_files = modified_files(row.test_patch);
+    let reset = if test_files.is_empty() {
+        "echo \"No test files to reset\"".to_string()
+    } else {
+        format!("git checkout {} {}", row.base_commit, test_files.join(" "))
+    };
+    let mut lines: Vec<String> = vec![
+        format!("cd {TESTBED}"),
+        format!("git config --global --add safe.directory {TESTBED}"),
+        format!("cd {TESTBED}"),
+        reset.clone(),
+        format!(
+            "git apply --verbose --reject - <<'{HEREDOC_DELIMITER}'\n{}\n{HEREDOC_DELIMITER}",
+            row.test_patch
+        ),
+    ];
+    lines.extend(spec.build.iter().cloned());
+    lines.push(format!(": '{}'", table.start_test_output));
+    lines.extend(tests);
+    lines.extend([format!(": '{}'", table.end_test_output), reset]);
+    Ok(with_header(&lines))
+}
+
+/// swebench 4.x `MAP_REPO_TO_TEST_CMDS` (JavaScript): wp-calypso's tests run per changed test
+/// path (`get_test_cmds_calypso`); `None` for every other repository.
+fn js_test_commands(row: &Row4, version: &str) -> Option<Vec<String>> {
+    if row.repo != "Automattic/wp-calypso" {
+        return None;
+    }
+    const JEST_JS: &[&str] = &["10.10.0", "10.12.0", "10.13.0", "10.14.0", "10.15.2", "10.16.3"];
+    const JEST_JSON: &[&str] =
+        &["6.11.5", "8.9.1", "8.9.3", "8.9.4", "8.11.0", "8.11.2", "10.4.1", "10.5.0", "10.6.0", "10.9.0"];
+    let mut cmds = Vec::new();
+    for path in patched_paths(row.test_patch) {
+        let mut path = path;
+        if path.ends_with(".js.snap") && path.contains("__snapshots__/") {
+            let parts: Vec<&str> = path.split('/').collect();
+            path = parts[..parts.len().saturating_sub(2)].join("/");
+        }
+        if path.starts_with("client") || path.starts_with("packages") {
+            let pkg = path.split('/').next().unwrap_or("");
+            if JEST_JS.contains(&version) {
+                cmds.push(format!("./node_modules/.bin/jest --verbose -c=test/{pkg}/jest.config.js '{path}'"));
+            } else if JEST_JSON.contains(&version) {
+                cmds.push(format!("./node_modules/.bin/jest --verbose -c=test/{pkg}/jest.config.json '{path}'"));
+            } else {
+                cmds.push(format!("npm run test-{pkg} --verbose '{path}'"));
+            }
+        } else if path.starts_with("test/e2e") {
+            cmds.extend([
+                "cd test/e2e".to_string(),
+                format!("NODE_CONFIG_ENV=test npm run test {path}"),
+                "cd ../..".to_string(),
+            ]);
+        }
+    }
+    Some(cmds)
+}
+
+/// unidiff's `PatchedFile.path` of every file in the patch: the target path (without `b/`),
+/// or the source path for a deleted file.
+fn patched_paths(patch: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    let mut lines = patch.lines().peekable();
+    while let Some(line) = lines.next() {
+        let Some(source) = line.strip_prefix("--- ") else { continue };
+        let Some(target) = lines.peek().and_then(|l| l.strip_prefix("+++ ")) else { continue };
+        let name = |s: &str| s.split('\t').next().unwrap_or(s).trim_end().to_string();
+        let (source, target) = (name(source), name(target));
+        let path = match (source.strip_prefix("a/"), target.strip_prefix("b/")) {
+            (_, Some(t)) => t.to_string(),
+            (Some(s), None) => s.to_string(),
+            (None, None) => target,
+        };
+        paths.push(path);
+        lines.next();
+    }
+    paths
+}
+
+/// `make_eval_script_list_py`: conda activation, the repository's eval commands, the install
+/// command, and the test command with the test patch's files as directives.
+fn python_eval_script(
     table: &SpecTable,
     row: &Row4,
     version: &str,
