@@ -41,6 +41,21 @@ fn error(v: Value, base_dir: Option<&Path>) -> String {
     e.to_string()
 }
 
+/// A 4.x row's script is byte for byte what swebench 4.1.0 writes, and its spec holds that
+/// script's swebench 5.x run form (`expected/<id>.eval.sh`, `.run.sh`).
+fn assert_published_scripts(t: &TaskInstance) {
+    let id = &t.instance_id;
+    let published = official::swebench4_published_script(
+        &t.repo,
+        t.version.as_deref().unwrap(),
+        &t.base_commit,
+        &t.test_patch,
+    )
+    .unwrap();
+    assert_eq!(published, expected(&format!("{id}.eval.sh")), "{id}");
+    assert_eq!(t.official.as_ref().unwrap().eval_script, expected(&format!("{id}.run.sh")), "{id}");
+}
+
 #[test]
 fn swebench4_rows_get_the_script_swebench_4_1_0_writes() {
     let tasks = load_tasks(&fixtures().join("swebench4.jsonl")).unwrap();
@@ -55,16 +70,7 @@ fn swebench4_rows_get_the_script_swebench_4_1_0_writes() {
         assert_eq!(t.image, o.image);
         assert_eq!(o.eval_type, EvalType::PassAndFail);
         assert!(o.files.is_empty() && o.image_assets.is_none());
-        // Byte for byte what swebench 4.1.0 writes, and its swebench 5.x run form.
-        let published = official::swebench4_published_script(
-            &t.repo,
-            t.version.as_deref().unwrap(),
-            &t.base_commit,
-            &t.test_patch,
-        )
-        .unwrap();
-        assert_eq!(published, expected(&format!("{id}.eval.sh")), "{id}");
-        assert_eq!(o.eval_script, expected(&format!("{id}.run.sh")), "{id}");
+        assert_published_scripts(t);
         let (parser, runner) = match t.repo.as_str() {
             "django/django" => ("parse_log_django", Runner::Django),
             "sympy/sympy" => ("parse_log_sympy", Runner::Sympy),
@@ -103,15 +109,7 @@ fn multilingual_4x_rows_get_the_script_swebench_4_1_0_writes() {
         assert_eq!(o.family, Family::Swebench4, "{id}");
         assert_eq!(o.activation, Activation::None, "{id}");
         assert_eq!(o.image, execcritic::task::default_image(id));
-        let published = official::swebench4_published_script(
-            &t.repo,
-            t.version.as_deref().unwrap(),
-            &t.base_commit,
-            &t.test_patch,
-        )
-        .unwrap();
-        assert_eq!(published, expected(&format!("{id}.eval.sh")), "{id}");
-        assert_eq!(o.eval_script, expected(&format!("{id}.run.sh")), "{id}");
+        assert_published_scripts(t);
         assert!(execcritic::harness::official::parser(&o.log_parser).is_some(), "{id}: {}", o.log_parser);
         seen.push((language_of(t), o.log_parser.as_str()));
     }

@@ -11,7 +11,7 @@
 //! `pop()` of an empty suite stack, an instance neither parser knows) ours returns the
 //! exception's name.
 
-use super::{own, Language, ParserRaised, TestSpec, PY_NON_SPACE_CLASS, PY_WORD_CLASS};
+use super::{line_matches, own, Language, ParserRaised, TestSpec, PY_NON_SPACE_CLASS, PY_WORD_CLASS};
 use crate::harness::official::pytext::{before_last, decimal_value, is_py_space, py_strip, PY_SPACE_CLASS};
 use crate::harness::official::status::{OfficialStatus, StatusMap};
 use regex::{NoExpand, Regex};
@@ -1141,41 +1141,23 @@ fn jest(log: &str, _: &TestSpec) -> Parsed {
 
 /// `[PASSED] name` / `[FAILED] name`, the eval script's jq rendering of `jest --json`.
 fn jest_json(log: &str, _: &TestSpec) -> Parsed {
-    patterns! {
-        result = r"^\[(PASSED|FAILED)\]\s(.+)$";
-    }
-    let mut map = StatusMap::new();
-    for line in log.split('\n') {
-        let Some(caps) = result.captures(py_strip(line)) else {
-            continue;
-        };
-        let test = caps.get(2).map_or("", |m| m.as_str());
-        match caps.get(1).map_or("", |m| m.as_str()) {
-            "PASSED" => map.insert(test, OfficialStatus::Passed),
-            _ => map.insert(test, OfficialStatus::Failed),
+    Ok(line_matches(log, py_re!(r"^\[(PASSED|FAILED)\]\s(.+)$"), |caps| {
+        match caps.get(1)?.as_str() {
+            "PASSED" => Some((2, OfficialStatus::Passed)),
+            _ => Some((2, OfficialStatus::Failed)),
         }
-    }
-    Ok(map)
+    }))
 }
 
 /// Vitest `--reporter=verbose`: `✓ name 12ms`, `× name`, `↓ name [skipped]`.
 fn vitest(log: &str, _: &TestSpec) -> Parsed {
-    patterns! {
-        result = r"^\s*(✓|×|↓)\s(.+?)(?:\s(\d+\s*m?s?|\[skipped\]))?$";
-    }
-    let mut map = StatusMap::new();
-    for line in log.split('\n') {
-        let Some(caps) = result.captures(py_strip(line)) else {
-            continue;
-        };
-        let test = caps.get(2).map_or("", |m| m.as_str());
-        match caps.get(1).map_or("", |m| m.as_str()) {
-            "✓" => map.insert(test, OfficialStatus::Passed),
-            "×" => map.insert(test, OfficialStatus::Failed),
-            _ => map.insert(test, OfficialStatus::Skipped),
+    Ok(line_matches(log, py_re!(r"^\s*(✓|×|↓)\s(.+?)(?:\s(\d+\s*m?s?|\[skipped\]))?$"), |caps| {
+        match caps.get(1)?.as_str() {
+            "✓" => Some((2, OfficialStatus::Passed)),
+            "×" => Some((2, OfficialStatus::Failed)),
+            _ => Some((2, OfficialStatus::Skipped)),
         }
-    }
-    Ok(map)
+    }))
 }
 
 /// Karma's mocha reporter between `Starting browser` and `SUMMARY:`: an indented line without
@@ -1230,21 +1212,12 @@ fn karma(log: &str, _: &TestSpec) -> Parsed {
 
 /// TAP: `ok 1 name`, `not ok 2 name`.
 fn tap(log: &str, _: &TestSpec) -> Parsed {
-    patterns! {
-        result = r"^(ok|not ok) (\d+) (.+)$";
-    }
-    let mut map = StatusMap::new();
-    for line in log.split('\n') {
-        let Some(caps) = result.captures(py_strip(line)) else {
-            continue;
-        };
-        let test = caps.get(3).map_or("", |m| m.as_str());
-        match caps.get(1).map_or("", |m| m.as_str()) {
-            "ok" => map.insert(test, OfficialStatus::Passed),
-            _ => map.insert(test, OfficialStatus::Failed),
+    Ok(line_matches(log, py_re!(r"^(ok|not ok) (\d+) (.+)$"), |caps| {
+        match caps.get(1)?.as_str() {
+            "ok" => Some((3, OfficialStatus::Passed)),
+            _ => Some((3, OfficialStatus::Failed)),
         }
-    }
-    Ok(map)
+    }))
 }
 
 /// immutable-js: [`jest`] for pull request 2006, [`jest_json`] for 2005 (the last `-`-separated
