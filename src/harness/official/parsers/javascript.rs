@@ -11,7 +11,7 @@
 //! `pop()` of an empty suite stack, an instance neither parser knows) ours returns the
 //! exception's name.
 
-use super::{line_matches, own, Language, ParserRaised, TestSpec, PY_NON_SPACE_CLASS, PY_WORD_CLASS};
+use super::{findall, line_matches, own, Language, ParserRaised, TestSpec, PY_NON_SPACE_CLASS, PY_WORD_CLASS};
 use crate::harness::official::pytext::{before_last, decimal_value, is_py_space, py_strip, PY_SPACE_CLASS};
 use crate::harness::official::status::{OfficialStatus, StatusMap};
 use regex::{NoExpand, Regex};
@@ -249,10 +249,8 @@ fn bpmn_js(log: &str, _: &TestSpec) -> Parsed {
         (chrome_headless, 2),
         (headless_chrome, 1),
     ] {
-        for caps in re.captures_iter(log) {
-            if let Some(m) = caps.get(group) {
-                map.insert(m.as_str(), OfficialStatus::Failed);
-            }
+        for name in findall(re, log, group) {
+            map.insert(name, OfficialStatus::Failed);
         }
     }
     Ok(map)
@@ -269,10 +267,8 @@ fn openlayers(log: &str, _: &TestSpec) -> Parsed {
     }
     let mut map = StatusMap::new();
     for re in [headless, chrome, mocha, rendering] {
-        for caps in re.captures_iter(log) {
-            if let Some(m) = caps.get(1) {
-                map.insert(squeeze(m.as_str()), OfficialStatus::Failed);
-            }
+        for name in findall(re, log, 1) {
+            map.insert(squeeze(name), OfficialStatus::Failed);
         }
     }
     Ok(map)
@@ -285,10 +281,8 @@ fn chart_js(log: &str, _: &TestSpec) -> Parsed {
     }
     let log = ansi_escape(log);
     let mut map = StatusMap::new();
-    for caps in failed.captures_iter(&log) {
-        if let Some(m) = caps.get(1) {
-            map.insert(m.as_str(), OfficialStatus::Failed);
-        }
+    for name in findall(failed, &log, 1) {
+        map.insert(name, OfficialStatus::Failed);
     }
     Ok(map)
 }
@@ -350,11 +344,8 @@ fn grommet(log: &str, _: &TestSpec) -> Parsed {
     }
     let mut map = StatusMap::new();
     for (re, status) in [(fail, OfficialStatus::Failed), (pass, OfficialStatus::Passed)] {
-        for caps in re.captures_iter(log) {
-            if let Some(m) = caps.get(1) {
-                let name = timing.replace_all(py_strip(m.as_str()), "");
-                map.insert(name.into_owned(), status.clone());
-            }
+        for name in findall(re, log, 1) {
+            map.insert(timing.replace_all(py_strip(name), "").into_owned(), status.clone());
         }
     }
     Ok(map)
@@ -375,10 +366,8 @@ fn eslint(log: &str, _: &TestSpec) -> Parsed {
         failure = r"(\s{2}\d+\))([\s\S]*?)\s+(?:(.*)Error)";
     }
     let mut map = StatusMap::new();
-    for caps in failure.captures_iter(log) {
-        if let Some(m) = caps.get(2) {
-            map.insert(squeeze(m.as_str()), OfficialStatus::Failed);
-        }
+    for name in findall(failure, log, 2) {
+        map.insert(squeeze(name), OfficialStatus::Failed);
     }
     Ok(map)
 }
@@ -514,16 +503,12 @@ fn lighthouse(log: &str, spec: &TestSpec) -> Parsed {
     let mut map = StatusMap::new();
     for part in log.split("./node_modules/.bin/mocha --reporter json").skip(1) {
         let passes = before_last(after_last(part, "\"passes\": ["), "]");
-        for caps in title.captures_iter(passes) {
-            if let Some(m) = caps.get(1) {
-                map.insert(m.as_str(), OfficialStatus::Passed);
-            }
+        for name in findall(title, passes, 1) {
+            map.insert(name, OfficialStatus::Passed);
         }
         let failures = before_last(after_last(part, "\"failures\": ["), "],");
-        for caps in title.captures_iter(failures) {
-            if let Some(m) = caps.get(1) {
-                map.insert(m.as_str(), OfficialStatus::Failed);
-            }
+        for name in findall(title, failures, 1) {
+            map.insert(name, OfficialStatus::Failed);
         }
     }
     Ok(map)
@@ -752,12 +737,10 @@ fn next_v2(log: &str) -> Parsed {
         let start = caps.get(0).map_or(0, |m| m.end());
         let end = headers.get(i + 1).and_then(|c| c.get(0)).map_or(log.len(), |m| m.start());
         let section = &log[start..end];
-        for c in failure.captures_iter(section) {
-            let test = c.get(1).map_or("", |m| m.as_str());
+        for test in findall(failure, section, 1) {
             map.insert(format!("{suite}: {}", py_strip(test)), OfficialStatus::Failed);
         }
-        for c in success.captures_iter(section) {
-            let test = c.get(1).map_or("", |m| m.as_str());
+        for test in findall(success, section, 1) {
             map.insert(format!("{suite}: {}", py_strip(test)), OfficialStatus::Passed);
         }
     }

@@ -286,6 +286,12 @@ pub const PY_WORD_CLASS: &str = r"[\p{L}\p{N}_]";
 /// `\S` of Python's `re` for `str` patterns.
 pub const PY_NON_SPACE_CLASS: &str = r"[^\s\x1C-\x1F]";
 
+/// Python's `re.findall` read for one group: that group's text in each non-overlapping match,
+/// left to right (a match without the group gives nothing).
+pub(crate) fn findall<'a>(re: &'a Regex, text: &'a str, group: usize) -> impl Iterator<Item = &'a str> + 'a {
+    re.captures_iter(text).filter_map(move |c| c.get(group).map(|m| m.as_str()))
+}
+
 /// `re.match(pattern, line.strip())` on every line: for each line the pattern matches, `pick`
 /// names the capture group holding the test and the status to record.
 pub(crate) fn line_matches(

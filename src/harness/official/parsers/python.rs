@@ -1,7 +1,7 @@
 //! swebench's Python log parsers (`swebench/harness/log_parsers/python.py`): pytest's `-rA`
 //! summary family, Django's and unittest's verbose runner, sympy's `bin/test`.
 
-use super::{alias, lazy, own, Language, ParserRaised, TestSpec};
+use super::{alias, findall, lazy, own, Language, ParserRaised, TestSpec};
 use crate::harness::official::pytext::{before_first, before_last, py_split, py_strip, PY_SPACE_CLASS};
 use crate::harness::official::status::{OfficialStatus, StatusMap, OFFICIAL_STATUSES};
 use regex::Regex;
@@ -282,10 +282,7 @@ fn django_interrupted_passes(log: &str) -> Vec<&str> {
     });
     patterns
         .iter()
-        .flat_map(|re| {
-            re.captures_iter(log)
-                .filter_map(|c| c.get(1).map(|m| m.as_str()))
-        })
+        .flat_map(|re| findall(re, log, 1))
         .collect()
 }
 
