@@ -328,8 +328,11 @@ async fn test_agent_shell_hides_everything_outside_the_allow_list() {
 }
 
 /// Descriptors a process started by the sandbox's shell inherits (listed from outside it: a
-/// shell listing its own descriptors races with its own pipelines).
-const LIST_FDS: &str = r"sleep 30 & p=$!; ls /proc/$p/fd | sort -n | tr '\n' ' '; kill $p";
+/// shell listing its own descriptors races with its own pipelines). Listed once `sleep` is
+/// asleep: before its exec the forked shell briefly holds descriptor 3 (bash opens /dev/null
+/// for a background job's stdin, then moves it to 0), and right after it `sleep` opens its
+/// locale files — both seen as a stray "3" about one run in fifty.
+const LIST_FDS: &str = r#"sleep 30 & p=$!; until read -r _ c s _ < /proc/$p/stat && [ "$c $s" = "(sleep) S" ]; do :; done; ls /proc/$p/fd | sort -n | tr '\n' ' '; kill $p"#;
 
 #[tokio::test]
 async fn no_descriptor_of_the_harness_leaks_into_the_sandbox() {
