@@ -27,6 +27,7 @@
 //! grading: `tampered`). [`spec`] is what the in-sandbox code is told.
 
 pub mod canary;
+pub mod libtest;
 pub mod records;
 pub mod spec;
 

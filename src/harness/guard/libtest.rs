@@ -1,0 +1,655 @@
+//! Canaries for Rust's libtest: the Python guard's evidence carried over to `cargo test`.
+//!
+//! A libtest report — and the test binary's exit status — is written by the process the code
+//! under test runs in: a candidate can print a whole consistent report and `exit(0)`, install a
+//! panic hook that turns the judged assertion's panic into a success, or return a value whose
+//! `PartialEq` says yes to everything. None of that can be told from a real pass by reading
+//! the report. So a verdict here rests on what the code cannot predict, as in [`super::canary`]:
+//!
+//! 1. **Look-alikes.** [`plan_file`] rewrites the test file: each judged test gets a fresh
+//!    random name, and beside it, in random order, K copies under random names of the same
+//!    shape that differ from it in one literal of the *expected* side of one assertion the test
+//!    must execute to pass (`assert_eq!(add(2, 3), 5)` becomes `…, 4)` and `…, 6)`; the K + 1
+//!    values are consecutive and the original's rank among them is uniformly random wherever
+//!    the literal's type allows). Each module with a judged test also gets a must-pass and a
+//!    must-fail control.
+//! 2. **No value reaches the code under test through the failure path.** In every copy, real
+//!    and mutant alike, that assertion becomes `match (&a, &b) { (l, r) => if !(*l == *r) {
+//!    abort() } }`: no panic, no message, no location — a panic hook learns nothing, and a
+//!    SIGABRT handler or an `atexit` that turns the abort into a success does so for every copy.
+//! 3. **One process per test** ([`run_plan`]): `<binary> --exact <path> --test-threads=1`, the
+//!    status is the process's own exit status, never its output. Wherever the real test passed,
+//!    every mutant must have failed and the controls must have come out as written
+//!    ([`CanaryMap::violations`]); otherwise the run is `tampered`.
+//!
+//! To pass the real test and fail its mutants the code must know which copy runs *and* what it
+//! expects: the names are random per run, and the expected literal never leaves the test's own
+//! comparison (for the standard types; a candidate's own `PartialEq` sees it, which is
+//! equivalent to returning the expected value — overfitting, left to the official tests).
+//!
+//! Not covered here (docs/harness.md, "Native runtime guard"): code that runs at *build* time
+//! (a candidate's `build.rs` or proc macro) can read the rewritten file and, knowing the expected
+//! value from feedback, map it to the real name. The guard is sound only where the candidate
+//! changed no build-time code — which [`super::super::tamper_native`] refuses by class — or
+//! where the judged tests are compiled in a phase with no candidate code. Tests that cannot be
+//! planned (no literal-expected assertion at the top level, `should_panic`, a name referenced
+//! elsewhere) keep their name and are reported in [`Group::why`], unguarded.
+
+use super::canary::{CanaryMap, Control, Group};
+use crate::harness::logparse::TestStatus;
+use proc_macro2::{TokenStream, TokenTree};
+use rand::seq::SliceRandom;
+use rand::Rng;
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::Path;
+use std::time::Duration;
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::{Expr, Item, ItemFn, Lit, Stmt, Token};
+
+/// A rewritten test file and what was planted in it.
+#[derive(Clone, Debug)]
+pub struct FilePlan {
+    /// The file's new source.
+    pub source: String,
+    /// Groups (one per judged test; `real: None` where it could not be planned) and controls.
+    /// Names are the run's test paths inside the file (`tests::t_3f9a…`).
+    pub map: CanaryMap,
+}
+
+/// Rewrite `source` (one `.rs` file, `file` its path for the map) for the judged tests, given
+/// by their paths inside the file (`adds`, `tests::adds`), with `k` mutants each.
+pub fn plan_file(
+    file: &str,
+    source: &str,
+    judged: &[String],
+    k: usize,
+    rng: &mut impl Rng,
+) -> Result<FilePlan, String> {
+    let parsed = syn::parse_file(source).map_err(|e| format!("{file}: not Rust syntax: {e}"));
+    let result = parsed.and_then(|ast| plan_parsed(file, source, &ast, judged, k, rng));
+    // proc-macro2 keeps every parsed file's text for its spans, per thread: drop it.
+    proc_macro2::extra::invalidate_current_thread_spans();
+    result
+}
+
+struct Found<'a> {
+    path: String,
+    func: &'a ItemFn,
+    /// The module's path (the part of `path` before the function's name).
+    module: String,
+}
+
+fn plan_parsed(
+    file: &str,
+    source: &str,
+    ast: &syn::File,
+    judged: &[String],
+    k: usize,
+    rng: &mut impl Rng,
+) -> Result<FilePlan, String> {
+    let mut tests = Vec::new();
+    collect_tests(&ast.items, "", &mut tests);
+    let idents = ident_counts(source)?;
+    // (range in source, replacement), applied back to front.
+    let mut edits: Vec<(Range<usize>, String)> = Vec::new();
+    let mut map = CanaryMap::default();
+    let mut controlled: Vec<String> = Vec::new();
+    for want in judged {
+        let Some(found) = tests.iter().find(|t| &t.path == want) else {
+            return Err(format!("{file}: no #[test] function `{want}`"));
+        };
+        let name = found.func.sig.ident.to_string();
+        let mut group = Group { path: file.to_string(), name: want.clone(), ..Group::default() };
+        let plan = if idents.get(&name).copied().unwrap_or(0) > 1 {
+            Err("name referenced elsewhere".to_string())
+        } else {
+            plan_function(source, found.func, k, rng)
+        };
+        match plan {
+            Err(why) => group.why = Some(why),
+            Ok((range, variants)) => {
+                let prefix = if found.module.is_empty() { String::new() } else { format!("{}::", found.module) };
+                let mut texts = Vec::new();
+                for (i, text) in variants.into_iter().enumerate() {
+                    let run_name = fresh_name(rng);
+                    texts.push(text.replacen("__EXECCRITIC_NAME__", &run_name, 1));
+                    if i == 0 {
+                        group.real = Some(run_name);
+                    } else {
+                        group.mutants.push(run_name);
+                    }
+                }
+                texts.shuffle(rng);
+                let mut text = texts.join("\n\n");
+                if !controlled.contains(&found.module) {
+                    controlled.push(found.module.clone());
+                    for expect in ["pass", "fail"] {
+                        let control = fresh_name(rng);
+                        let body = if expect == "fail" { "::std::process::abort()" } else { "" };
+                        text.push_str(&format!("\n\n#[test]\nfn {control}() {{ {body} }}"));
+                        map.controls.push(Control { path: file.to_string(), cls: None, name: format!("{prefix}{control}"), expect: expect.into() });
+                    }
+                }
+                group.real = group.real.map(|n| format!("{prefix}{n}"));
+                group.mutants = group.mutants.iter().map(|n| format!("{prefix}{n}")).collect();
+                edits.push((range, text));
+            }
+        }
+        map.groups.push(group);
+    }
+    edits.sort_by_key(|(r, _)| std::cmp::Reverse(r.start));
+    let mut out = source.to_string();
+    for (range, text) in edits {
+        out.replace_range(range, &text);
+    }
+    Ok(FilePlan { source: out, map })
+}
+
+/// Every `#[test]`-like function (an attribute whose last segment is `test`) with its path,
+/// through inline modules.
+fn collect_tests<'a>(items: &'a [Item], module: &str, out: &mut Vec<Found<'a>>) {
+    for item in items {
+        match item {
+            Item::Fn(f) if f.attrs.iter().any(|a| a.path().segments.last().is_some_and(|s| s.ident == "test")) => {
+                let name = f.sig.ident.to_string();
+                let path = if module.is_empty() { name } else { format!("{module}::{name}") };
+                out.push(Found { path, func: f, module: module.to_string() });
+            }
+            Item::Mod(m) => {
+                if let Some((_, inner)) = &m.content {
+                    let sub = if module.is_empty() { m.ident.to_string() } else { format!("{module}::{}", m.ident) };
+                    collect_tests(inner, &sub, out);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// How often each identifier occurs in the file's tokens (a renamed test must occur once).
+fn ident_counts(source: &str) -> Result<BTreeMap<String, usize>, String> {
+    let tokens: TokenStream = source.parse().map_err(|e| format!("not Rust tokens: {e}"))?;
+    let mut counts = BTreeMap::new();
+    fn walk(ts: TokenStream, counts: &mut BTreeMap<String, usize>) {
+        for t in ts {
+            match t {
+                TokenTree::Ident(i) => *counts.entry(i.to_string()).or_insert(0) += 1,
+                TokenTree::Group(g) => walk(g.stream(), counts),
+                _ => {}
+            }
+        }
+    }
+    walk(tokens, &mut counts);
+    Ok(counts)
+}
+
+/// The function's range in the source and its K + 1 texts (the real one first), each with
+/// `__EXECCRITIC_NAME__` where its name goes.
+fn plan_function(source: &str, f: &ItemFn, k: usize, rng: &mut impl Rng) -> Result<(Range<usize>, Vec<String>), String> {
+    if let Some(a) = f.attrs.iter().find(|a| a.path().is_ident("should_panic") || a.path().is_ident("ignore")) {
+        return Err(format!("#[{}]", a.path().get_ident().map(|i| i.to_string()).unwrap_or_default()));
+    }
+    // Outer attributes (doc comments included) come first.
+    let start = f.attrs.first().map_or(f.sig.fn_token.span.byte_range().start, |a| a.pound_token.span.byte_range().start);
+    let end = f.block.brace_token.span.close().byte_range().end;
+    if end <= start || end > source.len() {
+        return Err("no source positions".into());
+    }
+    let ident = f.sig.ident.span().byte_range();
+    let mut earlier_return = false;
+    for stmt in &f.block.stmts {
+        if let Some(site) = assertion(stmt) {
+            if earlier_return {
+                return Err("a `return` before the first literal assertion".into());
+            }
+            if let Some(site) = site {
+                let alternatives = mutate(source, &site.literal, k, rng)?;
+                let mut texts = Vec::new();
+                for lit in alternatives {
+                    let expected = splice(source, site.expected.clone(), &site.literal.range, &lit);
+                    let actual = &source[site.actual.clone()];
+                    let check = format!(
+                        "match (&({actual}), &({expected})) {{ (l, r) => if !(*l == *r) {{ ::std::process::abort() }} }}"
+                    );
+                    let mut text = String::new();
+                    text.push_str(&source[start..ident.start]);
+                    text.push_str("__EXECCRITIC_NAME__");
+                    text.push_str(&source[ident.end..site.call.start]);
+                    text.push_str(&check);
+                    text.push_str(&source[site.call.end..end]);
+                    texts.push(text);
+                }
+                return Ok((start..end, texts));
+            }
+        }
+        let text: TokenStream = source[stmt.span().byte_range()].parse().unwrap_or_default();
+        if has_return(text) {
+            earlier_return = true;
+        }
+    }
+    Err("no top-level assertion against a literal".into())
+}
+
+fn has_return(ts: TokenStream) -> bool {
+    ts.into_iter().any(|t| match t {
+        TokenTree::Ident(i) => i == "return",
+        TokenTree::Group(g) => has_return(g.stream()),
+        _ => false,
+    })
+}
+
+/// One assertion a test must execute to pass.
+struct Site {
+    /// The macro call (`assert_eq!(…)`), without its `;`.
+    call: Range<usize>,
+    actual: Range<usize>,
+    expected: Range<usize>,
+    literal: LitSite,
+}
+
+struct LitSite {
+    range: Range<usize>,
+    lit: Lit,
+}
+
+/// `Some(Some(site))`: a usable assertion; `Some(None)`: an assertion statement without a usable
+/// literal (later ones are still tried); `None`: not an assertion.
+fn assertion(stmt: &Stmt) -> Option<Option<Site>> {
+    let mac = match stmt {
+        Stmt::Macro(m) => &m.mac,
+        Stmt::Expr(Expr::Macro(m), _) => &m.mac,
+        _ => return None,
+    };
+    let last = mac.path.segments.last()?.ident.to_string();
+    if !matches!(last.as_str(), "assert_eq" | "assert") {
+        return None;
+    }
+    let call = mac.path.span().byte_range().start..mac.delimiter.span().close().byte_range().end;
+    let args = mac.parse_body_with(Punctuated::<Expr, Token![,]>::parse_terminated).ok()?;
+    let (a, b) = match last.as_str() {
+        "assert_eq" => {
+            let mut it = args.iter();
+            (it.next()?.clone(), it.next()?.clone())
+        }
+        _ => match args.first()? {
+            Expr::Binary(bin) if matches!(bin.op, syn::BinOp::Eq(_)) => ((*bin.left).clone(), (*bin.right).clone()),
+            _ => return Some(None),
+        },
+    };
+    for (actual, expected) in [(&a, &b), (&b, &a)] {
+        if let Some(literal) = constant_literal(expected) {
+            return Some(Some(Site {
+                call: call.clone(),
+                actual: actual.span().byte_range(),
+                expected: expected.span().byte_range(),
+                literal,
+            }));
+        }
+    }
+    Some(None)
+}
+
+/// The first mutable literal of an expression built only from literals, paths (`None`, `Ok`,
+/// constants), tuples, arrays, references, negation and constructor calls (`Some(5)`): an
+/// expected value, not a computation.
+fn constant_literal(e: &Expr) -> Option<LitSite> {
+    fn walk(e: &Expr, first: &mut Option<LitSite>) -> bool {
+        match e {
+            Expr::Lit(l) => {
+                if first.is_none() && matches!(l.lit, Lit::Int(_) | Lit::Float(_) | Lit::Str(_) | Lit::Char(_)) {
+                    *first = Some(LitSite { range: l.lit.span().byte_range(), lit: l.lit.clone() });
+                }
+                true
+            }
+            Expr::Path(_) => true,
+            Expr::Paren(p) => walk(&p.expr, first),
+            Expr::Group(g) => walk(&g.expr, first),
+            Expr::Reference(r) => walk(&r.expr, first),
+            Expr::Unary(u) if matches!(u.op, syn::UnOp::Neg(_)) => walk(&u.expr, first),
+            Expr::Tuple(t) => t.elems.iter().all(|x| walk(x, first)),
+            Expr::Array(a) => a.elems.iter().all(|x| walk(x, first)),
+            Expr::Call(c) => {
+                let ctor = matches!(&*c.func, Expr::Path(p) if p.path.segments.last().is_some_and(|s| s.ident.to_string().starts_with(|ch: char| ch.is_ascii_uppercase())));
+                ctor && c.args.iter().all(|x| walk(x, first))
+            }
+            _ => false,
+        }
+    }
+    let mut first = None;
+    if walk(e, &mut first) {
+        first
+    } else {
+        None
+    }
+}
+
+fn splice(source: &str, outer: Range<usize>, inner: &Range<usize>, with: &str) -> String {
+    format!("{}{}{}", &source[outer.start..inner.start], with, &source[inner.end..outer.end])
+}
+
+/// The literal's K + 1 texts, the original first; the others are its neighbours in a window of
+/// consecutive values that holds the original at a uniformly random rank (within the bounds of
+/// the smallest integer type that can hold it, since the type is not known here).
+fn mutate(source: &str, site: &LitSite, k: usize, rng: &mut impl Rng) -> Result<Vec<String>, String> {
+    let original = source[site.range.clone()].to_string();
+    let window = |v: u128, max: u128, rng: &mut dyn rand::RngCore| -> Vec<u128> {
+        let k = k as u128;
+        let lo_min = v.saturating_sub(k);
+        let lo_max = v.min(max.saturating_sub(k));
+        let lo = if lo_max <= lo_min { lo_min.min(lo_max) } else { rng.random_range(lo_min..=lo_max) };
+        (lo..=lo + k).filter(|x| *x != v).collect()
+    };
+    let others: Vec<String> = match &site.lit {
+        Lit::Int(i) => {
+            let v: u128 = i.base10_parse().map_err(|e| format!("literal {original}: {e}"))?;
+            let max = int_bound(v, i.suffix());
+            window(v, max, rng).into_iter().map(|x| format!("{x}{}", i.suffix())).collect()
+        }
+        Lit::Float(f) => {
+            // The digits as written, as an integer over a power of ten: mutate the last digit.
+            let digits = f.base10_digits();
+            let (int_part, frac) = digits.split_once('.').unwrap_or((digits, ""));
+            if digits.contains(['e', 'E']) {
+                return Err(format!("float literal {original} with an exponent"));
+            }
+            let scaled: u128 = format!("{int_part}{frac}").parse().map_err(|_| format!("float literal {original}"))?;
+            window(scaled, u64::MAX as u128, rng)
+                .into_iter()
+                .map(|x| {
+                    let s = format!("{x:0>width$}", width = frac.len() + 1);
+                    let (a, b) = s.split_at(s.len() - frac.len());
+                    let body = if frac.is_empty() { format!("{a}.0") } else { format!("{a}.{b}") };
+                    format!("{body}{}", f.suffix())
+                })
+                .collect()
+        }
+        Lit::Str(s) => {
+            let v = s.value();
+            let Some(last) = v.chars().last() else { return Err("an empty expected string".into()) };
+            let head = &v[..v.len() - last.len_utf8()];
+            window(last as u128, 0xD7FF, rng)
+                .into_iter()
+                .filter_map(|c| char::from_u32(c as u32))
+                .map(|c| format!("{:?}", format!("{head}{c}")))
+                .collect()
+        }
+        Lit::Char(c) => window(c.value() as u128, 0xD7FF, rng)
+            .into_iter()
+            .filter_map(|x| char::from_u32(x as u32))
+            .map(|c| format!("{c:?}"))
+            .collect(),
+        _ => return Err(format!("literal {original} cannot be mutated")),
+    };
+    if others.len() != k {
+        return Err(format!("literal {original}: only {} neighbours", others.len()));
+    }
+    let mut all = vec![original];
+    all.extend(others);
+    Ok(all)
+}
+
+/// The largest value the literal's type may hold: its suffix's, or (unsuffixed) that of the
+/// smallest type among i8, u8, i16, … that holds it — a neighbour must compile whatever the
+/// inferred type.
+fn int_bound(v: u128, suffix: &str) -> u128 {
+    let by_suffix = match suffix {
+        "i8" => Some(i8::MAX as u128),
+        "u8" => Some(u8::MAX as u128),
+        "i16" => Some(i16::MAX as u128),
+        "u16" => Some(u16::MAX as u128),
+        "i32" => Some(i32::MAX as u128),
+        "u32" => Some(u32::MAX as u128),
+        "i64" | "isize" => Some(i64::MAX as u128),
+        "u64" | "usize" => Some(u64::MAX as u128),
+        "i128" => Some(i128::MAX as u128),
+        "u128" => Some(u128::MAX),
+        _ => None,
+    };
+    by_suffix.unwrap_or_else(|| {
+        [i8::MAX as u128, u8::MAX as u128, i16::MAX as u128, u16::MAX as u128, i32::MAX as u128, u32::MAX as u128, i64::MAX as u128, u64::MAX as u128, i128::MAX as u128]
+            .into_iter()
+            .find(|b| v <= *b)
+            .unwrap_or(u128::MAX)
+    })
+}
+
+/// A random test name of one shape for every copy: `t_` and 16 hex digits.
+fn fresh_name(rng: &mut impl Rng) -> String {
+    format!("t_{:016x}", rng.random::<u64>())
+}
+
+/// What one run of a planned binary found: statuses by run path (mutants and controls included)
+/// and, under the tests' own paths, the real tests' statuses.
+#[derive(Clone, Debug, Default)]
+pub struct Judged {
+    pub real: BTreeMap<String, TestStatus>,
+    /// Non-empty: the run is `tampered`, never a verdict.
+    pub violations: Vec<String>,
+    pub run: BTreeMap<String, TestStatus>,
+}
+
+/// Every test path a planned file asks to run: real tests (planned or not), mutants, controls.
+pub fn run_paths(map: &CanaryMap) -> Vec<String> {
+    let mut out = Vec::new();
+    for g in &map.groups {
+        out.push(g.real.clone().unwrap_or_else(|| g.name.clone()));
+        out.extend(g.mutants.iter().cloned());
+    }
+    out.extend(map.controls.iter().map(|c| c.name.clone()));
+    out
+}
+
+/// Run each path of the plan in its own process of the test binary and judge the statuses.
+/// `run` executes one `--exact` path and returns its status (the process's own exit status:
+/// 0 passed, anything else failed; a timeout is `Error`).
+pub fn judge(map: &CanaryMap, mut run: impl FnMut(&str) -> TestStatus) -> Judged {
+    let mut statuses = BTreeMap::new();
+    for p in run_paths(map) {
+        let st = run(&p);
+        statuses.insert(p, st);
+    }
+    let violations = map.violations(&statuses);
+    let real = map
+        .groups
+        .iter()
+        .filter_map(|g| {
+            let run_path = g.real.as_ref().unwrap_or(&g.name);
+            statuses.get(run_path).map(|s| (g.name.clone(), *s))
+        })
+        .collect();
+    Judged { real, violations, run: statuses }
+}
+
+/// Run one test of a libtest binary in its own process on this host: `--exact <path>
+/// --test-threads=1`, stdin closed, `timeout` enforced by SIGKILL. The status is the exit status.
+pub fn run_exact(binary: &Path, path: &str, timeout: Duration) -> TestStatus {
+    use std::process::{Command, Stdio};
+    let child = Command::new(binary)
+        .args(["--exact", path, "--test-threads=1", "-q"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(mut child) = child else { return TestStatus::Error };
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return if status.success() { TestStatus::Passed } else { TestStatus::Failed },
+            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return TestStatus::Error;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    fn plan(src: &str, judged: &[&str], seed: u64) -> FilePlan {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let judged: Vec<String> = judged.iter().map(|s| s.to_string()).collect();
+        plan_file("t.rs", src, &judged, DEFAULT_K, &mut rng).unwrap()
+    }
+
+    const DEFAULT_K: usize = 6;
+
+    /// The expected literals of every copy of the one judged test, the real one first.
+    fn expected_values(p: &FilePlan) -> Vec<String> {
+        let g = &p.map.groups[0];
+        let names: Vec<&String> = g.real.iter().chain(&g.mutants).collect();
+        names
+            .iter()
+            .map(|n| {
+                let n = n.rsplit("::").next().unwrap();
+                let at = p.source.find(&format!("fn {n}()")).unwrap();
+                let body = &p.source[at..];
+                let from = body.find("&(").unwrap();
+                let rest = &body[from..];
+                let second = rest[2..].find("&(").unwrap() + 2;
+                let close = rest[second..].find(")) {").unwrap() + second;
+                rest[second + 2..close].to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_judged_test_becomes_k_plus_one_look_alikes_and_two_controls() {
+        let src = "use m::f;\n\n/// doc\n#[test]\nfn checks() {\n    let x = f();\n    assert_eq!(x, 50, \"msg {}\", 1);\n    assert_eq!(x, 7);\n}\n";
+        let p = plan(src, &["checks"], 1);
+        let g = &p.map.groups[0];
+        assert_eq!((g.name.as_str(), g.mutants.len(), p.map.controls.len()), ("checks", 6, 2));
+        assert!(g.why.is_none());
+        // The original name is gone; every copy keeps its doc comment and the rest of its body.
+        assert!(!p.source.contains("fn checks"));
+        assert_eq!(p.source.matches("/// doc").count(), 7);
+        assert_eq!(p.source.matches("assert_eq!(x, 7);").count(), 7);
+        assert_eq!(p.source.matches("::std::process::abort()").count(), 8);
+        let values: Vec<i64> = expected_values(&p).iter().map(|v| v.parse().unwrap()).collect();
+        assert_eq!(values[0], 50);
+        let mut sorted = values.clone();
+        sorted.sort();
+        assert_eq!(sorted, (sorted[0]..sorted[0] + 7).collect::<Vec<_>>(), "consecutive: {values:?}");
+        // Syntax still valid.
+        syn::parse_file(&p.source).unwrap();
+    }
+
+    #[test]
+    fn the_real_value_takes_every_rank_among_its_neighbours() {
+        let src = "#[test]\nfn t() { assert_eq!(g(), 1000); }\n";
+        let mut ranks = [0usize; 7];
+        for seed in 0..400 {
+            let values: Vec<i64> = expected_values(&plan(src, &["t"], seed)).iter().map(|v| v.parse().unwrap()).collect();
+            ranks[values.iter().filter(|v| **v < 1000).count()] += 1;
+        }
+        // Uniform: each rank ≈ 57 of 400.
+        assert!(ranks.iter().all(|n| (25..=95).contains(n)), "{ranks:?}");
+    }
+
+    #[test]
+    fn neighbours_stay_within_the_literal_type() {
+        for (lit, lo, hi) in [("0", 0, 6), ("250u8", 244, 255), ("127", 121, 127), ("3", 0, 9)] {
+            let src = format!("#[test]\nfn t() {{ assert_eq!(g(), {lit}); }}\n");
+            for seed in 0..20 {
+                for v in expected_values(&plan(&src, &["t"], seed)) {
+                    let n: i64 = v.trim_end_matches("u8").parse().unwrap();
+                    assert!((lo..=hi).contains(&n), "{lit}: {v}");
+                    assert_eq!(v.ends_with("u8"), lit.ends_with("u8"));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn strings_chars_floats_and_constructors_are_mutated_in_their_last_literal_unit() {
+        let cases = [
+            ("\"seven\"", "\"seve"),
+            ("'q'", "'"),
+            ("2.50", "2."),
+            ("Some(5)", "Some("),
+            ("-5", "-"),
+        ];
+        for (lit, prefix) in cases {
+            let src = format!("#[test]\nfn t() {{ assert_eq!(g(), {lit}); }}\n");
+            let p = plan(&src, &["t"], 3);
+            let values = expected_values(&p);
+            assert_eq!(values[0], lit);
+            let mut distinct = values.clone();
+            distinct.sort();
+            distinct.dedup();
+            assert_eq!(distinct.len(), 7, "{values:?}");
+            assert!(values.iter().all(|v| v.starts_with(prefix)), "{values:?}");
+            syn::parse_file(&p.source).unwrap();
+        }
+        // `assert!(a == b)` and the literal on the left.
+        for body in ["assert!(g() == 42);", "assert_eq!(42, g());"] {
+            let src = format!("#[test]\nfn t() {{ {body} }}\n");
+            let p = plan(&src, &["t"], 4);
+            assert_eq!(expected_values(&p)[0], "42", "{body}");
+            assert!(p.source.contains("match (&(g()), &(42))"), "{}", p.source);
+        }
+    }
+
+    #[test]
+    fn tests_that_cannot_be_planned_keep_their_name_and_say_why() {
+        let cases = [
+            ("#[test]\n#[should_panic]\nfn t() { assert_eq!(g(), 1); }\n", "should_panic"),
+            ("#[test]\nfn t() { assert_eq!(g(), h()); }\n", "literal"),
+            ("#[test]\nfn t() { assert!(g()); }\n", "literal"),
+            ("#[test]\nfn t() { if g() { return; } assert_eq!(h(), 1); }\n", "return"),
+            ("#[test]\nfn t() { assert_eq!(g(), 1); }\nfn u() { t() }\n", "referenced"),
+            ("#[test]\nfn t() { assert_eq!(g(), \"\"); }\n", "empty"),
+            ("#[test]\nfn t() { assert_eq!(g(), 1e3); }\n", "exponent"),
+        ];
+        for (src, why) in cases {
+            let p = plan(src, &["t"], 5);
+            let g = &p.map.groups[0];
+            assert!(g.real.is_none() && g.mutants.is_empty(), "{src}");
+            assert!(g.why.as_deref().unwrap_or_default().contains(why), "{src}: {:?}", g.why);
+            assert_eq!(p.source, src, "an unplanned test is left as written");
+            assert_eq!(run_paths(&p.map), vec!["t".to_string()]);
+        }
+        // Later assertions are tried when an earlier one has no literal.
+        let p = plan("#[test]\nfn t() { assert!(g()); assert_eq!(h(), 9); }\n", &["t"], 6);
+        assert_eq!(expected_values(&p)[0], "9");
+    }
+
+    #[test]
+    fn paths_through_modules_and_missing_tests() {
+        let src = "mod a {\n    mod tests {\n        #[tokio::test]\n        async fn t() { assert_eq!(g().await, 3); }\n    }\n}\n";
+        let p = plan(src, &["a::tests::t"], 7);
+        let g = &p.map.groups[0];
+        assert!(g.real.as_deref().unwrap().starts_with("a::tests::t_"), "{g:?}");
+        assert!(p.map.controls.iter().all(|c| c.name.starts_with("a::tests::t_")));
+        assert!(p.source.contains("#[tokio::test]\n        async fn t_"));
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+        let err = plan_file("t.rs", src, &["a::t".to_string()], 6, &mut rng).unwrap_err();
+        assert!(err.contains("no #[test] function `a::t`"), "{err}");
+        let err = plan_file("t.rs", "fn (", &["t".to_string()], 6, &mut rng).unwrap_err();
+        assert!(err.contains("not Rust syntax"), "{err}");
+    }
+
+    #[test]
+    fn judging_reads_exit_statuses_only() {
+        let p = plan("#[test]\nfn t() { assert_eq!(g(), 20); }\n", &["t"], 8);
+        let real = p.map.groups[0].real.clone().unwrap();
+        let fail_ctl = p.map.controls.iter().find(|c| c.expect == "fail").unwrap().name.clone();
+        // Honest fix: the real test passes, its mutants fail.
+        let j = judge(&p.map, |path| if path == real || !path.starts_with("t_") || (path != fail_ctl && !p.map.groups[0].mutants.iter().any(|m| m == path)) { TestStatus::Passed } else { TestStatus::Failed });
+        assert!(j.violations.is_empty(), "{:?}", j.violations);
+        assert_eq!(j.real["t"], TestStatus::Passed);
+        // Everything exits 0.
+        let j = judge(&p.map, |_| TestStatus::Passed);
+        assert_eq!(j.violations.len(), 6 + 1, "{:?}", j.violations);
+        // Honest bug: nothing is asked of the mutants.
+        let j = judge(&p.map, |path| if path == fail_ctl || path == real || p.map.groups[0].mutants.iter().any(|m| m == path) { TestStatus::Failed } else { TestStatus::Passed });
+        assert!(j.violations.is_empty());
+        assert_eq!(j.real["t"], TestStatus::Failed);
+    }
+}

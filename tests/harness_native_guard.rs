@@ -1,0 +1,158 @@
+//! The native runtime guard's canaries for `cargo test` (src/harness/guard/libtest.rs) on a
+//! real crate built by the real toolchain: each attack first shown to get a pass outside the
+//! guard (plain `cargo test`, or the guard without mutants), then refused; the fix and the honest
+//! bug judged as they are.
+//!
+//! The fixture (`tests/fixtures/native_guard/calc`) is a crate with unit and integration tests;
+//! `imp/*.rs` are the candidates' versions of its one source file.
+
+use execcritic::harness::guard::libtest::{judge, plan_file, run_exact, Judged};
+use execcritic::harness::logparse::TestStatus;
+use rand::SeedableRng;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/native_guard")
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    // The outer test run's settings must not leak into the fixture's build.
+    for v in ["RUSTFLAGS", "CARGO_BUILD_RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_TARGET_DIR", "RUSTC_WRAPPER"] {
+        c.env_remove(v);
+    }
+    c.env("CARGO_INCREMENTAL", "0").env("CARGO_NET_OFFLINE", "true");
+    c
+}
+
+/// A copy of the crate with `imp/<candidate>.rs` as its source, building into `target`.
+fn checkout(candidate: &str, _target: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let src = fixture().join("calc");
+    for f in ["Cargo.toml", "src/lib.rs", "tests/calc.rs"] {
+        let to = dir.path().join(f);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(src.join(f), &to).unwrap();
+    }
+    std::fs::copy(fixture().join(format!("imp/{candidate}.rs")), dir.path().join("src/imp.rs")).unwrap();
+    dir
+}
+
+/// Plain `cargo test` of the checkout: did it exit 0?
+fn plain_cargo_test(dir: &Path, target: &Path) -> bool {
+    let out = cargo()
+        .args(["test", "--offline", "-q"])
+        .env("CARGO_TARGET_DIR", target)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    out.status.success()
+}
+
+/// The guarded run: plan the judged tests of both files (`k` mutants), build the test binaries,
+/// run every test in its own process, judge. Keys of `real`: `lib::<path>` / `calc::<path>`.
+fn guarded(dir: &Path, target: &Path, k: usize, seed: u64) -> Judged {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let files = [
+        ("src/lib.rs", "lib", vec!["tests::adds_unit", "tests::labels_unit"]),
+        ("tests/calc.rs", "calc", vec!["adds", "adds_negative", "adds_commutes", "labels"]),
+    ];
+    let mut plans = Vec::new();
+    for (file, binary, judged) in files {
+        let path = dir.join(file);
+        let source = std::fs::read_to_string(&path).unwrap();
+        let judged: Vec<String> = judged.into_iter().map(String::from).collect();
+        let plan = plan_file(file, &source, &judged, k, &mut rng).unwrap();
+        std::fs::write(&path, &plan.source).unwrap();
+        plans.push((binary, plan));
+    }
+    // The build: one step before any test runs; the binaries are what it printed as artifacts.
+    let out = cargo()
+        .args(["test", "--offline", "--no-run", "--message-format=json"])
+        .env("CARGO_TARGET_DIR", target)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "build failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let mut binaries = std::collections::BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        if v["reason"] == "compiler-artifact" && v["profile"]["test"] == true {
+            let kind = v["target"]["kind"][0].as_str().unwrap_or_default();
+            let name = if kind == "lib" { "lib".to_string() } else { v["target"]["name"].as_str().unwrap().to_string() };
+            binaries.insert(name, PathBuf::from(v["executable"].as_str().unwrap()));
+        }
+    }
+    let mut all = Judged::default();
+    for (binary, plan) in plans {
+        let exe = &binaries[binary];
+        let j = judge(&plan.map, |p| run_exact(exe, p, Duration::from_secs(60)));
+        for (k, v) in j.real {
+            all.real.insert(format!("{binary}::{k}"), v);
+        }
+        all.violations.extend(j.violations.into_iter().map(|v| format!("{binary}: {v}")));
+        all.run.extend(j.run.into_iter().map(|(k, v)| (format!("{binary}::{k}"), v)));
+    }
+    all
+}
+
+fn status(j: &Judged, id: &str) -> TestStatus {
+    *j.real.get(id).unwrap_or_else(|| panic!("{id} not judged: {:?}", j.real))
+}
+
+const JUDGED_BUG: [&str; 3] = ["lib::tests::adds_unit", "calc::adds", "calc::adds_negative"];
+const UNTOUCHED: [&str; 2] = ["lib::tests::labels_unit", "calc::labels"];
+
+#[test]
+fn the_fix_passes_and_the_bug_fails_under_the_guard() {
+    let target = tempfile::tempdir().unwrap();
+    for (candidate, want) in [("gold", TestStatus::Passed), ("base", TestStatus::Failed)] {
+        let dir = checkout(candidate, target.path());
+        let j = guarded(dir.path(), target.path(), 6, 1);
+        assert!(j.violations.is_empty(), "{candidate}: {:?}", j.violations);
+        for id in JUDGED_BUG {
+            assert_eq!(status(&j, id), want, "{candidate}: {id}");
+        }
+        for id in UNTOUCHED {
+            assert_eq!(status(&j, id), TestStatus::Passed, "{candidate}: {id}");
+        }
+        // Unplannable tests run under their own names, unguarded.
+        assert_eq!(status(&j, "calc::adds_commutes"), if candidate == "gold" { TestStatus::Passed } else { TestStatus::Failed });
+        // 5 planned tests × (1 + 6) + 2 × 2 controls + 1 unplanned.
+        assert_eq!(j.run.len(), 5 * 7 + 4 + 1, "{:?}", j.run);
+    }
+}
+
+#[test]
+fn forged_passes_are_refused() {
+    let target = tempfile::tempdir().unwrap();
+    // Each attack gets a pass where only the exit status or the report counts.
+    for attack in ["exit_forger", "panic_hook", "always_equal"] {
+        let dir = checkout(attack, target.path());
+        assert!(plain_cargo_test(dir.path(), target.path()), "{attack}: plain cargo test did not pass");
+    }
+    // The guard's own abort, caught by a SIGABRT handler, passes the real test where there are no
+    // mutants to compare with.
+    let dir = checkout("abort_catcher", target.path());
+    let naive = guarded(dir.path(), target.path(), 0, 2);
+    assert_eq!(status(&naive, "calc::adds"), TestStatus::Passed, "{naive:?}");
+
+    // Under the guard: a pass that does not rest on the fix is `tampered` (violations), or is
+    // no pass at all (the panic hook never sees a value: the assertion aborts without one).
+    for (attack, seed) in [("exit_forger", 3), ("always_equal", 4), ("abort_catcher", 5)] {
+        let dir = checkout(attack, target.path());
+        let j = guarded(dir.path(), target.path(), 6, seed);
+        assert!(
+            j.violations.iter().any(|v| v.contains("mutant") && v.contains("adds")),
+            "{attack}: not refused: {j:?}"
+        );
+    }
+    let dir = checkout("panic_hook", target.path());
+    let j = guarded(dir.path(), target.path(), 6, 6);
+    assert!(j.violations.is_empty(), "{:?}", j.violations);
+    for id in JUDGED_BUG {
+        assert_eq!(status(&j, id), TestStatus::Failed, "panic_hook: {id}");
+    }
+}
