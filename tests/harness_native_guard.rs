@@ -52,8 +52,14 @@ fn plain_cargo_test(dir: &Path, target: &Path) -> bool {
 }
 
 /// The guarded run: plan the judged tests of both files (`k` mutants), build the test binaries,
-/// run every test in its own process, judge. Keys of `real`: `lib::<path>` / `calc::<path>`.
+/// put the original files back, run every test in its own process, judge. Keys of `real`:
+/// `lib::<path>` / `calc::<path>`.
 fn guarded(dir: &Path, target: &Path, k: usize, seed: u64) -> Judged {
+    guarded_with(dir, target, k, seed, true)
+}
+
+/// `restore: false` leaves the rewritten files in place while the tests run (a weaker guard).
+fn guarded_with(dir: &Path, target: &Path, k: usize, seed: u64, restore: bool) -> Judged {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let files = [
         ("src/lib.rs", "lib", vec!["tests::adds_unit", "tests::labels_unit"]),
@@ -66,7 +72,7 @@ fn guarded(dir: &Path, target: &Path, k: usize, seed: u64) -> Judged {
         let judged: Vec<String> = judged.into_iter().map(String::from).collect();
         let plan = plan_file(file, &source, &judged, k, &mut rng).unwrap();
         std::fs::write(&path, &plan.source).unwrap();
-        plans.push((binary, plan));
+        plans.push((binary, plan, path, source));
     }
     // The build: one step before any test runs; the binaries are what it printed as artifacts.
     let out = cargo()
@@ -85,8 +91,15 @@ fn guarded(dir: &Path, target: &Path, k: usize, seed: u64) -> Judged {
             binaries.insert(name, PathBuf::from(v["executable"].as_str().unwrap()));
         }
     }
+    // The run phase sees the files as they were: the rewritten ones name the copies and hold
+    // their expected values.
+    if restore {
+        for (_, _, path, source) in &plans {
+            std::fs::write(path, source).unwrap();
+        }
+    }
     let mut all = Judged::default();
-    for (binary, plan) in plans {
+    for (binary, plan, _, _) in plans {
         let exe = &binaries[binary];
         let j = judge(&plan.map, |p| run_exact(exe, p, Duration::from_secs(60)));
         for (k, v) in j.real {
@@ -149,6 +162,17 @@ fn forged_passes_are_refused() {
             "{attack}: not refused: {j:?}"
         );
     }
+    // Reading the rewritten test file at run time finds the copy that expects 5: it works where
+    // the file is left in place, and finds nothing in the file as it was.
+    let dir = checkout("source_reader", target.path());
+    let weak = guarded_with(dir.path(), target.path(), 6, 7, false);
+    assert!(weak.violations.is_empty(), "{:?}", weak.violations);
+    assert_eq!(status(&weak, "calc::adds"), TestStatus::Passed, "{weak:?}");
+    let dir = checkout("source_reader", target.path());
+    let j = guarded(dir.path(), target.path(), 6, 7);
+    assert!(j.violations.is_empty(), "{:?}", j.violations);
+    assert_eq!(status(&j, "calc::adds"), TestStatus::Failed);
+
     let dir = checkout("panic_hook", target.path());
     let j = guarded(dir.path(), target.path(), 6, 6);
     assert!(j.violations.is_empty(), "{:?}", j.violations);

@@ -17,8 +17,10 @@
 //!    and mutant alike, that assertion becomes `match (&a, &b) { (l, r) => if !(*l == *r) {
 //!    abort() } }`: no panic, no message, no location — a panic hook learns nothing, and a
 //!    SIGABRT handler or an `atexit` that turns the abort into a success does so for every copy.
-//! 3. **One process per test** ([`run_plan`]): `<binary> --exact <path> --test-threads=1`, the
-//!    status is the process's own exit status, never its output. Wherever the real test passed,
+//! 3. **One process per test** ([`judge`], [`run_exact`]): the rewritten files are put back as
+//!    they were once the binaries are built (they name the copies and hold their values), then
+//!    `<binary> --exact <path> --test-threads=1` runs each path of [`run_paths`]; the status is
+//!    the process's own exit status, never its output. Wherever the real test passed,
 //!    every mutant must have failed and the controls must have come out as written
 //!    ([`CanaryMap::violations`]); otherwise the run is `tampered`.
 //!
