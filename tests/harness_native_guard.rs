@@ -6,7 +6,7 @@
 //! The fixture (`tests/fixtures/native_guard/calc`) is a crate with unit and integration tests;
 //! `imp/*.rs` are the candidates' versions of its one source file.
 
-use execcritic::harness::guard::libtest::{judge, plan_file, run_exact, Judged};
+use execcritic::harness::guard::libtest::{judge, plan_file, run_exact, run_paths, verdict, Judged};
 use execcritic::harness::logparse::TestStatus;
 use rand::SeedableRng;
 use std::path::{Path, PathBuf};
@@ -55,11 +55,20 @@ fn plain_cargo_test(dir: &Path, target: &Path) -> bool {
 /// put the original files back, run every test in its own process, judge. Keys of `real`:
 /// `lib::<path>` / `calc::<path>`.
 fn guarded(dir: &Path, target: &Path, k: usize, seed: u64) -> Judged {
-    guarded_with(dir, target, k, seed, true)
+    guarded_with(dir, target, k, seed, Weaker::None)
 }
 
-/// `restore: false` leaves the rewritten files in place while the tests run (a weaker guard).
-fn guarded_with(dir: &Path, target: &Path, k: usize, seed: u64, restore: bool) -> Judged {
+/// A guard weaker than the real one, to show an attack working.
+#[derive(PartialEq)]
+enum Weaker {
+    None,
+    /// The rewritten files stay in place while the tests run.
+    RewriteLeftInPlace,
+    /// Each real test runs before its copies (and, on this host, the runs share `/tmp`).
+    RealTestFirst,
+}
+
+fn guarded_with(dir: &Path, target: &Path, k: usize, seed: u64, weaker: Weaker) -> Judged {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let files = [
         ("src/lib.rs", "lib", vec!["tests::adds_unit", "tests::labels_unit"]),
@@ -93,7 +102,7 @@ fn guarded_with(dir: &Path, target: &Path, k: usize, seed: u64, restore: bool) -
     }
     // The run phase sees the files as they were: the rewritten ones name the copies and hold
     // their expected values.
-    if restore {
+    if weaker != Weaker::RewriteLeftInPlace {
         for (_, _, path, source) in &plans {
             std::fs::write(path, source).unwrap();
         }
@@ -101,7 +110,15 @@ fn guarded_with(dir: &Path, target: &Path, k: usize, seed: u64, restore: bool) -
     let mut all = Judged::default();
     for (binary, plan, _, _) in plans {
         let exe = &binaries[binary];
-        let j = judge(&plan.map, |p| run_exact(exe, p, Duration::from_secs(60)));
+        let j = if weaker == Weaker::RealTestFirst {
+            let statuses = run_paths(&plan.map).into_iter().map(|p| {
+                let st = run_exact(exe, &p, Duration::from_secs(60));
+                (p, st)
+            });
+            verdict(&plan.map, statuses.collect())
+        } else {
+            judge(&plan.map, &mut rng, |p| run_exact(exe, p, Duration::from_secs(60)))
+        };
         for (k, v) in j.real {
             all.real.insert(format!("{binary}::{k}"), v);
         }
@@ -165,7 +182,7 @@ fn forged_passes_are_refused() {
     // Reading the rewritten test file at run time finds the copy that expects 5: it works where
     // the file is left in place, and finds nothing in the file as it was.
     let dir = checkout("source_reader", target.path());
-    let weak = guarded_with(dir.path(), target.path(), 6, 7, false);
+    let weak = guarded_with(dir.path(), target.path(), 6, 7, Weaker::RewriteLeftInPlace);
     assert!(weak.violations.is_empty(), "{:?}", weak.violations);
     assert_eq!(status(&weak, "calc::adds"), TestStatus::Passed, "{weak:?}");
     let dir = checkout("source_reader", target.path());
@@ -173,10 +190,129 @@ fn forged_passes_are_refused() {
     assert!(j.violations.is_empty(), "{:?}", j.violations);
     assert_eq!(status(&j, "calc::adds"), TestStatus::Failed);
 
+    // Remembering which copy ran first: it works where the real test runs first and the runs
+    // share a writable place (here the host's /tmp). In the sandbox (below) the order is random
+    // and nothing a run writes persists, so every run is "first" and the mutants pass.
+    let clear_marks = || {
+        for e in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
+            if e.file_name().to_string_lossy().starts_with("execcritic-first-run-") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    };
+    clear_marks();
+    let dir = checkout("first_run", target.path());
+    let weak = guarded_with(dir.path(), target.path(), 6, 8, Weaker::RealTestFirst);
+    clear_marks();
+    assert_eq!(status(&weak, "calc::adds"), TestStatus::Passed, "{weak:?}");
+    assert!(!weak.violations.iter().any(|v| v.contains("of adds ")), "{:?}", weak.violations);
+
     let dir = checkout("panic_hook", target.path());
     let j = guarded(dir.path(), target.path(), 6, 6);
     assert!(j.violations.is_empty(), "{:?}", j.violations);
     for id in JUDGED_BUG {
         assert_eq!(status(&j, id), TestStatus::Failed, "panic_hook: {id}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The same run in a local sandbox (`guard::libtest_run`): the host's Rust toolchain bound
+// read-only, the build in the sandbox, every test in a throw-away copy of the built workspace.
+
+use execcritic::harness::guard::libtest_run::{run_guarded, Binary, GuardedRun, JudgedFile, RunLimits};
+use execcritic::harness::sandbox::LocalSandbox;
+use execcritic::harness::{HarnessError, Sandbox, SandboxConfig};
+
+/// The crate at Base (`imp/base.rs`) as a git repository.
+fn base_repo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let src = fixture().join("calc");
+    for f in ["Cargo.toml", "src/lib.rs", "tests/calc.rs"] {
+        let to = dir.path().join(f);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(src.join(f), &to).unwrap();
+    }
+    std::fs::copy(fixture().join("imp/base.rs"), dir.path().join("src/imp.rs")).unwrap();
+    std::fs::write(dir.path().join(".gitignore"), "/target\n").unwrap();
+    let git = |args: &[&str]| {
+        let ok = Command::new("git").args(["-c", "user.name=t", "-c", "user.email=t@t"]).args(args).current_dir(dir.path()).status().unwrap();
+        assert!(ok.success());
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "base"]);
+    dir
+}
+
+fn open(repo: &Path) -> Option<LocalSandbox> {
+    let src = repo.to_path_buf();
+    let populate = Box::new(move |ws: &Path| -> Result<String, HarnessError> {
+        let run = |args: &[&str], dir: &Path| Command::new("git").args(args).current_dir(dir).output().map_err(|e| HarnessError::Task(e.to_string()));
+        run(&["clone", "-q", src.to_str().unwrap(), ws.to_str().unwrap()], Path::new("/"))?;
+        let head = run(&["rev-parse", "HEAD"], ws)?;
+        Ok(String::from_utf8_lossy(&head.stdout).trim().to_string())
+    });
+    let sb = LocalSandbox::open(populate, &SandboxConfig::default()).expect("local sandbox opens");
+    if !sb.ephemeral_runs() {
+        // Throw-away runs need root and overlayfs: as root (CI) they must be there.
+        assert!(unsafe { libc::geteuid() } != 0, "root with overlayfs: throw-away runs expected");
+        eprintln!("SKIPPED: this local sandbox has no throw-away runs (not root)");
+        return None;
+    }
+    Some(sb)
+}
+
+fn judged_files() -> Vec<JudgedFile> {
+    vec![
+        JudgedFile {
+            file: "src/lib.rs".into(),
+            binary: Binary::Lib,
+            module: String::new(),
+            tests: ["adds_unit", "labels_unit"].iter().map(|t| (format!("calc/lib::tests::{t}"), format!("tests::{t}"))).collect(),
+        },
+        JudgedFile {
+            file: "tests/calc.rs".into(),
+            binary: Binary::Test("calc".into()),
+            module: String::new(),
+            tests: ["adds", "adds_negative", "adds_commutes", "labels"].iter().map(|t| (format!("calc/test/calc::{t}"), t.to_string())).collect(),
+        },
+    ]
+}
+
+#[tokio::test]
+async fn guarded_cargo_runs_in_the_local_sandbox() {
+    let repo = base_repo();
+    let Some(sb) = open(repo.path()) else { return };
+    // The toolchain is there, and nothing of the host's cargo home.
+    let out = sb.exec("cargo --version && rustc --version && test ! -e \"$(getent passwd root | cut -d: -f6)/.cargo\" && echo ok", Duration::from_secs(60)).await.unwrap();
+    assert!(out.output.contains("cargo ") && out.output.trim_end().ends_with("ok"), "{}", out.output);
+    let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6 };
+    let args: Vec<String> = ["-p", "calc", "--lib", "--test", "calc"].iter().map(|s| s.to_string()).collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+    for (candidate, want) in [("gold", Some(TestStatus::Passed)), ("base", Some(TestStatus::Failed)), ("exit_forger", None), ("always_equal", None), ("abort_catcher", None), ("source_reader", Some(TestStatus::Failed)), ("first_run", None)] {
+        sb.reset().await.unwrap();
+        let imp = std::fs::read(fixture().join(format!("imp/{candidate}.rs"))).unwrap();
+        sb.put_file("/testbed/src/imp.rs", &imp).await.unwrap();
+        let GuardedRun::Judged(j) = run_guarded(&sb, &judged_files(), &args, &limits, &mut rng).await.unwrap() else {
+            panic!("{candidate}: build failed");
+        };
+        match want {
+            Some(st) => {
+                assert!(j.violations.is_empty(), "{candidate}: {:?}", j.violations);
+                for id in ["calc/lib::tests::adds_unit", "calc/test/calc::adds", "calc/test/calc::adds_negative"] {
+                    assert_eq!(j.real[id], st, "{candidate}: {id}: {j:?}");
+                }
+                assert_eq!(j.real["calc/test/calc::labels"], TestStatus::Passed, "{candidate}");
+            }
+            None => assert!(!j.violations.is_empty(), "{candidate}: not refused: {j:?}"),
+        }
+        // The judged files are back as they were.
+        let diff = sb.exec("git status --porcelain -- tests src/lib.rs", Duration::from_secs(30)).await.unwrap();
+        assert_eq!(diff.output.trim(), "", "{candidate}");
+    }
+    // A compile error is a build failure, not a verdict.
+    sb.reset().await.unwrap();
+    sb.put_file("/testbed/src/imp.rs", b"pub fn add(a: i32, b: i32) -> i32 { a + }\n").await.unwrap();
+    let r = run_guarded(&sb, &judged_files(), &args, &limits, &mut rng).await.unwrap();
+    assert!(matches!(&r, GuardedRun::BuildFailed { output } if output.contains("error")), "{r:?}");
 }

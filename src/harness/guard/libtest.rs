@@ -443,15 +443,26 @@ pub fn run_paths(map: &CanaryMap) -> Vec<String> {
     out
 }
 
-/// Run each path of the plan in its own process of the test binary and judge the statuses.
-/// `run` executes one `--exact` path and returns its status (the process's own exit status:
-/// 0 passed, anything else failed; a timeout is `Error`).
-pub fn judge(map: &CanaryMap, mut run: impl FnMut(&str) -> TestStatus) -> Judged {
-    let mut statuses = BTreeMap::new();
-    for p in run_paths(map) {
+/// [`run_paths`] in random order: the real test is not the first of its group to run.
+pub fn run_order(map: &CanaryMap, rng: &mut impl Rng) -> Vec<String> {
+    let mut paths = run_paths(map);
+    paths.shuffle(rng);
+    paths
+}
+
+/// Run each path of the plan, in random order, in its own process of the test binary and judge
+/// the statuses. `run` executes one `--exact` path and returns its status (the process's own
+/// exit status: 0 passed, anything else failed; a timeout is `Error`).
+pub fn judge(map: &CanaryMap, rng: &mut impl Rng, mut run: impl FnMut(&str) -> TestStatus) -> Judged {
+    let statuses = run_order(map, rng).into_iter().map(|p| {
         let st = run(&p);
-        statuses.insert(p, st);
-    }
+        (p, st)
+    });
+    verdict(map, statuses.collect())
+}
+
+/// The verdict on a plan's statuses (by run path: real tests, mutants and controls).
+pub fn verdict(map: &CanaryMap, statuses: BTreeMap<String, TestStatus>) -> Judged {
     let violations = map.violations(&statuses);
     let real = map
         .groups
@@ -643,14 +654,14 @@ mod tests {
         let real = p.map.groups[0].real.clone().unwrap();
         let fail_ctl = p.map.controls.iter().find(|c| c.expect == "fail").unwrap().name.clone();
         // Honest fix: the real test passes, its mutants fail.
-        let j = judge(&p.map, |path| if path == real || !path.starts_with("t_") || (path != fail_ctl && !p.map.groups[0].mutants.iter().any(|m| m == path)) { TestStatus::Passed } else { TestStatus::Failed });
+        let j = judge(&p.map, &mut rand::rng(), |path| if path == real || !path.starts_with("t_") || (path != fail_ctl && !p.map.groups[0].mutants.iter().any(|m| m == path)) { TestStatus::Passed } else { TestStatus::Failed });
         assert!(j.violations.is_empty(), "{:?}", j.violations);
         assert_eq!(j.real["t"], TestStatus::Passed);
         // Everything exits 0.
-        let j = judge(&p.map, |_| TestStatus::Passed);
+        let j = judge(&p.map, &mut rand::rng(), |_| TestStatus::Passed);
         assert_eq!(j.violations.len(), 6 + 1, "{:?}", j.violations);
         // Honest bug: nothing is asked of the mutants.
-        let j = judge(&p.map, |path| if path == fail_ctl || path == real || p.map.groups[0].mutants.iter().any(|m| m == path) { TestStatus::Failed } else { TestStatus::Passed });
+        let j = judge(&p.map, &mut rand::rng(), |path| if path == fail_ctl || path == real || p.map.groups[0].mutants.iter().any(|m| m == path) { TestStatus::Failed } else { TestStatus::Passed });
         assert!(j.violations.is_empty());
         assert_eq!(j.real["t"], TestStatus::Failed);
     }

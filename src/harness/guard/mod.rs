@@ -28,6 +28,7 @@
 
 pub mod canary;
 pub mod libtest;
+pub mod libtest_run;
 pub mod records;
 pub mod spec;
 

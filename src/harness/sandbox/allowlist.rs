@@ -10,6 +10,10 @@
 //!   process by asking the interpreter itself ([`python_prefixes`]); its `bin/` leads the
 //!   sandbox's `PATH` ([`sandbox_path`]), so version-manager shims and their state are not needed.
 //!
+//! - the sysroot of the host's Rust toolchain (`rustc --print sysroot`, e.g. a rustup toolchain
+//!   directory holding `cargo` and `rustc`; [`rust_sysroot`]), its `bin/` on the `PATH`, for
+//!   repositories built with cargo. Nothing of `~/.cargo` (registry, credentials) comes with it.
+//!
 //! The sandbox itself adds the workspace at `/testbed`, a private `/tmp`, `/dev`, `/proc` and
 //! the task's environment at `/env`. Everything else of the host — task files and bundles, other
 //! workspaces, the project checkout, home directories, the host's `/tmp`, `/var`, `/opt`, `/srv`,
@@ -110,7 +114,7 @@ pub fn host_entries(setup: bool) -> Vec<HostEntry> {
     for name in etc {
         out.extend(entry(Path::new("/etc").join(name)));
     }
-    for prefix in python_prefixes() {
+    for prefix in python_prefixes().iter().chain(rust_sysroot()) {
         if !covered(&out, prefix) {
             out.push(HostEntry::Bind(prefix.clone()));
         }
@@ -130,6 +134,7 @@ fn covered(entries: &[HostEntry], p: &Path) -> bool {
 pub fn sandbox_path() -> String {
     let mut parts: Vec<String> = python_prefixes()
         .iter()
+        .chain(rust_sysroot())
         .map(|p| p.join("bin"))
         .filter(|b| b.is_dir())
         .filter_map(|b| b.to_str().map(str::to_string))
@@ -172,6 +177,29 @@ pub fn python_prefixes() -> &'static [PathBuf] {
         v.dedup();
         v
     })
+}
+
+/// The canonical sysroot of the host's Rust toolchain (`rustc` on the host's `PATH`, or
+/// `$EXECCRITIC_RUSTC`), asked once per process; `None` without one.
+pub fn rust_sysroot() -> Option<&'static PathBuf> {
+    static SYSROOT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    SYSROOT
+        .get_or_init(|| {
+            let rustc = std::env::var_os("EXECCRITIC_RUSTC")
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| "rustc".into());
+            let out = std::process::Command::new(rustc)
+                .args(["--print", "sysroot"])
+                .current_dir("/")
+                .stdin(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .output()
+                .ok()?;
+            let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            let p = std::fs::canonicalize(line).ok()?;
+            (out.status.success() && p.join("bin").is_dir() && p != Path::new("/")).then_some(p)
+        })
+        .as_ref()
 }
 
 /// Whether every ancestor of `p` lets "other" traverse it (so an unprivileged sandbox uid can

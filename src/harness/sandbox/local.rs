@@ -350,6 +350,21 @@ impl LocalSandbox {
         if !self.clean.load(Ordering::SeqCst) {
             super::Sandbox::reset(self).await?;
         }
+        self.run_throwaway(command, timeout, input).await
+    }
+
+    /// A run through the overlay of the workspace as it is now (no reset first).
+    async fn run_throwaway(
+        &self,
+        command: &str,
+        timeout: Duration,
+        input: Option<&[u8]>,
+    ) -> Result<ExecOutput, HarnessError> {
+        if self.overlay.is_none() {
+            return Err(HarnessError::Other(
+                "this sandbox has no ephemeral runs".into(),
+            ));
+        }
         let handoff = self.handoff_dir();
         if !handoff.is_dir() {
             std::fs::create_dir_all(&handoff).map_err(|e| HarnessError::io(&handoff, e))?;
@@ -560,6 +575,14 @@ impl super::Sandbox for LocalSandbox {
         timeout: Duration,
     ) -> SandboxFuture<'a, ExecOutput> {
         Box::pin(self.run_ephemeral(command, timeout, None))
+    }
+
+    fn exec_over_current<'a>(
+        &'a self,
+        command: &'a str,
+        timeout: Duration,
+    ) -> SandboxFuture<'a, ExecOutput> {
+        Box::pin(self.run_throwaway(command, timeout, None))
     }
 
     fn exec_input<'a>(

@@ -109,6 +109,20 @@ pub trait Sandbox: Send + Sync {
             ))
         })
     }
+    /// Run a command on a throw-away copy of the workspace *as it is now* (built test binaries,
+    /// say): like [`Sandbox::exec_ephemeral`] — an empty `/tmp`, nothing written persists — but
+    /// without the reset to Base first. Only when [`Sandbox::ephemeral_runs`] says so.
+    fn exec_over_current<'a>(
+        &'a self,
+        _command: &'a str,
+        _timeout: Duration,
+    ) -> SandboxFuture<'a, ExecOutput> {
+        Box::pin(async {
+            Err(HarnessError::Other(
+                "this sandbox has no throw-away runs over its current workspace".into(),
+            ))
+        })
+    }
     /// Run a command with `input` on its stdin (the guard's nonce: see `harness::guard`), as
     /// [`Sandbox::exec_ephemeral`] when `ephemeral`, else as [`Sandbox::exec`].
     fn exec_input<'a>(
