@@ -69,16 +69,21 @@ enum Weaker {
 }
 
 fn guarded_with(dir: &Path, target: &Path, k: usize, seed: u64, weaker: Weaker) -> Judged {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let files = [
         ("src/lib.rs", "lib", vec!["tests::adds_unit", "tests::labels_unit"]),
         ("tests/calc.rs", "calc", vec!["adds", "adds_negative", "adds_commutes", "labels"]),
     ];
+    guarded_files(dir, target, &files, k, seed, weaker)
+}
+
+/// The guarded run over the given `(file, binary, judged tests)`.
+fn guarded_files(dir: &Path, target: &Path, files: &[(&str, &str, Vec<&str>)], k: usize, seed: u64, weaker: Weaker) -> Judged {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut plans = Vec::new();
     for (file, binary, judged) in files {
         let path = dir.join(file);
         let source = std::fs::read_to_string(&path).unwrap();
-        let judged: Vec<String> = judged.into_iter().map(String::from).collect();
+        let judged: Vec<String> = judged.iter().map(|t| t.to_string()).collect();
         let plan = plan_file(file, &source, &judged, k, &mut rng).unwrap();
         std::fs::write(&path, &plan.source).unwrap();
         plans.push((binary, plan, path, source));
@@ -109,7 +114,7 @@ fn guarded_with(dir: &Path, target: &Path, k: usize, seed: u64, weaker: Weaker) 
     }
     let mut all = Judged::default();
     for (binary, plan, _, _) in plans {
-        let exe = &binaries[binary];
+        let exe = &binaries[*binary];
         let j = if weaker == Weaker::RealTestFirst {
             let statuses = run_paths(&plan.map).into_iter().map(|p| {
                 let st = run_exact(exe, &p, Duration::from_secs(60));
@@ -315,4 +320,69 @@ async fn guarded_cargo_runs_in_the_local_sandbox() {
     sb.put_file("/testbed/src/imp.rs", b"pub fn add(a: i32, b: i32) -> i32 { a + }\n").await.unwrap();
     let r = run_guarded(&sb, &judged_files(), &args, &limits, &mut rng).await.unwrap();
     assert!(matches!(&r, GuardedRun::BuildFailed { output } if output.contains("error")), "{r:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Build-time code: what the guard cannot see, the screen refuses by class.
+
+/// A copy of a fixture directory.
+fn copy_tree(from: &Path, to: &Path) {
+    for e in walkdir::WalkDir::new(from) {
+        let e = e.unwrap();
+        let rel = e.path().strip_prefix(from).unwrap();
+        let dst = to.join(rel);
+        if e.file_type().is_dir() {
+            std::fs::create_dir_all(&dst).unwrap();
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn build_time_code_from_a_candidate_is_refused_by_the_screen() {
+    use execcritic::harness::diff::parse_patch;
+    use execcritic::harness::tamper::{screen_candidate_in, TamperClass};
+    let attack = std::fs::read_to_string(fixture().join("macro_attack.rs")).unwrap();
+    // The attack works against the guard: the workspace's proc macro reads the rewritten test
+    // file while the library compiles, and the real copy exits 0 — no mutant passes.
+    let ws = tempfile::tempdir().unwrap();
+    let target = tempfile::tempdir().unwrap();
+    copy_tree(&fixture().join("macro_ws"), ws.path());
+    std::fs::write(ws.path().join("calc_macros/src/lib.rs"), &attack).unwrap();
+    let j = guarded_files(ws.path(), target.path(), &[("tests/calc.rs", "calc", vec!["adds"])], 6, 9, Weaker::None);
+    assert!(j.violations.is_empty(), "{:?}", j.violations);
+    assert_eq!(status(&j, "calc::adds"), TestStatus::Passed, "{j:?}");
+
+    // The screen reads Base's manifests in the sandbox: the proc-macro crate's source is
+    // build-time code, refused with its class; the fix is not.
+    let repo = tempfile::tempdir().unwrap();
+    copy_tree(&fixture().join("macro_ws"), repo.path());
+    let git = |args: &[&str]| {
+        let out = Command::new("git").args(["-c", "user.name=t", "-c", "user.email=t@t"]).args(args).current_dir(repo.path()).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "base"]);
+    std::fs::write(repo.path().join("calc_macros/src/lib.rs"), &attack).unwrap();
+    let attack_diff = git(&["diff"]);
+    git(&["checkout", "-q", "--", "."]);
+    let lib = std::fs::read_to_string(repo.path().join("src/lib.rs")).unwrap();
+    std::fs::write(repo.path().join("src/lib.rs"), lib.replace("a - b", "a + b")).unwrap();
+    let gold_diff = git(&["diff"]);
+    git(&["checkout", "-q", "--", "."]);
+    let src = repo.path().to_path_buf();
+    let populate = Box::new(move |ws: &Path| -> Result<String, HarnessError> {
+        let run = |args: &[&str], dir: &Path| Command::new("git").args(args).current_dir(dir).output().map_err(|e| HarnessError::Task(e.to_string()));
+        run(&["clone", "-q", src.to_str().unwrap(), ws.to_str().unwrap()], Path::new("/"))?;
+        let head = run(&["rev-parse", "HEAD"], ws)?;
+        Ok(String::from_utf8_lossy(&head.stdout).trim().to_string())
+    });
+    let sb = LocalSandbox::open(populate, &SandboxConfig::default()).unwrap();
+    let refused = screen_candidate_in(&sb, &parse_patch(&attack_diff).unwrap()).await.unwrap().expect_err("refused");
+    assert_eq!(refused.class, TamperClass::BuildScript, "{refused:?}");
+    assert!(refused.to_string().contains("proc-macro"), "{refused}");
+    screen_candidate_in(&sb, &parse_patch(&gold_diff).unwrap()).await.unwrap().expect("the fix passes the screen");
 }

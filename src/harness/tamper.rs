@@ -333,7 +333,48 @@ pub async fn screen_candidate_in(
             base.insert(p.to_string(), out.output);
         }
     }
-    Ok(screen_candidate_with(files, &|p| base.get(p).cloned()))
+    if let Err(t) = screen_candidate_with(files, &|p| base.get(p).cloned()) {
+        return Ok(Err(t));
+    }
+    // Rust sources: build-time code by what Base's manifests declare.
+    let rust: Vec<&str> = files.iter().flat_map(|f| f.paths()).filter(|p| p.ends_with(".rs")).collect();
+    if rust.is_empty() {
+        return Ok(Ok(()));
+    }
+    let list = sb
+        .exec(
+            &format!(
+                "{TRUSTED_GIT}; git ls-tree -r --name-only {} | grep -E '(^|/)(Cargo\\.toml|build\\.rs)$'; true",
+                shell_quote(sb.base_commit())
+            ),
+            std::time::Duration::from_secs(60),
+        )
+        .await?;
+    if list.truncated || list.exit_code != Some(0) {
+        return Err(super::HarnessError::Other(format!(
+            "listing Base's cargo manifests failed: {}",
+            list.output.chars().take(500).collect::<String>()
+        )));
+    }
+    let listed: std::collections::BTreeSet<&str> = list.output.lines().map(str::trim).collect();
+    let mut packages = Vec::new();
+    for m in listed.iter().filter(|l| l.ends_with("Cargo.toml")) {
+        let dir = m.strip_suffix("Cargo.toml").unwrap_or("").trim_end_matches('/');
+        if !rust.iter().any(|p| dir.is_empty() || p.starts_with(&format!("{dir}/"))) {
+            continue;
+        }
+        let spec = shell_quote(&format!("{}:{m}", sb.base_commit()));
+        let out = sb
+            .exec(&format!("{TRUSTED_GIT}; git show {spec}"), std::time::Duration::from_secs(60))
+            .await?;
+        if out.success() && !out.truncated {
+            let exists = |p: &str| listed.contains(p);
+            packages.extend(super::tamper_native::CargoPackage::from_manifest(dir, &out.output, &exists));
+        }
+    }
+    Ok(rust
+        .iter()
+        .try_for_each(|p| super::tamper_native::build_time_rules(p, &packages)))
 }
 
 #[cfg(test)]

@@ -17,6 +17,13 @@
 //!   under a `vendor/` directory) — a test helper such as an assertion library swapped for one
 //!   that always passes.
 //!
+//! - `build_script`, by what Base's manifests declare ([`CargoPackage`], [`build_time_rules`]):
+//!   any source file of a proc-macro crate (it runs inside the compiler while the tests are
+//!   compiled), the build script a manifest names (`build = "src/gen.rs"` too), and, in a package
+//!   with a build script, `.rs` files outside `src/`, `tests/`, `benches/` and `examples/` (where
+//!   the script's own modules live). Code that runs at build time can read the judged tests as
+//!   the native guard rewrites them (`guard::libtest`); none of it may come from a candidate.
+//!
 //! A hunk's section is read from the Base file where the caller has it (see
 //! [`super::tamper::BaseFiles`]), else from the hunk; a whole-line comment configures nothing.
 
@@ -110,6 +117,64 @@ fn cargo_toml(f: &FileChange, p: &str, base: BaseFiles) -> Result<(), Tamper> {
     Ok(())
 }
 
+/// A cargo package of the Base tree: where its build-time code is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CargoPackage {
+    /// The package's directory (`""` at the repository root, `crates/macros`).
+    pub dir: String,
+    pub proc_macro: bool,
+    /// The build script's path from the repository root, when the package has one.
+    pub build_script: Option<String>,
+}
+
+impl CargoPackage {
+    /// From a Base manifest (`dir/Cargo.toml`) and whether a Base file exists (for the default
+    /// `build.rs`). `None` for a manifest without `[package]` (a virtual workspace) or one that
+    /// does not parse.
+    pub fn from_manifest(dir: &str, manifest: &str, exists: &dyn Fn(&str) -> bool) -> Option<CargoPackage> {
+        let v: toml::Value = toml::from_str(manifest).ok()?;
+        v.get("package")?;
+        let join = |rel: &str| if dir.is_empty() { rel.to_string() } else { format!("{dir}/{rel}") };
+        let lib = v.get("lib");
+        let proc_macro = ["proc-macro", "proc_macro"]
+            .iter()
+            .any(|k| lib.and_then(|l| l.get(k)).and_then(toml::Value::as_bool) == Some(true));
+        let build_script = match v.get("package").and_then(|p| p.get("build")) {
+            Some(toml::Value::String(s)) => Some(join(s.trim_start_matches("./"))),
+            Some(toml::Value::Boolean(false)) => None,
+            _ => Some(join("build.rs")).filter(|p| exists(p)),
+        };
+        Some(CargoPackage { dir: dir.to_string(), proc_macro, build_script })
+    }
+}
+
+/// The `build_script` rules for a changed `.rs` file, by the deepest package holding it.
+pub fn build_time_rules(p: &str, packages: &[CargoPackage]) -> Result<(), Tamper> {
+    use TamperClass::*;
+    if !p.ends_with(".rs") {
+        return Ok(());
+    }
+    let inside = |pkg: &&CargoPackage| pkg.dir.is_empty() || p.starts_with(&format!("{}/", pkg.dir));
+    let Some(pkg) = packages.iter().filter(inside).max_by_key(|pkg| pkg.dir.len()) else {
+        return Ok(());
+    };
+    let name = if pkg.dir.is_empty() { "the root package".to_string() } else { format!("package `{}`", pkg.dir) };
+    if pkg.proc_macro {
+        return Err(tamper(BuildScript, p, format!("is source of {name}, a proc-macro crate: it runs inside the compiler while the tests are compiled")));
+    }
+    if let Some(script) = &pkg.build_script {
+        if p == script {
+            return Err(tamper(BuildScript, p, format!("is the build script of {name}: it runs before the tests are compiled")));
+        }
+        let rel = if pkg.dir.is_empty() { p } else { &p[pkg.dir.len() + 1..] };
+        let top = rel.split('/').next().unwrap_or("");
+        if !rel.contains('/') || !matches!(top, "src" | "tests" | "benches" | "examples") {
+            return Err(tamper(BuildScript, p, format!("lies beside the build script of {name}, where its modules live: it may run before the tests are compiled")));
+        }
+    }
+    Ok(())
+}
+
 fn go_mod(f: &FileChange, p: &str, base: BaseFiles) -> Result<(), Tamper> {
     use TamperClass::*;
     // A block `replace (` … `)` is a section; any other line closes nothing.
@@ -143,6 +208,33 @@ fn go_mod(f: &FileChange, p: &str, base: BaseFiles) -> Result<(), Tamper> {
 mod tests {
     use super::super::diff::parse_patch;
     use super::super::tamper::{screen_candidate, screen_candidate_with, TamperClass};
+    use super::{build_time_rules, CargoPackage};
+
+    #[test]
+    fn build_time_code_is_found_from_the_base_manifests() {
+        let exists = |p: &str| p == "build.rs" || p == "crates/gen/build.rs";
+        let root = CargoPackage::from_manifest("", "[package]\nname = \"calc\"\n", &exists).unwrap();
+        assert_eq!(root.build_script.as_deref(), Some("build.rs"));
+        let macros = CargoPackage::from_manifest("crates/macros", "[package]\nname = \"m\"\n[lib]\nproc-macro = true\n", &exists).unwrap();
+        assert!(macros.proc_macro && macros.build_script.is_none());
+        let custom = CargoPackage::from_manifest("crates/gen", "[package]\nname = \"g\"\nbuild = \"src/gen.rs\"\n", &exists).unwrap();
+        assert_eq!(custom.build_script.as_deref(), Some("crates/gen/src/gen.rs"));
+        let none = CargoPackage::from_manifest("crates/plain", "[package]\nname = \"p\"\nbuild = false\n", &exists).unwrap();
+        assert_eq!(none.build_script, None);
+        assert!(CargoPackage::from_manifest("", "[workspace]\nmembers = []\n", &exists).is_none());
+        assert!(CargoPackage::from_manifest("", "not toml [", &exists).is_none());
+
+        let pkgs = [root, macros, custom, none];
+        let class = |p: &str| build_time_rules(p, &pkgs).err().map(|t| t.class);
+        // Refused: proc-macro source, a declared build script inside src/, build-script modules.
+        for p in ["crates/macros/src/lib.rs", "crates/macros/src/deep/x.rs", "crates/gen/src/gen.rs", "helpers.rs", "build/util.rs", "crates/gen/codegen.rs"] {
+            assert_eq!(class(p), Some(TamperClass::BuildScript), "{p}");
+        }
+        // Allowed: ordinary source, tests, examples of any package; non-Rust files.
+        for p in ["src/lib.rs", "tests/calc.rs", "examples/e.rs", "crates/gen/src/lib.rs", "crates/plain/helper.rs", "crates/macros/README.md", "docs/x.md"] {
+            assert_eq!(class(p), None, "{p}");
+        }
+    }
 
     fn class(patch: &str) -> Option<TamperClass> {
         screen_candidate(&parse_patch(patch).unwrap()).err().map(|t| t.class)

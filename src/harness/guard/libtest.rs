@@ -32,8 +32,9 @@
 //! Not covered here (docs/harness.md, "Native runtime guard"): code that runs at *build* time
 //! (a candidate's `build.rs` or proc macro) can read the rewritten file and, knowing the expected
 //! value from feedback, map it to the real name. The guard is sound only where the candidate
-//! changed no build-time code — which [`super::super::tamper_native`] refuses by class — or
-//! where the judged tests are compiled in a phase with no candidate code. Tests that cannot be
+//! changed no build-time code — which [`super::super::tamper_native`] refuses by class from
+//! Base's manifests (build scripts, proc-macro crates) — or where the judged tests are compiled
+//! in a phase with no candidate code. Tests that cannot be
 //! planned (no literal-expected assertion at the top level, `should_panic`, a name referenced
 //! elsewhere) keep their name and are reported in [`Group::why`], unguarded.
 
