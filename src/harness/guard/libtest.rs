@@ -295,8 +295,9 @@ fn assertion(stmt: &Stmt) -> Option<Option<Site>> {
 }
 
 /// The first mutable literal of an expression built only from literals, paths (`None`, `Ok`,
-/// constants), tuples, arrays, references, negation and constructor calls (`Some(5)`): an
-/// expected value, not a computation.
+/// constants), tuples, arrays, references, negation, constructor calls (`Some(5)`), `T::from(…)`
+/// (`String::from("x")`), `vec![…]` and the conversions `.to_string()`, `.to_owned()`,
+/// `.into()`, `.to_vec()`: an expected value, not a computation.
 fn constant_literal(e: &Expr) -> Option<LitSite> {
     fn walk(e: &Expr, first: &mut Option<LitSite>) -> bool {
         match e {
@@ -314,9 +315,25 @@ fn constant_literal(e: &Expr) -> Option<LitSite> {
             Expr::Tuple(t) => t.elems.iter().all(|x| walk(x, first)),
             Expr::Array(a) => a.elems.iter().all(|x| walk(x, first)),
             Expr::Call(c) => {
-                let ctor = matches!(&*c.func, Expr::Path(p) if p.path.segments.last().is_some_and(|s| s.ident.to_string().starts_with(|ch: char| ch.is_ascii_uppercase())));
+                let upper = |s: &syn::PathSegment| s.ident.to_string().starts_with(|ch: char| ch.is_ascii_uppercase());
+                let ctor = matches!(&*c.func, Expr::Path(p) if {
+                    let segs: Vec<&syn::PathSegment> = p.path.segments.iter().collect();
+                    match segs.as_slice() {
+                        [.., last] if upper(last) => true,
+                        [.., ty, last] => upper(ty) && last.ident == "from",
+                        _ => false,
+                    }
+                });
                 ctor && c.args.iter().all(|x| walk(x, first))
             }
+            Expr::MethodCall(m) => {
+                let conversion = ["to_string", "to_owned", "into", "to_vec"].iter().any(|n| m.method == n);
+                conversion && m.args.is_empty() && m.turbofish.is_none() && walk(&m.receiver, first)
+            }
+            Expr::Macro(m) if m.mac.path.is_ident("vec") => m
+                .mac
+                .parse_body_with(Punctuated::<Expr, Token![,]>::parse_terminated)
+                .is_ok_and(|items| items.iter().all(|x| walk(x, first))),
             _ => false,
         }
     }
@@ -588,6 +605,10 @@ mod tests {
             ("2.50", "2."),
             ("Some(5)", "Some("),
             ("-5", "-"),
+            ("vec![1, 2, 30]", "vec!["),
+            ("\"ab\".to_string()", "\"a"),
+            ("String::from(\"ab\")", "String::from(\"a"),
+            ("Ok(\"x\".into())", "Ok(\""),
         ];
         for (lit, prefix) in cases {
             let src = format!("#[test]\nfn t() {{ assert_eq!(g(), {lit}); }}\n");
@@ -615,6 +636,9 @@ mod tests {
         let cases = [
             ("#[test]\n#[should_panic]\nfn t() { assert_eq!(g(), 1); }\n", "should_panic"),
             ("#[test]\nfn t() { assert_eq!(g(), h()); }\n", "literal"),
+            ("#[test]\nfn t() { assert_eq!(g(), \"a\".repeat(3)); }\n", "literal"),
+            ("#[test]\nfn t() { assert_eq!(g(), x::from(\"a\")); }\n", "literal"),
+            ("#[test]\nfn t() { assert_eq!(g(), format!(\"{}\", 1)); }\n", "literal"),
             ("#[test]\nfn t() { assert!(g()); }\n", "literal"),
             ("#[test]\nfn t() { if g() { return; } assert_eq!(h(), 1); }\n", "return"),
             ("#[test]\nfn t() { assert_eq!(g(), 1); }\nfn u() { t() }\n", "referenced"),
