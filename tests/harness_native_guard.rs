@@ -386,3 +386,27 @@ async fn build_time_code_from_a_candidate_is_refused_by_the_screen() {
     assert!(refused.to_string().contains("proc-macro"), "{refused}");
     screen_candidate_in(&sb, &parse_patch(&gold_diff).unwrap()).await.unwrap().expect("the fix passes the screen");
 }
+
+#[tokio::test]
+async fn the_runners_node_ids_run_guarded_in_the_local_sandbox() {
+    use execcritic::harness::guard::libtest_run::run_guarded_nodes;
+    let repo = base_repo();
+    let Some(sb) = open(repo.path()) else { return };
+    let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6 };
+    let nodes: Vec<String> = ["calc/lib::tests::adds_unit", "calc/test/calc::adds", "calc/test/calc::labels"].iter().map(|s| s.to_string()).collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(12);
+    for (candidate, want) in [("gold", TestStatus::Passed), ("base", TestStatus::Failed)] {
+        sb.reset().await.unwrap();
+        let imp = std::fs::read(fixture().join(format!("imp/{candidate}.rs"))).unwrap();
+        sb.put_file("/testbed/src/imp.rs", &imp).await.unwrap();
+        let GuardedRun::Judged(j) = run_guarded_nodes(&sb, &nodes, &[], &limits, &mut rng).await.unwrap() else {
+            panic!("{candidate}: build failed");
+        };
+        assert!(j.violations.is_empty(), "{candidate}: {:?}", j.violations);
+        assert_eq!(j.real["calc/lib::tests::adds_unit"], want, "{candidate}: {j:?}");
+        assert_eq!(j.real["calc/test/calc::adds"], want, "{candidate}");
+        assert_eq!(j.real["calc/test/calc::labels"], TestStatus::Passed, "{candidate}");
+        // Only the nodes' tests ran: 2 planned groups of 7 in tests/calc.rs + 2 controls, 7 + 2 in src/lib.rs.
+        assert_eq!(j.run.len(), 2 * 7 + 2 + 7 + 2, "{:?}", j.run.keys());
+    }
+}

@@ -150,6 +150,18 @@ fn plan_parsed(
     Ok(FilePlan { source: out, map })
 }
 
+/// The paths of every `#[test]`-like function of a file (through inline modules).
+pub fn test_paths(source: &str) -> Result<Vec<String>, String> {
+    let parsed = syn::parse_file(source).map_err(|e| format!("not Rust syntax: {e}"));
+    let result = parsed.map(|ast| {
+        let mut tests = Vec::new();
+        collect_tests(&ast.items, "", &mut tests);
+        tests.into_iter().map(|t| t.path).collect()
+    });
+    proc_macro2::extra::invalidate_current_thread_spans();
+    result
+}
+
 /// Every `#[test]`-like function (an attribute whose last segment is `test`) with its path,
 /// through inline modules.
 fn collect_tests<'a>(items: &'a [Item], module: &str, out: &mut Vec<Found<'a>>) {

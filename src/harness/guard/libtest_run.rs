@@ -34,6 +34,109 @@ pub enum Binary {
     Lib,
     /// An integration test target (`--test <name>`).
     Test(String),
+    /// A binary target's unit tests (`--bin <name>`).
+    Bin(String),
+}
+
+impl Binary {
+    /// The node id's target part (`lib`, `test/<name>`, `bin/<name>`) and back.
+    fn parse(target: &str) -> Option<Binary> {
+        match target.split_once('/') {
+            None if target == "lib" => Some(Binary::Lib),
+            Some(("test", n)) => Some(Binary::Test(n.to_string())),
+            Some(("bin", n)) => Some(Binary::Bin(n.to_string())),
+            _ => None,
+        }
+    }
+
+    /// cargo's flags selecting this target.
+    pub fn cargo_flags(&self) -> Vec<String> {
+        match self {
+            Binary::Lib => vec!["--lib".into()],
+            Binary::Test(n) => vec!["--test".into(), n.clone()],
+            Binary::Bin(n) => vec!["--bin".into(), n.clone()],
+        }
+    }
+}
+
+/// A cargo node id (`<package>/<target>::<test path>`, as `harness::runners::cargo` writes it)
+/// split into package, binary and test path.
+pub fn split_node(node: &str) -> Option<(&str, Binary, &str)> {
+    let (scope, path) = node.split_once("::")?;
+    let (package, target) = scope.split_once('/')?;
+    Some((package, Binary::parse(target)?, path))
+}
+
+/// The files a node's test may live in, most specific first: for a crate root `src/lib.rs` and
+/// the path `a::b::tests::t`, `src/a/b/tests.rs`, `src/a/b/tests/mod.rs`, `src/a/b.rs`,
+/// `src/a/b/mod.rs`, `src/a.rs`, `src/a/mod.rs`, then the root itself — each with the module
+/// path its items have and the test's path inside it.
+pub fn candidate_files(root: &str, path: &str) -> Vec<(String, String, String)> {
+    let segs: Vec<&str> = path.split("::").collect();
+    let dir = root.rsplit_once('/').map_or("", |(d, _)| d);
+    let mut out = Vec::new();
+    for i in (1..segs.len()).rev() {
+        let module = segs[..i].join("/");
+        let inside = segs[i..].join("::");
+        let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
+        for f in [format!("{prefix}{module}.rs"), format!("{prefix}{module}/mod.rs")] {
+            out.push((f, segs[..i].join("::"), inside.clone()));
+        }
+    }
+    out.push((root.to_string(), String::new(), path.to_string()));
+    out
+}
+
+/// Each target's root source file (relative to `workdir`) by `(package, binary)`, from `cargo
+/// metadata --format-version 1`.
+pub fn target_roots(metadata: &str, workdir: &str) -> Result<BTreeMap<(String, Binary), String>, String> {
+    let v: serde_json::Value = serde_json::from_str(metadata).map_err(|e| format!("cargo metadata: {e}"))?;
+    let mut out = BTreeMap::new();
+    for p in v["packages"].as_array().into_iter().flatten() {
+        let Some(package) = p["name"].as_str() else { continue };
+        for t in p["targets"].as_array().into_iter().flatten() {
+            let (Some(kind), Some(name), Some(src)) = (t["kind"][0].as_str(), t["name"].as_str(), t["src_path"].as_str()) else {
+                continue;
+            };
+            let binary = match kind {
+                "lib" | "rlib" | "proc-macro" | "cdylib" | "staticlib" | "dylib" => Binary::Lib,
+                "test" => Binary::Test(name.to_string()),
+                "bin" => Binary::Bin(name.to_string()),
+                _ => continue,
+            };
+            let Some(rel) = src.strip_prefix(&format!("{}/", workdir.trim_end_matches('/'))) else {
+                continue;
+            };
+            out.insert((package.to_string(), binary), rel.to_string());
+        }
+    }
+    Ok(out)
+}
+
+/// The judged files of cargo node ids: each node's file is the most specific candidate (see
+/// [`candidate_files`]) whose text (`texts`: path → source, for the files that exist) has the
+/// test at that path.
+pub fn judged_files(
+    nodes: &[String],
+    roots: &BTreeMap<(String, Binary), String>,
+    texts: &BTreeMap<String, String>,
+) -> Result<Vec<JudgedFile>, String> {
+    let mut out: Vec<JudgedFile> = Vec::new();
+    for node in nodes {
+        let (package, binary, path) = split_node(node).ok_or_else(|| format!("`{node}` is not a cargo node id"))?;
+        let root = roots
+            .get(&(package.to_string(), binary.clone()))
+            .ok_or_else(|| format!("`{node}`: package `{package}` has no such target"))?;
+        let found = candidate_files(root, path).into_iter().find(|(f, _, inside)| {
+            texts.get(f).is_some_and(|t| super::libtest::test_paths(t).is_ok_and(|ps| ps.contains(inside)))
+        });
+        let (file, module, inside) = found.ok_or_else(|| format!("`{node}`: no #[test] function at that path in {root} or its modules"))?;
+        match out.iter_mut().find(|j| j.file == file) {
+            Some(j) => j.tests.push((node.clone(), inside)),
+            None => out.push(JudgedFile { file, binary, module, tests: vec![(node.clone(), inside)] }),
+        }
+    }
+    Ok(out)
 }
 
 /// A file with judged tests.
@@ -74,7 +177,12 @@ const CHUNK: usize = 24 * 1024;
 
 /// Read a workspace file out of the sandbox, byte-exact.
 async fn read_file(sb: &dyn Sandbox, file: &str) -> Result<Vec<u8>, HarnessError> {
-    let path = shell_quote(&format!("{WORKDIR}/{file}"));
+    read_path(sb, &format!("{WORKDIR}/{file}")).await
+}
+
+/// Read a file (absolute in-sandbox path) out of the sandbox, byte-exact.
+async fn read_path(sb: &dyn Sandbox, file: &str) -> Result<Vec<u8>, HarnessError> {
+    let path = shell_quote(file);
     let mut out = Vec::new();
     loop {
         let cmd = format!("set -o pipefail; tail -c +{} {path} | head -c {CHUNK} | od -An -v -tx1 | tr -d ' \\n'", out.len() + 1);
@@ -182,6 +290,54 @@ pub async fn run_guarded(
     Ok(GuardedRun::Judged(all))
 }
 
+/// [`run_guarded`] for cargo node ids (`harness::runners::cargo`'s): the targets from `cargo
+/// metadata` in the sandbox, each node's file found among its crate's module files, the build
+/// selecting the nodes' package and targets (`extra`: kept flags such as `--features=…`).
+pub async fn run_guarded_nodes(
+    sb: &dyn Sandbox,
+    nodes: &[String],
+    extra: &[String],
+    limits: &RunLimits,
+    rng: &mut (impl Rng + Send),
+) -> Result<GuardedRun, HarnessError> {
+    let meta = sb
+        .exec("cargo metadata --offline --no-deps --format-version 1 > /tmp/.execcritic-metadata.json", limits.build)
+        .await?;
+    if meta.exit_code != Some(0) {
+        return Ok(GuardedRun::BuildFailed { output: meta.output });
+    }
+    let metadata = read_path(sb, "/tmp/.execcritic-metadata.json").await?;
+    let roots = target_roots(&String::from_utf8_lossy(&metadata), WORKDIR).map_err(HarnessError::Other)?;
+    let mut texts = BTreeMap::new();
+    let mut args: Vec<String> = Vec::new();
+    for node in nodes {
+        let Some((package, binary, path)) = split_node(node) else {
+            return Err(HarnessError::Other(format!("`{node}` is not a cargo node id")));
+        };
+        if !args.contains(&package.to_string()) {
+            args.extend(["-p".to_string(), package.to_string()]);
+        }
+        let flags = binary.cargo_flags();
+        if !args.windows(flags.len()).any(|w| w == flags.as_slice()) {
+            args.extend(flags);
+        }
+        let Some(root) = roots.get(&(package.to_string(), binary)) else { continue };
+        for (f, _, _) in candidate_files(root, path) {
+            if texts.contains_key(&f) {
+                continue;
+            }
+            let exists = sb.exec(&format!("test -f {}", shell_quote(&format!("{WORKDIR}/{f}"))), Duration::from_secs(30)).await?;
+            if exists.exit_code == Some(0) {
+                let bytes = read_file(sb, &f).await?;
+                texts.insert(f, String::from_utf8_lossy(&bytes).into_owned());
+            }
+        }
+    }
+    args.extend(extra.iter().cloned());
+    let files = judged_files(nodes, &roots, &texts).map_err(HarnessError::Other)?;
+    run_guarded(sb, &files, &args, limits, rng).await
+}
+
 /// Test binaries by target from cargo's `compiler-artifact` lines.
 fn artifacts(lines: &str) -> BTreeMap<Binary, String> {
     let mut out = BTreeMap::new();
@@ -197,6 +353,7 @@ fn artifacts(lines: &str) -> BTreeMap<Binary, String> {
         let key = match kind {
             "lib" | "rlib" | "cdylib" | "staticlib" | "dylib" => Binary::Lib,
             "test" => Binary::Test(name.to_string()),
+            "bin" => Binary::Bin(name.to_string()),
             _ => continue,
         };
         out.insert(key, exe.to_string());
@@ -217,7 +374,52 @@ not json"#;
         let b = artifacts(lines);
         assert_eq!(b[&Binary::Lib], "/testbed/target/debug/deps/calc-1");
         assert_eq!(b[&Binary::Test("calc".into())], "/testbed/target/debug/deps/calc-2");
-        assert_eq!(b.len(), 2);
+        assert_eq!(b[&Binary::Bin("tool".into())], "/x");
+        assert_eq!(b.len(), 3);
+    }
+
+    #[test]
+    fn nodes_find_their_files_through_the_crate_modules() {
+        let metadata = r#"{"packages":[{"name":"calc","targets":[
+            {"kind":["lib"],"name":"calc","src_path":"/testbed/src/lib.rs"},
+            {"kind":["test"],"name":"calc","src_path":"/testbed/tests/calc.rs"},
+            {"kind":["bin"],"name":"tool","src_path":"/testbed/src/bin/tool.rs"}]},
+            {"name":"other","targets":[{"kind":["lib"],"name":"other","src_path":"/elsewhere/lib.rs"}]}]}"#;
+        let roots = target_roots(metadata, "/testbed").unwrap();
+        assert_eq!(roots.len(), 3);
+        assert_eq!(roots[&("calc".to_string(), Binary::Test("calc".into()))], "tests/calc.rs");
+        assert_eq!(
+            candidate_files("src/lib.rs", "a::tests::t").iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
+            ["src/a/tests.rs", "src/a/tests/mod.rs", "src/a.rs", "src/a/mod.rs", "src/lib.rs"]
+        );
+        let texts: BTreeMap<String, String> = [
+            ("src/lib.rs", "mod a;\n#[cfg(test)]\nmod tests { #[test] fn root() { assert_eq!(1, 1); } }\n"),
+            ("src/a/mod.rs", "#[cfg(test)]\nmod tests { #[test] fn t() { assert_eq!(2, 2); } }\n"),
+            ("tests/calc.rs", "#[test]\nfn adds() {}\n#[test]\nfn more() {}\n"),
+            ("src/bin/tool.rs", "fn main() {}\n#[test]\nfn cli() {}\n"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        let nodes: Vec<String> = ["calc/lib::a::tests::t", "calc/lib::tests::root", "calc/test/calc::adds", "calc/test/calc::more", "calc/bin/tool::cli"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let files = judged_files(&nodes, &roots, &texts).unwrap();
+        let summary: Vec<(String, String, Vec<String>)> =
+            files.iter().map(|f| (f.file.clone(), f.module.clone(), f.tests.iter().map(|t| t.1.clone()).collect())).collect();
+        assert_eq!(
+            summary,
+            vec![
+                ("src/a/mod.rs".into(), "a".into(), vec!["tests::t".into()]),
+                ("src/lib.rs".into(), "".into(), vec!["tests::root".into()]),
+                ("tests/calc.rs".into(), "".into(), vec!["adds".into(), "more".into()]),
+                ("src/bin/tool.rs".into(), "".into(), vec!["cli".into()]),
+            ]
+        );
+        for bad in ["calc/lib::tests::missing", "nopkg/lib::x", "calc/example/e::x", "calc"] {
+            assert!(judged_files(&[bad.to_string()], &roots, &texts).is_err(), "{bad}");
+        }
     }
 
     #[test]
