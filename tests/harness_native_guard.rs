@@ -28,14 +28,9 @@ fn cargo() -> Command {
 }
 
 /// A copy of the crate with `imp/<candidate>.rs` as its source, building into `target`.
-fn checkout(candidate: &str, _target: &Path) -> tempfile::TempDir {
+fn checkout(candidate: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let src = fixture().join("calc");
-    for f in ["Cargo.toml", "src/lib.rs", "tests/calc.rs"] {
-        let to = dir.path().join(f);
-        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-        std::fs::copy(src.join(f), &to).unwrap();
-    }
+    copy_tree(&fixture().join("calc"), dir.path());
     std::fs::copy(fixture().join(format!("imp/{candidate}.rs")), dir.path().join("src/imp.rs")).unwrap();
     dir
 }
@@ -144,7 +139,7 @@ const UNTOUCHED: [&str; 2] = ["lib::tests::labels_unit", "calc::labels"];
 fn the_fix_passes_and_the_bug_fails_under_the_guard() {
     let target = tempfile::tempdir().unwrap();
     for (candidate, want) in [("gold", TestStatus::Passed), ("base", TestStatus::Failed)] {
-        let dir = checkout(candidate, target.path());
+        let dir = checkout(candidate);
         let j = guarded(dir.path(), target.path(), 6, 1);
         assert!(j.violations.is_empty(), "{candidate}: {:?}", j.violations);
         for id in JUDGED_BUG {
@@ -165,19 +160,19 @@ fn forged_passes_are_refused() {
     let target = tempfile::tempdir().unwrap();
     // Each attack gets a pass where only the exit status or the report counts.
     for attack in ["exit_forger", "panic_hook", "always_equal"] {
-        let dir = checkout(attack, target.path());
+        let dir = checkout(attack);
         assert!(plain_cargo_test(dir.path(), target.path()), "{attack}: plain cargo test did not pass");
     }
     // The guard's own abort, caught by a SIGABRT handler, passes the real test where there are no
     // mutants to compare with.
-    let dir = checkout("abort_catcher", target.path());
+    let dir = checkout("abort_catcher");
     let naive = guarded(dir.path(), target.path(), 0, 2);
     assert_eq!(status(&naive, "calc::adds"), TestStatus::Passed, "{naive:?}");
 
     // Under the guard: a pass that does not rest on the fix is `tampered` (violations), or is
     // no pass at all (the panic hook never sees a value: the assertion aborts without one).
     for (attack, seed) in [("exit_forger", 3), ("always_equal", 4), ("abort_catcher", 5)] {
-        let dir = checkout(attack, target.path());
+        let dir = checkout(attack);
         let j = guarded(dir.path(), target.path(), 6, seed);
         assert!(
             j.violations.iter().any(|v| v.contains("mutant") && v.contains("adds")),
@@ -186,11 +181,11 @@ fn forged_passes_are_refused() {
     }
     // Reading the rewritten test file at run time finds the copy that expects 5: it works where
     // the file is left in place, and finds nothing in the file as it was.
-    let dir = checkout("source_reader", target.path());
+    let dir = checkout("source_reader");
     let weak = guarded_with(dir.path(), target.path(), 6, 7, Weaker::RewriteLeftInPlace);
     assert!(weak.violations.is_empty(), "{:?}", weak.violations);
     assert_eq!(status(&weak, "calc::adds"), TestStatus::Passed, "{weak:?}");
-    let dir = checkout("source_reader", target.path());
+    let dir = checkout("source_reader");
     let j = guarded(dir.path(), target.path(), 6, 7);
     assert!(j.violations.is_empty(), "{:?}", j.violations);
     assert_eq!(status(&j, "calc::adds"), TestStatus::Failed);
@@ -206,13 +201,13 @@ fn forged_passes_are_refused() {
         }
     };
     clear_marks();
-    let dir = checkout("first_run", target.path());
+    let dir = checkout("first_run");
     let weak = guarded_with(dir.path(), target.path(), 6, 8, Weaker::RealTestFirst);
     clear_marks();
     assert_eq!(status(&weak, "calc::adds"), TestStatus::Passed, "{weak:?}");
     assert!(!weak.violations.iter().any(|v| v.contains("of adds ")), "{:?}", weak.violations);
 
-    let dir = checkout("panic_hook", target.path());
+    let dir = checkout("panic_hook");
     let j = guarded(dir.path(), target.path(), 6, 6);
     assert!(j.violations.is_empty(), "{:?}", j.violations);
     for id in JUDGED_BUG {
@@ -230,26 +225,28 @@ use execcritic::harness::{HarnessError, Sandbox, SandboxConfig};
 
 /// The crate at Base (`imp/base.rs`) as a git repository.
 fn base_repo() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let src = fixture().join("calc");
-    for f in ["Cargo.toml", "src/lib.rs", "tests/calc.rs"] {
-        let to = dir.path().join(f);
-        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-        std::fs::copy(src.join(f), &to).unwrap();
-    }
-    std::fs::copy(fixture().join("imp/base.rs"), dir.path().join("src/imp.rs")).unwrap();
+    let dir = checkout("base");
     std::fs::write(dir.path().join(".gitignore"), "/target\n").unwrap();
-    let git = |args: &[&str]| {
-        let ok = Command::new("git").args(["-c", "user.name=t", "-c", "user.email=t@t"]).args(args).current_dir(dir.path()).status().unwrap();
-        assert!(ok.success());
-    };
-    git(&["init", "-q", "-b", "main"]);
-    git(&["add", "-A"]);
-    git(&["commit", "-q", "-m", "base"]);
+    commit_base(dir.path());
     dir
 }
 
-fn open(repo: &Path) -> Option<LocalSandbox> {
+/// `git` in `dir`; its stdout.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git").args(["-c", "user.name=t", "-c", "user.email=t@t"]).args(args).current_dir(dir).output().unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Make `dir` a repository whose one commit is the Base.
+fn commit_base(dir: &Path) {
+    git(dir, &["init", "-q", "-b", "main"]);
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", "base"]);
+}
+
+/// A local sandbox whose workspace is a clone of `repo` at its HEAD (the Base).
+fn sandbox_of(repo: &Path) -> LocalSandbox {
     let src = repo.to_path_buf();
     let populate = Box::new(move |ws: &Path| -> Result<String, HarnessError> {
         let run = |args: &[&str], dir: &Path| Command::new("git").args(args).current_dir(dir).output().map_err(|e| HarnessError::Task(e.to_string()));
@@ -257,7 +254,12 @@ fn open(repo: &Path) -> Option<LocalSandbox> {
         let head = run(&["rev-parse", "HEAD"], ws)?;
         Ok(String::from_utf8_lossy(&head.stdout).trim().to_string())
     });
-    let sb = LocalSandbox::open(populate, &SandboxConfig::default()).expect("local sandbox opens");
+    LocalSandbox::open(populate, &SandboxConfig::default()).expect("local sandbox opens")
+}
+
+/// [`sandbox_of`] where it has throw-away runs.
+fn open(repo: &Path) -> Option<LocalSandbox> {
+    let sb = sandbox_of(repo);
     if !sb.ephemeral_runs() {
         // Throw-away runs need root and overlayfs: as root (CI) they must be there.
         assert!(unsafe { libc::geteuid() } != 0, "root with overlayfs: throw-away runs expected");
@@ -358,29 +360,15 @@ async fn build_time_code_from_a_candidate_is_refused_by_the_screen() {
     // build-time code, refused with its class; the fix is not.
     let repo = tempfile::tempdir().unwrap();
     copy_tree(&fixture().join("macro_ws"), repo.path());
-    let git = |args: &[&str]| {
-        let out = Command::new("git").args(["-c", "user.name=t", "-c", "user.email=t@t"]).args(args).current_dir(repo.path()).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    git(&["init", "-q", "-b", "main"]);
-    git(&["add", "-A"]);
-    git(&["commit", "-q", "-m", "base"]);
+    commit_base(repo.path());
     std::fs::write(repo.path().join("calc_macros/src/lib.rs"), &attack).unwrap();
-    let attack_diff = git(&["diff"]);
-    git(&["checkout", "-q", "--", "."]);
+    let attack_diff = git(repo.path(), &["diff"]);
+    git(repo.path(), &["checkout", "-q", "--", "."]);
     let lib = std::fs::read_to_string(repo.path().join("src/lib.rs")).unwrap();
     std::fs::write(repo.path().join("src/lib.rs"), lib.replace("a - b", "a + b")).unwrap();
-    let gold_diff = git(&["diff"]);
-    git(&["checkout", "-q", "--", "."]);
-    let src = repo.path().to_path_buf();
-    let populate = Box::new(move |ws: &Path| -> Result<String, HarnessError> {
-        let run = |args: &[&str], dir: &Path| Command::new("git").args(args).current_dir(dir).output().map_err(|e| HarnessError::Task(e.to_string()));
-        run(&["clone", "-q", src.to_str().unwrap(), ws.to_str().unwrap()], Path::new("/"))?;
-        let head = run(&["rev-parse", "HEAD"], ws)?;
-        Ok(String::from_utf8_lossy(&head.stdout).trim().to_string())
-    });
-    let sb = LocalSandbox::open(populate, &SandboxConfig::default()).unwrap();
+    let gold_diff = git(repo.path(), &["diff"]);
+    git(repo.path(), &["checkout", "-q", "--", "."]);
+    let sb = sandbox_of(repo.path());
     let refused = screen_candidate_in(&sb, &parse_patch(&attack_diff).unwrap()).await.unwrap().expect_err("refused");
     assert_eq!(refused.class, TamperClass::BuildScript, "{refused:?}");
     assert!(refused.to_string().contains("proc-macro"), "{refused}");
