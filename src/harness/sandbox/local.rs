@@ -342,12 +342,7 @@ impl LocalSandbox {
         timeout: Duration,
         input: Option<&[u8]>,
     ) -> Result<ExecOutput, HarnessError> {
-        if self.overlay.is_none() {
-            return Err(HarnessError::Other(
-                "this sandbox has no ephemeral runs".into(),
-            ));
-        }
-        if !self.clean.load(Ordering::SeqCst) {
+        if self.overlay.is_some() && !self.clean.load(Ordering::SeqCst) {
             super::Sandbox::reset(self).await?;
         }
         self.run_throwaway(command, timeout, input).await

@@ -103,11 +103,7 @@ pub trait Sandbox: Send + Sync {
         _command: &'a str,
         _timeout: Duration,
     ) -> SandboxFuture<'a, ExecOutput> {
-        Box::pin(async {
-            Err(HarnessError::Other(
-                "this sandbox has no ephemeral runs".into(),
-            ))
-        })
+        no_throwaway_runs()
     }
     /// Run a command on a throw-away copy of the workspace *as it is now* (built test binaries,
     /// say): like [`Sandbox::exec_ephemeral`] — an empty `/tmp`, nothing written persists — but
@@ -117,11 +113,7 @@ pub trait Sandbox: Send + Sync {
         _command: &'a str,
         _timeout: Duration,
     ) -> SandboxFuture<'a, ExecOutput> {
-        Box::pin(async {
-            Err(HarnessError::Other(
-                "this sandbox has no throw-away runs over its current workspace".into(),
-            ))
-        })
+        no_throwaway_runs()
     }
     /// Run a command with `input` on its stdin (the guard's nonce: see `harness::guard`), as
     /// [`Sandbox::exec_ephemeral`] when `ephemeral`, else as [`Sandbox::exec`].
@@ -144,6 +136,15 @@ pub trait Sandbox: Send + Sync {
     }
     /// The Base commit the sandbox resets to.
     fn base_commit(&self) -> &str;
+}
+
+/// The answer of a sandbox without ephemeral (throw-away) runs.
+fn no_throwaway_runs<'a>() -> SandboxFuture<'a, ExecOutput> {
+    Box::pin(async {
+        Err(HarnessError::Other(
+            "this sandbox has no ephemeral runs".into(),
+        ))
+    })
 }
 
 /// Which sandbox implementation to use.
