@@ -13,6 +13,7 @@ mod logs;
 mod model_files;
 mod oracle;
 mod regressions;
+mod rust_tests;
 mod serve_routes;
 mod tokenizer;
 mod toml_config;

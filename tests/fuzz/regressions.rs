@@ -373,3 +373,20 @@ fn chat_template_error_with_a_backwards_span_is_an_error() {
     let err = t.render(&conversation, &[], ChatOptions::default()).unwrap_err();
     assert!(matches!(err, ChatError::Render(_)), "{err}");
 }
+
+/// `libtest_plan_mutated_seeds`, batch seed 1101: a file that is only a shebang line parses (syn
+/// skips the line, and its spans start after it) but the planner tokenised the shebang and
+/// failed. A shebang before a test: the rewrite keeps it, and the test is planned at its place.
+#[test]
+fn libtest_plan_a_shebang_line() {
+    use execcritic::harness::guard::libtest::{plan_file, test_paths};
+    use rand::SeedableRng;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let only = "#!![te";
+    assert_eq!(plan_file("f.rs", only, &test_paths(only).unwrap(), 6, &mut rng).unwrap().source, only);
+    let text = "#!/usr/bin/env run-cargo-script\n#[test]\nfn t() { assert_eq!(f(), 1); }\n";
+    let plan = plan_file("f.rs", text, &test_paths(text).unwrap(), 6, &mut rng).unwrap();
+    assert!(plan.source.starts_with("#!/usr/bin/env run-cargo-script\n#[test]\nfn t_"), "{}", plan.source);
+    assert_eq!(plan.source.matches("::std::process::abort()").count(), 7 + 1);
+    assert!(plan.map.groups[0].real.is_some());
+}

@@ -70,11 +70,22 @@ pub fn plan_file(
     k: usize,
     rng: &mut impl Rng,
 ) -> Result<FilePlan, String> {
-    let parsed = syn::parse_file(source).map_err(|e| format!("{file}: not Rust syntax: {e}"));
-    let result = parsed.and_then(|ast| plan_parsed(file, source, &ast, judged, k, rng));
+    // syn parses what follows a shebang line, with spans from there: so does the plan.
+    let (shebang, body) = split_shebang(source);
+    let parsed = syn::parse_file(body).map_err(|e| format!("{file}: not Rust syntax: {e}"));
+    let result = parsed.and_then(|ast| plan_parsed(file, body, &ast, judged, k, rng));
     // proc-macro2 keeps every parsed file's text for its spans, per thread: drop it.
     proc_macro2::extra::invalidate_current_thread_spans();
-    result
+    result.map(|p| FilePlan { source: format!("{shebang}{}", p.source), map: p.map })
+}
+
+/// A first line `#!…` that does not open an inner attribute (`#![…]`) is a shebang, as syn and
+/// rustc read it: `(shebang, rest)`, the rest starting at its line break.
+fn split_shebang(source: &str) -> (&str, &str) {
+    match source.strip_prefix("#!") {
+        Some(rest) if !rest.trim_start().starts_with('[') => source.split_at(source.find('\n').unwrap_or(source.len())),
+        _ => ("", source),
+    }
 }
 
 struct Found<'a> {
