@@ -236,9 +236,12 @@ fn plan_function(source: &str, f: &ItemFn, k: usize, rng: &mut impl Rng) -> Resu
                 for lit in alternatives {
                     let expected = splice(source, site.expected.clone(), &site.literal.range, &lit);
                     let actual = &source[site.actual.clone()];
-                    let check = format!(
+                    let mut check = format!(
                         "match (&({actual}), &({expected})) {{ (l, r) => if !(*l == *r) {{ ::std::process::abort() }} }}"
                     );
+                    if let Some(m) = &site.message {
+                        check = format!("{{ if false {{ let _ = ::std::format!({}); }} {check} }}", &source[m.clone()]);
+                    }
                     let mut text = String::new();
                     text.push_str(&source[start..ident.start]);
                     text.push_str("__EXECCRITIC_NAME__");
@@ -273,6 +276,9 @@ struct Site {
     actual: Range<usize>,
     expected: Range<usize>,
     literal: LitSite,
+    /// The assertion's message arguments, kept referenced (never evaluated) so that a variable
+    /// used only there is still used (`#![deny(warnings)]` files compile as before).
+    message: Option<Range<usize>>,
 }
 
 struct LitSite {
@@ -294,6 +300,12 @@ fn assertion(stmt: &Stmt) -> Option<Option<Site>> {
     }
     let call = mac.path.span().byte_range().start..mac.delimiter.span().close().byte_range().end;
     let args = mac.parse_body_with(Punctuated::<Expr, Token![,]>::parse_terminated).ok()?;
+    let skip = if last == "assert_eq" { 2 } else { 1 };
+    let rest: Vec<&Expr> = args.iter().skip(skip).collect();
+    let message = match (rest.first(), rest.last()) {
+        (Some(f), Some(l)) => Some(f.span().byte_range().start..l.span().byte_range().end),
+        _ => None,
+    };
     let (a, b) = match last.as_str() {
         "assert_eq" => {
             let mut it = args.iter();
@@ -311,6 +323,7 @@ fn assertion(stmt: &Stmt) -> Option<Option<Site>> {
                 actual: actual.span().byte_range(),
                 expected: expected.span().byte_range(),
                 literal,
+                message: message.clone(),
             }));
         }
     }
@@ -585,6 +598,8 @@ mod tests {
         assert_eq!(p.source.matches("/// doc").count(), 7);
         assert_eq!(p.source.matches("assert_eq!(x, 7);").count(), 7);
         assert_eq!(p.source.matches("::std::process::abort()").count(), 8);
+        // The message's arguments stay referenced, never evaluated.
+        assert_eq!(p.source.matches("if false { let _ = ::std::format!(\"msg {}\", 1); }").count(), 7);
         let values: Vec<i64> = expected_values(&p).iter().map(|v| v.parse().unwrap()).collect();
         assert_eq!(values[0], 50);
         let mut sorted = values.clone();

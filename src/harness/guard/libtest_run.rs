@@ -4,7 +4,8 @@
 //!    ([`plan_file`]) and written back.
 //! 2. **Build**: `cargo test --offline --no-run --message-format=json <args>` in the sandbox;
 //!    the test binaries are the artifacts cargo lists. A build that fails is
-//!    [`GuardedRun::BuildFailed`] (Base gate: `collection_error`; never a clean failure).
+//!    [`GuardedRun::BuildFailed`] (Base gate: `collection_error`; never a clean failure) —
+//!    unless the files as written build, then the rewrite broke them: an infrastructure error.
 //! 3. **Put back**: the judged files as they were (the rewrite names the copies and their
 //!    expected values; the run phase must not see it).
 //! 4. **Run**: every real test, mutant and control, in random order, each in its own process on a
@@ -248,8 +249,19 @@ pub async fn run_guarded(
         for (f, original, _) in &planned {
             sb.put_file(&format!("{WORKDIR}/{}", f.file), original).await?;
         }
-        let output = if built.timed_out { format!("the build ran past {:?}", limits.build) } else { built.output };
-        return Ok(GuardedRun::BuildFailed { output });
+        if built.timed_out {
+            return Ok(GuardedRun::BuildFailed { output: format!("the build ran past {:?}", limits.build) });
+        }
+        // Whose failure: where the files as written build, the rewrite broke them — the
+        // harness's fault, never the candidate's.
+        let plain = sb.exec(&build, limits.build).await?;
+        if plain.exit_code == Some(0) {
+            return Err(HarnessError::Other(format!(
+                "the guard's rewrite of the judged tests does not compile, while the tests as written do:\n{}",
+                built.output
+            )));
+        }
+        return Ok(GuardedRun::BuildFailed { output: built.output });
     }
     let binaries = artifacts(&built.output);
     // 3. Put back.
