@@ -306,17 +306,17 @@ fn assertion(stmt: &Stmt) -> Option<Option<Site>> {
         (Some(f), Some(l)) => Some(f.span().byte_range().start..l.span().byte_range().end),
         _ => None,
     };
-    let (a, b) = match last.as_str() {
+    let (a, b): (&Expr, &Expr) = match last.as_str() {
         "assert_eq" => {
             let mut it = args.iter();
-            (it.next()?.clone(), it.next()?.clone())
+            (it.next()?, it.next()?)
         }
         _ => match args.first()? {
-            Expr::Binary(bin) if matches!(bin.op, syn::BinOp::Eq(_)) => ((*bin.left).clone(), (*bin.right).clone()),
+            Expr::Binary(bin) if matches!(bin.op, syn::BinOp::Eq(_)) => (&bin.left, &bin.right),
             _ => return Some(None),
         },
     };
-    for (actual, expected) in [(&a, &b), (&b, &a)] {
+    for (actual, expected) in [(a, b), (b, a)] {
         if let Some(literal) = constant_literal(expected) {
             return Some(Some(Site {
                 call: call.clone(),
