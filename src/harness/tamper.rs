@@ -306,6 +306,16 @@ pub fn screen_bundle(files: &[FileChange]) -> Result<(), Tamper> {
     Ok(())
 }
 
+/// `git show <base>:<path>` in the sandbox.
+async fn show_base(
+    sb: &dyn super::sandbox::Sandbox,
+    path: &str,
+) -> Result<super::sandbox::ExecOutput, super::HarnessError> {
+    use super::sandbox::{shell_quote, TRUSTED_GIT};
+    let spec = shell_quote(&format!("{}:{path}", sb.base_commit()));
+    sb.exec(&format!("{TRUSTED_GIT}; git show {spec}"), std::time::Duration::from_secs(60)).await
+}
+
 /// Screen a candidate for a sandbox's task, with the Base text of the configuration files it
 /// changes read from the sandbox's Base commit (the one entry point of the gate and grading).
 pub async fn screen_candidate_in(
@@ -322,13 +332,7 @@ pub async fn screen_candidate_in(
         if !CONFIG_FILES.contains(&name) && !super::tamper_native::MANIFESTS.contains(&name) {
             continue;
         }
-        let spec = shell_quote(&format!("{}:{p}", sb.base_commit()));
-        let out = sb
-            .exec(
-                &format!("{TRUSTED_GIT}; git show {spec}"),
-                std::time::Duration::from_secs(60),
-            )
-            .await?;
+        let out = show_base(sb, p).await?;
         if out.success() {
             base.insert(p.to_string(), out.output);
         }
@@ -344,7 +348,8 @@ pub async fn screen_candidate_in(
     let list = sb
         .exec(
             &format!(
-                "{TRUSTED_GIT}; git ls-tree -r --name-only {} | grep -E '(^|/)(Cargo\\.toml|build\\.rs)$'; true",
+                "{TRUSTED_GIT}; all=$(git ls-tree -r --name-only {}) || exit 2; \
+                 printf '%s\\n' \"$all\" | grep -E '(^|/)(Cargo\\.toml|build\\.rs)$'; exit 0",
                 shell_quote(sb.base_commit())
             ),
             std::time::Duration::from_secs(60),
@@ -363,14 +368,13 @@ pub async fn screen_candidate_in(
         if !rust.iter().any(|p| dir.is_empty() || p.starts_with(&format!("{dir}/"))) {
             continue;
         }
-        let spec = shell_quote(&format!("{}:{m}", sb.base_commit()));
-        let out = sb
-            .exec(&format!("{TRUSTED_GIT}; git show {spec}"), std::time::Duration::from_secs(60))
-            .await?;
-        if out.success() && !out.truncated {
-            let exists = |p: &str| listed.contains(p);
-            packages.extend(super::tamper_native::CargoPackage::from_manifest(dir, &out.output, &exists));
+        // Fail closed: a manifest that cannot be read whole is not a package without build code.
+        let out = show_base(sb, m).await?;
+        if !out.success() || out.truncated {
+            return Err(super::HarnessError::Other(format!("reading Base's {m} failed")));
         }
+        let exists = |p: &str| listed.contains(p);
+        packages.extend(super::tamper_native::CargoPackage::from_manifest(dir, &out.output, &exists));
     }
     Ok(rust
         .iter()
