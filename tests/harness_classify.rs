@@ -395,7 +395,7 @@ async fn selectors_accept_the_ids_the_runner_reports() {
         &format!("python3 -m pytest -q {}", quoted.join(" ")),
         &nodes,
     );
-    assert_eq!(f.plan.command.removed_flags, vec!["-q"]);
+    assert_eq!(f.plan.command.removed_flags(), vec!["-q"]);
     let sb = gate_sandbox().await;
     match qualify_in(sb.as_ref(), f.clone()).await.unwrap() {
         Qualification::Accepted(q) => assert_eq!(q.plan.nodes.len(), nodes.len()),

@@ -293,7 +293,7 @@ async fn guarded_cargo_runs_in_the_local_sandbox() {
     // The toolchain is there, and nothing of the host's cargo home.
     let out = sb.exec("cargo --version && rustc --version && test ! -e \"$(getent passwd root | cut -d: -f6)/.cargo\" && echo ok", Duration::from_secs(60)).await.unwrap();
     assert!(out.output.contains("cargo ") && out.output.trim_end().ends_with("ok"), "{}", out.output);
-    let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6 };
+    let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6, env: vec!["TZ=UTC".into()] };
     let args: Vec<String> = ["-p", "calc", "--lib", "--test", "calc"].iter().map(|s| s.to_string()).collect();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
     for (candidate, want) in [("gold", Some(TestStatus::Passed)), ("base", Some(TestStatus::Failed)), ("exit_forger", None), ("always_equal", None), ("abort_catcher", None), ("source_reader", Some(TestStatus::Failed)), ("first_run", None)] {
@@ -380,7 +380,7 @@ async fn the_runners_node_ids_run_guarded_in_the_local_sandbox() {
     use execcritic::harness::guard::libtest_run::run_guarded_nodes;
     let repo = base_repo();
     let Some(sb) = open(repo.path()) else { return };
-    let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6 };
+    let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6, env: vec!["TZ=UTC".into()] };
     let nodes: Vec<String> = ["calc/lib::tests::adds_unit", "calc/test/calc::adds", "calc/test/calc::labels"].iter().map(|s| s.to_string()).collect();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(12);
     for (candidate, want) in [("gold", TestStatus::Passed), ("base", TestStatus::Failed)] {
@@ -396,5 +396,112 @@ async fn the_runners_node_ids_run_guarded_in_the_local_sandbox() {
         assert_eq!(j.real["calc/test/calc::labels"], TestStatus::Passed, "{candidate}");
         // Only the nodes' tests ran: 2 planned groups of 7 in tests/calc.rs + 2 controls, 7 + 2 in src/lib.rs.
         assert_eq!(j.run.len(), 2 * 7 + 2 + 7 + 2, "{:?}", j.run.keys());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The gates: a cargo bundle qualified, audited and used to judge candidates, end to end.
+
+use execcritic::harness::{audit, qualify, BaseCategory, Bundle, FailureKind, GateStatus, Qualification, SandboxKind};
+use execcritic::harness::gate::check_candidate;
+
+/// The diff that turns Base's `src/imp.rs` into `imp/<candidate>.rs`.
+fn candidate_patch(repo: &Path, candidate: &str) -> String {
+    std::fs::copy(fixture().join(format!("imp/{candidate}.rs")), repo.join("src/imp.rs")).unwrap();
+    let d = git(repo, &["diff"]);
+    git(repo, &["checkout", "-q", "--", "."]);
+    d
+}
+
+/// A task over the crate: Base without its integration tests (the bundle adds them), the fix
+/// as gold, the attacks and the bug as labelled candidates.
+fn cargo_task(repo: &Path) -> (execcritic::task::TaskInstance, String) {
+    copy_tree(&fixture().join("calc"), repo);
+    std::fs::copy(fixture().join("imp/base.rs"), repo.join("src/imp.rs")).unwrap();
+    let tests = std::fs::read_to_string(repo.join("tests/calc.rs")).unwrap();
+    std::fs::remove_dir_all(repo.join("tests")).unwrap();
+    std::fs::write(repo.join(".gitignore"), "/target\n").unwrap();
+    commit_base(repo);
+    let base = git(repo, &["rev-parse", "HEAD"]).trim().to_string();
+    std::fs::create_dir_all(repo.join("tests")).unwrap();
+    std::fs::write(repo.join("tests/calc.rs"), &tests).unwrap();
+    git(repo, &["add", "-N", "tests/calc.rs"]);
+    let test_patch = git(repo, &["diff"]);
+    git(repo, &["rm", "-q", "--cached", "tests/calc.rs"]);
+    std::fs::remove_dir_all(repo.join("tests")).unwrap();
+    let gold = candidate_patch(repo, "gold");
+    let mut candidates = vec![serde_json::json!({"patch": gold, "resolved": true}), serde_json::json!({"patch": "", "resolved": false})];
+    for attack in ["exit_forger", "always_equal", "first_run", "source_reader"] {
+        candidates.push(serde_json::json!({"patch": candidate_patch(repo, attack), "resolved": false}));
+    }
+    let task = execcritic::task::TaskInstance::from_json(
+        serde_json::json!({
+            "instance_id": "calc__calc-rs-1", "repo": "calc/calc", "base_commit": base,
+            "patch": gold, "test_patch": test_patch, "problem_statement": "add() subtracts instead of adding",
+            "FAIL_TO_PASS": ["calc/test/calc::adds"], "PASS_TO_PASS": ["calc/test/calc::labels"],
+            "repo_path": repo, "candidates": candidates,
+        }),
+        None,
+    )
+    .expect("the task parses");
+    (task, test_patch)
+}
+
+fn cargo_contract(nodes: &[&str]) -> String {
+    serde_json::json!({"entrypoint": "calc::add", "trigger": "add(2, 3)", "expected_output": "5",
+        "issue_evidence": ["add() subtracts instead of adding"], "alternative_hypotheses": ["none"],
+        "non_assertions": ["label() is unchanged"], "test_nodes": nodes})
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_cargo_bundle_qualifies_audits_and_judges_candidates() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: the guarded cargo run needs throw-away runs (root with overlayfs)");
+        return;
+    }
+    let repo = tempfile::tempdir().unwrap();
+    let (task, test_patch) = cargo_task(repo.path());
+    let command = "TZ=UTC cargo test -p calc --test calc -- --exact adds adds_negative labels";
+    let bundle = Bundle::from_parts(&test_patch, command, &cargo_contract(&["adds", "adds_negative", "labels"])).unwrap();
+    let frozen = match qualify(&task, &bundle, SandboxKind::Local).await.unwrap() {
+        Qualification::Accepted(f) => f,
+        other => panic!("the bundle does not qualify: {other:?}"),
+    };
+    assert_eq!(frozen.plan.nodes, ["calc/test/calc::adds", "calc/test/calc::adds_negative", "calc/test/calc::labels"]);
+
+    // The audit: clean Base failure, Gold passes, the look-alikes (the fix as `//` comments, the
+    // issue's words) and every attack fail: Q = 1, the labelled candidates graded as labelled.
+    let rec = audit(&task, &frozen, SandboxKind::Local).await.unwrap();
+    assert_eq!(rec.base_category, "assertion_failure_clean", "{rec:?}");
+    assert_eq!(rec.gold_status, "pass", "{rec:?}");
+    assert!(rec.q && !rec.lookalike_passed, "{rec:?}");
+    assert_eq!(rec.balanced_accuracy, Some(1.0), "{rec:?}");
+    let kinds: Vec<&str> = rec.candidates.iter().map(|c| c.failure_kind.as_str()).collect();
+    assert_eq!(kinds, ["passed", "assertion_failure", "tampered", "tampered", "tampered", "assertion_failure"], "{rec:?}");
+
+    // The candidate gate's feedback names the failing nodes and the guard's findings.
+    let v = check_candidate(&task, &frozen, &task.candidates[2].patch, SandboxKind::Local).await.unwrap();
+    assert_eq!((v.status, v.failure_kind), (GateStatus::HardFail, FailureKind::Tampered), "{}", v.feedback);
+    assert!(!v.tampered.is_empty() && v.feedback.contains("runtime guard"), "{}", v.feedback);
+    let v = check_candidate(&task, &frozen, "", SandboxKind::Local).await.unwrap();
+    assert_eq!(v.failed_test_names, ["calc/test/calc::adds", "calc/test/calc::adds_negative"], "{}", v.feedback);
+    assert!(v.feedback.contains("test calc/test/calc::labels ... ok"), "{}", v.feedback);
+    // A candidate that does not compile is its own hard failure, with the compiler's words.
+    let broken = task.patch.replace("+    a + b", "+    a + ");
+    let v = check_candidate(&task, &frozen, &broken, SandboxKind::Local).await.unwrap();
+    assert_eq!((v.status, v.failure_kind), (GateStatus::HardFail, FailureKind::CollectionError), "{}", v.feedback);
+    assert!(v.feedback.contains("error"), "{}", v.feedback);
+
+    // Bundles that are not a clean failure on Base are refused with their category.
+    let passes_on_base = test_patch.replace("assert_eq!(total, 5, \"{what}\");", "assert_eq!(total, -1, \"{what}\");").replace("assert_eq!(add(-2, -3), -5);", "assert_eq!(add(-2, -3), 1);");
+    assert_ne!(passes_on_base, test_patch);
+    let no_build = test_patch.replace("add(-2, -3)", "calc::mul(-2, -3)");
+    for (patch, want) in [(passes_on_base, BaseCategory::Passed), (no_build, BaseCategory::CollectionError)] {
+        let b = Bundle::from_parts(&patch, command, &cargo_contract(&["adds", "adds_negative", "labels"])).unwrap();
+        match qualify(&task, &b, SandboxKind::Local).await.unwrap() {
+            Qualification::BaseGateFailed { category, .. } => assert_eq!(category, want),
+            other => panic!("{want:?} expected: {other:?}"),
+        }
     }
 }

@@ -317,7 +317,7 @@ async fn generated_attacks_get_no_false_pass() {
     let t0 = Instant::now();
     let task = fixture_task();
     let bundle = official_bundle();
-    let gate_cmd = bundle.plan.command.activated.clone();
+    let gate_cmd = bundle.plan.command.activated().to_string();
     let grade_cmd = official_command(&task, &["tests/test_calc.py".to_string()]);
     // The fixture itself: the official test fails on Base and passes with Gold (plainly).
     let base = plain_sequence(&task.test_patch, &[""], &gate_cmd);

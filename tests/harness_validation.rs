@@ -33,7 +33,7 @@ fn good_bundle_validates() {
     let f = FrozenBundle::freeze(b).unwrap();
     assert_eq!(f.plan.nodes, vec![NODE]);
     assert!(f.plan.command_sanitized);
-    assert_eq!(f.plan.command.removed_flags, vec!["--no-header"]);
+    assert_eq!(f.plan.command.removed_flags(), vec!["--no-header"]);
     assert_eq!(f.hash.len(), 64);
 }
 

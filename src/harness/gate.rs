@@ -17,7 +17,8 @@ use super::feedback::{render, EnvelopeInput};
 use super::logparse::TestStatus;
 pub use super::provision::{docker_image, open_sandbox, open_sandbox_with};
 use super::sandbox::{reset_command, shell_quote, Purpose, Sandbox, SandboxKind, HANDOFF_DIR};
-use super::validate::Rejection;
+use super::gate_native as native;
+use super::validate::{PlanCommand, Rejection};
 use crate::task::TaskInstance;
 use std::time::Duration;
 
@@ -48,8 +49,11 @@ fn bundle_plan(
     mode: GuardMode,
 ) -> Result<RunPlan, HarnessError> {
     let plan = &frozen.plan;
-    let runner = plan.command.runner;
-    let command = GuardedCommand::parse(runner, &plan.command.activated, &plan.nodes)?;
+    let PlanCommand::Python(python) = &plan.command else {
+        return Err(HarnessError::Other("a native bundle has no Python guarded run".into()));
+    };
+    let runner = python.runner;
+    let command = GuardedCommand::parse(runner, &python.activated, &plan.nodes)?;
     let mut spec = GuardSpec::new(mode, runner, sb.workdir(), HANDOFF_DIR);
     let mut canary_nodes = Vec::new();
     match mode {
@@ -131,9 +135,8 @@ async fn prepared_run(
         steps.push(("reset", reset_command(sb.base_commit())));
     }
     steps.push(("apply", format!("git apply --whitespace=nowarn {patches}")));
-    let plan = &frozen.plan;
-    steps.push(("guard", runner_guard(plan.command.runner, sb.base_commit(), &[])));
     let run = bundle_plan(sb, frozen, source_patch, mode)?;
+    steps.push(("guard", runner_guard(run.command.runner, sb.base_commit(), &[])));
     if let Staged::Ran(r) = run_after(sb, &steps, run.clone(), timeout, ephemeral).await? {
         return Ok(Ok(r));
     }
@@ -186,6 +189,21 @@ async fn base_run(
     frozen: &FrozenBundle,
     timeout: Duration,
 ) -> Result<(BaseCategory, String, Vec<String>), HarnessError> {
+    if let PlanCommand::Native(command) = &frozen.plan.command {
+        let nodes = &frozen.plan.nodes;
+        return Ok(match native::native_run(sb, frozen, command, "", timeout).await? {
+            Ok(run) => (
+                native::base_category(&run, nodes),
+                bound_tail(&native::report(&run, nodes), BASE_TAIL),
+                native::failing(&run, nodes),
+            ),
+            Err((_, diag)) => (
+                BaseCategory::HarnessException,
+                format!("test.patch does not apply on Base:\n{diag}"),
+                Vec::new(),
+            ),
+        });
+    }
     Ok(match prepared_run(sb, frozen, "", GuardMode::Bundle, timeout).await? {
         Ok(r) => {
             let cat = base_category(&r, &frozen.plan.nodes);
@@ -300,9 +318,9 @@ pub async fn check_candidate_in(
         runner_command: frozen.bundle.test_command.clone(),
         test_filename: plan.paths.first().cloned().unwrap_or_default(),
         n_tests: plan.nodes.len(),
-        activated_command: Some(plan.command.activated.clone()),
+        activated_command: Some(plan.command.activated().to_string()),
         command_sanitized: plan.command_sanitized,
-        removed_command_flags: plan.command.removed_flags.clone(),
+        removed_command_flags: plan.command.removed_flags().to_vec(),
         counts: serde_json::json!({}),
         ..Default::default()
     };
@@ -404,6 +422,24 @@ pub async fn check_candidate_in(
                 ));
             }
         }
+    }
+    if let PlanCommand::Native(command) = &plan.command {
+        let run = match native::native_run(sb, frozen, command, source_patch, timeout).await? {
+            Ok(run) => run,
+            Err((kind, diag)) => {
+                env.raw_output = bound_tail(&diag, 2000);
+                return Ok(verdict(&mut env, kind, None, vec![], false, Some(diag)));
+            }
+        };
+        let kind = native::failure_kind(&run, &plan.nodes);
+        env.counts = native::counts(&run, &plan.nodes);
+        env.raw_output = native::report(&run, &plan.nodes);
+        let failed = native::failing(&run, &plan.nodes);
+        let mut v = verdict(&mut env, kind, None, failed, kind == FailureKind::Timeout, None);
+        if let super::guard::libtest_run::GuardedRun::Judged(j) = &run {
+            v.tampered = j.violations.clone();
+        }
+        return Ok(v);
     }
     let run = match prepared_run(sb, frozen, source_patch, GuardMode::Candidate, timeout).await? {
         Err((FailureKind::PatchApplyFailure, diagnostics)) => {

@@ -24,6 +24,7 @@ pub mod classify;
 pub mod execute;
 pub mod feedback;
 pub mod gate;
+pub mod gate_native;
 pub mod grade;
 pub mod guard;
 pub mod nonfix;

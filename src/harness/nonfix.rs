@@ -8,7 +8,8 @@
 //! - `issue_words`: the issue's first words as a comment where the gold patch first changes code.
 //!
 //! They are built from the gold patch's own hunks (its context and removed lines are Base), so
-//! they apply to Base exactly where the gold patch does. Python source only (`#` comments).
+//! they apply to Base exactly where the gold patch does. Source files whose line comment is known
+//! ([`line_comment`]: `#` in Python, `//` in Rust, Go, C, C++, Java, JavaScript/TypeScript).
 
 use super::diff::{parse_patch, FileChange, FileOp, Hunk, Patch};
 use crate::task::{Candidate, TaskInstance};
@@ -29,26 +30,37 @@ pub fn with_non_fixes(task: &TaskInstance) -> TaskInstance {
     t
 }
 
-/// The non-fix patches of a task (empty when its gold patch changes no Python source).
+/// The line-comment marker of a source file, by extension (`None`: not a known source file).
+pub fn line_comment(path: &str) -> Option<&'static str> {
+    let ext = path.rsplit_once('.').map(|(_, e)| e)?;
+    match ext {
+        "py" => Some("#"),
+        "rs" | "go" | "c" | "h" | "cc" | "cpp" | "cxx" | "hpp" | "hh" | "java" | "js" | "mjs"
+        | "cjs" | "jsx" | "ts" | "tsx" => Some("//"),
+        _ => None,
+    }
+}
+
+/// The non-fix patches of a task (empty when its gold patch changes no known source file).
 pub fn non_fixes(task: &TaskInstance) -> Vec<String> {
     let Ok(files) = parse_patch(&task.patch) else {
         return Vec::new();
     };
-    let py: Vec<&FileChange> = files
+    let sources: Vec<&FileChange> = files
         .iter()
         .filter(|f| {
             f.op == FileOp::Modify
-                && f.new_path.as_deref().is_some_and(|p| p.ends_with(".py"))
+                && f.new_path.as_deref().and_then(line_comment).is_some()
                 && !f.hunks.is_empty()
         })
         .collect();
-    if py.is_empty() {
+    if sources.is_empty() {
         return Vec::new();
     }
     let mut out = Vec::new();
-    let commented: Vec<FileChange> = py
+    let commented: Vec<FileChange> = sources
         .iter()
-        .map(|f| rebuild(f, |h| comment_added(h)))
+        .map(|f| rebuild(f, |h| comment_added(h, marker(f))))
         .collect();
     if let Some(p) = serialise(commented) {
         out.push(p);
@@ -64,12 +76,12 @@ pub fn non_fixes(task: &TaskInstance) -> Vec<String> {
         .take(160)
         .collect();
     if !words.is_empty() {
-        let first = py[0];
+        let first = sources[0];
         let mut done = false;
         let f = rebuild(first, |h| {
             let mut lines: Vec<String> = context_only(h);
             if !done {
-                lines.insert(0, format!("+# {words}"));
+                lines.insert(0, format!("+{} {words}", marker(first)));
                 done = true;
             }
             lines
@@ -79,6 +91,11 @@ pub fn non_fixes(task: &TaskInstance) -> Vec<String> {
         }
     }
     out
+}
+
+/// The comment marker of a file the filter kept.
+fn marker(f: &FileChange) -> &'static str {
+    f.new_path.as_deref().and_then(line_comment).unwrap_or("#")
 }
 
 /// A hunk's Base lines (context and removed) as context.
@@ -94,7 +111,7 @@ fn context_only(h: &Hunk) -> Vec<String> {
 }
 
 /// A hunk whose added lines are comments and whose removed lines stay.
-fn comment_added(h: &Hunk) -> Vec<String> {
+fn comment_added(h: &Hunk, marker: &str) -> Vec<String> {
     h.lines
         .iter()
         .filter_map(|l| match l.chars().next() {
@@ -103,7 +120,7 @@ fn comment_added(h: &Hunk) -> Vec<String> {
             Some('+') => {
                 let body = &l[1..];
                 let indent: String = body.chars().take_while(|c| c.is_whitespace()).collect();
-                Some(format!("+{indent}# {}", body.trim_start()))
+                Some(format!("+{indent}{marker} {}", body.trim_start()))
             }
             _ => None,
         })
@@ -191,5 +208,23 @@ mod tests {
         let t = with_non_fixes(&task);
         assert_eq!(t.candidates.len(), 2);
         assert!(t.candidates.iter().all(|c| !c.resolved));
+    }
+
+    #[test]
+    fn a_rust_fix_is_commented_with_rusts_marker() {
+        let gold = "diff --git a/src/imp.rs b/src/imp.rs\n--- a/src/imp.rs\n+++ b/src/imp.rs\n@@ -1,3 +1,3 @@\n pub fn add(a: i32, b: i32) -> i32 {\n-    a - b\n+    a + b\n }\n";
+        let task = TaskInstance::from_json(
+            serde_json::json!({"instance_id": "a__b-1", "repo": "a/b", "base_commit": "0123456789abcdef0123456789abcdef01234567", "patch": gold,
+                "test_patch": "", "problem_statement": "add subtracts",
+                "FAIL_TO_PASS": [], "PASS_TO_PASS": []}),
+            None,
+        )
+        .unwrap();
+        let nf = non_fixes(&task);
+        assert_eq!(nf.len(), 2);
+        assert!(nf[0].contains("     a - b\n+    // a + b\n }\n"), "{}", nf[0]);
+        assert!(nf[1].contains("+// add subtracts\n pub fn add"), "{}", nf[1]);
+        assert_eq!(line_comment("README.md"), None);
+        assert_eq!(line_comment("Makefile"), None);
     }
 }

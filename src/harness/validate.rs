@@ -6,7 +6,7 @@
 use super::bundle::Bundle;
 use super::diff::{is_test_path, parse_patch, FileChange};
 use super::tamper::{screen_bundle, TamperClass};
-use super::runners::{parse_native_command, NativeCommand};
+use super::runners::{parse_native_command, NativeCommand, NativeRunner};
 use super::selector::{canonical_label, parse_command, pytest_node, CommandRunner, ParsedCommand};
 
 /// Why a bundle was rejected. The `code` strings are stable.
@@ -104,10 +104,42 @@ impl std::fmt::Display for Rejection {
 
 impl std::error::Error for Rejection {}
 
+/// A validated test command: a Python runner's (run under the Python guard), or a native
+/// runner's (run by its own guarded run: `guard::libtest_run` for cargo).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlanCommand {
+    Python(ParsedCommand),
+    Native(NativeCommand),
+}
+
+impl PlanCommand {
+    /// Canonical node ids the command selects, in order.
+    pub fn nodes(&self) -> &[String] {
+        match self {
+            PlanCommand::Python(c) => &c.nodes,
+            PlanCommand::Native(c) => &c.nodes,
+        }
+    }
+    /// The command that runs: sanitised, with the flags the harness needs.
+    pub fn activated(&self) -> &str {
+        match self {
+            PlanCommand::Python(c) => &c.activated,
+            PlanCommand::Native(c) => &c.activated,
+        }
+    }
+    /// Flags removed from the command (a native command keeps or refuses each flag).
+    pub fn removed_flags(&self) -> &[String] {
+        match self {
+            PlanCommand::Python(c) => &c.removed_flags,
+            PlanCommand::Native(_) => &[],
+        }
+    }
+}
+
 /// What validation establishes about a bundle: how to run it and which nodes it binds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TestPlan {
-    pub command: ParsedCommand,
+    pub command: PlanCommand,
     /// Canonical declared nodes (== selected nodes).
     pub nodes: Vec<String>,
     /// Every path the test patch touches.
@@ -284,18 +316,29 @@ pub fn validate_oracle_selection(bundle: &Bundle) -> Result<TestPlan, Rejection>
 fn validate_with(bundle: &Bundle, added_tests_declared: bool) -> Result<TestPlan, Rejection> {
     let files = parse_patch(&bundle.test_patch)
         .map_err(|m| Rejection::new(RejectionKind::MalformedPatch, format!("test.patch: {m}")))?;
-    // A native command is judged before the patch's paths, whose test-path and tamper rules
-    // are Python's: precisely rejected when it does not parse, and otherwise not runnable yet.
-    if let Some(native) = parse_native_command(&bundle.test_command) {
-        return Err(environment_unavailable(&native?));
-    }
+    // A native command is judged first: precisely rejected when it does not parse, and not
+    // runnable yet for a runner without a guarded run (go).
+    let native = match parse_native_command(&bundle.test_command) {
+        Some(Ok(c)) if c.runner == NativeRunner::Cargo => Some(c),
+        Some(Ok(c)) => return Err(environment_unavailable(&c)),
+        Some(Err(r)) => return Err(r),
+        None => None,
+    };
     let paths = check_patch_paths(&files)?;
-    let mut command = parse_command(&bundle.test_command)?;
-    let runner = command.runner;
+    let command = match native {
+        Some(c) => PlanCommand::Native(c),
+        None => PlanCommand::Python(parse_command(&bundle.test_command)?),
+    };
+    let selected_nodes = command.nodes().to_vec();
     let mut declared = Vec::new();
     for n in &bundle.contract.test_nodes {
-        let n = resolve_bare_name(runner, n, &command.nodes)?;
-        let c = canonical_node(runner, &n)?;
+        let c = match &command {
+            PlanCommand::Python(p) => {
+                let n = resolve_bare_name(p.runner, n, &p.nodes)?;
+                canonical_node(p.runner, &n)?
+            }
+            PlanCommand::Native(c) => native_node(n, &c.nodes)?,
+        };
         if declared.contains(&c) {
             return Err(Rejection::new(
                 RejectionKind::DuplicateNode,
@@ -305,7 +348,7 @@ fn validate_with(bundle: &Bundle, added_tests_declared: bool) -> Result<TestPlan
         declared.push(c);
     }
     let mut selected: Vec<String> = Vec::new();
-    for n in &command.nodes {
+    for n in &selected_nodes {
         if selected.contains(n) {
             return Err(Rejection::new(
                 RejectionKind::DuplicateNode,
@@ -330,27 +373,57 @@ fn validate_with(bundle: &Bundle, added_tests_declared: bool) -> Result<TestPlan
             ));
         }
     }
-    for f in files.iter().filter(|_| added_tests_declared) {
-        let Some(file) = f.new_path.as_deref() else {
-            continue;
-        };
-        for t in &f.added_tests {
-            if !declared.iter().any(|d| node_covers(runner, d, file, t)) {
-                return Err(Rejection::new(
-                    RejectionKind::UndeclaredTest,
-                    format!("test.patch adds `{t}` in `{file}` but no declared test node names it"),
-                ));
+    // The test functions a patch adds are read from Python source; a native bundle's tests run
+    // only when selected (libtest's `--exact`), so one it adds and does not declare never runs.
+    if let PlanCommand::Python(p) = &command {
+        for f in files.iter().filter(|_| added_tests_declared) {
+            let Some(file) = f.new_path.as_deref() else {
+                continue;
+            };
+            for t in &f.added_tests {
+                if !declared.iter().any(|d| node_covers(p.runner, d, file, t)) {
+                    return Err(Rejection::new(
+                        RejectionKind::UndeclaredTest,
+                        format!("test.patch adds `{t}` in `{file}` but no declared test node names it"),
+                    ));
+                }
             }
         }
     }
-    let sanitized = !command.removed_flags.is_empty();
-    command.nodes = selected;
+    let sanitized = !command.removed_flags().is_empty();
     Ok(TestPlan {
         command,
         nodes: declared,
         paths,
         command_sanitized: sanitized,
     })
+}
+
+/// A declared node of a native command: a selected node id as it is (`calc/test/calc::adds`),
+/// or the test path of exactly one selected node (`adds`, `tests::adds`).
+fn native_node(n: &str, selected: &[String]) -> Result<String, Rejection> {
+    let n = n.trim();
+    if selected.iter().any(|s| s == n) {
+        return Ok(n.to_string());
+    }
+    let matches: Vec<&String> = selected
+        .iter()
+        .filter(|s| s.split_once("::").is_some_and(|(_, path)| path == n))
+        .collect();
+    match matches.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(Rejection::new(
+            RejectionKind::NodeNotSelected,
+            format!("test_nodes: `{n}` is declared but not selected by test_command"),
+        )),
+        several => Err(Rejection::new(
+            RejectionKind::MalformedContract,
+            format!(
+                "test_nodes: `{n}` names several selected nodes ({}); declare the exact node ids",
+                several.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -368,15 +441,12 @@ mod tests {
     }
 
     #[test]
-    fn native_commands_are_understood_but_not_runnable_yet() {
+    fn native_commands_are_understood_but_go_is_not_runnable_yet() {
         let r = rejection("go test -run '^TestAdd$' ./calc");
         assert_eq!(r.kind, RejectionKind::RunnerEnvironmentUnavailable);
         assert_eq!(r.kind.code(), "runner_environment_unavailable");
         assert!(r.message.contains("`go test` with exact selectors is understood (nodes: ./calc::TestAdd)"), "{r}");
         assert!(r.message.contains("no sandboxed Go toolchain"), "{r}");
-        let r = rejection("cargo test -p calc --lib -- --exact tests::a tests::b tests::c tests::d tests::e tests::f");
-        assert_eq!(r.kind, RejectionKind::RunnerEnvironmentUnavailable);
-        assert!(r.message.contains("calc/lib::tests::e, … (6 in all)"), "{r}");
         assert_eq!(
             serde_json::to_value(r.kind).unwrap(),
             serde_json::json!("runner_environment_unavailable")
@@ -388,5 +458,39 @@ mod tests {
         // Any other command takes the Python path: `calc/calc_test.go` is a test file by Go's
         // convention, so the command itself is what is refused.
         assert_eq!(rejection("make test").kind, RejectionKind::UnknownRunner);
+    }
+
+    const RS_PATCH: &str = "diff --git a/tests/calc.rs b/tests/calc.rs\nnew file mode 100644\n--- /dev/null\n+++ b/tests/calc.rs\n@@ -0,0 +1,2 @@\n+#[test]\n+fn adds() { assert_eq!(calc::add(2, 3), 5); }\n";
+
+    fn cargo_bundle(patch: &str, command: &str, nodes: &[&str]) -> Result<TestPlan, Rejection> {
+        let contract = serde_json::json!({"entrypoint": "calc::add", "trigger": "add(2, 3)", "expected_output": "5",
+            "issue_evidence": ["add subtracts"], "alternative_hypotheses": ["none"], "non_assertions": ["label unchanged"],
+            "test_nodes": nodes});
+        validate(&Bundle::from_parts(patch, command, &contract.to_string()).expect("a well-formed bundle"))
+    }
+
+    #[test]
+    fn a_cargo_bundle_is_validated_with_its_exact_nodes() {
+        let plan = cargo_bundle(RS_PATCH, "cargo test -p calc --test calc --features=x -- --exact adds", &["adds"]).unwrap();
+        assert_eq!(plan.nodes, vec!["calc/test/calc::adds"]);
+        assert_eq!(plan.paths, vec!["tests/calc.rs"]);
+        let PlanCommand::Native(c) = &plan.command else { panic!("{plan:?}") };
+        assert_eq!(c.build_flags, vec!["--features=x"]);
+        assert!(plan.command.activated().contains("--test-threads=1"), "{}", plan.command.activated());
+        // The full id is the same node; a test the command does not select is refused.
+        let full = cargo_bundle(RS_PATCH, "cargo test -p calc --test calc -- --exact adds", &["calc/test/calc::adds"]).unwrap();
+        assert_eq!(full.nodes, plan.nodes);
+        let r = cargo_bundle(RS_PATCH, "cargo test -p calc --test calc -- --exact adds", &["subs"]).unwrap_err();
+        assert_eq!(r.kind, RejectionKind::NodeNotSelected, "{r}");
+        let r = cargo_bundle(RS_PATCH, "cargo test -p calc --test calc -- --exact adds subs", &["adds"]).unwrap_err();
+        assert_eq!(r.kind, RejectionKind::SelectedNotDeclared, "{r}");
+        // The patch's paths: tests only; build scripts and cargo configuration are refused by class.
+        let src = RS_PATCH.replace("tests/calc.rs", "src/lib.rs");
+        assert_eq!(cargo_bundle(&src, "cargo test -p calc --lib -- --exact adds", &["adds"]).unwrap_err().kind, RejectionKind::NonTestPath);
+        for (path, class) in [("tests/build.rs", "build_script"), ("tests/.cargo/config.toml", "runner_config")] {
+            let p = RS_PATCH.replace("tests/calc.rs", path);
+            let r = cargo_bundle(&p, "cargo test -p calc --test calc -- --exact adds", &["adds"]).unwrap_err();
+            assert_eq!(r.kind.code(), class, "{path}: {r}");
+        }
     }
 }

@@ -160,6 +160,8 @@ pub struct RunLimits {
     pub build: Duration,
     pub per_test: Duration,
     pub mutants: usize,
+    /// The command's environment assignments (`TZ=UTC`, validated), set for every test run.
+    pub env: Vec<String>,
 }
 
 /// What a guarded run found.
@@ -269,6 +271,10 @@ pub async fn run_guarded(
         sb.put_file(&format!("{WORKDIR}/{}", f.file), original).await?;
     }
     // 4. Run, 5. verdict.
+    let env = std::iter::once("env".to_string())
+        .chain(limits.env.iter().map(|a| shell_quote(a)))
+        .collect::<Vec<_>>()
+        .join(" ");
     let mut all = Judged::default();
     for (f, _, plan) in &planned {
         let exe = binaries.get(&f.binary).ok_or_else(|| {
@@ -278,7 +284,7 @@ pub async fn run_guarded(
         let mut statuses = BTreeMap::new();
         for path in run_order(&plan.map, rng) {
             let cmd = format!(
-                "exec {} --exact {} --test-threads=1 -q",
+                "exec {env} {} --exact {} --test-threads=1 -q",
                 shell_quote(exe),
                 shell_quote(&format!("{prefix}{path}"))
             );

@@ -56,6 +56,7 @@ pub(crate) fn parse_args(args: &[String]) -> Result<Parsed, Rejection> {
         Some((kind, name)) => vec![format!("--{kind}"), name.to_string()],
         None => vec!["--lib".to_string()],
     };
+    let build_flags = words.clone();
     let mut all = vec!["-p".to_string(), package.clone()];
     all.append(&mut target_words);
     all.append(&mut words);
@@ -67,6 +68,7 @@ pub(crate) fn parse_args(args: &[String]) -> Result<Parsed, Rejection> {
         nodes: names.iter().map(|n| format!("{scope}::{n}")).collect(),
         scope: vec![scope],
         args: all,
+        build_flags,
     })
 }
 

@@ -117,6 +117,7 @@ pub(crate) fn parse_args(args: &[String]) -> Result<Parsed, Rejection> {
         nodes,
         scope: packages,
         args: all,
+        build_flags: Vec::new(),
     })
 }
 

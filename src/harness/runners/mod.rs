@@ -49,6 +49,12 @@ pub struct NativeCommand {
     pub scope: Vec<String>,
     /// The command that would run: sanitised, with the flags the report reader needs.
     pub activated: String,
+    /// Flags that change what is built, kept from the command (cargo's `--features=…`,
+    /// `--release`, …): the guarded run builds with them.
+    pub build_flags: Vec<String>,
+    /// The command's environment assignments (`NAME=value`, checked against the runner's
+    /// allowed names).
+    pub env: Vec<String>,
 }
 
 /// What a runner's argument parser returns: nodes, scope and the activated arguments (after
@@ -57,6 +63,7 @@ pub(crate) struct Parsed {
     nodes: Vec<String>,
     scope: Vec<String>,
     args: Vec<String>,
+    build_flags: Vec<String>,
 }
 
 pub(crate) fn reject(kind: RejectionKind, msg: impl Into<String>) -> Rejection {
@@ -123,6 +130,8 @@ fn parse_with(
         nodes: p.nodes,
         scope: p.scope,
         activated: words.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" "),
+        build_flags: p.build_flags,
+        env: env.to_vec(),
     })
 }
 
