@@ -505,3 +505,52 @@ async fn a_cargo_bundle_qualifies_audits_and_judges_candidates() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The crates suite: real crates from crates.io, each task's oracle bundle qualified and audited,
+// its gold, empty and labelled candidates graded by the official evaluator.
+
+#[tokio::test]
+async fn crates_suite_tasks_qualify_audit_and_grade_as_labelled() {
+    use execcritic::episode::oracle::oracle_bundle;
+    use execcritic::harness::grade;
+    use execcritic::task::{load_tasks, suite::crates_suite_in, Runner, TaskError};
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: the guarded cargo run needs throw-away runs (root with overlayfs)");
+        return;
+    }
+    let path = match crates_suite_in(&execcritic::task::suite::cache_dir()) {
+        Ok(p) => p,
+        Err(TaskError::SuiteNotFetched { message, .. }) => {
+            eprintln!("SKIPPED: {message}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let tasks = load_tasks(&path).unwrap();
+    assert_eq!(tasks.len(), 2);
+    for task in &tasks {
+        let id = &task.instance_id;
+        assert_eq!(task.runner, Runner::Cargo, "{id}");
+        let bundle = oracle_bundle(task).unwrap();
+        assert!(bundle.test_command.starts_with("cargo test -p strsim --test lib -- --exact "), "{id}: {}", bundle.test_command);
+        let frozen = match qualify(task, &bundle, SandboxKind::Local).await.unwrap() {
+            Qualification::Accepted(f) => f,
+            other => panic!("{id}: the oracle bundle does not qualify: {other:?}"),
+        };
+        let rec = audit(task, &frozen, SandboxKind::Local).await.unwrap();
+        assert!(rec.q && rec.gold_status == "pass" && !rec.lookalike_passed, "{id}: {rec:?}");
+        assert_eq!(rec.balanced_accuracy, Some(1.0), "{id}: {rec:?}");
+        // The official evaluator: gold resolves, the empty patch does not, candidates as labelled.
+        let g = grade(task, &task.patch, SandboxKind::Local).await.unwrap();
+        assert!(g.resolved && g.error_kind.is_none(), "{id}: gold: {g:?}");
+        assert!(g.tests.values().all(|s| s == "PASSED"), "{id}: {g:?}");
+        let e = grade(task, "", SandboxKind::Local).await.unwrap();
+        assert!(!e.resolved && e.error_kind.is_none(), "{id}: empty: {e:?}");
+        assert_eq!(e.tests[&task.fail_to_pass[0]], "FAILED", "{id}: {e:?}");
+        for c in &task.candidates {
+            let r = grade(task, &c.patch, SandboxKind::Local).await.unwrap();
+            assert_eq!(r.resolved, c.resolved, "{id}: {r:?}\n{}", c.patch);
+        }
+    }
+}

@@ -73,6 +73,7 @@ fn tasks_from(spec: &str) -> anyhow::Result<Vec<TaskInstance>> {
     let path = match spec {
         "bundled" => crate::task::bundled_suite().context("building the bundled suite")?,
         "pypi" => crate::task::pypi_suite().context("building the PyPI suite")?,
+        "crates" => crate::task::crates_suite().context("building the crates suite")?,
         p => PathBuf::from(p),
     };
     load_tasks(&path).with_context(|| format!("loading tasks from {}", path.display()))

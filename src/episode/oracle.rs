@@ -76,6 +76,8 @@ fn bundle_for(task: &TaskInstance, nodes: &[String]) -> Result<Bundle, String> {
             .map(|f| shell_quote(f))
             .chain(nodes.iter().flat_map(|n| ["-k".to_string(), shell_quote(n)]))
             .collect(),
+        // `cargo test` selects one package's one target, then exact test paths.
+        Runner::Cargo => cargo_selectors(nodes)?,
         _ => nodes.iter().map(|t| shell_quote(t)).collect(),
     };
     let command = format!("{} {}", task.test_cmd, selectors.join(" "));
@@ -89,6 +91,31 @@ fn bundle_for(task: &TaskInstance, nodes: &[String]) -> Result<Bundle, String> {
         "test_nodes": nodes,
     });
     Bundle::from_parts(&task.test_patch, &command, &contract.to_string()).map_err(|r| r.to_string())
+}
+
+/// `-p <package> <target> -- --exact <path>…` for cargo node ids of one package's one target.
+fn cargo_selectors(nodes: &[String]) -> Result<Vec<String>, String> {
+    use crate::harness::guard::libtest_run::split_node;
+    use crate::harness::selector::quote;
+    let mut scope: Option<(&str, Vec<String>)> = None;
+    let mut paths = Vec::new();
+    for n in nodes {
+        let (package, binary, path) =
+            split_node(n).ok_or_else(|| format!("`{n}` is not a cargo test id (<package>/<target>::<path>)"))?;
+        let flags = binary.cargo_flags();
+        match &scope {
+            None => scope = Some((package, flags)),
+            Some((p, f)) if *p == package && *f == flags => {}
+            Some(_) => return Err(format!("the tests span several cargo targets ({} and `{n}`): one command runs one target", nodes[0])),
+        }
+        paths.push(quote(path));
+    }
+    let (package, flags) = scope.ok_or("no test selected")?;
+    let mut words = vec!["-p".to_string(), quote(package)];
+    words.extend(flags.iter().map(|f| quote(f)));
+    words.extend(["--".to_string(), "--exact".to_string()]);
+    words.extend(paths);
+    Ok(words)
 }
 
 /// The Oracle bundle of a task: its official test patch, every FAIL_TO_PASS node (and every

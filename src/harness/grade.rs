@@ -80,11 +80,16 @@ pub fn load_predictions(path: &Path) -> Result<Vec<Prediction>, HarnessError> {
         .collect()
 }
 
-fn runner_of(task: &TaskInstance) -> CommandRunner {
+/// The Python runner of a task (a native task is graded by [`super::grade_native`]).
+fn runner_of(task: &TaskInstance) -> Result<CommandRunner, HarnessError> {
     match task.runner {
-        Runner::Pytest => CommandRunner::Pytest,
-        Runner::Django => CommandRunner::Django,
-        Runner::Sympy => CommandRunner::Sympy,
+        Runner::Pytest => Ok(CommandRunner::Pytest),
+        Runner::Django => Ok(CommandRunner::Django),
+        Runner::Sympy => Ok(CommandRunner::Sympy),
+        Runner::Cargo => Err(HarnessError::Other(format!(
+            "{}: a cargo task has no Python official run",
+            task.instance_id
+        ))),
     }
 }
 
@@ -225,6 +230,10 @@ pub async fn grade(
     } else {
         parse_patch(model_patch).unwrap_or_default()
     };
+    if task.runner == Runner::Cargo {
+        reset_to_base(sb, &reset_paths(task, &model_files, &files, None)).await?;
+        return super::grade_native::grade_cargo(task, sb).await;
+    }
     let r = match official_run(task, sb, &files, &model_files, GuardMode::Candidate).await? {
         Ok(r) => r,
         Err(kind) => return Ok(error(task, kind)),
@@ -257,7 +266,7 @@ pub async fn grade(
             ..error(task, "")
         });
     }
-    let runner = runner_of(task);
+    let runner = runner_of(task)?;
     let done = match completion(&r) {
         Completion::TimedOut => return Ok(error(task, "timeout")),
         Completion::NoExitCode => return Ok(error(task, "no_exit_code")),
@@ -311,7 +320,7 @@ async fn official_run(
     model: &[FileChange],
     mode: GuardMode,
 ) -> Result<Result<RunRecord, &'static str>, HarnessError> {
-    let runner = runner_of(task);
+    let runner = runner_of(task)?;
     let test_files: Vec<String> = official
         .iter()
         .filter_map(|f| f.new_path.clone())

@@ -26,6 +26,7 @@ pub mod feedback;
 pub mod gate;
 pub mod gate_native;
 pub mod grade;
+pub mod grade_native;
 pub mod guard;
 pub mod nonfix;
 pub mod logparse;

@@ -24,6 +24,10 @@ pub enum Runner {
     Django,
     /// sympy `bin/test -C --verbose`; ids are bare test function names.
     Sympy,
+    /// Rust's `cargo test` (optionally with build flags such as `--features=x`); ids
+    /// `<package>/<target>::<test path>` (`strsim/test/lib::levenshtein_works`,
+    /// `calc/lib::tests::adds`), run by the native guarded run (`harness::guard::libtest_run`).
+    Cargo,
 }
 
 impl Runner {
@@ -32,6 +36,7 @@ impl Runner {
             Runner::Pytest => "pytest",
             Runner::Django => "django",
             Runner::Sympy => "sympy",
+            Runner::Cargo => "cargo",
         }
     }
 
@@ -40,6 +45,7 @@ impl Runner {
             "pytest" => Some(Runner::Pytest),
             "django" => Some(Runner::Django),
             "sympy" => Some(Runner::Sympy),
+            "cargo" => Some(Runner::Cargo),
             _ => None,
         }
     }
@@ -52,6 +58,7 @@ impl Runner {
                 "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1"
             }
             Runner::Sympy => "bin/test -C --verbose",
+            Runner::Cargo => "cargo test",
         }
     }
 }
@@ -291,7 +298,8 @@ impl TaskInstance {
 }
 
 /// Runner inference: Django-style if the repository has `tests/runtests.py` at Base or is
-/// django/django, sympy for sympy/sympy, pytest otherwise.
+/// django/django, sympy for sympy/sympy, cargo when Base has a `Cargo.toml` at its root and no
+/// Python project file (`setup.py`, `pyproject.toml`, `setup.cfg`), pytest otherwise.
 fn infer_runner(repo: &str, repo_path: Option<&Path>, base_commit: &str) -> Runner {
     if repo.eq_ignore_ascii_case("django/django") {
         return Runner::Django;
@@ -303,6 +311,10 @@ fn infer_runner(repo: &str, repo_path: Option<&Path>, base_commit: &str) -> Runn
         let spec = format!("{base_commit}:tests/runtests.py");
         if git::succeeds(path, &["cat-file", "-e", &spec]) {
             return Runner::Django;
+        }
+        let at_base = |f: &str| git::succeeds(path, &["cat-file", "-e", &format!("{base_commit}:{f}")]);
+        if at_base("Cargo.toml") && !["setup.py", "pyproject.toml", "setup.cfg"].iter().any(|f| at_base(f)) {
+            return Runner::Cargo;
         }
     }
     Runner::Pytest

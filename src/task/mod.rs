@@ -17,4 +17,4 @@ pub use official::{Activation, EvalType, Family, OfficialFile, OfficialSpec};
 pub use sanitize::SanitizationStatus;
 pub use workspace::{materialize, materialize_with, History, Workspace};
 pub mod suite;
-pub use suite::{bundled_suite, easy_suite, pypi_suite};
+pub use suite::{bundled_suite, crates_suite, easy_suite, pypi_suite};

@@ -149,6 +149,29 @@ fn parse_cargo_flags(args: &[String]) -> Result<(String, String, Vec<String>), R
     Ok((package, target, kept))
 }
 
+/// The build flags of a task's official `test_cmd` (`cargo test [flags]`, selecting no test:
+/// the F2P and P2P ids select): only the flags a bundle may keep.
+pub fn task_build_flags(test_cmd: &str) -> Result<Vec<String>, String> {
+    let words = shlex::split(test_cmd).ok_or_else(|| format!("`{test_cmd}` does not split into words"))?;
+    if words.len() < 2 || words[0] != "cargo" || words[1] != "test" {
+        return Err(format!("`{test_cmd}` is not `cargo test [flags]`"));
+    }
+    let mut flags = Vec::new();
+    let mut it = words[2..].iter();
+    while let Some(w) = it.next() {
+        match w.as_str() {
+            "--all-features" | "--no-default-features" | "--release" | "--locked" | "--offline" | "--frozen" => flags.push(w.clone()),
+            "--features" | "-F" => match it.next() {
+                Some(v) if plain_word(v, ",/") => flags.push(format!("--features={v}")),
+                _ => return Err(format!("`{test_cmd}`: `{w}` needs a comma-separated feature list")),
+            },
+            f if f.starts_with("--features=") && plain_word(&f["--features=".len()..], ",/") => flags.push(f.to_string()),
+            other => return Err(format!("`{test_cmd}`: `{other}` is not a build flag the official run keeps")),
+        }
+    }
+    Ok(flags)
+}
+
 fn once(slot: &mut Option<String>, v: String, what: &str) -> Result<(), Rejection> {
     if slot.is_some() {
         return Err(reject(
@@ -420,6 +443,16 @@ mod tests {
 
     fn st(p: &ParsedLog, n: &str) -> Option<TestStatus> {
         p.statuses.get(&format!("demo/lib::{n}")).copied()
+    }
+
+    #[test]
+    fn a_tasks_test_command_gives_its_build_flags() {
+        assert_eq!(task_build_flags("cargo test").unwrap(), Vec::<String>::new());
+        assert_eq!(task_build_flags("cargo test --features a,b --release").unwrap(), ["--features=a,b", "--release"]);
+        assert_eq!(task_build_flags("cargo test --features=x").unwrap(), ["--features=x"]);
+        for bad in ["cargo build", "python -m pytest", "cargo test -- --nocapture", "cargo test --features", "cargo test --features '$(x)'", "cargo test 'a"] {
+            assert!(task_build_flags(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Task suites shipped with execcritic. The bundled default suite (three small Python projects
-//! written for this repository, embedded in the binary) and the PyPI suite (a published sdist,
+//! written for this repository, embedded in the binary), the PyPI suite (a published sdist,
 //! fetched at set-up by `scripts/fetch-pypi-suite.sh`, with bug-introducing patches written here)
-//! are built into git repositories under the cache directory on first use.
+//! and the crates suite (published Rust crates from crates.io, fetched by
+//! `scripts/fetch-crates-suite.sh`, same scheme) are built into git repositories under the cache
+//! directory on first use.
 
 pub mod builder;
 pub mod cache;
@@ -20,6 +22,20 @@ pub use cache::cache_dir;
 static BUNDLED: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/tests/fixtures/suites/bundled");
 static PYPI: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/tests/fixtures/suites/pypi");
 static EASY: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/tests/fixtures/suites/easy");
+static CRATES: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/tests/fixtures/suites/crates");
+
+/// A suite built from pinned upstream releases: its spec, where its fetch script leaves the
+/// archives (`<cache>/<sources>/<name>-<version>.<ext>`) and their unpacked trees
+/// (`<name>-<version>/`), and the script.
+struct Fetched {
+    spec: &'static Dir<'static>,
+    sources: &'static str,
+    ext: &'static str,
+    script: &'static str,
+}
+
+static PYPI_SUITE: Fetched = Fetched { spec: &PYPI, sources: "pypi", ext: "tar.gz", script: "scripts/fetch-pypi-suite.sh" };
+static CRATES_SUITE: Fetched = Fetched { spec: &CRATES, sources: "crates", ext: "crate", script: "scripts/fetch-crates-suite.sh" };
 
 /// The bundled default suite: builds (once) and returns the path of its `tasks.jsonl`.
 pub fn bundled_suite() -> Result<PathBuf, TaskError> {
@@ -65,11 +81,29 @@ pub fn pypi_suite() -> Result<PathBuf, TaskError> {
 
 /// [`pypi_suite`] with an explicit cache directory.
 pub fn pypi_suite_in(cache: &Path) -> Result<PathBuf, TaskError> {
-    let spec = extract(&PYPI)?;
-    let suite: spec::SuiteSpec = spec::read_toml("pypi", &spec.path().join("suite.toml"))?;
-    let sources = pypi_source_dir(cache);
+    fetched_suite_in(&PYPI_SUITE, cache)
+}
+
+/// The crates suite (Rust crates as published on crates.io, run by `cargo test` under the
+/// native guard): needs its pinned `.crate` archives fetched (and sha256-verified) by
+/// `scripts/fetch-crates-suite.sh`; otherwise [`TaskError::SuiteNotFetched`].
+pub fn crates_suite() -> Result<PathBuf, TaskError> {
+    crates_suite_in(&cache_dir())
+}
+
+/// [`crates_suite`] with an explicit cache directory.
+pub fn crates_suite_in(cache: &Path) -> Result<PathBuf, TaskError> {
+    fetched_suite_in(&CRATES_SUITE, cache)
+}
+
+/// Build (once per content hash of the spec and the verified upstream trees) a suite whose
+/// projects start from fetched releases.
+fn fetched_suite_in(f: &Fetched, cache: &Path) -> Result<PathBuf, TaskError> {
+    let spec = extract(f.spec)?;
+    let suite: spec::SuiteSpec = spec::read_toml(f.sources, &spec.path().join("suite.toml"))?;
+    let sources = cache.join(f.sources);
     let mut hash = cache::ContentHash::new(&suite.name);
-    for (path, bytes) in embedded_files(&PYPI) {
+    for (path, bytes) in embedded_files(f.spec) {
         hash.add(&path, bytes);
     }
     for project in &suite.projects {
@@ -80,11 +114,12 @@ pub fn pypi_suite_in(cache: &Path) -> Result<PathBuf, TaskError> {
         let not_fetched = |why: String| TaskError::SuiteNotFetched {
             suite: suite.name.clone(),
             message: format!(
-                "{why}; run scripts/fetch-pypi-suite.sh (EXECCRITIC_CACHE={})",
+                "{why}; run {} (EXECCRITIC_CACHE={})",
+                f.script,
                 cache.display()
             ),
         };
-        let archive = sources.join(format!("{stem}.tar.gz"));
+        let archive = sources.join(format!("{stem}.{}", f.ext));
         let bytes = std::fs::read(&archive)
             .map_err(|_| not_fetched(format!("{} is missing", archive.display())))?;
         let digest = hex::encode(Sha256::digest(&bytes));

@@ -22,7 +22,7 @@ pub struct SuiteSpec {
 pub struct Upstream {
     pub name: String,
     pub version: String,
-    /// sha256 of the sdist archive, hex.
+    /// sha256 of the upstream archive (a PyPI sdist, a crates.io `.crate`), hex.
     pub sha256: String,
 }
 
