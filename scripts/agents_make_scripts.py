@@ -3,7 +3,7 @@
 
 A scripted policy is JSONL, one {"content": ...} per assistant turn (optionally
 "reasoning_content"). Each turn here is a Qwen3.5 XML bash tool call. The scripts target the
-bundled task tablefmt__tablefmt-1. Run from the repository root: python3 scripts/agents_make_scripts.py
+bundled task tablefmt__tablefmt-1 and (`*_rust.jsonl`) the crates suite's rapidfuzz__strsim-rs-201. Run from the repository root: python3 scripts/agents_make_scripts.py
 """
 import json
 import pathlib
@@ -102,8 +102,71 @@ demo_repair = [
     call("echo COMPLETE_TASK_AND_CHECK_CANDIDATE_PATCH && cat /tmp/fix.patch"),
 ]
 
+# The same demo on a Rust task: the crates suite's rapidfuzz__strsim-rs-201 (levenshtein("", "abc")
+# is 0), run by `cargo test` under the native guard.
+RS_NODE = "levenshtein_from_an_empty_string"
+RS_TEST_ADD = f"""cd /testbed && cat >> tests/lib.rs <<'EOF'
+
+#[test]
+fn {RS_NODE}() {{
+    assert_eq!(levenshtein("", "abc"), 3);
+}}
+EOF
+cargo test --offline -q -p strsim --test lib -- --exact {RS_NODE} 2>&1 | tail -5"""
+
+RS_CONTRACT = {
+    "entrypoint": "strsim::levenshtein (public API)",
+    "trigger": "an empty first string: levenshtein(\"\", \"abc\")",
+    "expected_output": "the distance is 3, the length of the other string",
+    "issue_evidence": ["issue: levenshtein(\"\", \"abc\") returns 0 but should be 3; levenshtein(\"abc\", \"\") is 3"],
+    "alternative_hypotheses": ["only generic_levenshtein is wrong: rejected, the issue shows the str function"],
+    "non_assertions": ["the distance for non-ASCII strings", "normalized_levenshtein of empty strings"],
+    "test_nodes": [RS_NODE],
+}
+
+
+def rs_prepare(command):
+    return (
+        "cat > /tmp/test_contract.json <<'EOF'\n" + json.dumps(RS_CONTRACT, indent=1) + "\nEOF\n"
+        f"echo '{command}' > /tmp/test_command && cd /testbed && git add -AN && "
+        "git diff --no-color > /tmp/test.patch && cat /tmp/test.patch"
+    )
+
+
+demo_test_rust = [
+    call("cd /testbed && ls && grep -n 'pub fn levenshtein' -B2 -A3 src/lib.rs",
+         "The issue is about levenshtein with an empty first string. Look at the public function."),
+    call("cd /testbed && sed -n 1,40p tests/lib.rs",
+         "The crate's integration tests live in tests/lib.rs; follow their style."),
+    call(RS_TEST_ADD, "Add one regression test on the public levenshtein function."),
+    # First submission names the test without --exact (a substring filter): rejected.
+    call(rs_prepare(f"cargo test -p strsim --test lib {RS_NODE}")),
+    call(SUBMIT),
+    call(rs_prepare(f"cargo test -p strsim --test lib -- --exact {RS_NODE}"),
+         "libtest needs --exact and the full test path after --."),
+    call(SUBMIT),
+]
+
+RS_EXPORT = "cd /testbed && git add -AN && git diff --no-color -- src/lib.rs > /tmp/fix.patch"
+
+demo_repair_rust = [
+    call("cd /testbed && grep -n 'pub fn generic_levenshtein' -A20 src/lib.rs",
+         "Find where the distance starts."),
+    call("cd /testbed && sed -i 's/    let mut result = 0;/    let mut result = b_len.saturating_sub(1);/' src/lib.rs && grep -n 'let mut result' src/lib.rs",
+         "With an empty first string the loop never runs; start from the other length (minus the last step?)."),
+    call(RS_EXPORT),
+    call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat /tmp/fix.patch"),
+    # Revision round 1 (after the gate's failing feedback).
+    call("cd /testbed && git diff", "The check still fails: the distance from \"\" is the whole length."),
+    call("cd /testbed && sed -i 's/    let mut result = b_len.saturating_sub(1);/    let mut result = b_len;/' src/lib.rs && grep -n 'let mut result' src/lib.rs",
+         "Start from b_len: every element of b is one insertion."),
+    call(RS_EXPORT),
+    call("echo COMPLETE_TASK_AND_CHECK_CANDIDATE_PATCH && cat /tmp/fix.patch"),
+]
+
 OUT.mkdir(parents=True, exist_ok=True)
-for name, turns in [("demo_test.jsonl", demo_test), ("demo_repair.jsonl", demo_repair)]:
+for name, turns in [("demo_test.jsonl", demo_test), ("demo_repair.jsonl", demo_repair),
+                    ("demo_test_rust.jsonl", demo_test_rust), ("demo_repair_rust.jsonl", demo_repair_rust)]:
     with open(OUT / name, "w") as f:
         for t in turns:
             f.write(json.dumps(t) + "\n")

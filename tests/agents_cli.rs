@@ -54,6 +54,34 @@ fn demo_runs_both_agents_and_grades() {
     }
 }
 
+/// The same demo on a Rust task (the crates suite, `cargo test` under the native guard).
+#[test]
+fn demo_runs_both_agents_on_a_rust_task() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: the guarded cargo run needs throw-away runs (root with overlayfs)");
+        return;
+    }
+    match execcritic::task::crates_suite() {
+        Err(execcritic::task::TaskError::SuiteNotFetched { message, .. }) => {
+            eprintln!("SKIPPED: {message}");
+            return;
+        }
+        other => {
+            other.unwrap();
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin().args(["demo", "--language", "rust", "--out"]).arg(dir.path()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("rapidfuzz__strsim-rs-201") && text.contains("cargo test"), "{text}");
+    assert!(text.contains("submission 1 at turn 5: rejected (selector_not_exact)"), "{text}");
+    assert!(text.contains("submission 2 at turn 7: qualified"), "{text}");
+    assert!(text.contains("check at turn 4: hard_fail (assertion_failure)"), "{text}");
+    assert!(text.contains("check at turn 8: pass"), "{text}");
+    assert!(text.contains("official result: RESOLVED"), "{text}");
+}
+
 #[test]
 fn gen_test_then_repair_with_grading() {
     let tasks = execcritic::task::bundled_suite().unwrap();

@@ -411,5 +411,8 @@ fn rows_of_every_format_have_a_language() {
     // A row this crate runs with its own runners (the bundled and PyPI suites).
     let mut own = row("swebench4.jsonl", "psf__");
     own["repo"] = json!("acme/widget");
-    assert_eq!(of(own), "python");
+    assert_eq!(of(own.clone()), "python");
+    // A cargo task of this crate's own (the crates suite): rust.
+    own["runner"] = json!("cargo");
+    assert_eq!(of(own), "rust");
 }

@@ -4,8 +4,11 @@
 //! and `{{ step_limit }}` in initial messages, `{feedback}` and `{error}` in follow-ups, exactly as
 //! the paper's listings declare them.
 //!
-//! Two messages the paper does not print are ours and marked as such: the Round-0 solve prompt
-//! (the paper inherits mini-swe-agent's) and the Test agent's rejection follow-up.
+//! Three messages the paper does not print are ours and marked as such: the Round-0 solve prompt
+//! (the paper inherits mini-swe-agent's), the Test agent's rejection follow-up, and the runner
+//! note appended to the Test agent's instance message for a repository that is not Python
+//! ([`runner_note`]: the paper's prompt is Python-specific only by example — `test_*` names,
+//! node ids — and stays verbatim).
 
 /// Test agent: system message (B.3.1).
 pub const TEST_SYSTEM: &str = "\
@@ -83,6 +86,27 @@ echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat /tmp/test.patch
 The harness applies the patch on an isolated clean buggy Base and runs only the bound test nodes.
 If rejected, fix the reported contract, selector, collection, or behavior problem and resubmit.
 Nothing is submitted by ordinary prose. Every response must contain a bash tool call.";
+
+/// Test agent: the runner note for a `cargo test` repository (ours), appended to the instance
+/// message: how the paper's `test_*` names, selectors and node ids read for Rust.
+pub const CARGO_NOTE: &str = "\
+Runner note: this repository's tests run with Rust's `cargo test`, not a Python runner. Read
+`test_*` above as the repository's `#[test]` functions. Add new tests in an integration test file
+under `tests/` (a test bundle may not change `src/`, `Cargo.toml`, `build.rs` or cargo
+configuration). The one-line command selects one package and one test target, then the exact
+test paths: `cargo test -p <package> --test <target> -- --exact <test path>...` (`--lib` for the
+library's own unit tests). A declared test node is `<package>/<target>::<test path>`, e.g.
+`strsim/test/lib::levenshtein_works` or `calc/lib::tests::adds`, or the test path alone. The
+harness builds the tests once and runs each declared test in its own process; its exit status
+is the result.";
+
+/// The runner note for a task's runner (`None`: a Python runner, the paper's prompt as it is).
+pub fn runner_note(runner: crate::task::Runner) -> Option<&'static str> {
+    match runner {
+        crate::task::Runner::Cargo => Some(CARGO_NOTE),
+        _ => None,
+    }
+}
 
 /// Format-error message for a response without a valid tool call (B.3.1).
 pub const FORMAT_ERROR: &str = "\
@@ -284,6 +308,18 @@ pub fn render(template: &str, vars: &[(&str, &str)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cargo_note_names_forms_the_validator_accepts() {
+        use crate::harness::runners::parse_native_command;
+        assert_eq!(runner_note(crate::task::Runner::Pytest), None);
+        let note = runner_note(crate::task::Runner::Cargo).unwrap();
+        for cmd in ["cargo test -p strsim --test lib -- --exact levenshtein_works", "cargo test -p calc --lib -- --exact tests::adds"] {
+            let c = parse_native_command(cmd).unwrap().unwrap();
+            assert!(c.nodes.iter().all(|n| note.contains(n.as_str())), "{:?}", c.nodes);
+        }
+        assert!(note.contains("cargo test -p <package> --test <target> -- --exact <test path>..."));
+    }
 
     #[test]
     fn renders_both_placeholder_styles_without_reexpansion() {

@@ -145,9 +145,21 @@ pub struct RepairArgs {
 pub struct DemoArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// The task's language: `python` (the bundled suite's tablefmt__tablefmt-1, pytest) or
+    /// `rust` (the crates suite's rapidfuzz__strsim-rs-201, `cargo test` under the native guard;
+    /// needs `scripts/fetch-crates-suite.sh` and a local sandbox as root).
+    #[arg(long, value_enum, default_value_t = DemoLanguage::Python)]
+    pub language: DemoLanguage,
     /// `demo train`: teacher trajectories → SFT → GRPO on a small model.
     #[command(subcommand)]
     pub command: Option<super::demo_cmds::DemoCommand>,
+}
+
+/// The language of the demo's task.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DemoLanguage {
+    Python,
+    Rust,
 }
 
 #[derive(Subcommand, Debug)]
@@ -523,6 +535,38 @@ const DEMO_TEST_SCRIPT: &str = include_str!("../../tests/fixtures/scripted/demo_
 const DEMO_REPAIR_SCRIPT: &str = include_str!("../../tests/fixtures/scripted/demo_repair.jsonl");
 /// The bundled task the demo scripts were written for.
 pub const DEMO_INSTANCE: &str = "tablefmt__tablefmt-1";
+const DEMO_TEST_SCRIPT_RUST: &str = include_str!("../../tests/fixtures/scripted/demo_test_rust.jsonl");
+const DEMO_REPAIR_SCRIPT_RUST: &str = include_str!("../../tests/fixtures/scripted/demo_repair_rust.jsonl");
+/// The crates-suite task the Rust demo scripts were written for.
+pub const DEMO_INSTANCE_RUST: &str = "rapidfuzz__strsim-rs-201";
+
+/// The demo of a language: suite, instance, the scripts' names and texts.
+struct DemoCase {
+    suite: &'static str,
+    instance: &'static str,
+    runner: &'static str,
+    test: (&'static str, &'static str),
+    repair: (&'static str, &'static str),
+}
+
+fn demo_case(language: DemoLanguage) -> DemoCase {
+    match language {
+        DemoLanguage::Python => DemoCase {
+            suite: "bundled",
+            instance: DEMO_INSTANCE,
+            runner: "pytest",
+            test: ("demo_test.jsonl", DEMO_TEST_SCRIPT),
+            repair: ("demo_repair.jsonl", DEMO_REPAIR_SCRIPT),
+        },
+        DemoLanguage::Rust => DemoCase {
+            suite: "crates",
+            instance: DEMO_INSTANCE_RUST,
+            runner: "cargo test",
+            test: ("demo_test_rust.jsonl", DEMO_TEST_SCRIPT_RUST),
+            repair: ("demo_repair_rust.jsonl", DEMO_REPAIR_SCRIPT_RUST),
+        },
+    }
+}
 
 pub fn demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
     if let Some(c) = a.command {
@@ -532,19 +576,23 @@ pub fn demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
         Some(d) => d.clone(),
         None => std::env::temp_dir().join(format!("execcritic-demo-{}", std::process::id())),
     };
-    println!("ExecCritic demo — Test agent and Repair controller on the bundled task suite.");
+    let case = demo_case(a.language);
+    println!("ExecCritic demo — Test agent and Repair controller on the {} task suite.", case.suite);
     println!("NOTE: both agents are SCRIPTED policies replaying fixed responses (no model runs);");
-    println!("      everything else is real: sandboxes, git, pytest, the harness and its gates.\n");
-    let tasks = crate::task::bundled_suite().context("building the bundled task suite")?;
-    let task = load_task(&tasks, DEMO_INSTANCE)?;
+    println!("      everything else is real: sandboxes, git, {}, the harness and its gates.\n", case.runner);
+    let tasks = match a.language {
+        DemoLanguage::Python => crate::task::bundled_suite().context("building the bundled task suite")?,
+        DemoLanguage::Rust => crate::task::crates_suite().context("building the crates task suite")?,
+    };
+    let task = load_task(&tasks, case.instance)?;
     println!("Task {} ({}):", task.instance_id, task.repo);
     for line in task.problem_statement.lines().take(3) {
         println!("  | {line}");
     }
     let rt = runtime()?;
 
-    println!("\n[1] Test episode (scripted policy: demo_test.jsonl)");
-    let test_policy = ScriptedPolicy::from_jsonl("demo_test.jsonl (embedded)", DEMO_TEST_SCRIPT)?;
+    println!("\n[1] Test episode (scripted policy: {})", case.test.0);
+    let test_policy = ScriptedPolicy::from_jsonl(&format!("{} (embedded)", case.test.0), case.test.1)?;
     let test = rt.block_on(run_test_episode(
         &task,
         &test_policy,
@@ -574,9 +622,9 @@ pub fn demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
         );
     }
 
-    println!("\n[2] Repair: Round 0, gate, revision rounds (scripted policy: demo_repair.jsonl)");
+    println!("\n[2] Repair: Round 0, gate, revision rounds (scripted policy: {})", case.repair.0);
     let repair_policy =
-        ScriptedPolicy::from_jsonl("demo_repair.jsonl (embedded)", DEMO_REPAIR_SCRIPT)?;
+        ScriptedPolicy::from_jsonl(&format!("{} (embedded)", case.repair.0), case.repair.1)?;
     let result = rt.block_on(run_repair(
         &task,
         test.bundle.as_ref(),

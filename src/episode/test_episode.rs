@@ -9,7 +9,7 @@
 //! policy failure — never counted as a model failure).
 
 use super::sandbox_shell::{read_sandbox_file, SandboxShell};
-use crate::agent::prompts::{render, TEST_INSTANCE, TEST_REJECTED, TEST_SYSTEM};
+use crate::agent::prompts::{render, runner_note, TEST_INSTANCE, TEST_REJECTED, TEST_SYSTEM};
 use crate::agent::{Agent, AgentLimits, AgentStats, Marker, Stop, Trajectory, TurnOutcome};
 use crate::harness::{self, Bundle, FrozenBundle, Purpose, Qualification, SandboxKind};
 use crate::policy::{ChatMessage, Policy, SamplingParams};
@@ -143,13 +143,18 @@ pub async fn run_test_episode(
     .with_history_guard()
     .with_markers(&[Marker::Submit]);
     agent.push(ChatMessage::system(TEST_SYSTEM));
-    agent.push(ChatMessage::user(render(
+    let mut instance = render(
         TEST_INSTANCE,
         &[
             ("task", task.problem_statement.as_str()),
             ("step_limit", &config.limits.step_limit.to_string()),
         ],
-    )));
+    );
+    if let Some(note) = runner_note(task.runner) {
+        instance.push_str("\n\n");
+        instance.push_str(note);
+    }
+    agent.push(ChatMessage::user(instance));
 
     let mut submissions: Vec<SubmissionRecord> = Vec::new();
     let mut refused = 0;

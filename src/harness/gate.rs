@@ -192,7 +192,7 @@ async fn base_run(
     if let PlanCommand::Native(command) = &frozen.plan.command {
         let nodes = &frozen.plan.nodes;
         return Ok(match native::native_run(sb, frozen, command, "", timeout).await? {
-            Ok(run) => (
+            Ok((run, _)) => (
                 native::base_category(&run, nodes),
                 bound_tail(&native::report(&run, nodes), BASE_TAIL),
                 native::failing(&run, nodes),
@@ -284,7 +284,8 @@ pub struct GateVerdict {
     pub timeout_detected: bool,
     /// Patch-apply diagnostics (≤ 12,000 characters) when the source patch did not apply.
     pub apply_diagnostics: Option<String>,
-    /// The test command's own runtime inside the sandbox (`None` when it did not run).
+    /// The test command's own runtime inside the sandbox (`None` when it did not run); for a
+    /// native bundle, the guarded run's wall time (build and every test process).
     pub test_duration: Option<Duration>,
     /// The forbidden test modification found in the candidate (its class and path), when
     /// `failure_kind` is `forbidden_test_modification`.
@@ -424,8 +425,8 @@ pub async fn check_candidate_in(
         }
     }
     if let PlanCommand::Native(command) = &plan.command {
-        let run = match native::native_run(sb, frozen, command, source_patch, timeout).await? {
-            Ok(run) => run,
+        let (run, took) = match native::native_run(sb, frozen, command, source_patch, timeout).await? {
+            Ok(r) => r,
             Err((kind, diag)) => {
                 env.raw_output = bound_tail(&diag, 2000);
                 return Ok(verdict(&mut env, kind, None, vec![], false, Some(diag)));
@@ -436,6 +437,7 @@ pub async fn check_candidate_in(
         env.raw_output = native::report(&run, &plan.nodes);
         let failed = native::failing(&run, &plan.nodes);
         let mut v = verdict(&mut env, kind, None, failed, kind == FailureKind::Timeout, None);
+        v.test_duration = Some(took);
         if let super::guard::libtest_run::GuardedRun::Judged(j) = &run {
             v.tampered = j.violations.clone();
         }

@@ -30,15 +30,15 @@ pub const MUTANTS: usize = 6;
 /// Characters of the build's diagnostics kept in feedback.
 const BUILD_TAIL: usize = 4000;
 
-/// The bundle run on a fresh Base with `source_patch`: `Err((kind, diagnostics))` when a patch
-/// does not apply.
+/// The bundle run on a fresh Base with `source_patch`, and the guarded run's wall time (build
+/// and every test process): `Err((kind, diagnostics))` when a patch does not apply.
 pub async fn native_run(
     sb: &dyn Sandbox,
     frozen: &FrozenBundle,
     command: &NativeCommand,
     source_patch: &str,
     timeout: Duration,
-) -> Result<Result<GuardedRun, (FailureKind, String)>, HarnessError> {
+) -> Result<Result<(GuardedRun, Duration), (FailureKind, String)>, HarnessError> {
     sb.reset().await?;
     if let ApplyOutcome::Failed { diagnostics } = apply_patch(sb, source_patch, "candidate").await? {
         return Ok(Err((FailureKind::PatchApplyFailure, diagnostics)));
@@ -53,7 +53,9 @@ pub async fn native_run(
         env: command.env.clone(),
     };
     let mut rng = rand::rngs::StdRng::from_os_rng();
-    Ok(Ok(run_guarded_nodes(sb, &frozen.plan.nodes, &command.build_flags, &limits, &mut rng).await?))
+    let t0 = std::time::Instant::now();
+    let run = run_guarded_nodes(sb, &frozen.plan.nodes, &command.build_flags, &limits, &mut rng).await?;
+    Ok(Ok((run, t0.elapsed())))
 }
 
 /// The Base-gate category of a guarded run of the declared `nodes` (the rule of

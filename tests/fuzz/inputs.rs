@@ -6,8 +6,8 @@
 //!   `parquet_to_jsonl` never panics and returns a typed error on what it cannot read.
 //! * `bundle_validation`: bundles from mutated fixture patches, generated test commands (with
 //!   shell syntax and mutations) and generated contracts: `Bundle::from_parts`, `validate` and
-//!   the selector's `parse_command` and `runners::parse_native_command` (cargo/go words
-//!   included) never panic.
+//!   the selector's `parse_command`, `runners::parse_native_command` and a cargo task's
+//!   `task_build_flags` (cargo/go words and node ids included) never panic.
 //! * `checkpoint_open`: checkpoint directories with a generated `model.safetensors` (headers with
 //!   huge or inconsistent lengths, offsets and shapes) or a shard index whose file names escape
 //!   the directory: `Checkpoint::open` never panics, and refuses every shard name that is not a
@@ -15,6 +15,7 @@
 
 use crate::driver::{fuzz, mutated, seeds};
 use execcritic::harness::bundle::Bundle;
+use execcritic::harness::runners::cargo::task_build_flags;
 use execcritic::harness::runners::parse_native_command;
 use execcritic::harness::selector::parse_command;
 use execcritic::harness::validate::validate;
@@ -67,7 +68,8 @@ fn tasks_parquet() {
 fn contract() -> impl Strategy<Value = String> {
     let s = "[a-z ]{0,8}";
     let list = prop::collection::vec(s, 0..3);
-    (s, s, s, list.clone(), list.clone(), list, prop::collection::vec("tests/test_[a-z]{1,3}\\.py::test_[a-z]{1,3}", 0..3), 0u8..4)
+    let node = prop_oneof!["tests/test_[a-z]{1,3}\\.py::test_[a-z]{1,3}", "(demo/(lib|test/[a-z]{1,2})::)?(tests::)?[a-z]{1,2}"];
+    (s, s, s, list.clone(), list.clone(), list, prop::collection::vec(node, 0..3), 0u8..4)
         .prop_map(|(e, t, o, i, a, n, nodes, shape)| {
             let v = json!({"entrypoint": e, "trigger": t, "expected_output": o, "issue_evidence": i,
                 "alternative_hypotheses": a, "non_assertions": n, "test_nodes": nodes});
@@ -84,7 +86,7 @@ fn command() -> impl Strategy<Value = String> {
     let word = prop_oneof![
         Just("pytest".to_string()), Just("python -m pytest".to_string()), Just("./tests/runtests.py".to_string()),
         Just("bin/test".to_string()), Just("-q".to_string()), Just("-k".to_string()), Just("--no-header".to_string()),
-        prop::sample::select(vec!["cargo test", "go test", "-p demo", "--lib", "--test", "--", "--exact", "tests::a",
+        prop::sample::select(vec!["cargo test", "go test", "-p demo", "--lib", "--test", "--", "--exact", "tests::a", "a", "--features=x", "--release", "-F",
             "-run", "'^TestA$'", "'^(TestA|TestB)$'", "./calc", "./...", "-count=1", "RUST_BACKTRACE=1", "GOFLAGS=x"])
             .prop_map(str::to_string),
         "tests/test_[a-z]{1,3}\\.py(::test_[a-z]{1,3})?(\\[[a-z0-9-]{0,4}\\])?",
@@ -100,6 +102,7 @@ fn bundle_validation() {
     fuzz("bundle_validation", 1_000, bundle, |(patch, cmd, contract)| {
         let _ = parse_command(&cmd);
         let _ = parse_native_command(&cmd);
+        let _ = task_build_flags(&cmd);
         if let Ok(b) = Bundle::from_parts(&patch, &cmd, &contract) {
             let _ = validate(&b);
         }

@@ -29,8 +29,8 @@ pub use grading::{
 /// The language an instance's repository is written in, for reports: SWE-bench Pro's
 /// `repo_language`, else the language swebench files the repository under (its per-language
 /// parser maps: SWE-bench, SWE-bench Multilingual), else the language of the row's log parser,
-/// else `python` for a task this crate runs with its own runners (pytest, Django, sympy: the
-/// bundled and PyPI suites), else `unknown`.
+/// else, for a task this crate runs with its own runners, `rust` for `cargo` (the crates suite)
+/// and `python` for pytest, Django and sympy (the bundled and PyPI suites).
 pub fn language_of(task: &crate::task::TaskInstance) -> &'static str {
     use crate::task::official::Source;
     let official = task.official.as_ref();
@@ -44,7 +44,10 @@ pub fn language_of(task: &crate::task::TaskInstance) -> &'static str {
     }
     match official {
         Some(o) => language_for_parser(&o.log_parser).unwrap_or("unknown"),
-        None => "python",
+        None => match task.runner {
+            crate::task::Runner::Cargo => "rust",
+            _ => "python",
+        },
     }
 }
 
