@@ -554,3 +554,66 @@ async fn crates_suite_tasks_qualify_audit_and_grade_as_labelled() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Dependencies: vendored once, with network, by the task's environment set-up; the guarded build
+// is offline and reads them from the read-only environment.
+
+#[tokio::test]
+async fn dependencies_come_from_the_prepared_vendor_directory() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: the guarded cargo run needs throw-away runs (root with overlayfs)");
+        return;
+    }
+    let repo = tempfile::tempdir().unwrap();
+    let dir = repo.path();
+    std::fs::write(dir.join("Cargo.toml"), "[package]\nname = \"render\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\nitoa = \"=1.0.19\"\n\n[workspace]\n").unwrap();
+    std::fs::write(dir.join(".gitignore"), "/target\n/Cargo.lock\n").unwrap();
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    let lib = "/// A number as text.\npub fn render(n: i64) -> String {\n    itoa::Buffer::new().format(n.abs()).to_string()\n}\n";
+    std::fs::write(dir.join("src/lib.rs"), lib).unwrap();
+    commit_base(dir);
+    let base = git(dir, &["rev-parse", "HEAD"]).trim().to_string();
+    std::fs::write(dir.join("src/lib.rs"), lib.replace("n.abs()", "n")).unwrap();
+    let gold = git(dir, &["diff"]);
+    git(dir, &["checkout", "-q", "--", "."]);
+    std::fs::create_dir_all(dir.join("tests")).unwrap();
+    std::fs::write(dir.join("tests/render.rs"), "#[test]\nfn renders_negative() {\n    assert_eq!(render::render(-42), \"-42\");\n}\n").unwrap();
+    git(dir, &["add", "-N", "tests/render.rs"]);
+    let test_patch = git(dir, &["diff"]);
+    git(dir, &["rm", "-q", "--cached", "tests/render.rs"]);
+    std::fs::remove_dir_all(dir.join("tests")).unwrap();
+    let task_with = |setup: Option<serde_json::Value>| {
+        let mut v = serde_json::json!({
+            "instance_id": "render__render-1", "repo": "render/render", "base_commit": base,
+            "patch": gold, "test_patch": test_patch, "problem_statement": "render(-42) drops the sign",
+            "FAIL_TO_PASS": ["render/test/render::renders_negative"], "PASS_TO_PASS": [], "repo_path": dir,
+        });
+        if let Some(s) = setup {
+            v["environment_setup"] = s;
+        }
+        execcritic::task::TaskInstance::from_json(v, None).unwrap()
+    };
+    let command = "cargo test -p render --test render -- --exact renders_negative";
+    let bundle = Bundle::from_parts(&test_patch, command, &cargo_contract(&["renders_negative"])).unwrap();
+    // Without the environment the offline build has no `itoa`: the bundle is not a clean failure.
+    match qualify(&task_with(None), &bundle, SandboxKind::Local).await.unwrap() {
+        Qualification::BaseGateFailed { category, .. } => assert_eq!(category, BaseCategory::CollectionError),
+        other => panic!("an offline build without dependencies qualified: {other:?}"),
+    }
+    // With them vendored by the set-up (network), the same bundle qualifies and judges the fix.
+    let setup = serde_json::json!({"commands": ["cargo vendor --versioned-dirs /env/cargo-vendor > /dev/null"], "cache_key": "render-itoa-1.0.19"});
+    let task = task_with(Some(setup));
+    let frozen = match qualify(&task, &bundle, SandboxKind::Local).await {
+        Ok(Qualification::Accepted(f)) => f,
+        Err(execcritic::harness::HarnessError::EnvironmentSetup { tail, .. }) if tail.contains("failed to") && tail.contains("index") => {
+            eprintln!("SKIPPED: crates.io is not reachable from this machine: {tail}");
+            return;
+        }
+        other => panic!("the bundle does not qualify with vendored dependencies: {other:?}"),
+    };
+    let v = check_candidate(&task, &frozen, &task.patch, SandboxKind::Local).await.unwrap();
+    assert_eq!(v.status, GateStatus::Pass, "{}", v.feedback);
+    let g = execcritic::harness::grade(&task, &task.patch, SandboxKind::Local).await.unwrap();
+    assert!(g.resolved, "{g:?}");
+}

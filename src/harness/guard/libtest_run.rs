@@ -17,8 +17,11 @@
 //!    violations that make the run `tampered`.
 //!
 //! Needs a sandbox with throw-away runs (local, as root, with overlayfs) and a Rust toolchain in
-//! it (the local allow-list binds the host's sysroot); dependencies must already be in the
-//! workspace or vendored (the build is `--offline`).
+//! it (the local allow-list binds the host's sysroot). The build is `--offline`: a crate's
+//! dependencies come from the task's prepared environment when it holds a vendor directory at
+//! [`CARGO_VENDOR`] (written once, with network, by an `environment_setup` command such as
+//! `cargo vendor /env/cargo-vendor`, and mounted read-only: no candidate can change them), which
+//! replaces crates.io for the build ([`vendor_args`]).
 
 use super::libtest::{plan_file, run_order, verdict, Judged};
 use crate::harness::error::HarnessError;
@@ -27,6 +30,23 @@ use crate::harness::sandbox::{shell_quote, Sandbox, WORKDIR};
 use rand::Rng;
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// Where a task's prepared environment keeps its vendored dependencies.
+pub const CARGO_VENDOR: &str = "/env/cargo-vendor";
+
+/// cargo's `--config` arguments replacing crates.io by [`CARGO_VENDOR`] when the sandbox has it.
+pub async fn vendor_args(sb: &dyn Sandbox) -> Result<Vec<String>, HarnessError> {
+    let probe = sb.exec(&format!("test -d {CARGO_VENDOR}"), Duration::from_secs(30)).await?;
+    if probe.exit_code != Some(0) {
+        return Ok(Vec::new());
+    }
+    Ok(vec![
+        "--config".into(),
+        "source.crates-io.replace-with=\"execcritic-vendor\"".into(),
+        "--config".into(),
+        format!("source.execcritic-vendor.directory=\"{CARGO_VENDOR}\""),
+    ])
+}
 
 /// Which test binary of the package a file's tests are compiled into.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -318,8 +338,13 @@ pub async fn run_guarded_nodes(
     limits: &RunLimits,
     rng: &mut (impl Rng + Send),
 ) -> Result<GuardedRun, HarnessError> {
+    let vendor = vendor_args(sb).await?;
+    let vendor_words: Vec<String> = vendor.iter().map(|a| shell_quote(a)).collect();
     let meta = sb
-        .exec("cargo metadata --offline --no-deps --format-version 1 > /tmp/.execcritic-metadata.json", limits.build)
+        .exec(
+            &format!("cargo metadata --offline --no-deps --format-version 1 {} > /tmp/.execcritic-metadata.json", vendor_words.join(" ")),
+            limits.build,
+        )
         .await?;
     if meta.exit_code != Some(0) {
         return Ok(GuardedRun::BuildFailed { output: meta.output });
@@ -352,6 +377,7 @@ pub async fn run_guarded_nodes(
         }
     }
     args.extend(extra.iter().cloned());
+    args.extend(vendor);
     let files = judged_files(nodes, &roots, &texts).map_err(HarnessError::Other)?;
     run_guarded(sb, &files, &args, limits, rng).await
 }
