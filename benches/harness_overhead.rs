@@ -149,9 +149,10 @@ async fn paired(
                 }
                 2 => {
                     let plan = &frozen.plan;
-                    let command =
-                        GuardedCommand::parse(plan.command.runner, &plan.command.activated, &plan.nodes)
-                            .unwrap();
+                    let execcritic::harness::validate::PlanCommand::Python(python) = &plan.command else {
+                        panic!("the benchmark's bundle is a pytest bundle")
+                    };
+                    let command = GuardedCommand::parse(python.runner, &python.activated, &plan.nodes).unwrap();
                     let run = RunPlan::plain(command, sb);
                     let r = run_after(sb, &[("apply", apply.clone())], run, t, true).await.unwrap();
                     let Staged::Ran(r) = r else { panic!("a step failed") };
