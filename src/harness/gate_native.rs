@@ -69,22 +69,7 @@ pub fn base_category(run: &GuardedRun, nodes: &[String]) -> BaseCategory {
         GuardedRun::Judged(j) if !j.violations.is_empty() => return BaseCategory::Tampered,
         GuardedRun::Judged(j) => j,
     };
-    let mut failed = false;
-    for n in nodes {
-        match j.real.get(n) {
-            None => return BaseCategory::RunnerLabelError,
-            Some(TestStatus::Error) => return BaseCategory::Timeout,
-            Some(TestStatus::Skipped | TestStatus::XFail) => return BaseCategory::SkippedOrXfail,
-            Some(TestStatus::XPass) => return BaseCategory::Xpass,
-            Some(TestStatus::Failed) => failed = true,
-            Some(TestStatus::Passed) => {}
-        }
-    }
-    if failed {
-        BaseCategory::AssertionFailureClean
-    } else {
-        BaseCategory::Passed
-    }
+    super::runners::nodes_category(&j.real, nodes, BaseCategory::Timeout)
 }
 
 /// The candidate gate's failure kind (the bundle built and failed cleanly on Base, so a build

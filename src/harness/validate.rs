@@ -240,7 +240,12 @@ fn resolve_bare_name(
         };
         last.split('[').next().unwrap_or(last).to_string()
     };
-    let matches: Vec<&String> = selected.iter().filter(|s| test_name(s) == n).collect();
+    only_match(n, selected.iter().filter(|s| test_name(s) == n).collect())
+}
+
+/// The one selected node a declared short name stands for: none is `node_not_selected`, several
+/// a `malformed_contract` naming them.
+fn only_match(n: &str, matches: Vec<&String>) -> Result<String, Rejection> {
     match matches.as_slice() {
         [one] => Ok((*one).clone()),
         [] => Err(Rejection::new(
@@ -251,11 +256,7 @@ fn resolve_bare_name(
             RejectionKind::MalformedContract,
             format!(
                 "test_nodes: `{n}` names several selected nodes ({}); declare the exact node ids",
-                several
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                several.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
             ),
         )),
     }
@@ -406,24 +407,7 @@ fn native_node(n: &str, selected: &[String]) -> Result<String, Rejection> {
     if selected.iter().any(|s| s == n) {
         return Ok(n.to_string());
     }
-    let matches: Vec<&String> = selected
-        .iter()
-        .filter(|s| s.split_once("::").is_some_and(|(_, path)| path == n))
-        .collect();
-    match matches.as_slice() {
-        [one] => Ok((*one).clone()),
-        [] => Err(Rejection::new(
-            RejectionKind::NodeNotSelected,
-            format!("test_nodes: `{n}` is declared but not selected by test_command"),
-        )),
-        several => Err(Rejection::new(
-            RejectionKind::MalformedContract,
-            format!(
-                "test_nodes: `{n}` names several selected nodes ({}); declare the exact node ids",
-                several.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-            ),
-        )),
-    }
+    only_match(n, selected.iter().filter(|s| s.split_once("::").is_some_and(|(_, path)| path == n)).collect())
 }
 
 #[cfg(test)]

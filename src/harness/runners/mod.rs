@@ -201,11 +201,23 @@ pub fn base_category(
     if !log.summary_seen || !log.consistent {
         return BaseCategory::IncompleteRun;
     }
+    nodes_category(&log.statuses, nodes, BaseCategory::IncompleteRun)
+}
+
+/// The Base category of the declared `nodes` from their statuses (a run that completed and is
+/// trusted): a node missing is `runner_label_error`, one in error `error` (the caller's meaning:
+/// an unfinished report, a timeout), a skipped or xfailed one `skipped_or_xfail`, an xpass
+/// `xpass`; `assertion_failure_clean` needs one failed and every other passed.
+pub fn nodes_category(
+    statuses: &std::collections::BTreeMap<String, TestStatus>,
+    nodes: &[String],
+    error: BaseCategory,
+) -> BaseCategory {
     let mut failed = false;
     for n in nodes {
-        match log.statuses.get(n) {
+        match statuses.get(n) {
             None => return BaseCategory::RunnerLabelError,
-            Some(TestStatus::Error) => return BaseCategory::IncompleteRun,
+            Some(TestStatus::Error) => return error,
             Some(TestStatus::Skipped | TestStatus::XFail) => return BaseCategory::SkippedOrXfail,
             Some(TestStatus::XPass) => return BaseCategory::Xpass,
             Some(TestStatus::Failed) => failed = true,
