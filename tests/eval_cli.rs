@@ -469,3 +469,56 @@ fn eval_resolves_on_a_promisor_clone_whose_workspaces_hold_no_future() {
     assert_eq!(traj.matches("visible=none").count(), future.len(), "{traj}");
     assert!(!traj.contains("visible=commit"), "a future commit reached the Repair agent's workspace");
 }
+
+/// `eval` on a task file mixing Python and Rust instances: one report, a per-language breakdown
+/// (the bundled suite's tablefmt, pytest; the crates suite's strsim, `cargo test` under the native
+/// guard), each language's Round-0 Gold patch resolved by its own official evaluator and an
+/// empty Round 0 not.
+#[test]
+fn eval_reports_each_language_of_a_mixed_task_file() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: the guarded cargo run needs throw-away runs (root with overlayfs)");
+        return;
+    }
+    let crates = match execcritic::task::crates_suite() {
+        Ok(p) => load_tasks(&p).unwrap(),
+        Err(execcritic::task::TaskError::SuiteNotFetched { message, .. }) => {
+            eprintln!("SKIPPED: {message}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let bundled = load_tasks(&bundled_suite().unwrap()).unwrap();
+    let python = bundled.iter().find(|t| t.instance_id == A).unwrap().clone();
+    let rust: Vec<TaskInstance> = crates.into_iter().collect();
+    let dir = tempfile::tempdir().unwrap();
+    let scripts = dir.path().join("repair-scripts");
+    // The Python instance and the first Rust one submit their gold fix; the second Rust one
+    // submits nothing (looks around, then submits an empty patch).
+    write_script(&scripts, A, &round0_applying(&python.patch));
+    write_script(&scripts, &rust[0].instance_id, &round0_applying(&rust[0].patch));
+    write_script(&scripts, &rust[1].instance_id, &[call("cd /testbed && ls"), call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")]);
+    let tasks: Vec<String> = std::iter::once(&python).chain(&rust).map(|t| t.to_json().unwrap().to_string()).collect();
+    let tasks_file = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks_file, tasks.join("\n") + "\n").unwrap();
+    let out = dir.path().join("out");
+    let o = bin()
+        .args(["eval", "--tests", "none", "--runs", "1", "--workers", "2", "--tasks"])
+        .arg(&tasks_file)
+        .arg("--out")
+        .arg(&out)
+        .arg(format!("--repair-policy=scripted:{}", scripts.display()))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}\n{}", String::from_utf8_lossy(&o.stderr));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let by: Vec<(String, u64, f64)> = report["by_language"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["language"].as_str().unwrap().to_string(), l["instances"].as_u64().unwrap(), l["conditions"][0]["final"]["mean"].as_f64().unwrap()))
+        .collect();
+    assert_eq!(by, [("python".to_string(), 1, 100.0), ("rust".to_string(), 2, 50.0)], "{report:#}");
+    assert_eq!(report["infra"].as_array().unwrap().len(), 0, "{report:#}");
+}
