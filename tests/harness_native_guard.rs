@@ -487,6 +487,7 @@ async fn a_cargo_bundle_qualifies_audits_and_judges_candidates() {
     let v = check_candidate(&task, &frozen, "", SandboxKind::Local).await.unwrap();
     assert_eq!(v.failed_test_names, ["calc/test/calc::adds", "calc/test/calc::adds_negative"], "{}", v.feedback);
     assert!(v.feedback.contains("test calc/test/calc::labels ... ok"), "{}", v.feedback);
+    assert!(v.feedback.contains("language: rust"), "{}", v.feedback);
     // A candidate that does not compile is its own hard failure, with the compiler's words.
     let broken = task.patch.replace("+    a + b", "+    a + ");
     let v = check_candidate(&task, &frozen, &broken, SandboxKind::Local).await.unwrap();

@@ -33,6 +33,8 @@ const SEPARATOR_RUN: usize = 10;
 /// Values the envelope reports (derived from the gate's execution record).
 #[derive(Clone, Debug, Default)]
 pub struct EnvelopeInput {
+    /// The test execution contract's `language` (`python` when empty; `rust` for a cargo bundle).
+    pub language: String,
     pub runner_command: String,
     pub test_filename: String,
     pub gate_status: String,
@@ -159,7 +161,8 @@ fn render_head(e: &EnvelopeInput, field: usize, items: usize) -> String {
     );
     per_test.insert("timeout_detected".into(), json!(e.timeout_detected));
     format!(
-        "test_execution_contract:\n  language: python\n  working_directory: /testbed\n  test_source_visibility: hidden_verifier_only\n  per_test:\n    {}\ngenerated_test_gate:\n  gate_status: {}\n  gate_reason: {}\n  passed: {}\n  n_tests: {}\n  failed_test_names: {}\n  per_test:\n    {}\n",
+        "test_execution_contract:\n  language: {}\n  working_directory: /testbed\n  test_source_visibility: hidden_verifier_only\n  per_test:\n    {}\ngenerated_test_gate:\n  gate_status: {}\n  gate_reason: {}\n  passed: {}\n  n_tests: {}\n  failed_test_names: {}\n  per_test:\n    {}\n",
+        if e.language.is_empty() { "python".to_string() } else { clip(&e.language, name) },
         json!({"index": 0, "runner_command": clip(&e.runner_command, field), "test_filename": clip(&e.test_filename, name)}),
         bare(&e.gate_status, name),
         bare(&e.gate_reason, name),
@@ -241,6 +244,14 @@ mod tests {
             at += i;
         }
         assert!(s.ends_with("\n</raw_test_output_tail>"));
+    }
+
+    #[test]
+    fn the_contract_names_the_bundles_language() {
+        let rust = render(&EnvelopeInput { language: "rust".into(), ..Default::default() });
+        assert!(rust.contains("test_execution_contract:\n  language: rust\n"), "{rust}");
+        let default = render(&EnvelopeInput::default());
+        assert!(default.contains("  language: python\n"), "{default}");
     }
 
     #[test]
@@ -366,6 +377,7 @@ mod tests {
                     .collect::<Vec<_>>()
             };
             let e = EnvelopeInput {
+                language: nasty(&mut rng),
                 runner_command: nasty(&mut rng),
                 test_filename: nasty(&mut rng),
                 gate_status: nasty(&mut rng),

@@ -316,6 +316,10 @@ pub async fn check_candidate_in(
 ) -> Result<GateVerdict, HarnessError> {
     let plan = &frozen.plan;
     let mut env = EnvelopeInput {
+        language: match &plan.command {
+            PlanCommand::Python(_) => "python".into(),
+            PlanCommand::Native(_) => "rust".into(),
+        },
         runner_command: frozen.bundle.test_command.clone(),
         test_filename: plan.paths.first().cloned().unwrap_or_default(),
         n_tests: plan.nodes.len(),
