@@ -7,7 +7,9 @@
 //! * `bundle_validation`: bundles from mutated fixture patches, generated test commands (with
 //!   shell syntax and mutations) and generated contracts: `Bundle::from_parts`, `validate` and
 //!   the selector's `parse_command`, `runners::parse_native_command` and a cargo task's
-//!   `task_build_flags` (cargo/go words and node ids included) never panic.
+//!   `task_build_flags` (cargo/go words and node ids included) never panic; well-formed cargo
+//!   commands with their contracts (and near-misses) reach the native node binding, and some
+//!   validate.
 //! * `checkpoint_open`: checkpoint directories with a generated `model.safetensors` (headers with
 //!   huge or inconsistent lengths, offsets and shapes) or a shard index whose file names escape
 //!   the directory: `Checkpoint::open` never panics, and refuses every shard name that is not a
@@ -95,19 +97,70 @@ fn command() -> impl Strategy<Value = String> {
     prop::collection::vec(word, 1..6).prop_map(|ws| ws.join(" "))
 }
 
+/// A well-formed `cargo test` command and a contract declaring its tests (bare paths or full
+/// ids, sometimes one more or one fewer), the words then and again swapped for a near-miss: the
+/// native binding of declared to selected nodes is reached, not only the command parser.
+fn cargo_bundle() -> impl Strategy<Value = (String, String)> {
+    let path = prop::sample::select(vec!["a", "tests::a", "tests::b", "m::tests::c", "levenshtein_works", "r#type", "a::", "::a", "a b"]);
+    let target = prop::sample::select(vec!["--lib", "--test lib", "--test calc", "--bin tool", "--tests", "--doc"]);
+    let flag = prop::sample::select(vec!["", "--features=x", "--release", "-F a,b", "--locked", "-q", "--nocapture", "--all-features"]);
+    let env = prop::sample::select(vec!["", "TZ=UTC ", "RUST_BACKTRACE=1 ", "CARGO_TARGET_DIR=/tmp "]);
+    let package = prop::sample::select(vec!["demo", "strsim", "calc", "-x"]);
+    let paths = prop::collection::vec(path, 1..4);
+    (env, package, target, flag, paths, 0u8..6, 0u8..4)
+        .prop_map(|(env, package, target, flag, paths, declare, damage)| {
+            let scope = match target {
+                "--lib" => format!("{package}/lib"),
+                t => format!("{package}/{}", t.trim_start_matches("--").replace(' ', "/")),
+            };
+            let mut cmd = format!("{env}cargo test -p {package} {target} {flag} -- --exact {}", paths.join(" "));
+            match damage {
+                0 => cmd = cmd.replace(" --exact", ""),
+                1 => cmd = cmd.replace(" -- ", " "),
+                _ => {}
+            }
+            let mut nodes: Vec<String> = paths
+                .iter()
+                .map(|p| if declare % 2 == 0 { p.to_string() } else { format!("{scope}::{p}") })
+                .collect();
+            match declare {
+                4 => nodes.push("tests::undeclared".into()),
+                5 => {
+                    nodes.pop();
+                }
+                _ => {}
+            }
+            let contract = json!({"entrypoint": "e", "trigger": "t", "expected_output": "o", "issue_evidence": ["i"],
+                "alternative_hypotheses": ["a"], "non_assertions": ["n"], "test_nodes": nodes});
+            (cmd, contract.to_string())
+        })
+}
+
+/// How many generated bundles validated (the native path's binding reached).
+static VALIDATED_CARGO: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 #[test]
 fn bundle_validation() {
     let patches = seeds("tests/fixtures", &["test.patch"]);
-    let bundle = (mutated(patches, &["diff --git a/t b/t\n", "+def test_x():\n", "\n"]), command(), contract());
-    fuzz("bundle_validation", 1_000, bundle, |(patch, cmd, contract)| {
+    let pair = prop_oneof![(command(), contract()), cargo_bundle()];
+    // A seed patch as it is, now and then: whole bundles get past the patch checks.
+    let patch = prop_oneof![3 => mutated(patches.clone(), &["diff --git a/t b/t\n", "+def test_x():\n", "\n"]), 1 => prop::sample::select(patches)];
+    let bundle = (patch, pair);
+    fuzz("bundle_validation", 1_000, bundle, |(patch, (cmd, contract))| {
         let _ = parse_command(&cmd);
         let _ = parse_native_command(&cmd);
         let _ = task_build_flags(&cmd);
         if let Ok(b) = Bundle::from_parts(&patch, &cmd, &contract) {
-            let _ = validate(&b);
+            if let Ok(plan) = validate(&b) {
+                if matches!(plan.command, execcritic::harness::validate::PlanCommand::Native(_)) {
+                    VALIDATED_CARGO.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
         }
         Ok(())
     });
+    // The generator reaches whole valid cargo bundles, not only parse errors.
+    assert!(VALIDATED_CARGO.load(std::sync::atomic::Ordering::Relaxed) > 0, "no generated cargo bundle validated");
 }
 
 /// A safetensors file: an 8-byte little-endian header length (possibly lying), the header, data.
