@@ -318,7 +318,7 @@ pub async fn check_candidate_in(
     let mut env = EnvelopeInput {
         language: match &plan.command {
             PlanCommand::Python(_) => "python".into(),
-            PlanCommand::Native(_) => "rust".into(),
+            PlanCommand::Native(c) => c.runner.language().into(),
         },
         runner_command: frozen.bundle.test_command.clone(),
         test_filename: plan.paths.first().cloned().unwrap_or_default(),

@@ -160,6 +160,18 @@ fn reset_paths(task: &TaskInstance, model: &[FileChange], official: &[FileChange
     out
 }
 
+/// A test's outcome as a grade result names it (`PASSED`, `FAILED`, …; `MISSING` when the run
+/// did not report it).
+pub(crate) fn status_name(st: Option<TestStatus>) -> String {
+    match st {
+        Some(s) => serde_json::to_value(s)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        None => "MISSING".into(),
+    }
+}
+
 /// Reset `paths` to Base in the sandbox (checked out, or removed when Base lacks them).
 async fn reset_to_base(sb: &dyn Sandbox, paths: &[String]) -> Result<(), HarnessError> {
     if paths.is_empty() {
@@ -285,14 +297,7 @@ pub async fn grade(
     for id in task.fail_to_pass.iter().chain(task.pass_to_pass.iter()) {
         let st = statuses.get(&canon(runner, id)).copied();
         resolved &= st == Some(TestStatus::Passed);
-        let name = match st {
-            Some(s) => serde_json::to_value(s)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default(),
-            None => "MISSING".into(),
-        };
-        tests.insert(id.clone(), name);
+        tests.insert(id.clone(), status_name(st));
     }
     if task.fail_to_pass.is_empty() && task.pass_to_pass.is_empty() {
         return Ok(error(task, "no_f2p_p2p_tests"));

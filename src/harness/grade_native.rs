@@ -15,7 +15,7 @@ use super::error::HarnessError;
 use super::execute::{apply_patch, ApplyOutcome};
 use super::gate::TEST_TIMEOUT;
 use super::gate_native::{BUILD_BUDGET, MUTANTS};
-use super::grade::GradeResult;
+use super::grade::{status_name, GradeResult};
 use super::guard::libtest_run::{run_guarded_nodes, split_node, GuardedRun, RunLimits};
 use super::logparse::TestStatus;
 use super::runners::cargo::task_build_flags;
@@ -60,7 +60,7 @@ pub async fn grade_cargo(task: &TaskInstance, sb: &dyn Sandbox) -> Result<GradeR
     let j = match run_guarded_nodes(sb, &ids_unique, &flags, &limits, &mut rng).await? {
         GuardedRun::BuildFailed { .. } => {
             return Ok(GradeResult {
-                tests: ids.iter().map(|id| (id.clone(), "MISSING".to_string())).collect(),
+                tests: ids.iter().map(|id| (id.clone(), status_name(None))).collect(),
                 completion: Some("build_failed".into()),
                 ..blank(None)
             })
@@ -78,11 +78,7 @@ pub async fn grade_cargo(task: &TaskInstance, sb: &dyn Sandbox) -> Result<GradeR
     for id in &ids {
         let st = j.real.get(id).copied();
         resolved &= st == Some(TestStatus::Passed);
-        let name = match st {
-            Some(s) => serde_json::to_value(s).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
-            None => "MISSING".into(),
-        };
-        tests.insert(id.clone(), name);
+        tests.insert(id.clone(), status_name(st));
     }
     Ok(GradeResult { resolved, tests, ..blank(None) })
 }

@@ -31,6 +31,14 @@ pub enum NativeRunner {
 }
 
 impl NativeRunner {
+    /// The language of the repositories it runs (the feedback envelope's `language`).
+    pub fn language(self) -> &'static str {
+        match self {
+            NativeRunner::Cargo => "rust",
+            NativeRunner::Go => "go",
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             NativeRunner::Cargo => "cargo test",
