@@ -471,8 +471,8 @@ fn eval_resolves_on_a_promisor_clone_whose_workspaces_hold_no_future() {
 }
 
 /// `eval` on a task file mixing Python and Rust instances: one report, a per-language breakdown
-/// (the bundled suite's tablefmt, pytest; the crates suite's strsim, `cargo test` under the native
-/// guard), each language's Round-0 Gold patch resolved by its own official evaluator and an
+/// (the bundled suite's tablefmt, pytest; the crates suite's strsim and shlex, `cargo test` under
+/// the native guard), each language's Round-0 Gold patch resolved by its own official evaluator and an
 /// empty Round 0 not.
 #[test]
 fn eval_reports_each_language_of_a_mixed_task_file() {
@@ -490,7 +490,9 @@ fn eval_reports_each_language_of_a_mixed_task_file() {
     };
     let bundled = load_tasks(&bundled_suite().unwrap()).unwrap();
     let python = bundled.iter().find(|t| t.instance_id == A).unwrap().clone();
-    let rust: Vec<TaskInstance> = crates.into_iter().collect();
+    // The first task of each crate (strsim, shlex).
+    let rust: Vec<TaskInstance> = crates.into_iter().filter(|t| t.instance_id.ends_with("-201")).collect();
+    assert_eq!(rust.len(), 2);
     let dir = tempfile::tempdir().unwrap();
     let scripts = dir.path().join("repair-scripts");
     // The Python instance and the first Rust one submit their gold fix; the second Rust one

@@ -529,12 +529,18 @@ async fn crates_suite_tasks_qualify_audit_and_grade_as_labelled() {
         Err(e) => panic!("{e}"),
     };
     let tasks = load_tasks(&path).unwrap();
-    assert_eq!(tasks.len(), 2);
+    // Two crates (strsim, shlex), two tasks each.
+    assert_eq!(tasks.len(), 4);
     for task in &tasks {
         let id = &task.instance_id;
         assert_eq!(task.runner, Runner::Cargo, "{id}");
         let bundle = oracle_bundle(task).unwrap();
-        assert!(bundle.test_command.starts_with("cargo test -p strsim --test lib -- --exact "), "{id}: {}", bundle.test_command);
+        // The F2P test's own package and integration-test target (`strsim/test/lib::…` →
+        // `-p strsim --test lib`).
+        let (package, rest) = task.fail_to_pass[0].split_once("/test/").unwrap();
+        let target = rest.split("::").next().unwrap();
+        let prefix = format!("cargo test -p {package} --test {target} -- --exact ");
+        assert!(bundle.test_command.starts_with(&prefix), "{id}: {}", bundle.test_command);
         let frozen = match qualify(task, &bundle, SandboxKind::Local).await.unwrap() {
             Qualification::Accepted(f) => f,
             other => panic!("{id}: the oracle bundle does not qualify: {other:?}"),
