@@ -1,9 +1,11 @@
 //! Gated full attention with backward: q/gate projection (per-head interleave), (1+w) q/k
 //! RMSNorm, partial RoPE, grouped-query causal softmax attention, sigmoid output gate, output
-//! projection. The attention probabilities are recomputed in the backward, not stored.
+//! projection. The attention probabilities are recomputed in the backward, not stored. The
+//! per-row loops are [`super::attention_rows`] (vectorised, bit-identical to plain loops).
 
 use crate::model::rope::Rope;
-use crate::tensor::cpu::{dot, rms_norm_1p, sigmoid, softmax};
+use super::attention_rows::{backward_row, dot, dots, weighted_sum};
+use crate::tensor::cpu::{rms_norm_1p, sigmoid, softmax};
 use crate::train::ops::{linear, rms_norm_1p_backward};
 use crate::train::grad_sink::GradSink;
 use crate::train::params::{ParamStore, Pid};
@@ -87,8 +89,8 @@ impl AttentionW {
         let kvh = h / (hq / hkv);
         let scale = 1.0 / (hd as f32).sqrt();
         let qi = &q[(i * hq + h) * hd..(i * hq + h + 1) * hd];
-        let mut p: Vec<f32> =
-            (0..=i).map(|j| dot(qi, &k[(j * hkv + kvh) * hd..(j * hkv + kvh + 1) * hd]) * scale).collect();
+        let mut p = Vec::new();
+        dots(qi, &k[kvh * hd..], hkv * hd, i + 1, Some(scale), &mut p);
         softmax(&mut p);
         p
     }
@@ -99,12 +101,7 @@ impl AttentionW {
         let mut out = vec![0.0; n * hd];
         for i in 0..n {
             let p = self.probs(q, k, h, i);
-            for (j, pj) in p.iter().enumerate() {
-                let vj = &v[(j * hkv + kvh) * hd..(j * hkv + kvh + 1) * hd];
-                for d in 0..hd {
-                    out[i * hd + d] += pj * vj[d];
-                }
-            }
+            weighted_sum(&p, &v[kvh * hd..], hkv * hd, &mut out[i * hd..(i + 1) * hd]);
         }
         out
     }
@@ -118,19 +115,12 @@ impl AttentionW {
         for i in 0..n {
             let p = self.probs(&s.q, &s.k, h, i);
             let doi = &d_o[(i * hq + h) * hd..(i * hq + h + 1) * hd];
-            let dp: Vec<f32> =
-                (0..=i).map(|j| dot(doi, &s.v[(j * hkv + kvh) * hd..(j * hkv + kvh + 1) * hd])).collect();
+            let mut dp = Vec::new();
+            dots(doi, &s.v[kvh * hd..], hkv * hd, i + 1, None, &mut dp);
             let pdp = dot(&p, &dp);
             let qi = &s.q[(i * hq + h) * hd..(i * hq + h + 1) * hd];
-            for j in 0..=i {
-                let ds = p[j] * (dp[j] - pdp) * scale;
-                let kj = &s.k[(j * hkv + kvh) * hd..(j * hkv + kvh + 1) * hd];
-                for d in 0..hd {
-                    dv[j * hd + d] += p[j] * doi[d];
-                    dq[i * hd + d] += ds * kj[d];
-                    dk[j * hd + d] += ds * qi[d];
-                }
-            }
+            let dq_i = &mut dq[i * hd..(i + 1) * hd];
+            backward_row(&p, &dp, pdp, scale, doi, qi, &s.k[kvh * hd..], hkv * hd, dq_i, &mut dk, &mut dv);
         }
         (dq, dk, dv)
     }

@@ -4,6 +4,7 @@
 //! adapter gradients formed from each projection's input and output gradient) and returns the input gradient.
 
 pub mod attention;
+pub mod attention_rows;
 pub mod delta_rule;
 pub mod expert_gemm;
 pub mod ffn;
