@@ -123,7 +123,7 @@ pub fn dots(q: &[f32], rows: &[f32], stride: usize, count: usize, scale: Option<
     let mut j = 0;
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
-        if hd % 8 == 0 {
+        if hd.is_multiple_of(8) {
             while j + 8 <= count {
                 let block: &mut [f32; 8] = (&mut out[j..j + 8]).try_into().expect("8 floats");
                 // SAFETY: AVX2 is present; rows j..j+8 lie inside `rows` (asserted above).
@@ -150,7 +150,7 @@ pub fn weighted_sum(p: &[f32], v: &[f32], stride: usize, out: &mut [f32]) {
     let hd = out.len();
     assert!(p.is_empty() || (p.len() - 1) * stride + hd <= v.len());
     #[cfg(target_arch = "x86_64")]
-    if hd % 8 == 0 && has_avx2() {
+    if hd.is_multiple_of(8) && has_avx2() {
         // SAFETY: AVX2 is present; the rows read lie inside `v` (asserted above).
         return unsafe { weighted_sum_avx2(p, v, stride, out) };
     }
@@ -203,45 +203,40 @@ pub fn backward_row(
     let (n, hd) = (p.len(), dq_i.len());
     assert!(dp.len() >= n && do_i.len() >= hd && q_i.len() >= hd && dk.len() >= n * hd && dv.len() >= n * hd);
     assert!(n == 0 || (n - 1) * stride + hd <= k.len());
-    #[cfg(target_arch = "x86_64")]
-    if hd % 8 == 0 && has_avx2() {
-        // SAFETY: AVX2 is present; every row touched lies inside its slice (asserted above).
-        return unsafe { backward_row_avx2(p, dp, pdp, scale, do_i, q_i, k, stride, dq_i, dk, dv) };
-    }
-    for j in 0..n {
-        let ds = p[j] * (dp[j] - pdp) * scale;
-        let kj = &k[j * stride..j * stride + hd];
-        for d in 0..hd {
-            dv[j * hd + d] += p[j] * do_i[d];
-            dq_i[d] += ds * kj[d];
-            dk[j * hd + d] += ds * q_i[d];
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn backward_row_avx2(
-    p: &[f32],
-    dp: &[f32],
-    pdp: f32,
-    scale: f32,
-    do_i: &[f32],
-    q_i: &[f32],
-    k: &[f32],
-    stride: usize,
-    dq_i: &mut [f32],
-    dk: &mut [f32],
-    dv: &mut [f32],
-) {
-    let (n, hd) = (p.len(), dq_i.len());
-    // `ds` once per key, as the plain loop computes it.
+    // `ds` once per key.
     let mut ds = vec![0.0f32; n];
     for j in 0..n {
         ds[j] = p[j] * (dp[j] - pdp) * scale;
     }
-    let (pp, dsp, kp, dkp, dvp) = (p.as_ptr(), ds.as_ptr(), k.as_ptr(), dk.as_mut_ptr(), dv.as_mut_ptr());
+    let keys = Keys { p, ds: &ds, k, stride };
+    #[cfg(target_arch = "x86_64")]
+    if hd.is_multiple_of(8) && has_avx2() {
+        // SAFETY: AVX2 is present; every row touched lies inside its slice (asserted above).
+        return unsafe { backward_row_avx2(&keys, do_i, q_i, dq_i, dk, dv) };
+    }
+    for j in 0..n {
+        let kj = &k[j * stride..j * stride + hd];
+        for d in 0..hd {
+            dv[j * hd + d] += p[j] * do_i[d];
+            dq_i[d] += ds[j] * kj[d];
+            dk[j * hd + d] += ds[j] * q_i[d];
+        }
+    }
+}
+
+/// What [`backward_row`] reads per key `j`: its probability, its score gradient, its key row.
+struct Keys<'a> {
+    p: &'a [f32],
+    ds: &'a [f32],
+    k: &'a [f32],
+    stride: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn backward_row_avx2(keys: &Keys, do_i: &[f32], q_i: &[f32], dq_i: &mut [f32], dk: &mut [f32], dv: &mut [f32]) {
+    let (n, hd, stride) = (keys.p.len(), dq_i.len(), keys.stride);
+    let (pp, dsp, kp, dkp, dvp) = (keys.p.as_ptr(), keys.ds.as_ptr(), keys.k.as_ptr(), dk.as_mut_ptr(), dv.as_mut_ptr());
     let mut c = 0;
     while c < hd {
         // SAFETY: c + 8 <= hd; rows j < n of k, dk and dv lie inside them (caller's asserts).
