@@ -624,3 +624,128 @@ async fn dependencies_come_from_the_prepared_vendor_directory() {
     let g = execcritic::harness::grade(&task, &task.patch, SandboxKind::Local).await.unwrap();
     assert!(g.resolved, "{g:?}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Go: the same canaries for `go test` (`guard::gotest`, `guard::gotest_run`) on a module built
+// by the real toolchain (`tests/fixtures/native_guard_go`: `calc/` at Base, `imp/*.go` the
+// candidates' versions of `calc.go`).
+
+fn go_fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/native_guard_go")
+}
+
+/// Whether a Go toolchain is on the `PATH` (Debian's `golang-go`; CI installs it).
+fn go_present() -> bool {
+    let ok = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED: no `go` on the PATH (apt-get install golang-go)");
+    }
+    ok
+}
+
+/// The module with `imp/<candidate>.go` as its `calc.go`, committed as the Base.
+fn go_repo(candidate: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&go_fixture().join("calc"), dir.path());
+    std::fs::copy(go_fixture().join(format!("imp/{candidate}.go")), dir.path().join("calc.go")).unwrap();
+    commit_base(dir.path());
+    dir
+}
+
+/// Plain `go test -count=1 -run <regex> .` on a copy with `candidate`, offline: did it exit 0?
+fn plain_go_test(candidate: &str, regex: &str) -> bool {
+    let dir = go_repo(candidate);
+    let cache = tempfile::tempdir().unwrap();
+    let _ = std::fs::remove_file("/tmp/.calc-first-run");
+    let out = Command::new("go")
+        .args(["test", "-count=1", "-run", regex, "."])
+        .env("GOCACHE", cache.path().join("cache"))
+        .env("GOPATH", cache.path().join("path"))
+        .env("GOPROXY", "off")
+        .env("GOFLAGS", "")
+        .env("GOTOOLCHAIN", "local")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file("/tmp/.calc-first-run");
+    out.status.success()
+}
+
+#[tokio::test]
+async fn guarded_go_runs_in_the_local_sandbox() {
+    use execcritic::harness::guard::gotest_run::run_guarded_nodes;
+    if !go_present() {
+        return;
+    }
+    // Each attack gets a plain `go test` of the judged test to exit 0 with the bug in place.
+    assert!(!plain_go_test("base", "^TestAdd$"));
+    assert!(plain_go_test("gold", "^(TestAdd|TestAddNegative|TestLabel)$"));
+    for attack in ["exit_forger", "embed_reader", "first_run"] {
+        assert!(plain_go_test(attack, "^TestAdd$"), "{attack} does not pass plain go test");
+    }
+    let repo = go_repo("base");
+    let Some(sb) = open(repo.path()) else { return };
+    let out = sb.exec("go version", Duration::from_secs(60)).await.unwrap();
+    assert!(out.output.contains("go version go1."), "{}", out.output);
+    let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6, env: vec!["TZ=UTC".into()] };
+    let nodes: Vec<String> = [".::TestAdd", ".::TestAddNegative", ".::TestLabel"].iter().map(|s| s.to_string()).collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(21);
+    // `embed_reader` passes the guard alone (its run reads the rewrite, compiled in): the screen
+    // refuses it (below).
+    use TestStatus::{Failed, Passed};
+    for (candidate, want) in [
+        ("gold", Some([Passed, Passed])),
+        ("base", Some([Failed, Failed])),
+        ("exit_forger", None),
+        ("first_run", None),
+        ("embed_reader", Some([Passed, Failed])),
+    ] {
+        sb.reset().await.unwrap();
+        let imp = std::fs::read(go_fixture().join(format!("imp/{candidate}.go"))).unwrap();
+        sb.put_file("/testbed/calc.go", &imp).await.unwrap();
+        let GuardedRun::Judged(j) = run_guarded_nodes(&sb, &nodes, &[], &[], &limits, &mut rng).await.unwrap() else {
+            panic!("{candidate}: build failed");
+        };
+        match want {
+            Some(st) => {
+                assert!(j.violations.is_empty(), "{candidate}: {:?}", j.violations);
+                for (id, st) in [".::TestAdd", ".::TestAddNegative"].into_iter().zip(st) {
+                    assert_eq!(j.real[id], st, "{candidate}: {id}: {j:?}");
+                }
+                assert_eq!(j.real[".::TestLabel"], TestStatus::Passed, "{candidate}");
+                // 3 planned groups of 7 and 2 controls.
+                assert_eq!(j.run.len(), 3 * 7 + 2, "{candidate}: {:?}", j.run.keys());
+            }
+            None => assert!(!j.violations.is_empty(), "{candidate}: not refused: {j:?}"),
+        }
+        // The judged file is back as it was, and the build left nothing behind.
+        let diff = sb.exec("git status --porcelain", Duration::from_secs(30)).await.unwrap();
+        let changed = if candidate == "base" { "" } else { "M calc.go" };
+        assert_eq!(diff.output.trim(), changed, "{candidate}");
+    }
+    // A compile error is a build failure, not a verdict.
+    sb.reset().await.unwrap();
+    sb.put_file("/testbed/calc.go", b"package calc\n\nfunc Add(a, b int) int { return a + }\n").await.unwrap();
+    let r = run_guarded_nodes(&sb, &nodes, &[], &[], &limits, &mut rng).await.unwrap();
+    assert!(matches!(&r, GuardedRun::BuildFailed { output } if output.contains("syntax error")), "{r:?}");
+    // A node that names no test function is the caller's error, not a verdict.
+    sb.reset().await.unwrap();
+    let missing = run_guarded_nodes(&sb, &[".::TestMissing".to_string()], &[], &[], &limits, &mut rng).await;
+    assert!(missing.is_err(), "{missing:?}");
+
+    // The screen refuses the embed reader by class; the fix passes it.
+    use execcritic::harness::diff::parse_patch;
+    use execcritic::harness::tamper::{screen_candidate_in, TamperClass};
+    let patch_of = |candidate: &str| {
+        std::fs::copy(go_fixture().join(format!("imp/{candidate}.go")), repo.path().join("calc.go")).unwrap();
+        let d = git(repo.path(), &["diff"]);
+        git(repo.path(), &["checkout", "-q", "--", "."]);
+        d
+    };
+    let refused = screen_candidate_in(&sb, &parse_patch(&patch_of("embed_reader")).unwrap()).await.unwrap().expect_err("refused");
+    assert_eq!(refused.class, TamperClass::BuildScript, "{refused:?}");
+    assert!(refused.to_string().contains("go:embed"), "{refused}");
+    for fine in ["gold", "exit_forger", "first_run"] {
+        screen_candidate_in(&sb, &parse_patch(&patch_of(fine)).unwrap()).await.unwrap().expect("passes the screen (the guard refuses the attacks)");
+    }
+}

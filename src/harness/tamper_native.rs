@@ -10,7 +10,8 @@
 //!   `test`, `doctest`, `autotests`, `autobenches`, `autobins`, `autoexamples`, `autolib`,
 //!   `cargo-features`); in a `go.mod`, a `toolchain` or `godebug` directive.
 //! - `build_script`: a cargo build script (`build.rs` outside `src/`; the `build` or `links`
-//!   key of `[package]`): it runs before the tests are compiled and can rewrite them.
+//!   key of `[package]`): it runs before the tests are compiled and can rewrite them; a
+//!   `//go:embed` directive added to Go source: the build reads files into the binary.
 //! - `dependency_override`: what the tests link against, replaced: `[patch.*]` and `[replace]`
 //!   in `Cargo.toml`, `replace` directives in `go.mod` (one line or a block), `go.work` files,
 //!   and vendored dependency source (`.go`/`.rs` files, `modules.txt`, `.cargo-checksum.json`
@@ -83,8 +84,22 @@ pub(super) fn manifest_rules(f: &FileChange, p: &str, base: BaseFiles) -> Result
     match file_name(p) {
         "Cargo.toml" => cargo_toml(f, p, base),
         "go.mod" => go_mod(f, p, base),
+        n if n.ends_with(".go") => go_source(f, p),
         _ => Ok(()),
     }
+}
+
+/// A `//go:embed` directive a Go source change adds: the build reads files into the binary —
+/// the judged tests among them, as the guard rewrites them (`guard::gotest`), which maps each
+/// random test name to its expected value. Whatever the pattern (a file, a glob, a directory),
+/// the capability is build-time reading, so every added directive is refused.
+fn go_source(f: &FileChange, p: &str) -> Result<(), Tamper> {
+    for line in f.added_lines() {
+        if line.trim_start().starts_with("//go:embed") {
+            return Err(tamper(TamperClass::BuildScript, p, "adds a //go:embed directive: the build reads files (the judged tests among them) into the binary"));
+        }
+    }
+    Ok(())
 }
 
 fn cargo_toml(f: &FileChange, p: &str, base: BaseFiles) -> Result<(), Tamper> {
@@ -309,5 +324,17 @@ mod tests {
         assert_eq!(at(9, "require example.com/a v1.0.0", "require example.com/c v1.2.0"), None);
         assert_eq!(at(3, "go 1.19", "toolchain go1.21.0"), Some(RunnerConfig));
         assert_eq!(at(3, "go 1.19", "// replace is a word in a comment"), None);
+    }
+
+    #[test]
+    fn go_embed_directives_are_build_time_reads() {
+        use TamperClass::*;
+        for added in ["//go:embed calc_test.go", "\t//go:embed *", "//go:embed testdata/x.txt", "//go:embed   ."] {
+            assert_eq!(class(&add("calc.go", &format!("package calc\n\nimport _ \"embed\"\n\n{added}\nvar s string\n"))), Some(BuildScript), "{added}");
+        }
+        // Prose about embedding, a directive the change only keeps, and other directives pass.
+        assert_eq!(class(&add("calc.go", "package calc\n\n// go:embed is not a directive with a space\nfunc Add(a, b int) int { return a + b }\n")), None);
+        assert_eq!(class(&edit("calc.go", 3, "//go:embed static", "// Static holds the pages.")), None);
+        assert_eq!(class(&add("calc.go", "package calc\n\n//go:noinline\nfunc Add(a, b int) int { return a + b }\n")), None);
     }
 }

@@ -390,13 +390,7 @@ fn splice(source: &str, outer: Range<usize>, inner: &Range<usize>, with: &str) -
 /// the smallest integer type that can hold it, since the type is not known here).
 fn mutate(source: &str, site: &LitSite, k: usize, rng: &mut impl Rng) -> Result<Vec<String>, String> {
     let original = source[site.range.clone()].to_string();
-    let window = |v: u128, max: u128, rng: &mut dyn rand::RngCore| -> Vec<u128> {
-        let k = k as u128;
-        let lo_min = v.saturating_sub(k);
-        let lo_max = v.min(max.saturating_sub(k));
-        let lo = if lo_max <= lo_min { lo_min.min(lo_max) } else { rng.random_range(lo_min..=lo_max) };
-        (lo..=lo + k).filter(|x| *x != v).collect()
-    };
+    let window = |v: u128, max: u128, rng: &mut dyn rand::RngCore| neighbours(v, max, k, rng);
     let others: Vec<String> = match &site.lit {
         Lit::Int(i) => {
             let v: u128 = i.base10_parse().map_err(|e| format!("literal {original}: {e}"))?;
@@ -446,10 +440,20 @@ fn mutate(source: &str, site: &LitSite, k: usize, rng: &mut impl Rng) -> Result<
     Ok(all)
 }
 
+/// The K neighbours of `v` in a window of K + 1 consecutive values within `0..=max` that holds
+/// `v` at a uniformly random rank (where the bounds allow).
+pub(super) fn neighbours(v: u128, max: u128, k: usize, rng: &mut dyn rand::RngCore) -> Vec<u128> {
+    let k = k as u128;
+    let lo_min = v.saturating_sub(k);
+    let lo_max = v.min(max.saturating_sub(k));
+    let lo = if lo_max <= lo_min { lo_min.min(lo_max) } else { rng.random_range(lo_min..=lo_max) };
+    (lo..=lo + k).filter(|x| *x != v).collect()
+}
+
 /// The largest value the literal's type may hold: its suffix's, or (unsuffixed) that of the
 /// smallest type among i8, u8, i16, … that holds it — a neighbour must compile whatever the
 /// inferred type.
-fn int_bound(v: u128, suffix: &str) -> u128 {
+pub(super) fn int_bound(v: u128, suffix: &str) -> u128 {
     let by_suffix = match suffix {
         "i8" => Some(i8::MAX as u128),
         "u8" => Some(u8::MAX as u128),

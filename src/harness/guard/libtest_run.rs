@@ -199,12 +199,12 @@ const MAX_FILE: usize = 4 << 20;
 const CHUNK: usize = 24 * 1024;
 
 /// Read a workspace file out of the sandbox, byte-exact.
-async fn read_file(sb: &dyn Sandbox, file: &str) -> Result<Vec<u8>, HarnessError> {
+pub(super) async fn read_file(sb: &dyn Sandbox, file: &str) -> Result<Vec<u8>, HarnessError> {
     read_path(sb, &format!("{WORKDIR}/{file}")).await
 }
 
 /// Read a file (absolute in-sandbox path) out of the sandbox, byte-exact.
-async fn read_path(sb: &dyn Sandbox, file: &str) -> Result<Vec<u8>, HarnessError> {
+pub(super) async fn read_path(sb: &dyn Sandbox, file: &str) -> Result<Vec<u8>, HarnessError> {
     let path = shell_quote(file);
     let mut out = Vec::new();
     loop {
@@ -225,7 +225,7 @@ async fn read_path(sb: &dyn Sandbox, file: &str) -> Result<Vec<u8>, HarnessError
     }
 }
 
-fn check_path(file: &str) -> Result<(), HarnessError> {
+pub(super) fn check_path(file: &str) -> Result<(), HarnessError> {
     let bad = file.is_empty() || file.starts_with('/') || file.split('/').any(|c| c == ".." || c.is_empty());
     if bad {
         return Err(HarnessError::Other(format!("judged file `{file}` is not a plain relative path")));

@@ -27,6 +27,9 @@
 //! grading: `tampered`). [`spec`] is what the in-sandbox code is told.
 
 pub mod canary;
+pub mod golex;
+pub mod gotest;
+pub mod gotest_run;
 pub mod libtest;
 pub mod libtest_run;
 pub mod records;

@@ -1,0 +1,698 @@
+//! Canaries for `go test`: [`super::libtest`]'s look-alikes carried over to Go test files.
+//!
+//! A Go test binary's exit status and its `-json` stream are written by the process the code
+//! under test runs in: a candidate's `init` can print a passing report and `os.Exit(0)` before a
+//! test starts. So, as for libtest, the verdict rests on what the code cannot predict:
+//!
+//! 1. **Look-alikes.** [`plan_file`] rewrites a `_test.go` file: each judged `func TestX(t
+//!    *testing.T)` gets a fresh random name `TestX<16 hex>`, and beside it, in random order, K
+//!    copies under names of the same shape that differ from it in one literal of the *expected*
+//!    side of its first assertion. An assertion is a top-level `if [init;] a != b { … }` whose
+//!    body only fails the test (`t.Error`, `t.Errorf`, `t.Fatal`, `t.Fatalf`, `t.Fail`,
+//!    `t.FailNow`, `return`) and one of whose sides is a constant: a literal (`-5`, `"abc"`,
+//!    `'x'`, `1.5`), or a name bound to one earlier in the function or in the `if`'s own init
+//!    (`want := 5`, `got, want := f(), "x"`) and used nowhere else. The K + 1 values are
+//!    consecutive with the original's rank uniformly random (the bounds of [`super::libtest`]). Each
+//!    file with a planned test also gets a must-pass and a must-fail control.
+//! 2. **No value on the failure path.** In every copy the assertion's body becomes `{ if false {
+//!    <body> }; os.Exit(1) }`: the body stays compiled (its names stay used), never runs — no
+//!    message formats a value through candidate code (`String()` methods), and the process ends
+//!    at once.
+//! 3. **One process per test** ([`super::gotest_run`]): the binary from `go test -c` runs each
+//!    copy by an anchored `-test.run`; the status is the exit status. Wherever the real test
+//!    passed, every mutant must have failed and the controls must have come out as written.
+//!
+//! Tests that cannot be planned keep their name, with the reason in the map (no such assertion,
+//! a `return` before it, a signature other than `(t *testing.T)`, the name referenced elsewhere
+//! in the file).
+
+use super::canary::{CanaryMap, Control, Group};
+use super::golex::{lex, matching, quote, unquote, Kind, Token};
+use super::libtest::{int_bound, neighbours, FilePlan};
+use rand::seq::SliceRandom;
+use rand::Rng;
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+/// The import names the rewrite adds (after the package clause, on its line).
+const OS: &str = "execcriticos__";
+const TESTING: &str = "execcritictesting__";
+
+/// A top-level function of a Go file.
+struct Func {
+    name: String,
+    /// Token indices: `func`, the name, the body's `{` and `}`.
+    func: usize,
+    name_tok: usize,
+    open: usize,
+    close: usize,
+    /// The parameter list's tokens (between the parentheses).
+    params: Range<usize>,
+}
+
+/// Top-level functions (no methods, no type parameters).
+fn functions(t: &[Token], src: &str) -> Vec<Func> {
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    let mut i = 0;
+    while i < t.len() {
+        let tx = t[i].text(src);
+        if t[i].kind == Kind::Op {
+            match tx {
+                "(" | "[" | "{" => depth += 1,
+                ")" | "]" | "}" => depth -= 1,
+                _ => {}
+            }
+        }
+        let is_func = depth == 0
+            && t[i].kind == Kind::Ident
+            && tx == "func"
+            && t.get(i + 1).is_some_and(|n| n.kind == Kind::Ident)
+            && t.get(i + 2).is_some_and(|p| p.text(src) == "(");
+        if is_func {
+            if let Some(pclose) = matching(t, src, i + 2) {
+                // A test has no results: the body opens right after the parameters.
+                if t.get(pclose + 1).is_some_and(|b| b.kind == Kind::Op && b.text(src) == "{") {
+                    if let Some(close) = matching(t, src, pclose + 1) {
+                        out.push(Func {
+                            name: t[i + 1].text(src).to_string(),
+                            func: i,
+                            name_tok: i + 1,
+                            open: pclose + 1,
+                            close,
+                            params: i + 3..pclose,
+                        });
+                        i = close + 1;
+                        continue;
+                    }
+                }
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Whether `name` is a Go test function's name (`Test`, then nothing or a character that is
+/// not a lower-case letter).
+pub fn is_test_name(name: &str) -> bool {
+    name.strip_prefix("Test").is_some_and(|rest| !rest.chars().next().is_some_and(|c| c.is_lowercase()))
+}
+
+/// The names of a file's top-level test functions.
+pub fn test_functions(source: &str) -> Result<Vec<String>, String> {
+    let t = lex(source)?;
+    Ok(functions(&t, source).into_iter().map(|f| f.name).filter(|n| is_test_name(n)).collect())
+}
+
+/// Rewrite `source` (one `_test.go` file, `file` its path for the map) for the judged tests
+/// (function names), with `k` mutants each.
+pub fn plan_file(file: &str, source: &str, judged: &[String], k: usize, rng: &mut impl Rng) -> Result<FilePlan, String> {
+    let t = lex(source).map_err(|e| format!("{file}: not Go syntax: {e}"))?;
+    let funcs = functions(&t, source);
+    let package_end = match (t.first(), t.get(1)) {
+        (Some(p), Some(n)) if p.text(source) == "package" && n.kind == Kind::Ident => n.range.end,
+        _ => return Err(format!("{file}: no package clause")),
+    };
+    let mut idents: BTreeMap<&str, usize> = BTreeMap::new();
+    for tok in t.iter().filter(|x| x.kind == Kind::Ident) {
+        *idents.entry(tok.text(source)).or_default() += 1;
+    }
+    let mut edits: Vec<(Range<usize>, String)> = Vec::new();
+    let mut map = CanaryMap::default();
+    for want in judged {
+        let Some(f) = funcs.iter().find(|f| &f.name == want) else {
+            return Err(format!("{file}: no test function `{want}`"));
+        };
+        let mut group = Group { path: file.to_string(), name: want.clone(), ..Group::default() };
+        let plan = if idents.get(want.as_str()).copied().unwrap_or(0) > 1 {
+            Err("name referenced elsewhere".to_string())
+        } else {
+            plan_function(&t, source, f, k, rng)
+        };
+        match plan {
+            Err(why) => group.why = Some(why),
+            Ok(variants) => {
+                let mut texts = Vec::new();
+                for (i, text) in variants.into_iter().enumerate() {
+                    let run_name = fresh_name(rng);
+                    texts.push(text.replacen("__EXECCRITIC_NAME__", &run_name, 1));
+                    if i == 0 {
+                        group.real = Some(run_name);
+                    } else {
+                        group.mutants.push(run_name);
+                    }
+                }
+                texts.shuffle(rng);
+                let start = t[f.func].range.start;
+                edits.push((start..t[f.close].range.end, texts.join("\n\n")));
+            }
+        }
+        map.groups.push(group);
+    }
+    if map.groups.iter().any(|g| g.real.is_some()) {
+        let mut controls = String::new();
+        for expect in ["pass", "fail"] {
+            let name = fresh_name(rng);
+            let body = if expect == "fail" { format!("{OS}.Exit(1)") } else { String::new() };
+            controls.push_str(&format!("\n\nfunc {name}(_ *{TESTING}.T) {{ {body} }}\n"));
+            map.controls.push(Control { path: file.to_string(), cls: None, name, expect: expect.into() });
+        }
+        let at = source.len();
+        edits.push((at..at, controls));
+        edits.push((package_end..package_end, format!("; import ({OS} \"os\"; {TESTING} \"testing\")")));
+    }
+    edits.sort_by_key(|(r, _)| std::cmp::Reverse(r.start));
+    let mut out = source.to_string();
+    for (range, text) in edits {
+        out.replace_range(range, &text);
+    }
+    Ok(FilePlan { source: out, map })
+}
+
+/// The statements of a block between token indices `open` and `close` (its braces), as token
+/// index ranges.
+fn statements(t: &[Token], src: &str, open: usize, close: usize) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    let mut start = open + 1;
+    // In the header of `if`, `for` or `switch` (up to its block's `{`), `;` separates clauses.
+    let mut header = false;
+    for j in open + 1..close {
+        if t[j].kind == Kind::Op {
+            match t[j].text(src) {
+                "{" if depth == 0 => {
+                    header = false;
+                    depth += 1
+                }
+                "(" | "[" | "{" => depth += 1,
+                ")" | "]" | "}" => depth -= 1,
+                _ => {}
+            }
+        }
+        if depth == 0 && t[j].kind == Kind::Ident && matches!(t[j].text(src), "if" | "for" | "switch") {
+            header = true;
+        }
+        if depth == 0 && !header && t[j].is_semi(src) {
+            if j > start {
+                out.push(start..j);
+            }
+            start = j + 1;
+        }
+    }
+    if close > start {
+        out.push(start..close);
+    }
+    out
+}
+
+/// Split `range` at top-level (bracket depth 0) tokens satisfying `at`.
+fn split_top(t: &[Token], src: &str, range: Range<usize>, at: impl Fn(&str) -> bool) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    let mut start = range.start;
+    for j in range.clone() {
+        if t[j].kind != Kind::Op {
+            continue;
+        }
+        let x = t[j].text(src);
+        match x {
+            "(" | "[" | "{" => depth += 1,
+            ")" | "]" | "}" => depth -= 1,
+            _ if depth == 0 && at(x) => {
+                out.push(start..j);
+                start = j + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(start..range.end);
+    out
+}
+
+/// The literal token of a constant operand (`5`, `-5`, `"x"`), if `r` is one.
+fn literal_operand(t: &[Token], src: &str, r: &Range<usize>) -> Option<usize> {
+    match r.len() {
+        1 if t[r.start].is_literal() => Some(r.start),
+        2 if matches!(t[r.start].text(src), "-" | "+") && t[r.start].kind == Kind::Op && matches!(t[r.start + 1].kind, Kind::Int | Kind::Float) => {
+            Some(r.start + 1)
+        }
+        _ => None,
+    }
+}
+
+/// `a, b := x, y` (or `=`, or `var a = x`, `const a = x`): the bound names with their
+/// expressions' token ranges.
+fn bindings(t: &[Token], src: &str, stmt: &Range<usize>) -> Vec<(String, Range<usize>)> {
+    let mut r = stmt.clone();
+    if matches!(t[r.start].text(src), "var" | "const") && t[r.start].kind == Kind::Ident {
+        r.start += 1;
+    }
+    let Some(eq) = r.clone().find(|&j| t[j].kind == Kind::Op && matches!(t[j].text(src), ":=" | "=")) else {
+        return Vec::new();
+    };
+    let names = split_top(t, src, r.start..eq, |x| x == ",");
+    let exprs = split_top(t, src, eq + 1..r.end, |x| x == ",");
+    if names.len() != exprs.len() {
+        return Vec::new();
+    }
+    names
+        .into_iter()
+        .zip(exprs)
+        .filter(|(n, _)| n.len() == 1 && t[n.start].kind == Kind::Ident)
+        .map(|(n, e)| (t[n.start].text(src).to_string(), e))
+        .collect()
+}
+
+/// Failing calls an assertion's body may consist of.
+const FAILS: [&str; 6] = ["Error", "Errorf", "Fatal", "Fatalf", "Fail", "FailNow"];
+
+/// Plan one test function: its K + 1 texts (the original's first), each named
+/// `__EXECCRITIC_NAME__`.
+fn plan_function(t: &[Token], src: &str, f: &Func, k: usize, rng: &mut impl Rng) -> Result<Vec<String>, String> {
+    // `(t *testing.T)`: the name the body fails through.
+    let p = &t[f.params.clone()];
+    let tname = match p {
+        [n, star, _, dot, ty] if n.kind == Kind::Ident && star.text(src) == "*" && dot.text(src) == "." && ty.text(src) == "T" => n.text(src),
+        _ => return Err("the signature is not (t *testing.T)".into()),
+    };
+    let stmts = statements(t, src, f.open, f.close);
+    for (si, s) in stmts.iter().enumerate() {
+        let head = t[s.start].text(src);
+        if t[s.start].kind == Kind::Ident && head == "if" {
+            if let Some(site) = assertion(t, src, s, &stmts[..si], tname) {
+                return variants(t, src, f, &site, k, rng);
+            }
+        }
+        if s.clone().any(|j| t[j].kind == Kind::Ident && matches!(t[j].text(src), "return" | "goto")) {
+            return Err("a return before the assertion".into());
+        }
+    }
+    Err("no assertion `if a != <constant> { t.Error… }` at the top level".into())
+}
+
+/// What the rewrite changes in a planned function.
+struct Site {
+    /// The literal token to mutate.
+    literal: usize,
+    /// The assertion's body braces.
+    open: usize,
+    close: usize,
+}
+
+fn assertion(t: &[Token], src: &str, s: &Range<usize>, before: &[Range<usize>], tname: &str) -> Option<Site> {
+    // The header runs to the first top-level `{`; a function literal in it is not followed.
+    let mut depth = 0i32;
+    let mut open = None;
+    for j in s.start + 1..s.end {
+        let x = t[j].text(src);
+        if t[j].kind == Kind::Ident && x == "func" {
+            return None;
+        }
+        if t[j].kind != Kind::Op {
+            continue;
+        }
+        match x {
+            "{" if depth == 0 => {
+                open = Some(j);
+                break;
+            }
+            "(" | "[" | "{" => depth += 1,
+            ")" | "]" | "}" => depth -= 1,
+            _ => {}
+        }
+    }
+    let open = open?;
+    let close = matching(t, src, open)?;
+    if close + 1 != s.end {
+        return None; // an `else` follows
+    }
+    // The body only fails the test.
+    let body = statements(t, src, open, close);
+    let mut fails = false;
+    for b in &body {
+        let w: Vec<&str> = b.clone().map(|j| t[j].text(src)).collect();
+        match w.as_slice() {
+            ["return"] => {}
+            [n, ".", m, "(", .., ")"] if *n == tname && FAILS.contains(m) && matching(t, src, b.start + 3) == Some(b.end - 1) => fails = true,
+            _ => return None,
+        }
+    }
+    if !fails {
+        return None;
+    }
+    // `[init;] a != b`.
+    let parts = split_top(t, src, s.start + 1..open, |x| x == ";");
+    let (init, cond) = match parts.as_slice() {
+        [c] => (None, c.clone()),
+        [i, c] => (Some(i.clone()), c.clone()),
+        _ => return None,
+    };
+    let comparisons = ["==", "!=", "<", "<=", ">", ">=", "&&", "||"];
+    let sides = split_top(t, src, cond.clone(), |x| comparisons.contains(&x));
+    let [a, b] = sides.as_slice() else { return None };
+    let op = t[a.end].text(src);
+    if op != "!=" || a.is_empty() || b.is_empty() {
+        return None;
+    }
+    let constant = |r: &Range<usize>| -> Option<usize> {
+        if let Some(l) = literal_operand(t, src, r) {
+            return Some(l);
+        }
+        if r.len() != 1 || t[r.start].kind != Kind::Ident {
+            return None;
+        }
+        let name = t[r.start].text(src);
+        // Bound in the init, or in an earlier top-level statement, to a literal.
+        let mut scopes: Vec<&Range<usize>> = before.iter().collect();
+        if let Some(i) = &init {
+            scopes.push(i);
+        }
+        let (stmt, expr) = scopes.iter().rev().find_map(|st| {
+            bindings(t, src, st).into_iter().find(|(n, _)| n == name).map(|(_, e)| (*st, e))
+        })?;
+        let lit = literal_operand(t, src, &expr)?;
+        // Used nowhere else before the assertion's end (the binding, the comparison, the body).
+        let uses = before
+            .iter()
+            .chain(std::iter::once(s))
+            .flat_map(|r| r.clone())
+            .filter(|&j| t[j].kind == Kind::Ident && t[j].text(src) == name && !stmt.contains(&j) && !(open..=close).contains(&j))
+            .count();
+        (uses == 1 && !later_in_function(t, src, s.end, name)).then_some(lit)
+    };
+    let (ca, cb) = (constant(a), constant(b));
+    let literal = match (ca, cb) {
+        (Some(_), Some(_)) | (None, None) => return None,
+        (Some(l), None) | (None, Some(l)) => l,
+    };
+    Some(Site { literal, open, close })
+}
+
+/// Whether `name` occurs after token `from` up to the end of the enclosing function's body (the
+/// first `}` that closes below the statement's depth).
+fn later_in_function(t: &[Token], src: &str, from: usize, name: &str) -> bool {
+    let mut depth = 0i32;
+    for tok in &t[from..] {
+        if tok.kind == Kind::Op {
+            match tok.text(src) {
+                "(" | "[" | "{" => depth += 1,
+                ")" | "]" | "}" => {
+                    depth -= 1;
+                    if depth < 0 {
+                        return false;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if tok.kind == Kind::Ident && tok.text(src) == name {
+            return true;
+        }
+    }
+    false
+}
+
+/// The function's K + 1 texts.
+fn variants(t: &[Token], src: &str, f: &Func, site: &Site, k: usize, rng: &mut impl Rng) -> Result<Vec<String>, String> {
+    let lits = mutate(t[site.literal].text(src), t[site.literal].kind, k, rng)?;
+    let start = t[f.func].range.start;
+    let end = t[f.close].range.end;
+    let body_inner = &src[t[site.open].range.end..t[site.close].range.start];
+    let failure = format!("{{ if false {{{body_inner}}}; {OS}.Exit(1) }}");
+    Ok(lits
+        .iter()
+        .map(|lit| {
+            let mut edits = [
+                (t[f.name_tok].range.clone(), "__EXECCRITIC_NAME__".to_string()),
+                (t[site.literal].range.clone(), lit.clone()),
+                (t[site.open].range.start..t[site.close].range.end, failure.clone()),
+            ];
+            edits.sort_by_key(|(r, _)| std::cmp::Reverse(r.start));
+            let mut text = src[start..end].to_string();
+            for (r, with) in edits {
+                text.replace_range(r.start - start..r.end - start, &with);
+            }
+            text
+        })
+        .collect())
+}
+
+/// The literal's K + 1 texts, the original first (see [`super::libtest`]'s `mutate`).
+fn mutate(original: &str, kind: Kind, k: usize, rng: &mut impl Rng) -> Result<Vec<String>, String> {
+    let others: Vec<String> = match kind {
+        Kind::Int => {
+            let digits = original.replace('_', "");
+            let v: u128 = if let Some(h) = digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")) {
+                u128::from_str_radix(h, 16)
+            } else if let Some(b) = digits.strip_prefix("0b").or_else(|| digits.strip_prefix("0B")) {
+                u128::from_str_radix(b, 2)
+            } else if let Some(o) = digits.strip_prefix("0o").or_else(|| digits.strip_prefix("0O")) {
+                u128::from_str_radix(o, 8)
+            } else if digits.len() > 1 && digits.starts_with('0') {
+                u128::from_str_radix(&digits[1..], 8)
+            } else {
+                digits.parse()
+            }
+            .map_err(|e| format!("literal {original}: {e}"))?;
+            neighbours(v, int_bound(v, ""), k, rng).into_iter().map(|x| x.to_string()).collect()
+        }
+        Kind::Float => {
+            let digits = original.replace('_', "");
+            if digits.contains(['e', 'E', 'p', 'P', 'x', 'X']) {
+                return Err(format!("float literal {original} with an exponent"));
+            }
+            let (int_part, frac) = digits.split_once('.').unwrap_or((&digits, ""));
+            let scaled: u128 = format!("{int_part}{frac}").parse().map_err(|_| format!("float literal {original}"))?;
+            neighbours(scaled, u64::MAX as u128, k, rng)
+                .into_iter()
+                .map(|x| {
+                    let s = format!("{x:0>width$}", width = frac.len() + 1);
+                    let (a, b) = s.split_at(s.len() - frac.len());
+                    if frac.is_empty() { format!("{a}.0") } else { format!("{a}.{b}") }
+                })
+                .collect()
+        }
+        Kind::Str | Kind::RawStr => {
+            let v = unquote(original).ok_or_else(|| format!("literal {original} cannot be read"))?;
+            let Some(last) = v.chars().last() else { return Err("an empty expected string".into()) };
+            let head = &v[..v.len() - last.len_utf8()];
+            neighbours(last as u128, 0xD7FF, k, rng)
+                .into_iter()
+                .filter_map(|c| char::from_u32(c as u32))
+                .map(|c| quote(&format!("{head}{c}"), '"'))
+                .collect()
+        }
+        Kind::Rune => {
+            let v = unquote(original).ok_or_else(|| format!("literal {original} cannot be read"))?;
+            let mut cs = v.chars();
+            let (Some(c), None) = (cs.next(), cs.next()) else { return Err(format!("literal {original} is not one rune")) };
+            // An ASCII rune may be compared with a byte: its neighbours stay ASCII.
+            let max = if (c as u32) < 0x80 { 0x7F } else { 0xD7FF };
+            neighbours(c as u128, max, k, rng)
+                .into_iter()
+                .filter_map(|x| char::from_u32(x as u32))
+                .map(|x| quote(&x.to_string(), '\''))
+                .collect()
+        }
+        _ => return Err(format!("literal {original} cannot be mutated")),
+    };
+    if others.len() != k {
+        return Err(format!("literal {original}: only {} neighbours", others.len()));
+    }
+    let mut all = vec![original.to_string()];
+    all.extend(others);
+    Ok(all)
+}
+
+/// A random test name of one shape for every copy: `TestX` and 16 hex digits.
+fn fresh_name(rng: &mut impl Rng) -> String {
+    format!("TestX{:016x}", rng.random::<u64>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    const FILE: &str = r#"package calc
+
+import (
+	"testing"
+)
+
+func TestAdd(t *testing.T) {
+	got := Add(2, 3)
+	want := 5
+	if got != want {
+		t.Errorf("Add(2, 3) = %d, want %d", got, want)
+	}
+}
+
+func TestSub(t *testing.T) {
+	if got := Sub(5, 3); got != -2 {
+		t.Fatalf("Sub = %d", got)
+		return
+	}
+	t.Log("more")
+}
+
+func TestName(t *testing.T) {
+	if got, want := Name(), "calc"; got != want {
+		t.Error("name", got)
+	}
+}
+
+func TestRune(t *testing.T) {
+	if First("xy") != 'x' {
+		t.FailNow()
+	}
+}
+
+func TestTable(t *testing.T) {
+	for _, c := range cases {
+		if Add(c.a, c.b) != c.want {
+			t.Errorf("%v", c)
+		}
+	}
+}
+
+func TestEarlyReturn(t *testing.T) {
+	if testing.Short() {
+		return
+	}
+	if Add(1, 1) != 2 {
+		t.Error("x")
+	}
+}
+
+func TestLogs(t *testing.T) {
+	if Add(1, 1) != 2 {
+		t.Log("not a failure")
+	}
+}
+
+func TestReused(t *testing.T) {
+	expected := 2
+	if Add(1, 1) != expected {
+		t.Error("x")
+	}
+	expected = 3
+	_ = expected
+}
+
+func TestBench(b *testing.B) {}
+
+func helper(t *testing.T) {}
+"#;
+
+    fn all() -> Vec<String> {
+        ["TestAdd", "TestSub", "TestName", "TestRune", "TestTable", "TestEarlyReturn", "TestLogs", "TestReused"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn test_functions_are_the_top_level_test_names() {
+        let names = test_functions(FILE).unwrap();
+        assert_eq!(names, [all(), vec!["TestBench".to_string()]].concat());
+        assert!(is_test_name("Test") && is_test_name("Test_x") && is_test_name("TestÉ") && !is_test_name("Testx"));
+    }
+
+    #[test]
+    fn judged_tests_get_lookalikes_and_unplannable_ones_say_why() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let plan = plan_file("calc_test.go", FILE, &all(), 6, &mut rng).unwrap();
+        let why: BTreeMap<&str, Option<&str>> = plan.map.groups.iter().map(|g| (g.name.as_str(), g.why.as_deref())).collect();
+        assert_eq!(why["TestAdd"], None);
+        assert_eq!(why["TestSub"], None);
+        assert_eq!(why["TestName"], None);
+        assert_eq!(why["TestRune"], None);
+        assert!(why["TestTable"].unwrap().contains("no assertion"), "{why:?}");
+        assert!(why["TestEarlyReturn"].unwrap().contains("return"), "{why:?}");
+        assert!(why["TestLogs"].unwrap().contains("no assertion"), "{why:?}");
+        assert!(why["TestReused"].unwrap().contains("no assertion"), "{why:?}");
+        for g in plan.map.groups.iter().filter(|g| g.why.is_none()) {
+            assert_eq!(g.mutants.len(), 6);
+            let real = g.real.as_ref().unwrap();
+            assert!(real.starts_with("TestX") && real.len() == 21, "{real}");
+            for m in &g.mutants {
+                assert!(plan.source.contains(&format!("func {m}(t *testing.T)")), "{m}");
+            }
+            assert!(!plan.source.contains(&format!("func {}(", g.name)));
+        }
+        // Unplanned tests keep their names; the imports ride on the package line.
+        assert!(plan.source.contains("func TestTable(t *testing.T)"));
+        assert!(plan.source.starts_with(&format!("package calc; import ({OS} \"os\"; {TESTING} \"testing\")\n")));
+        assert_eq!(plan.map.controls.len(), 2);
+        // Line numbers of the code that stays are kept.
+        let at = |s: &str, needle: &str| s[..s.find(needle).unwrap()].lines().count();
+        assert!(at(&plan.source, "func TestTable") >= at(FILE, "func TestTable"));
+        // Each planned assertion now exits, its body compiled but dead.
+        assert!(plan.source.contains(&format!("if got != want {{ if false {{\n\t\tt.Errorf(\"Add(2, 3) = %d, want %d\", got, want)\n\t}}; {OS}.Exit(1) }}")));
+        // The expected values of the copies are consecutive around the original.
+        let mut wants: Vec<i64> = plan
+            .source
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("want := "))
+            .map(|v| v.parse().unwrap())
+            .collect();
+        wants.sort();
+        assert_eq!(wants.len(), 7);
+        assert!(wants.windows(2).all(|w| w[1] == w[0] + 1) && wants.contains(&5), "{wants:?}");
+        let subs = plan.source.matches("got != -").count();
+        assert_eq!(subs, 7);
+        assert_eq!(plan.source.matches("; got != want {").count(), 7);
+        assert!(plan.source.contains(" != 'x' {") && plan.source.contains(" != 'y' {") || plan.source.contains(" != 'w' {"));
+    }
+
+    #[test]
+    fn refusals_are_reasons_and_errors_never_panics() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        assert!(plan_file("x_test.go", FILE, &["TestMissing".into()], 6, &mut rng).is_err());
+        assert!(plan_file("x_test.go", "func TestA(t *testing.T) {}", &["TestA".into()], 6, &mut rng).is_err());
+        let referenced = "package p\nfunc TestA(t *testing.T) { if f() != 1 { t.Fail() } }\nvar x = TestA\n";
+        let plan = plan_file("x_test.go", referenced, &["TestA".into()], 6, &mut rng).unwrap();
+        assert_eq!(plan.map.groups[0].why.as_deref(), Some("name referenced elsewhere"));
+        assert_eq!(plan.source, referenced, "nothing planned, nothing changed");
+        for (src, why) in [
+            ("package p\nfunc TestA(t *testing.T) { if f() != \"\" { t.Fail() } }\n", "empty"),
+            ("package p\nfunc TestA(t *testing.T) { if f() != 1e3 { t.Fail() } }\n", "exponent"),
+            ("package p\nfunc TestA(t *testing.T) { if f() != 1 { t.Fail() } else { g() } }\n", "no assertion"),
+            ("package p\nfunc TestA(t *testing.T) { if f() != 1 && g() { t.Fail() } }\n", "no assertion"),
+            ("package p\nfunc TestA(t *testing.T) { if 1 != 2 { t.Fail() } }\n", "no assertion"),
+            ("package p\nfunc TestA(t *testing.T) { if f(func() {}) != 1 { t.Fail() } }\n", "no assertion"),
+            ("package p\nfunc TestA(x int) { if f() != 1 { t.Fail() } }\n", "signature"),
+        ] {
+            let plan = plan_file("x_test.go", src, &["TestA".into()], 6, &mut rng).unwrap();
+            let got = plan.map.groups[0].why.clone().unwrap_or_default();
+            assert!(got.contains(why), "{src}: {got}");
+        }
+        for odd in ["", "package", "package p\nfunc TestA(t *testing.T) {", "package p\nfunc TestA(t *testing.T) { if f() != 0x { t.Fail() } }"] {
+            let _ = plan_file("x_test.go", odd, &["TestA".into()], 6, &mut rng);
+        }
+    }
+
+    #[test]
+    fn literals_mutate_to_neighbours_of_their_own_kind() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        for (lit, kind) in [("0x1F", Kind::Int), ("0", Kind::Int), ("250", Kind::Int), ("1_000", Kind::Int), ("2.50", Kind::Float), ("\"abc\"", Kind::Str), ("`a\\b`", Kind::RawStr), ("'\\n'", Kind::Rune), ("'é'", Kind::Rune)] {
+            let v = mutate(lit, kind, 6, &mut rng).unwrap();
+            assert_eq!(v.len(), 7, "{lit}");
+            assert_eq!(v[0], lit);
+            let mut seen = v.clone();
+            seen.sort();
+            seen.dedup();
+            assert_eq!(seen.len(), 7, "{lit}: {v:?}");
+            for m in &v[1..] {
+                let toks = lex(m).unwrap();
+                let expect = if kind == Kind::RawStr { Kind::Str } else { kind };
+                assert_eq!(toks[0].kind, expect, "{m}");
+            }
+        }
+        assert!(mutate("250", Kind::Int, 6, &mut rng).unwrap()[1..].iter().all(|v| v.parse::<u32>().unwrap() <= 255));
+        assert!(mutate("'a'", Kind::Rune, 6, &mut rng).unwrap()[1..].iter().all(|v| unquote(v).unwrap().chars().next().unwrap() < '\u{80}'));
+        assert!(mutate("2i", Kind::Imaginary, 6, &mut rng).is_err());
+    }
+}

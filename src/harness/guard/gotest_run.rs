@@ -1,0 +1,243 @@
+//! One guarded `go test` run in a sandbox ([`super::gotest`]'s canaries, end to end), the Go
+//! counterpart of [`super::libtest_run`]:
+//!
+//! 1. **Plan**: each node `./dir::TestX` is found among the package directory's `_test.go`
+//!    files (read out of the sandbox byte-exact); each file with judged tests is rewritten on
+//!    the host and written back.
+//! 2. **Build**: `go test -c -vet=off -o <random dir>/<n>.test ./dir` per package, offline
+//!    ([`go_env`]: `GOPROXY=off`, `GOFLAGS=-mod=mod` against the environment's module cache
+//!    where it has one, `CGO_ENABLED=0`, `GOTOOLCHAIN=local`, no user configuration). A build
+//!    that fails is [`GuardedRun::BuildFailed`] — unless the files as written build, then the
+//!    rewrite broke them: an infrastructure error.
+//! 3. **Put back**: the judged files as they were.
+//! 4. **Run**: every real test, mutant and control, in random order, each in its own process
+//!    (`<bin> -test.run '^TestX…$' -test.count=1 -test.paniconexit0`, in the package
+//!    directory, as `go test` does) on a throw-away copy of the built workspace. The status is
+//!    the exit status alone.
+//! 5. **Verdict** ([`verdict`]).
+//!
+//! Needs a sandbox with throw-away runs and a Go toolchain on its `PATH` (the local sandbox
+//! binds the host's `/usr`, where Debian's `golang-go` lives).
+
+use super::gotest::{plan_file, test_functions};
+use super::libtest::{run_order, verdict, Judged};
+use super::libtest_run::{check_path, read_file, GuardedRun, RunLimits};
+use crate::harness::error::HarnessError;
+use crate::harness::logparse::TestStatus;
+use crate::harness::sandbox::{shell_quote, Sandbox, WORKDIR};
+use rand::Rng;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Where a task's prepared environment keeps its Go module cache (`GOMODCACHE`), written once
+/// with network by an `environment_setup` command such as `GOMODCACHE=/env/go-modcache go mod
+/// download`, mounted read-only afterwards.
+pub const GO_MODCACHE: &str = "/env/go-modcache";
+
+/// A Go node id's package directory (relative to the workspace, `""` for the module root) and
+/// test name: `./calc::TestAdd` → (`calc`, `TestAdd`), `.::TestRoot` → (`""`, `TestRoot`).
+pub fn split_node(node: &str) -> Option<(String, &str)> {
+    let (pkg, name) = node.rsplit_once("::")?;
+    let dir = if pkg == "." { String::new() } else { pkg.strip_prefix("./").filter(|d| !d.is_empty())?.to_string() };
+    if super::gotest::is_test_name(name) && name.chars().all(|c| c == '_' || c.is_alphanumeric()) {
+        if !dir.is_empty() {
+            check_path(&dir).ok()?;
+        }
+        return Some((dir, name));
+    }
+    None
+}
+
+/// The environment of every `go` command of a guarded run (`modcache`: the environment has
+/// [`GO_MODCACHE`]).
+pub fn go_env(modcache: bool) -> String {
+    let mut env = vec![
+        "GOPROXY=off",
+        "GOSUMDB=off",
+        "GOTOOLCHAIN=local",
+        "GOENV=off",
+        "GOWORK=off",
+        "CGO_ENABLED=0",
+        "GOCACHE=/tmp/.execcritic-gocache",
+        "GOPATH=/tmp/.execcritic-gopath",
+        "HOME=/tmp",
+    ];
+    if modcache {
+        env.extend(["GOMODCACHE=/env/go-modcache", "GOFLAGS=-mod=mod"]);
+    } else {
+        env.push("GOFLAGS=");
+    }
+    format!("env {}", env.join(" "))
+}
+
+/// One package's judged files: (file relative to the workspace, its judged test names, node ids).
+type Files = BTreeMap<String, Vec<(String, String)>>;
+
+/// The guarded run for `go test` node ids (`harness::runners::go`'s). `build_flags` are kept
+/// build flags of the command (`-tags`, `x`); `test_flags` kept test flags (`-test.short`).
+pub async fn run_guarded_nodes(
+    sb: &dyn Sandbox,
+    nodes: &[String],
+    build_flags: &[String],
+    test_flags: &[String],
+    limits: &RunLimits,
+    rng: &mut (impl Rng + Send),
+) -> Result<GuardedRun, HarnessError> {
+    if !sb.ephemeral_runs() {
+        return Err(HarnessError::Other(
+            "a guarded go run needs throw-away runs (a local sandbox as root, with overlayfs)".into(),
+        ));
+    }
+    // 1. Find each node's file, plan.
+    let mut packages: BTreeMap<String, Files> = BTreeMap::new();
+    for node in nodes {
+        let (dir, name) = split_node(node).ok_or_else(|| HarnessError::Other(format!("`{node}` is not a go test node id")))?;
+        packages.entry(dir).or_default();
+        let _ = name;
+    }
+    let mut texts: BTreeMap<String, String> = BTreeMap::new();
+    for (dir, files) in packages.iter_mut() {
+        let at = if dir.is_empty() { WORKDIR.to_string() } else { format!("{WORKDIR}/{dir}") };
+        let listed = sb
+            .exec(&format!("cd {} && find . -maxdepth 1 -type f -name '*_test.go' | LC_ALL=C sort", shell_quote(&at)), Duration::from_secs(60))
+            .await?;
+        if listed.exit_code != Some(0) {
+            return Ok(GuardedRun::BuildFailed { output: format!("package directory `{dir}`: {}", listed.output.trim()) });
+        }
+        for entry in listed.output.lines() {
+            let Some(base) = entry.strip_prefix("./") else { continue };
+            let file = if dir.is_empty() { base.to_string() } else { format!("{dir}/{base}") };
+            if check_path(&file).is_err() {
+                continue;
+            }
+            let bytes = read_file(sb, &file).await?;
+            let Ok(text) = String::from_utf8(bytes) else { continue };
+            let names = test_functions(&text).unwrap_or_default();
+            for node in nodes {
+                let Some((ndir, name)) = split_node(node) else { continue };
+                if &ndir == dir && names.iter().any(|n| n == name) {
+                    files.entry(file.clone()).or_default().push((node.clone(), name.to_string()));
+                }
+            }
+            texts.insert(file, text);
+        }
+    }
+    for node in nodes {
+        let found = packages.values().flat_map(|f| f.values()).flatten().filter(|(n, _)| n == node).count();
+        if found != 1 {
+            return Err(HarnessError::Other(format!("`{node}`: {found} test functions of that name in its package's _test.go files")));
+        }
+    }
+    let mut planned = Vec::new();
+    for files in packages.values() {
+        for (file, tests) in files {
+            let inside: Vec<String> = tests.iter().map(|(_, n)| n.clone()).collect();
+            let plan = plan_file(file, &texts[file], &inside, limits.mutants, rng).map_err(HarnessError::Other)?;
+            sb.put_file(&format!("{WORKDIR}/{file}"), plan.source.as_bytes()).await?;
+            planned.push((file.clone(), plan));
+        }
+    }
+    let put_back = |planned: &Vec<(String, super::libtest::FilePlan)>| {
+        let texts = &texts;
+        let files: Vec<(String, Vec<u8>)> = planned.iter().map(|(f, _)| (f.clone(), texts[f].as_bytes().to_vec())).collect();
+        async move {
+            for (f, bytes) in files {
+                sb.put_file(&format!("{WORKDIR}/{f}"), &bytes).await?;
+            }
+            Ok::<(), HarnessError>(())
+        }
+    };
+    // 2. Build, one binary per package, into a directory of a random name.
+    let modcache = sb.exec(&format!("test -d {GO_MODCACHE}"), Duration::from_secs(30)).await?.exit_code == Some(0);
+    let out_dir = format!("{WORKDIR}/.execcritic-go-{:016x}", rng.random::<u64>());
+    let flags: Vec<String> = build_flags.iter().map(|a| shell_quote(a)).collect();
+    let mut build = format!("mkdir {} && cd {WORKDIR}", shell_quote(&out_dir));
+    let mut binaries = BTreeMap::new();
+    for (i, dir) in packages.keys().enumerate() {
+        let bin = format!("{out_dir}/{i}.test");
+        let pkg = if dir.is_empty() { ".".to_string() } else { format!("./{dir}") };
+        build.push_str(&format!(
+            " && {{ {} go test -c -vet=off {} -o {} {} > /tmp/.execcritic-go-build.log 2>&1 || {{ tail -c 8000 /tmp/.execcritic-go-build.log; exit 1; }}; }}",
+            go_env(modcache),
+            flags.join(" "),
+            shell_quote(&bin),
+            shell_quote(&pkg)
+        ));
+        binaries.insert(dir.clone(), bin);
+    }
+    let built = sb.exec(&build, limits.build).await?;
+    if built.timed_out || built.exit_code != Some(0) {
+        put_back(&planned).await?;
+        if built.timed_out {
+            return Ok(GuardedRun::BuildFailed { output: format!("the build ran past {:?}", limits.build) });
+        }
+        let _ = sb.exec(&format!("rm -rf {}", shell_quote(&out_dir)), Duration::from_secs(60)).await;
+        let plain = sb.exec(&build, limits.build).await?;
+        let _ = sb.exec(&format!("rm -rf {}", shell_quote(&out_dir)), Duration::from_secs(60)).await;
+        if plain.exit_code == Some(0) {
+            return Err(HarnessError::Other(format!(
+                "the guard's rewrite of the judged tests does not compile, while the tests as written do:\n{}",
+                built.output
+            )));
+        }
+        return Ok(GuardedRun::BuildFailed { output: built.output });
+    }
+    // 3. Put back.
+    put_back(&planned).await?;
+    // 4. Run, 5. verdict.
+    let env = std::iter::once("env".to_string())
+        .chain(limits.env.iter().map(|a| shell_quote(a)))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let extra: Vec<String> = test_flags.iter().map(|a| shell_quote(a)).collect();
+    let mut all = Judged::default();
+    for (file, plan) in &planned {
+        let dir = file.rsplit_once('/').map_or("", |(d, _)| d);
+        let bin = &binaries[dir];
+        let at = if dir.is_empty() { WORKDIR.to_string() } else { format!("{WORKDIR}/{dir}") };
+        let mut statuses = BTreeMap::new();
+        for path in run_order(&plan.map, rng) {
+            let cmd = format!(
+                "cd {} && exec {env} {} -test.run {} -test.count=1 -test.paniconexit0 {}",
+                shell_quote(&at),
+                shell_quote(bin),
+                shell_quote(&format!("^{path}$")),
+                extra.join(" ")
+            );
+            let r = sb.exec_over_current(&cmd, limits.per_test).await?;
+            let st = match (r.timed_out, r.exit_code) {
+                (true, _) => TestStatus::Error,
+                (false, Some(0)) => TestStatus::Passed,
+                _ => TestStatus::Failed,
+            };
+            statuses.insert(path, st);
+        }
+        let j = verdict(&plan.map, statuses);
+        let tests = &packages[dir][file];
+        for (node, name) in tests {
+            if let Some(st) = j.real.get(name) {
+                all.real.insert(node.clone(), *st);
+            }
+        }
+        all.violations.extend(j.violations.into_iter().map(|v| format!("{file}: {v}")));
+        all.run.extend(j.run.into_iter().map(|(p, s)| (format!("{file}::{p}"), s)));
+    }
+    let _ = sb.exec(&format!("rm -rf {}", shell_quote(&out_dir)), Duration::from_secs(60)).await;
+    Ok(GuardedRun::Judged(all))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_ids_split_into_package_directory_and_test() {
+        assert_eq!(split_node("./calc::TestAdd"), Some(("calc".to_string(), "TestAdd")));
+        assert_eq!(split_node("./a/b::Test_x"), Some(("a/b".to_string(), "Test_x")));
+        assert_eq!(split_node(".::TestRoot"), Some((String::new(), "TestRoot")));
+        for bad in ["calc::TestAdd", "./calc::Testx", "./../x::TestA", "./a//b::TestA", "./calc::TestA$(x)", "./calc", "/abs::TestA", "./::TestA"] {
+            assert_eq!(split_node(bad), None, "{bad}");
+        }
+        assert!(go_env(true).contains("GOMODCACHE=/env/go-modcache") && go_env(false).contains("GOPROXY=off"));
+    }
+}
