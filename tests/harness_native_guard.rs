@@ -690,6 +690,8 @@ async fn guarded_go_runs_in_the_local_sandbox() {
     let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6, env: vec!["TZ=UTC".into()] };
     let nodes: Vec<String> = [".::TestAdd", ".::TestAddNegative", ".::TestLabel"].iter().map(|s| s.to_string()).collect();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(21);
+    // The command's kept flags: a build tag for the build, `-short` for the test binary.
+    let flags = ["-short".to_string(), "-tags=calc".to_string()];
     // `embed_reader` passes the guard alone (its run reads the rewrite, compiled in): the screen
     // refuses it (below).
     use TestStatus::{Failed, Passed};
@@ -703,7 +705,7 @@ async fn guarded_go_runs_in_the_local_sandbox() {
         sb.reset().await.unwrap();
         let imp = std::fs::read(go_fixture().join(format!("imp/{candidate}.go"))).unwrap();
         sb.put_file("/testbed/calc.go", &imp).await.unwrap();
-        let GuardedRun::Judged(j) = run_guarded_nodes(&sb, &nodes, &[], &[], &limits, &mut rng).await.unwrap() else {
+        let GuardedRun::Judged(j) = run_guarded_nodes(&sb, &nodes, &flags, &limits, &mut rng).await.unwrap() else {
             panic!("{candidate}: build failed");
         };
         match want {
@@ -726,11 +728,11 @@ async fn guarded_go_runs_in_the_local_sandbox() {
     // A compile error is a build failure, not a verdict.
     sb.reset().await.unwrap();
     sb.put_file("/testbed/calc.go", b"package calc\n\nfunc Add(a, b int) int { return a + }\n").await.unwrap();
-    let r = run_guarded_nodes(&sb, &nodes, &[], &[], &limits, &mut rng).await.unwrap();
+    let r = run_guarded_nodes(&sb, &nodes, &[], &limits, &mut rng).await.unwrap();
     assert!(matches!(&r, GuardedRun::BuildFailed { output } if output.contains("syntax error")), "{r:?}");
     // A node that names no test function is the caller's error, not a verdict.
     sb.reset().await.unwrap();
-    let missing = run_guarded_nodes(&sb, &[".::TestMissing".to_string()], &[], &[], &limits, &mut rng).await;
+    let missing = run_guarded_nodes(&sb, &[".::TestMissing".to_string()], &[], &limits, &mut rng).await;
     assert!(missing.is_err(), "{missing:?}");
 
     // The screen refuses the embed reader by class; the fix passes it.
@@ -747,5 +749,103 @@ async fn guarded_go_runs_in_the_local_sandbox() {
     assert!(refused.to_string().contains("go:embed"), "{refused}");
     for fine in ["gold", "exit_forger", "first_run"] {
         screen_candidate_in(&sb, &parse_patch(&patch_of(fine)).unwrap()).await.unwrap().expect("passes the screen (the guard refuses the attacks)");
+    }
+}
+
+/// A task over the Go module: Base without `calc_test.go` (the bundle adds it), the fix as gold,
+/// the attacks and the bug as labelled candidates.
+fn go_task(repo: &Path) -> (execcritic::task::TaskInstance, String) {
+    copy_tree(&go_fixture().join("calc"), repo);
+    std::fs::copy(go_fixture().join("imp/base.go"), repo.join("calc.go")).unwrap();
+    let tests = std::fs::read_to_string(repo.join("calc_test.go")).unwrap();
+    std::fs::remove_file(repo.join("calc_test.go")).unwrap();
+    commit_base(repo);
+    let base = git(repo, &["rev-parse", "HEAD"]).trim().to_string();
+    std::fs::write(repo.join("calc_test.go"), &tests).unwrap();
+    git(repo, &["add", "-N", "calc_test.go"]);
+    let test_patch = git(repo, &["diff"]);
+    git(repo, &["rm", "-q", "--cached", "calc_test.go"]);
+    std::fs::remove_file(repo.join("calc_test.go")).unwrap();
+    let patch_of = |candidate: &str| {
+        std::fs::copy(go_fixture().join(format!("imp/{candidate}.go")), repo.join("calc.go")).unwrap();
+        let d = git(repo, &["diff"]);
+        git(repo, &["checkout", "-q", "--", "."]);
+        d
+    };
+    let gold = patch_of("gold");
+    let mut candidates = vec![serde_json::json!({"patch": gold, "resolved": true}), serde_json::json!({"patch": "", "resolved": false})];
+    for attack in ["exit_forger", "first_run", "embed_reader"] {
+        candidates.push(serde_json::json!({"patch": patch_of(attack), "resolved": false}));
+    }
+    let task = execcritic::task::TaskInstance::from_json(
+        serde_json::json!({
+            "instance_id": "calc__calc-go-1", "repo": "calc/calc-go", "base_commit": base,
+            "patch": gold, "test_patch": test_patch, "problem_statement": "Add subtracts instead of adding",
+            "FAIL_TO_PASS": [".::TestAdd", ".::TestAddNegative"], "PASS_TO_PASS": [".::TestLabel"],
+            "repo_path": repo, "candidates": candidates,
+        }),
+        None,
+    )
+    .expect("the task parses");
+    (task, test_patch)
+}
+
+#[tokio::test]
+async fn a_go_bundle_qualifies_audits_and_judges_candidates() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: the guarded go run needs throw-away runs (root with overlayfs)");
+        return;
+    }
+    if !go_present() {
+        return;
+    }
+    let repo = tempfile::tempdir().unwrap();
+    let (task, test_patch) = go_task(repo.path());
+    let command = "go test -run '^(TestAdd|TestAddNegative|TestLabel)$' .";
+    let contract = serde_json::json!({"entrypoint": "calc.Add", "trigger": "Add(2, 3)", "expected_output": "5",
+        "issue_evidence": ["Add subtracts instead of adding"], "alternative_hypotheses": ["none"],
+        "non_assertions": ["Label is unchanged"], "test_nodes": ["TestAdd", "TestAddNegative", "TestLabel"]})
+    .to_string();
+    let bundle = Bundle::from_parts(&test_patch, command, &contract).unwrap();
+    let frozen = match qualify(&task, &bundle, SandboxKind::Local).await.unwrap() {
+        Qualification::Accepted(f) => f,
+        other => panic!("the bundle does not qualify: {other:?}"),
+    };
+    assert_eq!(frozen.plan.nodes, [".::TestAdd", ".::TestAddNegative", ".::TestLabel"]);
+    let rec = audit(&task, &frozen, SandboxKind::Local).await.unwrap();
+    assert_eq!(rec.base_category, "assertion_failure_clean", "{rec:?}");
+    assert_eq!(rec.gold_status, "pass", "{rec:?}");
+    assert!(rec.q && !rec.lookalike_passed, "{rec:?}");
+    assert_eq!(rec.balanced_accuracy, Some(1.0), "{rec:?}");
+    let kinds: Vec<&str> = rec.candidates.iter().map(|c| c.failure_kind.as_str()).collect();
+    // The embed reader is refused by the screen, before anything runs.
+    assert_eq!(kinds, ["passed", "assertion_failure", "tampered", "tampered", "forbidden_test_modification"], "{rec:?}");
+
+    let v = check_candidate(&task, &frozen, &task.candidates[2].patch, SandboxKind::Local).await.unwrap();
+    assert_eq!((v.status, v.failure_kind), (GateStatus::HardFail, FailureKind::Tampered), "{}", v.feedback);
+    assert!(v.feedback.contains("runtime guard"), "{}", v.feedback);
+    let v = check_candidate(&task, &frozen, &task.candidates[4].patch, SandboxKind::Local).await.unwrap();
+    assert_eq!(v.failure_kind, FailureKind::ForbiddenTestModification, "{}", v.feedback);
+    assert!(v.feedback.contains("go:embed"), "{}", v.feedback);
+    let v = check_candidate(&task, &frozen, "", SandboxKind::Local).await.unwrap();
+    assert_eq!(v.failed_test_names, [".::TestAdd", ".::TestAddNegative"], "{}", v.feedback);
+    assert!(v.feedback.contains("test .::TestLabel ... ok"), "{}", v.feedback);
+    assert!(v.feedback.contains("language: go"), "{}", v.feedback);
+    let broken = task.patch.replace("return a + b", "return a + ");
+    assert_ne!(broken, task.patch);
+    let v = check_candidate(&task, &frozen, &broken, SandboxKind::Local).await.unwrap();
+    assert_eq!((v.status, v.failure_kind), (GateStatus::HardFail, FailureKind::CollectionError), "{}", v.feedback);
+    assert!(v.feedback.contains("syntax error"), "{}", v.feedback);
+
+    // Not a clean failure on Base: refused with the category.
+    let passes_on_base = test_patch.replace("want := 5", "want := -1").replace("got != -3", "got != -5");
+    let no_build = test_patch.replace("Add(-4, 1)", "Mul(-4, 1)");
+    for (patch, want) in [(passes_on_base, BaseCategory::Passed), (no_build, BaseCategory::CollectionError)] {
+        assert_ne!(patch, test_patch);
+        let b = Bundle::from_parts(&patch, command, &contract).unwrap();
+        match qualify(&task, &b, SandboxKind::Local).await.unwrap() {
+            Qualification::BaseGateFailed { category, .. } => assert_eq!(category, want),
+            other => panic!("{want:?} expected: {other:?}"),
+        }
     }
 }

@@ -1,15 +1,16 @@
-//! The gates' run of a native bundle (a validated `cargo test` command): fresh Base, the
-//! candidate's source patch, the bundle's test patch, then the guarded run of the declared nodes
-//! ([`guard::libtest_run`]: look-alike copies of each judged test, one process per test on a
+//! The gates' run of a native bundle (a validated `cargo test` or `go test` command): fresh Base,
+//! the candidate's source patch, the bundle's test patch, then the guarded run of the declared
+//! nodes ([`guard::libtest_run`], [`guard::gotest_run`]: look-alike copies of each judged test,
+//! one process per test on a
 //! throw-away copy, the exit status alone). What it found is read here into the gates' own
 //! terms — the Base category, the candidate's failure kind, the feedback text — so the Base gate,
 //! the second Base run, the Gold audit and the candidate gate keep one flow for every runner
 //! (see [`super::gate`]).
 //!
 //! The build has a budget of its own ([`BUILD_BUDGET`]), stated apart from the test timeout,
-//! which bounds each test's process. Needs a sandbox with throw-away runs and a Rust toolchain
-//! (the local sandbox as root, with overlayfs); elsewhere the run is an infrastructure error,
-//! never a verdict.
+//! which bounds each test's process. Needs a sandbox with throw-away runs and the runner's
+//! toolchain (the local sandbox as root, with overlayfs); elsewhere the run is an
+//! infrastructure error, never a verdict.
 
 use super::classify::{BaseCategory, FailureKind};
 use super::error::HarnessError;
@@ -17,13 +18,15 @@ use super::execute::{apply_patch, bound_tail, ApplyOutcome};
 use super::guard::libtest::Judged;
 use super::guard::libtest_run::{run_guarded_nodes, GuardedRun, RunLimits};
 use super::logparse::TestStatus;
-use super::runners::NativeCommand;
+use super::guard::gotest_run;
+use super::runners::{NativeCommand, NativeRunner};
 use super::sandbox::Sandbox;
 use super::bundle::FrozenBundle;
 use rand::SeedableRng;
 use std::time::Duration;
 
-/// Wall-clock budget of the build (`cargo test --no-run`), apart from the tests' timeout.
+/// Wall-clock budget of the build (`cargo test --no-run`, `go test -c`), apart from the tests'
+/// timeout.
 pub const BUILD_BUDGET: Duration = Duration::from_secs(900);
 /// Look-alike copies of each judged test (the guard's K).
 pub const MUTANTS: usize = 6;
@@ -54,7 +57,10 @@ pub async fn native_run(
     };
     let mut rng = rand::rngs::StdRng::from_os_rng();
     let t0 = std::time::Instant::now();
-    let run = run_guarded_nodes(sb, &frozen.plan.nodes, &command.build_flags, &limits, &mut rng).await?;
+    let run = match command.runner {
+        NativeRunner::Cargo => run_guarded_nodes(sb, &frozen.plan.nodes, &command.build_flags, &limits, &mut rng).await?,
+        NativeRunner::Go => gotest_run::run_guarded_nodes(sb, &frozen.plan.nodes, &command.build_flags, &limits, &mut rng).await?,
+    };
     Ok(Ok((run, t0.elapsed())))
 }
 
@@ -111,7 +117,7 @@ pub fn failing(run: &GuardedRun, nodes: &[String]) -> Vec<String> {
 pub fn report(run: &GuardedRun, nodes: &[String]) -> String {
     match run {
         GuardedRun::BuildFailed { output } => {
-            format!("the tests did not build (cargo test --no-run):\n{}", bound_tail(output, BUILD_TAIL))
+            format!("the tests did not build:\n{}", bound_tail(output, BUILD_TAIL))
         }
         GuardedRun::Judged(j) if !j.violations.is_empty() => format!(
             "the run is not a verdict: the runtime guard found\n{}",

@@ -6,7 +6,7 @@
 use super::bundle::Bundle;
 use super::diff::{is_test_path, parse_patch, FileChange};
 use super::tamper::{screen_bundle, TamperClass};
-use super::runners::{parse_native_command, NativeCommand, NativeRunner};
+use super::runners::{parse_native_command, NativeCommand};
 use super::selector::{canonical_label, parse_command, pytest_node, CommandRunner, ParsedCommand};
 
 /// Why a bundle was rejected. The `code` strings are stable.
@@ -30,9 +30,6 @@ pub enum RejectionKind {
     MultiLineCommand,
     ShellSyntax,
     UnknownRunner,
-    /// The command runs a native runner (`cargo test`, `go test`) whose selectors parse, but no
-    /// sandboxed toolchain exists to run it yet (see `harness::runners`).
-    RunnerEnvironmentUnavailable,
     UnsupportedFlag,
     /// An environment assignment before the runner that is not on the allow-list.
     EnvironmentPrefix,
@@ -65,7 +62,6 @@ impl RejectionKind {
             RejectionKind::MultiLineCommand => "multi_line_command",
             RejectionKind::ShellSyntax => "shell_syntax",
             RejectionKind::UnknownRunner => "unknown_runner",
-            RejectionKind::RunnerEnvironmentUnavailable => "runner_environment_unavailable",
             RejectionKind::UnsupportedFlag => "unsupported_flag",
             RejectionKind::EnvironmentPrefix => "environment_prefix",
             RejectionKind::SelectorNotExact => "selector_not_exact",
@@ -282,26 +278,6 @@ fn node_covers(runner: CommandRunner, node: &str, file: &str, name: &str) -> boo
     }
 }
 
-/// The rejection of a native command that parsed: what was understood, and what is missing.
-fn environment_unavailable(c: &NativeCommand) -> Rejection {
-    const SHOWN: usize = 5;
-    let mut nodes = c.nodes.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
-    if c.nodes.len() > SHOWN {
-        nodes.push_str(&format!(", … ({} in all)", c.nodes.len()));
-    }
-    Rejection::new(
-        RejectionKind::RunnerEnvironmentUnavailable,
-        format!(
-            "test_command: `{}` with exact selectors is understood (nodes: {nodes}), but this harness has no sandboxed {} toolchain and dependency environment to run it yet, so the bundle cannot be validated against the repository or run",
-            c.runner.name(),
-            match c.runner {
-                super::runners::NativeRunner::Cargo => "Rust (cargo)",
-                super::runners::NativeRunner::Go => "Go",
-            }
-        ),
-    )
-}
-
 /// Validate a parsed bundle. `Ok` carries the run plan.
 pub fn validate(bundle: &Bundle) -> Result<TestPlan, Rejection> {
     validate_with(bundle, true)
@@ -317,11 +293,9 @@ pub fn validate_oracle_selection(bundle: &Bundle) -> Result<TestPlan, Rejection>
 fn validate_with(bundle: &Bundle, added_tests_declared: bool) -> Result<TestPlan, Rejection> {
     let files = parse_patch(&bundle.test_patch)
         .map_err(|m| Rejection::new(RejectionKind::MalformedPatch, format!("test.patch: {m}")))?;
-    // A native command is judged first: precisely rejected when it does not parse, and not
-    // runnable yet for a runner without a guarded run (go).
+    // A native command is judged first: precisely rejected when it does not parse.
     let native = match parse_native_command(&bundle.test_command) {
-        Some(Ok(c)) if c.runner == NativeRunner::Cargo => Some(c),
-        Some(Ok(c)) => return Err(environment_unavailable(&c)),
+        Some(Ok(c)) => Some(c),
         Some(Err(r)) => return Err(r),
         None => None,
     };
@@ -416,25 +390,24 @@ mod tests {
 
     const GO_PATCH: &str = "diff --git a/calc/calc_test.go b/calc/calc_test.go\nnew file mode 100644\n--- /dev/null\n+++ b/calc/calc_test.go\n@@ -0,0 +1,3 @@\n+package calc\n+\n+func TestAdd(t *testing.T) {}\n";
 
-    fn rejection(command: &str) -> Rejection {
+    fn go_bundle(command: &str) -> Bundle {
         let contract = r#"{"entrypoint": "calc.Add", "trigger": "Add(2, 3)", "expected_output": "5",
  "issue_evidence": ["Add subtracts"], "alternative_hypotheses": ["none"], "non_assertions": ["Sub unchanged"],
  "test_nodes": ["./calc::TestAdd"]}"#;
-        let b = Bundle::from_parts(GO_PATCH, command, contract).expect("a well-formed bundle");
-        validate(&b).expect_err("a native bundle is not runnable yet")
+        Bundle::from_parts(GO_PATCH, command, contract).expect("a well-formed bundle")
+    }
+
+    fn rejection(command: &str) -> Rejection {
+        validate(&go_bundle(command)).expect_err("refused")
     }
 
     #[test]
-    fn native_commands_are_understood_but_go_is_not_runnable_yet() {
-        let r = rejection("go test -run '^TestAdd$' ./calc");
-        assert_eq!(r.kind, RejectionKind::RunnerEnvironmentUnavailable);
-        assert_eq!(r.kind.code(), "runner_environment_unavailable");
-        assert!(r.message.contains("`go test` with exact selectors is understood (nodes: ./calc::TestAdd)"), "{r}");
-        assert!(r.message.contains("no sandboxed Go toolchain"), "{r}");
-        assert_eq!(
-            serde_json::to_value(r.kind).unwrap(),
-            serde_json::json!("runner_environment_unavailable")
-        );
+    fn go_bundles_validate_and_bad_native_commands_get_precise_rejections() {
+        let plan = validate(&go_bundle("go test -short -run '^TestAdd$' ./calc")).expect("a go bundle validates");
+        assert_eq!(plan.nodes, ["./calc::TestAdd"]);
+        let PlanCommand::Native(c) = &plan.command else { panic!("{:?}", plan.command) };
+        assert_eq!(c.runner, super::super::runners::NativeRunner::Go);
+        assert_eq!(c.build_flags, ["-short"]);
         // A native command that does not parse gets its precise rejection, not `unknown_runner`.
         assert_eq!(rejection("go test ./...").kind, RejectionKind::SelectorNotExact);
         assert_eq!(rejection("cargo test -p calc --lib -- tests::a").kind, RejectionKind::SelectorNotExact);

@@ -73,16 +73,33 @@ pub fn go_env(modcache: bool) -> String {
 /// One package's judged files: (file relative to the workspace, its judged test names, node ids).
 type Files = BTreeMap<String, Vec<(String, String)>>;
 
-/// The guarded run for `go test` node ids (`harness::runners::go`'s). `build_flags` are kept
-/// build flags of the command (`-tags`, `x`); `test_flags` kept test flags (`-test.short`).
+/// The command's kept flags (`harness::runners::go`: `-short`, `-failfast`, `-tags=…`,
+/// `-timeout=…`) split into the build's (`-tags=…`) and the test binary's (`-test.short`,
+/// `-test.timeout=…`; `-failfast` means nothing for one test per process).
+pub fn split_flags(flags: &[String]) -> (Vec<String>, Vec<String>) {
+    let (mut build, mut test) = (Vec::new(), Vec::new());
+    for f in flags {
+        if f.starts_with("-tags=") {
+            build.push(f.clone());
+        } else if f == "-short" {
+            test.push("-test.short".to_string());
+        } else if let Some(v) = f.strip_prefix("-timeout=") {
+            test.push(format!("-test.timeout={v}"));
+        }
+    }
+    (build, test)
+}
+
+/// The guarded run for `go test` node ids (`harness::runners::go`'s), with the command's kept
+/// `flags` ([`split_flags`]).
 pub async fn run_guarded_nodes(
     sb: &dyn Sandbox,
     nodes: &[String],
-    build_flags: &[String],
-    test_flags: &[String],
+    flags: &[String],
     limits: &RunLimits,
     rng: &mut (impl Rng + Send),
 ) -> Result<GuardedRun, HarnessError> {
+    let (build_flags, test_flags) = split_flags(flags);
     if !sb.ephemeral_runs() {
         return Err(HarnessError::Other(
             "a guarded go run needs throw-away runs (a local sandbox as root, with overlayfs)".into(),
@@ -150,7 +167,7 @@ pub async fn run_guarded_nodes(
     // 2. Build, one binary per package, into a directory of a random name.
     let modcache = sb.exec(&format!("test -d {GO_MODCACHE}"), Duration::from_secs(30)).await?.exit_code == Some(0);
     let out_dir = format!("{WORKDIR}/.execcritic-go-{:016x}", rng.random::<u64>());
-    let flags: Vec<String> = build_flags.iter().map(|a| shell_quote(a)).collect();
+    let build_words: Vec<String> = build_flags.iter().map(|a| shell_quote(a)).collect();
     let mut build = format!("mkdir {} && cd {WORKDIR}", shell_quote(&out_dir));
     let mut binaries = BTreeMap::new();
     for (i, dir) in packages.keys().enumerate() {
@@ -159,7 +176,7 @@ pub async fn run_guarded_nodes(
         build.push_str(&format!(
             " && {{ {} go test -c -vet=off {} -o {} {} > /tmp/.execcritic-go-build.log 2>&1 || {{ tail -c 8000 /tmp/.execcritic-go-build.log; exit 1; }}; }}",
             go_env(modcache),
-            flags.join(" "),
+            build_words.join(" "),
             shell_quote(&bin),
             shell_quote(&pkg)
         ));

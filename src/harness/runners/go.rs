@@ -110,14 +110,14 @@ pub(crate) fn parse_args(args: &[String]) -> Result<Parsed, Rejection> {
         .flat_map(|p| names.iter().map(move |n| format!("{p}::{n}")))
         .collect();
     let mut all = vec!["-json".to_string(), "-count=1".to_string()];
-    all.extend(kept);
+    all.extend(kept.iter().cloned());
     all.push(format!("-run={regex}"));
     all.extend(packages.iter().cloned());
     Ok(Parsed {
         nodes,
         scope: packages,
         args: all,
-        build_flags: Vec::new(),
+        build_flags: kept,
     })
 }
 

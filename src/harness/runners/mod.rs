@@ -4,12 +4,10 @@
 //! [`TestStatus`]es ([`cargo::read_libtest`], [`go::read_go_json`]) and the Base-gate rule per
 //! runner ([`base_category`]).
 //!
-//! Nothing here runs a toolchain. A validated `cargo test` command runs through the native
-//! guarded run (`super::gate_native`, `super::grade_native`: per-test processes and canaries, not
-//! the report read here). No sandboxed Go environment exists yet, so validation rejects a bundle
-//! whose command parses here as `go test` with `runner_environment_unavailable` (its selectors
-//! were understood; what is missing is the environment to run them), and one whose command does
-//! not parse with the precise rejection of [`parse_native_command`].
+//! Nothing here runs a toolchain. A validated `cargo test` or `go test` command runs through the
+//! native guarded run (`super::gate_native`, `super::grade_native`: per-test processes and
+//! canaries, not the report read here); a command that does not parse gets the precise
+//! rejection of [`parse_native_command`].
 //!
 //! [`NativeRunner`] is kept apart from [`super::selector::CommandRunner`], which the Python run
 //! path (execute, classify, gate, grade, guard) matches on exhaustively.
