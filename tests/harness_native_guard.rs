@@ -837,6 +837,27 @@ async fn a_go_bundle_qualifies_audits_and_judges_candidates() {
     assert_eq!((v.status, v.failure_kind), (GateStatus::HardFail, FailureKind::CollectionError), "{}", v.feedback);
     assert!(v.feedback.contains("syntax error"), "{}", v.feedback);
 
+    // The oracle bundle (the official tests, selected by the runner's own command form)
+    // qualifies, and the official evaluator grades gold, empty and the candidates as labelled.
+    use execcritic::episode::oracle::oracle_bundle;
+    use execcritic::harness::grade;
+    assert_eq!(task.runner, execcritic::task::Runner::Go, "inferred from the root go.mod");
+    let oracle = oracle_bundle(&task).unwrap();
+    assert!(oracle.test_command.starts_with("go test -run '^(TestAdd|TestAddNegative"), "{}", oracle.test_command);
+    assert!(matches!(qualify(&task, &oracle, SandboxKind::Local).await.unwrap(), Qualification::Accepted(_)));
+    let g = grade(&task, &task.patch, SandboxKind::Local).await.unwrap();
+    assert!(g.resolved && g.error_kind.is_none(), "gold: {g:?}");
+    assert!(g.tests.len() == 3 && g.tests.values().all(|s| s == "PASSED"), "{g:?}");
+    let e = grade(&task, "", SandboxKind::Local).await.unwrap();
+    assert!(!e.resolved && e.error_kind.is_none(), "empty: {e:?}");
+    assert_eq!(e.tests[".::TestAdd"], "FAILED", "{e:?}");
+    for c in &task.candidates {
+        let r = grade(&task, &c.patch, SandboxKind::Local).await.unwrap();
+        assert_eq!(r.resolved, c.resolved, "{r:?}\n{}", c.patch);
+    }
+    let forged = grade(&task, &task.candidates[2].patch, SandboxKind::Local).await.unwrap();
+    assert!(forged.tampered.is_some(), "{forged:?}");
+
     // Not a clean failure on Base: refused with the category.
     let passes_on_base = test_patch.replace("want := 5", "want := -1").replace("got != -3", "got != -5");
     let no_build = test_patch.replace("Add(-4, 1)", "Mul(-4, 1)");

@@ -44,7 +44,7 @@ fn official_bundle(t: &TaskInstance) -> Bundle {
             "python3 tests/runtests.py --verbosity 2 {}",
             quoted.join(" ")
         ),
-        Runner::Sympy | Runner::Cargo => unreachable!("no {:?} task in the bundled suite", t.runner),
+        Runner::Sympy | Runner::Cargo | Runner::Go => unreachable!("no {:?} task in the bundled suite", t.runner),
         Runner::Pytest => format!("python3 -m pytest {}", quoted.join(" ")),
     };
     let contract = serde_json::json!({

@@ -89,7 +89,7 @@ fn run_tests(task: &TaskInstance, dir: &Path, ids: &[String]) -> BTreeMap<String
             cmd.args(["tests/runtests.py", "--verbosity", "2"])
                 .args(ids.iter().map(|i| django_label(i)));
         }
-        Runner::Sympy | Runner::Cargo => panic!("no {:?}-runner task in the Python suites (the crates suite: tests/harness_native_guard.rs)", task.runner),
+        Runner::Sympy | Runner::Cargo | Runner::Go => panic!("no {:?}-runner task in the Python suites (the native suites: tests/harness_native_guard.rs)", task.runner),
     }
     let out = cmd
         .current_dir(dir)
@@ -132,7 +132,7 @@ fn run_tests(task: &TaskInstance, dir: &Path, ids: &[String]) -> BTreeMap<String
                     statuses.insert(id.trim().to_string(), outcome);
                 }
             }
-            Runner::Sympy | Runner::Cargo => unreachable!(),
+            Runner::Sympy | Runner::Cargo | Runner::Go => unreachable!(),
         }
     }
     statuses

@@ -100,10 +100,23 @@ library's own unit tests). A declared test node is `<package>/<target>::<test pa
 harness builds the tests once and runs each declared test in its own process; its exit status
 is the result.";
 
+/// Test agent: the runner note for a `go test` repository (ours): the same for Go.
+pub const GO_NOTE: &str = "\
+Runner note: this repository's tests run with Go's `go test`, not a Python runner. Read `test_*`
+above as the repository's `func TestX(t *testing.T)` functions. Add new tests in a `_test.go`
+file of the package under test (a test bundle may not change non-test `.go` files, `go.mod` or
+`vendor/`). The one-line command selects exact test names with one anchored, single-quoted regex
+and the package directory: `go test -run '^TestX$' ./pkg` or `go test -run '^(TestA|TestB)$'
+./pkg` (`.` for the module root). A declared test node is `<package dir>::<TestName>`, e.g.
+`./calc::TestAdd`, or the test name alone. Write each check as `if got != want { t.Errorf(...) }`
+with a literal expected value: the harness builds the tests once and runs each declared test in
+its own process; its exit status is the result.";
+
 /// The runner note for a task's runner (`None`: a Python runner, the paper's prompt as it is).
 pub fn runner_note(runner: crate::task::Runner) -> Option<&'static str> {
     match runner {
         crate::task::Runner::Cargo => Some(CARGO_NOTE),
+        crate::task::Runner::Go => Some(GO_NOTE),
         _ => None,
     }
 }

@@ -78,6 +78,8 @@ fn bundle_for(task: &TaskInstance, nodes: &[String]) -> Result<Bundle, String> {
             .collect(),
         // `cargo test` selects one package's one target, then exact test paths.
         Runner::Cargo => cargo_selectors(nodes)?,
+        // `go test` selects names by one anchored regex over the packages listed.
+        Runner::Go => go_selectors(nodes)?,
         _ => nodes.iter().map(|t| shell_quote(t)).collect(),
     };
     let command = format!("{} {}", task.test_cmd, selectors.join(" "));
@@ -91,6 +93,27 @@ fn bundle_for(task: &TaskInstance, nodes: &[String]) -> Result<Bundle, String> {
         "test_nodes": nodes,
     });
     Bundle::from_parts(&task.test_patch, &command, &contract.to_string()).map_err(|r| r.to_string())
+}
+
+/// `-run '^(A|B)$' ./dir` for go node ids of one package (the regex applies to every package
+/// listed, so ids spanning packages would select tests nobody declared).
+fn go_selectors(nodes: &[String]) -> Result<Vec<String>, String> {
+    use crate::harness::guard::gotest_run::split_node;
+    let mut dir: Option<String> = None;
+    let mut names = Vec::new();
+    for n in nodes {
+        let (d, name) = split_node(n).ok_or_else(|| format!("`{n}` is not a go test id (./<package dir>::<TestName>)"))?;
+        match &dir {
+            None => dir = Some(d),
+            Some(x) if *x == d => {}
+            Some(_) => return Err(format!("the tests span several go packages ({} and `{n}`): one command's regex runs in every package it lists", nodes[0])),
+        }
+        names.push(name.to_string());
+    }
+    let dir = dir.ok_or("no test selected")?;
+    let regex = if names.len() == 1 { format!("^{}$", names[0]) } else { format!("^({})$", names.join("|")) };
+    let package = if dir.is_empty() { ".".to_string() } else { format!("./{dir}") };
+    Ok(vec!["-run".to_string(), format!("'{regex}'"), package])
 }
 
 /// `-p <package> <target> -- --exact <path>…` for cargo node ids of one package's one target.

@@ -86,9 +86,10 @@ fn runner_of(task: &TaskInstance) -> Result<CommandRunner, HarnessError> {
         Runner::Pytest => Ok(CommandRunner::Pytest),
         Runner::Django => Ok(CommandRunner::Django),
         Runner::Sympy => Ok(CommandRunner::Sympy),
-        Runner::Cargo => Err(HarnessError::Other(format!(
-            "{}: a cargo task has no Python official run",
-            task.instance_id
+        Runner::Cargo | Runner::Go => Err(HarnessError::Other(format!(
+            "{}: a {} task has no Python official run",
+            task.instance_id,
+            task.runner.as_str()
         ))),
     }
 }
@@ -242,9 +243,9 @@ pub async fn grade(
     } else {
         parse_patch(model_patch).unwrap_or_default()
     };
-    if task.runner == Runner::Cargo {
+    if matches!(task.runner, Runner::Cargo | Runner::Go) {
         reset_to_base(sb, &reset_paths(task, &model_files, &files, None)).await?;
-        return super::grade_native::grade_cargo(task, sb).await;
+        return super::grade_native::grade_native(task, sb).await;
     }
     let r = match official_run(task, sb, &files, &model_files, GuardMode::Candidate).await? {
         Ok(r) => r,

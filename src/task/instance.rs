@@ -28,6 +28,10 @@ pub enum Runner {
     /// `<package>/<target>::<test path>` (`strsim/test/lib::levenshtein_works`,
     /// `calc/lib::tests::adds`), run by the native guarded run (`harness::guard::libtest_run`).
     Cargo,
+    /// Go's `go test` (optionally with `-short`, `-tags`, `-timeout`); ids `<package dir>::<Test>`
+    /// (`./calc::TestAdd`, `.::TestRoot`), run by the native guarded run
+    /// (`harness::guard::gotest_run`).
+    Go,
 }
 
 impl Runner {
@@ -37,6 +41,7 @@ impl Runner {
             Runner::Django => "django",
             Runner::Sympy => "sympy",
             Runner::Cargo => "cargo",
+            Runner::Go => "go",
         }
     }
 
@@ -46,6 +51,7 @@ impl Runner {
             "django" => Some(Runner::Django),
             "sympy" => Some(Runner::Sympy),
             "cargo" => Some(Runner::Cargo),
+            "go" => Some(Runner::Go),
             _ => None,
         }
     }
@@ -59,6 +65,7 @@ impl Runner {
             }
             Runner::Sympy => "bin/test -C --verbose",
             Runner::Cargo => "cargo test",
+            Runner::Go => "go test",
         }
     }
 }
@@ -299,7 +306,8 @@ impl TaskInstance {
 
 /// Runner inference: Django-style if the repository has `tests/runtests.py` at Base or is
 /// django/django, sympy for sympy/sympy, cargo when Base has a `Cargo.toml` at its root and no
-/// Python project file (`setup.py`, `pyproject.toml`, `setup.cfg`), pytest otherwise.
+/// Python project file (`setup.py`, `pyproject.toml`, `setup.cfg`), go likewise with a root
+/// `go.mod`, pytest otherwise.
 fn infer_runner(repo: &str, repo_path: Option<&Path>, base_commit: &str) -> Runner {
     if repo.eq_ignore_ascii_case("django/django") {
         return Runner::Django;
@@ -313,8 +321,12 @@ fn infer_runner(repo: &str, repo_path: Option<&Path>, base_commit: &str) -> Runn
             return Runner::Django;
         }
         let at_base = |f: &str| git::succeeds(path, &["cat-file", "-e", &format!("{base_commit}:{f}")]);
-        if at_base("Cargo.toml") && !["setup.py", "pyproject.toml", "setup.cfg"].iter().any(|f| at_base(f)) {
+        let python = ["setup.py", "pyproject.toml", "setup.cfg"].iter().any(|f| at_base(f));
+        if at_base("Cargo.toml") && !python {
             return Runner::Cargo;
+        }
+        if at_base("go.mod") && !python {
+            return Runner::Go;
         }
     }
     Runner::Pytest

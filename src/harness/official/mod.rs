@@ -29,7 +29,7 @@ pub use grading::{
 /// The language an instance's repository is written in, for reports: SWE-bench Pro's
 /// `repo_language`, else the language swebench files the repository under (its per-language
 /// parser maps: SWE-bench, SWE-bench Multilingual), else the language of the row's log parser,
-/// else, for a task this crate runs with its own runners, `rust` for `cargo` (the crates suite)
+/// else, for a task this crate runs with its own runners, `rust` for `cargo` (the crates suite), `go` for `go`
 /// and `python` for pytest, Django and sympy (the bundled and PyPI suites).
 pub fn language_of(task: &crate::task::TaskInstance) -> &'static str {
     use crate::task::official::Source;
@@ -46,6 +46,7 @@ pub fn language_of(task: &crate::task::TaskInstance) -> &'static str {
         Some(o) => language_for_parser(&o.log_parser).unwrap_or("unknown"),
         None => match task.runner {
             crate::task::Runner::Cargo => "rust",
+            crate::task::Runner::Go => "go",
             _ => "python",
         },
     }

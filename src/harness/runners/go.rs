@@ -121,6 +121,41 @@ pub(crate) fn parse_args(args: &[String]) -> Result<Parsed, Rejection> {
     })
 }
 
+/// The flags of a task's official `test_cmd` (`go test [flags] [packages]`, selecting no test:
+/// the F2P and P2P ids select): `-short`, `-tags`, `-timeout` kept as a bundle keeps them; `-v`,
+/// `-count` and package patterns (`./...`, the ids name their packages) dropped; anything else
+/// refused.
+pub fn task_flags(test_cmd: &str) -> Result<Vec<String>, String> {
+    let words = shlex::split(test_cmd).ok_or_else(|| format!("`{test_cmd}` does not split into words"))?;
+    if words.len() < 2 || words[0] != "go" || words[1] != "test" {
+        return Err(format!("`{test_cmd}` is not `go test [flags]`"));
+    }
+    let mut flags = Vec::new();
+    let mut it = words[2..].iter();
+    while let Some(w) = it.next() {
+        let (flag, inline) = match w.split_once('=') {
+            Some((f, v)) if f.starts_with('-') => (f, Some(v.to_string())),
+            _ => (w.as_str(), None),
+        };
+        match flag {
+            "-v" | "-json" if inline.is_none() => {}
+            "-short" if inline.is_none() => flags.push(w.clone()),
+            "-count" => {
+                if inline.is_none() {
+                    it.next();
+                }
+            }
+            "-tags" | "-timeout" => match inline.or_else(|| it.next().cloned()) {
+                Some(v) if plain_word(&v, ",.") => flags.push(format!("{flag}={v}")),
+                _ => return Err(format!("`{test_cmd}`: `{flag}` needs a plain value")),
+            },
+            p if !p.starts_with('-') && (p == "./..." || p == "." || p.starts_with("./")) => {}
+            other => return Err(format!("`{test_cmd}`: `{other}` is not a flag the official run keeps")),
+        }
+    }
+    Ok(flags)
+}
+
 /// The exact names of an anchored `-run` regex: `^TestX$` or `^(TestA|TestB)$`.
 fn run_names(re: &str) -> Result<Vec<String>, Rejection> {
     let not_exact = || {
@@ -338,6 +373,21 @@ fn close_package(p: &mut ParsedLog, rel: &str, pkg: &Package) {
             _ => "skipped",
         };
         *p.counts.entry(k.into()).or_insert(0) += 1;
+    }
+}
+
+#[cfg(test)]
+mod task_flag_tests {
+    use super::task_flags;
+
+    #[test]
+    fn official_test_commands_keep_only_the_flags_a_bundle_keeps() {
+        assert_eq!(task_flags("go test").unwrap(), Vec::<String>::new());
+        assert_eq!(task_flags("go test -v -count=1 -short -tags 'a,b' -timeout=30s ./...").unwrap(), ["-short", "-tags=a,b", "-timeout=30s"]);
+        assert_eq!(task_flags("go test -count 1 ./pkg/x").unwrap(), Vec::<String>::new());
+        for bad in ["cargo test", "go vet", "go test -exec /bin/true", "go test -tags", "go test -run X", "go test github.com/x/y", "go test '"] {
+            assert!(task_flags(bad).is_err(), "{bad}");
+        }
     }
 }
 
