@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # System and Python packages the task-suite tests need (tests/suite_tasks.rs runs the suites'
 # test runners directly on the host): git, python3 with pytest. Then fetch the PyPI suite's
-# pinned sdist and the crates suite's pinned crates. Idempotent.
+# pinned sdist, the crates suite's pinned crates and the golang suite's pinned Debian packages.
+# Idempotent.
 set -euo pipefail
 if ! command -v git >/dev/null || ! command -v python3 >/dev/null; then
   apt-get update -qq && apt-get install -y -qq git python3 python3-pip
@@ -12,3 +13,5 @@ if ! python3 -m pytest --version >/dev/null 2>&1; then
 fi
 "$(dirname "${BASH_SOURCE[0]}")/fetch-pypi-suite.sh"
 "$(dirname "${BASH_SOURCE[0]}")/fetch-crates-suite.sh"
+# Debian's archive may be out of reach: the golang suite's test then skips, saying so.
+"$(dirname "${BASH_SOURCE[0]}")/fetch-golang-suite.sh" || echo "ci-deps-suite: the golang suite was not fetched; its test will skip"

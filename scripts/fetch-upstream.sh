@@ -2,8 +2,8 @@
 # Fetch the pinned upstream releases of a task suite built from published sources
 # (tests/fixtures/suites/<suite>/*/project.toml, section [upstream]): download each archive,
 # verify its pinned sha256, unpack it. Idempotent: a verified archive and its unpacked tree are
-# kept. `fetch-pypi-suite.sh` and `fetch-crates-suite.sh` call it.
-#   fetch-upstream.sh pypi|crates
+# kept. `fetch-pypi-suite.sh`, `fetch-crates-suite.sh` and `fetch-golang-suite.sh` call it.
+#   fetch-upstream.sh pypi|crates|golang
 # Destination: ${EXECCRITIC_CACHE:-~/.cache/execcritic}/<suite>/<name>-<version>.<ext> and
 # <name>-<version>/.
 set -euo pipefail
@@ -25,8 +25,39 @@ case "$suite" in
       cp "$cached" "$3/$stem.crate"
     }
     ;;
-  *) echo "fetch-upstream: unknown suite '$suite' (pypi, crates)" >&2; exit 2 ;;
+  golang)
+    # Debian's Go library packages (golang-*-dev: the upstream source, tests included, under
+    # /usr/share/gocode/src/<import path>), pinned by the SHA256 of the .deb in Debian's Packages
+    # index; offline, apt's own archive cache when it has the package.
+    ext=deb
+    download() {
+      local stem="$1-$2" cached
+      if (cd "$3" && apt-get download -q "$1=$2" >/dev/null 2>&1); then
+        mv "$3"/"$1"_*.deb "$3/$stem.deb" && return 0
+      fi
+      cached=$(ls /var/cache/apt/archives/"$1"_"${2//:/%3a}"_*.deb 2>/dev/null | head -n1 || true)
+      [ -n "$cached" ] || { echo "fetch-golang-suite: cannot download $1=$2 and apt's cache has none" >&2; return 1; }
+      cp "$cached" "$3/$stem.deb"
+    }
+    ;;
+  *) echo "fetch-upstream: unknown suite '$suite' (pypi, crates, golang)" >&2; exit 2 ;;
 esac
+# Unpack ARCHIVE into DIR/STEM: a tarball holds STEM/ at its top; a Debian Go package holds one
+# import path under /usr/share/gocode/src, which becomes the module root (a go.mod naming that
+# path is written where the package has none: Go modules need one, GOPATH-era packages lack it).
+unpack() {
+  local archive="$1" dir="$2" stem="$3"
+  if [ "$ext" = deb ]; then
+    dpkg-deb -x "$archive" "$dir/deb"
+    local roots=("$dir"/deb/usr/share/gocode/src/*/*/*)
+    [ ${#roots[@]} -eq 1 ] && [ -d "${roots[0]}" ] || { echo "fetch-golang-suite: $archive holds ${#roots[@]} import paths, expected one" >&2; return 1; }
+    local module="${roots[0]#"$dir"/deb/usr/share/gocode/src/}"
+    mv "${roots[0]}" "$dir/$stem"
+    [ -f "$dir/$stem/go.mod" ] || printf 'module %s\n\ngo 1.19\n' "$module" > "$dir/$stem/go.mod"
+  else
+    tar -xzf "$archive" -C "$dir"
+  fi
+}
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="${EXECCRITIC_CACHE:-$HOME/.cache/execcritic}/$suite"
 mkdir -p "$dest"
@@ -53,7 +84,7 @@ PY
   fi
   if [ ! -d "$dest/$stem" ]; then
     tmp="$(mktemp -d "$dest/.unpack-XXXXXX")"
-    tar -xzf "$archive" -C "$tmp"
+    unpack "$archive" "$tmp" "$stem"
     mv "$tmp/$stem" "$dest/$stem"
     rm -rf "$tmp"
   fi

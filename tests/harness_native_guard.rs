@@ -513,14 +513,49 @@ async fn a_cargo_bundle_qualifies_audits_and_judges_candidates() {
 
 #[tokio::test]
 async fn crates_suite_tasks_qualify_audit_and_grade_as_labelled() {
-    use execcritic::episode::oracle::oracle_bundle;
-    use execcritic::harness::grade;
-    use execcritic::task::{load_tasks, suite::crates_suite_in, Runner, TaskError};
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: the guarded cargo run needs throw-away runs (root with overlayfs)");
+    use execcritic::task::{suite::crates_suite_in, Runner};
+    // Two crates (strsim, shlex), two tasks each. The oracle's command: the F2P test's own
+    // package and integration-test target (`strsim/test/lib::…` → `-p strsim --test lib`).
+    native_suite_qualifies_audits_and_grades(crates_suite_in, Runner::Cargo, 4, |f2p| {
+        let (package, rest) = f2p.split_once("/test/").unwrap();
+        let target = rest.split("::").next().unwrap();
+        format!("cargo test -p {package} --test {target} -- --exact ")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn golang_suite_tasks_qualify_audit_and_grade_as_labelled() {
+    use execcritic::task::{suite::golang_suite_in, Runner};
+    if !go_present() {
         return;
     }
-    let path = match crates_suite_in(&execcritic::task::suite::cache_dir()) {
+    // go-humanize (Debian's golang-github-dustin-go-humanize-dev), one task at the module root
+    // and one in its `english` package. The oracle's command: the F2P test's package.
+    native_suite_qualifies_audits_and_grades(golang_suite_in, Runner::Go, 2, |f2p| {
+        let (dir, name) = f2p.split_once("::").unwrap();
+        format!("go test -run '^{name}$' {dir}")
+    })
+    .await;
+}
+
+/// Every task of a native suite: its oracle bundle (whose command starts with `prefix(F2P)`)
+/// qualifies and audits with Q = 1 and BA = 1; the official evaluator resolves gold, not the
+/// empty patch, and grades each candidate as labelled.
+async fn native_suite_qualifies_audits_and_grades(
+    suite_in: fn(&Path) -> Result<PathBuf, execcritic::task::TaskError>,
+    runner: execcritic::task::Runner,
+    count: usize,
+    prefix: impl Fn(&str) -> String,
+) {
+    use execcritic::episode::oracle::oracle_bundle;
+    use execcritic::harness::grade;
+    use execcritic::task::{load_tasks, TaskError};
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: the guarded {runner:?} run needs throw-away runs (root with overlayfs)");
+        return;
+    }
+    let path = match suite_in(&execcritic::task::suite::cache_dir()) {
         Ok(p) => p,
         Err(TaskError::SuiteNotFetched { message, .. }) => {
             eprintln!("SKIPPED: {message}");
@@ -529,18 +564,12 @@ async fn crates_suite_tasks_qualify_audit_and_grade_as_labelled() {
         Err(e) => panic!("{e}"),
     };
     let tasks = load_tasks(&path).unwrap();
-    // Two crates (strsim, shlex), two tasks each.
-    assert_eq!(tasks.len(), 4);
+    assert_eq!(tasks.len(), count);
     for task in &tasks {
         let id = &task.instance_id;
-        assert_eq!(task.runner, Runner::Cargo, "{id}");
+        assert_eq!(task.runner, runner, "{id}");
         let bundle = oracle_bundle(task).unwrap();
-        // The F2P test's own package and integration-test target (`strsim/test/lib::…` →
-        // `-p strsim --test lib`).
-        let (package, rest) = task.fail_to_pass[0].split_once("/test/").unwrap();
-        let target = rest.split("::").next().unwrap();
-        let prefix = format!("cargo test -p {package} --test {target} -- --exact ");
-        assert!(bundle.test_command.starts_with(&prefix), "{id}: {}", bundle.test_command);
+        assert!(bundle.test_command.starts_with(&prefix(&task.fail_to_pass[0])), "{id}: {}", bundle.test_command);
         let frozen = match qualify(task, &bundle, SandboxKind::Local).await.unwrap() {
             Qualification::Accepted(f) => f,
             other => panic!("{id}: the oracle bundle does not qualify: {other:?}"),

@@ -1,9 +1,10 @@
 //! Task suites shipped with execcritic. The bundled default suite (three small Python projects
 //! written for this repository, embedded in the binary), the PyPI suite (a published sdist,
 //! fetched at set-up by `scripts/fetch-pypi-suite.sh`, with bug-introducing patches written here)
-//! and the crates suite (published Rust crates from crates.io, fetched by
-//! `scripts/fetch-crates-suite.sh`, same scheme) are built into git repositories under the cache
-//! directory on first use.
+//! the crates suite (published Rust crates from crates.io, fetched by
+//! `scripts/fetch-crates-suite.sh`, same scheme) and the golang suite (Go libraries as Debian's
+//! golang-*-dev packages ship them, fetched by `scripts/fetch-golang-suite.sh`) are built into git
+//! repositories under the cache directory on first use.
 
 pub mod builder;
 pub mod cache;
@@ -23,6 +24,7 @@ static BUNDLED: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/tests/fixtures/
 static PYPI: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/tests/fixtures/suites/pypi");
 static EASY: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/tests/fixtures/suites/easy");
 static CRATES: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/tests/fixtures/suites/crates");
+static GOLANG: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/tests/fixtures/suites/golang");
 
 /// A suite built from pinned upstream releases: its spec, where its fetch script leaves the
 /// archives (`<cache>/<sources>/<name>-<version>.<ext>`) and their unpacked trees
@@ -36,6 +38,7 @@ struct Fetched {
 
 static PYPI_SUITE: Fetched = Fetched { spec: &PYPI, sources: "pypi", ext: "tar.gz", script: "scripts/fetch-pypi-suite.sh" };
 static CRATES_SUITE: Fetched = Fetched { spec: &CRATES, sources: "crates", ext: "crate", script: "scripts/fetch-crates-suite.sh" };
+static GOLANG_SUITE: Fetched = Fetched { spec: &GOLANG, sources: "golang", ext: "deb", script: "scripts/fetch-golang-suite.sh" };
 
 /// The bundled default suite: builds (once) and returns the path of its `tasks.jsonl`.
 pub fn bundled_suite() -> Result<PathBuf, TaskError> {
@@ -94,6 +97,18 @@ pub fn crates_suite() -> Result<PathBuf, TaskError> {
 /// [`crates_suite`] with an explicit cache directory.
 pub fn crates_suite_in(cache: &Path) -> Result<PathBuf, TaskError> {
     fetched_suite_in(&CRATES_SUITE, cache)
+}
+
+/// The golang suite (Go libraries as Debian packages them, run by `go test` under the native
+/// guard): needs its pinned `.deb` archives fetched (and sha256-verified) by
+/// `scripts/fetch-golang-suite.sh`; otherwise [`TaskError::SuiteNotFetched`].
+pub fn golang_suite() -> Result<PathBuf, TaskError> {
+    golang_suite_in(&cache_dir())
+}
+
+/// [`golang_suite`] with an explicit cache directory.
+pub fn golang_suite_in(cache: &Path) -> Result<PathBuf, TaskError> {
+    fetched_suite_in(&GOLANG_SUITE, cache)
 }
 
 /// Build (once per content hash of the spec and the verified upstream trees) a suite whose
