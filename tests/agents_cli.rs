@@ -82,6 +82,38 @@ fn demo_runs_both_agents_on_a_rust_task() {
     assert!(text.contains("official result: RESOLVED"), "{text}");
 }
 
+/// The same demo on a Go task (the golang suite, `go test` under the native guard).
+#[test]
+fn demo_runs_both_agents_on_a_go_task() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: the guarded go run needs throw-away runs (root with overlayfs)");
+        return;
+    }
+    if !std::process::Command::new("go").arg("version").output().is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED: no `go` on the PATH (apt-get install golang-go)");
+        return;
+    }
+    match execcritic::task::suite::golang_suite() {
+        Err(execcritic::task::TaskError::SuiteNotFetched { message, .. }) => {
+            eprintln!("SKIPPED: {message}");
+            return;
+        }
+        other => {
+            other.unwrap();
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin().args(["demo", "--language", "go", "--out"]).arg(dir.path()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("dustin__go-humanize-201") && text.contains("go test"), "{text}");
+    assert!(text.contains("submission 1 at turn 5: rejected (selector_not_exact)"), "{text}");
+    assert!(text.contains("submission 2 at turn 7: qualified"), "{text}");
+    assert!(text.contains("check at turn 4: hard_fail (assertion_failure)"), "{text}");
+    assert!(text.contains("check at turn 8: pass"), "{text}");
+    assert!(text.contains("official result: RESOLVED"), "{text}");
+}
+
 #[test]
 fn gen_test_then_repair_with_grading() {
     let tasks = execcritic::task::bundled_suite().unwrap();

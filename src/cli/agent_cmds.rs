@@ -147,7 +147,9 @@ pub struct DemoArgs {
     pub out: Option<PathBuf>,
     /// The task's language: `python` (the bundled suite's tablefmt__tablefmt-1, pytest) or
     /// `rust` (the crates suite's rapidfuzz__strsim-rs-201, `cargo test` under the native guard;
-    /// needs `scripts/fetch-crates-suite.sh` and a local sandbox as root).
+    /// needs `scripts/fetch-crates-suite.sh` and a local sandbox as root) or `go` (the golang
+    /// suite's dustin__go-humanize-201, `go test` under the native guard; needs
+    /// `scripts/fetch-golang-suite.sh`, a Go toolchain and a local sandbox as root).
     #[arg(long, value_enum, default_value_t = DemoLanguage::Python)]
     pub language: DemoLanguage,
     /// `demo train`: teacher trajectories → SFT → GRPO on a small model.
@@ -160,6 +162,7 @@ pub struct DemoArgs {
 pub enum DemoLanguage {
     Python,
     Rust,
+    Go,
 }
 
 #[derive(Subcommand, Debug)]
@@ -539,6 +542,10 @@ const DEMO_TEST_SCRIPT_RUST: &str = include_str!("../../tests/fixtures/scripted/
 const DEMO_REPAIR_SCRIPT_RUST: &str = include_str!("../../tests/fixtures/scripted/demo_repair_rust.jsonl");
 /// The crates-suite task the Rust demo scripts were written for.
 pub const DEMO_INSTANCE_RUST: &str = "rapidfuzz__strsim-rs-201";
+const DEMO_TEST_SCRIPT_GO: &str = include_str!("../../tests/fixtures/scripted/demo_test_go.jsonl");
+const DEMO_REPAIR_SCRIPT_GO: &str = include_str!("../../tests/fixtures/scripted/demo_repair_go.jsonl");
+/// The golang-suite task the Go demo scripts were written for.
+pub const DEMO_INSTANCE_GO: &str = "dustin__go-humanize-201";
 
 /// The demo of a language: suite, instance, the scripts' names and texts.
 struct DemoCase {
@@ -565,6 +572,13 @@ fn demo_case(language: DemoLanguage) -> DemoCase {
             test: ("demo_test_rust.jsonl", DEMO_TEST_SCRIPT_RUST),
             repair: ("demo_repair_rust.jsonl", DEMO_REPAIR_SCRIPT_RUST),
         },
+        DemoLanguage::Go => DemoCase {
+            suite: "golang",
+            instance: DEMO_INSTANCE_GO,
+            runner: "go test",
+            test: ("demo_test_go.jsonl", DEMO_TEST_SCRIPT_GO),
+            repair: ("demo_repair_go.jsonl", DEMO_REPAIR_SCRIPT_GO),
+        },
     }
 }
 
@@ -583,6 +597,7 @@ pub fn demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
     let tasks = match a.language {
         DemoLanguage::Python => crate::task::bundled_suite().context("building the bundled task suite")?,
         DemoLanguage::Rust => crate::task::crates_suite().context("building the crates task suite")?,
+        DemoLanguage::Go => crate::task::suite::golang_suite().context("building the golang task suite")?,
     };
     let task = load_task(&tasks, case.instance)?;
     println!("Task {} ({}):", task.instance_id, task.repo);
