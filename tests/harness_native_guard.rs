@@ -709,8 +709,8 @@ async fn guarded_go_runs_in_the_local_sandbox() {
     // Each attack gets a plain `go test` of the judged test to exit 0 with the bug in place.
     assert!(!plain_go_test("base", "^TestAdd$"));
     assert!(plain_go_test("gold", "^(TestAdd|TestAddNegative|TestLabel)$"));
-    for attack in ["exit_forger", "embed_reader", "first_run"] {
-        assert!(plain_go_test(attack, "^TestAdd$"), "{attack} does not pass plain go test");
+    for (attack, test) in [("exit_forger", "^TestAdd$"), ("embed_reader", "^TestAdd$"), ("first_run", "^TestAdd$"), ("late_exit", "^TestAddNegative$")] {
+        assert!(plain_go_test(attack, test), "{attack} does not pass plain go test");
     }
     let repo = go_repo("base");
     let Some(sb) = open(repo.path()) else { return };
@@ -729,6 +729,9 @@ async fn guarded_go_runs_in_the_local_sandbox() {
         ("base", Some([Failed, Failed])),
         ("exit_forger", None),
         ("first_run", None),
+        // Exits 0 from inside the test after its first assertion passed: the literal look-alikes
+        // fail at that assertion, the tail copies run on to the exit and pass.
+        ("late_exit", None),
         ("embed_reader", Some([Passed, Failed])),
     ] {
         sb.reset().await.unwrap();
@@ -744,8 +747,9 @@ async fn guarded_go_runs_in_the_local_sandbox() {
                     assert_eq!(j.real[id], st, "{candidate}: {id}: {j:?}");
                 }
                 assert_eq!(j.real[".::TestLabel"], TestStatus::Passed, "{candidate}");
-                // 3 planned groups of 7 and 2 controls.
-                assert_eq!(j.run.len(), 3 * 7 + 2, "{candidate}: {:?}", j.run.keys());
+                // 3 planned groups (the real test, 6 literal look-alikes, 6 tail copies) and 2
+                // controls.
+                assert_eq!(j.run.len(), 3 * 13 + 2, "{candidate}: {:?}", j.run.keys());
             }
             None => assert!(!j.violations.is_empty(), "{candidate}: not refused: {j:?}"),
         }
@@ -803,7 +807,7 @@ fn go_task(repo: &Path) -> (execcritic::task::TaskInstance, String) {
     };
     let gold = patch_of("gold");
     let mut candidates = vec![serde_json::json!({"patch": gold, "resolved": true}), serde_json::json!({"patch": "", "resolved": false})];
-    for attack in ["exit_forger", "first_run", "embed_reader"] {
+    for attack in ["exit_forger", "first_run", "embed_reader", "late_exit"] {
         candidates.push(serde_json::json!({"patch": patch_of(attack), "resolved": false}));
     }
     let task = execcritic::task::TaskInstance::from_json(
@@ -848,7 +852,7 @@ async fn a_go_bundle_qualifies_audits_and_judges_candidates() {
     assert_eq!(rec.balanced_accuracy, Some(1.0), "{rec:?}");
     let kinds: Vec<&str> = rec.candidates.iter().map(|c| c.failure_kind.as_str()).collect();
     // The embed reader is refused by the screen, before anything runs.
-    assert_eq!(kinds, ["passed", "assertion_failure", "tampered", "tampered", "forbidden_test_modification"], "{rec:?}");
+    assert_eq!(kinds, ["passed", "assertion_failure", "tampered", "tampered", "forbidden_test_modification", "tampered"], "{rec:?}");
 
     let v = check_candidate(&task, &frozen, &task.candidates[2].patch, SandboxKind::Local).await.unwrap();
     assert_eq!((v.status, v.failure_kind), (GateStatus::HardFail, FailureKind::Tampered), "{}", v.feedback);
@@ -888,7 +892,7 @@ async fn a_go_bundle_qualifies_audits_and_judges_candidates() {
     assert!(forged.tampered.is_some(), "{forged:?}");
 
     // Not a clean failure on Base: refused with the category.
-    let passes_on_base = test_patch.replace("want := 5", "want := -1").replace("got != -3", "got != -5");
+    let passes_on_base = test_patch.replace("want := 5", "want := -1").replace("got != -3", "got != -5").replace("got != -4", "got != 0");
     let no_build = test_patch.replace("Add(-4, 1)", "Mul(-4, 1)");
     for (patch, want) in [(passes_on_base, BaseCategory::Passed), (no_build, BaseCategory::CollectionError)] {
         assert_ne!(patch, test_patch);

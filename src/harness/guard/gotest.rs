@@ -14,6 +14,12 @@
 //!    (`want := 5`, `got, want := f(), "x"`) and used nowhere else. The K + 1 values are
 //!    consecutive with the original's rank uniformly random (the bounds of [`super::libtest`]). Each
 //!    file with a planned test also gets a must-pass and a must-fail control.
+//!    **Tail copies**: K more copies of the real test exactly as it runs (same literal), each
+//!    starting with `defer os.Exit(1)`: they run what the real test runs and then fail, however
+//!    the body ends. Code that ends the process with status 0 from inside the test — after the
+//!    first assertion passed, where the literal look-alikes have already failed — makes them
+//!    pass too. A test with no literal assertion to mutate is still renamed and gets its tail
+//!    copies (its `why` says so), so no judged test runs under a name the code could know.
 //! 2. **No value on the failure path.** In every copy the assertion's body becomes `{ if false {
 //!    <body> }; os.Exit(1) }`: the body stays compiled (its names stay used), never runs — no
 //!    message formats a value through candidate code (`String()` methods), and the process ends
@@ -22,9 +28,8 @@
 //!    copy by an anchored `-test.run`; the status is the exit status. Wherever the real test
 //!    passed, every mutant must have failed and the controls must have come out as written.
 //!
-//! Tests that cannot be planned keep their name, with the reason in the map (no such assertion,
-//! a `return` before it, a signature other than `(t *testing.T)`, the name referenced elsewhere
-//! in the file).
+//! Tests that cannot be renamed keep their name, unguarded, with the reason in the map (a
+//! signature other than `(t *testing.T)`, the name referenced elsewhere in the file).
 
 use super::canary::{CanaryMap, Control, Group};
 use super::golex::{lex, matching, quote, unquote, Kind, Token};
@@ -132,7 +137,8 @@ pub fn plan_file(file: &str, source: &str, judged: &[String], k: usize, rng: &mu
         };
         match plan {
             Err(why) => group.why = Some(why),
-            Ok(variants) => {
+            Ok((variants, why)) => {
+                group.why = why.map(|w| format!("{w}: guarded by its tail copies alone"));
                 let mut texts = Vec::new();
                 for (i, text) in variants.into_iter().enumerate() {
                     let run_name = fresh_name(rng);
@@ -267,21 +273,40 @@ fn bindings(t: &[Token], src: &str, stmt: &Range<usize>) -> Vec<(String, Range<u
 /// Failing calls an assertion's body may consist of.
 const FAILS: [&str; 6] = ["Error", "Errorf", "Fatal", "Fatalf", "Fail", "FailNow"];
 
-/// Plan one test function: its K + 1 texts (the original's first), each named
-/// `__EXECCRITIC_NAME__`.
-fn plan_function(t: &[Token], src: &str, f: &Func, k: usize, rng: &mut impl Rng) -> Result<Vec<String>, String> {
+/// Plan one test function: its texts, each named `__EXECCRITIC_NAME__` — the real test first,
+/// then its look-alikes — and, where it has no literal assertion to mutate, why (its look-alikes
+/// are then the tail copies alone). `Err`: it cannot be renamed (not `(t *testing.T)`).
+fn plan_function(t: &[Token], src: &str, f: &Func, k: usize, rng: &mut impl Rng) -> Result<(Vec<String>, Option<String>), String> {
     // `(t *testing.T)`: the name the body fails through.
     let p = &t[f.params.clone()];
     let tname = match p {
         [n, star, _, dot, ty] if n.kind == Kind::Ident && star.text(src) == "*" && dot.text(src) == "." && ty.text(src) == "T" => n.text(src),
         _ => return Err("the signature is not (t *testing.T)".into()),
     };
+    let planned = find_site(t, src, f, tname).and_then(|site| {
+        let lits = mutate(t[site.literal].text(src), t[site.literal].kind, k, rng)?;
+        Ok((site, lits))
+    });
+    let (site, lits, why) = match planned {
+        Ok((site, lits)) => (Some(site), lits, None),
+        Err(why) => (None, Vec::new(), Some(why)),
+    };
+    let original = lits.first().cloned();
+    let text = |lit: Option<&String>, tail: bool| function_text(t, src, f, site.as_ref().zip(lit), tail);
+    let mut out = vec![text(original.as_ref(), false)];
+    out.extend(lits.iter().skip(1).map(|lit| text(Some(lit), false)));
+    out.extend((0..k).map(|_| text(original.as_ref(), true)));
+    Ok((out, why))
+}
+
+/// The first top-level assertion with a constant expected side, if no `return` comes before.
+fn find_site(t: &[Token], src: &str, f: &Func, tname: &str) -> Result<Site, String> {
     let stmts = statements(t, src, f.open, f.close);
     for (si, s) in stmts.iter().enumerate() {
         let head = t[s.start].text(src);
         if t[s.start].kind == Kind::Ident && head == "if" {
             if let Some(site) = assertion(t, src, s, &stmts[..si], tname) {
-                return variants(t, src, f, &site, k, rng);
+                return Ok(site);
             }
         }
         if s.clone().any(|j| t[j].kind == Kind::Ident && matches!(t[j].text(src), "return" | "goto")) {
@@ -413,29 +438,30 @@ fn later_in_function(t: &[Token], src: &str, from: usize, name: &str) -> bool {
     false
 }
 
-/// The function's K + 1 texts.
-fn variants(t: &[Token], src: &str, f: &Func, site: &Site, k: usize, rng: &mut impl Rng) -> Result<Vec<String>, String> {
-    let lits = mutate(t[site.literal].text(src), t[site.literal].kind, k, rng)?;
+/// One copy of the function, named `__EXECCRITIC_NAME__`: with `site`, its assertion's body
+/// replaced by the exit and its literal by the given text; with `tail`, `defer os.Exit(1)` as
+/// its first statement — a copy that runs exactly what the real test runs and then fails, however
+/// the body ends (a return, `t.FailNow`, a panic): it exits 0 only where the process is ended
+/// from inside, by code that cannot tell it from the real test.
+fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)>, tail: bool) -> String {
     let start = t[f.func].range.start;
     let end = t[f.close].range.end;
-    let body_inner = &src[t[site.open].range.end..t[site.close].range.start];
-    let failure = format!("{{ if false {{{body_inner}}}; {OS}.Exit(1) }}");
-    Ok(lits
-        .iter()
-        .map(|lit| {
-            let mut edits = [
-                (t[f.name_tok].range.clone(), "__EXECCRITIC_NAME__".to_string()),
-                (t[site.literal].range.clone(), lit.clone()),
-                (t[site.open].range.start..t[site.close].range.end, failure.clone()),
-            ];
-            edits.sort_by_key(|(r, _)| std::cmp::Reverse(r.start));
-            let mut text = src[start..end].to_string();
-            for (r, with) in edits {
-                text.replace_range(r.start - start..r.end - start, &with);
-            }
-            text
-        })
-        .collect())
+    let mut edits = vec![(t[f.name_tok].range.clone(), "__EXECCRITIC_NAME__".to_string())];
+    if let Some((site, lit)) = site {
+        let body_inner = &src[t[site.open].range.end..t[site.close].range.start];
+        edits.push((t[site.literal].range.clone(), lit.clone()));
+        edits.push((t[site.open].range.start..t[site.close].range.end, format!("{{ if false {{{body_inner}}}; {OS}.Exit(1) }}")));
+    }
+    if tail {
+        let at = t[f.open].range.end;
+        edits.push((at..at, format!(" defer {OS}.Exit(1);")));
+    }
+    edits.sort_by_key(|(r, _)| std::cmp::Reverse(r.start));
+    let mut text = src[start..end].to_string();
+    for (r, with) in edits {
+        text.replace_range(r.start - start..r.end - start, &with);
+    }
+    text
 }
 
 /// The literal's K + 1 texts, the original first (see [`super::libtest`]'s `mutate`).
@@ -605,46 +631,47 @@ func helper(t *testing.T) {}
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         let plan = plan_file("calc_test.go", FILE, &all(), 6, &mut rng).unwrap();
         let why: BTreeMap<&str, Option<&str>> = plan.map.groups.iter().map(|g| (g.name.as_str(), g.why.as_deref())).collect();
-        assert_eq!(why["TestAdd"], None);
-        assert_eq!(why["TestSub"], None);
-        assert_eq!(why["TestName"], None);
-        assert_eq!(why["TestRune"], None);
-        assert!(why["TestTable"].unwrap().contains("no assertion"), "{why:?}");
-        assert!(why["TestEarlyReturn"].unwrap().contains("return"), "{why:?}");
-        assert!(why["TestLogs"].unwrap().contains("no assertion"), "{why:?}");
-        assert!(why["TestReused"].unwrap().contains("no assertion"), "{why:?}");
-        for g in plan.map.groups.iter().filter(|g| g.why.is_none()) {
-            assert_eq!(g.mutants.len(), 6);
+        for planned in ["TestAdd", "TestSub", "TestName", "TestRune"] {
+            assert_eq!(why[planned], None, "{planned}");
+        }
+        for (tail_only, reason) in [("TestTable", "no assertion"), ("TestEarlyReturn", "return"), ("TestLogs", "no assertion"), ("TestReused", "no assertion")] {
+            let w = why[tail_only].unwrap();
+            assert!(w.contains(reason) && w.contains("tail copies alone"), "{tail_only}: {w}");
+        }
+        for g in &plan.map.groups {
+            // Every test is renamed: 6 literal look-alikes and 6 tail copies where planned, the 6
+            // tail copies alone where not.
+            let want = if g.why.is_none() { 12 } else { 6 };
+            assert_eq!(g.mutants.len(), want, "{}", g.name);
             let real = g.real.as_ref().unwrap();
             assert!(real.starts_with("TestX") && real.len() == 21, "{real}");
             for m in &g.mutants {
-                assert!(plan.source.contains(&format!("func {m}(t *testing.T)")), "{m}");
+                assert!(plan.source.contains(&format!("func {m}(t *testing.T) {{")), "{m}");
             }
             assert!(!plan.source.contains(&format!("func {}(", g.name)));
+            let tails = g.mutants.iter().filter(|m| plan.source.contains(&format!("func {m}(t *testing.T) {{ defer {OS}.Exit(1);"))).count();
+            assert_eq!(tails, 6, "{}", g.name);
+            assert!(!plan.source.contains(&format!("func {real}(t *testing.T) {{ defer")), "the real test has no tail");
         }
-        // Unplanned tests keep their names; the imports ride on the package line.
-        assert!(plan.source.contains("func TestTable(t *testing.T)"));
         assert!(plan.source.starts_with(&format!("package calc; import ({OS} \"os\"; {TESTING} \"testing\")\n")));
         assert_eq!(plan.map.controls.len(), 2);
         // Line numbers of the code that stays are kept.
         let at = |s: &str, needle: &str| s[..s.find(needle).unwrap()].lines().count();
-        assert!(at(&plan.source, "func TestTable") >= at(FILE, "func TestTable"));
+        assert!(at(&plan.source, "func TestBench") >= at(FILE, "func TestBench"));
         // Each planned assertion now exits, its body compiled but dead.
         assert!(plan.source.contains(&format!("if got != want {{ if false {{\n\t\tt.Errorf(\"Add(2, 3) = %d, want %d\", got, want)\n\t}}; {OS}.Exit(1) }}")));
-        // The expected values of the copies are consecutive around the original.
-        let mut wants: Vec<i64> = plan
-            .source
-            .lines()
-            .filter_map(|l| l.trim().strip_prefix("want := "))
-            .map(|v| v.parse().unwrap())
-            .collect();
-        wants.sort();
-        assert_eq!(wants.len(), 7);
-        assert!(wants.windows(2).all(|w| w[1] == w[0] + 1) && wants.contains(&5), "{wants:?}");
-        let subs = plan.source.matches("got != -").count();
-        assert_eq!(subs, 7);
-        assert_eq!(plan.source.matches("; got != want {").count(), 7);
-        assert!(plan.source.contains(" != 'x' {") && plan.source.contains(" != 'y' {") || plan.source.contains(" != 'w' {"));
+        // The expected values of the copies are consecutive around the original, which the tail
+        // copies keep.
+        let wants: Vec<i64> = plan.source.lines().filter_map(|l| l.trim().strip_prefix("want := ")).map(|v| v.parse().unwrap()).collect();
+        assert_eq!(wants.len(), 13);
+        assert_eq!(wants.iter().filter(|w| **w == 5).count(), 7);
+        let mut distinct = wants.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert!(distinct.len() == 7 && distinct.windows(2).all(|w| w[1] == w[0] + 1), "{distinct:?}");
+        assert_eq!(plan.source.matches("got != -").count(), 13);
+        assert_eq!(plan.source.matches("; got != want {").count(), 13);
+        assert!(plan.source.contains(" != 'x' {") && (plan.source.contains(" != 'y' {") || plan.source.contains(" != 'w' {")));
     }
 
     #[test]
