@@ -148,10 +148,11 @@ fn the_fix_passes_and_the_bug_fails_under_the_guard() {
         for id in UNTOUCHED {
             assert_eq!(status(&j, id), TestStatus::Passed, "{candidate}: {id}");
         }
-        // Unplannable tests run under their own names, unguarded.
+        // A test with no literal assertion is renamed and guarded by its tail copies alone.
         assert_eq!(status(&j, "calc::adds_commutes"), if candidate == "gold" { TestStatus::Passed } else { TestStatus::Failed });
-        // 5 planned tests × (1 + 6) + 2 × 2 controls + 1 unplanned.
-        assert_eq!(j.run.len(), 5 * 7 + 4 + 1, "{:?}", j.run);
+        // 5 planned tests × (1 + 6 literal look-alikes + 6 tail copies) + 2 × 2 controls + the
+        // tail-guarded one × (1 + 6).
+        assert_eq!(j.run.len(), 5 * 13 + 4 + 7, "{:?}", j.run);
     }
 }
 
@@ -179,6 +180,19 @@ fn forged_passes_are_refused() {
             "{attack}: not refused: {j:?}"
         );
     }
+    // Ending the process with status 0 from inside a test, after what it checks first: plain
+    // `cargo test` of that test passes; the tail copies run on to the same exit and pass too.
+    let dir = checkout("late_exit");
+    let plain = cargo()
+        .args(["test", "--offline", "-q", "--test", "calc", "--", "--exact", "adds_commutes"])
+        .env("CARGO_TARGET_DIR", target.path())
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(plain.status.success(), "late_exit: plain cargo test did not pass");
+    let j = guarded(dir.path(), target.path(), 6, 6);
+    assert!(j.violations.iter().any(|v| v.contains("adds_commutes")), "late_exit: not refused: {j:?}");
+
     // Reading the rewritten test file at run time finds the copy that expects 5: it works where
     // the file is left in place, and finds nothing in the file as it was.
     let dir = checkout("source_reader");
@@ -296,7 +310,7 @@ async fn guarded_cargo_runs_in_the_local_sandbox() {
     let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6, env: vec!["TZ=UTC".into()] };
     let args: Vec<String> = ["-p", "calc", "--lib", "--test", "calc"].iter().map(|s| s.to_string()).collect();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
-    for (candidate, want) in [("gold", Some(TestStatus::Passed)), ("base", Some(TestStatus::Failed)), ("exit_forger", None), ("always_equal", None), ("abort_catcher", None), ("source_reader", Some(TestStatus::Failed)), ("first_run", None)] {
+    for (candidate, want) in [("gold", Some(TestStatus::Passed)), ("base", Some(TestStatus::Failed)), ("exit_forger", None), ("always_equal", None), ("abort_catcher", None), ("source_reader", Some(TestStatus::Failed)), ("first_run", None), ("late_exit", None)] {
         sb.reset().await.unwrap();
         let imp = std::fs::read(fixture().join(format!("imp/{candidate}.rs"))).unwrap();
         sb.put_file("/testbed/src/imp.rs", &imp).await.unwrap();
@@ -394,8 +408,9 @@ async fn the_runners_node_ids_run_guarded_in_the_local_sandbox() {
         assert_eq!(j.real["calc/lib::tests::adds_unit"], want, "{candidate}: {j:?}");
         assert_eq!(j.real["calc/test/calc::adds"], want, "{candidate}");
         assert_eq!(j.real["calc/test/calc::labels"], TestStatus::Passed, "{candidate}");
-        // Only the nodes' tests ran: 2 planned groups of 7 in tests/calc.rs + 2 controls, 7 + 2 in src/lib.rs.
-        assert_eq!(j.run.len(), 2 * 7 + 2 + 7 + 2, "{:?}", j.run.keys());
+        // Only the nodes' tests ran: 2 planned groups of 13 in tests/calc.rs + 2 controls, 13 + 2
+        // in src/lib.rs.
+        assert_eq!(j.run.len(), 2 * 13 + 2 + 13 + 2, "{:?}", j.run.keys());
     }
 }
 

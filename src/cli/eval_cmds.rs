@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
-    /// SWE-bench JSON or JSONL task file (`bundled` or `pypi` for the built-in suites).
+    /// SWE-bench JSON or JSONL task file (`bundled`, `pypi`, `crates` or `golang` for the built-in suites).
     #[arg(long)]
     pub tasks: String,
     /// Output directory (rerunning the same command continues an interrupted run).
@@ -74,6 +74,7 @@ fn tasks_from(spec: &str) -> anyhow::Result<Vec<TaskInstance>> {
         "bundled" => crate::task::bundled_suite().context("building the bundled suite")?,
         "pypi" => crate::task::pypi_suite().context("building the PyPI suite")?,
         "crates" => crate::task::crates_suite().context("building the crates suite")?,
+        "golang" => crate::task::suite::golang_suite().context("building the golang suite")?,
         p => PathBuf::from(p),
     };
     load_tasks(&path).with_context(|| format!("loading tasks from {}", path.display()))

@@ -6,6 +6,7 @@
 mod bounds;
 mod diff;
 mod driver;
+mod go_tests;
 #[path = "../common/in_process_server.rs"]
 mod in_process_server;
 mod inputs;

@@ -33,8 +33,7 @@
 
 use super::canary::{CanaryMap, Control, Group};
 use super::golex::{lex, matching, quote, unquote, Kind, Token};
-use super::libtest::{int_bound, neighbours, FilePlan};
-use rand::seq::SliceRandom;
+use super::libtest::{int_bound, name_copies, neighbours, FilePlan};
 use rand::Rng;
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -138,20 +137,8 @@ pub fn plan_file(file: &str, source: &str, judged: &[String], k: usize, rng: &mu
         match plan {
             Err(why) => group.why = Some(why),
             Ok((variants, why)) => {
-                group.why = why.map(|w| format!("{w}: guarded by its tail copies alone"));
-                let mut texts = Vec::new();
-                for (i, text) in variants.into_iter().enumerate() {
-                    let run_name = fresh_name(rng);
-                    texts.push(text.replacen("__EXECCRITIC_NAME__", &run_name, 1));
-                    if i == 0 {
-                        group.real = Some(run_name);
-                    } else {
-                        group.mutants.push(run_name);
-                    }
-                }
-                texts.shuffle(rng);
-                let start = t[f.func].range.start;
-                edits.push((start..t[f.close].range.end, texts.join("\n\n")));
+                let text = name_copies(&mut group, variants, why, rng, fresh_name);
+                edits.push((t[f.func].range.start..t[f.close].range.end, text));
             }
         }
         map.groups.push(group);
@@ -532,7 +519,7 @@ fn mutate(original: &str, kind: Kind, k: usize, rng: &mut impl Rng) -> Result<Ve
 }
 
 /// A random test name of one shape for every copy: `TestX` and 16 hex digits.
-fn fresh_name(rng: &mut impl Rng) -> String {
+fn fresh_name<R: Rng>(rng: &mut R) -> String {
     format!("TestX{:016x}", rng.random::<u64>())
 }
 

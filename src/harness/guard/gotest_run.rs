@@ -20,10 +20,9 @@
 //! binds the host's `/usr`, where Debian's `golang-go` lives).
 
 use super::gotest::{plan_file, test_functions};
-use super::libtest::{run_order, verdict, Judged};
-use super::libtest_run::{check_path, read_file, GuardedRun, RunLimits};
+use super::libtest::Judged;
+use super::libtest_run::{check_path, judge_in, merge, read_file, GuardedRun, RunLimits};
 use crate::harness::error::HarnessError;
-use crate::harness::logparse::TestStatus;
 use crate::harness::sandbox::{shell_quote, Sandbox, WORKDIR};
 use rand::Rng;
 use std::collections::BTreeMap;
@@ -212,32 +211,17 @@ pub async fn run_guarded_nodes(
         let dir = file.rsplit_once('/').map_or("", |(d, _)| d);
         let bin = &binaries[dir];
         let at = if dir.is_empty() { WORKDIR.to_string() } else { format!("{WORKDIR}/{dir}") };
-        let mut statuses = BTreeMap::new();
-        for path in run_order(&plan.map, rng) {
-            let cmd = format!(
+        let j = judge_in(sb, &plan.map, limits.per_test, rng, |path| {
+            format!(
                 "cd {} && exec {env} {} -test.run {} -test.count=1 -test.paniconexit0 {}",
                 shell_quote(&at),
                 shell_quote(bin),
                 shell_quote(&format!("^{path}$")),
                 extra.join(" ")
-            );
-            let r = sb.exec_over_current(&cmd, limits.per_test).await?;
-            let st = match (r.timed_out, r.exit_code) {
-                (true, _) => TestStatus::Error,
-                (false, Some(0)) => TestStatus::Passed,
-                _ => TestStatus::Failed,
-            };
-            statuses.insert(path, st);
-        }
-        let j = verdict(&plan.map, statuses);
-        let tests = &packages[dir][file];
-        for (node, name) in tests {
-            if let Some(st) = j.real.get(name) {
-                all.real.insert(node.clone(), *st);
-            }
-        }
-        all.violations.extend(j.violations.into_iter().map(|v| format!("{file}: {v}")));
-        all.run.extend(j.run.into_iter().map(|(p, s)| (format!("{file}::{p}"), s)));
+            )
+        })
+        .await?;
+        merge(&mut all, j, file, &packages[dir][file]);
     }
     let _ = sb.exec(&format!("rm -rf {}", shell_quote(&out_dir)), Duration::from_secs(60)).await;
     Ok(GuardedRun::Judged(all))

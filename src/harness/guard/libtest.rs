@@ -123,20 +123,9 @@ fn plan_parsed(
         };
         match plan {
             Err(why) => group.why = Some(why),
-            Ok((range, variants)) => {
+            Ok((range, variants, why)) => {
                 let prefix = if found.module.is_empty() { String::new() } else { format!("{}::", found.module) };
-                let mut texts = Vec::new();
-                for (i, text) in variants.into_iter().enumerate() {
-                    let run_name = fresh_name(rng);
-                    texts.push(text.replacen("__EXECCRITIC_NAME__", &run_name, 1));
-                    if i == 0 {
-                        group.real = Some(run_name);
-                    } else {
-                        group.mutants.push(run_name);
-                    }
-                }
-                texts.shuffle(rng);
-                let mut text = texts.join("\n\n");
+                let mut text = name_copies(&mut group, variants, why, rng, fresh_name);
                 if !controlled.contains(&found.module) {
                     controlled.push(found.module.clone());
                     for expect in ["pass", "fail"] {
@@ -159,6 +148,31 @@ fn plan_parsed(
         out.replace_range(range, &text);
     }
     Ok(FilePlan { source: out, map })
+}
+
+/// Give a planned test's texts (each named `__EXECCRITIC_NAME__`, the real test first) fresh run
+/// names of one shape, record them in `group` (with `why`, where the look-alikes are the tail
+/// copies alone), and return the texts shuffled and joined.
+pub(super) fn name_copies<R: Rng>(
+    group: &mut Group,
+    variants: Vec<String>,
+    why: Option<String>,
+    rng: &mut R,
+    fresh: fn(&mut R) -> String,
+) -> String {
+    group.why = why.map(|w| format!("{w}: guarded by its tail copies alone"));
+    let mut texts = Vec::new();
+    for (i, text) in variants.into_iter().enumerate() {
+        let run_name = fresh(rng);
+        texts.push(text.replacen("__EXECCRITIC_NAME__", &run_name, 1));
+        if i == 0 {
+            group.real = Some(run_name);
+        } else {
+            group.mutants.push(run_name);
+        }
+    }
+    texts.shuffle(rng);
+    texts.join("\n\n")
 }
 
 /// The paths of every `#[test]`-like function of a file (through inline modules).
@@ -213,17 +227,45 @@ fn ident_counts(source: &str) -> Result<BTreeMap<String, usize>, String> {
 
 /// The function's range in the source and its K + 1 texts (the real one first), each with
 /// `__EXECCRITIC_NAME__` where its name goes.
-fn plan_function(source: &str, f: &ItemFn, k: usize, rng: &mut impl Rng) -> Result<(Range<usize>, Vec<String>), String> {
+/// Plan one test function: its range in `source` and its texts, each named
+/// `__EXECCRITIC_NAME__` — the real test first, its literal look-alikes, then K tail copies —
+/// and, where it has no literal assertion to mutate, why (its look-alikes are then the tail
+/// copies alone). `Err`: it is not renamed (`#[should_panic]`, `#[ignore]`).
+fn plan_function(source: &str, f: &ItemFn, k: usize, rng: &mut impl Rng) -> Result<(Range<usize>, Vec<String>, Option<String>), String> {
     if let Some(a) = f.attrs.iter().find(|a| a.path().is_ident("should_panic") || a.path().is_ident("ignore")) {
         return Err(format!("#[{}]", a.path().get_ident().map(|i| i.to_string()).unwrap_or_default()));
     }
     // Outer attributes (doc comments included) come first.
     let start = f.attrs.first().map_or(f.sig.fn_token.span.byte_range().start, |a| a.pound_token.span.byte_range().start);
     let end = f.block.brace_token.span.close().byte_range().end;
-    if end <= start || end > source.len() {
+    let open = f.block.brace_token.span.open().byte_range().end;
+    if end <= start || end > source.len() || !(start..end).contains(&open) {
         return Err("no source positions".into());
     }
     let ident = f.sig.ident.span().byte_range();
+    let (mut texts, why) = match literal_copies(source, f, start, end, ident.clone(), k, rng) {
+        Ok(texts) => (texts, None),
+        Err(why) => (vec![format!("{}__EXECCRITIC_NAME__{}", &source[start..ident.start], &source[ident.end..end])], Some(why)),
+    };
+    // The body's `{` in the real test's text: the name is the only edit before it.
+    let at = open - start - (ident.end - ident.start) + "__EXECCRITIC_NAME__".len();
+    let real = texts[0].clone();
+    for _ in 0..k {
+        texts.push(format!("{}{TAIL}{}", &real[..at], &real[at..]));
+    }
+    Ok((start..end, texts, why))
+}
+
+/// The first statement of a tail copy: a value whose drop aborts — at the end of the body,
+/// however it ends (a return, a panic unwinding). The copy runs exactly what the real test runs
+/// and then fails; it exits 0 only where the process is ended from inside (`exit(0)` after the
+/// first assertion passed, where the literal look-alikes have already aborted), by code that
+/// cannot tell it from the real test.
+pub const TAIL: &str = " struct ExecCriticTail; impl ::std::ops::Drop for ExecCriticTail { fn drop(&mut self) { ::std::process::abort() } } let _execcritic_tail = ExecCriticTail;";
+
+/// The real test and its K literal look-alikes (its first top-level assertion against a
+/// literal, mutated), or why there are none.
+fn literal_copies(source: &str, f: &ItemFn, start: usize, end: usize, ident: Range<usize>, k: usize, rng: &mut impl Rng) -> Result<Vec<String>, String> {
     let mut earlier_return = false;
     for stmt in &f.block.stmts {
         if let Some(site) = assertion(stmt) {
@@ -250,7 +292,7 @@ fn plan_function(source: &str, f: &ItemFn, k: usize, rng: &mut impl Rng) -> Resu
                     text.push_str(&source[site.call.end..end]);
                     texts.push(text);
                 }
-                return Ok((start..end, texts));
+                return Ok(texts);
             }
         }
         let text: TokenStream = source[stmt.span().byte_range()].parse().unwrap_or_default();
@@ -476,7 +518,7 @@ pub(super) fn int_bound(v: u128, suffix: &str) -> u128 {
 }
 
 /// A random test name of one shape for every copy: `t_` and 16 hex digits.
-fn fresh_name(rng: &mut impl Rng) -> String {
+fn fresh_name<R: Rng>(rng: &mut R) -> String {
     format!("t_{:016x}", rng.random::<u64>())
 }
 
@@ -595,19 +637,26 @@ mod tests {
         let src = "use m::f;\n\n/// doc\n#[test]\nfn checks() {\n    let x = f();\n    assert_eq!(x, 50, \"msg {}\", 1);\n    assert_eq!(x, 7);\n}\n";
         let p = plan(src, &["checks"], 1);
         let g = &p.map.groups[0];
-        assert_eq!((g.name.as_str(), g.mutants.len(), p.map.controls.len()), ("checks", 6, 2));
+        // 6 literal look-alikes and 6 tail copies.
+        assert_eq!((g.name.as_str(), g.mutants.len(), p.map.controls.len()), ("checks", 12, 2));
         assert!(g.why.is_none());
         // The original name is gone; every copy keeps its doc comment and the rest of its body.
         assert!(!p.source.contains("fn checks"));
-        assert_eq!(p.source.matches("/// doc").count(), 7);
-        assert_eq!(p.source.matches("assert_eq!(x, 7);").count(), 7);
-        assert_eq!(p.source.matches("::std::process::abort()").count(), 8);
+        assert_eq!(p.source.matches("/// doc").count(), 13);
+        assert_eq!(p.source.matches("assert_eq!(x, 7);").count(), 13);
+        // The tail copies start with the aborting drop guard; the real test does not.
+        assert_eq!(p.source.matches(TAIL).count(), 6);
+        let real = g.real.as_deref().unwrap();
+        assert!(p.source.contains(&format!("fn {real}() {{\n")), "{}", p.source);
+        assert_eq!(p.source.matches("::std::process::abort()").count(), 13 + 6 + 1);
         // The message's arguments stay referenced, never evaluated.
-        assert_eq!(p.source.matches("if false { let _ = ::std::format!(\"msg {}\", 1); }").count(), 7);
+        assert_eq!(p.source.matches("if false { let _ = ::std::format!(\"msg {}\", 1); }").count(), 13);
         let values: Vec<i64> = expected_values(&p).iter().map(|v| v.parse().unwrap()).collect();
         assert_eq!(values[0], 50);
+        assert_eq!(values.iter().filter(|v| **v == 50).count(), 7, "the tail copies keep the value");
         let mut sorted = values.clone();
         sorted.sort();
+        sorted.dedup();
         assert_eq!(sorted, (sorted[0]..sorted[0] + 7).collect::<Vec<_>>(), "consecutive: {values:?}");
         // Syntax still valid.
         syn::parse_file(&p.source).unwrap();
@@ -674,26 +723,42 @@ mod tests {
     }
 
     #[test]
-    fn tests_that_cannot_be_planned_keep_their_name_and_say_why() {
-        let cases = [
+    fn tests_that_cannot_be_renamed_keep_their_name_and_say_why() {
+        for (src, why) in [
             ("#[test]\n#[should_panic]\nfn t() { assert_eq!(g(), 1); }\n", "should_panic"),
+            ("#[test]\nfn t() { assert_eq!(g(), 1); }\nfn u() { t() }\n", "referenced"),
+        ] {
+            let p = plan(src, &["t"], 5);
+            let g = &p.map.groups[0];
+            assert!(g.real.is_none() && g.mutants.is_empty(), "{src}");
+            assert!(g.why.as_deref().unwrap_or_default().contains(why), "{src}: {:?}", g.why);
+            assert_eq!(p.source, src, "a test that is not renamed is left as written");
+            assert_eq!(run_paths(&p.map), vec!["t".to_string()]);
+        }
+    }
+
+    #[test]
+    fn tests_without_a_literal_assertion_are_guarded_by_tail_copies_alone() {
+        let cases = [
             ("#[test]\nfn t() { assert_eq!(g(), h()); }\n", "literal"),
             ("#[test]\nfn t() { assert_eq!(g(), \"a\".repeat(3)); }\n", "literal"),
             ("#[test]\nfn t() { assert_eq!(g(), x::from(\"a\")); }\n", "literal"),
             ("#[test]\nfn t() { assert_eq!(g(), format!(\"{}\", 1)); }\n", "literal"),
             ("#[test]\nfn t() { assert!(g()); }\n", "literal"),
             ("#[test]\nfn t() { if g() { return; } assert_eq!(h(), 1); }\n", "return"),
-            ("#[test]\nfn t() { assert_eq!(g(), 1); }\nfn u() { t() }\n", "referenced"),
             ("#[test]\nfn t() { assert_eq!(g(), \"\"); }\n", "empty"),
             ("#[test]\nfn t() { assert_eq!(g(), 1e3); }\n", "exponent"),
         ];
         for (src, why) in cases {
             let p = plan(src, &["t"], 5);
             let g = &p.map.groups[0];
-            assert!(g.real.is_none() && g.mutants.is_empty(), "{src}");
-            assert!(g.why.as_deref().unwrap_or_default().contains(why), "{src}: {:?}", g.why);
-            assert_eq!(p.source, src, "an unplanned test is left as written");
-            assert_eq!(run_paths(&p.map), vec!["t".to_string()]);
+            assert!(g.real.is_some() && g.mutants.len() == 6, "{src}: {g:?}");
+            let w = g.why.as_deref().unwrap_or_default();
+            assert!(w.contains(why) && w.contains("tail copies alone"), "{src}: {w}");
+            assert_eq!(p.source.matches(TAIL).count(), 6, "{src}");
+            assert!(!p.source.contains("fn t()"), "renamed: {}", p.source);
+            assert_eq!(run_paths(&p.map).len(), 1 + 6 + 2);
+            syn::parse_file(&p.source).unwrap();
         }
         // Later assertions are tried when an earlier one has no literal.
         let p = plan("#[test]\nfn t() { assert!(g()); assert_eq!(h(), 9); }\n", &["t"], 6);
@@ -726,7 +791,7 @@ mod tests {
         assert_eq!(j.real["t"], TestStatus::Passed);
         // Everything exits 0.
         let j = judge(&p.map, &mut rand::rng(), |_| TestStatus::Passed);
-        assert_eq!(j.violations.len(), 6 + 1, "{:?}", j.violations);
+        assert_eq!(j.violations.len(), 12 + 1, "{:?}", j.violations);
         // Honest bug: nothing is asked of the mutants.
         let j = judge(&p.map, &mut rand::rng(), |path| if path == fail_ctl || path == real || p.map.groups[0].mutants.iter().any(|m| m == path) { TestStatus::Failed } else { TestStatus::Passed });
         assert!(j.violations.is_empty());

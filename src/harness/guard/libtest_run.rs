@@ -301,31 +301,47 @@ pub async fn run_guarded(
             HarnessError::Other(format!("the build listed no test binary for {:?} ({})", f.binary, f.file))
         })?;
         let prefix = if f.module.is_empty() { String::new() } else { format!("{}::", f.module) };
-        let mut statuses = BTreeMap::new();
-        for path in run_order(&plan.map, rng) {
-            let cmd = format!(
-                "exec {env} {} --exact {} --test-threads=1 -q",
-                shell_quote(exe),
-                shell_quote(&format!("{prefix}{path}"))
-            );
-            let r = sb.exec_over_current(&cmd, limits.per_test).await?;
-            let st = match (r.timed_out, r.exit_code) {
-                (true, _) => TestStatus::Error,
-                (false, Some(0)) => TestStatus::Passed,
-                _ => TestStatus::Failed,
-            };
-            statuses.insert(path, st);
-        }
-        let j = verdict(&plan.map, statuses);
-        for (node, inside) in &f.tests {
-            if let Some(st) = j.real.get(inside) {
-                all.real.insert(node.clone(), *st);
-            }
-        }
-        all.violations.extend(j.violations.into_iter().map(|v| format!("{}: {v}", f.file)));
-        all.run.extend(j.run.into_iter().map(|(p, s)| (format!("{}::{p}", f.file), s)));
+        let j = judge_in(sb, &plan.map, limits.per_test, rng, |path| {
+            format!("exec {env} {} --exact {} --test-threads=1 -q", shell_quote(exe), shell_quote(&format!("{prefix}{path}")))
+        })
+        .await?;
+        merge(&mut all, j, &f.file, &f.tests);
     }
     Ok(GuardedRun::Judged(all))
+}
+
+/// Run every path of a plan in random order, each as `command(path)` on a throw-away copy of the
+/// built workspace (the status is the process's exit status; past `per_test`, `Error`), and judge.
+pub(super) async fn judge_in(
+    sb: &dyn Sandbox,
+    map: &super::canary::CanaryMap,
+    per_test: Duration,
+    rng: &mut (impl Rng + Send),
+    command: impl Fn(&str) -> String,
+) -> Result<Judged, HarnessError> {
+    let mut statuses = BTreeMap::new();
+    for path in run_order(map, rng) {
+        let r = sb.exec_over_current(&command(&path), per_test).await?;
+        let st = match (r.timed_out, r.exit_code) {
+            (true, _) => TestStatus::Error,
+            (false, Some(0)) => TestStatus::Passed,
+            _ => TestStatus::Failed,
+        };
+        statuses.insert(path, st);
+    }
+    Ok(verdict(map, statuses))
+}
+
+/// Fold one file's verdict into the run's: the real tests' statuses under their node ids
+/// (`tests`: node id, name inside the file), violations and run paths prefixed by the file.
+pub(super) fn merge(all: &mut Judged, j: Judged, file: &str, tests: &[(String, String)]) {
+    for (node, inside) in tests {
+        if let Some(st) = j.real.get(inside) {
+            all.real.insert(node.clone(), *st);
+        }
+    }
+    all.violations.extend(j.violations.into_iter().map(|v| format!("{file}: {v}")));
+    all.run.extend(j.run.into_iter().map(|(p, s)| (format!("{file}::{p}"), s)));
 }
 
 /// [`run_guarded`] for cargo node ids (`harness::runners::cargo`'s): the targets from `cargo

@@ -1,0 +1,72 @@
+//! Fuzz target of the `go test` guard's tokenizer and planner (`harness::guard::{golex, gotest}`),
+//! which read Go test files from the repository under test — input the harness does not control.
+//!
+//! * `gotest_plan_mutated_seeds`: the Go fixture module's and the golang suite's files, mutated
+//!   with fragments of Go test code (assertions of every planned and unplanned shape, literals of
+//!   every kind, brackets, comments, raw strings). For each input: tokenizing, listing the tests
+//!   and planning every one of them never panics; where the input tokenizes, the rewrite does
+//!   too, and every run name of the plan is defined exactly once in it; an input that does not
+//!   tokenize is an error, never a rewrite.
+
+use crate::driver::{fuzz, mutated, seeds};
+use execcritic::harness::guard::golex::lex;
+use execcritic::harness::guard::gotest::{plan_file, test_functions};
+use execcritic::harness::guard::libtest::run_paths;
+use proptest::prelude::*;
+use rand::SeedableRng;
+
+const DICTIONARY: &[&str] = &[
+    "func TestA(t *testing.T) {\n\tif got := F(); got != 5 {\n\t\tt.Errorf(\"x\")\n\t}\n}\n",
+    "func TestB(t *testing.T) {\n\twant := \"ab\"\n\tif G() != want {\n\t\tt.Fatal(want)\n\t}\n}\n",
+    "func TestC(t *testing.T) {\n\tif got, want := H(), 'z'; got != want {\n\t\tt.FailNow()\n\t}\n}\n",
+    "func TestD(t *testing.T) {\n\tfor _, c := range cases {\n\t\tif c.f() != c.want {\n\t\t\tt.Error(c)\n\t\t}\n\t}\n}\n",
+    "if x != -3 { t.Fail(); return }",
+    "if 2.50 != y { t.Error() } else { z() }",
+    "if f(func() {}) != 1 { t.Fail() }",
+    "`raw\nstring`",
+    "\"\\u00e9\\x41\\n\"",
+    "'\\''",
+    "0x1F",
+    "1_000",
+    "1e3",
+    "2i",
+    "18446744073709551615",
+    "/* c\n */",
+    "// note\n",
+    "package p\n",
+    "import \"testing\"\n",
+    "{",
+    "}",
+    "(",
+    ";",
+];
+
+#[test]
+fn gotest_plan_mutated_seeds() {
+    let mut corpus = seeds("tests/fixtures/native_guard_go", &[".go"]);
+    corpus.extend(seeds("tests/fixtures/suites/golang", &[".patch"]));
+    fuzz("gotest_plan_mutated_seeds", 1_500, mutated(corpus, DICTIONARY), |text| {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(text.len() as u64);
+        let Ok(names) = test_functions(&text) else {
+            prop_assert!(lex(&text).is_err(), "listing failed on input that tokenizes");
+            prop_assert!(plan_file("f_test.go", &text, &[], 6, &mut rng).is_err(), "does not tokenize, yet planned");
+            return Ok(());
+        };
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        let plan = match plan_file("f_test.go", &text, &unique, 6, &mut rng) {
+            Ok(p) => p,
+            // A file without a package clause is refused as a whole.
+            Err(e) if e.contains("no package clause") => return Ok(()),
+            Err(e) => return Err(TestCaseError::fail(format!("planning a file that tokenizes failed: {e}"))),
+        };
+        prop_assert!(lex(&plan.source).is_ok(), "the rewrite does not tokenize:\n{}", plan.source);
+        for p in run_paths(&plan.map) {
+            if p.starts_with("TestX") && p.len() == 21 {
+                prop_assert_eq!(plan.source.matches(&format!("func {p}(")).count(), 1, "{}", p);
+            }
+        }
+        Ok(())
+    });
+}
