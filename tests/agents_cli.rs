@@ -57,43 +57,33 @@ fn demo_runs_both_agents_and_grades() {
 /// The same demo on a Rust task (the crates suite, `cargo test` under the native guard).
 #[test]
 fn demo_runs_both_agents_on_a_rust_task() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: the guarded cargo run needs throw-away runs (root with overlayfs)");
-        return;
-    }
-    match execcritic::task::crates_suite() {
-        Err(execcritic::task::TaskError::SuiteNotFetched { message, .. }) => {
-            eprintln!("SKIPPED: {message}");
-            return;
-        }
-        other => {
-            other.unwrap();
-        }
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let out = bin().args(["demo", "--language", "rust", "--out"]).arg(dir.path()).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("rapidfuzz__strsim-rs-201") && text.contains("cargo test"), "{text}");
-    assert!(text.contains("submission 1 at turn 5: rejected (selector_not_exact)"), "{text}");
-    assert!(text.contains("submission 2 at turn 7: qualified"), "{text}");
-    assert!(text.contains("check at turn 4: hard_fail (assertion_failure)"), "{text}");
-    assert!(text.contains("check at turn 8: pass"), "{text}");
-    assert!(text.contains("official result: RESOLVED"), "{text}");
+    native_demo("rust", execcritic::task::crates_suite, "rapidfuzz__strsim-rs-201", "cargo test");
 }
 
 /// The same demo on a Go task (the golang suite, `go test` under the native guard).
 #[test]
 fn demo_runs_both_agents_on_a_go_task() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: the guarded go run needs throw-away runs (root with overlayfs)");
-        return;
-    }
     if !std::process::Command::new("go").arg("version").output().is_ok_and(|o| o.status.success()) {
         eprintln!("SKIPPED: no `go` on the PATH (apt-get install golang-go)");
         return;
     }
-    match execcritic::task::suite::golang_suite() {
+    native_demo("go", execcritic::task::suite::golang_suite, "dustin__go-humanize-201", "go test");
+}
+
+/// `demo --language <language>` on a native suite's task: the story of the Python demo (a
+/// rejected selector, a qualified bundle, a partial fix failed by the gate, a passing CHECK,
+/// RESOLVED), where the guarded run can run and the suite is fetched.
+fn native_demo(
+    language: &str,
+    suite: fn() -> Result<std::path::PathBuf, execcritic::task::TaskError>,
+    instance: &str,
+    runner: &str,
+) {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: the guarded {runner} run needs throw-away runs (root with overlayfs)");
+        return;
+    }
+    match suite() {
         Err(execcritic::task::TaskError::SuiteNotFetched { message, .. }) => {
             eprintln!("SKIPPED: {message}");
             return;
@@ -103,10 +93,10 @@ fn demo_runs_both_agents_on_a_go_task() {
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    let out = bin().args(["demo", "--language", "go", "--out"]).arg(dir.path()).output().unwrap();
+    let out = bin().args(["demo", "--language", language, "--out"]).arg(dir.path()).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("dustin__go-humanize-201") && text.contains("go test"), "{text}");
+    assert!(text.contains(instance) && text.contains(runner), "{text}");
     assert!(text.contains("submission 1 at turn 5: rejected (selector_not_exact)"), "{text}");
     assert!(text.contains("submission 2 at turn 7: qualified"), "{text}");
     assert!(text.contains("check at turn 4: hard_fail (assertion_failure)"), "{text}");

@@ -469,6 +469,25 @@ fn cargo_contract(nodes: &[&str]) -> String {
     .to_string()
 }
 
+/// The bundle qualifies with `nodes`, and its audit shows a clean Base failure, Gold passing, the
+/// look-alike non-fixes (the fix as `//` comments, the words) and every attack failing:
+/// Q = 1, BA = 1, the labelled candidates with the failure `kinds`.
+async fn qualifies_and_audits(task: &execcritic::task::TaskInstance, bundle: &Bundle, nodes: &[&str], kinds: &[&str]) -> execcritic::harness::FrozenBundle {
+    let frozen = match qualify(task, bundle, SandboxKind::Local).await.unwrap() {
+        Qualification::Accepted(f) => f,
+        other => panic!("the bundle does not qualify: {other:?}"),
+    };
+    assert_eq!(frozen.plan.nodes, nodes);
+    let rec = audit(task, &frozen, SandboxKind::Local).await.unwrap();
+    assert_eq!(rec.base_category, "assertion_failure_clean", "{rec:?}");
+    assert_eq!(rec.gold_status, "pass", "{rec:?}");
+    assert!(rec.q && !rec.lookalike_passed, "{rec:?}");
+    assert_eq!(rec.balanced_accuracy, Some(1.0), "{rec:?}");
+    let got: Vec<&str> = rec.candidates.iter().map(|c| c.failure_kind.as_str()).collect();
+    assert_eq!(got, kinds, "{rec:?}");
+    frozen
+}
+
 #[tokio::test]
 async fn a_cargo_bundle_qualifies_audits_and_judges_candidates() {
     if unsafe { libc::geteuid() } != 0 {
@@ -479,21 +498,9 @@ async fn a_cargo_bundle_qualifies_audits_and_judges_candidates() {
     let (task, test_patch) = cargo_task(repo.path());
     let command = "TZ=UTC cargo test -p calc --test calc -- --exact adds adds_negative labels";
     let bundle = Bundle::from_parts(&test_patch, command, &cargo_contract(&["adds", "adds_negative", "labels"])).unwrap();
-    let frozen = match qualify(&task, &bundle, SandboxKind::Local).await.unwrap() {
-        Qualification::Accepted(f) => f,
-        other => panic!("the bundle does not qualify: {other:?}"),
-    };
-    assert_eq!(frozen.plan.nodes, ["calc/test/calc::adds", "calc/test/calc::adds_negative", "calc/test/calc::labels"]);
-
-    // The audit: clean Base failure, Gold passes, the look-alikes (the fix as `//` comments, the
-    // issue's words) and every attack fail: Q = 1, the labelled candidates graded as labelled.
-    let rec = audit(&task, &frozen, SandboxKind::Local).await.unwrap();
-    assert_eq!(rec.base_category, "assertion_failure_clean", "{rec:?}");
-    assert_eq!(rec.gold_status, "pass", "{rec:?}");
-    assert!(rec.q && !rec.lookalike_passed, "{rec:?}");
-    assert_eq!(rec.balanced_accuracy, Some(1.0), "{rec:?}");
-    let kinds: Vec<&str> = rec.candidates.iter().map(|c| c.failure_kind.as_str()).collect();
-    assert_eq!(kinds, ["passed", "assertion_failure", "tampered", "tampered", "tampered", "assertion_failure"], "{rec:?}");
+    let nodes = ["calc/test/calc::adds", "calc/test/calc::adds_negative", "calc/test/calc::labels"];
+    let kinds = ["passed", "assertion_failure", "tampered", "tampered", "tampered", "assertion_failure"];
+    let frozen = qualifies_and_audits(&task, &bundle, &nodes, &kinds).await;
 
     // The candidate gate's feedback names the failing nodes and the guard's findings.
     let v = check_candidate(&task, &frozen, &task.candidates[2].patch, SandboxKind::Local).await.unwrap();
@@ -855,19 +862,9 @@ async fn a_go_bundle_qualifies_audits_and_judges_candidates() {
         "non_assertions": ["Label is unchanged"], "test_nodes": ["TestAdd", "TestAddNegative", "TestLabel"]})
     .to_string();
     let bundle = Bundle::from_parts(&test_patch, command, &contract).unwrap();
-    let frozen = match qualify(&task, &bundle, SandboxKind::Local).await.unwrap() {
-        Qualification::Accepted(f) => f,
-        other => panic!("the bundle does not qualify: {other:?}"),
-    };
-    assert_eq!(frozen.plan.nodes, [".::TestAdd", ".::TestAddNegative", ".::TestLabel"]);
-    let rec = audit(&task, &frozen, SandboxKind::Local).await.unwrap();
-    assert_eq!(rec.base_category, "assertion_failure_clean", "{rec:?}");
-    assert_eq!(rec.gold_status, "pass", "{rec:?}");
-    assert!(rec.q && !rec.lookalike_passed, "{rec:?}");
-    assert_eq!(rec.balanced_accuracy, Some(1.0), "{rec:?}");
-    let kinds: Vec<&str> = rec.candidates.iter().map(|c| c.failure_kind.as_str()).collect();
     // The embed reader is refused by the screen, before anything runs.
-    assert_eq!(kinds, ["passed", "assertion_failure", "tampered", "tampered", "forbidden_test_modification", "tampered"], "{rec:?}");
+    let kinds = ["passed", "assertion_failure", "tampered", "tampered", "forbidden_test_modification", "tampered"];
+    let frozen = qualifies_and_audits(&task, &bundle, &[".::TestAdd", ".::TestAddNegative", ".::TestLabel"], &kinds).await;
 
     let v = check_candidate(&task, &frozen, &task.candidates[2].patch, SandboxKind::Local).await.unwrap();
     assert_eq!((v.status, v.failure_kind), (GateStatus::HardFail, FailureKind::Tampered), "{}", v.feedback);
