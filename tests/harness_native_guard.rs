@@ -731,7 +731,7 @@ async fn guarded_go_runs_in_the_local_sandbox() {
     // Each attack gets a plain `go test` of the judged test to exit 0 with the bug in place.
     assert!(!plain_go_test("base", "^TestAdd$"));
     assert!(plain_go_test("gold", "^(TestAdd|TestAddNegative|TestLabel)$"));
-    for (attack, test) in [("exit_forger", "^TestAdd$"), ("embed_reader", "^TestAdd$"), ("first_run", "^TestAdd$"), ("late_exit", "^TestAddNegative$")] {
+    for (attack, test) in [("exit_forger", "^TestAdd$"), ("embed_reader", "^TestAdd$"), ("first_run", "^TestAdd$"), ("late_exit", "^TestAddNegative$"), ("probe_exit", "^TestAddNegative$")] {
         assert!(plain_go_test(attack, test), "{attack} does not pass plain go test");
     }
     let repo = go_repo("base");
@@ -754,6 +754,12 @@ async fn guarded_go_runs_in_the_local_sandbox() {
         // Exits 0 from inside the test after its first assertion passed: the literal look-alikes
         // fail at that assertion, the tail copies run on to the exit and pass.
         ("late_exit", None),
+        // Runs its own test binary to sort the copies by how a panic ends them, and exits 0 late
+        // only in the copies that end it as the real test does: every copy ends it alike, so the
+        // tail copies exit 0 too. (Against tail copies that began with `defer os.Exit(1)` — the
+        // form before this one — the probe told them apart and the real test passed: checked by
+        // hand with both forms in one test binary.)
+        ("probe_exit", None),
         ("embed_reader", Some([Passed, Failed])),
     ] {
         sb.reset().await.unwrap();
@@ -802,7 +808,7 @@ async fn guarded_go_runs_in_the_local_sandbox() {
     let refused = screen_candidate_in(&sb, &parse_patch(&patch_of("embed_reader")).unwrap()).await.unwrap().expect_err("refused");
     assert_eq!(refused.class, TamperClass::BuildScript, "{refused:?}");
     assert!(refused.to_string().contains("go:embed"), "{refused}");
-    for fine in ["gold", "exit_forger", "first_run"] {
+    for fine in ["gold", "exit_forger", "first_run", "probe_exit"] {
         screen_candidate_in(&sb, &parse_patch(&patch_of(fine)).unwrap()).await.unwrap().expect("passes the screen (the guard refuses the attacks)");
     }
 }

@@ -15,11 +15,15 @@
 //!    consecutive with the original's rank uniformly random (the bounds of [`super::libtest`]). Each
 //!    file with a planned test also gets a must-pass and a must-fail control.
 //!    **Tail copies**: K more copies of the real test exactly as it runs (same literal), each
-//!    starting with `defer os.Exit(1)`: they run what the real test runs and then fail, however
-//!    the body ends. Code that ends the process with status 0 from inside the test — after the
-//!    first assertion passed, where the literal look-alikes have already failed — makes them
-//!    pass too. A test with no literal assertion to mutate is still renamed and gets its tail
-//!    copies (its `why` says so), so no judged test runs under a name the code could know.
+//!    calling `t.Fail()` after its body: they run what the real test runs and then fail through
+//!    the testing framework. Code that ends the process with status 0 from inside the test —
+//!    after the first assertion passed, where the literal look-alikes have already failed —
+//!    makes them pass too. Every copy, real included, runs its body inside `func() { … }()`, so
+//!    a panic, a `runtime.Goexit` or a failed assertion ends a tail copy exactly as it ends the
+//!    real test (status and output): code that runs its own test binary to probe the copies
+//!    tells the tail copies apart only where the real test passes. A test with no literal
+//!    assertion to mutate is still renamed and gets its tail copies (its `why` says so), so no
+//!    judged test runs under a name the code could know.
 //! 2. **No value on the failure path.** In every copy the assertion's body becomes `{ if false {
 //!    <body> }; os.Exit(1) }`: the body stays compiled (its names stay used), never runs — no
 //!    message formats a value through candidate code (`String()` methods), and the process ends
@@ -279,7 +283,10 @@ fn plan_function(t: &[Token], src: &str, f: &Func, k: usize, rng: &mut impl Rng)
         Err(why) => (None, Vec::new(), Some(why)),
     };
     let original = lits.first().cloned();
-    let text = |lit: Option<&String>, tail: bool| function_text(t, src, f, site.as_ref().zip(lit), tail);
+    // The tail copies fail through the parameter: a blank one gets a name of ours in every copy.
+    let param = (tname == "_").then_some(f.params.start);
+    let fail_with = if tname == "_" { T_PARAM } else { tname };
+    let text = |lit: Option<&String>, tail: bool| function_text(t, src, f, site.as_ref().zip(lit), param, tail.then_some(fail_with));
     let mut out = vec![text(original.as_ref(), false)];
     out.extend(lits.iter().skip(1).map(|lit| text(Some(lit), false)));
     out.extend((0..k).map(|_| text(original.as_ref(), true)));
@@ -425,24 +432,38 @@ fn later_in_function(t: &[Token], src: &str, from: usize, name: &str) -> bool {
     false
 }
 
-/// One copy of the function, named `__EXECCRITIC_NAME__`: with `site`, its assertion's body
-/// replaced by the exit and its literal by the given text; with `tail`, `defer os.Exit(1)` as
-/// its first statement — a copy that runs exactly what the real test runs and then fails, however
-/// the body ends (a return, `t.FailNow`, a panic): it exits 0 only where the process is ended
-/// from inside, by code that cannot tell it from the real test.
-fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)>, tail: bool) -> String {
+/// The name a blank test parameter (`_ *testing.T`) gets in every copy.
+const T_PARAM: &str = "execcritict__";
+
+/// One copy of the function, named `__EXECCRITIC_NAME__`, its body run inside `func() { … }()` in
+/// every copy alike: with `site`, its assertion's body replaced by the exit and its literal by
+/// the given text; with `param`, the blank parameter at that token named [`T_PARAM`]; with
+/// `tail` (the parameter's name), `<t>.Fail()` after the wrapped body — a copy that runs exactly
+/// what the real test runs and then fails through the testing framework, as the real test
+/// fails. However the code under test behaves (a panic, `runtime.Goexit`, a failed assertion, an
+/// exit from inside), a tail copy and the real test end alike — same status, same output — except
+/// where the real test passes honestly: an exit 0 from inside makes the tail copies pass too, and
+/// probing the binary (running each copy as a subprocess) tells them apart only by passing.
+fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)>, param: Option<usize>, tail: Option<&str>) -> String {
     let start = t[f.func].range.start;
     let end = t[f.close].range.end;
     let mut edits = vec![(t[f.name_tok].range.clone(), "__EXECCRITIC_NAME__".to_string())];
+    if let Some(at) = param {
+        edits.push((t[at].range.clone(), T_PARAM.to_string()));
+    }
     if let Some((site, lit)) = site {
         let body_inner = &src[t[site.open].range.end..t[site.close].range.start];
         edits.push((t[site.literal].range.clone(), lit.clone()));
         edits.push((t[site.open].range.start..t[site.close].range.end, format!("{{ if false {{{body_inner}}}; {OS}.Exit(1) }}")));
     }
-    if tail {
-        let at = t[f.open].range.end;
-        edits.push((at..at, format!(" defer {OS}.Exit(1);")));
-    }
+    let open = t[f.open].range.end;
+    let close = t[f.close].range.start;
+    edits.push((open..open, " func() {".to_string()));
+    let after = match tail {
+        Some(p) => format!("}}(); {p}.Fail() "),
+        None => "}() ".to_string(),
+    };
+    edits.push((close..close, after));
     edits.sort_by_key(|(r, _)| std::cmp::Reverse(r.start));
     let mut text = src[start..end].to_string();
     for (r, with) in edits {
@@ -636,9 +657,19 @@ func helper(t *testing.T) {}
                 assert!(plan.source.contains(&format!("func {m}(t *testing.T) {{")), "{m}");
             }
             assert!(!plan.source.contains(&format!("func {}(", g.name)));
-            let tails = g.mutants.iter().filter(|m| plan.source.contains(&format!("func {m}(t *testing.T) {{ defer {OS}.Exit(1);"))).count();
+            let text_of = |name: &str| {
+                let at = plan.source.find(&format!("func {name}(")).unwrap();
+                let rest = &plan.source[at..];
+                rest[..rest[1..].find("\nfunc ").map_or(rest.len(), |n| n + 1)].to_string()
+            };
+            let tails = g.mutants.iter().filter(|m| text_of(m).contains("}(); t.Fail() }")).count();
             assert_eq!(tails, 6, "{}", g.name);
-            assert!(!plan.source.contains(&format!("func {real}(t *testing.T) {{ defer")), "the real test has no tail");
+            // Every copy runs its body in the same wrapper; the real test has no tail.
+            let real_text = text_of(real);
+            assert!(real_text.starts_with(&format!("func {real}(t *testing.T) {{ func() {{")) && real_text.trim_end().ends_with("}() }"), "{real_text}");
+            for m in &g.mutants {
+                assert!(text_of(m).starts_with(&format!("func {m}(t *testing.T) {{ func() {{")), "{m}");
+            }
         }
         assert!(plan.source.starts_with(&format!("package calc; import ({OS} \"os\"; {TESTING} \"testing\")\n")));
         assert_eq!(plan.map.controls.len(), 2);
@@ -659,6 +690,18 @@ func helper(t *testing.T) {}
         assert_eq!(plan.source.matches("got != -").count(), 13);
         assert_eq!(plan.source.matches("; got != want {").count(), 13);
         assert!(plan.source.contains(" != 'x' {") && (plan.source.contains(" != 'y' {") || plan.source.contains(" != 'w' {")));
+    }
+
+    #[test]
+    fn a_blank_test_parameter_is_named_for_the_tail_copies() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let src = "package p\n\nfunc TestA(_ *testing.T) {\n\tcheck()\n}\n";
+        let plan = plan_file("x_test.go", src, &["TestA".into()], 6, &mut rng).unwrap();
+        let g = &plan.map.groups[0];
+        assert_eq!(g.mutants.len(), 6, "{g:?}");
+        assert_eq!(plan.source.matches(&format!("(execcritict__ *testing.T)")).count(), 7, "{}", plan.source);
+        assert_eq!(plan.source.matches("}(); execcritict__.Fail() }").count(), 6, "{}", plan.source);
+        assert!(lex(&plan.source).is_ok());
     }
 
     #[test]
