@@ -391,3 +391,24 @@ fn libtest_plan_a_shebang_line() {
     assert_eq!(plan.source.matches("::std::process::abort()").count(), 13 + 6 + 1);
     assert!(plan.map.groups[0].real.is_some());
 }
+
+/// `gotest_plan_mutated_seeds`, soak seed 4301, batch seed 4498: `func TestLabel (t *testing.T)`
+/// (a space before the parameters; batch seed 4807: two after `func`) is planned as any test; the
+/// rewrite keeps the blanks, so the target's property (each run name defined once) now reads
+/// tokens, not text.
+#[test]
+fn gotest_plan_a_space_before_the_parameters() {
+    use execcritic::harness::guard::gotest::{plan_file, test_functions};
+    use rand::SeedableRng;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let text = "package calc\n\nfunc TestLabel (t *testing.T) {\n\tif got := Label(7); got != \"n=7\" {\n\t\tt.Errorf(\"x\")\n\t}\n}\n";
+    let plan = plan_file("calc_test.go", text, &["TestLabel".to_string()], 6, &mut rng).unwrap();
+    let g = &plan.map.groups[0];
+    assert!(g.why.is_none(), "{g:?}");
+    let defined = test_functions(&plan.source).unwrap();
+    let real = g.real.as_deref().unwrap();
+    assert_eq!(defined.iter().filter(|d| *d == real).count(), 1, "{}", plan.source);
+    for m in &g.mutants {
+        assert_eq!(defined.iter().filter(|d| *d == m).count(), 1, "{m}");
+    }
+}
