@@ -412,3 +412,17 @@ fn gotest_plan_a_space_before_the_parameters() {
         assert_eq!(defined.iter().filter(|d| *d == m).count(), 1, "{m}");
     }
 }
+
+/// `gotest_plan_mutated_seeds`, soak seed 4302, batch seed 5248: `package func TestA(t
+/// *testing.T) {…` — a keyword where the package name goes. The planner took `func` for the
+/// package name and inserted its imports inside the test function it was rewriting (overlapping
+/// edits, a rewrite that did not tokenize). A keyword is no package name: no package clause.
+#[test]
+fn gotest_plan_a_keyword_for_the_package_name() {
+    use execcritic::harness::guard::gotest::plan_file;
+    use rand::SeedableRng;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let text = "package func TestA(t *testing.T) {ing.T)\n\tif got := F(); got != 5 {\n\t\tt.Errorf(\"x\")\n\t}\n}\n";
+    let err = plan_file("f_test.go", text, &["TestA".to_string()], 6, &mut rng).unwrap_err();
+    assert!(err.contains("no package clause"), "{err}");
+}

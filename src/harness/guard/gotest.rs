@@ -42,6 +42,12 @@ use rand::Rng;
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+/// Go's keywords: never a package name.
+const KEYWORDS: [&str; 25] = [
+    "break", "case", "chan", "const", "continue", "default", "defer", "else", "fallthrough", "for", "func", "go", "goto", "if",
+    "import", "interface", "map", "package", "range", "return", "select", "struct", "switch", "type", "var",
+];
+
 /// The import names the rewrite adds (after the package clause, on its line).
 const OS: &str = "execcriticos__";
 const TESTING: &str = "execcritictesting__";
@@ -119,7 +125,7 @@ pub fn plan_file(file: &str, source: &str, judged: &[String], k: usize, rng: &mu
     let t = lex(source).map_err(|e| format!("{file}: not Go syntax: {e}"))?;
     let funcs = functions(&t, source);
     let package_end = match (t.first(), t.get(1)) {
-        (Some(p), Some(n)) if p.text(source) == "package" && n.kind == Kind::Ident => n.range.end,
+        (Some(p), Some(n)) if p.text(source) == "package" && n.kind == Kind::Ident && !KEYWORDS.contains(&n.text(source)) => n.range.end,
         _ => return Err(format!("{file}: no package clause")),
     };
     let mut idents: BTreeMap<&str, usize> = BTreeMap::new();
