@@ -20,7 +20,7 @@
 //! binds the host's `/usr`, where Debian's `golang-go` lives).
 
 use super::gotest::{plan_file, test_functions};
-use super::libtest::Judged;
+use super::libtest::{FilePlan, Judged};
 use super::libtest_run::{check_path, judge_in, merge, read_file, GuardedRun, RunLimits};
 use crate::harness::error::HarnessError;
 use crate::harness::sandbox::{shell_quote, Sandbox, WORKDIR};
@@ -107,9 +107,8 @@ pub async fn run_guarded_nodes(
     // 1. Find each node's file, plan.
     let mut packages: BTreeMap<String, Files> = BTreeMap::new();
     for node in nodes {
-        let (dir, name) = split_node(node).ok_or_else(|| HarnessError::Other(format!("`{node}` is not a go test node id")))?;
+        let (dir, _) = split_node(node).ok_or_else(|| HarnessError::Other(format!("`{node}` is not a go test node id")))?;
         packages.entry(dir).or_default();
-        let _ = name;
     }
     let mut texts: BTreeMap<String, String> = BTreeMap::new();
     for (dir, files) in packages.iter_mut() {
@@ -153,16 +152,6 @@ pub async fn run_guarded_nodes(
             planned.push((file.clone(), plan));
         }
     }
-    let put_back = |planned: &Vec<(String, super::libtest::FilePlan)>| {
-        let texts = &texts;
-        let files: Vec<(String, Vec<u8>)> = planned.iter().map(|(f, _)| (f.clone(), texts[f].as_bytes().to_vec())).collect();
-        async move {
-            for (f, bytes) in files {
-                sb.put_file(&format!("{WORKDIR}/{f}"), &bytes).await?;
-            }
-            Ok::<(), HarnessError>(())
-        }
-    };
     // 2. Build, one binary per package, into a directory of a random name.
     let modcache = sb.exec(&format!("test -d {GO_MODCACHE}"), Duration::from_secs(30)).await?.exit_code == Some(0);
     let out_dir = format!("{WORKDIR}/.execcritic-go-{:016x}", rng.random::<u64>());
@@ -183,7 +172,7 @@ pub async fn run_guarded_nodes(
     }
     let built = sb.exec(&build, limits.build).await?;
     if built.timed_out || built.exit_code != Some(0) {
-        put_back(&planned).await?;
+        put_back(sb, &planned, &texts).await?;
         if built.timed_out {
             return Ok(GuardedRun::BuildFailed { output: format!("the build ran past {:?}", limits.build) });
         }
@@ -199,7 +188,7 @@ pub async fn run_guarded_nodes(
         return Ok(GuardedRun::BuildFailed { output: built.output });
     }
     // 3. Put back.
-    put_back(&planned).await?;
+    put_back(sb, &planned, &texts).await?;
     // 4. Run, 5. verdict.
     let env = std::iter::once("env".to_string())
         .chain(limits.env.iter().map(|a| shell_quote(a)))
@@ -225,6 +214,14 @@ pub async fn run_guarded_nodes(
     }
     let _ = sb.exec(&format!("rm -rf {}", shell_quote(&out_dir)), Duration::from_secs(60)).await;
     Ok(GuardedRun::Judged(all))
+}
+
+/// Write the planned files back as they were read.
+async fn put_back(sb: &dyn Sandbox, planned: &[(String, FilePlan)], texts: &BTreeMap<String, String>) -> Result<(), HarnessError> {
+    for (f, _) in planned {
+        sb.put_file(&format!("{WORKDIR}/{f}"), texts[f].as_bytes()).await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
