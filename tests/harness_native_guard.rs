@@ -182,16 +182,22 @@ fn forged_passes_are_refused() {
     }
     // Ending the process with status 0 from inside a test, after what it checks first: plain
     // `cargo test` of that test passes; the tail copies run on to the same exit and pass too.
-    let dir = checkout("late_exit");
-    let plain = cargo()
-        .args(["test", "--offline", "-q", "--test", "calc", "--", "--exact", "adds_commutes"])
-        .env("CARGO_TARGET_DIR", target.path())
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(plain.status.success(), "late_exit: plain cargo test did not pass");
-    let j = guarded(dir.path(), target.path(), 6, 6);
-    assert!(j.violations.iter().any(|v| v.contains("adds_commutes")), "late_exit: not refused: {j:?}");
+    // `probe_exit` first runs its own test once more in a subprocess where `add` panics, and
+    // exits late only where that run ends as libtest ends a panic (status 101): a tail copy whose
+    // end differs from the real test's under a panic (an aborting drop guard: SIGABRT) is told
+    // apart and spared. Every copy runs its body in one inner function, so they end a panic alike.
+    for (attack, seed) in [("late_exit", 6), ("probe_exit", 9)] {
+        let dir = checkout(attack);
+        let plain = cargo()
+            .args(["test", "--offline", "-q", "--test", "calc", "--", "--exact", "adds_commutes"])
+            .env("CARGO_TARGET_DIR", target.path())
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(plain.status.success(), "{attack}: plain cargo test did not pass");
+        let j = guarded(dir.path(), target.path(), 6, seed);
+        assert!(j.violations.iter().any(|v| v.contains("adds_commutes")), "{attack}: not refused: {j:?}");
+    }
 
     // Reading the rewritten test file at run time finds the copy that expects 5: it works where
     // the file is left in place, and finds nothing in the file as it was.
@@ -226,6 +232,77 @@ fn forged_passes_are_refused() {
     assert!(j.violations.is_empty(), "{:?}", j.violations);
     for id in JUDGED_BUG {
         assert_eq!(status(&j, id), TestStatus::Failed, "panic_hook: {id}");
+    }
+}
+
+/// Code that can run its own test binary learns which copies are the guard's from how they end:
+/// so every copy must end alike however its body ends — a panic, an `Err`, an exit from inside
+/// with any status — and the tail copies differ from the real test only where the body
+/// succeeded. Shown on the real toolchain (`rustc --test`) for a test returning `()` and one
+/// returning a `Result`, each copy run in its own process under each way of ending.
+#[test]
+fn every_copy_ends_alike_however_its_body_ends() {
+    let src = r#"
+fn f() -> Result<i32, String> {
+    match std::env::var("BODY_ENDS").as_deref() {
+        Ok("panic") => panic!("from the code under test"),
+        Ok("err") => Err("from the code under test".into()),
+        Ok("exit0") => std::process::exit(0),
+        Ok("exit3") => std::process::exit(3),
+        _ => Ok(5),
+    }
+}
+
+#[test]
+fn unit() {
+    let v = f().unwrap_or(0);
+    assert_eq!(v, 5);
+}
+
+#[test]
+fn result() -> Result<(), String> {
+    let v = f()?;
+    assert_eq!(v, 5);
+    Ok(())
+}
+"#;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(12);
+    let plan = plan_file("t.rs", src, &["unit".to_string(), "result".to_string()], 6, &mut rng).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("t.rs"), &plan.source).unwrap();
+    let exe = dir.path().join("t");
+    let out = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .args(["--edition", "2021", "--test", "-Dwarnings", "t.rs", "-o"])
+        .arg(&exe)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), plan.source);
+    let ends = |name: &str, how: &str| {
+        let out = Command::new(&exe).args(["--exact", name, "--test-threads=1"]).env("BODY_ENDS", how).output().unwrap();
+        let st = out.status;
+        use std::os::unix::process::ExitStatusExt;
+        (st.code(), st.signal())
+    };
+    for g in &plan.map.groups {
+        let real = g.real.as_deref().unwrap();
+        let tails: Vec<&String> = g.mutants.iter().filter(|m| plan.source.contains(&format!("fn {m}() ")) && {
+            let at = plan.source.find(&format!("fn {m}() ")).unwrap();
+            plan.source[at..].split("\n#[test]").next().unwrap().contains("ExecCriticTail")
+        }).collect();
+        assert_eq!(tails.len(), 6, "{}", plan.source);
+        for how in ["panic", "err", "exit0", "exit3", "ok"] {
+            let want = ends(real, how);
+            for t in &tails {
+                let got = ends(t, how);
+                if how == "ok" {
+                    assert_eq!(want, (Some(0), None), "{}: the real test passes", g.name);
+                    assert_ne!(got, want, "{}: a tail copy fails where the body succeeded", g.name);
+                } else {
+                    assert_eq!(got, want, "{}: the body ends by {how}: a tail copy ends otherwise than the real test", g.name);
+                }
+            }
+        }
     }
 }
 
@@ -310,7 +387,7 @@ async fn guarded_cargo_runs_in_the_local_sandbox() {
     let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6, env: vec!["TZ=UTC".into()] };
     let args: Vec<String> = ["-p", "calc", "--lib", "--test", "calc"].iter().map(|s| s.to_string()).collect();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
-    for (candidate, want) in [("gold", Some(TestStatus::Passed)), ("base", Some(TestStatus::Failed)), ("exit_forger", None), ("always_equal", None), ("abort_catcher", None), ("source_reader", Some(TestStatus::Failed)), ("first_run", None), ("late_exit", None)] {
+    for (candidate, want) in [("gold", Some(TestStatus::Passed)), ("base", Some(TestStatus::Failed)), ("exit_forger", None), ("always_equal", None), ("abort_catcher", None), ("source_reader", Some(TestStatus::Failed)), ("first_run", None), ("late_exit", None), ("probe_exit", None)] {
         sb.reset().await.unwrap();
         let imp = std::fs::read(fixture().join(format!("imp/{candidate}.rs"))).unwrap();
         sb.put_file("/testbed/src/imp.rs", &imp).await.unwrap();

@@ -24,6 +24,12 @@
 //!    every mutant must have failed and the controls must have come out as written
 //!    ([`CanaryMap::violations`]); otherwise the run is `tampered`.
 //!
+//! 4. **Tail copies.** K more copies of the real test as it runs, failing at their end: code
+//!    that exits 0 from inside the test after its first assertion passed makes them pass too.
+//!    Every copy runs its body in one inner function ([`BODY_FN`]); only what follows it differs
+//!    ([`tail_end`]), so however the body ends, every copy ends alike — a probe of the test
+//!    binary cannot sort them.
+//!
 //! To pass the real test and fail its mutants the code must know which copy runs *and* what it
 //! expects: the names are random per run, and the expected literal never leaves the test's own
 //! comparison (for the standard types; a candidate's own `PartialEq` sees it, which is
@@ -34,9 +40,9 @@
 //! value from feedback, map it to the real name. The guard is sound only where the candidate
 //! changed no build-time code — which [`super::super::tamper_native`] refuses by class from
 //! Base's manifests (build scripts, proc-macro crates) — or where the judged tests are compiled
-//! in a phase with no candidate code. Tests that cannot be
-//! planned (no literal-expected assertion at the top level, `should_panic`, a name referenced
-//! elsewhere) keep their name and are reported in [`Group::why`], unguarded.
+//! in a phase with no candidate code. Tests that cannot be renamed (`should_panic`, `ignore`,
+//! parameters, a name referenced elsewhere) keep their name and are reported in [`Group::why`],
+//! unguarded; tests with no literal to mutate are guarded by their tail copies alone.
 
 use super::canary::{CanaryMap, Control, Group};
 use crate::harness::logparse::TestStatus;
@@ -225,16 +231,34 @@ fn ident_counts(source: &str) -> Result<BTreeMap<String, usize>, String> {
     Ok(counts)
 }
 
-/// The function's range in the source and its K + 1 texts (the real one first), each with
-/// `__EXECCRITIC_NAME__` where its name goes.
 /// Plan one test function: its range in `source` and its texts, each named
 /// `__EXECCRITIC_NAME__` — the real test first, its literal look-alikes, then K tail copies —
 /// and, where it has no literal assertion to mutate, why (its look-alikes are then the tail
-/// copies alone). `Err`: it is not renamed (`#[should_panic]`, `#[ignore]`).
+/// copies alone). `Err`: it is not renamed (`#[should_panic]`, `#[ignore]`, parameters, a return
+/// type other than `()` or a `Result`).
+///
+/// Every copy runs its body in one inner function, [`BODY_FN`], and returns what it returns;
+/// a tail copy checks it instead ([`tail_end`]). Up to the body's end the copies run the same
+/// code, so however the body ends — a panic, an `Err`, an exit from inside — it ends alike in
+/// every copy, and code that probes its own test binary learns nothing from how a copy ends.
 fn plan_function(source: &str, f: &ItemFn, k: usize, rng: &mut impl Rng) -> Result<(Range<usize>, Vec<String>, Option<String>), String> {
     if let Some(a) = f.attrs.iter().find(|a| a.path().is_ident("should_panic") || a.path().is_ident("ignore")) {
         return Err(format!("#[{}]", a.path().get_ident().map(|i| i.to_string()).unwrap_or_default()));
     }
+    if !f.sig.inputs.is_empty() {
+        return Err("a test with parameters".into());
+    }
+    let output = match &f.sig.output {
+        syn::ReturnType::Default => String::new(),
+        syn::ReturnType::Type(_, ty) => {
+            let unit = matches!(&**ty, syn::Type::Tuple(t) if t.elems.is_empty());
+            let result = matches!(&**ty, syn::Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident.to_string().contains("Result")));
+            if !unit && !result {
+                return Err("a return type other than `()` or a `Result`".into());
+            }
+            format!(" {}", &source[f.sig.output.span().byte_range()])
+        }
+    };
     // Outer attributes (doc comments included) come first.
     let start = f.attrs.first().map_or(f.sig.fn_token.span.byte_range().start, |a| a.pound_token.span.byte_range().start);
     let end = f.block.brace_token.span.close().byte_range().end;
@@ -243,25 +267,45 @@ fn plan_function(source: &str, f: &ItemFn, k: usize, rng: &mut impl Rng) -> Resu
         return Err("no source positions".into());
     }
     let ident = f.sig.ident.span().byte_range();
-    let (mut texts, why) = match literal_copies(source, f, start, end, ident.clone(), k, rng) {
+    let (texts, why) = match literal_copies(source, f, start, end, ident.clone(), k, rng) {
         Ok(texts) => (texts, None),
         Err(why) => (vec![format!("{}__EXECCRITIC_NAME__{}", &source[start..ident.start], &source[ident.end..end])], Some(why)),
     };
-    // The body's `{` in the real test's text: the name is the only edit before it.
+    // The body's `{` in the real test's text: the name is the only edit before it; every text
+    // ends with the body's `}`.
     let at = open - start - (ident.end - ident.start) + "__EXECCRITIC_NAME__".len();
-    let real = texts[0].clone();
-    for _ in 0..k {
-        texts.push(format!("{}{TAIL}{}", &real[..at], &real[at..]));
-    }
-    Ok((start..end, texts, why))
+    let asyncness = if f.sig.asyncness.is_some() { "async " } else { "" };
+    let call = format!("{BODY_FN}(){}", if asyncness.is_empty() { "" } else { ".await" });
+    // The inner function goes on the `{`'s line and the call on the `}`'s: the body keeps its
+    // lines, and its first line's columns move alike in every copy.
+    let wrap = |text: &str, end: &str| {
+        let (head, rest) = text.split_at(at);
+        let body = &rest[..rest.len() - 1];
+        format!("{head} #[inline(never)] {asyncness}fn {BODY_FN}(){output} {{{body}}} {end} }}")
+    };
+    let mut all: Vec<String> = texts.iter().map(|t| wrap(t, &call)).collect();
+    let tail = wrap(&texts[0], &tail_end(&call));
+    all.extend(std::iter::repeat_n(tail, k));
+    Ok((start..end, all, why))
 }
 
-/// The first statement of a tail copy: a value whose drop aborts — at the end of the body,
-/// however it ends (a return, a panic unwinding). The copy runs exactly what the real test runs
-/// and then fails; it exits 0 only where the process is ended from inside (`exit(0)` after the
-/// first assertion passed, where the literal look-alikes have already aborted), by code that
-/// cannot tell it from the real test.
-pub const TAIL: &str = " struct ExecCriticTail; impl ::std::ops::Drop for ExecCriticTail { fn drop(&mut self) { ::std::process::abort() } } let _execcritic_tail = ExecCriticTail;";
+/// The inner function every copy runs its body in.
+pub const BODY_FN: &str = "execcritic_body__";
+
+/// A tail copy's end, after its body (`call`, the inner function's call) returned: a body that
+/// succeeded (`()`, `Ok`) fails there — the copy runs exactly what the real test runs and then
+/// fails, so it exits 0 only where the process is ended from inside (an `exit(0)` after the first
+/// assertion passed, where the literal look-alikes have already aborted), by code that cannot
+/// tell it from the real test; a body that failed (`Err`) is returned, as the real test returns
+/// it.
+pub fn tail_end(call: &str) -> String {
+    format!(
+        "let execcritic_r = {call}; trait ExecCriticTail {{ fn execcritic_ok(&self) -> bool; }} \
+         impl ExecCriticTail for () {{ fn execcritic_ok(&self) -> bool {{ true }} }} \
+         impl<T, E> ExecCriticTail for ::std::result::Result<T, E> {{ fn execcritic_ok(&self) -> bool {{ self.is_ok() }} }} \
+         if ExecCriticTail::execcritic_ok(&execcritic_r) {{ ::std::process::abort() }} execcritic_r"
+    )
+}
 
 /// The real test and its K literal look-alikes (its first top-level assertion against a
 /// literal, mutated), or why there are none.
@@ -644,10 +688,13 @@ mod tests {
         assert!(!p.source.contains("fn checks"));
         assert_eq!(p.source.matches("/// doc").count(), 13);
         assert_eq!(p.source.matches("assert_eq!(x, 7);").count(), 13);
-        // The tail copies start with the aborting drop guard; the real test does not.
-        assert_eq!(p.source.matches(TAIL).count(), 6);
+        // Every copy runs its body in the inner function; the tail copies check what it returned,
+        // the others return it.
+        assert_eq!(p.source.matches(&format!("#[inline(never)] fn {BODY_FN}() {{\n")).count(), 13, "{}", p.source);
+        assert_eq!(p.source.matches(&tail_end(&format!("{BODY_FN}()"))).count(), 6);
+        assert_eq!(p.source.matches(&format!("}} {BODY_FN}() }}")).count(), 7);
         let real = g.real.as_deref().unwrap();
-        assert!(p.source.contains(&format!("fn {real}() {{\n")), "{}", p.source);
+        assert!(p.source.contains(&format!("fn {real}() {{ #[inline(never)] fn {BODY_FN}() {{\n")), "{}", p.source);
         assert_eq!(p.source.matches("::std::process::abort()").count(), 13 + 6 + 1);
         // The message's arguments stay referenced, never evaluated.
         assert_eq!(p.source.matches("if false { let _ = ::std::format!(\"msg {}\", 1); }").count(), 13);
@@ -727,6 +774,8 @@ mod tests {
         for (src, why) in [
             ("#[test]\n#[should_panic]\nfn t() { assert_eq!(g(), 1); }\n", "should_panic"),
             ("#[test]\nfn t() { assert_eq!(g(), 1); }\nfn u() { t() }\n", "referenced"),
+            ("#[rstest]\n#[test]\nfn t(#[values(1, 2)] x: u8) { assert_eq!(g(x), 1); }\n", "parameters"),
+            ("#[test]\nfn t() -> ExitCode { assert_eq!(g(), 1); ExitCode::SUCCESS }\n", "return type"),
         ] {
             let p = plan(src, &["t"], 5);
             let g = &p.map.groups[0];
@@ -755,7 +804,7 @@ mod tests {
             assert!(g.real.is_some() && g.mutants.len() == 6, "{src}: {g:?}");
             let w = g.why.as_deref().unwrap_or_default();
             assert!(w.contains(why) && w.contains("tail copies alone"), "{src}: {w}");
-            assert_eq!(p.source.matches(TAIL).count(), 6, "{src}");
+            assert_eq!(p.source.matches("trait ExecCriticTail").count(), 6, "{src}");
             assert!(!p.source.contains("fn t()"), "renamed: {}", p.source);
             assert_eq!(run_paths(&p.map).len(), 1 + 6 + 2);
             syn::parse_file(&p.source).unwrap();
@@ -773,6 +822,14 @@ mod tests {
         assert!(g.real.as_deref().unwrap().starts_with("a::tests::t_"), "{g:?}");
         assert!(p.map.controls.iter().all(|c| c.name.starts_with("a::tests::t_")));
         assert!(p.source.contains("#[tokio::test]\n        async fn t_"));
+        // An async test's inner function is async, and awaited.
+        assert_eq!(p.source.matches(&format!("#[inline(never)] async fn {BODY_FN}() {{")).count(), 13, "{}", p.source);
+        assert_eq!(p.source.matches(&tail_end(&format!("{BODY_FN}().await"))).count(), 6);
+        syn::parse_file(&p.source).unwrap();
+        // A test returning a `Result`: the inner function returns it too.
+        let p = plan("#[test]\nfn t() -> io::Result<()> {\n    assert_eq!(g()?, 3);\n    Ok(())\n}\n", &["t"], 7);
+        assert_eq!(p.source.matches(&format!("#[inline(never)] fn {BODY_FN}() -> io::Result<()> {{\n")).count(), 13, "{}", p.source);
+        syn::parse_file(&p.source).unwrap();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
         let err = plan_file("t.rs", src, &["a::t".to_string()], 6, &mut rng).unwrap_err();
         assert!(err.contains("no #[test] function `a::t`"), "{err}");
