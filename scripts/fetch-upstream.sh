@@ -61,15 +61,11 @@ unpack() {
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="${EXECCRITIC_CACHE:-$HOME/.cache/execcritic}/$suite"
 mkdir -p "$dest"
-python3 - "$here/tests/fixtures/suites/$suite" <<'PY' | while read -r name version sha256; do
-import pathlib, sys, tomllib
-for project in sorted(pathlib.Path(sys.argv[1]).glob("*/project.toml")):
-    up = tomllib.loads(project.read_text()).get("upstream")
-    if up:
-        print(up["name"], up["version"], up["sha256"])
-PY
-  stem="$name-$version"
-  archive="$dest/$stem.$ext"
+# Download NAME VERSION into $dest/NAME-VERSION.$ext unless a verified copy is there; prints 1
+# where it downloaded.
+fetch_archive() {
+  local name="$1" version="$2" sha256="$3" stem="$1-$2" tmp got
+  local archive="$dest/$stem.$ext"
   if [ ! -f "$archive" ] || [ "$(sha256sum "$archive" | cut -d' ' -f1)" != "$sha256" ]; then
     tmp="$(mktemp -d)"
     download "$name" "$version" "$tmp"
@@ -77,14 +73,76 @@ PY
     if [ "$got" != "$sha256" ]; then
       echo "fetch-$suite-suite: $stem.$ext has sha256 $got, expected $sha256" >&2
       rm -rf "$tmp"
-      exit 1
+      return 1
     fi
     mv "$tmp/$stem.$ext" "$archive"
-    rm -rf "$tmp" "$dest/$stem"
+    rm -rf "$tmp"
+    echo 1
   fi
+}
+# A Go library's dependencies (`[[upstream.deps]]`, Debian golang-*-dev packages too) become its
+# vendor directory: each one's import path without its tests, vendor/modules.txt, and a go.mod
+# requiring exactly those versions (the Debian version without its revision) at a go version
+# that honours the vendored modules' own (>= 1.17). `go test` then builds offline in vendor mode
+# with no flag: the task's command stays `go test`.
+vendor_go() {
+  local root="$1" deps="$2" dep dname dversion tmp
+  for dep in ${deps//,/ }; do
+    IFS== read -r dname dversion _ <<< "$dep"
+    tmp="$(mktemp -d)"
+    dpkg-deb -x "$dest/$dname-$dversion.deb" "$tmp"
+    python3 - "$root" "$tmp/usr/share/gocode/src" "$dversion" <<'PY'
+import pathlib, re, shutil, sys
+root, src, version = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
+paths = [p for p in src.glob("*/*/*") if p.is_dir()]
+if len(paths) != 1:
+    sys.exit(f"fetch-golang-suite: a dependency package holds {len(paths)} import paths, expected one")
+module = str(paths[0].relative_to(src))
+to = root / "vendor" / module
+shutil.copytree(paths[0], to, ignore=shutil.ignore_patterns("*_test.go", "testdata", ".*"))
+gomod = paths[0] / "go.mod"
+go = re.search(r"^go ([0-9.]+)$", gomod.read_text(), re.M).group(1) if gomod.exists() else "1.17"
+semver = "v" + version.split(":")[-1].rsplit("-", 1)[0]
+with open(root / "vendor" / "modules.txt", "a") as f:
+    f.write(f"# {module} {semver}\n## explicit; go {go}\n{module}\n")
+PY
+    rm -rf "$tmp"
+  done
+  python3 - "$root" <<'PY'
+import pathlib, re, sys
+root = pathlib.Path(sys.argv[1])
+text = (root / "vendor" / "modules.txt").read_text()
+mods = re.findall(r"^# (\S+) (\S+)$", text, re.M)
+gos = re.findall(r"^## explicit; go (\S+)$", text, re.M)
+old = (root / "go.mod").read_text()
+module = re.search(r"^module (\S+)$", old, re.M).group(1)
+version = lambda v: tuple(int(x) for x in v.split("."))
+go = max([m for m in re.findall(r"^go ([0-9.]+)$", old, re.M)] + gos + ["1.17"], key=version)
+require = "".join(f"\t{m} {v}\n" for m, v in mods)
+(root / "go.mod").write_text(f"module {module}\n\ngo {go}\n\nrequire (\n{require})\n")
+(root / "go.sum").unlink(missing_ok=True)
+PY
+}
+python3 - "$here/tests/fixtures/suites/$suite" <<'PY' | while read -r name version sha256 deps; do
+import pathlib, sys, tomllib
+for project in sorted(pathlib.Path(sys.argv[1]).glob("*/project.toml")):
+    up = tomllib.loads(project.read_text()).get("upstream")
+    if up:
+        deps = ",".join(f"{d['name']}={d['version']}={d['sha256']}" for d in up.get("deps", [])) or "-"
+        print(up["name"], up["version"], up["sha256"], deps)
+PY
+  stem="$name-$version"
+  fresh="$(fetch_archive "$name" "$version" "$sha256")"
+  [ "$deps" = - ] && deps=""
+  for dep in ${deps//,/ }; do
+    IFS== read -r dname dversion dsha <<< "$dep"
+    fresh="$fresh$(fetch_archive "$dname" "$dversion" "$dsha")"
+  done
+  [ -z "$fresh" ] || rm -rf "${dest:?}/$stem"
   if [ ! -d "$dest/$stem" ]; then
     tmp="$(mktemp -d "$dest/.unpack-XXXXXX")"
-    unpack "$archive" "$tmp" "$stem"
+    unpack "$dest/$stem.$ext" "$tmp" "$stem"
+    [ -z "$deps" ] || vendor_go "$tmp/$stem" "$deps"
     mv "$tmp/$stem" "$dest/$stem"
     rm -rf "$tmp"
   fi

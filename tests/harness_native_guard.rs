@@ -630,8 +630,10 @@ async fn golang_suite_tasks_qualify_audit_and_grade_as_labelled() {
         return;
     }
     // go-humanize (Debian's golang-github-dustin-go-humanize-dev), one task at the module root
-    // and one in its `english` package. The oracle's command: the F2P test's package.
-    native_suite_qualifies_audits_and_grades(golang_suite_in, Runner::Go, 2, |f2p| {
+    // and one in its `english` package; go-runewidth (golang-github-mattn-go-runewidth-dev) with
+    // its dependency rivo/uniseg vendored from Debian, built offline in vendor mode. The
+    // oracle's command: the F2P test's package.
+    native_suite_qualifies_audits_and_grades(golang_suite_in, Runner::Go, 3, |f2p| {
         let (dir, name) = f2p.split_once("::").unwrap();
         format!("go test -run '^{name}$' {dir}")
     })

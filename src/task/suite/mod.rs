@@ -134,25 +134,25 @@ fn fetched_suite_in(f: &Fetched, cache: &Path) -> Result<PathBuf, TaskError> {
                 cache.display()
             ),
         };
-        let archive = sources.join(format!("{stem}.{}", f.ext));
-        let bytes = std::fs::read(&archive)
-            .map_err(|_| not_fetched(format!("{} is missing", archive.display())))?;
-        let digest = hex::encode(Sha256::digest(&bytes));
-        if !digest.eq_ignore_ascii_case(&up.sha256) {
-            return Err(TaskError::Suite {
-                suite: suite.name.clone(),
-                message: format!(
-                    "{} has sha256 {digest}, expected {}",
-                    archive.display(),
-                    up.sha256
-                ),
-            });
+        let archives = std::iter::once((stem.clone(), up.sha256.clone()))
+            .chain(up.deps.iter().map(|d| (format!("{}-{}", d.name, d.version), d.sha256.clone())));
+        for (name, sha256) in archives {
+            let archive = sources.join(format!("{name}.{}", f.ext));
+            let bytes = std::fs::read(&archive)
+                .map_err(|_| not_fetched(format!("{} is missing", archive.display())))?;
+            let digest = hex::encode(Sha256::digest(&bytes));
+            if !digest.eq_ignore_ascii_case(&sha256) {
+                return Err(TaskError::Suite {
+                    suite: suite.name.clone(),
+                    message: format!("{} has sha256 {digest}, expected {sha256}", archive.display()),
+                });
+            }
+            hash.add(&name, digest.as_bytes());
         }
         let tree = sources.join(&stem);
         if !tree.is_dir() {
             return Err(not_fetched(format!("{} is not unpacked", tree.display())));
         }
-        hash.add(&stem, digest.as_bytes());
         hash.add_tree(&tree)?;
     }
     let key = format!("{}-{}", suite.name, hash.hex16());

@@ -22,7 +22,20 @@ pub struct SuiteSpec {
 pub struct Upstream {
     pub name: String,
     pub version: String,
-    /// sha256 of the upstream archive (a PyPI sdist, a crates.io `.crate`), hex.
+    /// sha256 of the upstream archive (a PyPI sdist, a crates.io `.crate`, a Debian `.deb`), hex.
+    pub sha256: String,
+    /// Archives of the same registry the fetch script unpacks into the project's tree as its
+    /// dependencies (a Go library's `vendor/`): each verified like the project's own.
+    #[serde(default)]
+    pub deps: Vec<Dependency>,
+}
+
+/// One dependency archive of an [`Upstream`] (name, version, sha256 as there).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dependency {
+    pub name: String,
+    pub version: String,
     pub sha256: String,
 }
 
