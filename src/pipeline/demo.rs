@@ -97,6 +97,11 @@ pub struct DemoConfig {
     /// Episodes per held-back task per evaluation, and evaluation interval (iterations).
     pub eval_samples: usize,
     pub eval_every: u64,
+    /// Episodes per *trained* task per evaluation (absent: `eval_samples`): the trained split
+    /// has four times the held-back tasks, and its score is a report, not what the run is
+    /// judged by.
+    #[serde(default)]
+    pub eval_trained_samples: Option<usize>,
     /// Test teacher trajectories on the first `test_teacher_tasks` trained tasks (0: none).
     #[serde(default)]
     pub test_teacher_tasks: usize,
@@ -110,6 +115,11 @@ pub struct DemoConfig {
 }
 
 impl DemoConfig {
+    /// Episodes per trained task per evaluation.
+    pub fn trained_samples(&self) -> usize {
+        self.eval_trained_samples.unwrap_or(self.eval_samples)
+    }
+
     /// The full run, Repair only (`benches/results/demo-train-*`). The Test role is opt-in
     /// (`--test-teacher-tasks N --test-every K`): at this model size, mixing Test trajectories
     /// into SFT cost the Repair role what it learned, and Test groups never reached reward
@@ -136,6 +146,7 @@ impl DemoConfig {
             temperature: 1.0,
             eval_samples: 6,
             eval_every: 4,
+            eval_trained_samples: None,
             test_teacher_tasks: 0,
             test_every: 0,
             test_max_tokens: Some(384),
@@ -151,6 +162,8 @@ impl DemoConfig {
             group_size: 4,
             eval_samples: 4,
             eval_every: 8,
+            // 8 trained-split episodes per evaluation instead of 32 (≈ 2 minutes of a CI run).
+            eval_trained_samples: Some(1),
             save_every: 4,
             test_teacher_tasks: 2,
             test_every: 5,
@@ -255,7 +268,7 @@ impl GrpoPhase<'_> {
     fn eval(&mut self, tr: &mut impl DemoTrainer, stage: &str, iteration: u64) -> Result<()> {
         let s = evaluate_trainer(tr, &self.setup, &mut self.eval_held, self.c.eval_samples)?;
         self.rec.eval(self.progress, stage, iteration, "held_back", s)?;
-        let s = evaluate_trainer(tr, &self.setup, &mut self.eval_train, self.c.eval_samples)?;
+        let s = evaluate_trainer(tr, &self.setup, &mut self.eval_train, self.c.trained_samples())?;
         self.rec.eval(self.progress, stage, iteration, "trained", s)
     }
 }
@@ -446,7 +459,7 @@ pub fn run_demo(c: &DemoConfig, out: &Path, progress: &mut dyn FnMut(String)) ->
         let policy = EnginePolicy::open_on(&init, placement).map_err(|e| DemoError::Invalid(e.to_string()))?;
         let s = evaluate(&mut eval_held, policy.engine(), c.eval_samples)?;
         rec.eval(progress, "untrained", 0, "held_back", s)?;
-        let s = evaluate(&mut eval_train, policy.engine(), c.eval_samples)?;
+        let s = evaluate(&mut eval_train, policy.engine(), c.trained_samples())?;
         rec.eval(progress, "untrained", 0, "trained", s)?;
     }
 
