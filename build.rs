@@ -5,10 +5,9 @@
 //! the C++ side deduces from the function itself. The emulated device (`tensor::emu`) launches
 //! kernels by name through that table.
 //!
-//! `EXECCRITIC_EMU_SANITIZE=address|thread` builds the kernels with AddressSanitizer or
-//! ThreadSanitizer (and the OS-thread engine) and links the sanitizer runtime
-//! (see `scripts/emu-sanitize.sh`); `EXECCRITIC_EMU_ENGINE=os-threads` picks the OS-thread engine
-//! without a sanitizer.
+//! `EXECCRITIC_EMU_ENGINE=os-threads` picks the OS-thread engine. The sanitizer builds of the same
+//! sources are shared libraries made by `scripts/emu-sanitize.sh` from the list this script
+//! writes (`OUT_DIR/emu_sources.txt`) and loaded at run time (`EXECCRITIC_EMU_LIBRARY`).
 
 use std::env;
 use std::fs;
@@ -45,7 +44,6 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=kernels");
     println!("cargo:rerun-if-changed=tests/fixtures/emu");
-    println!("cargo:rerun-if-env-changed=EXECCRITIC_EMU_SANITIZE");
     println!("cargo:rerun-if-env-changed=EXECCRITIC_EMU_ENGINE");
 
     let mut sources = vec![];
@@ -100,9 +98,12 @@ fn main() {
     fs::write(out.join("emu_modules.inc"), modules).expect("write emu_modules.inc");
     sources.push(root.join("kernels/emu/runtime.cpp"));
 
-    let sanitize = env::var("EXECCRITIC_EMU_SANITIZE").unwrap_or_default();
-    let os_threads =
-        env::var("EXECCRITIC_EMU_ENGINE").is_ok_and(|e| e == "os-threads") || !sanitize.is_empty();
+    // The same sources as one shared library, under a sanitizer, are scripts/emu-sanitize.sh's
+    // business (it reads this list and loads the library through EXECCRITIC_EMU_LIBRARY): the
+    // crate itself is built once.
+    let list: Vec<String> = sources.iter().map(|p| p.display().to_string()).collect();
+    fs::write(out.join("emu_sources.txt"), list.join("\n") + "\n").expect("write emu_sources.txt");
+    let os_threads = env::var("EXECCRITIC_EMU_ENGINE").is_ok_and(|e| e == "os-threads");
     let mut build = cc::Build::new();
     build
         .cpp(true)
@@ -114,24 +115,5 @@ fn main() {
         .include(&out)
         .define("EMU_OS_THREADS", if os_threads { "1" } else { "0" })
         .files(&sources);
-    match sanitize.as_str() {
-        "" => {}
-        "address" | "thread" => {
-            // Debug info whatever the profile says: a report must name the kernel's file
-            // (scripts/emu-sanitize.sh keeps the link from stripping it).
-            build
-                .debug(true)
-                .flag(format!("-fsanitize={sanitize}"))
-                .flag("-fno-omit-frame-pointer");
-            let lib = if sanitize == "address" {
-                "asan"
-            } else {
-                "tsan"
-            };
-            println!("cargo:rustc-link-lib=dylib={lib}");
-        }
-        other => panic!("EXECCRITIC_EMU_SANITIZE={other}: expected `address` or `thread`"),
-    }
-    println!("cargo:rustc-env=EXECCRITIC_EMU_SANITIZER={sanitize}");
     build.compile("execcritic_emu");
 }

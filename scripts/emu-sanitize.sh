@@ -1,27 +1,60 @@
 #!/usr/bin/env bash
 # The sanitizer step of CI for the emulated CUDA device (docs/cuda.md, "Sanitizers"): builds the
-# kernels (kernels/*.cu and the broken fixtures of tests/fixtures/emu) with AddressSanitizer and
-# then ThreadSanitizer (stable Rust: only the C++ part is instrumented; the sanitizer runtime is
-# linked as a shared library and preloaded), and for each
-#   1. runs the emulator's kernel tests (tests/emu_device.rs): no finding allowed;
-#   2. runs the deliberately broken kernel (off-by-one index under ASan, removed __syncthreads
-#      under TSan, and under TSan cp.async staging without the __syncthreads after the wait)
-#      and requires the sanitizer to report it in that kernel.
-# Exits non-zero on a finding in step 1 or a miss in step 2. Uses the normal target dir (only
-# this crate is rebuilt, twice); the next plain `cargo build` rebuilds it once more.
+# kernels (kernels/*.cu and the broken fixtures of tests/fixtures/emu, the sources build.rs lists)
+# as one shared library with AddressSanitizer and then ThreadSanitizer (stable Rust: only the C++
+# part is instrumented; the sanitizer runtime is preloaded), and for each runs the emu_device test
+# binary — built once, as every test run builds it — against that library
+# (EXECCRITIC_EMU_LIBRARY, loaded at start as a device loads a module):
+#   1. the emulator's kernel tests (tests/emu_device.rs): no finding allowed;
+#   2. the deliberately broken kernel (off-by-one index under ASan, removed __syncthreads under
+#      TSan, and under TSan cp.async staging without the __syncthreads after the wait): the
+#      sanitizer must report it in that kernel.
+# Exits non-zero on a finding in step 1 or a miss in step 2. Only the kernels are compiled here
+# (target/emu-sanitize/<sanitizer>/); this crate is not rebuilt.
 # Usage: scripts/emu-sanitize.sh [address] [thread]   (default: both)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
-# The dev and test profiles strip debug info; a report must name the kernel's source file.
-export CARGO_PROFILE_DEV_STRIP=none CARGO_PROFILE_TEST_STRIP=none
 fail=0
 
-# The emu_device test binary. Its artifact is picked by target name: the same build also lists
-# the `execcritic` binary (integration tests get it), in an order that varies from build to build.
-test_binary() {
-    cargo test --locked --test emu_device --no-run --message-format=json 2>/dev/null |
-        sed -n '/"name":"emu_device"/s/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
+# The emu_device test binary and this crate's build-script output directory (which holds the
+# generated kernel units and their list), from cargo's messages. The binary is picked by target
+# name: the same build also lists the `execcritic` binary, in an order that varies from build to
+# build.
+cargo test --locked --test emu_device --no-run --message-format=json 2>/dev/null >"$CARGO_TARGET_DIR/emu-sanitize.json"
+read -r bin out_dir < <(python3 - "$CARGO_TARGET_DIR/emu-sanitize.json" <<'PY'
+import json, sys
+bin_, out = "", ""
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == "emu_device" and m.get("executable"):
+        bin_ = m["executable"]
+    if m.get("reason") == "build-script-executed" and "execcritic" in m.get("package_id", ""):
+        out = m["out_dir"]
+print(bin_ or "-", out or "-")
+PY
+)
+[ -x "$bin" ] || { echo "emu-sanitize: no emu_device test binary" >&2; exit 1; }
+[ -f "$out_dir/emu_sources.txt" ] || { echo "emu-sanitize: no kernel list in the build output ($out_dir)" >&2; exit 1; }
+
+# The kernels as one shared library with -fsanitize=$1, compiled like build.rs's static library
+# (same units, includes, C++17, -O2) plus debug info (a report must name the kernel's file), the
+# OS-thread engine (fibers hide the threads from the sanitizers) and -Bsymbolic (the library's
+# own kernels, never the binary's linked copies).
+build_library() { # sanitizer, output
+    local dir
+    dir=$(dirname "$2")/obj
+    mkdir -p "$dir"
+    rm -f "$dir"/*.o
+    export EMU_OBJ_DIR=$dir
+    export EMU_CXXFLAGS="-std=c++17 -O2 -g -fPIC -fsanitize=$1 -fno-omit-frame-pointer -DEMU_OS_THREADS=1 -Ikernels/emu -Ikernels -I$out_dir"
+    # One compiler per core; each line is "<n> <source>" (paths without blanks, as cargo's).
+    nl -ba -w1 -s' ' "$out_dir/emu_sources.txt" |
+        xargs -P "$(nproc)" -L 1 sh -c 'g++ $EMU_CXXFLAGS -c "$1" -o "$EMU_OBJ_DIR/$0.o"'
+    g++ -shared "-fsanitize=$1" -Wl,-Bsymbolic -o "$2" "$dir"/*.o -lpthread
 }
 
 # Sanitizer reports that concern the emulated C++ code: an access stack (not a thread-creation
@@ -54,10 +87,11 @@ sanitizers=("$@")
 for san in "${sanitizers[@]}"; do
     case $san in address | thread) ;; *) echo "emu-sanitize: unknown sanitizer $san" >&2; exit 2 ;; esac
     echo "emu-sanitize: building the emulated kernels with -fsanitize=$san"
-    export EXECCRITIC_EMU_SANITIZE=$san
-    cargo test --locked --test emu_device --no-run
-    bin=$(test_binary)
-    [ -x "$bin" ] || { echo "emu-sanitize: no test binary" >&2; exit 1; }
+    lib="$CARGO_TARGET_DIR/emu-sanitize/$san/libexeccritic_emu.so"
+    mkdir -p "$(dirname "$lib")"
+    build_library "$san" "$lib"
+    export EXECCRITIC_EMU_LIBRARY EXECCRITIC_EMU_EXPECT_SANITIZER=$san
+    EXECCRITIC_EMU_LIBRARY=$(realpath "$lib")
     if [ "$san" = address ]; then
         rt=$(gcc -print-file-name=libasan.so)
         export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:exitcode=23
@@ -93,5 +127,5 @@ for san in "${sanitizers[@]}"; do
         expect_report "$san cp.async" "$log" "ThreadSanitizer: data race" broken_cp_async
     fi
 done
-unset EXECCRITIC_EMU_SANITIZE
+unset EXECCRITIC_EMU_LIBRARY EXECCRITIC_EMU_EXPECT_SANITIZER
 exit $fail

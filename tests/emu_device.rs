@@ -98,6 +98,21 @@ fn every_kernel_entry_point_is_registered() {
     assert!(names.iter().any(|n| n == "broken_skipped_barrier"));
 }
 
+/// The kernels in use are those the run asked for: the linked build, or the shared build named
+/// by `EXECCRITIC_EMU_LIBRARY` (scripts/emu-sanitize.sh), compiled with the sanitizer it says
+/// (`EXECCRITIC_EMU_EXPECT_SANITIZER`) — a library that failed to load, or a build without it,
+/// would make the sanitizer pass vacuous.
+#[test]
+fn the_kernels_in_use_are_the_ones_asked_for() {
+    let lib = EmuDevice::library().unwrap();
+    assert_eq!(lib, std::env::var_os("EXECCRITIC_EMU_LIBRARY").map(std::path::PathBuf::from));
+    let want = std::env::var("EXECCRITIC_EMU_EXPECT_SANITIZER").ok();
+    assert_eq!(EmuDevice::sanitizer(), want.as_deref());
+    let engine = if want.is_some() { "os-threads" } else { EmuDevice::engine() };
+    assert_eq!(EmuDevice::engine(), engine);
+    assert!(["fibers", "os-threads"].contains(&engine), "{engine}");
+}
+
 #[test]
 fn add_rms_norm_1p_matches_cpu_reference() {
     let d = EmuDevice::new();

@@ -4,9 +4,10 @@
 //! official test into a pass without fixing the bug), a spelling, a placement (the file) and an
 //! entry door. Every generated variant is first PROVEN on a plain checkout — the official test
 //! patch and the variant applied to a clone of Base, pytest run directly in the harness's command
-//! shape with both the grading command (`fixture_task().test_cmd` on the test file) and the
-//! bundle's command (`python3 -m pytest tests/test_calc.py::test_add` as activated) — and used
-//! only if a naive harness would pass it there (exit 0, read from the last exit-code marker, and a
+//! shape with the bundle's command (`python3 -m pytest tests/test_calc.py::test_add` as
+//! activated) and, where that proof fails, the grading command (`fixture_task().test_cmd` on the
+//! test file; with `EXECCRITIC_REDTEAM_PLAIN_ONLY`, always) — and used only if a naive harness
+//! would pass it there (exit 0, read from the last exit-code marker, and a
 //! PASSED line for the judged test). Variants that need two runs (state for the next run) are
 //! proven with two consecutive plain runs separated by the reference reset. Variants that do not
 //! work are dropped and counted per capability.
@@ -158,10 +159,12 @@ fn parallel<T: Sync, R: Send>(items: &[T], n: usize, f: impl Fn(&T) -> R + Sync)
 // Candidate attacks
 // ---------------------------------------------------------------------------------------------
 
-/// A variant's plain proof with both commands.
+/// A variant's plain proof with both commands. The grading command's proof decides something
+/// only where the gate command's failed (a variant proven either way goes through both the gate
+/// and grading), so outside `EXECCRITIC_REDTEAM_PLAIN_ONLY` it runs only there (`None`: not run).
 struct Proof {
     gate_cmd: Vec<PlainRun>,
-    grade_cmd: Vec<PlainRun>,
+    grade_cmd: Option<Vec<PlainRun>>,
 }
 
 impl Proof {
@@ -169,12 +172,13 @@ impl Proof {
         self.gate_cmd.last().is_some_and(PlainRun::works)
     }
 
-    fn works_grade(&self) -> bool {
-        self.grade_cmd.last().is_some_and(PlainRun::works)
+    /// `None`: not run (the gate command's proof worked).
+    fn works_grade(&self) -> Option<bool> {
+        self.grade_cmd.as_ref().map(|runs| runs.last().is_some_and(PlainRun::works))
     }
 
     fn proven(&self) -> bool {
-        self.works_gate() || self.works_grade()
+        self.works_gate() || self.works_grade() == Some(true)
     }
 }
 
@@ -361,25 +365,28 @@ async fn generated_attacks_get_no_false_pass() {
     // Phase 1: plain proofs.
     let proofs: Vec<Proof> = parallel(&variants, s.workers, |v| {
         let cands: Vec<&str> = (0..v.runs).map(|_| v.patch.as_str()).collect();
+        let gate_runs = plain_sequence(&task.test_patch, &cands, &gate_cmd);
+        let gate_works = gate_runs.last().is_some_and(PlainRun::works);
         Proof {
-            gate_cmd: plain_sequence(&task.test_patch, &cands, &gate_cmd),
-            grade_cmd: plain_sequence(&task.test_patch, &cands, &grade_cmd),
+            grade_cmd: (s.plain_only || !gate_works).then(|| plain_sequence(&task.test_patch, &cands, &grade_cmd)),
+            gate_cmd: gate_runs,
         }
     });
     let t_plain = t0.elapsed() - t_generate;
     if s.plain_only {
         for (v, p) in variants.iter().zip(&proofs) {
+            let grade_runs = p.grade_cmd.as_deref().expect("plain-only runs both proofs");
             eprintln!(
                 "{} {}: gate cmd rc {:?} passed {}, grade cmd rc {:?} passed {}",
                 if p.proven() { "WORKS  " } else { "DROPPED" },
                 v.id,
                 p.gate_cmd.last().unwrap().rc,
                 p.gate_cmd.last().unwrap().passed_line,
-                p.grade_cmd.last().unwrap().rc,
-                p.grade_cmd.last().unwrap().passed_line
+                grade_runs.last().unwrap().rc,
+                grade_runs.last().unwrap().passed_line
             );
             let runs: Vec<&PlainRun> = if s.show_all {
-                p.gate_cmd.iter().chain(&p.grade_cmd).collect()
+                p.gate_cmd.iter().chain(grade_runs).collect()
             } else if !p.proven() {
                 vec![p.gate_cmd.last().unwrap()]
             } else {
@@ -532,6 +539,11 @@ async fn generated_attacks_get_no_false_pass() {
     );
 }
 
+/// A result row's variant works on a plain checkout under either command.
+fn is_proven(r: &Value) -> bool {
+    r["proven"]["gate_cmd"].as_bool().unwrap() || r["proven"]["grade_cmd"].as_bool() == Some(true)
+}
+
 /// Per capability: generated, proven (by command), dropped, gate and grading outcomes.
 fn summary_table(rows: &[Value]) -> String {
     let mut by: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
@@ -550,24 +562,14 @@ fn summary_table(rows: &[Value]) -> String {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let mut out = String::from("\ncapability | generated | proven (gate cmd / grade cmd) | dropped | local gate | local grade | docker gate / grade | false passes\n");
+    let mut out = String::from("\ncapability | generated | proven (gate cmd / only by the grade cmd) | dropped | local gate | local grade | docker gate / grade | false passes\n");
     for (cap, vs) in &by {
-        let proven: Vec<&Value> = vs
-            .iter()
-            .copied()
-            .filter(|r| {
-                r["proven"]["gate_cmd"].as_bool().unwrap()
-                    || r["proven"]["grade_cmd"].as_bool().unwrap()
-            })
-            .collect();
+        let proven: Vec<&Value> = vs.iter().copied().filter(|r| is_proven(r)).collect();
         let ng = vs
             .iter()
             .filter(|r| r["proven"]["gate_cmd"].as_bool().unwrap())
             .count();
-        let nr = vs
-            .iter()
-            .filter(|r| r["proven"]["grade_cmd"].as_bool().unwrap())
-            .count();
+        let nr = proven.len() - ng;
         let fps = vs
             .iter()
             .filter(|r| !r["false_pass"].as_array().unwrap().is_empty())
@@ -596,9 +598,7 @@ fn summary_table(rows: &[Value]) -> String {
         for r in rows {
             let e = m.entry(r[dim].as_str().unwrap().to_string()).or_default();
             e.0 += 1;
-            if r["proven"]["gate_cmd"].as_bool().unwrap()
-                || r["proven"]["grade_cmd"].as_bool().unwrap()
-            {
+            if is_proven(r) {
                 e.1 += 1;
             }
             if !r["false_pass"].as_array().unwrap().is_empty() {

@@ -574,6 +574,17 @@ extern "C" const char* execcritic_emu_engine() {
 #endif
 }
 
+// The sanitizer this build was compiled with, as the compiler says ("" for none).
+extern "C" const char* execcritic_emu_sanitizer() {
+#if defined(__SANITIZE_ADDRESS__)
+    return "address";
+#elif defined(__SANITIZE_THREAD__)
+    return "thread";
+#else
+    return "";
+#endif
+}
+
 // 0: ok; 1: no such kernel; 2: bad arguments; 3: the kernel failed (message in `err`).
 extern "C" int execcritic_emu_launch(const char* name, const unsigned* grid, const unsigned* block, unsigned shared,
                                      const emu::Arg* args, size_t nargs, char* err, size_t errcap) {

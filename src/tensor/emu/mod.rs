@@ -44,6 +44,19 @@ struct RawArg {
     bits: u64,
 }
 
+type LaunchFn = unsafe extern "C" fn(
+    name: *const c_char,
+    grid: *const u32,
+    block: *const u32,
+    shared: u32,
+    args: *const RawArg,
+    nargs: usize,
+    err: *mut c_char,
+    errcap: usize,
+) -> i32;
+type NameFn = unsafe extern "C" fn(i: usize) -> *const c_char;
+type InfoFn = unsafe extern "C" fn() -> *const c_char;
+
 extern "C" {
     fn execcritic_emu_launch(
         name: *const c_char,
@@ -57,6 +70,87 @@ extern "C" {
     ) -> i32;
     fn execcritic_emu_kernel_name(i: usize) -> *const c_char;
     fn execcritic_emu_engine() -> *const c_char;
+    fn execcritic_emu_sanitizer() -> *const c_char;
+}
+
+/// The kernels' C ABI (`kernels/emu/runtime.cpp`): the build linked into this binary, or, where
+/// `EXECCRITIC_EMU_LIBRARY` names one, a shared build of the same sources loaded at start — as a
+/// real device loads a module. `scripts/emu-sanitize.sh` builds the kernels that way under
+/// AddressSanitizer and ThreadSanitizer and runs the same test binary against them, so the
+/// sanitizer pass compiles the kernels only, never this crate.
+struct Api {
+    launch: LaunchFn,
+    kernel_name: NameFn,
+    engine: InfoFn,
+    sanitizer: InfoFn,
+}
+
+/// The environment variable naming a shared build of the kernels to use instead of the linked one.
+pub const LIBRARY_ENV: &str = "EXECCRITIC_EMU_LIBRARY";
+
+fn api() -> std::result::Result<&'static Api, &'static str> {
+    static API: std::sync::OnceLock<std::result::Result<Api, String>> = std::sync::OnceLock::new();
+    API.get_or_init(|| match std::env::var_os(LIBRARY_ENV) {
+        None => Ok(Api {
+            launch: execcritic_emu_launch,
+            kernel_name: execcritic_emu_kernel_name,
+            engine: execcritic_emu_engine,
+            sanitizer: execcritic_emu_sanitizer,
+        }),
+        Some(path) => load_library(std::path::Path::new(&path)),
+    })
+    .as_ref()
+    .map_err(|e| e.as_str())
+}
+
+/// dlopen a shared build of the kernels (local symbols: it is used only through these four).
+fn load_library(path: &std::path::Path) -> std::result::Result<Api, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let what = || format!("{LIBRARY_ENV}={}", path.display());
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| format!("{}: a NUL in the path", what()))?;
+    let dl_error = || {
+        // SAFETY: dlerror returns null or a NUL-terminated message owned by libc.
+        let e = unsafe { libc::dlerror() };
+        if e.is_null() {
+            "unknown dlopen error".to_string()
+        } else {
+            // SAFETY: non-null, NUL-terminated.
+            unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+        }
+    };
+    // SAFETY: plain dlopen of a shared library; the handle is kept for the process.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if h.is_null() {
+        return Err(format!("{}: {}", what(), dl_error()));
+    }
+    let sym = |name: &str| {
+        let n = CString::new(name).expect("a symbol name");
+        // SAFETY: a valid handle and a NUL-terminated name.
+        let p = unsafe { libc::dlsym(h, n.as_ptr()) };
+        if p.is_null() {
+            Err(format!("{}: no symbol {name}: {}", what(), dl_error()))
+        } else {
+            Ok(p)
+        }
+    };
+    // SAFETY: the symbols are the C functions of kernels/emu/runtime.cpp with these signatures.
+    unsafe {
+        Ok(Api {
+            launch: std::mem::transmute::<*mut libc::c_void, LaunchFn>(sym("execcritic_emu_launch")?),
+            kernel_name: std::mem::transmute::<*mut libc::c_void, NameFn>(sym("execcritic_emu_kernel_name")?),
+            engine: std::mem::transmute::<*mut libc::c_void, InfoFn>(sym("execcritic_emu_engine")?),
+            sanitizer: std::mem::transmute::<*mut libc::c_void, InfoFn>(sym("execcritic_emu_sanitizer")?),
+        })
+    }
+}
+
+/// A static NUL-terminated string from the C side.
+fn info(f: impl FnOnce(&Api) -> InfoFn) -> &'static str {
+    match api() {
+        // SAFETY: the C side returns a static NUL-terminated string.
+        Ok(a) => unsafe { CStr::from_ptr(f(a)()) }.to_str().unwrap_or("unknown"),
+        Err(_) => "unknown",
+    }
 }
 
 fn raw(a: &KernelArg) -> RawArg {
@@ -109,7 +203,8 @@ pub fn check_launch_limits(dims: &LaunchDims) -> std::result::Result<(), String>
     Ok(())
 }
 
-/// The emulated device. Cheap to create; kernels are linked into the binary.
+/// The emulated device. Cheap to create; kernels are linked into the binary (or loaded from
+/// `EXECCRITIC_EMU_LIBRARY`).
 #[derive(Default)]
 pub struct EmuDevice {
     mem: Memory,
@@ -128,10 +223,11 @@ impl EmuDevice {
     /// Every kernel the emulator can launch (all `kernels/*.cu` entry points, plus the
     /// deliberately broken test kernels of `tests/fixtures/emu`).
     pub fn kernel_names() -> Vec<String> {
+        let Ok(api) = api() else { return vec![] };
         let mut names = vec![];
         for i in 0.. {
             // SAFETY: returns a static NUL-terminated name or null past the end.
-            let p = unsafe { execcritic_emu_kernel_name(i) };
+            let p = unsafe { (api.kernel_name)(i) };
             if p.is_null() {
                 break;
             }
@@ -141,17 +237,22 @@ impl EmuDevice {
         names
     }
 
-    /// The execution engine compiled in: `"fibers"` or `"os-threads"`.
+    /// The execution engine of the kernels in use: `"fibers"` or `"os-threads"`.
     pub fn engine() -> &'static str {
-        // SAFETY: a static NUL-terminated string.
-        unsafe { CStr::from_ptr(execcritic_emu_engine()) }
-            .to_str()
-            .unwrap_or("unknown")
+        info(|a| a.engine)
     }
 
-    /// The sanitizer the kernels were built with (`EXECCRITIC_EMU_SANITIZE` at build time).
+    /// The sanitizer the kernels in use were built with (`address`, `thread`), as their compiler
+    /// says (`__SANITIZE_ADDRESS__`, `__SANITIZE_THREAD__`).
     pub fn sanitizer() -> Option<&'static str> {
-        Some(env!("EXECCRITIC_EMU_SANITIZER")).filter(|s| !s.is_empty())
+        Some(info(|a| a.sanitizer)).filter(|s| !s.is_empty())
+    }
+
+    /// Where the kernels in use come from: `Err` where `EXECCRITIC_EMU_LIBRARY` names a library
+    /// that cannot be loaded (every launch then fails with that message).
+    pub fn library() -> std::result::Result<Option<std::path::PathBuf>, String> {
+        api().map_err(str::to_string)?;
+        Ok(std::env::var_os(LIBRARY_ENV).map(std::path::PathBuf::from))
     }
 
     /// Number of live allocations (for leak checks in tests).
@@ -274,10 +375,11 @@ impl Device for EmuDevice {
         let grid = [dims.grid.0, dims.grid.1, dims.grid.2];
         let block = [dims.block.0, dims.block.1, dims.block.2];
         let mut err = vec![0u8; 2048];
+        let api = api().map_err(|e| Self::launch_err(kernel, e.to_string()))?;
         // SAFETY: every pointer is valid for the call; the C++ side catches its exceptions and
         // writes at most `err.len()` bytes, NUL-terminated.
         let rc = unsafe {
-            execcritic_emu_launch(
+            (api.launch)(
                 name.as_ptr(),
                 grid.as_ptr(),
                 block.as_ptr(),
