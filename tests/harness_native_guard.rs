@@ -238,8 +238,10 @@ fn forged_passes_are_refused() {
 /// Code that can run its own test binary learns which copies are the guard's from how they end:
 /// so every copy must end alike however its body ends — a panic, an `Err`, an exit from inside
 /// with any status — and the tail copies differ from the real test only where the body
-/// succeeded. Shown on the real toolchain (`rustc --test`) for a test returning `()` and one
-/// returning a `Result`, each copy run in its own process under each way of ending.
+/// succeeded. Shown on the real toolchain (`rustc --test`) for tests returning `()`, a `Result`,
+/// a `Result` under an alias whose name does not say so, an `ExitCode` and a `Result` of an
+/// `ExitCode` (the tail tells success by type, as libtest does), each copy run in its own process
+/// under each way of ending.
 #[test]
 fn every_copy_ends_alike_however_its_body_ends() {
     let src = r#"
@@ -249,9 +251,12 @@ fn f() -> Result<i32, String> {
         Ok("err") => Err("from the code under test".into()),
         Ok("exit0") => std::process::exit(0),
         Ok("exit3") => std::process::exit(3),
+        Ok("seven") => Ok(7),
         _ => Ok(5),
     }
 }
+
+type Outcome = Result<(), String>;
 
 #[test]
 fn unit() {
@@ -265,9 +270,32 @@ fn result() -> Result<(), String> {
     assert_eq!(v, 5);
     Ok(())
 }
+
+#[test]
+fn alias() -> Outcome {
+    let v = f()?;
+    assert_eq!(v, 5);
+    Ok(())
+}
+
+#[test]
+fn code() -> std::process::ExitCode {
+    match f() {
+        Ok(5) => std::process::ExitCode::SUCCESS,
+        _ => std::process::ExitCode::from(4),
+    }
+}
+
+#[test]
+fn nested() -> Result<std::process::ExitCode, String> {
+    let v = f()?;
+    Ok(if v == 5 { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::from(4) })
+}
 "#;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(12);
-    let plan = plan_file("t.rs", src, &["unit".to_string(), "result".to_string()], 6, &mut rng).unwrap();
+    let judged: Vec<String> = ["unit", "result", "alias", "code", "nested"].map(String::from).to_vec();
+    let plan = plan_file("t.rs", src, &judged, 6, &mut rng).unwrap();
+    assert_eq!(plan.map.groups.len(), 5);
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("t.rs"), &plan.source).unwrap();
     let exe = dir.path().join("t");
@@ -291,7 +319,7 @@ fn result() -> Result<(), String> {
             plan.source[at..].split("\n#[test]").next().unwrap().contains("ExecCriticTail")
         }).collect();
         assert_eq!(tails.len(), 6, "{}", plan.source);
-        for how in ["panic", "err", "exit0", "exit3", "ok"] {
+        for how in ["panic", "err", "exit0", "exit3", "seven", "ok"] {
             let want = ends(real, how);
             for t in &tails {
                 let got = ends(t, how);
@@ -301,6 +329,154 @@ fn result() -> Result<(), String> {
                 } else {
                     assert_eq!(got, want, "{}: the body ends by {how}: a tail copy ends otherwise than the real test", g.name);
                 }
+            }
+        }
+    }
+}
+
+/// A test that must panic: its cheapest forged pass is an `exit(0)` from inside the code under
+/// test, which a plain `cargo test` counts as a pass. Shown on the real toolchain: that attack
+/// passes both tests plainly; under the guard (look-alikes expecting the message plus random
+/// digits) it is tampered, while the bug fails, the fix passes, a panic with another message
+/// fails the test that expects one and passes the test that expects any — each as plainly.
+#[test]
+fn should_panic_tests_are_guarded_by_look_alikes_expecting_another_message() {
+    let src = r#"
+fn check(n: i32) -> i32 {
+    match std::env::var("CODE").as_deref() {
+        Ok("fix") if n < 0 => panic!("negative input: {n}"),
+        Ok("other") if n < 0 => panic!("no"),
+        Ok("exit0") if n < 0 => std::process::exit(0),
+        _ => n,
+    }
+}
+
+#[test]
+#[should_panic(expected = "negative input")]
+fn rejects_negative() {
+    check(-1);
+}
+
+#[test]
+#[should_panic]
+fn panics_on_negative() {
+    check(-2);
+}
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let build = |name: &str, source: &str| {
+        std::fs::write(dir.path().join(format!("{name}.rs")), source).unwrap();
+        let exe = dir.path().join(name);
+        let out = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+            .args(["--edition", "2021", "--test", "-Dwarnings", &format!("{name}.rs"), "-o"])
+            .arg(&exe)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}\n{source}", String::from_utf8_lossy(&out.stderr));
+        exe
+    };
+    let plain = build("plain", src);
+    let judged = ["rejects_negative".to_string(), "panics_on_negative".to_string()];
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let plan = plan_file("t.rs", src, &judged, 6, &mut rng).unwrap();
+    assert!(plan.map.groups.iter().all(|g| g.real.is_some() && g.mutants.len() == 6 && g.why.is_none()), "{:?}", plan.map);
+    let guarded_exe = build("guarded", &plan.source);
+    let run = |exe: &Path, path: &str, code: &str| {
+        let st = Command::new(exe).args(["--exact", path, "--test-threads=1", "-q"]).env("CODE", code).output().unwrap().status;
+        if st.success() { TestStatus::Passed } else { TestStatus::Failed }
+    };
+    use TestStatus::{Failed, Passed};
+    // (code, plain status of each judged test, tampered under the guard)
+    for (code, want, tampered) in [
+        ("bug", [Failed, Failed], false),
+        ("fix", [Passed, Passed], false),
+        ("other", [Failed, Passed], false),
+        ("exit0", [Passed, Passed], true),
+    ] {
+        let statuses = run_paths(&plan.map).into_iter().map(|p| {
+            let st = run(&guarded_exe, &p, code);
+            (p, st)
+        });
+        let j = verdict(&plan.map, statuses.collect());
+        for (name, want) in judged.iter().zip(want) {
+            assert_eq!(run(&plain, name, code), want, "{code}: plain {name}");
+            if !tampered {
+                assert_eq!(j.real[name], want, "{code}: guarded {name}: {j:?}");
+            }
+        }
+        assert_eq!(!j.violations.is_empty(), tampered, "{code}: {:?}", j.violations);
+    }
+}
+
+/// The code under test can put its own macros in scope under the standard assertions' names —
+/// a `macro_rules! assert` above the test module needs no import (textual scope) — and can
+/// rename `::std` itself (`extern crate self as std;` at its crate root, with `#[macro_export]`
+/// macros and a `process` module of its own). Either makes a test with no literal assertion, or
+/// one asserting in a helper, pass with the bug in place: shown plainly on the real toolchain.
+/// Under the guard every check macro of the judged file is the real standard library's (through
+/// an `extern crate std` item of every module, which loads the crate by its own name): the bug
+/// fails, the fix passes, no violation.
+#[test]
+fn assertions_are_the_standard_librarys_whatever_the_code_puts_in_scope() {
+    let tests = r#"
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commutes() {
+        assert!(add(2, 9) == add(9, 2));
+    }
+
+    #[test]
+    fn adds() {
+        check(2, 3, 5);
+    }
+
+    fn check(a: i32, b: i32, want: i32) {
+        assert_eq!(add(a, b), want, "{a} + {b}");
+    }
+}
+"#;
+    let textual = "macro_rules! assert { ($($t:tt)*) => {}; }\nmacro_rules! assert_eq { ($($t:tt)*) => {}; }\n";
+    let renamed = "extern crate self as std;\n#[macro_export]\nmacro_rules! assert { ($($t:tt)*) => {}; }\n#[macro_export]\nmacro_rules! assert_eq { ($($t:tt)*) => {}; }\npub mod process { pub fn abort() {} }\n";
+    let dir = tempfile::tempdir().unwrap();
+    let build = |name: &str, source: &str| {
+        std::fs::write(dir.path().join(format!("{name}.rs")), source).unwrap();
+        let exe = dir.path().join(name);
+        let out = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+            .args(["--edition", "2021", "--test", "-Dwarnings", "-Aunused", &format!("{name}.rs"), "-o"])
+            .arg(&exe)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}\n{source}", String::from_utf8_lossy(&out.stderr));
+        exe
+    };
+    let run = |exe: &Path, path: &str| {
+        let st = Command::new(exe).args(["--exact", path, "--test-threads=1", "-q"]).output().unwrap().status;
+        if st.success() { TestStatus::Passed } else { TestStatus::Failed }
+    };
+    let judged = ["tests::commutes".to_string(), "tests::adds".to_string()];
+    for (attack, shadow) in [("textual macro_rules", textual), ("renamed std", renamed)] {
+        for (code, body, want) in [("bug", "a - b", TestStatus::Failed), ("fix", "a + b", TestStatus::Passed)] {
+            let src = format!("{shadow}pub fn add(a: i32, b: i32) -> i32 {{ {body} }}\n{tests}");
+            let plain = build(&format!("plain_{code}"), &src);
+            for t in &judged {
+                assert_eq!(run(&plain, t), TestStatus::Passed, "{attack}, {code}: the attack passes {t} plainly");
+            }
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+            let plan = plan_file("t.rs", &src, &judged, 6, &mut rng).unwrap();
+            let guarded_exe = build(&format!("guarded_{code}"), &plan.source);
+            let statuses = run_paths(&plan.map).into_iter().map(|p| {
+                let st = run(&guarded_exe, &p);
+                (p, st)
+            });
+            let j = verdict(&plan.map, statuses.collect());
+            assert!(j.violations.is_empty(), "{attack}, {code}: {:?}\n{}", j.violations, plan.source);
+            for t in &judged {
+                assert_eq!(j.real[t], want, "{attack}, {code}: guarded {t}\n{}", plan.source);
             }
         }
     }

@@ -13,7 +13,7 @@
 //!   key of `[package]`): it runs before the tests are compiled and can rewrite them; a
 //!   `//go:embed` directive added to Go source: the build reads files into the binary.
 //! - `dependency_override`: what the tests link against, replaced: `[patch.*]` and `[replace]`
-//!   in `Cargo.toml`, `replace` directives in `go.mod` (one line or a block), `go.work` files,
+//!   in `Cargo.toml`, a dependency named as a standard library crate (`std = { package = … }`), `replace` directives in `go.mod` (one line or a block), `go.work` files,
 //!   and vendored dependency source (`.go`/`.rs` files, `modules.txt`, `.cargo-checksum.json`
 //!   under a `vendor/` directory) — a test helper such as an assertion library swapped for one
 //!   that always passes.
@@ -47,6 +47,9 @@ const CARGO_TARGET_KEYS: [&str; 10] = [
     "cargo-features",
     "proc-macro",
 ];
+
+/// The standard library's crates: a dependency renamed as one of them replaces it.
+const STANDARD_CRATES: [&str; 3] = ["std", "core", "alloc"];
 
 fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
@@ -121,6 +124,12 @@ fn cargo_toml(f: &FileChange, p: &str, base: BaseFiles) -> Result<(), Tamper> {
         let quoted = || format!("`{}`", text.trim());
         if matches!(first, "patch" | "replace") {
             return Err(tamper(DependencyOverride, p, format!("replaces dependencies: {}", quoted())));
+        }
+        // A dependency under a standard library crate's name replaces that crate for the code
+        // that names it — the guard's own `extern crate std` item among it (guard::libtest).
+        let segments: Vec<&str> = path.split('.').map(|s| s.trim_matches(|c| c == '"' || c == '\'')).collect();
+        if segments.windows(2).any(|w| w[0].ends_with("dependencies") && STANDARD_CRATES.contains(&w[1])) {
+            return Err(tamper(DependencyOverride, p, format!("names a dependency as a standard library crate: {}", quoted())));
         }
         if first == "package" && matches!(last, "build" | "links") {
             return Err(tamper(BuildScript, p, format!("sets the package's build script: {}", quoted())));
@@ -305,6 +314,13 @@ mod tests {
         assert_eq!(at(6, "serde = \"1\"", "[profile.test]"), Some(RunnerConfig));
         assert_eq!(at(6, "serde = \"1\"", "# a comment mentioning [[test]]"), None);
         assert_eq!(at(6, "serde = \"1\"", "test = \"0.1\""), None, "a crate named test");
+        // A dependency renamed as a standard library crate, in any dependency table and form.
+        assert_eq!(at(6, "serde = \"1\"", "std = { path = \"fake\", package = \"fake\" }"), Some(DependencyOverride));
+        assert_eq!(at(6, "serde = \"1\"", "\"core\" = { package = \"fake\", version = \"1\" }"), Some(DependencyOverride));
+        assert_eq!(at(6, "serde = \"1\"", "[dev-dependencies.std]"), Some(DependencyOverride));
+        assert_eq!(at(6, "serde = \"1\"", "[target.'cfg(target_os = \"linux\")'.dependencies.alloc]"), Some(DependencyOverride));
+        assert_eq!(class(&edit("Cargo.toml", 1, "name = \"calc\"", "build-dependencies.std.path = \"x\"")), Some(DependencyOverride));
+        assert_eq!(at(6, "serde = \"1\"", "stdx = \"1\""), None);
         // Without Base the hunk's own header, if any, decides; a dotted key reaches a section.
         assert_eq!(class(&edit("Cargo.toml", 1, "[dependencies]", "serde = \"1\"")), None);
         assert_eq!(class(&edit("Cargo.toml", 1, "name = \"calc\"", "patch.crates-io.serde = { path = \"x\" }")), Some(DependencyOverride));

@@ -30,6 +30,11 @@
 //!    ([`tail_end`]), so however the body ends, every copy ends alike — a probe of the test
 //!    binary cannot sort them.
 //!
+//! 5. **The standard library's assertions.** Every module of the rewritten file reaches `std`
+//!    through an `extern crate` item of its own ([`STD`]) and every check macro of the file
+//!    ([`CHECK_MACROS`]) is qualified with it ([`reach_std`]): a `macro_rules! assert` of the code
+//!    under test, or its `extern crate self as std`, cannot make a test's assertions vacuous.
+//!
 //! To pass the real test and fail its mutants the code must know which copy runs *and* what it
 //! expects: the names are random per run, and the expected literal never leaves the test's own
 //! comparison (for the standard types; a candidate's own `PartialEq` sees it, which is
@@ -40,9 +45,11 @@
 //! value from feedback, map it to the real name. The guard is sound only where the candidate
 //! changed no build-time code — which [`super::super::tamper_native`] refuses by class from
 //! Base's manifests (build scripts, proc-macro crates) — or where the judged tests are compiled
-//! in a phase with no candidate code. Tests that cannot be renamed (`should_panic`, `ignore`,
-//! parameters, a name referenced elsewhere) keep their name and are reported in [`Group::why`],
-//! unguarded; tests with no literal to mutate are guarded by their tail copies alone.
+//! in a phase with no candidate code. A `#[should_panic]` test is guarded by look-alikes that
+//! expect another panic message ([`should_panic_copies`]). Tests that cannot be renamed
+//! (`ignore`, parameters, a name referenced elsewhere) keep their name and are reported in
+//! [`Group::why`], unguarded; tests with no literal to mutate are guarded by their tail copies
+//! alone.
 
 use super::canary::{CanaryMap, Control, Group};
 use crate::harness::logparse::TestStatus;
@@ -136,7 +143,7 @@ fn plan_parsed(
                     controlled.push(found.module.clone());
                     for expect in ["pass", "fail"] {
                         let control = fresh_name(rng);
-                        let body = if expect == "fail" { "::std::process::abort()" } else { "" };
+                        let body = if expect == "fail" { "execcritic_std__::process::abort()" } else { "" };
                         text.push_str(&format!("\n\n#[test]\nfn {control}() {{ {body} }}"));
                         map.controls.push(Control { path: file.to_string(), cls: None, name: format!("{prefix}{control}"), expect: expect.into() });
                     }
@@ -149,11 +156,106 @@ fn plan_parsed(
         map.groups.push(group);
     }
     edits.sort_by_key(|(r, _)| std::cmp::Reverse(r.start));
+    let planned = !edits.is_empty();
     let mut out = source.to_string();
     for (range, text) in edits {
         out.replace_range(range, &text);
     }
+    if planned {
+        out = reach_std(&out).map_err(|e| format!("{file}: {e}"))?;
+    }
     Ok(FilePlan { source: out, map })
+}
+
+/// The name under which every module of a rewritten file reaches the standard library:
+/// `extern crate std as execcritic_std__;` ([`reach_std`]). An `extern crate` item loads the crate
+/// by its own name, so it is the real `std` whatever the crate under test calls `std` — code can
+/// rename the paths `::std` and `::core` (`extern crate self as std;` at its crate root, then a
+/// `process` module and `#[macro_export]` macros of its own), never this item.
+pub const STD: &str = "execcritic_std__";
+
+/// The standard macros that decide whether a test passes: every unqualified invocation of them in
+/// a rewritten file is qualified as `execcritic_std__::name!` ([`reach_std`]).
+pub const CHECK_MACROS: [&str; 11] = [
+    "assert", "assert_eq", "assert_ne", "debug_assert", "debug_assert_eq", "debug_assert_ne", "panic", "unreachable", "unimplemented",
+    "todo", "matches",
+];
+
+/// Every module of a rewritten file (the file's own and each inline `mod { … }`) gets
+/// [`STD`]'s `extern crate` item, on the line of its first item (lines stay), and every
+/// unqualified invocation of a [`CHECK_MACROS`] macro outside a `macro_rules!` definition
+/// becomes `execcritic_std__::name!(…)`. A test's assertions are the standard library's, not
+/// whatever the code under test put in scope under their names: a `macro_rules! assert` above a
+/// test module (textual scope, no import needed), a `#[macro_use] extern crate` of the crate
+/// under test, or a renamed `::std`. The guard's own code (the literal assertion's abort, the
+/// tail copies, the controls) goes through the same name.
+fn reach_std(source: &str) -> Result<String, String> {
+    let ast = syn::parse_file(source).map_err(|e| format!("the rewrite is not Rust syntax: {e}"))?;
+    let item = format!("#[allow(unused_extern_crates)] extern crate std as {STD}; ");
+    let mut inserts: Vec<(usize, String)> = Vec::new();
+    fn modules(items: &[Item], at: usize, item: &str, inserts: &mut Vec<(usize, String)>) {
+        if !items.is_empty() {
+            inserts.push((at, item.to_string()));
+        }
+        for i in items {
+            if let Item::Mod(m) = i {
+                if let Some((brace, inner)) = &m.content {
+                    let after_inner = m
+                        .attrs
+                        .iter()
+                        .filter(|a| matches!(a.style, syn::AttrStyle::Inner(_)))
+                        .map(|a| a.bracket_token.span.close().byte_range().end)
+                        .max()
+                        .unwrap_or_else(|| brace.span.open().byte_range().end);
+                    let first = inner.first().map(|f| f.span().byte_range().start).unwrap_or(after_inner);
+                    modules(inner, first.max(after_inner), item, inserts);
+                }
+            }
+        }
+    }
+    let first = ast.items.first().map(|f| f.span().byte_range().start).unwrap_or(0);
+    modules(&ast.items, first, &item, &mut inserts);
+    let tokens: TokenStream = source.parse().map_err(|e| format!("the rewrite does not lex: {e:?}"))?;
+    qualify_check_macros(tokens, &mut inserts);
+    // Back to front; at one position the module's item goes in last, so it comes first (an
+    // item-position `assert!(…);` opening a module gets the item, then its path).
+    let item_first = |t: &String| t.starts_with("#[");
+    inserts.sort_by_key(|(at, t)| (std::cmp::Reverse(*at), item_first(t)));
+    let mut out = source.to_string();
+    for (at, text) in inserts {
+        if at > out.len() || !out.is_char_boundary(at) {
+            return Err("no source positions".into());
+        }
+        out.insert_str(at, &text);
+    }
+    Ok(out)
+}
+
+/// Positions of unqualified [`CHECK_MACROS`] invocations (`name ! (…)` not after `::`), outside
+/// `macro_rules!` bodies, each with the path to insert.
+fn qualify_check_macros(tokens: TokenStream, inserts: &mut Vec<(usize, String)>) {
+    let tts: Vec<TokenTree> = tokens.into_iter().collect();
+    for (i, tt) in tts.iter().enumerate() {
+        match tt {
+            TokenTree::Ident(id) if CHECK_MACROS.iter().any(|m| id == m) => {
+                let bang = matches!(tts.get(i + 1), Some(TokenTree::Punct(p)) if p.as_char() == '!');
+                let group = matches!(tts.get(i + 2), Some(TokenTree::Group(_)));
+                let qualified = i > 0 && matches!(&tts[i - 1], TokenTree::Punct(p) if p.as_char() == ':');
+                if bang && group && !qualified {
+                    inserts.push((id.span().byte_range().start, format!("{STD}::")));
+                }
+            }
+            TokenTree::Group(g) => {
+                let definition = i >= 3
+                    && matches!(&tts[i - 3], TokenTree::Ident(m) if m == "macro_rules")
+                    && matches!(&tts[i - 2], TokenTree::Punct(p) if p.as_char() == '!');
+                if !definition {
+                    qualify_check_macros(g.stream(), inserts);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Give a planned test's texts (each named `__EXECCRITIC_NAME__`, the real test first) fresh run
@@ -235,26 +337,31 @@ fn ident_counts(source: &str) -> Result<BTreeMap<String, usize>, String> {
 /// `__EXECCRITIC_NAME__` — the real test first, its literal look-alikes, then K tail copies —
 /// and, where it has no literal assertion to mutate, why (its look-alikes are then the tail
 /// copies alone). `Err`: it is not renamed (`#[should_panic]`, `#[ignore]`, parameters, a return
-/// type other than `()` or a `Result`).
+/// type that names no concrete type).
 ///
 /// Every copy runs its body in one inner function, [`BODY_FN`], and returns what it returns;
 /// a tail copy checks it instead ([`tail_end`]). Up to the body's end the copies run the same
 /// code, so however the body ends — a panic, an `Err`, an exit from inside — it ends alike in
 /// every copy, and code that probes its own test binary learns nothing from how a copy ends.
 fn plan_function(source: &str, f: &ItemFn, k: usize, rng: &mut impl Rng) -> Result<(Range<usize>, Vec<String>, Option<String>), String> {
-    if let Some(a) = f.attrs.iter().find(|a| a.path().is_ident("should_panic") || a.path().is_ident("ignore")) {
-        return Err(format!("#[{}]", a.path().get_ident().map(|i| i.to_string()).unwrap_or_default()));
+    if f.attrs.iter().any(|a| a.path().is_ident("ignore")) {
+        return Err("#[ignore]".into());
     }
     if !f.sig.inputs.is_empty() {
         return Err("a test with parameters".into());
     }
+    if let Some(a) = f.attrs.iter().find(|a| a.path().is_ident("should_panic")) {
+        return should_panic_copies(source, f, a, k, rng).map(|(range, texts)| (range, texts, None));
+    }
     let output = match &f.sig.output {
         syn::ReturnType::Default => String::new(),
+        // The tail copies tell success by the return value's type ([`tail_end`]), so an alias
+        // of a `Result` is guarded like a `Result`; a type the tail does not know makes the
+        // rewrite fail to build — the harness's error, never a verdict. Only what names no
+        // concrete type is left unrenamed.
         syn::ReturnType::Type(_, ty) => {
-            let unit = matches!(&**ty, syn::Type::Tuple(t) if t.elems.is_empty());
-            let result = matches!(&**ty, syn::Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident.to_string().contains("Result")));
-            if !unit && !result {
-                return Err("a return type other than `()` or a `Result`".into());
+            if matches!(&**ty, syn::Type::ImplTrait(_) | syn::Type::Never(_) | syn::Type::Infer(_) | syn::Type::Macro(_)) {
+                return Err("a return type that names no concrete type (`impl Trait`, `!`, a macro)".into());
             }
             format!(" {}", &source[f.sig.output.span().byte_range()])
         }
@@ -289,21 +396,80 @@ fn plan_function(source: &str, f: &ItemFn, k: usize, rng: &mut impl Rng) -> Resu
     Ok((start..end, all, why))
 }
 
+/// A `#[should_panic]` test: the real test as written and K look-alikes that expect its panic
+/// message followed by 16 random hex digits (`#[should_panic(expected = "<E><hex>")]`, E the
+/// real test's `expected`, or nothing). Every copy runs the same body, so however it ends —
+/// no panic, an exit with any status, a panic whose message lacks E — it ends alike in every
+/// copy; only a panic whose message contains E passes the real test and fails the look-alikes
+/// (whose suffixes the code cannot predict). An `exit(0)` from inside, the cheapest pass of a
+/// test that must panic, passes them all: tampered. What a probe of the test binary can learn —
+/// which copy a panic with some message passes — needs E, and code that knows E can pass the
+/// test by panicking with it, which is the test's own rule.
+fn should_panic_copies(source: &str, f: &ItemFn, attr: &syn::Attribute, k: usize, rng: &mut impl Rng) -> Result<(Range<usize>, Vec<String>), String> {
+    let unread = || "a #[should_panic] form the planner does not read".to_string();
+    let expected: Option<String> = match &attr.meta {
+        syn::Meta::Path(_) => None,
+        syn::Meta::NameValue(nv) => match &nv.value {
+            Expr::Lit(syn::ExprLit { lit: Lit::Str(s), .. }) => Some(s.value()),
+            _ => return Err(unread()),
+        },
+        syn::Meta::List(list) => {
+            let mut e = None;
+            list.parse_nested_meta(|m| {
+                if m.path.is_ident("expected") && e.is_none() {
+                    e = Some(m.value()?.parse::<syn::LitStr>()?.value());
+                    Ok(())
+                } else {
+                    Err(m.error("not `expected`"))
+                }
+            })
+            .map_err(|_| unread())?;
+            Some(e.ok_or_else(unread)?)
+        }
+    };
+    if !matches!(f.sig.output, syn::ReturnType::Default) || f.sig.asyncness.is_some() {
+        return Err("a #[should_panic] test that returns a value or is async".into());
+    }
+    let start = f.attrs.first().map_or(f.sig.fn_token.span.byte_range().start, |a| a.pound_token.span.byte_range().start);
+    let end = f.block.brace_token.span.close().byte_range().end;
+    let at = attr.pound_token.span.byte_range().start..attr.bracket_token.span.close().byte_range().end;
+    let ident = f.sig.ident.span().byte_range();
+    if end <= start || end > source.len() || !(start <= at.start && at.end <= ident.start && ident.end <= end) {
+        return Err("no source positions".into());
+    }
+    let copy = |attribute: &str| {
+        format!(
+            "{}{attribute}{}__EXECCRITIC_NAME__{}",
+            &source[start..at.start],
+            &source[at.end..ident.start],
+            &source[ident.end..end]
+        )
+    };
+    let mut texts = vec![copy(&source[at.clone()])];
+    for _ in 0..k {
+        let want = format!("{}{:016x}", expected.as_deref().unwrap_or_default(), rng.random::<u64>());
+        texts.push(copy(&format!("#[should_panic(expected = {want:?})]")));
+    }
+    Ok((start..end, texts))
+}
+
 /// The inner function every copy runs its body in.
 pub const BODY_FN: &str = "execcritic_body__";
 
 /// A tail copy's end, after its body (`call`, the inner function's call) returned: a body that
-/// succeeded (`()`, `Ok`) fails there — the copy runs exactly what the real test runs and then
+/// succeeded (`()`, `ExitCode::SUCCESS`, `Ok` of one — libtest's own rule, told by the value's
+/// type, whatever alias names it) fails there — the copy runs exactly what the real test runs and then
 /// fails, so it exits 0 only where the process is ended from inside (an `exit(0)` after the first
 /// assertion passed, where the literal look-alikes have already aborted), by code that cannot
-/// tell it from the real test; a body that failed (`Err`) is returned, as the real test returns
-/// it.
+/// tell it from the real test; a body that failed (`Err`, another exit code) is returned, as the
+/// real test returns it, and libtest reports it alike.
 pub fn tail_end(call: &str) -> String {
     format!(
         "let execcritic_r = {call}; trait ExecCriticTail {{ fn execcritic_ok(&self) -> bool; }} \
          impl ExecCriticTail for () {{ fn execcritic_ok(&self) -> bool {{ true }} }} \
-         impl<T, E> ExecCriticTail for ::std::result::Result<T, E> {{ fn execcritic_ok(&self) -> bool {{ self.is_ok() }} }} \
-         if ExecCriticTail::execcritic_ok(&execcritic_r) {{ ::std::process::abort() }} execcritic_r"
+         impl<T: ExecCriticTail, E> ExecCriticTail for execcritic_std__::result::Result<T, E> {{ fn execcritic_ok(&self) -> bool {{ self.as_ref().is_ok_and(ExecCriticTail::execcritic_ok) }} }} \
+         impl ExecCriticTail for execcritic_std__::process::ExitCode {{ fn execcritic_ok(&self) -> bool {{ *self == execcritic_std__::process::ExitCode::SUCCESS }} }} \
+         if ExecCriticTail::execcritic_ok(&execcritic_r) {{ execcritic_std__::process::abort() }} execcritic_r"
     )
 }
 
@@ -323,10 +489,10 @@ fn literal_copies(source: &str, f: &ItemFn, start: usize, end: usize, ident: Ran
                     let expected = splice(source, site.expected.clone(), &site.literal.range, &lit);
                     let actual = &source[site.actual.clone()];
                     let mut check = format!(
-                        "match (&({actual}), &({expected})) {{ (l, r) => if !(*l == *r) {{ ::std::process::abort() }} }}"
+                        "match (&({actual}), &({expected})) {{ (l, r) => if !(*l == *r) {{ execcritic_std__::process::abort() }} }}"
                     );
                     if let Some(m) = &site.message {
-                        check = format!("{{ if false {{ let _ = ::std::format!({}); }} {check} }}", &source[m.clone()]);
+                        check = format!("{{ if false {{ let _ = execcritic_std__::format!({}); }} {check} }}", &source[m.clone()]);
                     }
                     let mut text = String::new();
                     text.push_str(&source[start..ident.start]);
@@ -695,9 +861,9 @@ mod tests {
         assert_eq!(p.source.matches(&format!("}} {BODY_FN}() }}")).count(), 7);
         let real = g.real.as_deref().unwrap();
         assert!(p.source.contains(&format!("fn {real}() {{ #[inline(never)] fn {BODY_FN}() {{\n")), "{}", p.source);
-        assert_eq!(p.source.matches("::std::process::abort()").count(), 13 + 6 + 1);
+        assert_eq!(p.source.matches("execcritic_std__::process::abort()").count(), 13 + 6 + 1);
         // The message's arguments stay referenced, never evaluated.
-        assert_eq!(p.source.matches("if false { let _ = ::std::format!(\"msg {}\", 1); }").count(), 13);
+        assert_eq!(p.source.matches("if false { let _ = execcritic_std__::format!(\"msg {}\", 1); }").count(), 13);
         let values: Vec<i64> = expected_values(&p).iter().map(|v| v.parse().unwrap()).collect();
         assert_eq!(values[0], 50);
         assert_eq!(values.iter().filter(|v| **v == 50).count(), 7, "the tail copies keep the value");
@@ -772,10 +938,11 @@ mod tests {
     #[test]
     fn tests_that_cannot_be_renamed_keep_their_name_and_say_why() {
         for (src, why) in [
-            ("#[test]\n#[should_panic]\nfn t() { assert_eq!(g(), 1); }\n", "should_panic"),
+            ("#[test]\n#[ignore]\nfn t() { assert_eq!(g(), 1); }\n", "ignore"),
+            ("#[test]\n#[should_panic(note = \"x\")]\nfn t() { g(); }\n", "should_panic"),
             ("#[test]\nfn t() { assert_eq!(g(), 1); }\nfn u() { t() }\n", "referenced"),
             ("#[rstest]\n#[test]\nfn t(#[values(1, 2)] x: u8) { assert_eq!(g(x), 1); }\n", "parameters"),
-            ("#[test]\nfn t() -> ExitCode { assert_eq!(g(), 1); ExitCode::SUCCESS }\n", "return type"),
+            ("#[test]\nfn t() -> impl Termination { assert_eq!(g(), 1); }\n", "return type"),
         ] {
             let p = plan(src, &["t"], 5);
             let g = &p.map.groups[0];
@@ -783,6 +950,52 @@ mod tests {
             assert!(g.why.as_deref().unwrap_or_default().contains(why), "{src}: {:?}", g.why);
             assert_eq!(p.source, src, "a test that is not renamed is left as written");
             assert_eq!(run_paths(&p.map), vec!["t".to_string()]);
+        }
+    }
+
+    #[test]
+    fn every_module_reaches_std_and_every_check_macro_goes_through_it() {
+        let src = "//! doc\n#![allow(unused)]\nmacro_rules! assert { ($($t:tt)*) => { assert_eq!(1, 1) }; }\nfn helper() { assert!(g()); std::assert!(h()); x::panic!(); }\n\
+                   mod tests {\n    #![allow(dead_code)]\n    assert_eq!(a, 1);\n    mod inner { fn f() { todo!() } }\n    #[test]\n    fn checks() { let v = vec![matches!(g(), Some(_))]; assert_eq!(v, [true]); helper(); }\n    mod empty {}\n}\n";
+        let p = plan(src, &["tests::checks"], 3);
+        assert!(p.map.groups[0].real.is_some(), "{:?}", p.map.groups[0]);
+        let item = "#[allow(unused_extern_crates)] extern crate std as execcritic_std__; ";
+        // The file's module, `tests` (after its inner attribute), `inner`; not the empty module.
+        assert_eq!(p.source.matches(item).count(), 3, "{}", p.source);
+        assert!(p.source.starts_with(&format!("//! doc\n#![allow(unused)]\n{item}macro_rules! assert {{ ($($t:tt)*) => {{ assert_eq!(1, 1) }}; }}\n")), "{}", p.source);
+        assert!(p.source.contains(&format!("#![allow(dead_code)]\n    {item}execcritic_std__::assert_eq!(a, 1);")), "{}", p.source);
+        assert!(p.source.contains(&format!("mod inner {{ {item}fn f() {{ execcritic_std__::todo!() }} }}")), "{}", p.source);
+        assert!(p.source.contains("fn helper() { execcritic_std__::assert!(g()); std::assert!(h()); x::panic!(); }"), "{}", p.source);
+        assert!(p.source.contains("vec![execcritic_std__::matches!(g(), Some(_))]"), "{}", p.source);
+        assert!(p.source.contains("mod empty {}"), "{}", p.source);
+        syn::parse_file(&p.source).unwrap();
+        // A file with nothing planned is left as written.
+        let src = "#[test]\n#[ignore]\nfn t() { assert!(g()); }\n";
+        assert_eq!(plan(src, &["t"], 3).source, src);
+    }
+
+    #[test]
+    fn should_panic_tests_get_look_alikes_expecting_another_message() {
+        for (attr, expected) in [
+            ("#[should_panic]", ""),
+            ("#[should_panic(expected = \"negative: \\\"x\\\"\")]", "negative: \\\"x\\\""),
+            ("#[should_panic = \"neg\"]", "neg"),
+            ("#[should_panic(expected = r\"a\\b\",)]", "a\\\\b"),
+        ] {
+            let src = format!("/// doc\n#[test]\n{attr}\nfn t() {{ g(-1); }}\n");
+            let p = plan(&src, &["t"], 9);
+            let g = &p.map.groups[0];
+            assert!(g.real.is_some() && g.mutants.len() == DEFAULT_K && g.why.is_none(), "{src}: {g:?}");
+            let real = g.real.as_deref().unwrap();
+            assert!(p.source.contains(&format!("/// doc\n#[test]\n{attr}\nfn {real}() {{ g(-1); }}")), "{}", p.source);
+            for m in &g.mutants {
+                let at = p.source.find(&format!("fn {m}() {{ g(-1); }}")).unwrap_or_else(|| panic!("{m}: {}", p.source));
+                let head = &p.source[..at];
+                let line = head.lines().last().unwrap();
+                let prefix = format!("#[should_panic(expected = \"{expected}");
+                assert!(line.starts_with(&prefix) && line.ends_with("\")]") && line.len() == prefix.len() + 16 + 3, "{line} / {prefix}");
+            }
+            syn::parse_file(&p.source).unwrap();
         }
     }
 
