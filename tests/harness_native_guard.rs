@@ -235,6 +235,34 @@ fn forged_passes_are_refused() {
     }
 }
 
+/// `rustc --test` of one source file (`<name>.rs` in `dir`, edition 2021, warnings denied but
+/// `allow`): the test binary's path.
+fn rustc_test(dir: &Path, name: &str, source: &str, allow: &[&str]) -> PathBuf {
+    std::fs::write(dir.join(format!("{name}.rs")), source).unwrap();
+    let exe = dir.join(name);
+    let out = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .args(["--edition", "2021", "--test", "-Dwarnings"])
+        .args(allow.iter().map(|a| format!("-A{a}")))
+        .arg(format!("{name}.rs"))
+        .arg("-o")
+        .arg(&exe)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}\n{source}", String::from_utf8_lossy(&out.stderr));
+    exe
+}
+
+/// One test of a libtest binary in its own process, with `env`: its exit status.
+fn exact(exe: &Path, path: &str, env: &[(&str, &str)]) -> std::process::ExitStatus {
+    Command::new(exe).args(["--exact", path, "--test-threads=1", "-q"]).envs(env.iter().copied()).output().unwrap().status
+}
+
+/// [`exact`] as the guard reads it.
+fn exact_status(exe: &Path, path: &str, env: &[(&str, &str)]) -> TestStatus {
+    if exact(exe, path, env).success() { TestStatus::Passed } else { TestStatus::Failed }
+}
+
 /// Code that can run its own test binary learns which copies are the guard's from how they end:
 /// so every copy must end alike however its body ends — a panic, an `Err`, an exit from inside
 /// with any status — and the tail copies differ from the real test only where the body
@@ -297,18 +325,9 @@ fn nested() -> Result<std::process::ExitCode, String> {
     let plan = plan_file("t.rs", src, &judged, 6, &mut rng).unwrap();
     assert_eq!(plan.map.groups.len(), 5);
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("t.rs"), &plan.source).unwrap();
-    let exe = dir.path().join("t");
-    let out = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
-        .args(["--edition", "2021", "--test", "-Dwarnings", "t.rs", "-o"])
-        .arg(&exe)
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), plan.source);
+    let exe = rustc_test(dir.path(), "t", &plan.source, &[]);
     let ends = |name: &str, how: &str| {
-        let out = Command::new(&exe).args(["--exact", name, "--test-threads=1"]).env("BODY_ENDS", how).output().unwrap();
-        let st = out.status;
+        let st = exact(&exe, name, &[("BODY_ENDS", how)]);
         use std::os::unix::process::ExitStatusExt;
         (st.code(), st.signal())
     };
@@ -364,28 +383,13 @@ fn panics_on_negative() {
 }
 "#;
     let dir = tempfile::tempdir().unwrap();
-    let build = |name: &str, source: &str| {
-        std::fs::write(dir.path().join(format!("{name}.rs")), source).unwrap();
-        let exe = dir.path().join(name);
-        let out = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
-            .args(["--edition", "2021", "--test", "-Dwarnings", &format!("{name}.rs"), "-o"])
-            .arg(&exe)
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}\n{source}", String::from_utf8_lossy(&out.stderr));
-        exe
-    };
-    let plain = build("plain", src);
+    let plain = rustc_test(dir.path(), "plain", src, &[]);
     let judged = ["rejects_negative".to_string(), "panics_on_negative".to_string()];
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
     let plan = plan_file("t.rs", src, &judged, 6, &mut rng).unwrap();
     assert!(plan.map.groups.iter().all(|g| g.real.is_some() && g.mutants.len() == 6 && g.why.is_none()), "{:?}", plan.map);
-    let guarded_exe = build("guarded", &plan.source);
-    let run = |exe: &Path, path: &str, code: &str| {
-        let st = Command::new(exe).args(["--exact", path, "--test-threads=1", "-q"]).env("CODE", code).output().unwrap().status;
-        if st.success() { TestStatus::Passed } else { TestStatus::Failed }
-    };
+    let guarded_exe = rustc_test(dir.path(), "guarded", &plan.source, &[]);
+    let run = |exe: &Path, path: &str, code: &str| exact_status(exe, path, &[("CODE", code)]);
     use TestStatus::{Failed, Passed};
     // (code, plain status of each judged test, tampered under the guard)
     for (code, want, tampered) in [
@@ -442,22 +446,8 @@ mod tests {
     let textual = "macro_rules! assert { ($($t:tt)*) => {}; }\nmacro_rules! assert_eq { ($($t:tt)*) => {}; }\n";
     let renamed = "extern crate self as std;\n#[macro_export]\nmacro_rules! assert { ($($t:tt)*) => {}; }\n#[macro_export]\nmacro_rules! assert_eq { ($($t:tt)*) => {}; }\npub mod process { pub fn abort() {} }\n";
     let dir = tempfile::tempdir().unwrap();
-    let build = |name: &str, source: &str| {
-        std::fs::write(dir.path().join(format!("{name}.rs")), source).unwrap();
-        let exe = dir.path().join(name);
-        let out = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
-            .args(["--edition", "2021", "--test", "-Dwarnings", "-Aunused", &format!("{name}.rs"), "-o"])
-            .arg(&exe)
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}\n{source}", String::from_utf8_lossy(&out.stderr));
-        exe
-    };
-    let run = |exe: &Path, path: &str| {
-        let st = Command::new(exe).args(["--exact", path, "--test-threads=1", "-q"]).output().unwrap().status;
-        if st.success() { TestStatus::Passed } else { TestStatus::Failed }
-    };
+    let build = |name: &str, source: &str| rustc_test(dir.path(), name, source, &["unused"]);
+    let run = |exe: &Path, path: &str| exact_status(exe, path, &[]);
     let judged = ["tests::commutes".to_string(), "tests::adds".to_string()];
     for (attack, shadow) in [("textual macro_rules", textual), ("renamed std", renamed)] {
         for (code, body, want) in [("bug", "a - b", TestStatus::Failed), ("fix", "a + b", TestStatus::Passed)] {
@@ -480,6 +470,23 @@ mod tests {
             }
         }
     }
+}
+
+/// libtest does not run an ignored test selected with `--exact`, and exits 0: a candidate that
+/// adds `#[ignore]` to a unit test in the file it edits would make it read as a pass (shown
+/// plainly). The guard does not run a judged `#[ignore]` test and counts it as skipped.
+#[test]
+fn an_ignored_judged_test_is_skipped_never_passed() {
+    let src = "pub fn add(a: i32, b: i32) -> i32 {\n    a - b\n}\n\n#[cfg(test)]\nmod tests {\n    use super::*;\n\n    #[test]\n    #[ignore]\n    fn adds() {\n        assert_eq!(add(2, 3), 5);\n    }\n}\n";
+    let dir = tempfile::tempdir().unwrap();
+    let plain = rustc_test(dir.path(), "plain", src, &[]);
+    assert_eq!(exact_status(&plain, "tests::adds", &[]), TestStatus::Passed, "an ignored test selected with --exact exits 0");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
+    let plan = plan_file("t.rs", src, &["tests::adds".to_string()], 6, &mut rng).unwrap();
+    let guarded_exe = rustc_test(dir.path(), "guarded", &plan.source, &[]);
+    let j = judge(&plan.map, &mut rng, |p| exact_status(&guarded_exe, p, &[]));
+    assert_eq!(j.real["tests::adds"], TestStatus::Skipped, "{j:?}");
+    assert!(j.run.is_empty(), "nothing is run: {j:?}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -231,8 +231,12 @@ fn reach_std(source: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// Macros whose arguments are code for another crate (a proc macro's output): a path of this
+/// file's modules means nothing there, so their arguments are left as written.
+const QUOTING_MACROS: [&str; 4] = ["quote", "quote_spanned", "parse_quote", "parse_quote_spanned"];
+
 /// Positions of unqualified [`CHECK_MACROS`] invocations (`name ! (…)` not after `::`), outside
-/// `macro_rules!` bodies, each with the path to insert.
+/// `macro_rules!` bodies and [`QUOTING_MACROS`] arguments, each with the path to insert.
 fn qualify_check_macros(tokens: TokenStream, inserts: &mut Vec<(usize, String)>) {
     let tts: Vec<TokenTree> = tokens.into_iter().collect();
     for (i, tt) in tts.iter().enumerate() {
@@ -249,7 +253,10 @@ fn qualify_check_macros(tokens: TokenStream, inserts: &mut Vec<(usize, String)>)
                 let definition = i >= 3
                     && matches!(&tts[i - 3], TokenTree::Ident(m) if m == "macro_rules")
                     && matches!(&tts[i - 2], TokenTree::Punct(p) if p.as_char() == '!');
-                if !definition {
+                let quoted = i >= 2
+                    && matches!(&tts[i - 2], TokenTree::Ident(m) if QUOTING_MACROS.iter().any(|q| m == q))
+                    && matches!(&tts[i - 1], TokenTree::Punct(p) if p.as_char() == '!');
+                if !definition && !quoted {
                     qualify_check_macros(g.stream(), inserts);
                 }
             }
@@ -345,7 +352,7 @@ fn ident_counts(source: &str) -> Result<BTreeMap<String, usize>, String> {
 /// every copy, and code that probes its own test binary learns nothing from how a copy ends.
 fn plan_function(source: &str, f: &ItemFn, k: usize, rng: &mut impl Rng) -> Result<(Range<usize>, Vec<String>, Option<String>), String> {
     if f.attrs.iter().any(|a| a.path().is_ident("ignore")) {
-        return Err("#[ignore]".into());
+        return Err(IGNORED.into());
     }
     if !f.sig.inputs.is_empty() {
         return Err("a test with parameters".into());
@@ -742,10 +749,20 @@ pub struct Judged {
     pub run: BTreeMap<String, TestStatus>,
 }
 
-/// Every test path a planned file asks to run: real tests (planned or not), mutants, controls.
+/// The `why` of a judged `#[ignore]` test: it is not run, and counts as skipped ([`verdict`]).
+/// libtest does not run an ignored test selected with `--exact` and exits 0 — read as a pass, a
+/// candidate that adds `#[ignore]` to a unit test in the file it edits would hide its failure.
+pub const IGNORED: &str = "#[ignore]";
+
+fn ignored(g: &Group) -> bool {
+    g.real.is_none() && g.why.as_deref() == Some(IGNORED)
+}
+
+/// Every test path a planned file asks to run: real tests (planned or not, judged `#[ignore]`
+/// tests excepted), mutants, controls.
 pub fn run_paths(map: &CanaryMap) -> Vec<String> {
     let mut out = Vec::new();
-    for g in &map.groups {
+    for g in map.groups.iter().filter(|g| !ignored(g)) {
         out.push(g.real.clone().unwrap_or_else(|| g.name.clone()));
         out.extend(g.mutants.iter().cloned());
     }
@@ -778,6 +795,9 @@ pub fn verdict(map: &CanaryMap, statuses: BTreeMap<String, TestStatus>) -> Judge
         .groups
         .iter()
         .filter_map(|g| {
+            if ignored(g) {
+                return Some((g.name.clone(), TestStatus::Skipped));
+            }
             let run_path = g.real.as_ref().unwrap_or(&g.name);
             statuses.get(run_path).map(|s| (g.name.clone(), *s))
         })
@@ -949,13 +969,19 @@ mod tests {
             assert!(g.real.is_none() && g.mutants.is_empty(), "{src}");
             assert!(g.why.as_deref().unwrap_or_default().contains(why), "{src}: {:?}", g.why);
             assert_eq!(p.source, src, "a test that is not renamed is left as written");
-            assert_eq!(run_paths(&p.map), vec!["t".to_string()]);
+            if why == "ignore" {
+                // Not run, and skipped whatever a run would say.
+                assert!(run_paths(&p.map).is_empty());
+                assert_eq!(judge(&p.map, &mut rand::rng(), |_| TestStatus::Passed).real["t"], TestStatus::Skipped);
+            } else {
+                assert_eq!(run_paths(&p.map), vec!["t".to_string()]);
+            }
         }
     }
 
     #[test]
     fn every_module_reaches_std_and_every_check_macro_goes_through_it() {
-        let src = "//! doc\n#![allow(unused)]\nmacro_rules! assert { ($($t:tt)*) => { assert_eq!(1, 1) }; }\nfn helper() { assert!(g()); std::assert!(h()); x::panic!(); }\n\
+        let src = "//! doc\n#![allow(unused)]\nmacro_rules! assert { ($($t:tt)*) => { assert_eq!(1, 1) }; }\nfn helper() { assert!(g()); std::assert!(h()); x::panic!(); let _ = quote::quote! { assert!(#x) }; }\n\
                    mod tests {\n    #![allow(dead_code)]\n    assert_eq!(a, 1);\n    mod inner { fn f() { todo!() } }\n    #[test]\n    fn checks() { let v = vec![matches!(g(), Some(_))]; assert_eq!(v, [true]); helper(); }\n    mod empty {}\n}\n";
         let p = plan(src, &["tests::checks"], 3);
         assert!(p.map.groups[0].real.is_some(), "{:?}", p.map.groups[0]);
@@ -965,7 +991,7 @@ mod tests {
         assert!(p.source.starts_with(&format!("//! doc\n#![allow(unused)]\n{item}macro_rules! assert {{ ($($t:tt)*) => {{ assert_eq!(1, 1) }}; }}\n")), "{}", p.source);
         assert!(p.source.contains(&format!("#![allow(dead_code)]\n    {item}execcritic_std__::assert_eq!(a, 1);")), "{}", p.source);
         assert!(p.source.contains(&format!("mod inner {{ {item}fn f() {{ execcritic_std__::todo!() }} }}")), "{}", p.source);
-        assert!(p.source.contains("fn helper() { execcritic_std__::assert!(g()); std::assert!(h()); x::panic!(); }"), "{}", p.source);
+        assert!(p.source.contains("fn helper() { execcritic_std__::assert!(g()); std::assert!(h()); x::panic!(); let _ = quote::quote! { assert!(#x) }; }"), "{}", p.source);
         assert!(p.source.contains("vec![execcritic_std__::matches!(g(), Some(_))]"), "{}", p.source);
         assert!(p.source.contains("mod empty {}"), "{}", p.source);
         syn::parse_file(&p.source).unwrap();

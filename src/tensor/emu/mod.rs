@@ -44,16 +44,8 @@ struct RawArg {
     bits: u64,
 }
 
-type LaunchFn = unsafe extern "C" fn(
-    name: *const c_char,
-    grid: *const u32,
-    block: *const u32,
-    shared: u32,
-    args: *const RawArg,
-    nargs: usize,
-    err: *mut c_char,
-    errcap: usize,
-) -> i32;
+/// `execcritic_emu_launch` (below), as a pointer.
+type LaunchFn = unsafe extern "C" fn(*const c_char, *const u32, *const u32, u32, *const RawArg, usize, *mut c_char, usize) -> i32;
 type NameFn = unsafe extern "C" fn(i: usize) -> *const c_char;
 type InfoFn = unsafe extern "C" fn() -> *const c_char;
 
