@@ -672,6 +672,24 @@ async fn the_runners_node_ids_run_guarded_in_the_local_sandbox() {
         // in src/lib.rs.
         assert_eq!(j.run.len(), 2 * 13 + 2 + 13 + 2, "{:?}", j.run.keys());
     }
+    // A change that deletes the unit test it breaks (Rust keeps unit tests in the file a fix
+    // edits): Base defines the test, the tree does not — a failed node, not the harness's error.
+    sb.reset().await.unwrap();
+    sb.put_file("/testbed/src/imp.rs", &std::fs::read(fixture().join("imp/base.rs")).unwrap()).await.unwrap();
+    let lib = std::fs::read_to_string(fixture().join("calc/src/lib.rs")).unwrap();
+    let without = lib.replace("    #[test]\n    fn adds_unit() {\n        assert!(add(40, 2) == 42);\n    }\n", "");
+    assert_ne!(without, lib);
+    sb.put_file("/testbed/src/lib.rs", without.as_bytes()).await.unwrap();
+    let GuardedRun::Judged(j) = run_guarded_nodes(&sb, &nodes, &[], &limits, &mut rng).await.unwrap() else {
+        panic!("removed: build failed");
+    };
+    assert!(j.violations.is_empty(), "{:?}", j.violations);
+    assert_eq!(j.real["calc/lib::tests::adds_unit"], TestStatus::Failed, "{j:?}");
+    assert_eq!(j.real["calc/test/calc::adds"], TestStatus::Failed);
+    assert_eq!(j.real["calc/test/calc::labels"], TestStatus::Passed);
+    // A node Base does not define either stays the harness's error.
+    let missing = run_guarded_nodes(&sb, &["calc/lib::tests::never_written".to_string()], &[], &limits, &mut rng).await;
+    assert!(matches!(&missing, Err(HarnessError::Other(m)) if m.contains("no #[test] function")), "{missing:?}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1057,6 +1075,22 @@ async fn guarded_go_runs_in_the_local_sandbox() {
     sb.reset().await.unwrap();
     let missing = run_guarded_nodes(&sb, &[".::TestMissing".to_string()], &[], &limits, &mut rng).await;
     assert!(missing.is_err(), "{missing:?}");
+    // A change that deletes (or renames) a test Base defines: a failed node, not the harness's
+    // error; the other nodes are judged as usual.
+    sb.reset().await.unwrap();
+    let tests = std::fs::read_to_string(go_fixture().join("calc/calc_test.go")).unwrap();
+    let renamed = tests.replace("func TestAddNegative(", "func testAddNegative(");
+    assert_ne!(renamed, tests);
+    sb.put_file("/testbed/calc_test.go", renamed.as_bytes()).await.unwrap();
+    let GuardedRun::Judged(j) = run_guarded_nodes(&sb, &nodes, &flags, &limits, &mut rng).await.unwrap() else {
+        panic!("renamed: build failed");
+    };
+    assert!(j.violations.is_empty(), "{:?}", j.violations);
+    assert_eq!(j.real[".::TestAddNegative"], TestStatus::Failed, "{j:?}");
+    assert_eq!(j.real[".::TestAdd"], TestStatus::Failed);
+    assert_eq!(j.real[".::TestLabel"], TestStatus::Passed);
+    let only = run_guarded_nodes(&sb, &[".::TestAddNegative".to_string()], &flags, &limits, &mut rng).await.unwrap();
+    assert!(matches!(&only, GuardedRun::Judged(j) if j.real[".::TestAddNegative"] == TestStatus::Failed && j.run.is_empty()), "{only:?}");
 
     // The screen refuses the embed reader by class; the fix passes it.
     use execcritic::harness::diff::parse_patch;

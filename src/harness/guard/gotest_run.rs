@@ -23,6 +23,7 @@ use super::gotest::{plan_file, test_functions};
 use super::libtest::{FilePlan, Judged};
 use super::libtest_run::{check_path, judge_in, merge, read_file, GuardedRun, RunLimits};
 use crate::harness::error::HarnessError;
+use crate::harness::logparse::TestStatus;
 use crate::harness::sandbox::{shell_quote, Sandbox, WORKDIR};
 use rand::Rng;
 use std::collections::BTreeMap;
@@ -137,11 +138,22 @@ pub async fn run_guarded_nodes(
             texts.insert(file, text);
         }
     }
+    // A judged test the package no longer defines, where Base's tree (`HEAD`) defines it exactly
+    // once, was removed or renamed by the change under test: a failed node, never the harness's
+    // error (as for cargo, `libtest_run::run_guarded_nodes`).
+    let mut removed = Vec::new();
     for node in nodes {
         let found = packages.values().flat_map(|f| f.values()).flatten().filter(|(n, _)| n == node).count();
-        if found != 1 {
+        if found == 0 && base_defines(sb, node).await? {
+            removed.push(node.clone());
+        } else if found != 1 {
             return Err(HarnessError::Other(format!("`{node}`: {found} test functions of that name in its package's _test.go files")));
         }
+    }
+    if removed.len() == nodes.len() {
+        let mut j = Judged::default();
+        j.real.extend(removed.into_iter().map(|n| (n, TestStatus::Failed)));
+        return Ok(GuardedRun::Judged(j));
     }
     let mut planned = Vec::new();
     for files in packages.values() {
@@ -213,7 +225,38 @@ pub async fn run_guarded_nodes(
         merge(&mut all, j, file, &packages[dir][file]);
     }
     let _ = sb.exec(&format!("rm -rf {}", shell_quote(&out_dir)), Duration::from_secs(60)).await;
+    all.real.extend(removed.into_iter().map(|n| (n, TestStatus::Failed)));
     Ok(GuardedRun::Judged(all))
+}
+
+/// Whether Base's tree (`HEAD` of the workspace) defines `node`'s test exactly once among its
+/// package directory's `_test.go` files.
+async fn base_defines(sb: &dyn Sandbox, node: &str) -> Result<bool, HarnessError> {
+    let Some((dir, name)) = split_node(node) else { return Ok(false) };
+    let tree = if dir.is_empty() { "HEAD:".to_string() } else { format!("HEAD:{dir}") };
+    let listed = sb
+        .exec(&format!("cd {WORKDIR} && git ls-tree --name-only {}", shell_quote(&tree)), Duration::from_secs(60))
+        .await?;
+    if listed.exit_code != Some(0) {
+        return Ok(false);
+    }
+    let mut count = 0;
+    for base in listed.output.lines().filter(|f| f.ends_with("_test.go") && !f.contains('/')) {
+        let file = if dir.is_empty() { base.to_string() } else { format!("{dir}/{base}") };
+        if check_path(&file).is_err() {
+            continue;
+        }
+        let tmp = "/tmp/.execcritic-base-file";
+        let shown = sb
+            .exec(&format!("cd {WORKDIR} && git show {} > {tmp} 2>/dev/null", shell_quote(&format!("HEAD:{file}"))), Duration::from_secs(60))
+            .await?;
+        if shown.exit_code != Some(0) {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&super::libtest_run::read_path(sb, tmp).await?).into_owned();
+        count += test_functions(&text).unwrap_or_default().iter().filter(|n| *n == name).count();
+    }
+    Ok(count == 1)
 }
 
 /// Write the planned files back as they were read.

@@ -148,16 +148,21 @@ pub fn judged_files(
         let root = roots
             .get(&(package.to_string(), binary.clone()))
             .ok_or_else(|| format!("`{node}`: package `{package}` has no such target"))?;
-        let found = candidate_files(root, path).into_iter().find(|(f, _, inside)| {
-            texts.get(f).is_some_and(|t| super::libtest::test_paths(t).is_ok_and(|ps| ps.contains(inside)))
-        });
-        let (file, module, inside) = found.ok_or_else(|| format!("`{node}`: no #[test] function at that path in {root} or its modules"))?;
+        let (file, module, inside) = find_test(root, path, texts).ok_or_else(|| format!("`{node}`: no #[test] function at that path in {root} or its modules"))?;
         match out.iter_mut().find(|j| j.file == file) {
             Some(j) => j.tests.push((node.clone(), inside)),
             None => out.push(JudgedFile { file, binary, module, tests: vec![(node.clone(), inside)] }),
         }
     }
     Ok(out)
+}
+
+/// The file, module and path inside it of the `#[test]` function at `path` of the target whose
+/// root is `root`, among `texts` (most specific module file first).
+fn find_test(root: &str, path: &str, texts: &BTreeMap<String, String>) -> Option<(String, String, String)> {
+    candidate_files(root, path)
+        .into_iter()
+        .find(|(f, _, inside)| texts.get(f).is_some_and(|t| super::libtest::test_paths(t).is_ok_and(|ps| ps.contains(inside))))
 }
 
 /// A file with judged tests.
@@ -394,8 +399,55 @@ pub async fn run_guarded_nodes(
     }
     args.extend(extra.iter().cloned());
     args.extend(vendor);
-    let files = judged_files(nodes, &roots, &texts).map_err(HarnessError::Other)?;
-    run_guarded(sb, &files, &args, limits, rng).await
+    // A judged test the tree no longer defines, where Base's tree (`HEAD`) does, was removed (or
+    // renamed) by the change under test: a failed node, never the harness's error — a candidate
+    // that deletes a unit test its change breaks gets no infrastructure error out of it. A node
+    // found in neither stays the harness's error (a test our module reading cannot place).
+    let mut removed = Vec::new();
+    for node in nodes {
+        let Some((package, binary, path)) = split_node(node) else { continue };
+        let Some(root) = roots.get(&(package.to_string(), binary)) else { continue };
+        if find_test(root, path, &texts).is_some() {
+            continue;
+        }
+        let mut base = BTreeMap::new();
+        for (f, _, _) in candidate_files(root, path) {
+            if let Some(text) = base_text(sb, &f).await? {
+                base.insert(f, text);
+            }
+        }
+        if find_test(root, path, &base).is_some() {
+            removed.push(node.clone());
+        }
+    }
+    let judged: Vec<String> = nodes.iter().filter(|n| !removed.contains(n)).cloned().collect();
+    let mut run = if judged.is_empty() {
+        GuardedRun::Judged(Judged::default())
+    } else {
+        let files = judged_files(&judged, &roots, &texts).map_err(HarnessError::Other)?;
+        run_guarded(sb, &files, &args, limits, rng).await?
+    };
+    if let GuardedRun::Judged(j) = &mut run {
+        for node in removed {
+            j.real.insert(node, TestStatus::Failed);
+        }
+    }
+    Ok(run)
+}
+
+/// A workspace file as Base has it (`git show HEAD:<file>` in the workspace); `None` where Base
+/// has no such file.
+async fn base_text(sb: &dyn Sandbox, file: &str) -> Result<Option<String>, HarnessError> {
+    check_path(file)?;
+    let tmp = "/tmp/.execcritic-base-file";
+    let r = sb
+        .exec(&format!("cd {WORKDIR} && git show {} > {tmp} 2>/dev/null", shell_quote(&format!("HEAD:{file}"))), Duration::from_secs(60))
+        .await?;
+    if r.exit_code != Some(0) {
+        return Ok(None);
+    }
+    let bytes = read_path(sb, tmp).await?;
+    Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
 }
 
 /// Test binaries by target from cargo's `compiler-artifact` lines.
