@@ -21,7 +21,7 @@
 
 use super::gotest::{plan_file, test_functions};
 use super::libtest::{FilePlan, Judged};
-use super::libtest_run::{check_path, judge_in, merge, read_file, GuardedRun, RunLimits};
+use super::libtest_run::{base_text, check_path, judge_in, merge, read_file, GuardedRun, RunLimits};
 use crate::harness::error::HarnessError;
 use crate::harness::logparse::TestStatus;
 use crate::harness::sandbox::{shell_quote, Sandbox, WORKDIR};
@@ -246,15 +246,9 @@ async fn base_defines(sb: &dyn Sandbox, node: &str) -> Result<bool, HarnessError
         if check_path(&file).is_err() {
             continue;
         }
-        let tmp = "/tmp/.execcritic-base-file";
-        let shown = sb
-            .exec(&format!("cd {WORKDIR} && git show {} > {tmp} 2>/dev/null", shell_quote(&format!("HEAD:{file}"))), Duration::from_secs(60))
-            .await?;
-        if shown.exit_code != Some(0) {
-            continue;
+        if let Some(text) = base_text(sb, &file).await? {
+            count += test_functions(&text).unwrap_or_default().iter().filter(|n| *n == name).count();
         }
-        let text = String::from_utf8_lossy(&super::libtest_run::read_path(sb, tmp).await?).into_owned();
-        count += test_functions(&text).unwrap_or_default().iter().filter(|n| *n == name).count();
     }
     Ok(count == 1)
 }

@@ -437,7 +437,7 @@ pub async fn run_guarded_nodes(
 
 /// A workspace file as Base has it (`git show HEAD:<file>` in the workspace); `None` where Base
 /// has no such file.
-async fn base_text(sb: &dyn Sandbox, file: &str) -> Result<Option<String>, HarnessError> {
+pub(super) async fn base_text(sb: &dyn Sandbox, file: &str) -> Result<Option<String>, HarnessError> {
     check_path(file)?;
     let tmp = "/tmp/.execcritic-base-file";
     let r = sb
