@@ -1109,6 +1109,59 @@ async fn guarded_go_runs_in_the_local_sandbox() {
     }
 }
 
+#[tokio::test]
+async fn guarded_go_subtests_run_only_where_the_subtest_ran() {
+    use execcritic::harness::guard::gotest_run::run_guarded_nodes;
+    if !go_present() {
+        return;
+    }
+    // TestAddCases names its subtests by `Label`, code under test: the renamer names them
+    // otherwise, a filter for `n=1` matches nothing, and the parent passes with the bug in place.
+    let one = "^TestAddCases$/^n=1$";
+    assert!(!plain_go_test("base", one) && plain_go_test("gold", "^TestAddCases$/^(n=1|n=2)$"));
+    assert!(plain_go_test("renamer", one), "the renamer does not pass plain go test");
+    assert!(plain_go_test("base", "^TestAddCases$/^n=9$"), "a subtest that never runs passes plainly");
+    let repo = go_repo("base");
+    let Some(sb) = open(repo.path()) else { return };
+    let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6, env: vec![] };
+    let nodes: Vec<String> = [".::TestAddCases/n=1", ".::TestAddCases/n=2", ".::TestAddCases", ".::TestLabel", ".::TestAddCases/n=9"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(33);
+    use TestStatus::{Failed, Passed};
+    for (candidate, want) in [
+        ("gold", [Passed, Passed, Passed]),
+        ("base", [Failed, Failed, Failed]),
+        // Its subtests run under other names: the selected ones never run, so they fail (the
+        // whole test runs them as renamed, and they fail with the bug).
+        ("renamer", [Failed, Failed, Failed]),
+    ] {
+        sb.reset().await.unwrap();
+        let imp = std::fs::read(go_fixture().join(format!("imp/{candidate}.go"))).unwrap();
+        sb.put_file("/testbed/calc.go", &imp).await.unwrap();
+        let GuardedRun::Judged(j) = run_guarded_nodes(&sb, &nodes, &[], &limits, &mut rng).await.unwrap() else {
+            panic!("{candidate}: build failed");
+        };
+        assert!(j.violations.is_empty(), "{candidate}: {:?}", j.violations);
+        for (id, st) in nodes.iter().zip(want) {
+            assert_eq!(j.real[id], st, "{candidate}: {id}: {j:?}");
+        }
+        assert_eq!(j.real[".::TestLabel"], Passed, "{candidate}");
+        // A subtest the parent never runs is failed, never passed.
+        assert_eq!(j.real[".::TestAddCases/n=9"], Failed, "{candidate}");
+        // The subtests' copies (6 tail copies each, no literal at the parent's top level), the
+        // whole test's own, TestLabel's 13, 2 controls.
+        assert_eq!(j.run.len(), 3 * 7 + 7 + 13 + 2, "{candidate}: {:?}", j.run.keys());
+    }
+    // A late exit 0 from inside the subtest: its tail copies exit 0 too.
+    sb.reset().await.unwrap();
+    let late = std::fs::read_to_string(go_fixture().join("imp/gold.go")).unwrap().replace("return a + b", "if b == 0 { syscall.Exit(0) }; return a + b").replace("import \"strconv\"", "import (\"strconv\"; \"syscall\")");
+    sb.put_file("/testbed/calc.go", late.as_bytes()).await.unwrap();
+    let GuardedRun::Judged(j) = run_guarded_nodes(&sb, &nodes[..1], &[], &limits, &mut rng).await.unwrap() else { panic!("late exit: build failed") };
+    assert!(!j.violations.is_empty(), "late exit not refused: {j:?}");
+}
+
 /// A task over the Go module: Base without `calc_test.go` (the bundle adds it), the fix as gold,
 /// the attacks and the bug as labelled candidates.
 fn go_task(repo: &Path) -> (execcritic::task::TaskInstance, String) {
@@ -1204,6 +1257,19 @@ async fn a_go_bundle_qualifies_audits_and_judges_candidates() {
     }
     let forged = grade(&task, &task.candidates[2].patch, SandboxKind::Local).await.unwrap();
     assert!(forged.tampered.is_some(), "{forged:?}");
+
+    // A bundle selecting subtests by name qualifies: they fail cleanly on Base, pass on Gold.
+    let subtests = "go test -run '^TestAddCases$/^(n=1|n=2)$' .";
+    let contract_of = |nodes: &[&str]| {
+        let mut c: serde_json::Value = serde_json::from_str(&contract).unwrap();
+        c["test_nodes"] = serde_json::json!(nodes);
+        c.to_string()
+    };
+    let b = Bundle::from_parts(&test_patch, subtests, &contract_of(&["TestAddCases/n=1", "TestAddCases/n=2"])).unwrap();
+    match qualify(&task, &b, SandboxKind::Local).await.unwrap() {
+        Qualification::Accepted(f) => assert_eq!(f.plan.nodes, [".::TestAddCases/n=1", ".::TestAddCases/n=2"]),
+        other => panic!("subtests: {other:?}"),
+    }
 
     // Not a clean failure on Base: refused with the category.
     let passes_on_base = test_patch.replace("want := 5", "want := -1").replace("got != -3", "got != -5").replace("got != -4", "got != 0");

@@ -107,8 +107,10 @@ above as the repository's `func TestX(t *testing.T)` functions. Add new tests in
 file of the package under test (a test bundle may not change non-test `.go` files, `go.mod` or
 `vendor/`). The one-line command selects exact test names with one anchored, single-quoted regex
 and the package directory: `go test -run '^TestX$' ./pkg` or `go test -run '^(TestA|TestB)$'
-./pkg` (`.` for the module root). A declared test node is `<package dir>::<TestName>`, e.g.
-`./calc::TestAdd`, or the test name alone. Write each check as `if got != want { t.Errorf(...) }`
+./pkg` (`.` for the module root); a subtest by its exact name as `go test -v` prints it, regexp
+metacharacters escaped with `\\`: `go test -run '^TestAdd$/^negative$' ./calc`. A declared test
+node is `<package dir>::<TestName>`, e.g. `./calc::TestAdd` or `./calc::TestAdd/negative`, or
+the test name alone. Write each check as `if got != want { t.Errorf(...) }`
 with a literal expected value: the harness builds the tests once and runs each declared test in
 its own process; its exit status is the result.";
 
@@ -332,6 +334,17 @@ mod tests {
             assert!(c.nodes.iter().all(|n| note.contains(n.as_str())), "{:?}", c.nodes);
         }
         assert!(note.contains("cargo test -p <package> --test <target> -- --exact <test path>..."));
+    }
+
+    #[test]
+    fn the_go_note_names_forms_the_validator_accepts() {
+        use crate::harness::runners::parse_native_command;
+        let note = runner_note(crate::task::Runner::Go).unwrap();
+        for (cmd, node) in [("go test -run '^TestX$' ./pkg", "./pkg::TestX"), ("go test -run '^TestAdd$/^negative$' ./calc", "./calc::TestAdd/negative")] {
+            assert!(note.contains(cmd), "{cmd}");
+            assert_eq!(parse_native_command(cmd).unwrap().unwrap().nodes, [node]);
+        }
+        assert!(note.contains("`./calc::TestAdd/negative`"));
     }
 
     #[test]

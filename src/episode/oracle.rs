@@ -95,25 +95,42 @@ fn bundle_for(task: &TaskInstance, nodes: &[String]) -> Result<Bundle, String> {
     Bundle::from_parts(&task.test_patch, &command, &contract.to_string()).map_err(|r| r.to_string())
 }
 
-/// `-run '^(A|B)$' ./dir` for go node ids of one package (the regex applies to every package
-/// listed, so ids spanning packages would select tests nobody declared).
+/// `-run '^(A|B)$' ./dir` for go node ids of one package, `-run '^A$/^(x|y)$' ./dir` for
+/// subtests (the regex applies to every package listed and its second level to every test of
+/// its first, so ids spanning packages, or tests with different subtests selected, would select
+/// tests nobody declared).
 fn go_selectors(nodes: &[String]) -> Result<Vec<String>, String> {
-    use crate::harness::guard::gotest_run::split_node;
+    use crate::harness::guard::gotest_run::{split_case, split_node};
+    use crate::harness::runners::go::quote_meta;
     let mut dir: Option<String> = None;
-    let mut names = Vec::new();
+    // Test functions in order, each with the subtests selected (`None`: the whole test).
+    let mut tests: Vec<(String, Vec<Option<String>>)> = Vec::new();
     for n in nodes {
-        let (d, name) = split_node(n).ok_or_else(|| format!("`{n}` is not a go test id (./<package dir>::<TestName>)"))?;
+        let (d, name) = split_node(n).ok_or_else(|| format!("`{n}` is not a go test id (./<package dir>::<TestName>[/<case>])"))?;
         match &dir {
             None => dir = Some(d),
             Some(x) if *x == d => {}
             Some(_) => return Err(format!("the tests span several go packages ({} and `{n}`): one command's regex runs in every package it lists", nodes[0])),
         }
-        names.push(name.to_string());
+        let (test, case) = split_case(name);
+        let case = case.map(quote_meta);
+        match tests.iter_mut().find(|(t, _)| t == test) {
+            Some((_, cases)) => cases.push(case),
+            None => tests.push((test.to_string(), vec![case])),
+        }
     }
     let dir = dir.ok_or("no test selected")?;
-    let regex = if names.len() == 1 { format!("^{}$", names[0]) } else { format!("^({})$", names.join("|")) };
+    let cases = &tests[0].1;
+    if tests.iter().any(|(_, c)| c != cases) || (cases.len() > 1 && cases.contains(&None)) {
+        return Err(format!("the tests select different subtests of their test functions ({}): one `-run` regex selects the same subtests of every test it names", nodes.join(", ")));
+    }
+    let alternatives = |names: Vec<String>| if names.len() == 1 { format!("^{}$", names[0]) } else { format!("^({})$", names.join("|")) };
+    let mut regex = alternatives(tests.iter().map(|(t, _)| t.clone()).collect());
+    if let Some(cases) = cases.iter().cloned().collect::<Option<Vec<String>>>() {
+        regex = format!("{regex}/{}", alternatives(cases));
+    }
     let package = if dir.is_empty() { ".".to_string() } else { format!("./{dir}") };
-    Ok(vec!["-run".to_string(), format!("'{regex}'"), package])
+    Ok(vec!["-run".to_string(), crate::harness::selector::quote(&regex), package])
 }
 
 /// `-p <package> <target> -- --exact <path>…` for cargo node ids of one package's one target.
@@ -195,4 +212,33 @@ pub fn selected_oracle_bundle(task: &TaskInstance) -> Result<FrozenBundle, Strin
         cases.len(),
         first_reason.unwrap_or_default()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::go_selectors;
+
+    fn sel(nodes: &[&str]) -> Result<String, String> {
+        let nodes: Vec<String> = nodes.iter().map(|s| s.to_string()).collect();
+        go_selectors(&nodes).map(|w| w.join(" "))
+    }
+
+    #[test]
+    fn go_ids_become_one_exact_regex_or_a_reason() {
+        assert_eq!(sel(&["./calc::TestA"]).unwrap(), "-run '^TestA$' ./calc");
+        assert_eq!(sel(&[".::TestA", ".::TestB"]).unwrap(), "-run '^(TestA|TestB)$' .");
+        assert_eq!(sel(&[".::TestA/n=1", ".::TestA/f(2)"]).unwrap(), "-run '^TestA$/^(n=1|f\\(2\\))$' .");
+        assert_eq!(sel(&[".::TestA/x", ".::TestB/x"]).unwrap(), "-run '^(TestA|TestB)$/^x$' .");
+        // A case name with a quote stays one shell word.
+        assert_eq!(sel(&[".::TestA/it's"]).unwrap(), r"-run '^TestA$/^it'\''s$' .");
+        for inexact in [&[".::TestA/x", ".::TestB/y"][..], &[".::TestA", ".::TestA/x"], &[".::TestA/x", ".::TestB"], &["./a::TestA", "./b::TestA"]] {
+            assert!(sel(inexact).is_err(), "{inexact:?}");
+        }
+        // The command each regex makes parses back to exactly the ids.
+        use crate::harness::runners::parse_native_command;
+        for ids in [&[".::TestA/n=1", ".::TestA/f(2)"][..], &[".::TestA/it's"], &["./calc::TestA", "./calc::TestB"]] {
+            let cmd = format!("go test {}", sel(ids).unwrap());
+            assert_eq!(parse_native_command(&cmd).unwrap().unwrap().nodes, ids, "{cmd}");
+        }
+    }
 }

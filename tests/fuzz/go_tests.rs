@@ -6,7 +6,9 @@
 //!   every kind, brackets, comments, raw strings). For each input: tokenizing, listing the tests
 //!   and planning every one of them never panics; where the input tokenizes, the rewrite does
 //!   too, and every run name of the plan is defined exactly once in it; an input that does not
-//!   tokenize is an error, never a rewrite.
+//!   tokenize is an error, never a rewrite. Every other input also judges subtests (`TestX/a`
+//!   beside `TestX`, and `TestX/b` alone): the rewrite still tokenizes, each run path's function
+//!   (the part before `/`) is defined once, and a subtest's copies run with its case.
 
 use crate::driver::{fuzz, mutated, seeds};
 use execcritic::harness::guard::golex::lex;
@@ -55,10 +57,23 @@ fn gotest_plan_mutated_seeds() {
         let mut unique = names.clone();
         unique.sort();
         unique.dedup();
+        if text.len() % 2 == 1 {
+            let mut judged = Vec::new();
+            for (i, n) in unique.iter().enumerate() {
+                if i % 2 == 0 {
+                    judged.push(n.clone());
+                    judged.push(format!("{n}/a"));
+                } else {
+                    judged.push(format!("{n}/b"));
+                }
+            }
+            unique = judged;
+        }
         let plan = match plan_file("f_test.go", &text, &unique, 6, &mut rng) {
             Ok(p) => p,
-            // A file without a package clause is refused as a whole.
-            Err(e) if e.contains("no package clause") => return Ok(()),
+            // A file without a package clause is refused as a whole; a subtest of a test that
+            // cannot be renamed is the caller's error.
+            Err(e) if e.contains("no package clause") || e.contains("cannot be guarded for its subtests") => return Ok(()),
             Err(e) => return Err(TestCaseError::fail(format!("planning a file that tokenizes failed: {e}"))),
         };
         let tokens = lex(&plan.source);
@@ -67,7 +82,12 @@ fn gotest_plan_mutated_seeds() {
         // Every run name is defined once: the tokens `func NAME (`, whatever blanks the input had
         // between them (`func  TestX (t …)`).
         let text = |i: usize| tokens.get(i).map_or("", |t| t.text(&plan.source));
+        for g in plan.map.groups.iter().filter(|g| g.name.contains('/')) {
+            let case = g.name.split_once('/').map(|(_, c)| c).unwrap_or_default();
+            prop_assert!(g.real.iter().chain(&g.mutants).all(|p| p.split_once('/').map(|(_, c)| c) == Some(case)), "{:?}", g);
+        }
         for p in run_paths(&plan.map) {
+            let p = p.split_once('/').map_or(p.as_str(), |(f, _)| f);
             if p.starts_with("TestX") && p.len() == 21 {
                 let defs = (0..tokens.len()).filter(|&i| text(i) == "func" && text(i + 1) == p && text(i + 2) == "(").count();
                 prop_assert_eq!(defs, 1, "{}", p);

@@ -10,6 +10,11 @@
 //!   `task_build_flags` (cargo/go words and node ids included) never panic; well-formed cargo
 //!   commands with their contracts (and near-misses) reach the native node binding, and some
 //!   validate.
+//! * `go_subtest_selectors`: `go test -run '^<tests>$/^<cases>$'` commands from generated subtest
+//!   names (any printable characters, regexp metacharacters and quotes included), escaped as
+//!   `regexp.QuoteMeta` does: every node comes back as the (test, case) pair it names, and a
+//!   damaged regex (an escape dropped, an anchor lost) never panics and never yields a node whose
+//!   case is not a name go can print.
 //! * `checkpoint_open`: checkpoint directories with a generated `model.safetensors` (headers with
 //!   huge or inconsistent lengths, offsets and shapes) or a shard index whose file names escape
 //!   the directory: `Checkpoint::open` never panics, and refuses every shard name that is not a
@@ -161,6 +166,42 @@ fn bundle_validation() {
     });
     // The generator reaches whole valid cargo bundles, not only parse errors.
     assert!(VALIDATED_CARGO.load(std::sync::atomic::Ordering::Relaxed) > 0, "no generated cargo bundle validated");
+}
+
+#[test]
+fn go_subtest_selectors() {
+    use execcritic::harness::runners::go::{is_case_name, quote_meta};
+    use execcritic::harness::sandbox::shell_quote;
+    let case = "[a-z0-9_=#.+*?()|\\[\\]{}^$\\\\'\"é:,-]{1,6}";
+    let tests = prop::sample::subsequence(vec!["TestA", "TestB", "Test_c", "Test"], 1..3);
+    let cases = prop::collection::btree_set(case, 1..4);
+    fuzz("go_subtest_selectors", 1_000, (tests, cases, 0u8..4, any::<prop::sample::Index>()), |(tests, cases, damage, at)| {
+        let alt = |names: Vec<String>| if names.len() == 1 { format!("^{}$", names[0]) } else { format!("^({})$", names.join("|")) };
+        let mut regex = format!("{}/{}", alt(tests.iter().map(|t| t.to_string()).collect()), alt(cases.iter().map(|c| quote_meta(c)).collect()));
+        if damage == 1 {
+            if let Some(i) = regex.match_indices('\\').map(|(i, _)| i).nth(at.index(regex.len().max(1))) {
+                regex.remove(i);
+            }
+        } else if damage == 2 {
+            regex.pop();
+        }
+        let cmd = format!("go test -run {} ./calc", shell_quote(&regex));
+        match parse_native_command(&cmd) {
+            Some(Ok(p)) => {
+                for n in &p.nodes {
+                    let (test, case) = n.strip_prefix("./calc::").and_then(|r| r.split_once('/')).unwrap_or_default();
+                    prop_assert!(tests.contains(&test) && is_case_name(case), "{}: {}", cmd, n);
+                }
+                if damage == 0 || damage == 3 {
+                    let want: Vec<String> = tests.iter().flat_map(|t| cases.iter().map(move |c| format!("./calc::{t}/{c}"))).collect();
+                    prop_assert_eq!(&p.nodes, &want, "{}", cmd);
+                }
+            }
+            Some(Err(_)) => prop_assert!(damage == 1 || damage == 2, "{} refused", cmd),
+            None => prop_assert!(false, "{} is not a go command", cmd),
+        }
+        Ok(())
+    });
 }
 
 /// A safetensors file: an 8-byte little-endian header length (possibly lying), the header, data.

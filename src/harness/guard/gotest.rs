@@ -32,11 +32,20 @@
 //!    copy by an anchored `-test.run`; the status is the exit status. Wherever the real test
 //!    passed, every mutant must have failed and the controls must have come out as written.
 //!
+//! 4. **Subtests** (judged names `TestX/case`): a filter that matches no subtest runs the parent
+//!    and passes, and the subtest's name may be made by the code under test. The copies that
+//!    judge subtests — one set per test function, shared by its cases, apart from the set that
+//!    judges the whole test — route the parent's `t.Run` through a local wrapper and exit 1 in a
+//!    cleanup unless the selected subtest's body returned unfailed ([`subtest_preamble`]); each
+//!    copy runs as `-test.run '^<copy>$/^<case>$'` ([`super::gotest_run::run_filter`]).
+//!
 //! Tests that cannot be renamed keep their name, unguarded, with the reason in the map (a
-//! signature other than `(t *testing.T)`, the name referenced elsewhere in the file).
+//! signature other than `(t *testing.T)`, the name referenced elsewhere in the file); their
+//! subtests are refused (the caller's error).
 
 use super::canary::{CanaryMap, Control, Group};
 use super::golex::{lex, matching, quote, unquote, Kind, Token};
+use super::gotest_run::split_case;
 use super::libtest::{int_bound, name_copies, neighbours, FilePlan};
 use rand::Rng;
 use std::collections::BTreeMap;
@@ -51,6 +60,10 @@ const KEYWORDS: [&str; 25] = [
 /// The import names the rewrite adds (after the package clause, on its line).
 const OS: &str = "execcriticos__";
 const TESTING: &str = "execcritictesting__";
+const ATOMIC: &str = "execcriticatomic__";
+/// The locals of a copy that judges a subtest ([`subtest_preamble`]).
+const SEEN: &str = "execcriticseen__";
+const RUN: &str = "execcriticrun__";
 
 /// A top-level function of a Go file.
 struct Func {
@@ -134,24 +147,59 @@ pub fn plan_file(file: &str, source: &str, judged: &[String], k: usize, rng: &mu
     }
     let mut edits: Vec<(Range<usize>, String)> = Vec::new();
     let mut map = CanaryMap::default();
+    // Judged names by test function: judged whole, and the subtests judged.
+    let mut by_function: Vec<(&str, bool, Vec<&str>)> = Vec::new();
     for want in judged {
-        let Some(f) = funcs.iter().find(|f| &f.name == want) else {
+        let (test, case) = split_case(want);
+        let at = match by_function.iter().position(|(n, _, _)| *n == test) {
+            Some(at) => at,
+            None => {
+                by_function.push((test, false, Vec::new()));
+                by_function.len() - 1
+            }
+        };
+        match case {
+            Some(c) => by_function[at].2.push(c),
+            None => by_function[at].1 = true,
+        }
+    }
+    let mut subtests_planned = false;
+    for (want, whole, cases) in by_function {
+        let Some(f) = funcs.iter().find(|f| f.name == want) else {
             return Err(format!("{file}: no test function `{want}`"));
         };
-        let mut group = Group { path: file.to_string(), name: want.clone(), ..Group::default() };
-        let plan = if idents.get(want.as_str()).copied().unwrap_or(0) > 1 {
-            Err("name referenced elsewhere".to_string())
-        } else {
-            plan_function(&t, source, f, k, rng)
-        };
-        match plan {
-            Err(why) => group.why = Some(why),
-            Ok((variants, why)) => {
-                let text = name_copies(&mut group, variants, why, rng, fresh_name);
-                edits.push((t[f.func].range.start..t[f.close].range.end, text));
+        let referenced = idents.get(want).copied().unwrap_or(0) > 1;
+        let mut texts = Vec::new();
+        if whole {
+            let mut group = Group { path: file.to_string(), name: want.to_string(), ..Group::default() };
+            let plan = if referenced { Err("name referenced elsewhere".to_string()) } else { plan_function(&t, source, f, k, false, rng) };
+            match plan {
+                Err(why) => group.why = Some(why),
+                Ok((variants, why)) => texts.push(name_copies(&mut group, variants, why, rng, fresh_name)),
+            }
+            map.groups.push(group);
+        }
+        if !cases.is_empty() {
+            // A subtest is judged only by copies that see it run ([`subtest_preamble`]): one
+            // that cannot be renamed is the caller's error, never run unguarded.
+            let plan = if referenced { Err("name referenced elsewhere".to_string()) } else { plan_function(&t, source, f, k, true, rng) };
+            let (variants, why) = plan.map_err(|why| format!("{file}: `{want}` cannot be guarded for its subtests: {why}"))?;
+            let mut group = Group { path: file.to_string(), name: want.to_string(), ..Group::default() };
+            texts.push(name_copies(&mut group, variants, why, rng, fresh_name));
+            subtests_planned = true;
+            for case in cases {
+                let sub = |name: &String| format!("{name}/{case}");
+                map.groups.push(Group {
+                    name: format!("{want}/{case}"),
+                    real: group.real.as_ref().map(sub),
+                    mutants: group.mutants.iter().map(sub).collect(),
+                    ..group.clone()
+                });
             }
         }
-        map.groups.push(group);
+        if !texts.is_empty() {
+            edits.push((t[f.func].range.start..t[f.close].range.end, texts.join("\n\n")));
+        }
     }
     if map.groups.iter().any(|g| g.real.is_some()) {
         let mut controls = String::new();
@@ -163,7 +211,8 @@ pub fn plan_file(file: &str, source: &str, judged: &[String], k: usize, rng: &mu
         }
         let at = source.len();
         edits.push((at..at, controls));
-        edits.push((package_end..package_end, format!("; import ({OS} \"os\"; {TESTING} \"testing\")")));
+        let atomic = if subtests_planned { format!("; {ATOMIC} \"sync/atomic\"") } else { String::new() };
+        edits.push((package_end..package_end, format!("; import ({OS} \"os\"; {TESTING} \"testing\"{atomic})")));
     }
     edits.sort_by_key(|(r, _)| std::cmp::Reverse(r.start));
     let mut out = source.to_string();
@@ -273,7 +322,7 @@ const FAILS: [&str; 6] = ["Error", "Errorf", "Fatal", "Fatalf", "Fail", "FailNow
 /// Plan one test function: its texts, each named `__EXECCRITIC_NAME__` — the real test first,
 /// then its look-alikes — and, where it has no literal assertion to mutate, why (its look-alikes
 /// are then the tail copies alone). `Err`: it cannot be renamed (not `(t *testing.T)`).
-fn plan_function(t: &[Token], src: &str, f: &Func, k: usize, rng: &mut impl Rng) -> Result<(Vec<String>, Option<String>), String> {
+fn plan_function(t: &[Token], src: &str, f: &Func, k: usize, subtests: bool, rng: &mut impl Rng) -> Result<(Vec<String>, Option<String>), String> {
     // `(t *testing.T)`: the name the body fails through.
     let p = &t[f.params.clone()];
     let tname = match p {
@@ -292,7 +341,8 @@ fn plan_function(t: &[Token], src: &str, f: &Func, k: usize, rng: &mut impl Rng)
     // The tail copies fail through the parameter: a blank one gets a name of ours in every copy.
     let param = (tname == "_").then_some(f.params.start);
     let fail_with = if tname == "_" { T_PARAM } else { tname };
-    let text = |lit: Option<&String>, tail: bool| function_text(t, src, f, site.as_ref().zip(lit), param, tail.then_some(fail_with));
+    let sub = subtests.then_some(fail_with);
+    let text = |lit: Option<&String>, tail: bool| function_text(t, src, f, site.as_ref().zip(lit), param, tail.then_some(fail_with), sub);
     let mut out = vec![text(original.as_ref(), false)];
     out.extend(lits.iter().skip(1).map(|lit| text(Some(lit), false)));
     out.extend((0..k).map(|_| text(original.as_ref(), true)));
@@ -450,10 +500,28 @@ const T_PARAM: &str = "execcritict__";
 /// exit from inside), a tail copy and the real test end alike — same status, same output — except
 /// where the real test passes honestly: an exit 0 from inside makes the tail copies pass too, and
 /// probing the binary (running each copy as a subprocess) tells them apart only by passing.
-fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)>, param: Option<usize>, tail: Option<&str>) -> String {
+/// With `subtests` (the parameter's name), the copy judges a subtest: [`subtest_preamble`] first,
+/// and every `<t>.Run(` of the body a call of its wrapper.
+fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)>, param: Option<usize>, tail: Option<&str>, subtests: Option<&str>) -> String {
     let start = t[f.func].range.start;
     let end = t[f.close].range.end;
     let mut edits = vec![(t[f.name_tok].range.clone(), "__EXECCRITIC_NAME__".to_string())];
+    let mut preamble = String::new();
+    if let Some(p) = subtests {
+        preamble = subtest_preamble(p);
+        let tname = t[f.params.start].text(src);
+        for j in f.open + 1..f.close.saturating_sub(3) {
+            let call = t[j].kind == Kind::Ident
+                && t[j].text(src) == tname
+                && t[j + 1].text(src) == "."
+                && t[j + 2].text(src) == "Run"
+                && t[j + 3].text(src) == "("
+                && t[j - 1].text(src) != ".";
+            if call {
+                edits.push((t[j].range.start..t[j + 3].range.end, format!("{RUN}({tname}, ")));
+            }
+        }
+    }
     if let Some(at) = param {
         edits.push((t[at].range.clone(), T_PARAM.to_string()));
     }
@@ -464,7 +532,7 @@ fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)
     }
     let open = t[f.open].range.end;
     let close = t[f.close].range.start;
-    edits.push((open..open, " func() {".to_string()));
+    edits.push((open..open, format!("{preamble} func() {{")));
     let after = match tail {
         Some(p) => format!("}}(); {p}.Fail() "),
         None => "}() ".to_string(),
@@ -476,6 +544,23 @@ fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)
         text.replace_range(r.start - start..r.end - start, &with);
     }
     text
+}
+
+/// What a copy that judges a subtest runs before its body (`p`: its `*testing.T`'s name). The run
+/// selects the subtest by name (`-test.run '^<copy>$/^<case>$'`); a name the code under test
+/// makes (`t.Run(tc.String(), …)`) can miss the filter, and a parent whose subtests all miss
+/// runs none and passes. So the copy's `t.Run` goes through a local wrapper that, called on the
+/// copy's own `T` (depth 1; a deeper `Run` passes through), sets a local flag once the subtest's
+/// body returned without failing; a cleanup of the copy — it runs after its parallel subtests —
+/// exits 1 unless the flag is set. The flag is a local the code under test cannot name; a
+/// skipped subtest sets it neither (a judged subtest that skips is not a pass), nor does one
+/// started through a method value (`run := t.Run`): such a test fails, never passes unseen.
+fn subtest_preamble(p: &str) -> String {
+    format!(
+        " var {SEEN} int32; {RUN} := func(r *{TESTING}.T, n string, f func(*{TESTING}.T)) bool {{ if r != {p} {{ return r.Run(n, f) }}; \
+         return r.Run(n, func(s *{TESTING}.T) {{ f(s); if !s.Failed() {{ {ATOMIC}.StoreInt32(&{SEEN}, 1) }} }}) }}; _ = {RUN}; \
+         {p}.Cleanup(func() {{ if {ATOMIC}.LoadInt32(&{SEEN}) == 0 {{ {OS}.Exit(1) }} }});"
+    )
 }
 
 /// The literal's K + 1 texts, the original first (see [`super::libtest`]'s `mutate`).
@@ -696,6 +781,44 @@ func helper(t *testing.T) {}
         assert_eq!(plan.source.matches("got != -").count(), 13);
         assert_eq!(plan.source.matches("; got != want {").count(), 13);
         assert!(plan.source.contains(" != 'x' {") && (plan.source.contains(" != 'y' {") || plan.source.contains(" != 'w' {")));
+    }
+
+    #[test]
+    fn subtests_are_judged_by_copies_that_see_them_run() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        let src = "package p\n\nimport \"testing\"\n\nfunc TestCases(t *testing.T) {\n\tif Init() != 3 {\n\t\tt.Fatal(\"init\")\n\t}\n\tfor _, c := range cases {\n\t\tt.Run(c.name, func(t *testing.T) {\n\t\t\tt.Run(\"deeper\", func(t *testing.T) {})\n\t\t\tx.t.Run(\"field\", nil)\n\t\t})\n\t}\n}\n";
+        let judged: Vec<String> = ["TestCases/a(1)", "TestCases", "TestCases/b"].iter().map(|s| s.to_string()).collect();
+        let plan = plan_file("p_test.go", src, &judged, 6, &mut rng).unwrap();
+        let names: Vec<&str> = plan.map.groups.iter().map(|g| g.name.as_str()).collect();
+        assert_eq!(names, ["TestCases", "TestCases/a(1)", "TestCases/b"]);
+        let (whole, a, b) = (&plan.map.groups[0], &plan.map.groups[1], &plan.map.groups[2]);
+        // The subtests share one set of copies, run with their case; the whole test has its own.
+        let copy = |g: &Group| g.real.clone().unwrap();
+        assert_eq!(copy(a).split_once('/').unwrap(), (copy(b).split_once('/').unwrap().0, "a(1)"));
+        assert!(!copy(whole).contains('/') && copy(whole) != copy(a).split_once('/').unwrap().0);
+        assert_eq!(a.mutants.len(), 12, "a literal to mutate: 6 look-alikes and 6 tails");
+        for (m, n) in a.mutants.iter().zip(&b.mutants) {
+            assert_eq!(m.split_once('/').unwrap().0, n.split_once('/').unwrap().0);
+            assert!(m.ends_with("/a(1)") && n.ends_with("/b"));
+        }
+        // 13 copies judge the subtests and 13 the whole test: only the first kind has the flag.
+        assert_eq!(plan.source.matches(&format!("var {SEEN} int32;")).count(), 13, "{}", plan.source);
+        assert_eq!(plan.source.matches(&format!("t.Cleanup(func() {{ if {ATOMIC}.LoadInt32(&{SEEN}) == 0 {{ {OS}.Exit(1) }} }});")).count(), 13);
+        // In those, the parent's `t.Run(` calls the wrapper, with the receiver; a field's does not.
+        assert_eq!(plan.source.matches(&format!("{RUN}(t, c.name, func")).count(), 13);
+        assert_eq!(plan.source.matches(&format!("{RUN}(t, \"deeper\"")).count(), 13);
+        assert_eq!(plan.source.matches("x.t.Run(\"field\"").count(), 26);
+        assert!(plan.source.starts_with(&format!("package p; import ({OS} \"os\"; {TESTING} \"testing\"; {ATOMIC} \"sync/atomic\")\n")));
+        assert!(lex(&plan.source).is_ok());
+        // Lines of the code that stays are kept.
+        let line_of = |text: &str| text.lines().position(|l| l.contains("\"deeper\"")).unwrap();
+        assert_eq!(line_of(&plan.source), line_of(src));
+        // Without subtests judged, no flag and no atomic import.
+        let plan = plan_file("p_test.go", src, &["TestCases".to_string()], 6, &mut rng).unwrap();
+        assert!(!plan.source.contains(SEEN) && !plan.source.contains(ATOMIC));
+        // A subtest of a test that cannot be renamed is the caller's error, never run unguarded.
+        let referenced = format!("{src}var keep = TestCases\n");
+        assert!(plan_file("p_test.go", &referenced, &["TestCases/b".to_string()], 6, &mut rng).unwrap_err().contains("cannot be guarded"));
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! One guarded `go test` run in a sandbox ([`super::gotest`]'s canaries, end to end), the Go
 //! counterpart of [`super::libtest_run`]:
 //!
-//! 1. **Plan**: each node `./dir::TestX` is found among the package directory's `_test.go`
-//!    files (read out of the sandbox byte-exact); each file with judged tests is rewritten on
-//!    the host and written back.
+//! 1. **Plan**: each node `./dir::TestX` (a subtest `./dir::TestX/case` by its `TestX`) is found
+//!    among the package directory's `_test.go` files (read out of the sandbox byte-exact); each
+//!    file with judged tests is rewritten on the host and written back.
 //! 2. **Build**: `go test -c -vet=off -o <random dir>/<n>.test ./dir` per package, offline
 //!    ([`go_env`]: `GOPROXY=off`, `GOFLAGS=-mod=mod` against the environment's module cache
 //!    where it has one, `CGO_ENABLED=0`, `GOTOOLCHAIN=local`, no user configuration). A build
@@ -11,9 +11,9 @@
 //!    rewrite broke them: an infrastructure error.
 //! 3. **Put back**: the judged files as they were.
 //! 4. **Run**: every real test, mutant and control, in random order, each in its own process
-//!    (`<bin> -test.run '^TestX…$' -test.count=1 -test.paniconexit0`, in the package
-//!    directory, as `go test` does) on a throw-away copy of the built workspace. The status is
-//!    the exit status alone.
+//!    (`<bin> -test.run '^TestX…$' -test.count=1 -test.paniconexit0`, `'^TestX…$/^case$'` for
+//!    a subtest, in the package directory, as `go test` does) on a throw-away copy of the built
+//!    workspace. The status is the exit status alone.
 //! 5. **Verdict** ([`verdict`]).
 //!
 //! Needs a sandbox with throw-away runs and a Go toolchain on its `PATH` (the local sandbox
@@ -35,17 +35,29 @@ use std::time::Duration;
 pub const GO_MODCACHE: &str = "/env/go-modcache";
 
 /// A Go node id's package directory (relative to the workspace, `""` for the module root) and
-/// test name: `./calc::TestAdd` → (`calc`, `TestAdd`), `.::TestRoot` → (`""`, `TestRoot`).
+/// test name: `./calc::TestAdd` → (`calc`, `TestAdd`), `.::TestRoot` → (`""`, `TestRoot`),
+/// `./calc::TestAdd/neg` → (`calc`, `TestAdd/neg`) (a subtest, [`split_case`]).
 pub fn split_node(node: &str) -> Option<(String, &str)> {
-    let (pkg, name) = node.rsplit_once("::")?;
+    let (pkg, name) = node.split_once("::")?;
     let dir = if pkg == "." { String::new() } else { pkg.strip_prefix("./").filter(|d| !d.is_empty())?.to_string() };
-    if super::gotest::is_test_name(name) && name.chars().all(|c| c == '_' || c.is_alphanumeric()) {
+    let (test, case) = split_case(name);
+    let case_ok = case.is_none_or(crate::harness::runners::go::is_case_name);
+    if super::gotest::is_test_name(test) && test.chars().all(|c| c == '_' || c.is_alphanumeric()) && case_ok {
         if !dir.is_empty() {
             check_path(&dir).ok()?;
         }
         return Some((dir, name));
     }
     None
+}
+
+/// A node's test name split into the test function and, for a subtest, the case: `TestAdd/neg`
+/// → (`TestAdd`, `Some("neg")`), `TestAdd` → (`TestAdd`, `None`).
+pub fn split_case(name: &str) -> (&str, Option<&str>) {
+    match name.split_once('/') {
+        Some((test, case)) => (test, Some(case)),
+        None => (name, None),
+    }
 }
 
 /// The environment of every `go` command of a guarded run (`modcache`: the environment has
@@ -131,7 +143,7 @@ pub async fn run_guarded_nodes(
             let names = test_functions(&text).unwrap_or_default();
             for node in nodes {
                 let Some((ndir, name)) = split_node(node) else { continue };
-                if &ndir == dir && names.iter().any(|n| n == name) {
+                if &ndir == dir && names.iter().any(|n| n == split_case(name).0) {
                     files.entry(file.clone()).or_default().push((node.clone(), name.to_string()));
                 }
             }
@@ -217,7 +229,7 @@ pub async fn run_guarded_nodes(
                 "cd {} && exec {env} {} -test.run {} -test.count=1 -test.paniconexit0 {}",
                 shell_quote(&at),
                 shell_quote(bin),
-                shell_quote(&format!("^{path}$")),
+                shell_quote(&run_filter(path)),
                 extra.join(" ")
             )
         })
@@ -227,6 +239,15 @@ pub async fn run_guarded_nodes(
     let _ = sb.exec(&format!("rm -rf {}", shell_quote(&out_dir)), Duration::from_secs(60)).await;
     all.real.extend(removed.into_iter().map(|n| (n, TestStatus::Failed)));
     Ok(GuardedRun::Judged(all))
+}
+
+/// The `-test.run` filter of one run path: `^TestX…$`, for a subtest's copy `^TestX…$/^<case>$`
+/// (the case as `regexp.QuoteMeta` escapes it).
+pub fn run_filter(path: &str) -> String {
+    match split_case(path) {
+        (test, Some(case)) => format!("^{test}$/^{}$", crate::harness::runners::go::quote_meta(case)),
+        (test, None) => format!("^{test}$"),
+    }
 }
 
 /// Whether Base's tree (`HEAD` of the workspace) defines `node`'s test exactly once among its
@@ -247,7 +268,7 @@ async fn base_defines(sb: &dyn Sandbox, node: &str) -> Result<bool, HarnessError
             continue;
         }
         if let Some(text) = base_text(sb, &file).await? {
-            count += test_functions(&text).unwrap_or_default().iter().filter(|n| *n == name).count();
+            count += test_functions(&text).unwrap_or_default().iter().filter(|n| *n == split_case(name).0).count();
         }
     }
     Ok(count == 1)
@@ -270,7 +291,11 @@ mod tests {
         assert_eq!(split_node("./calc::TestAdd"), Some(("calc".to_string(), "TestAdd")));
         assert_eq!(split_node("./a/b::Test_x"), Some(("a/b".to_string(), "Test_x")));
         assert_eq!(split_node(".::TestRoot"), Some((String::new(), "TestRoot")));
-        for bad in ["calc::TestAdd", "./calc::Testx", "./../x::TestA", "./a//b::TestA", "./calc::TestA$(x)", "./calc", "/abs::TestA", "./::TestA"] {
+        assert_eq!(split_node("./calc::TestAdd/f(1)::x"), Some(("calc".to_string(), "TestAdd/f(1)::x")));
+        assert_eq!(split_case("TestAdd/neg#01"), ("TestAdd", Some("neg#01")));
+        assert_eq!(run_filter("TestX0123/f(1)"), "^TestX0123$/^f\\(1\\)$");
+        assert_eq!(run_filter("TestX0123"), "^TestX0123$");
+        for bad in ["calc::TestAdd", "./calc::Testx", "./../x::TestA", "./a//b::TestA", "./calc::TestA$(x)", "./calc", "/abs::TestA", "./::TestA", "./calc::TestA/", "./calc::TestA/a/b", "./calc::TestA/a b", "./calc::Testx/a"] {
             assert_eq!(split_node(bad), None, "{bad}");
         }
         assert!(go_env(true).contains("GOMODCACHE=/env/go-modcache") && go_env(false).contains("GOPROXY=off"));

@@ -4,8 +4,10 @@
 //! Accepted: `[ENV=…] go test [flags] -run '<regex>' <package>…`:
 //! - `-run` exactly once, an anchored list of exact test names: `'^TestX$'` or
 //!   `'^(TestA|TestB)$'` (single-quoted: `$` in double quotes is shell expansion). Names are
-//!   `Test` functions (`Test`, `TestX`, `Test_x`; not `Testx`). Subtest selectors
-//!   (`'^TestX$/^sub$'`) are not supported yet (`selector_not_exact`);
+//!   `Test` functions (`Test`, `TestX`, `Test_x`; not `Testx`). A second level selects subtests
+//!   of those tests by exact name: `'^TestX$/^case$'` or `'^TestX$/^(a|b)$'`, each name as go
+//!   prints it (spaces already `_`, `#01` for a repeated name) with regexp metacharacters
+//!   escaped as `regexp.QuoteMeta` does (`'^TestX$/^f\(1\)$'`); one level of subtests only;
 //! - packages: relative directories, `.` or `./dir/sub`; `./...`, import paths, absolute paths
 //!   and `..` are `selector_not_exact`. The regex applies to every package listed, so each
 //!   (package, name) pair is a selected node;
@@ -16,7 +18,9 @@
 //! - environment prefixes: `TZ`, `LANG`, `LC_ALL` with plain values (`GOFLAGS`, `CGO_*`,
 //!   `GOPATH` are rejected).
 //!
-//! Node id: `<package dir>::<TestName>` (`./calc::TestAdd`, `.::TestRoot`). The activated
+//! Node id: `<package dir>::<TestName>` (`./calc::TestAdd`, `.::TestRoot`), for a subtest
+//! `<package dir>::<TestName>/<case>` (`./calc::TestAdd/negative`), as go's `-json` events name
+//! it. The activated
 //! command is `go test -json -count=1 [kept flags] -run=<regex> <package>…` (`-count=1`: no
 //! cached results).
 //!
@@ -60,7 +64,7 @@ pub(crate) fn parse_args(args: &[String]) -> Result<Parsed, Rejection> {
                 if run.is_some() {
                     return Err(reject(RejectionKind::SelectorNotExact, "`-run` is given twice"));
                 }
-                run = Some(run_names(v)?);
+                run = Some(run_selection(v)?);
                 regex = v.to_string();
             }
             "-v" | "-json" if inline.is_none() => {}
@@ -156,32 +160,110 @@ pub fn task_flags(test_cmd: &str) -> Result<Vec<String>, String> {
     Ok(flags)
 }
 
-/// The exact names of an anchored `-run` regex: `^TestX$` or `^(TestA|TestB)$`.
-fn run_names(re: &str) -> Result<Vec<String>, Rejection> {
+/// The exact names an anchored `-run` regex selects: `^TestX$` or `^(TestA|TestB)$`, and with a
+/// second level (`^TestX$/^case$`, `^TestX$/^(a|b)$`) every (test, case) pair as `TestX/case`.
+fn run_selection(re: &str) -> Result<Vec<String>, Rejection> {
     let not_exact = || {
         reject(
             RejectionKind::SelectorNotExact,
-            format!("`-run {re}` is not an anchored list of exact test names; use '^TestX$' or '^(TestA|TestB)$'"),
+            format!("`-run {re}` is not an anchored list of exact test names; use '^TestX$', '^(TestA|TestB)$' or, for subtests, '^TestX$/^case$'"),
         )
     };
-    let inner = re
-        .strip_prefix('^')
-        .and_then(|r| r.strip_suffix('$'))
-        .ok_or_else(not_exact)?;
-    if inner.contains('/') {
+    // Go splits the pattern at `/` outside brackets and parentheses; escaped metacharacters
+    // (the only backslashes accepted) never hide one, and case names hold none.
+    let mut levels = re.split('/');
+    let tests = levels.next().ok_or_else(not_exact)?;
+    let cases = levels.next();
+    if levels.next().is_some() {
         return Err(reject(
             RejectionKind::SelectorNotExact,
-            format!("`-run {re}` selects subtests, which are not supported yet; select the top-level test"),
+            format!("`-run {re}` selects nested subtests; one level (`'^TestX$/^case$'`) is supported"),
         ));
     }
-    let names: Vec<&str> = match inner.strip_prefix('(').and_then(|r| r.strip_suffix(')')) {
-        Some(alt) => alt.split('|').collect(),
-        None => vec![inner],
-    };
+    let names = anchored_alternatives(tests).ok_or_else(not_exact)?;
     if !names.iter().all(|n| is_test_name(n)) {
         return Err(not_exact());
     }
-    Ok(names.into_iter().map(str::to_string).collect())
+    let Some(cases) = cases else { return Ok(names) };
+    let cases = anchored_alternatives(cases).ok_or_else(not_exact)?;
+    let mut out = Vec::new();
+    for n in &names {
+        for c in &cases {
+            if !is_case_name(c) {
+                return Err(not_exact());
+            }
+            out.push(format!("{n}/{c}"));
+        }
+    }
+    Ok(out)
+}
+
+/// `^x$` or `^(x|y)$`, each alternative an exact name with regexp metacharacters escaped
+/// (`\(`): the names unescaped; `None` where the anchors are not there or an alternative has an
+/// unescaped metacharacter.
+fn anchored_alternatives(re: &str) -> Option<Vec<String>> {
+    // (An escaped `\$` before the end leaves a lone `\` that no name unescapes to.)
+    let inner = re.strip_prefix('^')?.strip_suffix('$')?;
+    let alternatives = match inner.strip_prefix('(').and_then(|r| r.strip_suffix(')')) {
+        Some(alt) => split_unescaped(alt, '|'),
+        None => vec![inner.to_string()],
+    };
+    alternatives.iter().map(|a| unquote_meta(a)).collect()
+}
+
+/// `s` split at each `sep` that no backslash escapes.
+fn split_unescaped(s: &str, sep: char) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut part = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == sep {
+            out.push(std::mem::take(&mut part));
+            continue;
+        }
+        part.push(c);
+        if c == '\\' {
+            part.extend(chars.next());
+        }
+    }
+    out.push(part);
+    out
+}
+
+/// The characters `regexp.QuoteMeta` escapes.
+const META: &str = "\\.+*?()|[]{}^$";
+
+/// The literal an escaped regex stands for (`regexp.QuoteMeta`'s inverse): `None` where it has
+/// an unescaped metacharacter or escapes anything else.
+fn unquote_meta(re: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut chars = re.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.push(chars.next().filter(|e| META.contains(*e))?),
+            c if META.contains(c) => return None,
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
+/// `regexp.QuoteMeta`: a regex matching exactly `name`.
+pub fn quote_meta(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        if META.contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A subtest name as go prints it: not empty, no `/` (a deeper level), no space (go writes `_`)
+/// and no control character (go writes an escape).
+pub fn is_case_name(c: &str) -> bool {
+    !c.is_empty() && c.chars().all(|ch| ch != '/' && !ch.is_whitespace() && !ch.is_control())
 }
 
 /// A Go test function name: `Test` followed by nothing or by a non-lower-case character.
@@ -430,6 +512,24 @@ mod tests {
     }
 
     #[test]
+    fn subtests_are_selected_by_exact_names_as_go_prints_them() {
+        let p = parse("go test -run '^TestAdd$/^negative$' ./calc").unwrap();
+        assert_eq!(p.nodes, ["./calc::TestAdd/negative"]);
+        assert_eq!(p.activated, "go test -json -count=1 '-run=^TestAdd$/^negative$' ./calc");
+        let p = parse("go test -run '^(TestA|TestB)$/^(x_1|f\\(2\\)|a\\.b#01)$' .").unwrap();
+        assert_eq!(
+            p.nodes,
+            [".::TestA/x_1", ".::TestA/f(2)", ".::TestA/a.b#01", ".::TestB/x_1", ".::TestB/f(2)", ".::TestB/a.b#01"]
+        );
+        for name in ["x_1", "f(2)", "a.b#01", "[a]|{b}^$\\*+?", "n=3", "é"] {
+            assert_eq!(unquote_meta(&quote_meta(name)).as_deref(), Some(name), "{name}");
+            let p = parse(&format!("go test -run '^TestA$/^{}$' .", quote_meta(name))).unwrap();
+            assert_eq!(p.nodes, [format!(".::TestA/{name}")]);
+        }
+        assert!(!is_case_name("a b") && !is_case_name("a/b") && !is_case_name("") && !is_case_name("a\u{7}"));
+    }
+
+    #[test]
     fn inexact_or_unsupported_commands_are_rejected() {
         use RejectionKind::*;
         for (c, k) in [
@@ -442,7 +542,16 @@ mod tests {
             ("go test -run '^TestA$|^TestB$' ./calc", SelectorNotExact),
             ("go test -run '^Testadd$' ./calc", SelectorNotExact),
             ("go test -run '^BenchmarkX$' ./calc", SelectorNotExact),
-            ("go test -run '^TestX$/^sub$' ./calc", SelectorNotExact),
+            ("go test -run '^TestX$/^sub$/^deeper$' ./calc", SelectorNotExact),
+            ("go test -run '^TestX$/sub' ./calc", SelectorNotExact),
+            ("go test -run '^TestX$/^a.b$' ./calc", SelectorNotExact),
+            ("go test -run '^TestX$/^a|b$' ./calc", SelectorNotExact),
+            ("go test -run '^TestX$/^(a|b.*)$' ./calc", SelectorNotExact),
+            ("go test -run '^TestX$/^\\d$' ./calc", SelectorNotExact),
+            ("go test -run '^TestX$/^$' ./calc", SelectorNotExact),
+            ("go test -run '^TestX$/^a b$' ./calc", SelectorNotExact),
+            ("go test -run '^TestX$/^a\\$' ./calc", SelectorNotExact),
+            ("go test -run '^TestX$/^(a|a)$' ./calc", DuplicateNode),
             ("go test -run '^TestX$' -run '^TestY$' ./calc", SelectorNotExact),
             ("go test -run '^TestX$'", SelectorNotExact),
             ("go test -run '^TestX$' ./...", SelectorNotExact),
