@@ -489,6 +489,33 @@ fn an_ignored_judged_test_is_skipped_never_passed() {
     assert!(j.run.is_empty(), "nothing is run: {j:?}");
 }
 
+/// A candidate that edits the file a unit test lives in (Rust keeps unit tests beside the code)
+/// names the judged test somewhere — `const _: fn() = tests::adds;` — and exits 0 when its own
+/// process was asked for that test. The planner once left a test "referenced elsewhere" under its
+/// own name, unguarded: the exit passed it. Now the function stays as written, never run, and
+/// the judged test runs under a fresh name beside its copies.
+#[test]
+fn a_judged_test_named_elsewhere_still_runs_under_a_name_the_code_cannot_know() {
+    let src = "pub fn add(a: i32, b: i32) -> i32 {\n    if std::env::args().any(|a| a == \"tests::adds\") {\n        std::process::exit(0);\n    }\n    a - b\n}\n\n#[cfg(test)]\nconst _: fn() = tests::adds;\n\n#[cfg(test)]\nmod tests {\n    use super::*;\n\n    #[test]\n    pub fn adds() {\n        assert_eq!(add(2, 3), 5);\n    }\n}\n";
+    let dir = tempfile::tempdir().unwrap();
+    let plain = rustc_test(dir.path(), "plain", src, &[]);
+    assert_eq!(exact_status(&plain, "tests::adds", &[]), TestStatus::Passed, "the exit passes the test plainly");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(6);
+    let plan = plan_file("t.rs", src, &["tests::adds".to_string()], 6, &mut rng).unwrap();
+    assert!(plan.map.groups[0].why.is_none(), "{:?}", plan.map.groups[0]);
+    let guarded_exe = rustc_test(dir.path(), "guarded", &plan.source, &[]);
+    let j = judge(&plan.map, &mut rng, |p| exact_status(&guarded_exe, p, &[]));
+    assert!(j.violations.is_empty(), "{j:?}");
+    assert_eq!(j.real["tests::adds"], TestStatus::Failed, "{j:?}");
+    assert!(!j.run.contains_key("tests::adds"), "the function under its own name is never run: {j:?}");
+    // The fix passes the same way.
+    let fixed = src.replace("a - b", "a + b");
+    let plan = plan_file("t.rs", &fixed, &["tests::adds".to_string()], 6, &mut rng).unwrap();
+    let fixed_exe = rustc_test(dir.path(), "fixed", &plan.source, &[]);
+    let j = judge(&plan.map, &mut rng, |p| exact_status(&fixed_exe, p, &[]));
+    assert!(j.violations.is_empty() && j.real["tests::adds"] == TestStatus::Passed, "{j:?}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The same run in a local sandbox (`guard::libtest_run`): the host's Rust toolchain bound
 // read-only, the build in the sandbox, every test in a throw-away copy of the built workspace.
@@ -690,6 +717,15 @@ async fn the_runners_node_ids_run_guarded_in_the_local_sandbox() {
     // A node Base does not define either stays the harness's error.
     let missing = run_guarded_nodes(&sb, &["calc/lib::tests::never_written".to_string()], &[], &limits, &mut rng).await;
     assert!(matches!(&missing, Err(HarnessError::Other(m)) if m.contains("no #[test] function")), "{missing:?}");
+    // A judged test the guard cannot rename (its return type names no concrete type) would run
+    // under its own name, where an exit 0 of the code under test passes it: the harness's error,
+    // never a verdict — however the test would end.
+    sb.reset().await.unwrap();
+    let opaque = lib.replace("    #[test]\n    fn adds_unit() {\n        assert!(add(40, 2) == 42);\n    }\n", "    #[test]\n    fn adds_unit() -> impl std::process::Termination {\n        assert!(add(40, 2) == 42);\n    }\n");
+    assert_ne!(opaque, lib);
+    sb.put_file("/testbed/src/lib.rs", opaque.as_bytes()).await.unwrap();
+    let unguarded = run_guarded_nodes(&sb, &nodes, &[], &limits, &mut rng).await;
+    assert!(matches!(&unguarded, Err(HarnessError::Other(m)) if m.contains("cannot be guarded") && m.contains("tests::adds_unit")), "{unguarded:?}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -39,9 +39,10 @@
 //!    cleanup unless the selected subtest's body returned unfailed ([`subtest_preamble`]); each
 //!    copy runs as `-test.run '^<copy>$/^<case>$'` ([`super::gotest_run::run_filter`]).
 //!
-//! Tests that cannot be renamed keep their name, unguarded, with the reason in the map (a
-//! signature other than `(t *testing.T)`, the name referenced elsewhere in the file); their
-//! subtests are refused (the caller's error).
+//! A test whose name the file uses elsewhere (`var _ = TestX`, a call from another test) keeps
+//! its function as written, never run by the guard, and gets its renamed copies beside it. Tests
+//! that cannot be renamed (a signature other than `(t *testing.T)`) keep their name, with the
+//! reason in the map; a run that judges one, or its subtests, is the harness's error.
 
 use super::canary::{CanaryMap, Control, Group};
 use super::golex::{lex, matching, quote, unquote, Kind, Token};
@@ -168,11 +169,17 @@ pub fn plan_file(file: &str, source: &str, judged: &[String], k: usize, rng: &mu
         let Some(f) = funcs.iter().find(|f| f.name == want) else {
             return Err(format!("{file}: no test function `{want}`"));
         };
+        // A name used elsewhere in the file (`var _ = TestX`, a call) keeps its function as it
+        // is, never run by the guard, beside the renamed copies: no judged test runs under a
+        // name the code could know because some other code names it.
         let referenced = idents.get(want).copied().unwrap_or(0) > 1;
         let mut texts = Vec::new();
+        if referenced {
+            texts.push(source[t[f.func].range.start..t[f.close].range.end].to_string());
+        }
         if whole {
             let mut group = Group { path: file.to_string(), name: want.to_string(), ..Group::default() };
-            let plan = if referenced { Err("name referenced elsewhere".to_string()) } else { plan_function(&t, source, f, k, false, rng) };
+            let plan = plan_function(&t, source, f, k, false, rng);
             match plan {
                 Err(why) => group.why = Some(why),
                 Ok((variants, why)) => texts.push(name_copies(&mut group, variants, why, rng, fresh_name)),
@@ -182,7 +189,7 @@ pub fn plan_file(file: &str, source: &str, judged: &[String], k: usize, rng: &mu
         if !cases.is_empty() {
             // A subtest is judged only by copies that see it run ([`subtest_preamble`]): one
             // that cannot be renamed is the caller's error, never run unguarded.
-            let plan = if referenced { Err("name referenced elsewhere".to_string()) } else { plan_function(&t, source, f, k, true, rng) };
+            let plan = plan_function(&t, source, f, k, true, rng);
             let (variants, why) = plan.map_err(|why| format!("{file}: `{want}` cannot be guarded for its subtests: {why}"))?;
             let mut group = Group { path: file.to_string(), name: want.to_string(), ..Group::default() };
             texts.push(name_copies(&mut group, variants, why, rng, fresh_name));
@@ -197,7 +204,7 @@ pub fn plan_file(file: &str, source: &str, judged: &[String], k: usize, rng: &mu
                 });
             }
         }
-        if !texts.is_empty() {
+        if texts.len() > usize::from(referenced) {
             edits.push((t[f.func].range.start..t[f.close].range.end, texts.join("\n\n")));
         }
     }
@@ -818,7 +825,10 @@ func helper(t *testing.T) {}
         assert!(!plan.source.contains(SEEN) && !plan.source.contains(ATOMIC));
         // A subtest of a test that cannot be renamed is the caller's error, never run unguarded.
         let referenced = format!("{src}var keep = TestCases\n");
-        assert!(plan_file("p_test.go", &referenced, &["TestCases/b".to_string()], 6, &mut rng).unwrap_err().contains("cannot be guarded"));
+        let plan = plan_file("p_test.go", &referenced, &["TestCases/b".to_string()], 6, &mut rng).unwrap();
+        assert!(plan.map.groups[0].real.is_some() && plan.source.contains("func TestCases(t *testing.T) {\n") && lex(&plan.source).is_ok());
+        let odd = src.replace("func TestCases(t *testing.T)", "func TestCases(t *testing.T, n int)");
+        assert!(plan_file("p_test.go", &odd, &["TestCases/b".to_string()], 6, &mut rng).unwrap_err().contains("cannot be guarded"));
     }
 
     #[test]
@@ -838,10 +848,16 @@ func helper(t *testing.T) {}
         let mut rng = rand::rngs::StdRng::seed_from_u64(1);
         assert!(plan_file("x_test.go", FILE, &["TestMissing".into()], 6, &mut rng).is_err());
         assert!(plan_file("x_test.go", "func TestA(t *testing.T) {}", &["TestA".into()], 6, &mut rng).is_err());
+        // A name used elsewhere keeps its function, unrun, beside the renamed copies.
         let referenced = "package p\nfunc TestA(t *testing.T) { if f() != 1 { t.Fail() } }\nvar x = TestA\n";
         let plan = plan_file("x_test.go", referenced, &["TestA".into()], 6, &mut rng).unwrap();
-        assert_eq!(plan.map.groups[0].why.as_deref(), Some("name referenced elsewhere"));
-        assert_eq!(plan.source, referenced, "nothing planned, nothing changed");
+        let g = &plan.map.groups[0];
+        assert!(g.why.is_none() && g.real.as_ref().is_some_and(|r| r.starts_with("TestX")) && g.mutants.len() == 12, "{g:?}");
+        assert!(plan.source.contains("func TestA(t *testing.T) { if f() != 1 { t.Fail() } }\n\nfunc TestX") && plan.source.contains("var x = TestA"));
+        let unplannable = "package p\nfunc TestA(t *testing.T, n int) { if f() != 1 { t.Fail() } }\n";
+        let plan = plan_file("x_test.go", unplannable, &["TestA".into()], 6, &mut rng).unwrap();
+        assert!(plan.map.groups[0].why.as_deref().is_some_and(|w| w.contains("signature")));
+        assert_eq!(plan.source, unplannable, "nothing planned, nothing changed");
         for (src, why) in [
             ("package p\nfunc TestA(t *testing.T) { if f() != \"\" { t.Fail() } }\n", "empty"),
             ("package p\nfunc TestA(t *testing.T) { if f() != 1e3 { t.Fail() } }\n", "exponent"),

@@ -47,9 +47,10 @@
 //! Base's manifests (build scripts, proc-macro crates) — or where the judged tests are compiled
 //! in a phase with no candidate code. A `#[should_panic]` test is guarded by look-alikes that
 //! expect another panic message ([`should_panic_copies`]). Tests that cannot be renamed
-//! (`ignore`, parameters, a name referenced elsewhere) keep their name and are reported in
-//! [`Group::why`], unguarded; tests with no literal to mutate are guarded by their tail copies
-//! alone.
+//! (`ignore`, parameters, `impl Trait` returns) keep their name and are reported in
+//! [`Group::why`]; a sandboxed run that judges one (`ignore` aside: skipped) is the harness's
+//! error ([`super::libtest_run`]'s `judge_in`); tests with no literal to mutate are guarded by
+//! their tail copies alone.
 
 use super::canary::{CanaryMap, Control, Group};
 use crate::harness::logparse::TestStatus;
@@ -129,16 +130,18 @@ fn plan_parsed(
         };
         let name = found.func.sig.ident.to_string();
         let mut group = Group { path: file.to_string(), name: want.clone(), ..Group::default() };
-        let plan = if idents.get(&name).copied().unwrap_or(0) > 1 {
-            Err("name referenced elsewhere".to_string())
-        } else {
-            plan_function(source, found.func, k, rng)
-        };
-        match plan {
+        // A name used elsewhere in the file (a call from another test, `const _: fn() = x;`)
+        // keeps its function as written, never run by the guard, beside the renamed copies: no
+        // judged test runs under a name the code could know because some other code names it.
+        let referenced = idents.get(&name).copied().unwrap_or(0) > 1;
+        match plan_function(source, found.func, k, rng) {
             Err(why) => group.why = Some(why),
             Ok((range, variants, why)) => {
                 let prefix = if found.module.is_empty() { String::new() } else { format!("{}::", found.module) };
                 let mut text = name_copies(&mut group, variants, why, rng, fresh_name);
+                if referenced {
+                    text = format!("{}\n\n{text}", &source[range.clone()]);
+                }
                 if !controlled.contains(&found.module) {
                     controlled.push(found.module.clone());
                     for expect in ["pass", "fail"] {
@@ -960,7 +963,6 @@ mod tests {
         for (src, why) in [
             ("#[test]\n#[ignore]\nfn t() { assert_eq!(g(), 1); }\n", "ignore"),
             ("#[test]\n#[should_panic(note = \"x\")]\nfn t() { g(); }\n", "should_panic"),
-            ("#[test]\nfn t() { assert_eq!(g(), 1); }\nfn u() { t() }\n", "referenced"),
             ("#[rstest]\n#[test]\nfn t(#[values(1, 2)] x: u8) { assert_eq!(g(x), 1); }\n", "parameters"),
             ("#[test]\nfn t() -> impl Termination { assert_eq!(g(), 1); }\n", "return type"),
         ] {
@@ -977,6 +979,19 @@ mod tests {
                 assert_eq!(run_paths(&p.map), vec!["t".to_string()]);
             }
         }
+    }
+
+    #[test]
+    fn a_test_named_elsewhere_keeps_its_function_unrun_beside_its_copies() {
+        // Another item calls it, and a candidate could name it just to keep it unrenamed.
+        let src = "#[test]\nfn t() { assert_eq!(g(), 1); }\nfn u() { t() }\nconst _: fn() = t;\n";
+        let p = plan(src, &["t"], 5);
+        let g = &p.map.groups[0];
+        assert!(g.why.is_none() && g.real.as_ref().is_some_and(|r| r != "t") && g.mutants.len() == 2 * DEFAULT_K, "{g:?}");
+        assert!(!run_paths(&p.map).contains(&"t".to_string()));
+        assert!(p.source.starts_with("#[allow(unused_extern_crates)] extern crate std as execcritic_std__; #[test]\nfn t() { execcritic_std__::assert_eq!(g(), 1); }\n\n"), "{}", p.source);
+        assert!(p.source.contains("fn u() { t() }\nconst _: fn() = t;"), "{}", p.source);
+        syn::parse_file(&p.source).unwrap();
     }
 
     #[test]

@@ -324,6 +324,19 @@ pub(super) async fn judge_in(
     rng: &mut (impl Rng + Send),
     command: impl Fn(&str) -> String,
 ) -> Result<Judged, HarnessError> {
+    // A judged test left under its own name (it cannot be renamed: `impl Trait` or `!` as its
+    // return type, a `#[should_panic]` form the planner does not read, a Go test whose signature
+    // is not `(t *testing.T)`) would pass on an `exit(0)` of the code under test when its process
+    // is asked for that name: such a pass is no evidence, so the run is the harness's error,
+    // never a verdict. (A judged `#[ignore]` test is not run: skipped.)
+    if let Some(g) = map.groups.iter().find(|g| g.real.is_none() && g.why.as_deref() != Some(super::libtest::IGNORED)) {
+        return Err(HarnessError::Other(format!(
+            "{}: the judged test `{}` cannot be guarded ({}): a pass under its own name could be the code under test's exit, so it is not judged",
+            g.path,
+            g.name,
+            g.why.as_deref().unwrap_or("not renamed")
+        )));
+    }
     let mut statuses = BTreeMap::new();
     for path in run_order(map, rng) {
         let r = sb.exec_over_current(&command(&path), per_test).await?;
