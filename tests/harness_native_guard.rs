@@ -6,7 +6,7 @@
 //! The fixture (`tests/fixtures/native_guard/calc`) is a crate with unit and integration tests;
 //! `imp/*.rs` are the candidates' versions of its one source file.
 
-use execcritic::harness::guard::libtest::{judge, plan_file, run_exact, run_paths, verdict, Judged};
+use execcritic::harness::guard::libtest::{judge, plan_file, run_exact, run_paths, verdict, FilePlan, Judged};
 use execcritic::harness::logparse::TestStatus;
 use rand::SeedableRng;
 use std::path::{Path, PathBuf};
@@ -481,10 +481,7 @@ fn an_ignored_judged_test_is_skipped_never_passed() {
     let dir = tempfile::tempdir().unwrap();
     let plain = rustc_test(dir.path(), "plain", src, &[]);
     assert_eq!(exact_status(&plain, "tests::adds", &[]), TestStatus::Passed, "an ignored test selected with --exact exits 0");
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
-    let plan = plan_file("t.rs", src, &["tests::adds".to_string()], 6, &mut rng).unwrap();
-    let guarded_exe = rustc_test(dir.path(), "guarded", &plan.source, &[]);
-    let j = judge(&plan.map, &mut rng, |p| exact_status(&guarded_exe, p, &[]));
+    let (_, j) = guarded_unit_test(dir.path(), "guarded", src, 4);
     assert_eq!(j.real["tests::adds"], TestStatus::Skipped, "{j:?}");
     assert!(j.run.is_empty(), "nothing is run: {j:?}");
 }
@@ -500,20 +497,24 @@ fn a_judged_test_named_elsewhere_still_runs_under_a_name_the_code_cannot_know() 
     let dir = tempfile::tempdir().unwrap();
     let plain = rustc_test(dir.path(), "plain", src, &[]);
     assert_eq!(exact_status(&plain, "tests::adds", &[]), TestStatus::Passed, "the exit passes the test plainly");
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(6);
-    let plan = plan_file("t.rs", src, &["tests::adds".to_string()], 6, &mut rng).unwrap();
+    let (plan, j) = guarded_unit_test(dir.path(), "guarded", src, 6);
     assert!(plan.map.groups[0].why.is_none(), "{:?}", plan.map.groups[0]);
-    let guarded_exe = rustc_test(dir.path(), "guarded", &plan.source, &[]);
-    let j = judge(&plan.map, &mut rng, |p| exact_status(&guarded_exe, p, &[]));
     assert!(j.violations.is_empty(), "{j:?}");
     assert_eq!(j.real["tests::adds"], TestStatus::Failed, "{j:?}");
     assert!(!j.run.contains_key("tests::adds"), "the function under its own name is never run: {j:?}");
     // The fix passes the same way.
-    let fixed = src.replace("a - b", "a + b");
-    let plan = plan_file("t.rs", &fixed, &["tests::adds".to_string()], 6, &mut rng).unwrap();
-    let fixed_exe = rustc_test(dir.path(), "fixed", &plan.source, &[]);
-    let j = judge(&plan.map, &mut rng, |p| exact_status(&fixed_exe, p, &[]));
+    let (_, j) = guarded_unit_test(dir.path(), "fixed", &src.replace("a - b", "a + b"), 6);
     assert!(j.violations.is_empty() && j.real["tests::adds"] == TestStatus::Passed, "{j:?}");
+}
+
+/// `src` planned for its judged unit test `tests::adds` (K = 6, `seed`), built as `name` with
+/// `rustc --test`, and judged, each copy in its own process.
+fn guarded_unit_test(dir: &Path, name: &str, src: &str, seed: u64) -> (FilePlan, Judged) {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let plan = plan_file("t.rs", src, &["tests::adds".to_string()], 6, &mut rng).unwrap();
+    let exe = rustc_test(dir, name, &plan.source, &[]);
+    let j = judge(&plan.map, &mut rng, |p| exact_status(&exe, p, &[]));
+    (plan, j)
 }
 
 // ---------------------------------------------------------------------------------------------
