@@ -46,7 +46,6 @@
 
 use super::canary::{CanaryMap, Control, Group};
 use super::golex::{lex, matching, quote, unquote, Kind, Token};
-use super::gotest_run::split_case;
 use super::libtest::{int_bound, name_copies, neighbours, FilePlan};
 use rand::Rng;
 use std::collections::BTreeMap;
@@ -125,6 +124,15 @@ fn functions(t: &[Token], src: &str) -> Vec<Func> {
 /// not a lower-case letter).
 pub fn is_test_name(name: &str) -> bool {
     name.strip_prefix("Test").is_some_and(|rest| !rest.chars().next().is_some_and(|c| c.is_lowercase()))
+}
+
+/// A judged name split into the test function and, for a subtest, the case: `TestAdd/neg` →
+/// (`TestAdd`, `Some("neg")`), `TestAdd` → (`TestAdd`, `None`).
+pub fn split_case(name: &str) -> (&str, Option<&str>) {
+    match name.split_once('/') {
+        Some((test, case)) => (test, Some(case)),
+        None => (name, None),
+    }
 }
 
 /// The names of a file's top-level test functions.

@@ -19,6 +19,7 @@
 //! Needs a sandbox with throw-away runs and a Go toolchain on its `PATH` (the local sandbox
 //! binds the host's `/usr`, where Debian's `golang-go` lives).
 
+pub use super::gotest::split_case;
 use super::gotest::{plan_file, test_functions};
 use super::libtest::{FilePlan, Judged};
 use super::libtest_run::{base_text, check_path, judge_in, merge, read_file, GuardedRun, RunLimits};
@@ -42,22 +43,13 @@ pub fn split_node(node: &str) -> Option<(String, &str)> {
     let dir = if pkg == "." { String::new() } else { pkg.strip_prefix("./").filter(|d| !d.is_empty())?.to_string() };
     let (test, case) = split_case(name);
     let case_ok = case.is_none_or(crate::harness::runners::go::is_case_name);
-    if super::gotest::is_test_name(test) && test.chars().all(|c| c == '_' || c.is_alphanumeric()) && case_ok {
+    if crate::harness::runners::go::is_test_name(test) && case_ok {
         if !dir.is_empty() {
             check_path(&dir).ok()?;
         }
         return Some((dir, name));
     }
     None
-}
-
-/// A node's test name split into the test function and, for a subtest, the case: `TestAdd/neg`
-/// → (`TestAdd`, `Some("neg")`), `TestAdd` → (`TestAdd`, `None`).
-pub fn split_case(name: &str) -> (&str, Option<&str>) {
-    match name.split_once('/') {
-        Some((test, case)) => (test, Some(case)),
-        None => (name, None),
-    }
 }
 
 /// The environment of every `go` command of a guarded run (`modcache`: the environment has

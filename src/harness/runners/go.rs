@@ -20,9 +20,8 @@
 //!
 //! Node id: `<package dir>::<TestName>` (`./calc::TestAdd`, `.::TestRoot`), for a subtest
 //! `<package dir>::<TestName>/<case>` (`./calc::TestAdd/negative`), as go's `-json` events name
-//! it. The activated
-//! command is `go test -json -count=1 [kept flags] -run=<regex> <package>…` (`-count=1`: no
-//! cached results).
+//! it. The activated command is `go test -json -count=1 [kept flags] -run=<regex> <package>…`
+//! (`-count=1`: no cached results).
 //!
 //! The reader ([`read_go_json`]) reads only JSON event lines (`Action` run/pass/fail/skip/
 //! output/…, `Package` the import path, `Test`). Test output — framing lines such as
@@ -267,7 +266,7 @@ pub fn is_case_name(c: &str) -> bool {
 }
 
 /// A Go test function name: `Test` followed by nothing or by a non-lower-case character.
-fn is_test_name(n: &str) -> bool {
+pub fn is_test_name(n: &str) -> bool {
     n.strip_prefix("Test").is_some_and(|rest| {
         rest.chars().all(|c| c.is_alphanumeric() || c == '_')
             && !rest.chars().next().is_some_and(char::is_lowercase)
