@@ -344,6 +344,12 @@ fn plan_function(t: &[Token], src: &str, f: &Func, k: usize, subtests: bool, rng
         [n, star, _, dot, ty] if n.kind == Kind::Ident && star.text(src) == "*" && dot.text(src) == "." && ty.text(src) == "T" => n.text(src),
         _ => return Err("the signature is not (t *testing.T)".into()),
     };
+    // A subtest is judged by the wrapper its parent's `t.Run(` calls; one started elsewhere
+    // (testify's `suite.Run(t, s)` runs each method through `t.Run` in library code) would
+    // never set the flag and fail for every candidate, the fix included: not a verdict.
+    if subtests && run_calls(t, src, f, tname).is_empty() {
+        return Err(format!("its body starts no subtest with `{tname}.Run(` (subtests started in other code, such as testify's `suite.Run`, cannot be seen to run)"));
+    }
     let planned = find_site(t, src, f, tname).and_then(|site| {
         let lits = mutate(t[site.literal].text(src), t[site.literal].kind, k, rng)?;
         Ok((site, lits))
@@ -525,16 +531,8 @@ fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)
     if let Some(p) = subtests {
         preamble = subtest_preamble(p);
         let tname = t[f.params.start].text(src);
-        for j in f.open + 1..f.close.saturating_sub(3) {
-            let call = t[j].kind == Kind::Ident
-                && t[j].text(src) == tname
-                && t[j + 1].text(src) == "."
-                && t[j + 2].text(src) == "Run"
-                && t[j + 3].text(src) == "("
-                && t[j - 1].text(src) != ".";
-            if call {
-                edits.push((t[j].range.start..t[j + 3].range.end, format!("{RUN}({tname}, ")));
-            }
+        for j in run_calls(t, src, f, tname) {
+            edits.push((t[j].range.start..t[j + 3].range.end, format!("{RUN}({tname}, ")));
         }
     }
     if let Some(at) = param {
@@ -559,6 +557,20 @@ fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)
         text.replace_range(r.start - start..r.end - start, &with);
     }
     text
+}
+
+/// The first tokens of every `<tname>.Run(` call of the body (not a field's `x.t.Run(`).
+fn run_calls(t: &[Token], src: &str, f: &Func, tname: &str) -> Vec<usize> {
+    (f.open + 1..f.close.saturating_sub(3))
+        .filter(|&j| {
+            t[j].kind == Kind::Ident
+                && t[j].text(src) == tname
+                && t[j + 1].text(src) == "."
+                && t[j + 2].text(src) == "Run"
+                && t[j + 3].text(src) == "("
+                && t[j - 1].text(src) != "."
+        })
+        .collect()
 }
 
 /// What a copy that judges a subtest runs before its body (`p`: its `*testing.T`'s name). The run
@@ -837,6 +849,15 @@ func helper(t *testing.T) {}
         assert!(plan.map.groups[0].real.is_some() && plan.source.contains("func TestCases(t *testing.T) {\n") && lex(&plan.source).is_ok());
         let odd = src.replace("func TestCases(t *testing.T)", "func TestCases(t *testing.T, n int)");
         assert!(plan_file("p_test.go", &odd, &["TestCases/b".to_string()], 6, &mut rng).unwrap_err().contains("cannot be guarded"));
+        // Subtests the parent's body does not start itself (testify's `suite.Run` starts each
+        // method in library code) could never set the flag: the fix would fail them too, so
+        // judging them is the caller's error, not a failed verdict. The whole test is judged.
+        let suite = "package p\n\nfunc TestSuite(t *testing.T) {\n\tsuite.Run(t, new(S))\n}\n";
+        let err = plan_file("p_test.go", suite, &["TestSuite/TestAdd".to_string()], 6, &mut rng).unwrap_err();
+        assert!(err.contains("cannot be guarded for its subtests") && err.contains("suite.Run"), "{err}");
+        assert!(plan_file("p_test.go", suite, &["TestSuite".to_string()], 6, &mut rng).is_ok());
+        let blank = "package p\n\nfunc TestB(_ *testing.T) {\n\tcheck()\n}\n";
+        assert!(plan_file("p_test.go", blank, &["TestB/x".to_string()], 6, &mut rng).is_err());
     }
 
     #[test]
