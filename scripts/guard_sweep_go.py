@@ -6,7 +6,7 @@ For each Go module given (a directory, e.g. a Debian golang-*-dev package unpack
 `dpkg-deb -x`), this script
   1. copies it into a git repository with one root commit (a go.mod is written where the package
      ships none: `module <import path>`),
-  2. runs plain `go test -json -count=1 ./...` there (offline, GOFLAGS=-mod=mod GOPROXY=off) and
+  2. runs plain `go test -json -count=1 -vet=off ./...` there (the guarded build skips vet too) (offline, GOFLAGS=-mod=mod GOPROXY=off) and
      keeps every top-level test's and every depth-1 subtest's outcome (pass, fail, skip),
   3. writes one task per top-level test (`FAIL_TO_PASS` = that test) and one per test with
      subtests (`FAIL_TO_PASS` = its depth-1 subtests) and grades the empty patch with
@@ -35,6 +35,9 @@ import subprocess
 import sys
 import time
 
+# Grading applies the task's test patch (an instance always has one): a file the tests never read.
+TEST_PATCH = ("diff --git a/testdata/guard-sweep.txt b/testdata/guard-sweep.txt\nnew file mode 100644\n"
+              "--- /dev/null\n+++ b/testdata/guard-sweep.txt\n@@ -0,0 +1 @@\n+every test as it is\n")
 ENV = dict(os.environ, GOFLAGS="-mod=mod", GOPROXY="off", GOTOOLCHAIN="local", CGO_ENABLED="0")
 
 
@@ -78,10 +81,15 @@ def make_repo(src, work, name):
     return tree, path, head
 
 
+def is_test_name(name):
+    """`go test`'s rule for a test function (examples, benchmarks and fuzz targets are not ids)."""
+    return name.startswith("Test") and (len(name) == 4 or not name[4].islower())
+
+
 def plain_outcomes(tree, module):
     """{node id: pass|fail|skip} of a plain `go test -json -count=1 ./...`: top-level tests and
     depth-1 subtests (ids as the runner writes them: `./dir::TestX`, `./dir::TestX/case`)."""
-    r = run(["go", "test", "-json", "-count=1", "./..."], tree, check=False, timeout=1800)
+    r = run(["go", "test", "-json", "-count=1", "-vet=off", "./..."], tree, check=False, timeout=1800)
     out = {}
     for line in r.stdout.splitlines():
         try:
@@ -89,7 +97,7 @@ def plain_outcomes(tree, module):
         except ValueError:
             continue
         test, action = ev.get("Test"), ev.get("Action")
-        if not test or action not in ("pass", "fail", "skip") or test.count("/") > 1:
+        if not test or action not in ("pass", "fail", "skip") or test.count("/") > 1 or not is_test_name(test.split("/")[0]):
             continue
         rel = ev["Package"][len(module):].lstrip("/") if ev["Package"].startswith(module) else None
         if rel is None:
@@ -109,7 +117,7 @@ def tasks_for(name, head, outcomes):
     for (pkg, parent, sub), nodes in sorted(groups.items()):
         tid = f"{name}__{pkg.strip('./').replace('/', '_') or 'root'}__{parent}{'__subtests' if sub else ''}"
         tasks.append({
-            "instance_id": tid, "repo": f"sweep/{name}", "base_commit": head, "patch": "", "test_patch": "",
+            "instance_id": tid, "repo": f"sweep/{name}", "base_commit": head, "patch": "", "test_patch": TEST_PATCH,
             "problem_statement": "guard sweep: every test as it is", "hints_text": "", "created_at": "2026-12-07T00:00:00Z",
             "version": "sweep", "FAIL_TO_PASS": sorted(nodes), "PASS_TO_PASS": [], "environment_setup_commit": head,
             "repo_path": f"repos/{name}.git", "test_cmd": "go test", "runner": "go",
@@ -186,7 +194,8 @@ def main():
         f"- date: {when}, commit `{commit}`; {go}; `execcritic grade` of the empty patch, local sandbox, "
         f"{len(all_tasks)} tasks, {a.workers} workers, {grade_s:.0f} s (whole run {time.time() - started:.0f} s)",
         "- one task per top-level test and one per test with subtests (its depth-1 subtests); "
-        "plain outcome: `go test -json -count=1 ./...` on the same tree",
+        "plain outcome: `go test -json -count=1 -vet=off ./...` on the same tree (the guarded build runs no vet either); "
+        "ids: `Test` functions and their depth-1 subtests (examples, benchmarks, fuzz targets are not ids)",
         "",
         "| module | tests | subtests | plain pass / fail / skip | same outcome guarded | differs | tampered | harness error |",
         "|---|---|---|---|---|---|---|---|",

@@ -1199,6 +1199,51 @@ async fn guarded_go_subtests_run_only_where_the_subtest_ran() {
     assert!(!j.violations.is_empty(), "late exit not refused: {j:?}");
 }
 
+/// A test that skips is skipped under the guard, as `go test` says — its look-alikes skip with it —
+/// never passed and never `tampered` (a skipping test once exited 0 with every look-alike beside
+/// it, a false `tampered`: found on google/uuid's TestClockSeqRace by scripts/guard_sweep_go.py).
+#[tokio::test]
+async fn go_tests_that_skip_are_skipped_under_the_guard() {
+    use execcritic::harness::guard::gotest_run::run_guarded_nodes;
+    if !go_present() {
+        return;
+    }
+    let skips = "package calc\n\nimport \"testing\"\n\n\
+        func TestSkips(t *testing.T) {\n\tif Add(2, 3) != 5 {\n\t\tt.Fatal(\"add\")\n\t}\n\tt.Skip(\"not here\")\n}\n\n\
+        func TestFailsThenSkips(t *testing.T) {\n\tt.Error(\"failed first\")\n\tt.Skip(\"then skipped\")\n}\n\n\
+        func TestSubSkips(t *testing.T) {\n\tt.Run(\"skips\", func(t *testing.T) { t.Skip(\"not here\") })\n\
+        \tt.Run(\"runs\", func(t *testing.T) {\n\t\tif Add(1, 1) != 2 {\n\t\t\tt.Fatal(\"add\")\n\t\t}\n\t})\n}\n";
+    let repo = go_repo("gold");
+    std::fs::write(repo.path().join("skip_test.go"), skips).unwrap();
+    // Plain `go test -json`: what each id is.
+    let cache = tempfile::tempdir().unwrap();
+    let out = Command::new("go")
+        .args(["test", "-json", "-count=1", "-vet=off", "."])
+        .env("GOCACHE", cache.path().join("cache"))
+        .env("GOPATH", cache.path().join("path"))
+        .env("GOPROXY", "off")
+        .env("GOFLAGS", "")
+        .env("GOTOOLCHAIN", "local")
+        .current_dir(repo.path())
+        .output()
+        .unwrap();
+    let events = String::from_utf8_lossy(&out.stdout);
+    for (test, action) in [("TestSkips", "skip"), ("TestFailsThenSkips", "fail"), ("TestSubSkips/skips", "skip"), ("TestSubSkips/runs", "pass"), ("TestSubSkips", "pass")] {
+        assert!(events.contains(&format!("\"Action\":\"{action}\",\"Package\":\"example.com/calc\",\"Test\":\"{test}\"")), "{test} plainly: {events}");
+    }
+    commit_base(repo.path());
+    let Some(sb) = open(repo.path()) else { return };
+    let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6, env: vec![] };
+    let nodes: Vec<String> = [".::TestSkips", ".::TestFailsThenSkips", ".::TestSubSkips/skips", ".::TestSubSkips/runs", ".::TestSubSkips"].iter().map(|s| s.to_string()).collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
+    let GuardedRun::Judged(j) = run_guarded_nodes(&sb, &nodes, &[], &limits, &mut rng).await.unwrap() else { panic!("build failed") };
+    assert!(j.violations.is_empty(), "{:?}", j.violations);
+    use TestStatus::{Failed, Passed, Skipped};
+    for (id, want) in nodes.iter().zip([Skipped, Failed, Skipped, Passed, Passed]) {
+        assert_eq!(j.real[id], want, "{id}: {j:?}");
+    }
+}
+
 /// A task over the Go module: Base without `calc_test.go` (the bundle adds it), the fix as gold,
 /// the attacks and the bug as labelled candidates.
 fn go_task(repo: &Path) -> (execcritic::task::TaskInstance, String) {

@@ -65,6 +65,12 @@ const ATOMIC: &str = "execcriticatomic__";
 const SEEN: &str = "execcriticseen__";
 const RUN: &str = "execcriticrun__";
 
+/// The exit status of a copy whose test skipped (`t.Skip`, its judged subtest's `s.Skip`): every
+/// copy exits with it from a cleanup, so a test that skips comes out skipped, as `go test` says,
+/// never passed (its look-alikes would have passed beside it: a false `tampered`). A status the
+/// code under test can give too, and gains nothing by: a skip is never a pass.
+pub const SKIPPED_EXIT: i32 = 86;
+
 /// A top-level function of a Go file.
 struct Func {
     name: String,
@@ -363,7 +369,7 @@ fn plan_function(t: &[Token], src: &str, f: &Func, k: usize, subtests: bool, rng
     let param = (tname == "_").then_some(f.params.start);
     let fail_with = if tname == "_" { T_PARAM } else { tname };
     let sub = subtests.then_some(fail_with);
-    let text = |lit: Option<&String>, tail: bool| function_text(t, src, f, site.as_ref().zip(lit), param, tail.then_some(fail_with), sub);
+    let text = |lit: Option<&String>, tail: bool| function_text(t, src, f, site.as_ref().zip(lit), param, fail_with, tail, sub);
     let mut out = vec![text(original.as_ref(), false)];
     out.extend(lits.iter().skip(1).map(|lit| text(Some(lit), false)));
     out.extend((0..k).map(|_| text(original.as_ref(), true)));
@@ -522,8 +528,10 @@ const T_PARAM: &str = "execcritict__";
 /// where the real test passes honestly: an exit 0 from inside makes the tail copies pass too, and
 /// probing the binary (running each copy as a subprocess) tells them apart only by passing.
 /// With `subtests` (the parameter's name), the copy judges a subtest: [`subtest_preamble`] first,
-/// and every `<t>.Run(` of the body a call of its wrapper.
-fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)>, param: Option<usize>, tail: Option<&str>, subtests: Option<&str>) -> String {
+/// and every `<t>.Run(` of the body a call of its wrapper. Every copy then registers the cleanup
+/// that ends a skipped test with [`SKIPPED_EXIT`] (registered last, it runs first).
+#[allow(clippy::too_many_arguments)]
+fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)>, param: Option<usize>, p: &str, tail: bool, subtests: Option<&str>) -> String {
     let start = t[f.func].range.start;
     let end = t[f.close].range.end;
     let mut edits = vec![(t[f.name_tok].range.clone(), "__EXECCRITIC_NAME__".to_string())];
@@ -545,11 +553,8 @@ fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)
     }
     let open = t[f.open].range.end;
     let close = t[f.close].range.start;
-    edits.push((open..open, format!("{preamble} func() {{")));
-    let after = match tail {
-        Some(p) => format!("}}(); {p}.Fail() "),
-        None => "}() ".to_string(),
-    };
+    edits.push((open..open, format!("{preamble} {p}.Cleanup(func() {{ if {p}.Skipped() && !{p}.Failed() {{ {OS}.Exit({SKIPPED_EXIT}) }} }}); func() {{")));
+    let after = if tail { format!("}}(); {p}.Fail() ") } else { "}() ".to_string() };
     edits.push((close..close, after));
     edits.sort_by_key(|(r, _)| std::cmp::Reverse(r.start));
     let mut text = src[start..end].to_string();
@@ -580,12 +585,13 @@ fn run_calls(t: &[Token], src: &str, f: &Func, tname: &str) -> Vec<usize> {
 /// copy's own `T` (depth 1; a deeper `Run` passes through), sets a local flag once the subtest's
 /// body returned without failing; a cleanup of the copy — it runs after its parallel subtests —
 /// exits 1 unless the flag is set. The flag is a local the code under test cannot name; a
-/// skipped subtest sets it neither (a judged subtest that skips is not a pass), nor does one
-/// started through a method value (`run := t.Run`): such a test fails, never passes unseen.
+/// subtest started through a method value (`run := t.Run`) never sets it: such a test fails,
+/// never passes unseen. A judged subtest that skips (and did not fail) ends the process with
+/// [`SKIPPED_EXIT`]: skipped, as `go test` reports it.
 fn subtest_preamble(p: &str) -> String {
     format!(
         " var {SEEN} int32; {RUN} := func(r *{TESTING}.T, n string, f func(*{TESTING}.T)) bool {{ if r != {p} {{ return r.Run(n, f) }}; \
-         return r.Run(n, func(s *{TESTING}.T) {{ f(s); if !s.Failed() {{ {ATOMIC}.StoreInt32(&{SEEN}, 1) }} }}) }}; _ = {RUN}; \
+         return r.Run(n, func(s *{TESTING}.T) {{ defer func() {{ if s.Skipped() && !s.Failed() {{ {OS}.Exit({SKIPPED_EXIT}) }} }}(); f(s); if !s.Failed() {{ {ATOMIC}.StoreInt32(&{SEEN}, 1) }} }}) }}; _ = {RUN}; \
          {p}.Cleanup(func() {{ if {ATOMIC}.LoadInt32(&{SEEN}) == 0 {{ {OS}.Exit(1) }} }});"
     )
 }
@@ -782,11 +788,13 @@ func helper(t *testing.T) {}
             };
             let tails = g.mutants.iter().filter(|m| text_of(m).contains("}(); t.Fail() }")).count();
             assert_eq!(tails, 6, "{}", g.name);
-            // Every copy runs its body in the same wrapper; the real test has no tail.
+            // Every copy ends a skip alike and runs its body in the same wrapper; the real test
+            // has no tail.
+            let start = |name: &str| format!("func {name}(t *testing.T) {{ t.Cleanup(func() {{ if t.Skipped() && !t.Failed() {{ {OS}.Exit({SKIPPED_EXIT}) }} }}); func() {{");
             let real_text = text_of(real);
-            assert!(real_text.starts_with(&format!("func {real}(t *testing.T) {{ func() {{")) && real_text.trim_end().ends_with("}() }"), "{real_text}");
+            assert!(real_text.starts_with(&start(real)) && real_text.trim_end().ends_with("}() }"), "{real_text}");
             for m in &g.mutants {
-                assert!(text_of(m).starts_with(&format!("func {m}(t *testing.T) {{ func() {{")), "{m}");
+                assert!(text_of(m).starts_with(&start(m)), "{m}");
             }
         }
         assert!(plan.source.starts_with(&format!("package calc; import ({OS} \"os\"; {TESTING} \"testing\")\n")));

@@ -216,7 +216,7 @@ pub async fn run_guarded_nodes(
         let dir = file.rsplit_once('/').map_or("", |(d, _)| d);
         let bin = &binaries[dir];
         let at = if dir.is_empty() { WORKDIR.to_string() } else { format!("{WORKDIR}/{dir}") };
-        let j = judge_in(sb, &plan.map, limits.per_test, rng, |path| {
+        let j = judge_in(sb, &plan.map, limits.per_test, Some(super::gotest::SKIPPED_EXIT), rng, |path| {
             format!(
                 "cd {} && exec {env} {} -test.run {} -test.count=1 -test.paniconexit0 {}",
                 shell_quote(&at),

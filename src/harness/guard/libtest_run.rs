@@ -311,7 +311,7 @@ pub async fn run_guarded(
             HarnessError::Other(format!("the build listed no test binary for {:?} ({})", f.binary, f.file))
         })?;
         let prefix = if f.module.is_empty() { String::new() } else { format!("{}::", f.module) };
-        let j = judge_in(sb, &plan.map, limits.per_test, rng, |path| {
+        let j = judge_in(sb, &plan.map, limits.per_test, None, rng, |path| {
             format!("exec {env} {} --exact {} --test-threads=1 -q", shell_quote(exe), shell_quote(&format!("{prefix}{path}")))
         })
         .await?;
@@ -321,11 +321,13 @@ pub async fn run_guarded(
 }
 
 /// Run every path of a plan in random order, each as `command(path)` on a throw-away copy of the
-/// built workspace (the status is the process's exit status; past `per_test`, `Error`), and judge.
+/// built workspace (the status is the process's exit status: 0 passed, `skipped_exit` skipped,
+/// any other a failure; past `per_test`, `Error`), and judge.
 pub(super) async fn judge_in(
     sb: &dyn Sandbox,
     map: &super::canary::CanaryMap,
     per_test: Duration,
+    skipped_exit: Option<i32>,
     rng: &mut (impl Rng + Send),
     command: impl Fn(&str) -> String,
 ) -> Result<Judged, HarnessError> {
@@ -348,6 +350,7 @@ pub(super) async fn judge_in(
         let st = match (r.timed_out, r.exit_code) {
             (true, _) => TestStatus::Error,
             (false, Some(0)) => TestStatus::Passed,
+            (false, Some(c)) if Some(c) == skipped_exit => TestStatus::Skipped,
             _ => TestStatus::Failed,
         };
         statuses.insert(path, st);
