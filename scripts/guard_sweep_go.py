@@ -205,7 +205,7 @@ def main():
                      f"| {c['same']} | {c['differs']} | {c['tampered']} | {c['error']} |")
     if problems:
         lines += ["", "Ids that did not keep their outcome (plain outcome, what the guarded run said):", ""]
-        lines += [f"- `{n}` ({p}): {why}" for n, p, why in problems[:80]]
+        lines += [f"- `{n}` ({p}): {why if len(why) <= 300 else why[:300] + ' …'}" for n, p, why in problems[:80]]
         if len(problems) > 80:
             lines.append(f"- … and {len(problems) - 80} more")
     report = "\n".join(lines) + "\n"

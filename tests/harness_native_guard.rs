@@ -1158,6 +1158,9 @@ async fn guarded_go_subtests_run_only_where_the_subtest_ran() {
     assert!(!plain_go_test("base", one) && plain_go_test("gold", "^TestAddCases$/^(n=1|n=2)$"));
     assert!(plain_go_test("renamer", one), "the renamer does not pass plain go test");
     assert!(plain_go_test("base", "^TestAddCases$/^n=9$"), "a subtest that never runs passes plainly");
+    // The argv attack keeps the bug and, in an `init`, rewrites the `-test.run` filter from `n=1`
+    // to `n=0`, a case the bug passes.
+    assert!(plain_go_test("argv", one), "the argv rewrite does not pass plain go test");
     let repo = go_repo("base");
     let Some(sb) = open(repo.path()) else { return };
     let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6, env: vec![] };
@@ -1173,6 +1176,8 @@ async fn guarded_go_subtests_run_only_where_the_subtest_ran() {
         // Its subtests run under other names: the selected ones never run, so they fail (the
         // whole test runs them as renamed, and they fail with the bug).
         ("renamer", [Failed, Failed, Failed]),
+        // The case is written into the copies, not read from the command line it rewrites.
+        ("argv", [Failed, Failed, Failed]),
     ] {
         sb.reset().await.unwrap();
         let imp = std::fs::read(go_fixture().join(format!("imp/{candidate}.go"))).unwrap();
@@ -1199,11 +1204,14 @@ async fn guarded_go_subtests_run_only_where_the_subtest_ran() {
     assert!(!j.violations.is_empty(), "late exit not refused: {j:?}");
 }
 
-/// A test that skips is skipped under the guard, as `go test` says — its look-alikes skip with it —
-/// never passed and never `tampered` (a skipping test once exited 0 with every look-alike beside
-/// it, a false `tampered`: found on google/uuid's TestClockSeqRace by scripts/guard_sweep_go.py).
+/// Honest tests keep the outcome a plain `go test` run gives them (found on real modules by
+/// scripts/guard_sweep_go.py): a test that skips is skipped — its look-alikes skip with it —
+/// never passed and never `tampered` (a skip once exited 0 beside every look-alike: a false
+/// `tampered`, google/uuid's TestClockSeqRace); a subtest that needs what its siblings did
+/// passes where it passes plainly (its copy once ran it alone and failed it: gorilla/mux's
+/// TestMiddleware cases).
 #[tokio::test]
-async fn go_tests_that_skip_are_skipped_under_the_guard() {
+async fn honest_go_tests_keep_their_plain_outcome_under_the_guard() {
     use execcritic::harness::guard::gotest_run::run_guarded_nodes;
     if !go_present() {
         return;
@@ -1212,7 +1220,9 @@ async fn go_tests_that_skip_are_skipped_under_the_guard() {
         func TestSkips(t *testing.T) {\n\tif Add(2, 3) != 5 {\n\t\tt.Fatal(\"add\")\n\t}\n\tt.Skip(\"not here\")\n}\n\n\
         func TestFailsThenSkips(t *testing.T) {\n\tt.Error(\"failed first\")\n\tt.Skip(\"then skipped\")\n}\n\n\
         func TestSubSkips(t *testing.T) {\n\tt.Run(\"skips\", func(t *testing.T) { t.Skip(\"not here\") })\n\
-        \tt.Run(\"runs\", func(t *testing.T) {\n\t\tif Add(1, 1) != 2 {\n\t\t\tt.Fatal(\"add\")\n\t\t}\n\t})\n}\n";
+        \tt.Run(\"runs\", func(t *testing.T) {\n\t\tif Add(1, 1) != 2 {\n\t\t\tt.Fatal(\"add\")\n\t\t}\n\t})\n}\n\n\
+        func TestSeq(t *testing.T) {\n\tcount := 0\n\tt.Run(\"first\", func(t *testing.T) { count = Add(count, 1) })\n\
+        \tt.Run(\"second\", func(t *testing.T) {\n\t\tif count != 1 {\n\t\t\tt.Fatal(\"first did not run\")\n\t\t}\n\t})\n}\n";
     let repo = go_repo("gold");
     std::fs::write(repo.path().join("skip_test.go"), skips).unwrap();
     // Plain `go test -json`: what each id is.
@@ -1228,18 +1238,19 @@ async fn go_tests_that_skip_are_skipped_under_the_guard() {
         .output()
         .unwrap();
     let events = String::from_utf8_lossy(&out.stdout);
-    for (test, action) in [("TestSkips", "skip"), ("TestFailsThenSkips", "fail"), ("TestSubSkips/skips", "skip"), ("TestSubSkips/runs", "pass"), ("TestSubSkips", "pass")] {
+    for (test, action) in [("TestSkips", "skip"), ("TestFailsThenSkips", "fail"), ("TestSubSkips/skips", "skip"), ("TestSubSkips/runs", "pass"), ("TestSubSkips", "pass"), ("TestSeq/second", "pass")] {
         assert!(events.contains(&format!("\"Action\":\"{action}\",\"Package\":\"example.com/calc\",\"Test\":\"{test}\"")), "{test} plainly: {events}");
     }
     commit_base(repo.path());
     let Some(sb) = open(repo.path()) else { return };
     let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6, env: vec![] };
-    let nodes: Vec<String> = [".::TestSkips", ".::TestFailsThenSkips", ".::TestSubSkips/skips", ".::TestSubSkips/runs", ".::TestSubSkips"].iter().map(|s| s.to_string()).collect();
+    let nodes: Vec<String> =
+        [".::TestSkips", ".::TestFailsThenSkips", ".::TestSubSkips/skips", ".::TestSubSkips/runs", ".::TestSubSkips", ".::TestSeq/second"].iter().map(|s| s.to_string()).collect();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
     let GuardedRun::Judged(j) = run_guarded_nodes(&sb, &nodes, &[], &limits, &mut rng).await.unwrap() else { panic!("build failed") };
     assert!(j.violations.is_empty(), "{:?}", j.violations);
     use TestStatus::{Failed, Passed, Skipped};
-    for (id, want) in nodes.iter().zip([Skipped, Failed, Skipped, Passed, Passed]) {
+    for (id, want) in nodes.iter().zip([Skipped, Failed, Skipped, Passed, Passed, Passed]) {
         assert_eq!(j.real[id], want, "{id}: {j:?}");
     }
 }

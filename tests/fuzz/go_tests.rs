@@ -9,11 +9,11 @@
 //!   tokenize is an error, never a rewrite. Every other input also judges subtests (`TestX/a`
 //!   beside `TestX`, and `TestX/b` alone; a test whose subtests cannot be guarded — no `t.Run(`
 //!   in its body, say — is refused by name and planned again without them): the rewrite still
-//!   tokenizes, each run path's function (the part before `/`) is defined once, and a subtest's
-//!   copies run with its case.
+//!   tokenizes, each run path is a copy defined once, and a subtest's copies have its case
+//!   written into them.
 
 use crate::driver::{fuzz, mutated, seeds};
-use execcritic::harness::guard::golex::lex;
+use execcritic::harness::guard::golex::{lex, quote};
 use execcritic::harness::guard::gotest::{plan_file, test_functions};
 use execcritic::harness::guard::libtest::run_paths;
 use proptest::prelude::*;
@@ -97,10 +97,11 @@ fn gotest_plan_mutated_seeds() {
         let text = |i: usize| tokens.get(i).map_or("", |t| t.text(&plan.source));
         for g in plan.map.groups.iter().filter(|g| g.name.contains('/')) {
             let case = g.name.split_once('/').map(|(_, c)| c).unwrap_or_default();
-            prop_assert!(g.real.iter().chain(&g.mutants).all(|p| p.split_once('/').map(|(_, c)| c) == Some(case)), "{:?}", g);
+            prop_assert!(g.real.iter().chain(&g.mutants).all(|p| !p.contains('/')), "{:?}", g);
+            prop_assert!(plan.source.contains(&format!("+\"/\"+{} {{", quote(case, '"'))), "{:?}", g);
         }
         for p in run_paths(&plan.map) {
-            let p = p.split_once('/').map_or(p.as_str(), |(f, _)| f);
+            let p = p.as_str();
             if p.starts_with("TestX") && p.len() == 21 {
                 let defs = (0..tokens.len()).filter(|&i| text(i) == "func" && text(i + 1) == p && text(i + 2) == "(").count();
                 prop_assert_eq!(defs, 1, "{}", p);

@@ -33,11 +33,12 @@
 //!    passed, every mutant must have failed and the controls must have come out as written.
 //!
 //! 4. **Subtests** (judged names `TestX/case`): a filter that matches no subtest runs the parent
-//!    and passes, and the subtest's name may be made by the code under test. The copies that
-//!    judge subtests — one set per test function, shared by its cases, apart from the set that
-//!    judges the whole test — route the parent's `t.Run` through a local wrapper and exit 1 in a
-//!    cleanup unless the selected subtest's body returned unfailed ([`subtest_preamble`]); each
-//!    copy runs as `-test.run '^<copy>$/^<case>$'` ([`super::gotest_run::run_filter`]).
+//!    and passes, the subtest's name may be made by the code under test, and the code can rewrite
+//!    the `-test.run` filter (`os.Args`, in an `init`) before `testing` reads it. Each judged
+//!    subtest has its own set of copies, apart from the set that judges the whole test, with the
+//!    case written into them: they run whole (`-test.run '^<copy>$'`, every sibling as in a
+//!    plain run), route the parent's `t.Run` through a local wrapper, and exit in a cleanup, 0
+//!    only if the subtest of that name returned unfailed ([`subtest_preamble`]).
 //!
 //! A test whose name the file uses elsewhere (`var _ = TestX`, a call from another test) keeps
 //! its function as written, never run by the guard, and gets its renamed copies beside it. Tests
@@ -61,6 +62,7 @@ const KEYWORDS: [&str; 25] = [
 const OS: &str = "execcriticos__";
 const TESTING: &str = "execcritictesting__";
 const ATOMIC: &str = "execcriticatomic__";
+const SYSCALL: &str = "execcriticsyscall__";
 /// The locals of a copy that judges a subtest ([`subtest_preamble`]).
 const SEEN: &str = "execcriticseen__";
 const RUN: &str = "execcriticrun__";
@@ -193,30 +195,23 @@ pub fn plan_file(file: &str, source: &str, judged: &[String], k: usize, rng: &mu
         }
         if whole {
             let mut group = Group { path: file.to_string(), name: want.to_string(), ..Group::default() };
-            let plan = plan_function(&t, source, f, k, false, rng);
+            let plan = plan_function(&t, source, f, k, None, rng);
             match plan {
                 Err(why) => group.why = Some(why),
                 Ok((variants, why)) => texts.push(name_copies(&mut group, variants, why, rng, fresh_name)),
             }
             map.groups.push(group);
         }
-        if !cases.is_empty() {
-            // A subtest is judged only by copies that see it run ([`subtest_preamble`]): one
-            // that cannot be renamed is the caller's error, never run unguarded.
-            let plan = plan_function(&t, source, f, k, true, rng);
+        // Each judged subtest has a set of copies of its own, the case written into them
+        // ([`subtest_preamble`]); one that cannot be renamed is the caller's error, never run
+        // unguarded.
+        for case in cases {
+            let plan = plan_function(&t, source, f, k, Some(case), rng);
             let (variants, why) = plan.map_err(|why| format!("{file}: `{want}` cannot be guarded for its subtests: {why}"))?;
-            let mut group = Group { path: file.to_string(), name: want.to_string(), ..Group::default() };
+            let mut group = Group { path: file.to_string(), name: format!("{want}/{case}"), ..Group::default() };
             texts.push(name_copies(&mut group, variants, why, rng, fresh_name));
+            map.groups.push(group);
             subtests_planned = true;
-            for case in cases {
-                let sub = |name: &String| format!("{name}/{case}");
-                map.groups.push(Group {
-                    name: format!("{want}/{case}"),
-                    real: group.real.as_ref().map(sub),
-                    mutants: group.mutants.iter().map(sub).collect(),
-                    ..group.clone()
-                });
-            }
         }
         if texts.len() > usize::from(referenced) {
             edits.push((t[f.func].range.start..t[f.close].range.end, texts.join("\n\n")));
@@ -232,7 +227,7 @@ pub fn plan_file(file: &str, source: &str, judged: &[String], k: usize, rng: &mu
         }
         let at = source.len();
         edits.push((at..at, controls));
-        let atomic = if subtests_planned { format!("; {ATOMIC} \"sync/atomic\"") } else { String::new() };
+        let atomic = if subtests_planned { format!("; {ATOMIC} \"sync/atomic\"; {SYSCALL} \"syscall\"") } else { String::new() };
         edits.push((package_end..package_end, format!("; import ({OS} \"os\"; {TESTING} \"testing\"{atomic})")));
     }
     edits.sort_by_key(|(r, _)| std::cmp::Reverse(r.start));
@@ -342,8 +337,9 @@ const FAILS: [&str; 6] = ["Error", "Errorf", "Fatal", "Fatalf", "Fail", "FailNow
 
 /// Plan one test function: its texts, each named `__EXECCRITIC_NAME__` — the real test first,
 /// then its look-alikes — and, where it has no literal assertion to mutate, why (its look-alikes
-/// are then the tail copies alone). `Err`: it cannot be renamed (not `(t *testing.T)`).
-fn plan_function(t: &[Token], src: &str, f: &Func, k: usize, subtests: bool, rng: &mut impl Rng) -> Result<(Vec<String>, Option<String>), String> {
+/// are then the tail copies alone). With `subtest` (a case, as go prints it), the copies judge
+/// that subtest. `Err`: it cannot be renamed (not `(t *testing.T)`).
+fn plan_function(t: &[Token], src: &str, f: &Func, k: usize, subtest: Option<&str>, rng: &mut impl Rng) -> Result<(Vec<String>, Option<String>), String> {
     // `(t *testing.T)`: the name the body fails through.
     let p = &t[f.params.clone()];
     let tname = match p {
@@ -353,7 +349,7 @@ fn plan_function(t: &[Token], src: &str, f: &Func, k: usize, subtests: bool, rng
     // A subtest is judged by the wrapper its parent's `t.Run(` calls; one started elsewhere
     // (testify's `suite.Run(t, s)` runs each method through `t.Run` in library code) would
     // never set the flag and fail for every candidate, the fix included: not a verdict.
-    if subtests && run_calls(t, src, f, tname).is_empty() {
+    if subtest.is_some() && run_calls(t, src, f, tname).is_empty() {
         return Err(format!("its body starts no subtest with `{tname}.Run(` (subtests started in other code, such as testify's `suite.Run`, cannot be seen to run)"));
     }
     let planned = find_site(t, src, f, tname).and_then(|site| {
@@ -368,8 +364,7 @@ fn plan_function(t: &[Token], src: &str, f: &Func, k: usize, subtests: bool, rng
     // The tail copies fail through the parameter: a blank one gets a name of ours in every copy.
     let param = (tname == "_").then_some(f.params.start);
     let fail_with = if tname == "_" { T_PARAM } else { tname };
-    let sub = subtests.then_some(fail_with);
-    let text = |lit: Option<&String>, tail: bool| function_text(t, src, f, site.as_ref().zip(lit), param, fail_with, tail, sub);
+    let text = |lit: Option<&String>, tail: bool| function_text(t, src, f, site.as_ref().zip(lit), param, fail_with, tail, subtest);
     let mut out = vec![text(original.as_ref(), false)];
     out.extend(lits.iter().skip(1).map(|lit| text(Some(lit), false)));
     out.extend((0..k).map(|_| text(original.as_ref(), true)));
@@ -527,17 +522,18 @@ const T_PARAM: &str = "execcritict__";
 /// exit from inside), a tail copy and the real test end alike — same status, same output — except
 /// where the real test passes honestly: an exit 0 from inside makes the tail copies pass too, and
 /// probing the binary (running each copy as a subprocess) tells them apart only by passing.
-/// With `subtests` (the parameter's name), the copy judges a subtest: [`subtest_preamble`] first,
-/// and every `<t>.Run(` of the body a call of its wrapper. Every copy then registers the cleanup
-/// that ends a skipped test with [`SKIPPED_EXIT`] (registered last, it runs first).
+/// With `subtest` (a case), the copy judges that subtest: [`subtest_preamble`] first, every
+/// `<t>.Run(` of the body a call of its wrapper, and a tail copy fails the subtest, not the
+/// parent, after its body. Every copy then registers the cleanup that ends a skipped test with
+/// [`SKIPPED_EXIT`] (registered last, it runs first).
 #[allow(clippy::too_many_arguments)]
-fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)>, param: Option<usize>, p: &str, tail: bool, subtests: Option<&str>) -> String {
+fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)>, param: Option<usize>, p: &str, tail: bool, subtest: Option<&str>) -> String {
     let start = t[f.func].range.start;
     let end = t[f.close].range.end;
     let mut edits = vec![(t[f.name_tok].range.clone(), "__EXECCRITIC_NAME__".to_string())];
     let mut preamble = String::new();
-    if let Some(p) = subtests {
-        preamble = subtest_preamble(p);
+    if let Some(case) = subtest {
+        preamble = subtest_preamble(p, case, tail);
         let tname = t[f.params.start].text(src);
         for j in run_calls(t, src, f, tname) {
             edits.push((t[j].range.start..t[j + 3].range.end, format!("{RUN}({tname}, ")));
@@ -554,7 +550,7 @@ fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)
     let open = t[f.open].range.end;
     let close = t[f.close].range.start;
     edits.push((open..open, format!("{preamble} {p}.Cleanup(func() {{ if {p}.Skipped() && !{p}.Failed() {{ {OS}.Exit({SKIPPED_EXIT}) }} }}); func() {{")));
-    let after = if tail { format!("}}(); {p}.Fail() ") } else { "}() ".to_string() };
+    let after = if tail && subtest.is_none() { format!("}}(); {p}.Fail() ") } else { "}() ".to_string() };
     edits.push((close..close, after));
     edits.sort_by_key(|(r, _)| std::cmp::Reverse(r.start));
     let mut text = src[start..end].to_string();
@@ -578,21 +574,32 @@ fn run_calls(t: &[Token], src: &str, f: &Func, tname: &str) -> Vec<usize> {
         .collect()
 }
 
-/// What a copy that judges a subtest runs before its body (`p`: its `*testing.T`'s name). The run
-/// selects the subtest by name (`-test.run '^<copy>$/^<case>$'`); a name the code under test
-/// makes (`t.Run(tc.String(), …)`) can miss the filter, and a parent whose subtests all miss
-/// runs none and passes. So the copy's `t.Run` goes through a local wrapper that, called on the
-/// copy's own `T` (depth 1; a deeper `Run` passes through), sets a local flag once the subtest's
-/// body returned without failing; a cleanup of the copy — it runs after its parallel subtests —
-/// exits 1 unless the flag is set. The flag is a local the code under test cannot name; a
-/// subtest started through a method value (`run := t.Run`) never sets it: such a test fails,
-/// never passes unseen. A judged subtest that skips (and did not fail) ends the process with
-/// [`SKIPPED_EXIT`]: skipped, as `go test` reports it.
-fn subtest_preamble(p: &str) -> String {
+/// What a copy that judges the subtest `case` runs before its body (`p`: its `*testing.T`'s
+/// name). The copy runs whole — every subtest, in order, as a plain run does, so a subtest that
+/// needs what its siblings did (a counter, a router they set up) runs as it does there — and
+/// only the judged one decides. A subtest's name is often made by the code under test
+/// (`t.Run(tc.String(), …)`), and the code can rewrite `os.Args` in an `init` before `testing`
+/// reads its `-test.run` filter: neither may choose which subtest is judged. So the copy's
+/// `t.Run` goes through a local wrapper that, called on the copy's own `T` (depth 1; a deeper
+/// `Run` passes through), compares the subtest's full name with the copy's own name and the
+/// case written into the copy, and for that one subtest sets a local flag once its body
+/// returned without failing (a tail copy fails it after its body instead); a cleanup of the
+/// copy — registered first, it runs last, after parallel subtests — exits 0 if the flag is set
+/// and 1 otherwise, whatever the siblings did. The flag is a local the code under test cannot
+/// name, the copy's name comes from the test table `go test` compiled, and the exit 0 is
+/// `syscall.Exit` (`-test.paniconexit0` makes the code's own `os.Exit(0)` a failure; a raw exit
+/// 0 from the code ends the tail copies alike). A judged subtest that does not run, or is
+/// started through a method value (`run := t.Run`), fails; one that skips (and did not fail)
+/// ends the process with [`SKIPPED_EXIT`]: skipped, as `go test` reports it.
+fn subtest_preamble(p: &str, case: &str, tail: bool) -> String {
+    let want = quote(case, '"');
+    let done = if tail { "s.Fail()" } else { "" };
     format!(
         " var {SEEN} int32; {RUN} := func(r *{TESTING}.T, n string, f func(*{TESTING}.T)) bool {{ if r != {p} {{ return r.Run(n, f) }}; \
-         return r.Run(n, func(s *{TESTING}.T) {{ defer func() {{ if s.Skipped() && !s.Failed() {{ {OS}.Exit({SKIPPED_EXIT}) }} }}(); f(s); if !s.Failed() {{ {ATOMIC}.StoreInt32(&{SEEN}, 1) }} }}) }}; _ = {RUN}; \
-         {p}.Cleanup(func() {{ if {ATOMIC}.LoadInt32(&{SEEN}) == 0 {{ {OS}.Exit(1) }} }});"
+         return r.Run(n, func(s *{TESTING}.T) {{ if s.Name() != {p}.Name()+\"/\"+{want} {{ f(s); return }}; \
+         defer func() {{ if s.Skipped() && !s.Failed() {{ {OS}.Exit({SKIPPED_EXIT}) }} }}(); f(s); {done}; \
+         if !s.Failed() {{ {ATOMIC}.StoreInt32(&{SEEN}, 1) }} }}) }}; _ = {RUN}; \
+         {p}.Cleanup(func() {{ if {ATOMIC}.LoadInt32(&{SEEN}) == 1 {{ {SYSCALL}.Exit(0) }}; {OS}.Exit(1) }});"
     )
 }
 
@@ -827,23 +834,39 @@ func helper(t *testing.T) {}
         let names: Vec<&str> = plan.map.groups.iter().map(|g| g.name.as_str()).collect();
         assert_eq!(names, ["TestCases", "TestCases/a(1)", "TestCases/b"]);
         let (whole, a, b) = (&plan.map.groups[0], &plan.map.groups[1], &plan.map.groups[2]);
-        // The subtests share one set of copies, run with their case; the whole test has its own.
-        let copy = |g: &Group| g.real.clone().unwrap();
-        assert_eq!(copy(a).split_once('/').unwrap(), (copy(b).split_once('/').unwrap().0, "a(1)"));
-        assert!(!copy(whole).contains('/') && copy(whole) != copy(a).split_once('/').unwrap().0);
-        assert_eq!(a.mutants.len(), 12, "a literal to mutate: 6 look-alikes and 6 tails");
-        for (m, n) in a.mutants.iter().zip(&b.mutants) {
-            assert_eq!(m.split_once('/').unwrap().0, n.split_once('/').unwrap().0);
-            assert!(m.ends_with("/a(1)") && n.ends_with("/b"));
+        // Each subtest has copies of its own, apart from the whole test's; they run whole.
+        let copies = |g: &Group| -> Vec<String> { g.real.iter().chain(&g.mutants).cloned().collect() };
+        let all: Vec<String> = [whole, a, b].iter().flat_map(|g| copies(g)).collect();
+        assert_eq!(all.len(), 3 * 13, "a literal to mutate: 6 look-alikes and 6 tails each");
+        assert!(all.iter().all(|c| !c.contains('/')) && all.iter().collect::<std::collections::BTreeSet<_>>().len() == all.len());
+        // The case is written into its copies (Go string syntax), compared with the full name.
+        let text_of = |name: &str| {
+            let at = plan.source.find(&format!("func {name}(")).unwrap();
+            let rest = &plan.source[at..];
+            rest[..rest[1..].find("\n\nfunc ").map_or(rest.len(), |n| n + 1)].to_string()
+        };
+        for (g, case) in [(a, "\"a(1)\""), (b, "\"b\"")] {
+            for c in copies(g) {
+                assert!(text_of(&c).contains(&format!("if s.Name() != t.Name()+\"/\"+{case} {{ f(s); return }}")), "{c}");
+            }
+            // The tails fail the judged subtest after its body; the real copy and the literal
+            // look-alikes do not.
+            let tails = copies(g).iter().filter(|c| text_of(c).contains("f(s); s.Fail();")).count();
+            assert_eq!(tails, 6);
+            assert!(!text_of(g.real.as_ref().unwrap()).contains("s.Fail()"));
         }
-        // 13 copies judge the subtests and 13 the whole test: only the first kind has the flag.
-        assert_eq!(plan.source.matches(&format!("var {SEEN} int32;")).count(), 13, "{}", plan.source);
-        assert_eq!(plan.source.matches(&format!("t.Cleanup(func() {{ if {ATOMIC}.LoadInt32(&{SEEN}) == 0 {{ {OS}.Exit(1) }} }});")).count(), 13);
+        // 26 copies judge subtests and 13 the whole test: only the first kind has the flag, and
+        // ends in the cleanup, 0 only when the flag is set.
+        assert_eq!(plan.source.matches(&format!("var {SEEN} int32;")).count(), 26, "{}", plan.source);
+        let exit = format!("t.Cleanup(func() {{ if {ATOMIC}.LoadInt32(&{SEEN}) == 1 {{ {SYSCALL}.Exit(0) }}; {OS}.Exit(1) }});");
+        assert_eq!(plan.source.matches(&exit).count(), 26);
         // In those, the parent's `t.Run(` calls the wrapper, with the receiver; a field's does not.
-        assert_eq!(plan.source.matches(&format!("{RUN}(t, c.name, func")).count(), 13);
-        assert_eq!(plan.source.matches(&format!("{RUN}(t, \"deeper\"")).count(), 13);
-        assert_eq!(plan.source.matches("x.t.Run(\"field\"").count(), 26);
-        assert!(plan.source.starts_with(&format!("package p; import ({OS} \"os\"; {TESTING} \"testing\"; {ATOMIC} \"sync/atomic\")\n")));
+        assert_eq!(plan.source.matches(&format!("{RUN}(t, c.name, func")).count(), 26);
+        assert_eq!(plan.source.matches(&format!("{RUN}(t, \"deeper\"")).count(), 26);
+        assert_eq!(plan.source.matches("x.t.Run(\"field\"").count(), 39);
+        assert!(plan.source.starts_with(&format!(
+            "package p; import ({OS} \"os\"; {TESTING} \"testing\"; {ATOMIC} \"sync/atomic\"; {SYSCALL} \"syscall\")\n"
+        )));
         assert!(lex(&plan.source).is_ok());
         // Lines of the code that stays are kept.
         let line_of = |text: &str| text.lines().position(|l| l.contains("\"deeper\"")).unwrap();
