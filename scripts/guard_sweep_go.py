@@ -30,6 +30,7 @@ import collections
 import datetime
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -132,6 +133,7 @@ def main():
     ap.add_argument("--work", default="/tmp/guard-sweep")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--write", default=None)
+    ap.add_argument("--report-only", action="store_true", help="report on the grade results already in --work")
     a = ap.parse_args()
     binary = os.path.abspath(a.bin)
     os.makedirs(a.work, exist_ok=True)
@@ -152,12 +154,13 @@ def main():
     with open(preds, "w") as f:
         f.writelines(json.dumps({"instance_id": t["instance_id"], "model_patch": ""}) + "\n" for t in all_tasks)
     out = os.path.join(a.work, "grade")
-    shutil.rmtree(out, ignore_errors=True)
     graded_at = time.time()
-    g = subprocess.run([binary, "grade", "--tasks", tasks_path, "--predictions", preds, "--out", out,
-                        "--workers", str(a.workers)], capture_output=True, text=True)
-    if not os.path.exists(os.path.join(out, "results.jsonl")):
-        sys.exit(f"execcritic grade wrote no results ({g.returncode}):\n{g.stderr[-3000:]}")
+    if not a.report_only:
+        shutil.rmtree(out, ignore_errors=True)
+        g = subprocess.run([binary, "grade", "--tasks", tasks_path, "--predictions", preds, "--out", out,
+                            "--workers", str(a.workers)], capture_output=True, text=True)
+        if not os.path.exists(os.path.join(out, "results.jsonl")):
+            sys.exit(f"execcritic grade wrote no results ({g.returncode}):\n{g.stderr[-3000:]}")
     grade_s = time.time() - graded_at
     results = [json.loads(l) for l in open(os.path.join(out, "results.jsonl")) if l.strip()]
     by_task = {r["instance_id"]: r for r in results}
@@ -192,7 +195,8 @@ def main():
         "## Run: the `go test` guard on real modules, every test as it is",
         "",
         f"- date: {when}, commit `{commit}`; {go}; `execcritic grade` of the empty patch, local sandbox, "
-        f"{len(all_tasks)} tasks, {a.workers} workers, {grade_s:.0f} s (whole run {time.time() - started:.0f} s)",
+        f"{len(all_tasks)} tasks, {a.workers} workers"
+        + ("" if a.report_only else f", {grade_s:.0f} s (whole run {time.time() - started:.0f} s)"),
         "- one task per top-level test and one per test with subtests (its depth-1 subtests); "
         "plain outcome: `go test -json -count=1 -vet=off ./...` on the same tree (the guarded build runs no vet either); "
         "ids: `Test` functions and their depth-1 subtests (examples, benchmarks, fuzz targets are not ids)",
@@ -204,10 +208,15 @@ def main():
         lines.append(f"| {module} | {c['tests']} | {c['subtests']} | {c['plain_pass']} / {c['plain_fail']} / {c['plain_skip']} "
                      f"| {c['same']} | {c['differs']} | {c['tampered']} | {c['error']} |")
     if problems:
-        lines += ["", "Ids that did not keep their outcome (plain outcome, what the guarded run said):", ""]
-        lines += [f"- `{n}` ({p}): {why if len(why) <= 300 else why[:300] + ' …'}" for n, p, why in problems[:80]]
-        if len(problems) > 80:
-            lines.append(f"- … and {len(problems) - 80} more")
+        # One line per kind of difference (names in backquotes, hex run names and numbers folded).
+        kinds = collections.OrderedDict()
+        for node, was, why in problems:
+            key = (was, re.sub(r"TestX[0-9a-f]{16}", "TestX…", re.sub(r"`[^`]*`", "`…`", why))[:300])
+            kinds.setdefault(key, []).append(node)
+        lines += ["", "Ids that did not keep their outcome, by kind (plain outcome: what the guarded run said):", ""]
+        for (was, why), nodes in kinds.items():
+            shown = ", ".join(f"`{n}`" for n in nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+            lines.append(f"- {len(nodes)} id{'s' if len(nodes) > 1 else ''} ({was}: {why}): {shown}")
     report = "\n".join(lines) + "\n"
     print(report)
     if a.write:

@@ -1209,7 +1209,8 @@ async fn guarded_go_subtests_run_only_where_the_subtest_ran() {
 /// never passed and never `tampered` (a skip once exited 0 beside every look-alike: a false
 /// `tampered`, google/uuid's TestClockSeqRace); a subtest that needs what its siblings did
 /// passes where it passes plainly (its copy once ran it alone and failed it: gorilla/mux's
-/// TestMiddleware cases).
+/// TestMiddleware cases); a test that keys what it expects by its own name (`t.Name()`, as
+/// go-cmp's TestDiff does its golden diffs) finds it under the renamed copies.
 #[tokio::test]
 async fn honest_go_tests_keep_their_plain_outcome_under_the_guard() {
     use execcritic::harness::guard::gotest_run::run_guarded_nodes;
@@ -1221,6 +1222,9 @@ async fn honest_go_tests_keep_their_plain_outcome_under_the_guard() {
         func TestFailsThenSkips(t *testing.T) {\n\tt.Error(\"failed first\")\n\tt.Skip(\"then skipped\")\n}\n\n\
         func TestSubSkips(t *testing.T) {\n\tt.Run(\"skips\", func(t *testing.T) { t.Skip(\"not here\") })\n\
         \tt.Run(\"runs\", func(t *testing.T) {\n\t\tif Add(1, 1) != 2 {\n\t\t\tt.Fatal(\"add\")\n\t\t}\n\t})\n}\n\n\
+        var golden = map[string]int{\"TestByName\": 4, \"TestByName/sub\": 6}\n\n\
+        func TestByName(t *testing.T) {\n\tif Add(2, 2) != golden[t.Name()] {\n\t\tt.Fatal(t.Name())\n\t}\n\
+        \tt.Run(\"sub\", func(t *testing.T) {\n\t\tif Add(3, 3) != golden[t.Name()] {\n\t\t\tt.Fatal(t.Name())\n\t\t}\n\t})\n}\n\n\
         func TestSeq(t *testing.T) {\n\tcount := 0\n\tt.Run(\"first\", func(t *testing.T) { count = Add(count, 1) })\n\
         \tt.Run(\"second\", func(t *testing.T) {\n\t\tif count != 1 {\n\t\t\tt.Fatal(\"first did not run\")\n\t\t}\n\t})\n}\n";
     let repo = go_repo("gold");
@@ -1238,19 +1242,22 @@ async fn honest_go_tests_keep_their_plain_outcome_under_the_guard() {
         .output()
         .unwrap();
     let events = String::from_utf8_lossy(&out.stdout);
-    for (test, action) in [("TestSkips", "skip"), ("TestFailsThenSkips", "fail"), ("TestSubSkips/skips", "skip"), ("TestSubSkips/runs", "pass"), ("TestSubSkips", "pass"), ("TestSeq/second", "pass")] {
+    for (test, action) in [("TestSkips", "skip"), ("TestFailsThenSkips", "fail"), ("TestSubSkips/skips", "skip"), ("TestSubSkips/runs", "pass"), ("TestSubSkips", "pass"), ("TestSeq/second", "pass"), ("TestByName", "pass"), ("TestByName/sub", "pass")] {
         assert!(events.contains(&format!("\"Action\":\"{action}\",\"Package\":\"example.com/calc\",\"Test\":\"{test}\"")), "{test} plainly: {events}");
     }
     commit_base(repo.path());
     let Some(sb) = open(repo.path()) else { return };
     let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6, env: vec![] };
     let nodes: Vec<String> =
-        [".::TestSkips", ".::TestFailsThenSkips", ".::TestSubSkips/skips", ".::TestSubSkips/runs", ".::TestSubSkips", ".::TestSeq/second"].iter().map(|s| s.to_string()).collect();
+        [".::TestSkips", ".::TestFailsThenSkips", ".::TestSubSkips/skips", ".::TestSubSkips/runs", ".::TestSubSkips", ".::TestSeq/second", ".::TestByName", ".::TestByName/sub"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
     let GuardedRun::Judged(j) = run_guarded_nodes(&sb, &nodes, &[], &limits, &mut rng).await.unwrap() else { panic!("build failed") };
     assert!(j.violations.is_empty(), "{:?}", j.violations);
     use TestStatus::{Failed, Passed, Skipped};
-    for (id, want) in nodes.iter().zip([Skipped, Failed, Skipped, Passed, Passed, Passed]) {
+    for (id, want) in nodes.iter().zip([Skipped, Failed, Skipped, Passed, Passed, Passed, Passed, Passed]) {
         assert_eq!(j.real[id], want, "{id}: {j:?}");
     }
 }

@@ -63,6 +63,9 @@ const OS: &str = "execcriticos__";
 const TESTING: &str = "execcritictesting__";
 const ATOMIC: &str = "execcriticatomic__";
 const SYSCALL: &str = "execcriticsyscall__";
+const STRINGS: &str = "execcriticstrings__";
+/// Where a copy's text names itself; [`super::libtest::name_copies`] writes its run name there.
+pub(super) const SELF: &str = "__EXECCRITIC_SELF__";
 /// The locals of a copy that judges a subtest ([`subtest_preamble`]).
 const SEEN: &str = "execcriticseen__";
 const RUN: &str = "execcriticrun__";
@@ -225,10 +228,12 @@ pub fn plan_file(file: &str, source: &str, judged: &[String], k: usize, rng: &mu
             controls.push_str(&format!("\n\nfunc {name}(_ *{TESTING}.T) {{ {body} }}\n"));
             map.controls.push(Control { path: file.to_string(), cls: None, name, expect: expect.into() });
         }
+        // The `strings` import is used whether or not a copy reads its name.
+        controls.push_str(&format!("\nvar _ = {STRINGS}.Replace\n"));
         let at = source.len();
         edits.push((at..at, controls));
         let atomic = if subtests_planned { format!("; {ATOMIC} \"sync/atomic\"; {SYSCALL} \"syscall\"") } else { String::new() };
-        edits.push((package_end..package_end, format!("; import ({OS} \"os\"; {TESTING} \"testing\"{atomic})")));
+        edits.push((package_end..package_end, format!("; import ({OS} \"os\"; {STRINGS} \"strings\"; {TESTING} \"testing\"{atomic})")));
     }
     edits.sort_by_key(|(r, _)| std::cmp::Reverse(r.start));
     let mut out = source.to_string();
@@ -539,6 +544,14 @@ fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)
             edits.push((t[j].range.start..t[j + 3].range.end, format!("{RUN}({tname}, ")));
         }
     }
+    // A test that reads its own name (`t.Name()`: golden files keyed by it, names in its
+    // messages) reads the one it was written with: every copy maps its run name back, so no
+    // copy tells another apart by it.
+    let own = quote(&f.name, '"');
+    for j in name_calls(t, src, f, p) {
+        let x = t[j].text(src);
+        edits.push((t[j].range.start..t[j + 4].range.end, format!("{STRINGS}.Replace({x}.Name(), \"{SELF}\", {own}, 1)")));
+    }
     if let Some(at) = param {
         edits.push((t[at].range.clone(), T_PARAM.to_string()));
     }
@@ -558,6 +571,35 @@ fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)
         text.replace_range(r.start - start..r.end - start, &with);
     }
     text
+}
+
+/// The first tokens of every `<x>.Name()` call of the body where `x` is the test's `*testing.T`
+/// (`p`, its name in the copy) or one a function literal of the body declares (`func(x
+/// *testing.T)`, a subtest's).
+fn name_calls(t: &[Token], src: &str, f: &Func, p: &str) -> Vec<usize> {
+    let mut ts: Vec<&str> = vec![p, t[f.params.start].text(src)];
+    for j in f.open + 1..f.close.saturating_sub(4) {
+        let decl = t[j].kind == Kind::Ident
+            && matches!(t[j - 1].text(src), "(" | ",")
+            && t[j + 1].text(src) == "*"
+            && t[j + 2].text(src) == "testing"
+            && t[j + 3].text(src) == "."
+            && t[j + 4].text(src) == "T";
+        if decl {
+            ts.push(t[j].text(src));
+        }
+    }
+    (f.open + 1..f.close.saturating_sub(4))
+        .filter(|&j| {
+            t[j].kind == Kind::Ident
+                && ts.contains(&t[j].text(src))
+                && t[j - 1].text(src) != "."
+                && t[j + 1].text(src) == "."
+                && t[j + 2].text(src) == "Name"
+                && t[j + 3].text(src) == "("
+                && t[j + 4].text(src) == ")"
+        })
+        .collect()
 }
 
 /// The first tokens of every `<tname>.Run(` call of the body (not a field's `x.t.Run(`).
@@ -804,7 +846,7 @@ func helper(t *testing.T) {}
                 assert!(text_of(m).starts_with(&start(m)), "{m}");
             }
         }
-        assert!(plan.source.starts_with(&format!("package calc; import ({OS} \"os\"; {TESTING} \"testing\")\n")));
+        assert!(plan.source.starts_with(&format!("package calc; import ({OS} \"os\"; {STRINGS} \"strings\"; {TESTING} \"testing\")\n")));
         assert_eq!(plan.map.controls.len(), 2);
         // Line numbers of the code that stays are kept.
         let at = |s: &str, needle: &str| s[..s.find(needle).unwrap()].lines().count();
@@ -865,7 +907,7 @@ func helper(t *testing.T) {}
         assert_eq!(plan.source.matches(&format!("{RUN}(t, \"deeper\"")).count(), 26);
         assert_eq!(plan.source.matches("x.t.Run(\"field\"").count(), 39);
         assert!(plan.source.starts_with(&format!(
-            "package p; import ({OS} \"os\"; {TESTING} \"testing\"; {ATOMIC} \"sync/atomic\"; {SYSCALL} \"syscall\")\n"
+            "package p; import ({OS} \"os\"; {STRINGS} \"strings\"; {TESTING} \"testing\"; {ATOMIC} \"sync/atomic\"; {SYSCALL} \"syscall\")\n"
         )));
         assert!(lex(&plan.source).is_ok());
         // Lines of the code that stays are kept.
@@ -889,6 +931,25 @@ func helper(t *testing.T) {}
         assert!(plan_file("p_test.go", suite, &["TestSuite".to_string()], 6, &mut rng).is_ok());
         let blank = "package p\n\nfunc TestB(_ *testing.T) {\n\tcheck()\n}\n";
         assert!(plan_file("p_test.go", blank, &["TestB/x".to_string()], 6, &mut rng).is_err());
+    }
+
+    #[test]
+    fn copies_read_the_name_the_test_was_written_with() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(4);
+        let src = "package p\n\nfunc TestGolden(t *testing.T) {\n\tif got := F(); got != golden[t.Name()] {\n\t\tt.Fatal(t.Name())\n\t}\n\tt.Run(\"c\", func(s *testing.T) { check(s.Name(), x.t.Name(), u.Name()) })\n}\n";
+        let plan = plan_file("g_test.go", src, &["TestGolden".into(), "TestGolden/c".into()], 6, &mut rng).unwrap();
+        let copies: Vec<String> = plan.map.groups.iter().flat_map(|g| g.real.iter().chain(&g.mutants).cloned()).collect();
+        assert_eq!(copies.len(), 14, "no literal to mutate: the real copy and 6 tails each");
+        for c in &copies {
+            let at = plan.source.find(&format!("func {c}(")).unwrap();
+            let text = &plan.source[at..at + plan.source[at..].find("\n\nfunc ").unwrap_or(plan.source.len() - at)];
+            // Its own T's and its subtests' `Name()` map the run name back; others stay.
+            for x in ["t", "s"] {
+                assert!(text.contains(&format!("{STRINGS}.Replace({x}.Name(), \"{c}\", \"TestGolden\", 1)")), "{x} in {text}");
+            }
+            assert!(text.contains("x.t.Name()") && text.contains(", u.Name())") && !text.contains(SELF), "{text}");
+        }
+        assert!(plan.source.contains(&format!("var _ = {STRINGS}.Replace")) && lex(&plan.source).is_ok());
     }
 
     #[test]

@@ -282,7 +282,7 @@ pub(super) fn name_copies<R: Rng>(
     let mut texts = Vec::new();
     for (i, text) in variants.into_iter().enumerate() {
         let run_name = fresh(rng);
-        texts.push(text.replacen("__EXECCRITIC_NAME__", &run_name, 1));
+        texts.push(text.replacen("__EXECCRITIC_NAME__", &run_name, 1).replace(super::gotest::SELF, &run_name));
         if i == 0 {
             group.real = Some(run_name);
         } else {
