@@ -1023,20 +1023,25 @@ fn go_repo(candidate: &str) -> tempfile::TempDir {
 /// Plain `go test -count=1 -run <regex> .` on a copy with `candidate`, offline: did it exit 0?
 fn plain_go_test(candidate: &str, regex: &str) -> bool {
     let dir = go_repo(candidate);
-    let cache = tempfile::tempdir().unwrap();
     let _ = std::fs::remove_file("/tmp/.calc-first-run");
-    let out = Command::new("go")
-        .args(["test", "-count=1", "-run", regex, "."])
+    let out = plain_go(dir.path(), &["test", "-count=1", "-run", regex, "."]);
+    let _ = std::fs::remove_file("/tmp/.calc-first-run");
+    out.status.success()
+}
+
+/// `go <args>` in `dir`, offline, with a build cache of its own.
+fn plain_go(dir: &Path, args: &[&str]) -> std::process::Output {
+    let cache = tempfile::tempdir().unwrap();
+    Command::new("go")
+        .args(args)
         .env("GOCACHE", cache.path().join("cache"))
         .env("GOPATH", cache.path().join("path"))
         .env("GOPROXY", "off")
         .env("GOFLAGS", "")
         .env("GOTOOLCHAIN", "local")
-        .current_dir(dir.path())
+        .current_dir(dir)
         .output()
-        .unwrap();
-    let _ = std::fs::remove_file("/tmp/.calc-first-run");
-    out.status.success()
+        .unwrap()
 }
 
 #[tokio::test]
@@ -1230,17 +1235,7 @@ async fn honest_go_tests_keep_their_plain_outcome_under_the_guard() {
     let repo = go_repo("gold");
     std::fs::write(repo.path().join("skip_test.go"), skips).unwrap();
     // Plain `go test -json`: what each id is.
-    let cache = tempfile::tempdir().unwrap();
-    let out = Command::new("go")
-        .args(["test", "-json", "-count=1", "-vet=off", "."])
-        .env("GOCACHE", cache.path().join("cache"))
-        .env("GOPATH", cache.path().join("path"))
-        .env("GOPROXY", "off")
-        .env("GOFLAGS", "")
-        .env("GOTOOLCHAIN", "local")
-        .current_dir(repo.path())
-        .output()
-        .unwrap();
+    let out = plain_go(repo.path(), &["test", "-json", "-count=1", "-vet=off", "."]);
     let events = String::from_utf8_lossy(&out.stdout);
     for (test, action) in [("TestSkips", "skip"), ("TestFailsThenSkips", "fail"), ("TestSubSkips/skips", "skip"), ("TestSubSkips/runs", "pass"), ("TestSubSkips", "pass"), ("TestSeq/second", "pass"), ("TestByName", "pass"), ("TestByName/sub", "pass")] {
         assert!(events.contains(&format!("\"Action\":\"{action}\",\"Package\":\"example.com/calc\",\"Test\":\"{test}\"")), "{test} plainly: {events}");
