@@ -571,6 +571,32 @@ fn open(repo: &Path) -> Option<LocalSandbox> {
     Some(sb)
 }
 
+/// Files of every size around the reader's chunk, and far over it, come out of the sandbox
+/// byte-exact (binary included). A 1 MiB file failed every time under the old `tail | head`
+/// reader (SIGPIPE under pipefail); files over one chunk failed now and then — pflag's 37 KB
+/// `flag_test.go` among them. (An integration test: as root it leases a sandbox uid, which the
+/// library's own uid test must not race with.)
+#[tokio::test]
+async fn files_are_read_out_of_the_sandbox_byte_exact_whatever_their_size() {
+    use execcritic::harness::guard::libtest_run::{read_path, CHUNK};
+    use rand::RngCore;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    let repo = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for n in [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 5, 1 << 20] {
+        let mut b = vec![0u8; n];
+        rng.fill_bytes(&mut b);
+        std::fs::write(repo.path().join(format!("f{n}.bin")), &b).unwrap();
+        files.push((format!("f{n}.bin"), b));
+    }
+    commit_base(repo.path());
+    let sb = sandbox_of(repo.path());
+    for (name, bytes) in &files {
+        assert_eq!(&read_path(&sb, &format!("/testbed/{name}")).await.unwrap(), bytes, "{name}");
+    }
+    assert!(read_path(&sb, "/testbed/missing.bin").await.is_err());
+}
+
 fn judged_files() -> Vec<JudgedFile> {
     vec![
         JudgedFile {
