@@ -47,7 +47,7 @@
 
 use super::canary::{CanaryMap, Control, Group};
 use super::golex::{lex, matching, quote, unquote, Kind, Token};
-use super::libtest::{int_bound, name_copies, neighbours, FilePlan};
+use super::libtest::{int_bound, name_copies, neighbours, FilePlan, SELF};
 use rand::Rng;
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -64,8 +64,6 @@ const TESTING: &str = "execcritictesting__";
 const ATOMIC: &str = "execcriticatomic__";
 const SYSCALL: &str = "execcriticsyscall__";
 const STRINGS: &str = "execcriticstrings__";
-/// Where a copy's text names itself; [`super::libtest::name_copies`] writes its run name there.
-pub(super) const SELF: &str = "__EXECCRITIC_SELF__";
 /// The locals of a copy that judges a subtest ([`subtest_preamble`]).
 const SEEN: &str = "execcriticseen__";
 const RUN: &str = "execcriticrun__";
