@@ -13,7 +13,10 @@
 //! reads its weights, so the part that stays in the last-level cache counts as it does in decode.
 //! Threads: `RAYON_NUM_THREADS` (the script sets the same count for torch). ISA path:
 //! `EXECCRITIC_CPU_PATH` (see `execcritic::tensor::cpu_path`). With `EXECCRITIC_PROFILE=1` it also
-//! prints per-op times of each phase to stderr.
+//! prints per-op times of each phase to stderr. `--prefill-only N` runs the prefill N times and
+//! stops (no decode, kernels or bandwidth), for `perf record`. Heap policy:
+//! `EXECCRITIC_HEAP=system` keeps the C library's defaults (see `execcritic::tensor::host_heap`);
+//! the JSON says which was used.
 
 use execcritic::model::{ForwardOptions, LogitsMode, Model, SeqInput};
 use execcritic::tensor::cpu::matmul_t;
@@ -121,8 +124,10 @@ fn main() {
     // Prefill: one sequence of `prefill` tokens.
     let ids = tokens(prefill, 1, vocab);
     profile::take();
+    let only = arg(&args, "--prefill-only", 0);
     let mut wall = 0.0;
-    let prefill_s = best_of(2, || {
+    let runs = if only > 0 { only } else { 2 };
+    let prefill_s = best_of(runs, || {
         let mut st = model.new_state();
         let t = Instant::now();
         model
@@ -132,7 +137,11 @@ fn main() {
         wall += dt;
         dt
     });
-    print_profile("prefill", 2, wall);
+    print_profile("prefill", runs, wall);
+    if only > 0 {
+        println!("{}", serde_json::json!({ "prefill_tokens": prefill, "prefill_tok_s": prefill as f64 / prefill_s }));
+        return;
+    }
 
     // Decode: `b` sequences with a `prompt`-token prefill (untimed), then `steps` batched steps.
     let mut decode = Vec::new();
@@ -207,6 +216,7 @@ fn main() {
         "cpu_path_flops_per_cycle": path.flops_per_cycle(),
         "cpu_path_f32_flops_per_cycle": path.f32_flops_per_cycle(),
         "bf16_activations": format!("{:?}", cpu_path::bf16_activations()),
+        "heap": execcritic::tensor::host_heap::retain_freed_memory().name(),
         "stream_read_gb_s": stream_gb_s,
         "stream_step_bytes": stream_bytes,
         "stream_read_step_gb_s": stream_step_gb_s,

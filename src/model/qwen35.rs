@@ -41,6 +41,8 @@ impl Model {
 
     /// Build from any [`WeightSource`] (a checkpoint, or the trainer's lent parameters).
     pub fn from_source(cfg: ModelConfig, ck: &mut dyn WeightSource) -> Result<Self> {
+        // The forward pass frees and reallocates its buffers every layer: keep them (see the module).
+        crate::tensor::host_heap::retain_freed_memory();
         let stack = Stack::load(&cfg, &mut SourceLoader(ck))?;
         let rope = Rope::new(cfg.rotary_dim, cfg.rope_theta);
         Ok(Model { cfg, stack, rope })

@@ -142,18 +142,24 @@ pub(super) fn column_panels(n: usize, threads: usize, step: usize, max: usize, f
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 unsafe fn pack_x(x: &[f32], m: usize, k: usize, ip: usize, dst: *mut u32) {
     let kh = k.div_ceil(2);
-    let mut row = vec![0u32; kh.div_ceil(16) * 16];
+    let ld = kh.div_ceil(16) * 16;
+    // The panel's rows rounded to pair words, as 16 rows of `ld` (rows past `m` and past `MR`
+    // stay zero), then transposed 16 words at a time into `dst` (`MR` lanes of each column).
+    let mut rows = vec![0u32; 16 * ld];
     for i in 0..MR {
         let r = ip * MR + i;
-        if r >= m {
-            for q in 0..kh {
-                *dst.add(q * MR + i) = 0;
-            }
-            continue;
+        if r < m {
+            round_row(&x[r * k..(r + 1) * k], &mut rows[i * ld..(i + 1) * ld]);
         }
-        round_row(&x[r * k..(r + 1) * k], &mut row);
-        for (q, wd) in row[..kh].iter().enumerate() {
-            *dst.add(q * MR + i) = *wd;
+    }
+    let mut block = [0u32; 16 * 16];
+    let lanes: __mmask16 = (1 << MR) - 1;
+    for q0 in (0..kh).step_by(16) {
+        // Bit patterns moved as f32 (shuffles only, bit-exact).
+        super::cpu_avx512::transpose16(rows.as_ptr().add(q0) as *const f32, ld, block.as_mut_ptr() as *mut f32, 16);
+        for t in 0..16.min(kh - q0) {
+            let v = _mm512_loadu_si512(block.as_ptr().add(t * 16) as *const _);
+            _mm512_mask_storeu_epi32(dst.add((q0 + t) * MR) as *mut i32, lanes, v);
         }
     }
 }

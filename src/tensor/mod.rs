@@ -19,6 +19,7 @@ pub mod emu;
 pub mod expert_parallel;
 pub mod gemm_amx;
 pub mod gemm_bf16;
+pub mod host_heap;
 pub mod kernel_audit;
 pub mod kernel_store;
 pub mod kernels;

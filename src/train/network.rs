@@ -117,6 +117,8 @@ impl StackLoader<TrainWeights> for ParamLoader<'_> {
 impl TrainModel {
     /// Load a Hugging Face folder as f32 master parameters (fused experts are split per expert).
     pub fn load(dir: &Path) -> Result<Self> {
+        // Forward and backward free and reallocate their buffers every layer: keep them.
+        crate::tensor::host_heap::retain_freed_memory();
         let cfg = ModelConfig::from_dir(dir)?;
         let mut ck = Checkpoint::open(dir)?;
         let mut store = ParamStore::default();
