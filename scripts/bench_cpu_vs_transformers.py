@@ -212,7 +212,7 @@ def main():
         hf = {name: bench_hf(m) for name, m in variants.items()}
         loads.append(f"{os.getloadavg()[0]:.1f} after transformers ({dtype})")
         names = list(hf)
-        t = [f"**{dtype} checkpoint** (ours: weight matrices in {ours.get('weights', '?')})", "",
+        t = [f"**{dtype} checkpoint** (ours: weight matrices in {ours.get('weights', '?')}, heap policy `{ours.get('heap', '?')}`)", "",
              "| measure | execcritic | " + " | ".join(f"transformers {n}" for n in names) + " | ratio |",
              "|---|---|" + "---|" * len(names) + "---|"]
         if rounded:
