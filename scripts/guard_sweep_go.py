@@ -6,7 +6,7 @@ For each Go module given (a directory, e.g. a Debian golang-*-dev package unpack
 `dpkg-deb -x`), this script
   1. copies it into a git repository with one root commit (a go.mod is written where the package
      ships none: `module <import path>`),
-  2. runs plain `go test -json -count=1 -vet=off ./...` there (the guarded build skips vet too) (offline, GOFLAGS=-mod=mod GOPROXY=off) and
+  2. runs plain `go test -json -count=1 ./...` there (vet as go test runs it; the guarded build vets the files as written) (offline, GOFLAGS=-mod=mod GOPROXY=off) and
      keeps every top-level test's and every depth-1 subtest's outcome (pass, fail, skip),
   3. writes one task per top-level test (`FAIL_TO_PASS` = that test) and one per test with
      subtests (`FAIL_TO_PASS` = its depth-1 subtests) and grades the empty patch with
@@ -90,7 +90,7 @@ def is_test_name(name):
 def plain_outcomes(tree, module):
     """{node id: pass|fail|skip} of a plain `go test -json -count=1 ./...`: top-level tests and
     depth-1 subtests (ids as the runner writes them: `./dir::TestX`, `./dir::TestX/case`)."""
-    r = run(["go", "test", "-json", "-count=1", "-vet=off", "./..."], tree, check=False, timeout=1800)
+    r = run(["go", "test", "-json", "-count=1", "./..."], tree, check=False, timeout=1800)
     out = {}
     for line in r.stdout.splitlines():
         try:
@@ -198,7 +198,7 @@ def main():
         f"{len(all_tasks)} tasks, {a.workers} workers"
         + ("" if a.report_only else f", {grade_s:.0f} s (whole run {time.time() - started:.0f} s)"),
         "- one task per top-level test and one per test with subtests (its depth-1 subtests); "
-        "plain outcome: `go test -json -count=1 -vet=off ./...` on the same tree (the guarded build runs no vet either); "
+        "plain outcome: `go test -json -count=1 ./...` on the same tree (go test's default vet checks; the guarded build runs them on the files as written); "
         "ids: `Test` functions and their depth-1 subtests (examples, benchmarks, fuzz targets are not ids)",
         "",
         "| module | tests | subtests | plain pass / fail / skip | same outcome guarded | differs | tampered | harness error |",

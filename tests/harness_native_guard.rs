@@ -1139,6 +1139,21 @@ async fn guarded_go_runs_in_the_local_sandbox() {
     sb.put_file("/testbed/calc.go", b"package calc\n\nfunc Add(a, b int) int { return a + }\n").await.unwrap();
     let r = run_guarded_nodes(&sb, &nodes, &[], &limits, &mut rng).await.unwrap();
     assert!(matches!(&r, GuardedRun::BuildFailed { output } if output.contains("syntax error")), "{r:?}");
+    // The fix with a `go vet` finding (a format verb for the wrong type): plain `go test` runs its
+    // default vet checks and fails the package ("[build failed]") though the tests would pass, so
+    // the guard's build (which vets the files as written) fails too — not a pass.
+    let vetted = format!("{}\nfunc debug(n int) string {{ return fmt.Sprintf(\"%d\", \"n\") }}\n", std::fs::read_to_string(go_fixture().join("imp/gold.go")).unwrap().replace("import \"strconv\"", "import (\n\t\"fmt\"\n\t\"strconv\"\n)"));
+    let plain_dir = go_repo("gold");
+    std::fs::write(plain_dir.path().join("calc.go"), &vetted).unwrap();
+    let plain = plain_go(plain_dir.path(), &["test", "-count=1", "-run", "^TestAdd$", "."]);
+    let said = String::from_utf8_lossy(&plain.stdout).to_string() + &String::from_utf8_lossy(&plain.stderr);
+    assert!(!plain.status.success() && said.contains("[build failed]") && said.contains("wrong type"), "{said}");
+    let unvetted = plain_go(plain_dir.path(), &["test", "-count=1", "-vet=off", "-run", "^TestAdd$", "."]);
+    assert!(unvetted.status.success(), "without vet the fix passes: {unvetted:?}");
+    sb.reset().await.unwrap();
+    sb.put_file("/testbed/calc.go", vetted.as_bytes()).await.unwrap();
+    let r = run_guarded_nodes(&sb, &nodes, &flags, &limits, &mut rng).await.unwrap();
+    assert!(matches!(&r, GuardedRun::BuildFailed { output } if output.contains("wrong type")), "{r:?}");
     // A node that names no test function is the caller's error, not a verdict.
     sb.reset().await.unwrap();
     let missing = run_guarded_nodes(&sb, &[".::TestMissing".to_string()], &[], &limits, &mut rng).await;

@@ -4,11 +4,13 @@
 //! 1. **Plan**: each node `./dir::TestX` (a subtest `./dir::TestX/case` by its `TestX`) is found
 //!    among the package directory's `_test.go` files (read out of the sandbox byte-exact); each
 //!    file with judged tests is rewritten on the host and written back.
-//! 2. **Build**: `go test -c -vet=off -o <random dir>/<n>.test ./dir` per package, offline
-//!    ([`go_env`]: `GOPROXY=off`, `GOFLAGS=-mod=mod` against the environment's module cache
-//!    where it has one, `CGO_ENABLED=0`, `GOTOOLCHAIN=local`, no user configuration). A build
-//!    that fails is [`GuardedRun::BuildFailed`] — unless the files as written build, then the
-//!    rewrite broke them: an infrastructure error.
+//! 2. **Build**, offline ([`go_env`]: `GOPROXY=off`, `GOFLAGS=-mod=mod` against the
+//!    environment's module cache where it has one, `CGO_ENABLED=0`, `GOTOOLCHAIN=local`, no user
+//!    configuration). First the files as written, `go test -c -o /dev/null ./dir` per package:
+//!    `go test`'s own build with its default `go vet` checks (a vet finding fails the package
+//!    there, so it is [`GuardedRun::BuildFailed`] here too, as is any other build failure).
+//!    Then the rewrite, `go test -c -vet=off -o <random dir>/<n>.test ./dir` (vet judged the
+//!    files as written); where that fails, the rewrite broke them: an infrastructure error.
 //! 3. **Put back**: the judged files as they were.
 //! 4. **Run**: every real test, mutant and control, in random order, each in its own process
 //!    (`<bin> -test.run '^TestX…$' -test.count=1 -test.paniconexit0`, `'^TestX…$/^case$'` for
@@ -164,44 +166,58 @@ pub async fn run_guarded_nodes(
         for (file, tests) in files {
             let inside: Vec<String> = tests.iter().map(|(_, n)| n.clone()).collect();
             let plan = plan_file(file, &texts[file], &inside, limits.mutants, rng).map_err(HarnessError::Other)?;
-            sb.put_file(&format!("{WORKDIR}/{file}"), plan.source.as_bytes()).await?;
             planned.push((file.clone(), plan));
         }
     }
-    // 2. Build, one binary per package, into a directory of a random name.
+    // 2. Build. First the files as written, as `go test` builds them — with its default `go vet`
+    // checks, whose failure fails the package ("[build failed]") — discarding the binaries (no
+    // code runs). Then the rewrite, one binary per package into a directory of a random name,
+    // with vet off: vet judged the files as written, not the guard's copies.
     let modcache = sb.exec(&format!("test -d {GO_MODCACHE}"), Duration::from_secs(30)).await?.exit_code == Some(0);
-    let out_dir = format!("{WORKDIR}/.execcritic-go-{:016x}", rng.random::<u64>());
     let build_words: Vec<String> = build_flags.iter().map(|a| shell_quote(a)).collect();
+    let go_build = |vet: &str, out: &str, pkg: &str| {
+        format!(
+            " && {{ {} go test -c {vet} {} -o {} {} > /tmp/.execcritic-go-build.log 2>&1 || {{ tail -c 8000 /tmp/.execcritic-go-build.log; exit 1; }}; }}",
+            go_env(modcache),
+            build_words.join(" "),
+            shell_quote(out),
+            shell_quote(pkg)
+        )
+    };
+    let pkg_arg = |dir: &str| if dir.is_empty() { ".".to_string() } else { format!("./{dir}") };
+    let mut plain = format!("cd {WORKDIR}");
+    for dir in packages.keys() {
+        plain.push_str(&go_build("", "/dev/null", &pkg_arg(dir)));
+    }
+    let as_written = sb.exec(&plain, limits.build).await?;
+    if as_written.timed_out {
+        return Ok(GuardedRun::BuildFailed { output: format!("the build ran past {:?}", limits.build) });
+    }
+    if as_written.exit_code != Some(0) {
+        return Ok(GuardedRun::BuildFailed { output: as_written.output });
+    }
+    for (file, plan) in &planned {
+        sb.put_file(&format!("{WORKDIR}/{file}"), plan.source.as_bytes()).await?;
+    }
+    let out_dir = format!("{WORKDIR}/.execcritic-go-{:016x}", rng.random::<u64>());
     let mut build = format!("mkdir {} && cd {WORKDIR}", shell_quote(&out_dir));
     let mut binaries = BTreeMap::new();
     for (i, dir) in packages.keys().enumerate() {
         let bin = format!("{out_dir}/{i}.test");
-        let pkg = if dir.is_empty() { ".".to_string() } else { format!("./{dir}") };
-        build.push_str(&format!(
-            " && {{ {} go test -c -vet=off {} -o {} {} > /tmp/.execcritic-go-build.log 2>&1 || {{ tail -c 8000 /tmp/.execcritic-go-build.log; exit 1; }}; }}",
-            go_env(modcache),
-            build_words.join(" "),
-            shell_quote(&bin),
-            shell_quote(&pkg)
-        ));
+        build.push_str(&go_build("-vet=off", &bin, &pkg_arg(dir)));
         binaries.insert(dir.clone(), bin);
     }
     let built = sb.exec(&build, limits.build).await?;
     if built.timed_out || built.exit_code != Some(0) {
         put_back(sb, &planned, &texts).await?;
+        let _ = sb.exec(&format!("rm -rf {}", shell_quote(&out_dir)), Duration::from_secs(60)).await;
         if built.timed_out {
             return Ok(GuardedRun::BuildFailed { output: format!("the build ran past {:?}", limits.build) });
         }
-        let _ = sb.exec(&format!("rm -rf {}", shell_quote(&out_dir)), Duration::from_secs(60)).await;
-        let plain = sb.exec(&build, limits.build).await?;
-        let _ = sb.exec(&format!("rm -rf {}", shell_quote(&out_dir)), Duration::from_secs(60)).await;
-        if plain.exit_code == Some(0) {
-            return Err(HarnessError::Other(format!(
-                "the guard's rewrite of the judged tests does not compile, while the tests as written do:\n{}",
-                built.output
-            )));
-        }
-        return Ok(GuardedRun::BuildFailed { output: built.output });
+        return Err(HarnessError::Other(format!(
+            "the guard's rewrite of the judged tests does not compile, while the tests as written do:\n{}",
+            built.output
+        )));
     }
     // 3. Put back.
     put_back(sb, &planned, &texts).await?;
