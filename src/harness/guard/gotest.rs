@@ -36,7 +36,10 @@
 //!    and passes, the subtest's name may be made by the code under test, and the code can rewrite
 //!    the `-test.run` filter (`os.Args`, in an `init`) before `testing` reads it. Each judged
 //!    subtest has its own set of copies, apart from the set that judges the whole test, with the
-//!    case written into them: they run whole (`-test.run '^<copy>$'`, every sibling as in a
+//!    case written into them (each copy calls one of a set of bodies shared by the test's judged
+//!    subtests, the case a parameter: a table-driven test is copied once, not once per case;
+//!    go-cmp's 112 judged `TestOptions` cases made a rewrite the compiler ran out of 4 GiB on):
+//!    they run whole (`-test.run '^<copy>$'`, every sibling as in a
 //!    plain run), route the parent's `t.Run` through a local wrapper, and exit in a cleanup, 0
 //!    only if the subtest of that name returned unfailed ([`subtest_preamble`]).
 //!
@@ -47,7 +50,8 @@
 
 use super::canary::{CanaryMap, Control, Group};
 use super::golex::{lex, matching, quote, unquote, Kind, Token};
-use super::libtest::{int_bound, name_copies, neighbours, FilePlan, SELF};
+use super::libtest::{int_bound, name_copies, neighbours, FilePlan};
+use rand::seq::SliceRandom;
 use rand::Rng;
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -67,6 +71,10 @@ const STRINGS: &str = "execcriticstrings__";
 /// The locals of a copy that judges a subtest ([`subtest_preamble`]).
 const SEEN: &str = "execcriticseen__";
 const RUN: &str = "execcriticrun__";
+/// The parameter through which a body of copies that judge subtests gets its case.
+const CASE: &str = "execcriticcase__";
+/// The local every copy keeps its own run name in (for the name calls it maps back).
+const NAMED: &str = "execcriticnamed__";
 
 /// The exit status of a copy whose test skipped (`t.Skip`, its judged subtest's `s.Skip`): every
 /// copy exits with it from a cleanup, so a test that skips comes out skipped, as `go test` says,
@@ -196,22 +204,33 @@ pub fn plan_file(file: &str, source: &str, judged: &[String], k: usize, rng: &mu
         }
         if whole {
             let mut group = Group { path: file.to_string(), name: want.to_string(), ..Group::default() };
-            let plan = plan_function(&t, source, f, k, None, rng);
+            let plan = plan_function(&t, source, f, k, false, rng);
             match plan {
                 Err(why) => group.why = Some(why),
                 Ok((variants, why)) => texts.push(name_copies(&mut group, variants, why, rng, fresh_name)),
             }
             map.groups.push(group);
         }
-        // Each judged subtest has a set of copies of its own, the case written into them
-        // ([`subtest_preamble`]); one that cannot be renamed is the caller's error, never run
-        // unguarded.
-        for case in cases {
-            let plan = plan_function(&t, source, f, k, Some(case), rng);
-            let (variants, why) = plan.map_err(|why| format!("{file}: `{want}` cannot be guarded for its subtests: {why}"))?;
-            let mut group = Group { path: file.to_string(), name: format!("{want}/{case}"), ..Group::default() };
-            texts.push(name_copies(&mut group, variants, why, rng, fresh_name));
-            map.groups.push(group);
+        // The judged subtests share one set of bodies — the real one, its look-alikes and tails,
+        // each taking the case as a parameter ([`subtest_preamble`]) — and each subtest has a set
+        // of copies of its own that call them with its case written in: a large table-driven test
+        // is copied once, not once per judged case. One that cannot be renamed is the caller's
+        // error, never run unguarded.
+        if !cases.is_empty() {
+            let plan = plan_function(&t, source, f, k, true, rng);
+            let (bodies, why) = plan.map_err(|why| format!("{file}: `{want}` cannot be guarded for its subtests: {why}"))?;
+            let names: Vec<String> = bodies.iter().map(|_| body_name(rng)).collect();
+            let mut named: Vec<String> = bodies.iter().zip(&names).map(|(b, n)| b.replacen("__EXECCRITIC_NAME__", n, 1)).collect();
+            // The real body first keeps the lines of the code that stays; the rest in random order.
+            named[1..].shuffle(rng);
+            texts.extend(named);
+            for case in cases {
+                let lit = quote(case, '"');
+                let wrappers = names.iter().map(|n| format!("func __EXECCRITIC_NAME__({T_PARAM} *{TESTING}.T) {{ {n}({T_PARAM}, {lit}) }}")).collect();
+                let mut group = Group { path: file.to_string(), name: format!("{want}/{case}"), ..Group::default() };
+                texts.push(name_copies(&mut group, wrappers, why.clone(), rng, fresh_name));
+                map.groups.push(group);
+            }
             subtests_planned = true;
         }
         if texts.len() > usize::from(referenced) {
@@ -342,7 +361,7 @@ const FAILS: [&str; 6] = ["Error", "Errorf", "Fatal", "Fatalf", "Fail", "FailNow
 /// then its look-alikes — and, where it has no literal assertion to mutate, why (its look-alikes
 /// are then the tail copies alone). With `subtest` (a case, as go prints it), the copies judge
 /// that subtest. `Err`: it cannot be renamed (not `(t *testing.T)`).
-fn plan_function(t: &[Token], src: &str, f: &Func, k: usize, subtest: Option<&str>, rng: &mut impl Rng) -> Result<(Vec<String>, Option<String>), String> {
+fn plan_function(t: &[Token], src: &str, f: &Func, k: usize, subtests: bool, rng: &mut impl Rng) -> Result<(Vec<String>, Option<String>), String> {
     // `(t *testing.T)`: the name the body fails through.
     let p = &t[f.params.clone()];
     let tname = match p {
@@ -352,7 +371,7 @@ fn plan_function(t: &[Token], src: &str, f: &Func, k: usize, subtest: Option<&st
     // A subtest is judged by the wrapper its parent's `t.Run(` calls; one started elsewhere
     // (testify's `suite.Run(t, s)` runs each method through `t.Run` in library code) would
     // never set the flag and fail for every candidate, the fix included: not a verdict.
-    if subtest.is_some() && run_calls(t, src, f, tname).is_empty() {
+    if subtests && run_calls(t, src, f, tname).is_empty() {
         return Err(format!("its body starts no subtest with `{tname}.Run(` (subtests started in other code, such as testify's `suite.Run`, cannot be seen to run)"));
     }
     let planned = find_site(t, src, f, tname).and_then(|site| {
@@ -367,7 +386,7 @@ fn plan_function(t: &[Token], src: &str, f: &Func, k: usize, subtest: Option<&st
     // The tail copies fail through the parameter: a blank one gets a name of ours in every copy.
     let param = (tname == "_").then_some(f.params.start);
     let fail_with = if tname == "_" { T_PARAM } else { tname };
-    let text = |lit: Option<&String>, tail: bool| function_text(t, src, f, site.as_ref().zip(lit), param, fail_with, tail, subtest);
+    let text = |lit: Option<&String>, tail: bool| function_text(t, src, f, site.as_ref().zip(lit), param, fail_with, tail, subtests);
     let mut out = vec![text(original.as_ref(), false)];
     out.extend(lits.iter().skip(1).map(|lit| text(Some(lit), false)));
     out.extend((0..k).map(|_| text(original.as_ref(), true)));
@@ -530,13 +549,16 @@ const T_PARAM: &str = "execcritict__";
 /// parent, after its body. Every copy then registers the cleanup that ends a skipped test with
 /// [`SKIPPED_EXIT`] (registered last, it runs first).
 #[allow(clippy::too_many_arguments)]
-fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)>, param: Option<usize>, p: &str, tail: bool, subtest: Option<&str>) -> String {
+fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)>, param: Option<usize>, p: &str, tail: bool, subtests: bool) -> String {
     let start = t[f.func].range.start;
     let end = t[f.close].range.end;
     let mut edits = vec![(t[f.name_tok].range.clone(), "__EXECCRITIC_NAME__".to_string())];
-    let mut preamble = String::new();
-    if let Some(case) = subtest {
-        preamble = subtest_preamble(p, case, tail);
+    // Its own run name, for the name calls below (read before any code of the body runs).
+    let mut preamble = format!(" {NAMED} := {p}.Name(); _ = {NAMED};");
+    if subtests {
+        let last = t[f.params.end - 1].range.end;
+        edits.push((last..last, format!(", {CASE} string")));
+        preamble.push_str(&subtest_preamble(p, CASE, tail));
         let tname = t[f.params.start].text(src);
         for j in run_calls(t, src, f, tname) {
             edits.push((t[j].range.start..t[j + 3].range.end, format!("{RUN}({tname}, ")));
@@ -548,7 +570,7 @@ fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)
     let own = quote(&f.name, '"');
     for j in name_calls(t, src, f, p) {
         let x = t[j].text(src);
-        edits.push((t[j].range.start..t[j + 4].range.end, format!("{STRINGS}.Replace({x}.Name(), \"{SELF}\", {own}, 1)")));
+        edits.push((t[j].range.start..t[j + 4].range.end, format!("{STRINGS}.Replace({x}.Name(), {NAMED}, {own}, 1)")));
     }
     if let Some(at) = param {
         edits.push((t[at].range.clone(), T_PARAM.to_string()));
@@ -561,7 +583,7 @@ fn function_text(t: &[Token], src: &str, f: &Func, site: Option<(&Site, &String)
     let open = t[f.open].range.end;
     let close = t[f.close].range.start;
     edits.push((open..open, format!("{preamble} {p}.Cleanup(func() {{ if {p}.Skipped() && !{p}.Failed() {{ {OS}.Exit({SKIPPED_EXIT}) }} }}); func() {{")));
-    let after = if tail && subtest.is_none() { format!("}}(); {p}.Fail() ") } else { "}() ".to_string() };
+    let after = if tail && !subtests { format!("}}(); {p}.Fail() ") } else { "}() ".to_string() };
     edits.push((close..close, after));
     edits.sort_by_key(|(r, _)| std::cmp::Reverse(r.start));
     let mut text = src[start..end].to_string();
@@ -614,15 +636,16 @@ fn run_calls(t: &[Token], src: &str, f: &Func, tname: &str) -> Vec<usize> {
         .collect()
 }
 
-/// What a copy that judges the subtest `case` runs before its body (`p`: its `*testing.T`'s
-/// name). The copy runs whole — every subtest, in order, as a plain run does, so a subtest that
+/// What a copy that judges a subtest runs before its body (`p`: its `*testing.T`'s name; `case`:
+/// the expression of the case — the body's parameter, which the copy's wrapper calls it with,
+/// the case written into the wrapper as a Go string). The copy runs whole — every subtest, in order, as a plain run does, so a subtest that
 /// needs what its siblings did (a counter, a router they set up) runs as it does there — and
 /// only the judged one decides. A subtest's name is often made by the code under test
 /// (`t.Run(tc.String(), …)`), and the code can rewrite `os.Args` in an `init` before `testing`
 /// reads its `-test.run` filter: neither may choose which subtest is judged. So the copy's
 /// `t.Run` goes through a local wrapper that, called on the copy's own `T` (depth 1; a deeper
 /// `Run` passes through), compares the subtest's full name with the copy's own name and the
-/// case written into the copy, and for that one subtest sets a local flag once its body
+/// case written into the copy's wrapper, and for that one subtest sets a local flag once its body
 /// returned without failing (a tail copy fails it after its body instead); a cleanup of the
 /// copy — registered first, it runs last, after parallel subtests — exits 0 if the flag is set
 /// and 1 otherwise, whatever the siblings did. The flag is a local the code under test cannot
@@ -632,7 +655,7 @@ fn run_calls(t: &[Token], src: &str, f: &Func, tname: &str) -> Vec<usize> {
 /// started through a method value (`run := t.Run`), fails; one that skips (and did not fail)
 /// ends the process with [`SKIPPED_EXIT`]: skipped, as `go test` reports it.
 fn subtest_preamble(p: &str, case: &str, tail: bool) -> String {
-    let want = quote(case, '"');
+    let want = case;
     let done = if tail { "s.Fail()" } else { "" };
     format!(
         " var {SEEN} int32; {RUN} := func(r *{TESTING}.T, n string, f func(*{TESTING}.T)) bool {{ if r != {p} {{ return r.Run(n, f) }}; \
@@ -708,6 +731,11 @@ fn mutate(original: &str, kind: Kind, k: usize, rng: &mut impl Rng) -> Result<Ve
     let mut all = vec![original.to_string()];
     all.extend(others);
     Ok(all)
+}
+
+/// A random name for a body of copies that judge subtests (not a test: no `Test` prefix).
+fn body_name<R: Rng>(rng: &mut R) -> String {
+    format!("execcriticbody{:016x}__", rng.random::<u64>())
 }
 
 /// A random test name of one shape for every copy: `TestX` and 16 hex digits.
@@ -837,7 +865,7 @@ func helper(t *testing.T) {}
             assert_eq!(tails, 6, "{}", g.name);
             // Every copy ends a skip alike and runs its body in the same wrapper; the real test
             // has no tail.
-            let start = |name: &str| format!("func {name}(t *testing.T) {{ t.Cleanup(func() {{ if t.Skipped() && !t.Failed() {{ {OS}.Exit({SKIPPED_EXIT}) }} }}); func() {{");
+            let start = |name: &str| format!("func {name}(t *testing.T) {{ {NAMED} := t.Name(); _ = {NAMED}; t.Cleanup(func() {{ if t.Skipped() && !t.Failed() {{ {OS}.Exit({SKIPPED_EXIT}) }} }}); func() {{");
             let real_text = text_of(real);
             assert!(real_text.starts_with(&start(real)) && real_text.trim_end().ends_with("}() }"), "{real_text}");
             for m in &g.mutants {
@@ -879,31 +907,43 @@ func helper(t *testing.T) {}
         let all: Vec<String> = [whole, a, b].iter().flat_map(|g| copies(g)).collect();
         assert_eq!(all.len(), 3 * 13, "a literal to mutate: 6 look-alikes and 6 tails each");
         assert!(all.iter().all(|c| !c.contains('/')) && all.iter().collect::<std::collections::BTreeSet<_>>().len() == all.len());
-        // The case is written into its copies (Go string syntax), compared with the full name.
+        // The case is written into its copies (Go string syntax); each calls one of 13 bodies
+        // shared by the judged subtests, which compares it with the full name.
         let text_of = |name: &str| {
             let at = plan.source.find(&format!("func {name}(")).unwrap();
             let rest = &plan.source[at..];
             rest[..rest[1..].find("\n\nfunc ").map_or(rest.len(), |n| n + 1)].to_string()
         };
+        let body_of = |copy: &str| {
+            let text = text_of(copy);
+            let name = text.split("{ ").nth(1).unwrap().split('(').next().unwrap().to_string();
+            assert!(name.starts_with("execcriticbody"), "{text}");
+            name
+        };
+        let mut bodies = std::collections::BTreeSet::new();
         for (g, case) in [(a, "\"a(1)\""), (b, "\"b\"")] {
             for c in copies(g) {
-                assert!(text_of(&c).contains(&format!("if s.Name() != t.Name()+\"/\"+{case} {{ f(s); return }}")), "{c}");
+                assert_eq!(text_of(&c).trim_end(), format!("func {c}({T_PARAM} *{TESTING}.T) {{ {}({T_PARAM}, {case}) }}", body_of(&c)));
+                let body = text_of(&body_of(&c));
+                assert!(body.contains(&format!("(t *testing.T, {CASE} string)")), "{body}");
+                assert!(body.contains(&format!("if s.Name() != t.Name()+\"/\"+{CASE} {{ f(s); return }}")), "{body}");
+                bodies.insert(body_of(&c));
             }
             // The tails fail the judged subtest after its body; the real copy and the literal
             // look-alikes do not.
-            let tails = copies(g).iter().filter(|c| text_of(c).contains("f(s); s.Fail();")).count();
+            let tails = copies(g).iter().filter(|c| text_of(&body_of(c)).contains("f(s); s.Fail();")).count();
             assert_eq!(tails, 6);
-            assert!(!text_of(g.real.as_ref().unwrap()).contains("s.Fail()"));
+            assert!(!text_of(&body_of(g.real.as_ref().unwrap())).contains("s.Fail()"));
         }
-        // 26 copies judge subtests and 13 the whole test: only the first kind has the flag, and
-        // ends in the cleanup, 0 only when the flag is set.
-        assert_eq!(plan.source.matches(&format!("var {SEEN} int32;")).count(), 26, "{}", plan.source);
+        assert_eq!(bodies.len(), 13, "one set of bodies for both subtests");
+        // Only the 13 bodies have the flag, and end in the cleanup, 0 only when the flag is set.
+        assert_eq!(plan.source.matches(&format!("var {SEEN} int32;")).count(), 13, "{}", plan.source);
         let exit = format!("t.Cleanup(func() {{ if {ATOMIC}.LoadInt32(&{SEEN}) == 1 {{ {SYSCALL}.Exit(0) }}; {OS}.Exit(1) }});");
-        assert_eq!(plan.source.matches(&exit).count(), 26);
+        assert_eq!(plan.source.matches(&exit).count(), 13);
         // In those, the parent's `t.Run(` calls the wrapper, with the receiver; a field's does not.
-        assert_eq!(plan.source.matches(&format!("{RUN}(t, c.name, func")).count(), 26);
-        assert_eq!(plan.source.matches(&format!("{RUN}(t, \"deeper\"")).count(), 26);
-        assert_eq!(plan.source.matches("x.t.Run(\"field\"").count(), 39);
+        assert_eq!(plan.source.matches(&format!("{RUN}(t, c.name, func")).count(), 13);
+        assert_eq!(plan.source.matches(&format!("{RUN}(t, \"deeper\"")).count(), 13);
+        assert_eq!(plan.source.matches("x.t.Run(\"field\"").count(), 26);
         assert!(plan.source.starts_with(&format!(
             "package p; import ({OS} \"os\"; {STRINGS} \"strings\"; {TESTING} \"testing\"; {ATOMIC} \"sync/atomic\"; {SYSCALL} \"syscall\")\n"
         )));
@@ -938,15 +978,15 @@ func helper(t *testing.T) {}
         let plan = plan_file("g_test.go", src, &["TestGolden".into(), "TestGolden/c".into()], 6, &mut rng).unwrap();
         let copies: Vec<String> = plan.map.groups.iter().flat_map(|g| g.real.iter().chain(&g.mutants).cloned()).collect();
         assert_eq!(copies.len(), 14, "no literal to mutate: the real copy and 6 tails each");
-        for c in &copies {
-            let at = plan.source.find(&format!("func {c}(")).unwrap();
-            let text = &plan.source[at..at + plan.source[at..].find("\n\nfunc ").unwrap_or(plan.source.len() - at)];
-            // Its own T's and its subtests' `Name()` map the run name back; others stay.
-            for x in ["t", "s"] {
-                assert!(text.contains(&format!("{STRINGS}.Replace({x}.Name(), \"{c}\", \"TestGolden\", 1)")), "{x} in {text}");
-            }
-            assert!(text.contains("x.t.Name()") && text.contains(", u.Name())") && !text.contains(SELF), "{text}");
-        }
+        // 7 copies of the whole test and 7 bodies of the subtest's copies: each keeps its run name
+        // (read before its body runs) and maps its own T's and its subtests' `Name()` back; others
+        // stay.
+        let src_out = &plan.source;
+        assert_eq!(src_out.matches(&format!("{{ {NAMED} := t.Name(); _ = {NAMED};")).count(), 14, "{src_out}");
+        assert_eq!(src_out.matches(&format!("{STRINGS}.Replace(t.Name(), {NAMED}, \"TestGolden\", 1)")).count(), 28);
+        assert_eq!(src_out.matches(&format!("{STRINGS}.Replace(s.Name(), {NAMED}, \"TestGolden\", 1)")).count(), 14);
+        assert_eq!(src_out.matches("x.t.Name()").count(), 14);
+        assert_eq!(src_out.matches(", u.Name())").count(), 14);
         assert!(plan.source.contains(&format!("var _ = {STRINGS}.Replace")) && lex(&plan.source).is_ok());
     }
 

@@ -268,10 +268,6 @@ fn qualify_check_macros(tokens: TokenStream, inserts: &mut Vec<(usize, String)>)
     }
 }
 
-/// Where a copy's text names itself (a Go copy's `t.Name()` mapping); [`name_copies`] writes the
-/// copy's run name there, as it does its name.
-pub(super) const SELF: &str = "__EXECCRITIC_SELF__";
-
 /// Give a planned test's texts (each named `__EXECCRITIC_NAME__`, the real test first) fresh run
 /// names of one shape, record them in `group` (with `why`, where the look-alikes are the tail
 /// copies alone), and return the texts shuffled and joined.
@@ -286,7 +282,7 @@ pub(super) fn name_copies<R: Rng>(
     let mut texts = Vec::new();
     for (i, text) in variants.into_iter().enumerate() {
         let run_name = fresh(rng);
-        texts.push(text.replacen("__EXECCRITIC_NAME__", &run_name, 1).replace(SELF, &run_name));
+        texts.push(text.replacen("__EXECCRITIC_NAME__", &run_name, 1));
         if i == 0 {
             group.real = Some(run_name);
         } else {
