@@ -3,7 +3,7 @@
 //!
 //! 1. **Plan**: each node `./dir::TestX` (a subtest `./dir::TestX/case` by its `TestX`) is found
 //!    among the package directory's `_test.go` files (read out of the sandbox byte-exact); each
-//!    file with judged tests is rewritten on the host and written back.
+//!    file with judged tests is rewritten on the host (written back after the first build).
 //! 2. **Build**, offline ([`go_env`]: `GOPROXY=off`, `GOFLAGS=-mod=mod` against the
 //!    environment's module cache where it has one, `CGO_ENABLED=0`, `GOTOOLCHAIN=local`, no user
 //!    configuration). First the files as written, `go test -c -o /dev/null ./dir` per package:
