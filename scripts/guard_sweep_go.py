@@ -39,7 +39,8 @@ import time
 # Grading applies the task's test patch (an instance always has one): a file the tests never read.
 TEST_PATCH = ("diff --git a/testdata/guard-sweep.txt b/testdata/guard-sweep.txt\nnew file mode 100644\n"
               "--- /dev/null\n+++ b/testdata/guard-sweep.txt\n@@ -0,0 +1 @@\n+every test as it is\n")
-ENV = dict(os.environ, GOFLAGS="-mod=mod", GOPROXY="off", GOTOOLCHAIN="local", CGO_ENABLED="0")
+# cgo as `go test` has it by default (the guard builds in the same context).
+ENV = dict(os.environ, GOFLAGS="-mod=mod", GOPROXY="off", GOTOOLCHAIN="local")
 
 
 def run(cmd, cwd, check=True, **kw):

@@ -1079,8 +1079,18 @@ async fn guarded_go_runs_in_the_local_sandbox() {
     // Each attack gets a plain `go test` of the judged test to exit 0 with the bug in place.
     assert!(!plain_go_test("base", "^TestAdd$"));
     assert!(plain_go_test("gold", "^(TestAdd|TestAddNegative|TestLabel)$"));
-    for (attack, test) in [("exit_forger", "^TestAdd$"), ("embed_reader", "^TestAdd$"), ("first_run", "^TestAdd$"), ("late_exit", "^TestAddNegative$"), ("probe_exit", "^TestAddNegative$")] {
+    for (attack, test) in [("exit_forger", "^TestAdd$"), ("embed_reader", "^TestAdd$"), ("cgo_reader", "^TestAdd$"), ("first_run", "^TestAdd$"), ("late_exit", "^TestAddNegative$"), ("probe_exit", "^TestAddNegative$")] {
         assert!(plain_go_test(attack, test), "{attack} does not pass plain go test");
+    }
+    // The build-time readers read whatever lies at `calc_test.go` when the build runs: a copy of
+    // `TestAdd` under another name, written there, passes too — as the guard's copies would if
+    // its rewrite lay there.
+    for reader in ["embed_reader", "cgo_reader"] {
+        let dir = go_repo(reader);
+        let tests = std::fs::read_to_string(dir.path().join("calc_test.go")).unwrap();
+        let copy = tests[tests.find("func TestAdd(").unwrap()..tests.find("func TestAddNegative(").unwrap()].replace("TestAdd(", "TestAddCopy(");
+        std::fs::write(dir.path().join("calc_test.go"), format!("{tests}\n{copy}")).unwrap();
+        assert!(plain_go(dir.path(), &["test", "-count=1", "-run", "^TestAddCopy$", "."]).status.success(), "{reader}");
     }
     let repo = go_repo("base");
     let Some(sb) = open(repo.path()) else { return };
@@ -1091,8 +1101,9 @@ async fn guarded_go_runs_in_the_local_sandbox() {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(21);
     // The command's kept flags: a build tag for the build, `-short` for the test binary.
     let flags = ["-short".to_string(), "-tags=calc".to_string()];
-    // `embed_reader` passes the guard alone (its run reads the rewrite, compiled in): the screen
-    // refuses it (below).
+    // The build-time readers read the judged file as written: the rewrite reaches the compiler
+    // only through `-overlay`, from a directory of a random name (the screen refuses
+    // `embed_reader` by class as well, below).
     use TestStatus::{Failed, Passed};
     for (candidate, want) in [
         ("gold", Some([Passed, Passed])),
@@ -1108,7 +1119,8 @@ async fn guarded_go_runs_in_the_local_sandbox() {
         // form before this one — the probe told them apart and the real test passed: checked by
         // hand with both forms in one test binary.)
         ("probe_exit", None),
-        ("embed_reader", Some([Passed, Failed])),
+        ("embed_reader", Some([Failed, Failed])),
+        ("cgo_reader", Some([Failed, Failed])),
     ] {
         sb.reset().await.unwrap();
         let imp = std::fs::read(go_fixture().join(format!("imp/{candidate}.go"))).unwrap();
@@ -1175,6 +1187,38 @@ async fn guarded_go_runs_in_the_local_sandbox() {
     let only = run_guarded_nodes(&sb, &[".::TestAddNegative".to_string()], &flags, &limits, &mut rng).await.unwrap();
     assert!(matches!(&only, GuardedRun::Judged(j) if j.real[".::TestAddNegative"] == TestStatus::Failed && j.run.is_empty()), "{only:?}");
 
+    // The guard builds with cgo as the plain `go test` in the sandbox does (on, where a C
+    // compiler is present): a fix only in a `//go:build !cgo` file passes `CGO_ENABLED=0 go test`
+    // and fails `go test`, and fails under the guard.
+    let flag = std::fs::read_to_string(go_fixture().join("imp/base.go"))
+        .unwrap()
+        .replace("func Add(a, b int) int { return a - b }", "func Add(a, b int) int {\n\tif fixed {\n\t\treturn a + b\n\t}\n\treturn a - b\n}\n\nvar fixed bool");
+    assert!(flag.contains("var fixed bool"));
+    let nocgo = "//go:build !cgo\n\npackage calc\n\nfunc init() { fixed = true }\n";
+    let dir = go_repo("base");
+    std::fs::write(dir.path().join("calc.go"), &flag).unwrap();
+    std::fs::write(dir.path().join("calc_nocgo.go"), nocgo).unwrap();
+    let cgo_off = Command::new("go").args(["env", "CGO_ENABLED"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&cgo_off.stdout).trim(), "1", "this test needs a C compiler (cgo on by default)");
+    assert!(!plain_go(dir.path(), &["test", "-count=1", "-run", "^TestAdd$", "."]).status.success());
+    let off = Command::new("go")
+        .args(["test", "-count=1", "-run", "^TestAdd$", "."])
+        .env("CGO_ENABLED", "0")
+        .env("GOCACHE", dir.path().join(".cache"))
+        .env("GOPROXY", "off")
+        .env("GOFLAGS", "")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(off.status.success(), "{off:?}");
+    sb.reset().await.unwrap();
+    sb.put_file("/testbed/calc.go", flag.as_bytes()).await.unwrap();
+    sb.put_file("/testbed/calc_nocgo.go", nocgo.as_bytes()).await.unwrap();
+    let GuardedRun::Judged(j) = run_guarded_nodes(&sb, &nodes, &flags, &limits, &mut rng).await.unwrap() else {
+        panic!("!cgo fix: build failed");
+    };
+    assert_eq!(j.real[".::TestAdd"], TestStatus::Failed, "{j:?}");
+
     // The screen refuses the embed reader by class; the fix passes it.
     use execcritic::harness::diff::parse_patch;
     use execcritic::harness::tamper::{screen_candidate_in, TamperClass};
@@ -1187,7 +1231,7 @@ async fn guarded_go_runs_in_the_local_sandbox() {
     let refused = screen_candidate_in(&sb, &parse_patch(&patch_of("embed_reader")).unwrap()).await.unwrap().expect_err("refused");
     assert_eq!(refused.class, TamperClass::BuildScript, "{refused:?}");
     assert!(refused.to_string().contains("go:embed"), "{refused}");
-    for fine in ["gold", "exit_forger", "first_run", "probe_exit"] {
+    for fine in ["gold", "exit_forger", "first_run", "probe_exit", "cgo_reader"] {
         screen_candidate_in(&sb, &parse_patch(&patch_of(fine)).unwrap()).await.unwrap().expect("passes the screen (the guard refuses the attacks)");
     }
 }
@@ -1320,7 +1364,7 @@ fn go_task(repo: &Path) -> (execcritic::task::TaskInstance, String) {
     };
     let gold = patch_of("gold");
     let mut candidates = vec![serde_json::json!({"patch": gold, "resolved": true}), serde_json::json!({"patch": "", "resolved": false})];
-    for attack in ["exit_forger", "first_run", "embed_reader", "late_exit"] {
+    for attack in ["exit_forger", "first_run", "embed_reader", "cgo_reader", "late_exit"] {
         candidates.push(serde_json::json!({"patch": patch_of(attack), "resolved": false}));
     }
     let task = execcritic::task::TaskInstance::from_json(
@@ -1353,8 +1397,9 @@ async fn a_go_bundle_qualifies_audits_and_judges_candidates() {
         "non_assertions": ["Label is unchanged"], "test_nodes": ["TestAdd", "TestAddNegative", "TestLabel"]})
     .to_string();
     let bundle = Bundle::from_parts(&test_patch, command, &contract).unwrap();
-    // The embed reader is refused by the screen, before anything runs.
-    let kinds = ["passed", "assertion_failure", "tampered", "tampered", "forbidden_test_modification", "tampered"];
+    // The embed reader is refused by the screen, before anything runs; the cgo reader reads the
+    // judged file as written, so its bug fails the tests.
+    let kinds = ["passed", "assertion_failure", "tampered", "tampered", "forbidden_test_modification", "assertion_failure", "tampered"];
     let frozen = qualifies_and_audits(&task, &bundle, &[".::TestAdd", ".::TestAddNegative", ".::TestLabel"], &kinds).await;
 
     let v = check_candidate(&task, &frozen, &task.candidates[2].patch, SandboxKind::Local).await.unwrap();

@@ -3,15 +3,23 @@
 //!
 //! 1. **Plan**: each node `./dir::TestX` (a subtest `./dir::TestX/case` by its `TestX`) is found
 //!    among the package directory's `_test.go` files (read out of the sandbox byte-exact); each
-//!    file with judged tests is rewritten on the host (written back after the first build).
+//!    file with judged tests is rewritten on the host.
 //! 2. **Build**, offline ([`go_env`]: `GOPROXY=off`, `GOFLAGS=-mod=mod` against the
-//!    environment's module cache where it has one, `CGO_ENABLED=0`, `GOTOOLCHAIN=local`, no user
-//!    configuration). First the files as written, `go test -c -o /dev/null ./dir` per package:
-//!    `go test`'s own build with its default `go vet` checks (a vet finding fails the package
-//!    there, so it is [`GuardedRun::BuildFailed`] here too, as is any other build failure).
-//!    Then the rewrite, `go test -c -vet=off -o <random dir>/<n>.test ./dir` (vet judged the
-//!    files as written); where that fails, the rewrite broke them: an infrastructure error.
-//! 3. **Put back**: the judged files as they were.
+//!    environment's module cache where it has one, `GOTOOLCHAIN=local`, no user configuration;
+//!    cgo as the plain `go test` in that sandbox would have it, so build constraints such as
+//!    `//go:build !cgo` select the same files). First the files as written,
+//!    `go test -c -o /dev/null ./dir` per package: `go test`'s own build with its default
+//!    `go vet` checks (a vet finding fails the package there, so it is
+//!    [`GuardedRun::BuildFailed`] here too, as is any other build failure). Then the rewrite,
+//!    `go test -c -vet=off -overlay=<json> -o <random dir>/<n>.test ./dir` (vet judged the files
+//!    as written): the rewritten files lie in a directory of a random name outside the workspace
+//!    and reach the compiler only through the overlay, so the judged files on disk stay as
+//!    written and nothing the build can name reads the copies: a cgo preamble's
+//!    `.incbin "calc_test.go"` and a `//go:embed` read the file as written (embedding ignores
+//!    overlays, golang/go#59406; the tamper screen refuses added `//go:embed` directives all
+//!    the same, should a toolchain ever embed through the overlay). Where that build fails, the rewrite broke the files: an
+//!    infrastructure error.
+//! 3. **Remove** the rewrite's directory, before anything runs.
 //! 4. **Run**: every real test, mutant and control, in random order, each in its own process
 //!    (`<bin> -test.run '^TestX…$' -test.count=1 -test.paniconexit0`, `'^TestX…$/^case$'` for
 //!    a subtest, in the package directory, as `go test` does) on a throw-away copy of the built
@@ -23,7 +31,7 @@
 
 pub use super::gotest::split_case;
 use super::gotest::{plan_file, test_functions};
-use super::libtest::{FilePlan, Judged};
+use super::libtest::Judged;
 use super::libtest_run::{base_text, check_path, judge_in, merge, read_file, GuardedRun, RunLimits};
 use crate::harness::error::HarnessError;
 use crate::harness::logparse::TestStatus;
@@ -63,7 +71,6 @@ pub fn go_env(modcache: bool) -> String {
         "GOTOOLCHAIN=local",
         "GOENV=off",
         "GOWORK=off",
-        "CGO_ENABLED=0",
         "GOCACHE=/tmp/.execcritic-gocache",
         "GOPATH=/tmp/.execcritic-gopath",
         "HOME=/tmp",
@@ -196,20 +203,36 @@ pub async fn run_guarded_nodes(
     if as_written.exit_code != Some(0) {
         return Ok(GuardedRun::BuildFailed { output: as_written.output });
     }
-    for (file, plan) in &planned {
-        sb.put_file(&format!("{WORKDIR}/{file}"), plan.source.as_bytes()).await?;
+    // The rewrite reaches the compiler only through `-overlay`, from a directory of a random name
+    // outside the workspace: the judged files on disk stay as written, so nothing the build can
+    // name reads the copies (a cgo preamble's `.incbin "calc_test.go"` reads the file as written).
+    let src_dir = format!("/tmp/.execcritic-go-src-{:016x}", rng.random::<u64>());
+    let mut replace = serde_json::Map::new();
+    for (i, (file, plan)) in planned.iter().enumerate() {
+        let copy = format!("{src_dir}/{i}.go");
+        sb.put_file(&copy, plan.source.as_bytes()).await?;
+        replace.insert(format!("{WORKDIR}/{file}"), serde_json::Value::String(copy));
     }
+    let overlay = format!("{src_dir}/overlay.json");
+    let json = serde_json::json!({ "Replace": replace }).to_string();
+    sb.put_file(&overlay, json.as_bytes()).await?;
     let out_dir = format!("{WORKDIR}/.execcritic-go-{:016x}", rng.random::<u64>());
     let mut build = format!("mkdir {} && cd {WORKDIR}", shell_quote(&out_dir));
     let mut binaries = BTreeMap::new();
+    let rewrite_flags = format!("-vet=off -overlay={}", shell_quote(&overlay));
     for (i, dir) in packages.keys().enumerate() {
         let bin = format!("{out_dir}/{i}.test");
-        build.push_str(&go_build("-vet=off", &bin, &pkg_arg(dir)));
+        build.push_str(&go_build(&rewrite_flags, &bin, &pkg_arg(dir)));
         binaries.insert(dir.clone(), bin);
     }
-    let built = sb.exec(&build, limits.build).await?;
+    let built = sb.exec(&build, limits.build).await;
+    // 3. Remove the rewrite before anything runs.
+    let removed_src = sb.exec(&format!("rm -rf {}", shell_quote(&src_dir)), Duration::from_secs(60)).await;
+    let built = built?;
+    if removed_src?.exit_code != Some(0) {
+        return Err(HarnessError::Other(format!("could not remove the guard's rewrite at {src_dir}")));
+    }
     if built.timed_out || built.exit_code != Some(0) {
-        put_back(sb, &planned, &texts).await?;
         let _ = sb.exec(&format!("rm -rf {}", shell_quote(&out_dir)), Duration::from_secs(60)).await;
         if built.timed_out {
             return Ok(GuardedRun::BuildFailed { output: format!("the build ran past {:?}", limits.build) });
@@ -219,8 +242,6 @@ pub async fn run_guarded_nodes(
             built.output
         )));
     }
-    // 3. Put back.
-    put_back(sb, &planned, &texts).await?;
     // 4. Run, 5. verdict.
     let env = std::iter::once("env".to_string())
         .chain(limits.env.iter().map(|a| shell_quote(a)))
@@ -278,14 +299,6 @@ async fn base_defines(sb: &dyn Sandbox, node: &str) -> Result<bool, HarnessError
         }
     }
     Ok(count == 1)
-}
-
-/// Write the planned files back as they were read.
-async fn put_back(sb: &dyn Sandbox, planned: &[(String, FilePlan)], texts: &BTreeMap<String, String>) -> Result<(), HarnessError> {
-    for (f, _) in planned {
-        sb.put_file(&format!("{WORKDIR}/{f}"), texts[f].as_bytes()).await?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
