@@ -210,6 +210,15 @@ fn forged_passes_are_refused() {
     assert!(j.violations.is_empty(), "{:?}", j.violations);
     assert_eq!(status(&j, "calc::adds"), TestStatus::Failed);
 
+    // Reading the judged files at build time (`include_str!`) finds the copy that expects 5 (and
+    // the unit test's that expects 42): it works where the rewrite lies at the judged paths while
+    // the crates compile, as here (the guard in the sandbox stages it at a hidden path, below).
+    let dir = checkout("include_reader");
+    let weak = guarded(dir.path(), target.path(), 6, 7);
+    assert!(weak.violations.is_empty(), "{:?}", weak.violations);
+    assert_eq!(status(&weak, "calc::adds"), TestStatus::Passed, "{weak:?}");
+    assert_eq!(status(&weak, "lib::tests::adds_unit"), TestStatus::Passed, "{weak:?}");
+
     // Remembering which copy ran first: it works where the real test runs first and the runs
     // share a writable place (here the host's /tmp). In the sandbox (below) the order is random
     // and nothing a run writes persists, so every run is "first" and the mutants pass.
@@ -624,7 +633,7 @@ async fn guarded_cargo_runs_in_the_local_sandbox() {
     let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6, env: vec!["TZ=UTC".into()] };
     let args: Vec<String> = ["-p", "calc", "--lib", "--test", "calc"].iter().map(|s| s.to_string()).collect();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
-    for (candidate, want) in [("gold", Some(TestStatus::Passed)), ("base", Some(TestStatus::Failed)), ("exit_forger", None), ("always_equal", None), ("abort_catcher", None), ("source_reader", Some(TestStatus::Failed)), ("first_run", None), ("late_exit", None), ("probe_exit", None)] {
+    for (candidate, want) in [("gold", Some(TestStatus::Passed)), ("base", Some(TestStatus::Failed)), ("exit_forger", None), ("always_equal", None), ("abort_catcher", None), ("source_reader", Some(TestStatus::Failed)), ("include_reader", Some(TestStatus::Failed)), ("first_run", None), ("late_exit", None), ("probe_exit", None)] {
         sb.reset().await.unwrap();
         let imp = std::fs::read(fixture().join(format!("imp/{candidate}.rs"))).unwrap();
         sb.put_file("/testbed/src/imp.rs", &imp).await.unwrap();
@@ -1464,3 +1473,4 @@ async fn a_go_bundle_qualifies_audits_and_judges_candidates() {
         }
     }
 }
+

@@ -1,13 +1,16 @@
 //! One guarded `cargo test` run in a sandbox ([`super::libtest`]'s canaries, end to end).
 //!
 //! 1. **Plan**: each judged test file is read out of the sandbox, rewritten on the host
-//!    ([`plan_file`]) and written back.
+//!    ([`plan_file`]) and staged ([`stage`]): the rewrite at a hidden path of a random name, and
+//!    at the judged path a stub that `include!`s it. Whatever reads the judged file by name
+//!    while the crates compile (`include_str!("../tests/calc.rs")` in the code under test, a
+//!    dependency's macro) reads the stub, and nothing can spell the hidden path.
 //! 2. **Build**: `cargo test --offline --no-run --message-format=json <args>` in the sandbox;
 //!    the test binaries are the artifacts cargo lists. A build that fails is
 //!    [`GuardedRun::BuildFailed`] (Base gate: `collection_error`; never a clean failure) —
 //!    unless the files as written build, then the rewrite broke them: an infrastructure error.
-//! 3. **Put back**: the judged files as they were (the rewrite names the copies and their
-//!    expected values; the run phase must not see it).
+//! 3. **Put back**: the judged files as they were, the hidden ones removed (the rewrite names
+//!    the copies and their expected values; the run phase must not see it).
 //! 4. **Run**: every real test, mutant and control, in random order, each in its own process on a
 //!    throw-away copy of the built workspace ([`Sandbox::exec_over_current`]: an empty `/tmp`,
 //!    nothing written persists), so no run can leave a mark for the next — counting runs or
@@ -265,8 +268,10 @@ pub async fn run_guarded(
         let source = String::from_utf8(original.clone()).map_err(|_| HarnessError::Other(format!("{} is not UTF-8", f.file)))?;
         let inside: Vec<String> = f.tests.iter().map(|(_, p)| p.clone()).collect();
         let plan = plan_file(&f.file, &source, &inside, limits.mutants, rng).map_err(HarnessError::Other)?;
-        sb.put_file(&format!("{WORKDIR}/{}", f.file), plan.source.as_bytes()).await?;
-        planned.push((f, original, plan));
+        let staged = stage(&f.file, &f.module, &source, &plan.source, rng.random::<u64>());
+        sb.put_file(&format!("{WORKDIR}/{}", staged.hidden), staged.included.as_bytes()).await?;
+        sb.put_file(&format!("{WORKDIR}/{}", f.file), staged.stub.as_bytes()).await?;
+        planned.push((f, original, plan, staged.hidden));
     }
     // 2. Build.
     let args: Vec<String> = cargo_args.iter().map(|a| shell_quote(a)).collect();
@@ -278,9 +283,7 @@ pub async fn run_guarded(
     );
     let built = sb.exec(&build, limits.build).await?;
     if built.timed_out || built.exit_code != Some(0) {
-        for (f, original, _) in &planned {
-            sb.put_file(&format!("{WORKDIR}/{}", f.file), original).await?;
-        }
+        put_back(sb, &planned).await?;
         if built.timed_out {
             return Ok(GuardedRun::BuildFailed { output: format!("the build ran past {:?}", limits.build) });
         }
@@ -297,16 +300,14 @@ pub async fn run_guarded(
     }
     let binaries = artifacts(&built.output);
     // 3. Put back.
-    for (f, original, _) in &planned {
-        sb.put_file(&format!("{WORKDIR}/{}", f.file), original).await?;
-    }
+    put_back(sb, &planned).await?;
     // 4. Run, 5. verdict.
     let env = std::iter::once("env".to_string())
         .chain(limits.env.iter().map(|a| shell_quote(a)))
         .collect::<Vec<_>>()
         .join(" ");
     let mut all = Judged::default();
-    for (f, _, plan) in &planned {
+    for (f, _, plan, _) in &planned {
         let exe = binaries.get(&f.binary).ok_or_else(|| {
             HarnessError::Other(format!("the build listed no test binary for {:?} ({})", f.binary, f.file))
         })?;
@@ -318,6 +319,169 @@ pub async fn run_guarded(
         merge(&mut all, j, &f.file, &f.tests);
     }
     Ok(GuardedRun::Judged(all))
+}
+
+/// The judged files as they were, and the rewrites' hidden files gone.
+async fn put_back(sb: &dyn Sandbox, planned: &[(&JudgedFile, Vec<u8>, super::libtest::FilePlan, String)]) -> Result<(), HarnessError> {
+    for (f, original, _, hidden) in planned {
+        sb.put_file(&format!("{WORKDIR}/{}", f.file), original).await?;
+        let rm = sb.exec(&format!("rm -f {}", shell_quote(&format!("{WORKDIR}/{hidden}"))), Duration::from_secs(60)).await?;
+        if rm.exit_code != Some(0) {
+            return Err(HarnessError::Other(format!("could not remove the guard's rewrite {hidden}: {}", rm.output.trim())));
+        }
+    }
+    Ok(())
+}
+
+/// A judged file as the build sees it: at its own path a stub — the file's inner attributes
+/// and doc comments, then `include!("<hidden>")` — and the rewrite at a hidden path of a random
+/// name, with those inner attributes blanked (line numbers stay).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Staged {
+    /// The stub written at the judged file's path.
+    pub stub: String,
+    /// Where the rewrite lies during the build (relative to the workspace).
+    pub hidden: String,
+    /// The rewrite as included.
+    pub included: String,
+}
+
+/// Stage `rewrite` (the plan of `file`, whose items are the module `module`, `""` for a crate
+/// root): code that reads a file by name while the crate compiles (`include_str!`,
+/// `include_bytes!`, `include!`, `#[path]`, a macro of a dependency) finds the stub at the
+/// judged path and cannot spell the hidden one (`source` is the file as written).
+///
+/// The hidden file has no `.rs` extension (cargo never takes it for a target). It lies beside
+/// the judged file, so the test file's own relative paths (`include_str!("data.txt")`, `mod
+/// common;` in `tests/`) resolve as written; an included file's out-of-line modules resolve
+/// from the included file's directory, so for a module file that is neither a crate root nor a
+/// `mod.rs` and declares modules of its own (`src/calc.rs` with `mod sub;` → `src/calc/sub.rs`)
+/// the hidden file lies in the module's directory instead (there the test file's own relative
+/// paths would not resolve: the rewrite then fails to build, an infrastructure error, never a
+/// verdict).
+pub fn stage(file: &str, module: &str, source: &str, rewrite: &str, random: u64) -> Staged {
+    let (dir, name) = file.rsplit_once('/').map_or(("", file), |(d, n)| (d, n));
+    let stem = name.strip_suffix(".rs").unwrap_or(name);
+    let own_dir = module.is_empty() || name == "mod.rs" || !declares_module_files(source);
+    let hidden_name = format!(".execcritic-{random:016x}.guard");
+    let rel = if own_dir { hidden_name.clone() } else { format!("{stem}/{hidden_name}") };
+    let hidden = if dir.is_empty() { rel.clone() } else { format!("{dir}/{rel}") };
+    let k = inner_prefix_len(rewrite);
+    let stub = format!("{}\ninclude!(\"{rel}\");\n", &rewrite[..k]);
+    let blank: String = rewrite[..k].chars().map(|c| if c == '\n' { '\n' } else { ' ' }).collect();
+    Staged { stub, hidden, included: blank + &rewrite[k..] }
+}
+
+/// Whether a file's items declare out-of-line modules (`mod sub;`), at any depth of inline ones.
+fn declares_module_files(source: &str) -> bool {
+    fn any(items: &[syn::Item]) -> bool {
+        items.iter().any(|i| match i {
+            syn::Item::Mod(m) => m.content.as_ref().is_none_or(|(_, inner)| any(inner)),
+            _ => false,
+        })
+    }
+    syn::parse_file(source).map_or(true, |f| any(&f.items))
+}
+
+/// The length of a Rust file's head that only an inner position allows: a shebang line, inner
+/// attributes (`#![…]`) and inner doc comments (`//!`, `/*!…*/`), with the comments and
+/// whitespace among them. `include!` takes items only, so these stay in the stub.
+pub fn inner_prefix_len(src: &str) -> usize {
+    let b = src.as_bytes();
+    let mut i = 0;
+    let mut end = 0;
+    if src.starts_with("#!") && !src[2..].trim_start().starts_with('[') {
+        i = src.find('\n').map_or(src.len(), |n| n + 1);
+        end = i;
+    }
+    loop {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        let rest = &src[i..];
+        if rest.starts_with("//") {
+            let inner = rest.starts_with("//!");
+            i += rest.find('\n').map_or(rest.len(), |n| n + 1);
+            if inner {
+                end = i;
+            }
+        } else if rest.starts_with("/*") {
+            let inner = rest.starts_with("/*!");
+            let mut depth = 0usize;
+            let mut j = 0;
+            let rb = rest.as_bytes();
+            while j < rb.len() {
+                if rest[j..].starts_with("/*") {
+                    depth += 1;
+                    j += 2;
+                } else if rest[j..].starts_with("*/") {
+                    depth -= 1;
+                    j += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    j += 1;
+                }
+            }
+            if depth != 0 {
+                return end;
+            }
+            i += j;
+            if inner {
+                end = i;
+            }
+        } else if rest.starts_with("#!") && rest[2..].trim_start().starts_with('[') {
+            match attribute_len(rest) {
+                Some(n) => {
+                    i += n;
+                    end = i;
+                }
+                None => return end,
+            }
+        } else {
+            return end;
+        }
+    }
+}
+
+/// The length of `#![…]` at the start of `s`, brackets matched outside string and character
+/// literals (raw strings included).
+fn attribute_len(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let mut i = s.find('[')?;
+    let mut depth = 0usize;
+    while i < b.len() {
+        match b[i] {
+            b'[' | b'(' | b'{' => depth += 1,
+            b']' | b')' | b'}' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            b'r' if s[i..].starts_with("r\"") || s[i..].starts_with("r#") => {
+                let hashes = s[i + 1..].bytes().take_while(|&c| c == b'#').count();
+                if s.as_bytes().get(i + 1 + hashes) != Some(&b'"') {
+                    i += 1;
+                    continue;
+                }
+                let close = format!("\"{}", "#".repeat(hashes));
+                let from = i + 2 + hashes;
+                i = from + s[from..].find(&close)? + close.len();
+                continue;
+            }
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 /// Run every path of a plan in random order, each as `command(path)` on a throw-away copy of the
@@ -553,6 +717,32 @@ not json"#;
         for bad in ["calc/lib::tests::missing", "nopkg/lib::x", "calc/example/e::x", "calc"] {
             assert!(judged_files(&[bad.to_string()], &roots, &texts).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_staged_file_keeps_its_inner_head_in_the_stub_and_hides_the_rewrite() {
+        let src = "#!/usr/bin/env run\n//! Tests.\n/*! more */\n// plain\n#![allow(dead_code, reason = \"a ] bracket\")]\n#![doc = r#\"x\"]\"#]\n\nuse x::y;\n#[test]\nfn t() {}\n";
+        let k = inner_prefix_len(src);
+        assert!(src[..k].ends_with("#![doc = r#\"x\"]\"#]"), "{}", &src[..k]);
+        assert_eq!(&src[k..], "\n\nuse x::y;\n#[test]\nfn t() {}\n");
+        for none in ["use x;\n", "#[test]\nfn t() {}\n", "// c\n#[cfg(test)]\nmod tests {}\n", "#![unclosed\n", ""] {
+            assert_eq!(inner_prefix_len(none), 0, "{none:?}");
+        }
+        let s = stage("tests/calc.rs", "", src, src, 0xabc);
+        assert_eq!(s.hidden, "tests/.execcritic-0000000000000abc.guard");
+        assert_eq!(s.stub, format!("{}\ninclude!(\".execcritic-0000000000000abc.guard\");\n", &src[..k]));
+        assert_eq!(s.included.lines().count(), src.lines().count());
+        assert!(s.included.trim_start().starts_with("use x::y;") && !s.included.contains("#!"));
+        // A module file that declares module files of its own hides the rewrite in its module's
+        // directory; a crate root or `mod.rs`, and a module file without any, beside itself.
+        let modded = "mod sub;\n#[cfg(test)]\nmod tests { mod deeper { mod x; } }\n";
+        assert_eq!(stage("src/calc.rs", "calc", modded, modded, 1).hidden, "src/calc/.execcritic-0000000000000001.guard");
+        assert_eq!(stage("src/calc.rs", "calc", modded, modded, 1).stub, "\ninclude!(\"calc/.execcritic-0000000000000001.guard\");\n");
+        assert_eq!(stage("src/lib.rs", "", modded, modded, 1).hidden, "src/.execcritic-0000000000000001.guard");
+        assert_eq!(stage("src/a/mod.rs", "a", modded, modded, 1).hidden, "src/a/.execcritic-0000000000000001.guard");
+        let inline = "#[cfg(test)]\nmod tests { #[test] fn t() {} }\n";
+        assert_eq!(stage("src/calc.rs", "calc", inline, inline, 1).hidden, "src/.execcritic-0000000000000001.guard");
+        assert_eq!(stage("lib.rs", "", inline, inline, 2).hidden, ".execcritic-0000000000000002.guard");
     }
 
     #[test]
