@@ -127,27 +127,25 @@ def tasks_for(name, head, outcomes):
     return tasks
 
 
-def main():
+def arguments(what):
+    """The command line both sweeps take (`what`: the positional arguments' name)."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("modules", nargs="+")
+    ap.add_argument(what, nargs="+")
     ap.add_argument("--bin", default="target/release/execcritic")
     ap.add_argument("--work", default="/tmp/guard-sweep")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--write", default=None)
     ap.add_argument("--report-only", action="store_true", help="report on the grade results already in --work")
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def grade_and_report(a, all_tasks, plain, started, title, version, method):
+    """Grade every task's empty patch with `execcritic grade`, compare each id's guarded status
+    with its plain outcome (`plain`: {name: (module, {id: pass|fail|skip})}), print the markdown
+    report and append it to --write. `title` heads it, `version` names the toolchain, `method`
+    says how tasks and plain outcomes were made."""
     binary = os.path.abspath(a.bin)
-    os.makedirs(a.work, exist_ok=True)
-    go = run(["go", "version"], a.work).stdout.strip()
-    rows, problems, all_tasks, plain = [], [], [], {}
-    started = time.time()
-    for src in a.modules:
-        src = os.path.abspath(src.rstrip("/"))
-        name = os.path.basename(src)
-        tree, module, head = make_repo(src, a.work, name)
-        outcomes = plain_outcomes(tree, module)
-        plain[name] = (module, outcomes)
-        all_tasks += tasks_for(name, head, outcomes)
+    rows, problems = [], []
     tasks_path = os.path.join(a.work, "tasks.jsonl")
     with open(tasks_path, "w") as f:
         f.writelines(json.dumps(t) + "\n" for t in all_tasks)
@@ -193,14 +191,12 @@ def main():
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     commit = run(["git", "rev-parse", "--short", "HEAD"], os.path.dirname(os.path.abspath(__file__))).stdout.strip()
     lines = [
-        "## Run: the `go test` guard on real modules, every test as it is",
+        title,
         "",
-        f"- date: {when}, commit `{commit}`; {go}; `execcritic grade` of the empty patch, local sandbox, "
+        f"- date: {when}, commit `{commit}`; {version}; `execcritic grade` of the empty patch, local sandbox, "
         f"{len(all_tasks)} tasks, {a.workers} workers"
         + ("" if a.report_only else f", {grade_s:.0f} s (whole run {time.time() - started:.0f} s)"),
-        "- one task per top-level test and one per test with subtests (its depth-1 subtests); "
-        "plain outcome: `go test -json -count=1 ./...` on the same tree (go test's default vet checks; the guarded build runs them on the files as written); "
-        "ids: `Test` functions and their depth-1 subtests (examples, benchmarks, fuzz targets are not ids)",
+        f"- {method}",
         "",
         "| module | tests | subtests | plain pass / fail / skip | same outcome guarded | differs | tampered | harness error |",
         "|---|---|---|---|---|---|---|---|",
@@ -223,6 +219,28 @@ def main():
     if a.write:
         with open(a.write, "a") as f:
             f.write("\n" + report)
+
+
+
+
+def main():
+    a = arguments("modules")
+    os.makedirs(a.work, exist_ok=True)
+    go = run(["go", "version"], a.work).stdout.strip()
+    all_tasks, plain = [], {}
+    started = time.time()
+    for src in a.modules:
+        src = os.path.abspath(src.rstrip("/"))
+        name = os.path.basename(src)
+        tree, module, head = make_repo(src, a.work, name)
+        outcomes = plain_outcomes(tree, module)
+        plain[name] = (module, outcomes)
+        all_tasks += tasks_for(name, head, outcomes)
+    grade_and_report(
+        a, all_tasks, plain, started, "## Run: the `go test` guard on real modules, every test as it is", go,
+        "one task per top-level test and one per test with subtests (its depth-1 subtests); "
+        "plain outcome: `go test -json -count=1 ./...` on the same tree (go test's default vet checks; the guarded build runs them on the files as written); "
+        "ids: `Test` functions and their depth-1 subtests (examples, benchmarks, fuzz targets are not ids)")
 
 
 if __name__ == "__main__":

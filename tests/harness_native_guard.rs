@@ -61,6 +61,12 @@ enum Weaker {
     RewriteLeftInPlace,
     /// Each real test runs before its copies (and, on this host, the runs share `/tmp`).
     RealTestFirst,
+    /// The rewrite staged at a hidden path as the guard stages it, but built in one step (no
+    /// build of the files as written first).
+    StagedOnePhase,
+    /// Staged and built as the guard builds (the files as written first), but with no look at
+    /// what cargo compiled again.
+    StagedTwoPhase,
 }
 
 fn guarded_with(dir: &Path, target: &Path, k: usize, seed: u64, weaker: Weaker) -> Judged {
@@ -75,12 +81,23 @@ fn guarded_with(dir: &Path, target: &Path, k: usize, seed: u64, weaker: Weaker) 
 fn guarded_files(dir: &Path, target: &Path, files: &[(&str, &str, Vec<&str>)], k: usize, seed: u64, weaker: Weaker) -> Judged {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut plans = Vec::new();
+    if weaker == Weaker::StagedTwoPhase {
+        let out = cargo().args(["test", "--offline", "--no-run"]).env("CARGO_TARGET_DIR", target).current_dir(dir).output().unwrap();
+        assert!(out.status.success(), "build failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    }
     for (file, binary, judged) in files {
         let path = dir.join(file);
         let source = std::fs::read_to_string(&path).unwrap();
         let judged: Vec<String> = judged.iter().map(|t| t.to_string()).collect();
         let plan = plan_file(file, &source, &judged, k, &mut rng).unwrap();
-        std::fs::write(&path, &plan.source).unwrap();
+        if matches!(weaker, Weaker::StagedOnePhase | Weaker::StagedTwoPhase) {
+            // Both fixtures' judged files are crate roots (module "").
+            let staged = execcritic::harness::guard::libtest_run::stage(file, "", &source, &plan.source, rand::Rng::random::<u64>(&mut rng));
+            std::fs::write(dir.join(&staged.hidden), &staged.included).unwrap();
+            std::fs::write(&path, &staged.stub).unwrap();
+        } else {
+            std::fs::write(&path, &plan.source).unwrap();
+        }
         plans.push((binary, plan, path, source));
     }
     // The build: one step before any test runs; the binaries are what it printed as artifacts.
@@ -105,6 +122,11 @@ fn guarded_files(dir: &Path, target: &Path, files: &[(&str, &str, Vec<&str>)], k
     if weaker != Weaker::RewriteLeftInPlace {
         for (_, _, path, source) in &plans {
             std::fs::write(path, source).unwrap();
+        }
+        for e in walkdir::WalkDir::new(dir).into_iter().flatten() {
+            if e.file_name().to_string_lossy().ends_with(".guard") {
+                std::fs::remove_file(e.path()).unwrap();
+            }
         }
     }
     let mut all = Judged::default();
@@ -710,6 +732,67 @@ async fn build_time_code_from_a_candidate_is_refused_by_the_screen() {
     assert_eq!(refused.class, TamperClass::BuildScript, "{refused:?}");
     assert!(refused.to_string().contains("proc-macro"), "{refused}");
     screen_candidate_in(&sb, &parse_patch(&gold_diff).unwrap()).await.unwrap().expect("the fix passes the screen");
+}
+
+/// Base's own proc macro `embed_dir!` reads a directory while the crate that calls it compiles;
+/// a candidate's library change (no build-time code of its own: the screen passes it) calls it
+/// on `tests/`.
+#[tokio::test]
+async fn a_base_macro_that_reads_files_reads_the_tests_as_written() {
+    use execcritic::harness::diff::parse_patch;
+    use execcritic::harness::tamper::screen_candidate_in;
+    let attack = std::fs::read_to_string(fixture().join("dir_reader.rs")).unwrap();
+    // It works where the rewrite is in place while the library compiles, and where it is staged
+    // at a hidden path but built in one step: the macro lists hidden files too.
+    for weaker in [Weaker::None, Weaker::StagedOnePhase] {
+        let ws = tempfile::tempdir().unwrap();
+        let target = tempfile::tempdir().unwrap();
+        copy_tree(&fixture().join("macro_ws"), ws.path());
+        std::fs::write(ws.path().join("src/lib.rs"), &attack).unwrap();
+        let j = guarded_files(ws.path(), target.path(), &[("tests/calc.rs", "calc", vec!["adds"])], 6, 12, weaker);
+        assert!(j.violations.is_empty(), "{:?}", j.violations);
+        assert_eq!(status(&j, "calc::adds"), TestStatus::Passed, "{j:?}");
+    }
+    // The guard builds the files as written first: the library, compiled then, read the tests
+    // as written, and the staged rewrite recompiles only the test target.
+    let repo = tempfile::tempdir().unwrap();
+    copy_tree(&fixture().join("macro_ws"), repo.path());
+    std::fs::write(repo.path().join(".gitignore"), "/target\n").unwrap();
+    commit_base(repo.path());
+    std::fs::write(repo.path().join("src/lib.rs"), &attack).unwrap();
+    let attack_diff = git(repo.path(), &["diff"]);
+    git(repo.path(), &["checkout", "-q", "--", "."]);
+    let Some(sb) = open(repo.path()) else { return };
+    screen_candidate_in(&sb, &parse_patch(&attack_diff).unwrap()).await.unwrap().expect("no build-time code of its own: the guard's to judge");
+    sb.put_file("/testbed/src/lib.rs", attack.as_bytes()).await.unwrap();
+    let files = vec![JudgedFile { file: "tests/calc.rs".into(), binary: Binary::Test("calc".into()), module: String::new(), tests: vec![("calc/test/calc::adds".into(), "adds".into())] }];
+    let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6, env: vec![] };
+    let args: Vec<String> = ["-p", "calc", "--test", "calc"].iter().map(|s| s.to_string()).collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(13);
+    let GuardedRun::Judged(j) = run_guarded(&sb, &files, &args, &limits, &mut rng).await.unwrap() else { panic!("build failed") };
+    assert!(j.violations.is_empty(), "{:?}", j.violations);
+    assert_eq!(j.real["calc/test/calc::adds"], TestStatus::Failed, "{j:?}");
+    let left = sb.exec("git status --porcelain --ignored -- tests; find tests -name '*.guard'", Duration::from_secs(30)).await.unwrap();
+    assert_eq!(left.output.trim(), "", "the judged file is back and the hidden one gone");
+
+    // The library also includes the judged file (the stub, harmless in itself): cargo then
+    // compiles it again once the rewrite is staged, and the macro lists the hidden file — the
+    // attack passes a guard that does not look at what cargo compiled again. The guard does: a
+    // unit other than the judged targets compiled again is a violation.
+    let rebuilt = attack.replacen("\nconst FILES", "\nconst _: &str = include_str!(\"../tests/calc.rs\");\nconst FILES", 1);
+    assert_ne!(rebuilt, attack);
+    let ws = tempfile::tempdir().unwrap();
+    let target = tempfile::tempdir().unwrap();
+    copy_tree(&fixture().join("macro_ws"), ws.path());
+    std::fs::write(ws.path().join("src/lib.rs"), &rebuilt).unwrap();
+    let weak = guarded_files(ws.path(), target.path(), &[("tests/calc.rs", "calc", vec!["adds"])], 6, 14, Weaker::StagedTwoPhase);
+    assert!(weak.violations.is_empty(), "{:?}", weak.violations);
+    assert_eq!(status(&weak, "calc::adds"), TestStatus::Passed, "{weak:?}");
+    sb.reset().await.unwrap();
+    sb.put_file("/testbed/src/lib.rs", rebuilt.as_bytes()).await.unwrap();
+    let GuardedRun::Judged(j) = run_guarded(&sb, &files, &args, &limits, &mut rng).await.unwrap() else { panic!("build failed") };
+    assert!(j.violations.iter().any(|v| v.contains("`calc` (lib)") && v.contains("read a judged test file")), "{j:?}");
+    assert_eq!(j.real["calc/test/calc::adds"], TestStatus::Failed);
 }
 
 #[tokio::test]

@@ -5,10 +5,14 @@
 //!    at the judged path a stub that `include!`s it. Whatever reads the judged file by name
 //!    while the crates compile (`include_str!("../tests/calc.rs")` in the code under test, a
 //!    dependency's macro) reads the stub, and nothing can spell the hidden path.
-//! 2. **Build**: `cargo test --offline --no-run --message-format=json <args>` in the sandbox;
-//!    the test binaries are the artifacts cargo lists. A build that fails is
-//!    [`GuardedRun::BuildFailed`] (Base gate: `collection_error`; never a clean failure) —
-//!    unless the files as written build, then the rewrite broke them: an infrastructure error.
+//! 2. **Build**: `cargo test --offline --no-run --message-format=json <args>` in the sandbox,
+//!    twice. First the files as written: every crate compiles before any rewrite exists, so code
+//!    that reads files while its crate compiles (a dependency's proc macro that lists a
+//!    directory) reads the tests as written; a failure here is [`GuardedRun::BuildFailed`]
+//!    (Base gate: `collection_error`; never a clean failure). Then, staged, the rewrite: cargo
+//!    recompiles what includes a judged file (the judged test targets), and the test binaries
+//!    are the artifacts it lists; a failure here means the rewrite broke the files, an
+//!    infrastructure error.
 //! 3. **Put back**: the judged files as they were, the hidden ones removed (the rewrite names
 //!    the copies and their expected values; the run phase must not see it).
 //! 4. **Run**: every real test, mutant and control, in random order, each in its own process on a
@@ -260,7 +264,7 @@ pub async fn run_guarded(
             "a guarded cargo run needs throw-away runs (a local sandbox as root, with overlayfs)".into(),
         ));
     }
-    // 1. Plan.
+    // 1. Plan (nothing is written yet).
     let mut planned = Vec::new();
     for f in files {
         check_path(&f.file)?;
@@ -269,11 +273,12 @@ pub async fn run_guarded(
         let inside: Vec<String> = f.tests.iter().map(|(_, p)| p.clone()).collect();
         let plan = plan_file(&f.file, &source, &inside, limits.mutants, rng).map_err(HarnessError::Other)?;
         let staged = stage(&f.file, &f.module, &source, &plan.source, rng.random::<u64>());
-        sb.put_file(&format!("{WORKDIR}/{}", staged.hidden), staged.included.as_bytes()).await?;
-        sb.put_file(&format!("{WORKDIR}/{}", f.file), staged.stub.as_bytes()).await?;
-        planned.push((f, original, plan, staged.hidden));
+        planned.push((f, original, plan, staged));
     }
-    // 2. Build.
+    // 2. Build. First the files as written: every crate compiles before any rewrite exists, so
+    // code that reads files while its crate compiles (a dependency's macro listing a
+    // directory, say) reads the tests as written; a failure here is the candidate's build
+    // failure. Then the staged rewrite: cargo recompiles only what includes a judged file.
     let args: Vec<String> = cargo_args.iter().map(|a| shell_quote(a)).collect();
     let build = format!(
         "cargo test --offline --no-run --message-format=json {} > /tmp/.execcritic-build.json 2> /tmp/.execcritic-build.err; rc=$?; \
@@ -281,26 +286,48 @@ pub async fn run_guarded(
          grep '\"reason\":\"compiler-artifact\"' /tmp/.execcritic-build.json | grep -F '\"test\":true' | grep -F '\"executable\":\"'",
         args.join(" ")
     );
-    let built = sb.exec(&build, limits.build).await?;
+    let as_written = sb.exec(&build, limits.build).await?;
+    if as_written.timed_out {
+        return Ok(GuardedRun::BuildFailed { output: format!("the build ran past {:?}", limits.build) });
+    }
+    if as_written.exit_code != Some(0) {
+        return Ok(GuardedRun::BuildFailed { output: as_written.output });
+    }
+    for (f, _, _, staged) in &planned {
+        sb.put_file(&format!("{WORKDIR}/{}", staged.hidden), staged.included.as_bytes()).await?;
+        sb.put_file(&format!("{WORKDIR}/{}", f.file), staged.stub.as_bytes()).await?;
+    }
+    // The second build also names the units it compiled again (`"fresh":false`).
+    let rebuilt_lines = "grep '\"reason\":\"compiler-artifact\"' /tmp/.execcritic-build.json | grep -F '\"fresh\":false' | sed 's/^/REBUILT /'";
+    let built = sb.exec(&format!("{build}; {rebuilt_lines}"), limits.build).await?;
     if built.timed_out || built.exit_code != Some(0) {
         put_back(sb, &planned).await?;
         if built.timed_out {
             return Ok(GuardedRun::BuildFailed { output: format!("the build ran past {:?}", limits.build) });
         }
-        // Whose failure: where the files as written build, the rewrite broke them — the
-        // harness's fault, never the candidate's.
-        let plain = sb.exec(&build, limits.build).await?;
-        if plain.exit_code == Some(0) {
-            return Err(HarnessError::Other(format!(
-                "the guard's rewrite of the judged tests does not compile, while the tests as written do:\n{}",
-                built.output
-            )));
-        }
-        return Ok(GuardedRun::BuildFailed { output: built.output });
+        // The files as written built: the rewrite broke them — the harness's fault, never the
+        // candidate's.
+        return Err(HarnessError::Other(format!(
+            "the guard's rewrite of the judged tests does not compile, while the tests as written do:\n{}",
+            built.output
+        )));
     }
     let binaries = artifacts(&built.output);
     // 3. Put back.
     put_back(sb, &planned).await?;
+    // A unit compiled again that is none of the judged targets read a judged file while it
+    // compiled (cargo saw it in the unit's dep-info): it may have read the hidden rewrite too.
+    let judged: Vec<Binary> = planned.iter().map(|(f, ..)| f.binary.clone()).collect();
+    let readers = foreign_rebuilds(&built.output, &judged);
+    if !readers.is_empty() {
+        let mut j = Judged::default();
+        j.real.extend(files.iter().flat_map(|f| f.tests.iter().map(|(n, _)| (n.clone(), TestStatus::Failed))));
+        j.violations.push(format!(
+            "{} read a judged test file while compiling (cargo compiled it again once the guard staged its rewrite): only the judged test targets may",
+            readers.join(", ")
+        ));
+        return Ok(GuardedRun::Judged(j));
+    }
     // 4. Run, 5. verdict.
     let env = std::iter::once("env".to_string())
         .chain(limits.env.iter().map(|a| shell_quote(a)))
@@ -322,8 +349,8 @@ pub async fn run_guarded(
 }
 
 /// The judged files as they were, and the rewrites' hidden files gone.
-async fn put_back(sb: &dyn Sandbox, planned: &[(&JudgedFile, Vec<u8>, super::libtest::FilePlan, String)]) -> Result<(), HarnessError> {
-    for (f, original, _, hidden) in planned {
+async fn put_back(sb: &dyn Sandbox, planned: &[(&JudgedFile, Vec<u8>, super::libtest::FilePlan, Staged)]) -> Result<(), HarnessError> {
+    for (f, original, _, Staged { hidden, .. }) in planned {
         sb.put_file(&format!("{WORKDIR}/{}", f.file), original).await?;
         let rm = sb.exec(&format!("rm -f {}", shell_quote(&format!("{WORKDIR}/{hidden}"))), Duration::from_secs(60)).await?;
         if rm.exit_code != Some(0) {
@@ -636,6 +663,33 @@ pub(super) async fn base_text(sb: &dyn Sandbox, file: &str) -> Result<Option<Str
 }
 
 /// Test binaries by target from cargo's `compiler-artifact` lines.
+/// The units the staged build compiled again (its `REBUILT` lines) that are not judged targets,
+/// as `kind name`. Test targets are leaves (nothing links them) and may be; so may a judged
+/// `bin`; where a judged file belongs to a library, everything that depends on it is compiled
+/// again by right, so nothing is told apart.
+pub fn foreign_rebuilds(output: &str, judged: &[Binary]) -> Vec<String> {
+    if judged.contains(&Binary::Lib) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for line in output.lines() {
+        let Some(json) = line.strip_prefix("REBUILT ") else { continue };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(json) else {
+            out.push("a unit cargo could not describe".to_string());
+            continue;
+        };
+        let kind = v["target"]["kind"][0].as_str().unwrap_or("?");
+        let name = v["target"]["name"].as_str().unwrap_or("?");
+        let allowed = kind == "test" || (kind == "bin" && judged.contains(&Binary::Bin(name.to_string())));
+        if !allowed {
+            out.push(format!("`{name}` ({kind})"));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
 fn artifacts(lines: &str) -> BTreeMap<Binary, String> {
     let mut out = BTreeMap::new();
     for line in lines.lines() {
@@ -717,6 +771,17 @@ not json"#;
         for bad in ["calc/lib::tests::missing", "nopkg/lib::x", "calc/example/e::x", "calc"] {
             assert!(judged_files(&[bad.to_string()], &roots, &texts).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn units_compiled_again_other_than_the_judged_targets_are_named() {
+        let line = |kind: &str, name: &str| format!("REBUILT {{\"reason\":\"compiler-artifact\",\"target\":{{\"kind\":[\"{kind}\"],\"name\":\"{name}\"}},\"fresh\":false}}");
+        let out = [line("test", "calc"), line("test", "other"), line("lib", "calc"), line("proc-macro", "m"), line("bin", "tool"), line("lib", "calc"), "{\"executable\":\"x\"}".into(), "REBUILT not json".into()].join("\n");
+        let tests = [Binary::Test("calc".into())];
+        assert_eq!(foreign_rebuilds(&out, &tests), ["`calc` (lib)", "`m` (proc-macro)", "`tool` (bin)", "a unit cargo could not describe"]);
+        assert_eq!(foreign_rebuilds(&out, &[Binary::Test("calc".into()), Binary::Bin("tool".into())]).len(), 3);
+        assert!(foreign_rebuilds(&out, &[Binary::Lib]).is_empty());
+        assert!(foreign_rebuilds(&[line("test", "calc"), line("test", "x")].join("\n"), &tests).is_empty());
     }
 
     #[test]
