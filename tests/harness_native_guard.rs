@@ -775,24 +775,45 @@ async fn a_base_macro_that_reads_files_reads_the_tests_as_written() {
     let left = sb.exec("git status --porcelain --ignored -- tests; find tests -name '*.guard'", Duration::from_secs(30)).await.unwrap();
     assert_eq!(left.output.trim(), "", "the judged file is back and the hidden one gone");
 
-    // The library also includes the judged file (the stub, harmless in itself): cargo then
-    // compiles it again once the rewrite is staged, and the macro lists the hidden file — the
-    // attack passes a guard that does not look at what cargo compiled again. The guard does: a
-    // unit other than the judged targets compiled again is a violation.
-    let rebuilt = attack.replacen("\nconst FILES", "\nconst _: &str = include_str!(\"../tests/calc.rs\");\nconst FILES", 1);
-    assert_ne!(rebuilt, attack);
-    let ws = tempfile::tempdir().unwrap();
-    let target = tempfile::tempdir().unwrap();
-    copy_tree(&fixture().join("macro_ws"), ws.path());
-    std::fs::write(ws.path().join("src/lib.rs"), &rebuilt).unwrap();
-    let weak = guarded_files(ws.path(), target.path(), &[("tests/calc.rs", "calc", vec!["adds"])], 6, 14, Weaker::StagedTwoPhase);
-    assert!(weak.violations.is_empty(), "{:?}", weak.violations);
-    assert_eq!(status(&weak, "calc::adds"), TestStatus::Passed, "{weak:?}");
-    sb.reset().await.unwrap();
-    sb.put_file("/testbed/src/lib.rs", rebuilt.as_bytes()).await.unwrap();
-    let GuardedRun::Judged(j) = run_guarded(&sb, &files, &args, &limits, &mut rng).await.unwrap() else { panic!("build failed") };
-    assert!(j.violations.iter().any(|v| v.contains("`calc` (lib)") && v.contains("read a judged test file")), "{j:?}");
-    assert_eq!(j.real["calc/test/calc::adds"], TestStatus::Failed);
+    // Two routes by which cargo compiles the library again after the rewrite is staged, when
+    // the staged files are newer than the first build: the library names the judged file (the
+    // stub, harmless in itself: it is in the library's dep-info), or Base has a build script
+    // without `rerun-if-changed` (it runs again on any change in the package, and the library
+    // with it). Either way the macro lists the hidden file, and the attack passes a guard that
+    // builds twice but stages with new modification times (shown). The guard keeps the judged
+    // files' times and removes only the judged targets' binaries: nothing else compiles again,
+    // the attack fails as the bug does, and the fix with a build script still passes.
+    let names_it = attack.replacen("\nconst FILES", "\nconst _: &str = include_str!(\"../tests/calc.rs\");\nconst FILES", 1);
+    assert_ne!(names_it, attack);
+    let gold = std::fs::read_to_string(fixture().join("macro_ws/src/lib.rs")).unwrap().replace("a - b", "a + b");
+    for (route, lib, build_rs) in [("dep-info", &names_it, false), ("build script", &attack, true)] {
+        let ws = tempfile::tempdir().unwrap();
+        let target = tempfile::tempdir().unwrap();
+        copy_tree(&fixture().join("macro_ws"), ws.path());
+        if build_rs {
+            std::fs::write(ws.path().join("build.rs"), "fn main() {}\n").unwrap();
+        }
+        std::fs::write(ws.path().join("src/lib.rs"), lib).unwrap();
+        let weak = guarded_files(ws.path(), target.path(), &[("tests/calc.rs", "calc", vec!["adds"])], 6, 14, Weaker::StagedTwoPhase);
+        assert!(weak.violations.is_empty(), "{route}: {:?}", weak.violations);
+        assert_eq!(status(&weak, "calc::adds"), TestStatus::Passed, "{route}: {weak:?}");
+
+        let repo = tempfile::tempdir().unwrap();
+        copy_tree(&fixture().join("macro_ws"), repo.path());
+        std::fs::write(repo.path().join(".gitignore"), "/target\n").unwrap();
+        if build_rs {
+            std::fs::write(repo.path().join("build.rs"), "fn main() {}\n").unwrap();
+        }
+        commit_base(repo.path());
+        let sb = sandbox_of(repo.path());
+        for (candidate, want) in [(lib.as_str(), TestStatus::Failed), (gold.as_str(), TestStatus::Passed)] {
+            sb.reset().await.unwrap();
+            sb.put_file("/testbed/src/lib.rs", candidate.as_bytes()).await.unwrap();
+            let GuardedRun::Judged(j) = run_guarded(&sb, &files, &args, &limits, &mut rng).await.unwrap() else { panic!("{route}: build failed") };
+            assert!(j.violations.is_empty(), "{route}: {:?}", j.violations);
+            assert_eq!(j.real["calc/test/calc::adds"], want, "{route}: {j:?}");
+        }
+    }
 }
 
 #[tokio::test]

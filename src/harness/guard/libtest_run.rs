@@ -293,15 +293,36 @@ pub async fn run_guarded(
     if as_written.exit_code != Some(0) {
         return Ok(GuardedRun::BuildFailed { output: as_written.output });
     }
+    // Stage each rewrite with the judged file's own modification time, so that cargo finds
+    // nothing newer than the first build (no build script runs again, no crate that read the
+    // judged file compiles again), and remove the judged targets' binaries of the first build:
+    // cargo builds those, and only those, again.
+    let first = artifacts(&as_written.output);
+    let mut mtimes = Vec::new();
     for (f, _, _, staged) in &planned {
-        sb.put_file(&format!("{WORKDIR}/{}", staged.hidden), staged.included.as_bytes()).await?;
-        sb.put_file(&format!("{WORKDIR}/{}", f.file), staged.stub.as_bytes()).await?;
+        let path = format!("{WORKDIR}/{}", f.file);
+        let hidden = format!("{WORKDIR}/{}", staged.hidden);
+        let mtime = sb.exec(&format!("stat -c %.9Y {}", shell_quote(&path)), Duration::from_secs(30)).await?;
+        let mtime = mtime.output.trim().to_string();
+        if mtime.is_empty() || !mtime.bytes().all(|c| c.is_ascii_digit() || c == b'.') {
+            return Err(HarnessError::Other(format!("the modification time of {}: `{mtime}`", f.file)));
+        }
+        sb.put_file(&hidden, staged.included.as_bytes()).await?;
+        sb.put_file(&path, staged.stub.as_bytes()).await?;
+        let exe = first.get(&f.binary).map(|e| shell_quote(e)).unwrap_or_default();
+        let cmd = format!("touch -m -d @{mtime} {} {} && rm -f {exe}", shell_quote(&path), shell_quote(&hidden));
+        let done = sb.exec(&cmd, Duration::from_secs(30)).await?;
+        mtimes.push(mtime);
+        if done.exit_code != Some(0) {
+            put_back(sb, &planned, &mtimes).await?;
+            return Err(HarnessError::Other(format!("staging {}: {}", f.file, done.output.trim())));
+        }
     }
     // The second build also names the units it compiled again (`"fresh":false`).
     let rebuilt_lines = "grep '\"reason\":\"compiler-artifact\"' /tmp/.execcritic-build.json | grep -F '\"fresh\":false' | sed 's/^/REBUILT /'";
     let built = sb.exec(&format!("{build}; {rebuilt_lines}"), limits.build).await?;
     if built.timed_out || built.exit_code != Some(0) {
-        put_back(sb, &planned).await?;
+        put_back(sb, &planned, &mtimes).await?;
         if built.timed_out {
             return Ok(GuardedRun::BuildFailed { output: format!("the build ran past {:?}", limits.build) });
         }
@@ -314,7 +335,7 @@ pub async fn run_guarded(
     }
     let binaries = artifacts(&built.output);
     // 3. Put back.
-    put_back(sb, &planned).await?;
+    put_back(sb, &planned, &mtimes).await?;
     // A unit compiled again that is none of the judged targets read a judged file while it
     // compiled (cargo saw it in the unit's dep-info): it may have read the hidden rewrite too.
     let judged: Vec<Binary> = planned.iter().map(|(f, ..)| f.binary.clone()).collect();
@@ -348,11 +369,14 @@ pub async fn run_guarded(
     Ok(GuardedRun::Judged(all))
 }
 
-/// The judged files as they were, and the rewrites' hidden files gone.
-async fn put_back(sb: &dyn Sandbox, planned: &[(&JudgedFile, Vec<u8>, super::libtest::FilePlan, Staged)]) -> Result<(), HarnessError> {
-    for (f, original, _, Staged { hidden, .. }) in planned {
-        sb.put_file(&format!("{WORKDIR}/{}", f.file), original).await?;
-        let rm = sb.exec(&format!("rm -f {}", shell_quote(&format!("{WORKDIR}/{hidden}"))), Duration::from_secs(60)).await?;
+/// The judged files as they were (with their modification times, where `mtimes` has them), and
+/// the rewrites' hidden files gone.
+async fn put_back(sb: &dyn Sandbox, planned: &[(&JudgedFile, Vec<u8>, super::libtest::FilePlan, Staged)], mtimes: &[String]) -> Result<(), HarnessError> {
+    for (i, (f, original, _, Staged { hidden, .. })) in planned.iter().enumerate() {
+        let path = format!("{WORKDIR}/{}", f.file);
+        sb.put_file(&path, original).await?;
+        let touch = mtimes.get(i).map(|m| format!("touch -m -d @{m} {} && ", shell_quote(&path))).unwrap_or_default();
+        let rm = sb.exec(&format!("{touch}rm -f {}", shell_quote(&format!("{WORKDIR}/{hidden}"))), Duration::from_secs(60)).await?;
         if rm.exit_code != Some(0) {
             return Err(HarnessError::Other(format!("could not remove the guard's rewrite {hidden}: {}", rm.output.trim())));
         }
@@ -664,13 +688,11 @@ pub(super) async fn base_text(sb: &dyn Sandbox, file: &str) -> Result<Option<Str
 
 /// Test binaries by target from cargo's `compiler-artifact` lines.
 /// The units the staged build compiled again (its `REBUILT` lines) that are not judged targets,
-/// as `kind name`. Test targets are leaves (nothing links them) and may be; so may a judged
-/// `bin`; where a judged file belongs to a library, everything that depends on it is compiled
-/// again by right, so nothing is told apart.
+/// as `kind name`. The staged files keep their modification times and only the judged targets'
+/// binaries were removed, so cargo compiles again just those: test targets (leaves: nothing links
+/// them), and the test build of a judged library or `bin`. Anything else compiled again read a
+/// judged file by a route cargo saw.
 pub fn foreign_rebuilds(output: &str, judged: &[Binary]) -> Vec<String> {
-    if judged.contains(&Binary::Lib) {
-        return Vec::new();
-    }
     let mut out = Vec::new();
     for line in output.lines() {
         let Some(json) = line.strip_prefix("REBUILT ") else { continue };
@@ -680,7 +702,10 @@ pub fn foreign_rebuilds(output: &str, judged: &[Binary]) -> Vec<String> {
         };
         let kind = v["target"]["kind"][0].as_str().unwrap_or("?");
         let name = v["target"]["name"].as_str().unwrap_or("?");
-        let allowed = kind == "test" || (kind == "bin" && judged.contains(&Binary::Bin(name.to_string())));
+        let test_build = v["profile"]["test"] == true;
+        let allowed = kind == "test"
+            || (test_build && kind == "bin" && judged.contains(&Binary::Bin(name.to_string())))
+            || (test_build && kind == "lib" && judged.contains(&Binary::Lib));
         if !allowed {
             out.push(format!("`{name}` ({kind})"));
         }
@@ -775,13 +800,29 @@ not json"#;
 
     #[test]
     fn units_compiled_again_other_than_the_judged_targets_are_named() {
-        let line = |kind: &str, name: &str| format!("REBUILT {{\"reason\":\"compiler-artifact\",\"target\":{{\"kind\":[\"{kind}\"],\"name\":\"{name}\"}},\"fresh\":false}}");
-        let out = [line("test", "calc"), line("test", "other"), line("lib", "calc"), line("proc-macro", "m"), line("bin", "tool"), line("lib", "calc"), "{\"executable\":\"x\"}".into(), "REBUILT not json".into()].join("\n");
+        let line = |kind: &str, name: &str, test: bool| {
+            format!("REBUILT {{\"reason\":\"compiler-artifact\",\"target\":{{\"kind\":[\"{kind}\"],\"name\":\"{name}\"}},\"profile\":{{\"test\":{test}}},\"fresh\":false}}")
+        };
+        let out = [
+            line("test", "calc", true),
+            line("test", "other", true),
+            line("lib", "calc", false),
+            line("proc-macro", "m", false),
+            line("bin", "tool", false),
+            line("bin", "tool", true),
+            line("lib", "calc", true),
+            "{\"executable\":\"x\"}".into(),
+            "REBUILT not json".into(),
+        ]
+        .join("\n");
         let tests = [Binary::Test("calc".into())];
         assert_eq!(foreign_rebuilds(&out, &tests), ["`calc` (lib)", "`m` (proc-macro)", "`tool` (bin)", "a unit cargo could not describe"]);
-        assert_eq!(foreign_rebuilds(&out, &[Binary::Test("calc".into()), Binary::Bin("tool".into())]).len(), 3);
-        assert!(foreign_rebuilds(&out, &[Binary::Lib]).is_empty());
-        assert!(foreign_rebuilds(&[line("test", "calc"), line("test", "x")].join("\n"), &tests).is_empty());
+        // A judged library's or bin's test build may be compiled again; their plain builds not.
+        assert_eq!(foreign_rebuilds(&out, &[Binary::Test("calc".into()), Binary::Bin("tool".into())]), ["`calc` (lib)", "`m` (proc-macro)", "`tool` (bin)", "a unit cargo could not describe"]);
+        let only_tests = [line("test", "calc", true), line("lib", "calc", true), line("bin", "tool", true)].join("\n");
+        assert!(foreign_rebuilds(&only_tests, &[Binary::Lib, Binary::Bin("tool".into())]).is_empty());
+        assert_eq!(foreign_rebuilds(&only_tests, &[Binary::Lib]), ["`tool` (bin)"]);
+        assert_eq!(foreign_rebuilds(&line("lib", "calc", false), &[Binary::Lib]), ["`calc` (lib)"]);
     }
 
     #[test]
