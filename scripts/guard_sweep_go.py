@@ -72,15 +72,21 @@ def make_repo(src, work, name):
     if not has_mod:
         with open(os.path.join(tree, "go.mod"), "w") as f:
             f.write(f"module {path}\n\ngo 1.13\n")
+    return tree, path, commit_root(tree, work, name, f"{path} as packaged")
+
+
+def commit_root(tree, work, name, message):
+    """Commit `tree` as a new repository's one root commit and clone it bare to
+    `<work>/repos/<name>.git` (the task's repo_path): the commit's hash."""
     git = ["git", "-c", "user.name=sweep", "-c", "user.email=sweep@localhost", "-c", "commit.gpgsign=false"]
     run(["git", "init", "-q"], tree)
     run(git + ["add", "-A"], tree)
-    run(git + ["commit", "-q", "-m", f"{path} as packaged"], tree)
+    run(git + ["commit", "-q", "-m", message], tree)
     head = run(["git", "rev-parse", "HEAD"], tree).stdout.strip()
     bare = os.path.join(work, "repos", f"{name}.git")
     shutil.rmtree(bare, ignore_errors=True)
     run(["git", "clone", "-q", "--bare", tree, bare], work)
-    return tree, path, head
+    return head
 
 
 def is_test_name(name):

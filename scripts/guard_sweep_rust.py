@@ -33,9 +33,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from guard_sweep_go import TEST_PATCH, arguments, grade_and_report  # noqa: E402
+from guard_sweep_go import TEST_PATCH, arguments, commit_root, grade_and_report  # noqa: E402
 
-GIT = ["git", "-c", "user.name=sweep", "-c", "user.email=sweep@localhost", "-c", "commit.gpgsign=false"]
 TASK_SIZE = 60
 
 
@@ -53,14 +52,7 @@ def make_repo(src, work, name):
     shutil.copytree(src, tree, symlinks=True, ignore=shutil.ignore_patterns("target"))
     with open(os.path.join(tree, ".gitignore"), "w") as f:
         f.write("/target\n")
-    run(["git", "init", "-q"], tree)
-    run(GIT + ["add", "-A"], tree)
-    run(GIT + ["commit", "-q", "-m", f"{name} as packaged"], tree)
-    head = run(["git", "rev-parse", "HEAD"], tree).stdout.strip()
-    bare = os.path.join(work, "repos", f"{name}.git")
-    shutil.rmtree(bare, ignore_errors=True)
-    run(["git", "clone", "-q", "--bare", tree, bare], work)
-    return tree, head
+    return tree, commit_root(tree, work, name, f"{name} as packaged")
 
 
 def plain_outcomes(tree):
