@@ -462,10 +462,11 @@ pub fn inner_prefix_len(src: &str) -> usize {
             let mut j = 0;
             let rb = rest.as_bytes();
             while j < rb.len() {
-                if rest[j..].starts_with("/*") {
+                // Bytes, not `str` slices: a comment may hold any UTF-8 (`/* © 2024 */`).
+                if rb[j..].starts_with(b"/*") {
                     depth += 1;
                     j += 2;
-                } else if rest[j..].starts_with("*/") {
+                } else if rb[j..].starts_with(b"*/") {
                     depth -= 1;
                     j += 2;
                     if depth == 0 {
@@ -831,6 +832,10 @@ not json"#;
         let k = inner_prefix_len(src);
         assert!(src[..k].ends_with("#![doc = r#\"x\"]\"#]"), "{}", &src[..k]);
         assert_eq!(&src[k..], "\n\nuse x::y;\n#[test]\nfn t() {}\n");
+        // Comments and attributes in any UTF-8.
+        let licensed = "/* © 2024 Ünïcode */\n//! Tësts.\n#![doc = \"é ]\"]\nuse x;\n";
+        assert_eq!(&licensed[inner_prefix_len(licensed)..], "\nuse x;\n");
+        assert_eq!(inner_prefix_len("/* © */\nuse x;\n"), 0);
         for none in ["use x;\n", "#[test]\nfn t() {}\n", "// c\n#[cfg(test)]\nmod tests {}\n", "#![unclosed\n", ""] {
             assert_eq!(inner_prefix_len(none), 0, "{none:?}");
         }
