@@ -16,8 +16,10 @@ For each crate given (a directory, e.g. an unpacked crates.io package under
      per copy), and
   4. compares each id's guarded status with its plain outcome.
 
-The guarded build is offline with no cargo home of the host's: only crates without
-dependencies (and dev-dependencies) build there, so pick those.
+The guarded build is offline with no cargo home of the host's. A crate with dependencies gets
+the task environment a user would give it: `environment_setup` runs `cargo vendor
+--versioned-dirs /env/cargo-vendor` once, with network (crates.io), and every guarded build
+reads its dependencies from there (docs/harness.md, "Dependencies").
 
 Run (as root, for the local sandbox's throw-away runs):
   cargo build --release
@@ -91,6 +93,7 @@ def main():
         tree, head = make_repo(src, a.work, name)
         meta = json.loads(run(["cargo", "metadata", "--offline", "--no-deps", "--format-version", "1"], tree).stdout)
         pkg = meta["packages"][0]["name"]
+        has_deps = bool(meta["packages"][0]["dependencies"])
         _, found = plain_outcomes(tree)
         if not isinstance(found, dict) or not found:
             skipped.append(name)
@@ -109,6 +112,9 @@ def main():
                     "version": "sweep", "FAIL_TO_PASS": nodes[i:i + TASK_SIZE], "PASS_TO_PASS": [], "environment_setup_commit": head,
                     "repo_path": f"repos/{name}.git", "test_cmd": "cargo test", "runner": "cargo",
                 })
+                if has_deps:
+                    all_tasks[-1]["environment_setup"] = {
+                        "commands": ["cargo vendor --versioned-dirs /env/cargo-vendor > /dev/null"], "cache_key": f"sweep-{name}"}
     if skipped:
         print(f"skipped (no test that builds offline): {', '.join(skipped)}", file=sys.stderr)
     grade_and_report(

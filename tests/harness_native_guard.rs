@@ -72,7 +72,7 @@ enum Weaker {
 fn guarded_with(dir: &Path, target: &Path, k: usize, seed: u64, weaker: Weaker) -> Judged {
     let files = [
         ("src/lib.rs", "lib", vec!["tests::adds_unit", "tests::labels_unit"]),
-        ("tests/calc.rs", "calc", vec!["adds", "adds_negative", "adds_commutes", "labels"]),
+        ("tests/calc.rs", "calc", vec!["adds", "adds_negative", "adds_commutes", "labels", "adds_case"]),
     ];
     guarded_files(dir, target, &files, k, seed, weaker)
 }
@@ -154,7 +154,9 @@ fn status(j: &Judged, id: &str) -> TestStatus {
     *j.real.get(id).unwrap_or_else(|| panic!("{id} not judged: {:?}", j.real))
 }
 
-const JUDGED_BUG: [&str; 3] = ["lib::tests::adds_unit", "calc::adds", "calc::adds_negative"];
+/// `calc::adds_case` is written by a macro (`case!(adds_case, |label| { … })`): the guard copies
+/// the invocation into modules of random names.
+const JUDGED_BUG: [&str; 4] = ["lib::tests::adds_unit", "calc::adds", "calc::adds_negative", "calc::adds_case"];
 const UNTOUCHED: [&str; 2] = ["lib::tests::labels_unit", "calc::labels"];
 
 #[test]
@@ -172,9 +174,10 @@ fn the_fix_passes_and_the_bug_fails_under_the_guard() {
         }
         // A test with no literal assertion is renamed and guarded by its tail copies alone.
         assert_eq!(status(&j, "calc::adds_commutes"), if candidate == "gold" { TestStatus::Passed } else { TestStatus::Failed });
-        // 5 planned tests × (1 + 6 literal look-alikes + 6 tail copies) + 2 × 2 controls + the
+        // 6 planned tests × (1 + 6 literal look-alikes + 6 tail copies) + 2 × 2 controls + the
         // tail-guarded one × (1 + 6).
-        assert_eq!(j.run.len(), 5 * 13 + 4 + 7, "{:?}", j.run);
+        assert_eq!(j.run.len(), 6 * 13 + 4 + 7, "{:?}", j.run);
+        assert_eq!(j.run.keys().filter(|p| p.ends_with("::adds_case")).count(), 13, "{:?}", j.run);
     }
 }
 
@@ -235,9 +238,12 @@ fn forged_passes_are_refused() {
     // Reading the judged files at build time (`include_str!`) finds the copy that expects 5 (and
     // the unit test's that expects 42): it works where the rewrite lies at the judged paths while
     // the crates compile, as here (the guard in the sandbox stages it at a hidden path, below).
+    // (A look-alike of the unit test may expect the bug's own value, 38 = 40 − 2, where the
+    // window of values holds it: that copy passes honestly beside the forced real one, and this
+    // seed's plan has it. The integration test's window, around 5, never holds −1.)
     let dir = checkout("include_reader");
     let weak = guarded(dir.path(), target.path(), 6, 7);
-    assert!(weak.violations.is_empty(), "{:?}", weak.violations);
+    assert!(weak.violations.iter().all(|v| v.starts_with("lib: mutant tests::") && v.contains(" of tests::adds_unit ")), "{:?}", weak.violations);
     assert_eq!(status(&weak, "calc::adds"), TestStatus::Passed, "{weak:?}");
     assert_eq!(status(&weak, "lib::tests::adds_unit"), TestStatus::Passed, "{weak:?}");
 
@@ -257,6 +263,19 @@ fn forged_passes_are_refused() {
     clear_marks();
     assert_eq!(status(&weak, "calc::adds"), TestStatus::Passed, "{weak:?}");
     assert!(!weak.violations.iter().any(|v| v.contains("of adds ")), "{:?}", weak.violations);
+
+    // Ending the process with status 0 only where the library is built for its own unit tests
+    // (`cfg!(test)`): plain `cargo test --lib` passes; under the guard every copy of the unit
+    // test (`tests::t_…`, a path inside a module) passes too. (Until 2026-12-07 the judge
+    // compared copies by their last path segment, so copies inside a module were never
+    // compared: this attack passed the guard.)
+    let dir = checkout("unit_exit");
+    let plain = cargo().args(["test", "--offline", "-q", "--lib"]).env("CARGO_TARGET_DIR", target.path()).current_dir(dir.path()).output().unwrap();
+    assert!(plain.status.success(), "unit_exit: plain cargo test --lib did not pass");
+    let files = [("src/lib.rs", "lib", vec!["tests::adds_unit", "tests::labels_unit"])];
+    let j = guarded_files(dir.path(), target.path(), &files, 6, 10, Weaker::None);
+    assert!(j.violations.iter().any(|v| v.contains("of tests::adds_unit ")), "unit_exit: not refused: {j:?}");
+    assert!(!j.violations.iter().any(|v| v.contains("of tests::labels_unit ")), "{:?}", j.violations);
 
     let dir = checkout("panic_hook");
     let j = guarded(dir.path(), target.path(), 6, 6);
@@ -640,7 +659,7 @@ fn judged_files() -> Vec<JudgedFile> {
             file: "tests/calc.rs".into(),
             binary: Binary::Test("calc".into()),
             module: String::new(),
-            tests: ["adds", "adds_negative", "adds_commutes", "labels"].iter().map(|t| (format!("calc/test/calc::{t}"), t.to_string())).collect(),
+            tests: ["adds", "adds_negative", "adds_commutes", "labels", "adds_case"].iter().map(|t| (format!("calc/test/calc::{t}"), t.to_string())).collect(),
         },
     ]
 }
@@ -655,7 +674,7 @@ async fn guarded_cargo_runs_in_the_local_sandbox() {
     let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6, env: vec!["TZ=UTC".into()] };
     let args: Vec<String> = ["-p", "calc", "--lib", "--test", "calc"].iter().map(|s| s.to_string()).collect();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
-    for (candidate, want) in [("gold", Some(TestStatus::Passed)), ("base", Some(TestStatus::Failed)), ("exit_forger", None), ("always_equal", None), ("abort_catcher", None), ("source_reader", Some(TestStatus::Failed)), ("include_reader", Some(TestStatus::Failed)), ("first_run", None), ("late_exit", None), ("probe_exit", None)] {
+    for (candidate, want) in [("gold", Some(TestStatus::Passed)), ("base", Some(TestStatus::Failed)), ("exit_forger", None), ("always_equal", None), ("abort_catcher", None), ("source_reader", Some(TestStatus::Failed)), ("include_reader", Some(TestStatus::Failed)), ("first_run", None), ("late_exit", None), ("probe_exit", None), ("unit_exit", None)] {
         sb.reset().await.unwrap();
         let imp = std::fs::read(fixture().join(format!("imp/{candidate}.rs"))).unwrap();
         sb.put_file("/testbed/src/imp.rs", &imp).await.unwrap();
@@ -665,7 +684,7 @@ async fn guarded_cargo_runs_in_the_local_sandbox() {
         match want {
             Some(st) => {
                 assert!(j.violations.is_empty(), "{candidate}: {:?}", j.violations);
-                for id in ["calc/lib::tests::adds_unit", "calc/test/calc::adds", "calc/test/calc::adds_negative"] {
+                for id in ["calc/lib::tests::adds_unit", "calc/test/calc::adds", "calc/test/calc::adds_negative", "calc/test/calc::adds_case"] {
                     assert_eq!(j.real[id], st, "{candidate}: {id}: {j:?}");
                 }
                 assert_eq!(j.real["calc/test/calc::labels"], TestStatus::Passed, "{candidate}");

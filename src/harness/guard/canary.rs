@@ -140,10 +140,13 @@ impl CanaryMap {
     /// come out as written. `statuses` are by run names (mutants and controls included).
     pub fn violations(&self, statuses: &BTreeMap<String, TestStatus>) -> Vec<String> {
         let mut out = Vec::new();
+        // A run id names its copy by the whole path (libtest: `tests::t_…`, `t_…::name`; Go) or
+        // by its last component beside parameters (pytest `f.py::C::t_…[1]`). Until 2026-12-07
+        // only the second was tried, so libtest copies inside a module were never compared.
         let by_name = |n: &str| -> Vec<(&String, &TestStatus)> {
             statuses
                 .iter()
-                .filter(|(id, _)| function_name(id) == n)
+                .filter(|(id, _)| id.as_str() == n || function_name(id) == n)
                 .collect()
         };
         let mut any_real_passed = false;

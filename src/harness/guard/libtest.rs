@@ -35,6 +35,11 @@
 //!    ([`CHECK_MACROS`]) is qualified with it ([`reach_std`]): a `macro_rules! assert` of the code
 //!    under test, or its `extern crate self as std`, cannot make a test's assertions vacuous.
 //!
+//! 6. **Tests a macro writes** from a closure body (`rgtest!(r16, |dir, cmd| { … })`): each copy
+//!    is a module of a random name holding the invocation ([`plan_macro`]); the test keeps its
+//!    name inside. Whether the macro writes such a test shows only in the build: every run
+//!    path is checked against the binary's own test list first ([`check_listed`]).
+//!
 //! To pass the real test and fail its mutants the code must know which copy runs *and* what it
 //! expects: the names are random per run, and the expected literal never leaves the test's own
 //! comparison (for the standard types; a candidate's own `PartialEq` sees it, which is
@@ -104,9 +109,18 @@ fn split_shebang(source: &str) -> (&str, &str) {
 
 struct Found<'a> {
     path: String,
-    func: &'a ItemFn,
+    test: Written<'a>,
     /// The module's path (the part of `path` before the function's name).
     module: String,
+}
+
+/// Where a test's function is in the source.
+enum Written<'a> {
+    /// A `#[test]` function.
+    Fn(&'a ItemFn),
+    /// An item macro whose arguments name it (`rgtest!(r16, |dir, cmd| { … })`, ripgrep's form):
+    /// the macro writes the function ([`plan_macro`]).
+    Macro(&'a syn::ItemMacro),
 }
 
 fn plan_parsed(
@@ -125,20 +139,33 @@ fn plan_parsed(
     let mut map = CanaryMap::default();
     let mut controlled: Vec<String> = Vec::new();
     for want in judged {
-        let Some(found) = tests.iter().find(|t| &t.path == want) else {
+        // A `#[test]` function first; else a macro invocation that names the test.
+        let found = tests.iter().find(|t| &t.path == want && matches!(t.test, Written::Fn(_)));
+        let Some(found) = found.or_else(|| tests.iter().find(|t| &t.path == want)) else {
             return Err(format!("{file}: no #[test] function `{want}`"));
         };
-        let name = found.func.sig.ident.to_string();
+        let name = want.rsplit("::").next().unwrap_or(want).to_string();
         let mut group = Group { path: file.to_string(), name: want.clone(), ..Group::default() };
         // A name used elsewhere in the file (a call from another test, `const _: fn() = x;`)
         // keeps its function as written, never run by the guard, beside the renamed copies: no
         // judged test runs under a name the code could know because some other code names it.
-        let referenced = idents.get(&name).copied().unwrap_or(0) > 1;
-        match plan_function(source, found.func, k, rng) {
+        // (A macro-written test keeps its name inside a module of a random name.)
+        let referenced = matches!(found.test, Written::Fn(_)) && idents.get(&name).copied().unwrap_or(0) > 1;
+        let planned = match found.test {
+            Written::Fn(f) => plan_function(source, f, k, rng),
+            Written::Macro(m) => plan_macro(source, m, k, rng),
+        };
+        match planned {
             Err(why) => group.why = Some(why),
             Ok((range, variants, why)) => {
                 let prefix = if found.module.is_empty() { String::new() } else { format!("{}::", found.module) };
                 let mut text = name_copies(&mut group, variants, why, rng, fresh_name);
+                if let Written::Macro(_) = found.test {
+                    // Each copy is a module of a random name holding the invocation; the
+                    // test keeps its own name inside it.
+                    group.real = group.real.map(|n| format!("{n}::{name}"));
+                    group.mutants = group.mutants.iter().map(|n| format!("{n}::{name}")).collect();
+                }
                 if referenced {
                     text = format!("{}\n\n{text}", &source[range.clone()]);
                 }
@@ -313,7 +340,16 @@ fn collect_tests<'a>(items: &'a [Item], module: &str, out: &mut Vec<Found<'a>>) 
             Item::Fn(f) if f.attrs.iter().any(|a| a.path().segments.last().is_some_and(|s| s.ident == "test")) => {
                 let name = f.sig.ident.to_string();
                 let path = if module.is_empty() { name } else { format!("{module}::{name}") };
-                out.push(Found { path, func: f, module: module.to_string() });
+                out.push(Found { path, test: Written::Fn(f), module: module.to_string() });
+            }
+            Item::Macro(m) if m.ident.is_none() => {
+                // Each bare identifier among its comma-separated arguments may be the name of
+                // the test it writes; the judged path picks one, and the build's test list
+                // confirms it ([`check_listed`]).
+                for name in macro_names(m) {
+                    let path = if module.is_empty() { name } else { format!("{module}::{name}") };
+                    out.push(Found { path, test: Written::Macro(m), module: module.to_string() });
+                }
             }
             Item::Mod(m) => {
                 if let Some((_, inner)) = &m.content {
@@ -384,7 +420,7 @@ fn plan_function(source: &str, f: &ItemFn, k: usize, rng: &mut impl Rng) -> Resu
         return Err("no source positions".into());
     }
     let ident = f.sig.ident.span().byte_range();
-    let (texts, why) = match literal_copies(source, f, start, end, ident.clone(), k, rng) {
+    let (texts, why) = match literal_copies(source, &f.block.stmts, start, end, Some(ident.clone()), k, rng) {
         Ok(texts) => (texts, None),
         Err(why) => (vec![format!("{}__EXECCRITIC_NAME__{}", &source[start..ident.start], &source[ident.end..end])], Some(why)),
     };
@@ -403,6 +439,94 @@ fn plan_function(source: &str, f: &ItemFn, k: usize, rng: &mut impl Rng) -> Resu
     let mut all: Vec<String> = texts.iter().map(|t| wrap(t, &call)).collect();
     let tail = wrap(&texts[0], &tail_end(&call));
     all.extend(std::iter::repeat_n(tail, k));
+    Ok((start..end, all, why))
+}
+
+/// The bare identifiers among an item macro's comma-separated arguments (`r16` in
+/// `rgtest!(r16, |dir, cmd| { … })`): the names the test it may write could have.
+fn macro_names(m: &syn::ItemMacro) -> Vec<String> {
+    if m.mac.path.is_ident("macro_rules") {
+        return Vec::new();
+    }
+    let Ok(args) = m.mac.parse_body_with(Punctuated::<Expr, Token![,]>::parse_terminated) else { return Vec::new() };
+    args.iter()
+        .filter_map(|a| match a {
+            Expr::Path(p) if p.qself.is_none() && p.attrs.is_empty() => p.path.get_ident().map(|i| i.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Plan a test a macro writes from an invocation whose arguments hold its body as a closure
+/// (`rgtest!(r16, |dir: Dir, mut cmd: TestCommand| { … })`, as ripgrep's tests are written):
+/// the invocation's range and its texts — the real test, its literal look-alikes, K tail
+/// copies, as [`plan_function`] plans a function — each a module of its own named
+/// `__EXECCRITIC_NAME__` holding the invocation (`mod t_… { use super::*; rgtest!(r16, …); }`).
+///
+/// The test keeps its own name (a macro may use it: `stringify!($name)` names a fixture
+/// file in roxmltree's tests), and its path gains a random module; which copy runs is as
+/// unknowable as with renamed functions. The closure's body runs inside an inner closure called
+/// at once (`(|| -> R { body })()`, its return type where the closure declares one), so copies
+/// differ only in the one literal and in what follows that call ([`tail_end`]). Whether the
+/// macro writes a `#[test]` function under that name is known only once the binary is built:
+/// the run checks every copy against the binary's own test list ([`check_listed`]). Refused
+/// here: no closure, or more than one, among the arguments; an `async` closure; `super` in the
+/// invocation (the copies are one module deeper).
+fn plan_macro(source: &str, m: &syn::ItemMacro, k: usize, rng: &mut impl Rng) -> Result<(Range<usize>, Vec<String>, Option<String>), String> {
+    let args = m
+        .mac
+        .parse_body_with(Punctuated::<Expr, Token![,]>::parse_terminated)
+        .map_err(|_| "a macro-written test whose arguments are not expressions".to_string())?;
+    let closures: Vec<&syn::ExprClosure> = args.iter().filter_map(|a| if let Expr::Closure(c) = a { Some(c) } else { None }).collect();
+    let [c] = closures.as_slice() else {
+        return Err("a macro-written test whose invocation holds no closure body, or more than one".into());
+    };
+    let Expr::Block(body) = &*c.body else {
+        return Err("a macro-written test whose closure's body is not a block".into());
+    };
+    if c.asyncness.is_some() || body.label.is_some() || !body.attrs.is_empty() {
+        return Err("a macro-written test whose closure is async, labelled or has attributes".into());
+    }
+    fn names_super(ts: TokenStream) -> bool {
+        ts.into_iter().any(|t| match t {
+            TokenTree::Ident(i) => i == "super",
+            TokenTree::Group(g) => names_super(g.stream()),
+            _ => false,
+        })
+    }
+    if names_super(m.mac.tokens.clone()) {
+        return Err("a macro-written test whose invocation names `super`".into());
+    }
+    let start = m.attrs.first().map_or(m.mac.path.span().byte_range().start, |a| a.pound_token.span.byte_range().start);
+    let end = m.semi_token.map_or(m.mac.delimiter.span().close().byte_range().end, |t| t.span.byte_range().end);
+    let open = body.block.brace_token.span.open().byte_range().start;
+    let close = body.block.brace_token.span.close().byte_range().end;
+    if !(start < open && open < close && close <= end && end <= source.len()) {
+        return Err("no source positions".into());
+    }
+    let (texts, why) = match literal_copies(source, &body.block.stmts, start, end, None, k, rng) {
+        Ok(texts) => (texts, None),
+        Err(why) => (vec![source[start..end].to_string()], Some(why)),
+    };
+    let output = match &c.output {
+        syn::ReturnType::Default => String::new(),
+        o => format!("{} ", &source[o.span().byte_range()]),
+    };
+    // Every text has the source's head up to the body's `{` and its tail after the body's `}`.
+    let (head, tail) = (open - start, end - close);
+    let wrap = |text: &str, end: &dyn Fn(&str) -> String| {
+        let body = &text[head + 1..text.len() - tail - 1];
+        let call = format!("(|| {output}{{{body}}})()");
+        format!(
+            "mod __EXECCRITIC_NAME__ {{ #[allow(unused_imports)] use super::*; {}{{ {} }}{} }}",
+            &text[..head],
+            end(&call),
+            &text[text.len() - tail..]
+        )
+    };
+    let mut all: Vec<String> = texts.iter().map(|t| wrap(t, &|call| call.to_string())).collect();
+    let tail_copy = wrap(&texts[0], &|call| tail_end(call));
+    all.extend(std::iter::repeat_n(tail_copy, k));
     Ok((start..end, all, why))
 }
 
@@ -485,9 +609,11 @@ pub fn tail_end(call: &str) -> String {
 
 /// The real test and its K literal look-alikes (its first top-level assertion against a
 /// literal, mutated), or why there are none.
-fn literal_copies(source: &str, f: &ItemFn, start: usize, end: usize, ident: Range<usize>, k: usize, rng: &mut impl Rng) -> Result<Vec<String>, String> {
+/// `ident`: the test's name, replaced by `__EXECCRITIC_NAME__` in every text (`None`: the
+/// texts keep the source's names).
+fn literal_copies(source: &str, stmts: &[Stmt], start: usize, end: usize, ident: Option<Range<usize>>, k: usize, rng: &mut impl Rng) -> Result<Vec<String>, String> {
     let mut earlier_return = false;
-    for stmt in &f.block.stmts {
+    for stmt in stmts {
         if let Some(site) = assertion(stmt) {
             if earlier_return {
                 return Err("a `return` before the first literal assertion".into());
@@ -505,9 +631,14 @@ fn literal_copies(source: &str, f: &ItemFn, start: usize, end: usize, ident: Ran
                         check = format!("{{ if false {{ let _ = execcritic_std__::format!({}); }} {check} }}", &source[m.clone()]);
                     }
                     let mut text = String::new();
-                    text.push_str(&source[start..ident.start]);
-                    text.push_str("__EXECCRITIC_NAME__");
-                    text.push_str(&source[ident.end..site.call.start]);
+                    match &ident {
+                        Some(ident) => {
+                            text.push_str(&source[start..ident.start]);
+                            text.push_str("__EXECCRITIC_NAME__");
+                            text.push_str(&source[ident.end..site.call.start]);
+                        }
+                        None => text.push_str(&source[start..site.call.start]),
+                    }
                     text.push_str(&check);
                     text.push_str(&source[site.call.end..end]);
                     texts.push(text);
@@ -808,6 +939,36 @@ pub fn verdict(map: &CanaryMap, statuses: BTreeMap<String, TestStatus>) -> Judge
     Judged { real, violations, run: statuses }
 }
 
+/// Check a plan against the built binary's own test list (`listed`: the run paths, as
+/// [`run_paths`] gives them, that `<binary> --list` names as tests) before anything runs:
+/// `--exact` with a path no test has runs nothing and exits 0, which would read as a pass.
+///
+/// A judged test none of whose copies the binary has — the change under test made the macro
+/// write no such test, or the build compiled it out — is removed from the plan and its name
+/// returned (`.0`): a failed node, never the harness's error (as a deleted test). A copy or
+/// control missing beside a listed real test is a violation (`.1`): no honest build lists some
+/// copies of one invocation and not others. The list is written by the binary, that is by the
+/// code under test, so nothing in it may turn out better for a candidate than running: a
+/// listed path that runs nothing passes every copy (tampered), an unlisted one fails. (Ignored
+/// tests are not read from it: `--list --ignored` could call any test ignored, and a skipped
+/// PASS_TO_PASS test counts as kept.)
+pub fn check_listed(map: &mut CanaryMap, listed: &std::collections::BTreeSet<String>) -> (Vec<String>, Vec<String>) {
+    let mut missing = Vec::new();
+    for g in &map.groups {
+        if g.real.iter().chain(&g.mutants).all(|p| !listed.contains(p)) && g.real.is_some() {
+            missing.push(g.name.clone());
+        }
+    }
+    map.groups.retain(|g| !missing.contains(&g.name));
+    let guarded = map.groups.iter().filter(|g| g.real.is_some()).flat_map(|g| g.real.iter().chain(&g.mutants));
+    let violations = guarded
+        .chain(map.controls.iter().map(|c| &c.name))
+        .filter(|p| !listed.contains(*p))
+        .map(|p| format!("the built binary does not list the guard's copy `{p}` beside the others"))
+        .collect();
+    (missing, violations)
+}
+
 /// Run one test of a libtest binary in its own process on this host: `--exact <path>
 /// --test-threads=1`, stdin closed, `timeout` enforced by SIGKILL. The status is the exit status.
 pub fn run_exact(binary: &Path, path: &str, timeout: Duration) -> TestStatus {
@@ -1068,6 +1229,122 @@ mod tests {
         assert_eq!(expected_values(&p)[0], "9");
     }
 
+    /// The source text of the module a copy's run path names (`t_…::r16` → `mod t_… { … }`).
+    fn copy_module<'a>(p: &'a FilePlan, run: &str) -> &'a str {
+        let module = run.rsplit("::").nth(1).unwrap();
+        let at = p.source.find(&format!("mod {module} {{")).unwrap();
+        let rest = &p.source[at..];
+        // Copies are separated by a blank line (the test's body has none).
+        &rest[..rest.find("\n\n").unwrap_or(rest.len())]
+    }
+
+    #[test]
+    fn a_test_a_macro_writes_from_a_closure_is_copied_in_modules_of_random_names() {
+        // ripgrep's form: the macro writes `#[test] fn $name()` and calls the closure.
+        let src = "use crate::util::{Dir, TestCommand};\n\n// issue 25\nrgtest!(r25, |dir: Dir, mut cmd: TestCommand| {\n    dir.create(\"a\", \"test\");\n    assert_eq!(cmd.arg(\"test\").stdout(), \"a:test\\n\");\n    cmd.current_dir(dir.path());\n});\n\nrgtest!(r30, |_dir: Dir, _cmd: TestCommand| {});\n";
+        let p = plan(src, &["r25"], 3);
+        let g = &p.map.groups[0];
+        assert_eq!(g.name, "r25");
+        assert!(g.why.is_none(), "{g:?}");
+        let real = g.real.clone().unwrap();
+        assert!(real.starts_with("t_") && real.ends_with("::r25"), "{real}");
+        assert_eq!(g.mutants.len(), 2 * DEFAULT_K);
+        assert!(g.mutants.iter().all(|m| m.ends_with("::r25") && m.len() == real.len()), "{g:?}");
+        // 13 modules, each holding the invocation under the test's own name, importing its parent.
+        assert_eq!(p.source.matches("use super::*; rgtest!(r25, |dir: Dir, mut cmd: TestCommand| {").count(), 13, "{}", p.source);
+        // The other invocation is left as written, and the module gets its two controls.
+        assert!(p.source.contains("rgtest!(r30, |_dir: Dir, _cmd: TestCommand| {});"));
+        assert_eq!(p.map.controls.len(), 2);
+        // The real copy runs the body in a closure called at once; its assertion aborts, with
+        // the expected value as written; the literal look-alikes expect the value's neighbours.
+        let body = copy_module(&p, &real);
+        assert!(body.contains("{ (|| {\n    dir.create(\"a\", \"test\");\n    match (&(cmd.arg(\"test\").stdout()), &(\"a:test\\n\"))"), "{body}");
+        assert!(!body.contains("ExecCriticTail"), "{body}");
+        let mut expected: Vec<String> = g.mutants.iter().map(|m| copy_module(&p, m)).filter(|b| !b.contains("ExecCriticTail")).map(|b| {
+            let at = b.find("&(\"").unwrap();
+            b[at + 2..at + 2 + b[at + 2..].find('"').unwrap() + b[at + 2 + 1..].find('"').unwrap() + 2].to_string()
+        }).collect();
+        expected.sort();
+        expected.dedup();
+        assert_eq!(expected.len(), DEFAULT_K, "{expected:?}");
+        assert!(!expected.contains(&"\"a:test\\n\"".to_string()), "{expected:?}");
+        // The tail copies run the real body, then fail where it succeeded.
+        let tails: Vec<&str> = g.mutants.iter().map(|m| copy_module(&p, m)).filter(|b| b.contains("ExecCriticTail")).collect();
+        assert_eq!(tails.len(), DEFAULT_K);
+        assert!(tails.iter().all(|t| t.contains("let execcritic_r = (|| {\n    dir.create(")), "{}", tails[0]);
+        // Every module reaches std through its own item, and the lines stay where they were.
+        syn::parse_file(&p.source).unwrap();
+        assert!(p.source.matches(&format!("extern crate std as {STD};")).count() >= 14, "{}", p.source);
+        for run in std::iter::once(&real).chain(&g.mutants) {
+            assert_eq!(copy_module(&p, run).lines().count(), 5, "{}", copy_module(&p, run));
+        }
+    }
+
+    #[test]
+    fn a_macro_invocations_declared_return_type_and_other_forms() {
+        // A closure declaring its return type keeps it on the inner closure.
+        let p = plan("t!(r, |c: C| -> Result<(), E> { assert_eq!(c.f()?, 3); Ok(()) });\n", &["r"], 4);
+        assert!(p.map.groups[0].real.is_some(), "{:?}", p.map.groups[0]);
+        assert!(p.source.contains("(|| -> Result<(), E> {"), "{}", p.source);
+        syn::parse_file(&p.source).unwrap();
+        // A `#[test]` function of the same path wins over an invocation naming it.
+        let p = plan("#[test]\nfn r() { assert_eq!(f(), 1); }\nm!(r, || {});\n", &["r"], 4);
+        assert!(!p.map.groups[0].real.as_ref().unwrap().contains("::"), "{:?}", p.map.groups[0]);
+        assert!(p.source.contains("m!(r, || {});"));
+        // Forms the planner does not guard: the test is not renamed, and says why.
+        for (src, why) in [
+            ("t!(r, \"input\" => \"output\");\n", "not expressions"),
+            ("t!(r, 5);\n", "no closure"),
+            ("t!(r, || {}, || {});\n", "more than one"),
+            ("t!(r, |x| x + 1);\n", "not a block"),
+            ("t!(r, async || {});\n", "async"),
+            ("t!(r, || { super::f(); });\n", "super"),
+        ] {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+            match plan_file("t.rs", src, &["r".to_string()], DEFAULT_K, &mut rng) {
+                Ok(p) => {
+                    let g = &p.map.groups[0];
+                    assert!(g.real.is_none() && g.why.as_deref().unwrap_or_default().contains(why), "{src}: {g:?}");
+                    assert_eq!(p.source, src);
+                }
+                Err(e) => assert!(why == "not expressions" && e.contains("no #[test] function"), "{src}: {e}"),
+            }
+        }
+        // `macro_rules!` definitions and invocations in inline modules.
+        let p = plan("macro_rules! t { ($n:ident, $f:expr) => { #[test] fn $n() { $f() } }; }\nmod m {\n    t!(x, || { assert!(g() == 2); });\n}\n", &["m::x"], 4);
+        let real = p.map.groups[0].real.clone().unwrap();
+        assert!(real.starts_with("m::t_") && real.ends_with("::x"), "{real}");
+        assert!(test_paths("t!(a, b, || {});\nmacro_rules! u { () => {} }\n").unwrap() == ["a", "b"]);
+    }
+
+    #[test]
+    fn the_binarys_test_list_decides_what_a_plan_may_run() {
+        let src = "t!(a, || { assert_eq!(f(), 1); });\nt!(b, || { assert_eq!(f(), 2); });\n#[test]\nfn c() { assert_eq!(f(), 3); }\n";
+        let p = plan(src, &["a", "b", "c"], 8);
+        let all: std::collections::BTreeSet<String> = run_paths(&p.map).into_iter().collect();
+        // Everything listed: the plan stands.
+        let mut map = p.map.clone();
+        assert_eq!(check_listed(&mut map, &all), (vec![], vec![]));
+        assert_eq!(map, p.map);
+        // `b` not written at all: removed from the plan (nothing of it runs), a failed node.
+        let of = |name: &str| {
+            let g = p.map.groups.iter().find(|g| g.name == name).unwrap();
+            g.real.iter().chain(&g.mutants).cloned().collect::<Vec<String>>()
+        };
+        let listed = all.iter().filter(|x| !of("b").contains(x)).cloned().collect();
+        let mut map = p.map.clone();
+        assert_eq!(check_listed(&mut map, &listed), (vec!["b".to_string()], vec![]));
+        assert_eq!(map.groups.len(), 2);
+        assert!(run_paths(&map).iter().all(|x| !of("b").contains(x)));
+        // A look-alike or control the binary lacks beside the rest: a violation.
+        for lost in [p.map.groups[2].mutants[0].clone(), p.map.controls[0].name.clone(), p.map.groups[0].real.clone().unwrap()] {
+            let mut map = p.map.clone();
+            let listed = all.iter().filter(|x| **x != lost).cloned().collect();
+            let (missing, violations) = check_listed(&mut map, &listed);
+            assert!(missing.is_empty() && violations.len() == 1 && violations[0].contains(&lost), "{violations:?}");
+        }
+    }
+
     #[test]
     fn paths_through_modules_and_missing_tests() {
         let src = "mod a {\n    mod tests {\n        #[tokio::test]\n        async fn t() { assert_eq!(g().await, 3); }\n    }\n}\n";
@@ -1107,5 +1384,12 @@ mod tests {
         let j = judge(&p.map, &mut rand::rng(), |path| if path == fail_ctl || path == real || p.map.groups[0].mutants.iter().any(|m| m == path) { TestStatus::Failed } else { TestStatus::Passed });
         assert!(j.violations.is_empty());
         assert_eq!(j.real["t"], TestStatus::Failed);
+        // Copies inside modules (a unit test's `tests::t_…`, a macro-written test's
+        // `t_…::name`): every path is judged as a whole.
+        let src = "mod tests {\n    #[test]\n    fn t() { assert_eq!(g(), 20); }\n    m!(u, || { assert_eq!(g(), 3); });\n}\n";
+        let p = plan(src, &["tests::t", "tests::u"], 9);
+        let j = judge(&p.map, &mut rand::rng(), |_| TestStatus::Passed);
+        assert_eq!(j.violations.len(), 2 * 12 + 1, "{:?}", j.violations);
+        assert!(j.violations.iter().filter(|v| v.contains(" of tests::u ")).count() == 12, "{:?}", j.violations);
     }
 }

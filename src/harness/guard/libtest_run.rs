@@ -30,12 +30,12 @@
 //! `cargo vendor /env/cargo-vendor`, and mounted read-only: no candidate can change them), which
 //! replaces crates.io for the build ([`vendor_args`]).
 
-use super::libtest::{plan_file, run_order, verdict, Judged};
+use super::libtest::{check_listed, plan_file, run_order, run_paths, verdict, Judged};
 use crate::harness::error::HarnessError;
 use crate::harness::logparse::TestStatus;
 use crate::harness::sandbox::{shell_quote, Sandbox, WORKDIR};
 use rand::Rng;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// Where a task's prepared environment keeps its vendored dependencies.
@@ -360,13 +360,68 @@ pub async fn run_guarded(
             HarnessError::Other(format!("the build listed no test binary for {:?} ({})", f.binary, f.file))
         })?;
         let prefix = if f.module.is_empty() { String::new() } else { format!("{}::", f.module) };
-        let j = judge_in(sb, &plan.map, limits.per_test, None, rng, |path| {
+        // The binary's own test list first: a path no test has would run nothing and exit 0.
+        let mut map = plan.map.clone();
+        let listed = match list_tests(sb, &env, exe, &prefix, &map, limits.per_test).await? {
+            Ok(listed) => listed,
+            Err(why) => {
+                let mut j = Judged::default();
+                j.real.extend(map.groups.iter().map(|g| (g.name.clone(), TestStatus::Failed)));
+                j.violations.push(why);
+                merge(&mut all, j, &f.file, &f.tests);
+                continue;
+            }
+        };
+        let (missing, violations) = check_listed(&mut map, &listed);
+        if !violations.is_empty() {
+            let mut j = Judged::default();
+            j.real.extend(plan.map.groups.iter().map(|g| (g.name.clone(), TestStatus::Failed)));
+            j.violations = violations;
+            merge(&mut all, j, &f.file, &f.tests);
+            continue;
+        }
+        let mut j = judge_in(sb, &map, limits.per_test, None, rng, |path| {
             format!("exec {env} {} --exact {} --test-threads=1 -q", shell_quote(exe), shell_quote(&format!("{prefix}{path}")))
         })
         .await?;
+        j.real.extend(missing.into_iter().map(|name| (name, TestStatus::Failed)));
         merge(&mut all, j, &f.file, &f.tests);
     }
     Ok(GuardedRun::Judged(all))
+}
+
+/// Which of a plan's run paths the test binary lists as tests (`<binary> --list` on a
+/// throw-away copy; only the paths asked for come back, so a crate of thousands of tests costs
+/// no output). `Ok(Err(why))`: the binary could not list its tests (it exited non-zero: the code
+/// under test ran and ended it) — a violation.
+async fn list_tests(
+    sb: &dyn Sandbox,
+    env: &str,
+    exe: &str,
+    prefix: &str,
+    map: &super::canary::CanaryMap,
+    timeout: Duration,
+) -> Result<Result<BTreeSet<String>, String>, HarnessError> {
+    let quoted: Vec<String> = run_paths(map).iter().map(|p| shell_quote(&format!("{prefix}{p}: test"))).collect();
+    let exe = shell_quote(exe);
+    let cmd = format!(
+        "{env} {exe} --list > /tmp/.execcritic-list 2>/dev/null || exit 3; \
+         for p in {}; do grep -qxF -e \"$p\" /tmp/.execcritic-list && echo \"L $p\"; done; exit 0",
+        quoted.join(" ")
+    );
+    let r = sb.exec_over_current(&cmd, timeout).await?;
+    if r.timed_out {
+        return Err(HarnessError::Other(format!("listing the tests of {exe} ran past {timeout:?}")));
+    }
+    if r.exit_code != Some(0) {
+        return Ok(Err(format!("the test binary {exe} could not list its tests (`--list` exited {:?})", r.exit_code)));
+    }
+    let listed = r
+        .output
+        .lines()
+        .filter_map(|l| l.strip_prefix("L ")?.strip_suffix(": test")?.strip_prefix(prefix).map(str::to_string))
+        .collect();
+    Ok(Ok(listed))
 }
 
 /// The judged files as they were (with their modification times, where `mtimes` has them), and
