@@ -841,7 +841,7 @@ async fn the_runners_node_ids_run_guarded_in_the_local_sandbox() {
     let repo = base_repo();
     let Some(sb) = open(repo.path()) else { return };
     let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6, env: vec!["TZ=UTC".into()] };
-    let nodes: Vec<String> = ["calc/lib::tests::adds_unit", "calc/test/calc::adds", "calc/test/calc::labels"].iter().map(|s| s.to_string()).collect();
+    let nodes: Vec<String> = ["calc/lib::tests::adds_unit", "calc/test/calc::adds", "calc/test/calc::labels", "calc/test/calc::adds_case"].iter().map(|s| s.to_string()).collect();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(12);
     for (candidate, want) in [("gold", TestStatus::Passed), ("base", TestStatus::Failed)] {
         sb.reset().await.unwrap();
@@ -854,9 +854,11 @@ async fn the_runners_node_ids_run_guarded_in_the_local_sandbox() {
         assert_eq!(j.real["calc/lib::tests::adds_unit"], want, "{candidate}: {j:?}");
         assert_eq!(j.real["calc/test/calc::adds"], want, "{candidate}");
         assert_eq!(j.real["calc/test/calc::labels"], TestStatus::Passed, "{candidate}");
-        // Only the nodes' tests ran: 2 planned groups of 13 in tests/calc.rs + 2 controls, 13 + 2
+        // A test a macro writes (`case!(adds_case, |label| { … })`), found by its node id.
+        assert_eq!(j.real["calc/test/calc::adds_case"], want, "{candidate}");
+        // Only the nodes' tests ran: 3 planned groups of 13 in tests/calc.rs + 2 controls, 13 + 2
         // in src/lib.rs.
-        assert_eq!(j.run.len(), 2 * 13 + 2 + 13 + 2, "{:?}", j.run.keys());
+        assert_eq!(j.run.len(), 3 * 13 + 2 + 13 + 2, "{:?}", j.run.keys());
     }
     // A change that deletes the unit test it breaks (Rust keeps unit tests in the file a fix
     // edits): Base defines the test, the tree does not — a failed node, not the harness's error.
@@ -885,6 +887,21 @@ async fn the_runners_node_ids_run_guarded_in_the_local_sandbox() {
     sb.put_file("/testbed/src/lib.rs", opaque.as_bytes()).await.unwrap();
     let unguarded = run_guarded_nodes(&sb, &nodes, &[], &limits, &mut rng).await;
     assert!(matches!(&unguarded, Err(HarnessError::Other(m)) if m.contains("cannot be guarded") && m.contains("tests::adds_unit")), "{unguarded:?}");
+    // A macro that writes no test under the node's name (here: compiled out): the binary does not
+    // list it, nothing of it runs (`--exact` would run nothing and exit 0), a failed node.
+    sb.reset().await.unwrap();
+    sb.put_file("/testbed/src/imp.rs", &std::fs::read(fixture().join("imp/gold.rs")).unwrap()).await.unwrap();
+    let calc = std::fs::read_to_string(fixture().join("calc/tests/calc.rs")).unwrap();
+    let gone = calc.replace("        #[test]\n        fn $name() {", "        #[test]\n        #[cfg(any())]\n        fn $name() {");
+    assert_ne!(gone, calc);
+    sb.put_file("/testbed/tests/calc.rs", gone.as_bytes()).await.unwrap();
+    let GuardedRun::Judged(j) = run_guarded_nodes(&sb, &nodes, &[], &limits, &mut rng).await.unwrap() else {
+        panic!("compiled out: build failed");
+    };
+    assert!(j.violations.is_empty(), "{:?}", j.violations);
+    assert_eq!(j.real["calc/test/calc::adds_case"], TestStatus::Failed, "{j:?}");
+    assert_eq!(j.real["calc/test/calc::adds"], TestStatus::Passed, "{j:?}");
+    assert!(!j.run.keys().any(|p| p.ends_with("::adds_case")), "{:?}", j.run.keys());
 }
 
 // ---------------------------------------------------------------------------------------------

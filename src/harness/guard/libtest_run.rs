@@ -30,7 +30,7 @@
 //! `cargo vendor /env/cargo-vendor`, and mounted read-only: no candidate can change them), which
 //! replaces crates.io for the build ([`vendor_args`]).
 
-use super::libtest::{check_listed, plan_file, run_order, run_paths, verdict, Judged};
+use super::libtest::{check_listed, plan_file, run_order, verdict, Judged};
 use crate::harness::error::HarnessError;
 use crate::harness::logparse::TestStatus;
 use crate::harness::sandbox::{shell_quote, Sandbox, WORKDIR};
@@ -391,8 +391,10 @@ pub async fn run_guarded(
 }
 
 /// Which of a plan's run paths the test binary lists as tests (`<binary> --list` on a
-/// throw-away copy; only the paths asked for come back, so a crate of thousands of tests costs
-/// no output). `Ok(Err(why))`: the binary could not list its tests (it exited non-zero: the code
+/// throw-away copy). Only a count per group of copies (and per control) comes back — one short
+/// line each, whatever the number of tests — and is read back into paths: all of a group's
+/// copies, none, or (some but not all) its real test alone, which [`check_listed`] calls a
+/// violation. `Ok(Err(why))`: the binary could not list its tests (it exited non-zero: the code
 /// under test ran and ended it) — a violation.
 async fn list_tests(
     sb: &dyn Sandbox,
@@ -402,25 +404,60 @@ async fn list_tests(
     map: &super::canary::CanaryMap,
     timeout: Duration,
 ) -> Result<Result<BTreeSet<String>, String>, HarnessError> {
-    let quoted: Vec<String> = run_paths(map).iter().map(|p| shell_quote(&format!("{prefix}{p}: test"))).collect();
-    let exe = shell_quote(exe);
-    let cmd = format!(
-        "{env} {exe} --list > /tmp/.execcritic-list 2>/dev/null || exit 3; \
-         for p in {}; do grep -qxF -e \"$p\" /tmp/.execcritic-list && echo \"L $p\"; done; exit 0",
-        quoted.join(" ")
+    // Sorted within a group: the script names no copy as the real one.
+    let mut sets: Vec<Vec<&String>> = map
+        .groups
+        .iter()
+        .filter(|g| g.real.is_some())
+        .map(|g| {
+            let mut copies: Vec<&String> = g.real.iter().chain(&g.mutants).collect();
+            copies.sort();
+            copies
+        })
+        .collect();
+    sets.extend(map.controls.iter().map(|c| vec![&c.name]));
+    let calls: Vec<String> = sets
+        .iter()
+        .enumerate()
+        .map(|(i, paths)| {
+            let quoted: Vec<String> = paths.iter().map(|p| shell_quote(&format!("{prefix}{p}: test"))).collect();
+            format!("g {i} {}", quoted.join(" "))
+        })
+        .collect();
+    // The counting goes in a script file (a command line holds at most 128 KiB), in the
+    // workspace for this one throw-away run and removed before any test runs.
+    let script = format!(
+        "g() {{ i=$1; shift; n=0; for p in \"$@\"; do grep -qxF -e \"$p\" /tmp/.execcritic-list && n=$((n+1)); done; echo \"G $i $n\"; }}\n{}\n",
+        calls.join("\n")
     );
-    let r = sb.exec_over_current(&cmd, timeout).await?;
+    let at = format!("{WORKDIR}/.execcritic-list-{:016x}.sh", rand::random::<u64>());
+    sb.put_file(&at, script.as_bytes()).await?;
+    let exe = shell_quote(exe);
+    let cmd = format!("{env} {exe} --list > /tmp/.execcritic-list 2>/dev/null || exit 3; sh {} || exit 4; exit 0", shell_quote(&at));
+    let r = sb.exec_over_current(&cmd, timeout + Duration::from_secs(60)).await;
+    let removed = sb.exec(&format!("rm -f {}", shell_quote(&at)), Duration::from_secs(60)).await?;
+    if removed.exit_code != Some(0) {
+        return Err(HarnessError::Other(format!("could not remove {at}: {}", removed.output.trim())));
+    }
+    let r = r?;
+    if r.exit_code == Some(4) {
+        return Err(HarnessError::Other(format!("counting the listed tests of {exe} failed: {}", r.output.trim())));
+    }
     if r.timed_out {
         return Err(HarnessError::Other(format!("listing the tests of {exe} ran past {timeout:?}")));
     }
     if r.exit_code != Some(0) {
         return Ok(Err(format!("the test binary {exe} could not list its tests (`--list` exited {:?})", r.exit_code)));
     }
-    let listed = r
-        .output
-        .lines()
-        .filter_map(|l| l.strip_prefix("L ")?.strip_suffix(": test")?.strip_prefix(prefix).map(str::to_string))
-        .collect();
+    let mut listed = BTreeSet::new();
+    for line in r.output.lines() {
+        let mut w = line.split(' ');
+        let (Some("G"), Some(i), Some(n), None) = (w.next(), w.next(), w.next(), w.next()) else { continue };
+        let (Ok(i), Ok(n)) = (i.parse::<usize>(), n.parse::<usize>()) else { continue };
+        let Some(paths) = sets.get(i) else { continue };
+        let found = if n == paths.len() { &paths[..] } else if n == 0 { &[][..] } else { &paths[..1] };
+        listed.extend(found.iter().map(|p| p.to_string()));
+    }
     Ok(Ok(listed))
 }
 
