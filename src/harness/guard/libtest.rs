@@ -155,6 +155,11 @@ fn plan_parsed(
             Written::Fn(f) => plan_function(source, f, k, rng),
             Written::Macro(m) => plan_macro(source, m, k, rng),
         };
+        // One invocation naming two judged tests (`m!(a, b, || { … })`) is copied once.
+        let planned = planned.and_then(|p| match edits.iter().any(|(r, _)| r.start < p.0.end && p.0.start < r.end) {
+            true => Err("an invocation that another judged test's copies already hold".to_string()),
+            false => Ok(p),
+        });
         match planned {
             Err(why) => group.why = Some(why),
             Ok((range, variants, why)) => {
@@ -798,9 +803,25 @@ fn mutate(source: &str, site: &LitSite, k: usize, rng: &mut impl Rng) -> Result<
                 return Err(format!("float literal {original} with an exponent"));
             }
             let scaled: u128 = format!("{int_part}{frac}").parse().map_err(|_| format!("float literal {original}"))?;
-            window(scaled, u64::MAX as u128, rng)
+            // The step between neighbours is the last digit's place, or a coarser power of ten
+            // where that is under 4 units in the last place of an `f32` of this value (an
+            // unsuffixed literal may be one): `123.492188f32`'s neighbours in its last digit
+            // round to the same `f32`, and such a look-alike passes with the real test (seen on
+            // number_prefix's tests). The neighbours keep every digit as written below the
+            // step (`123.492288f32`, `123.492088f32`, …): none stands out by its precision.
+            let value: f64 = digits.parse().map_err(|_| format!("float literal {original}"))?;
+            let at = (value.abs() as f32).max(f32::MIN_POSITIVE);
+            let ulp32 = (f32::from_bits(at.to_bits() + 1) - at) as f64;
+            let mut place = -(frac.len() as i32);
+            while 10f64.powi(place) < 4.0 * ulp32 {
+                place += 1;
+            }
+            let unit = 10u128.checked_pow((place + frac.len() as i32) as u32).ok_or_else(|| format!("float literal {original}"))?;
+            let (steps, below) = (scaled / unit, scaled % unit);
+            window(steps, u64::MAX as u128 / unit, rng)
                 .into_iter()
                 .map(|x| {
+                    let x = x * unit + below;
                     let s = format!("{x:0>width$}", width = frac.len() + 1);
                     let (a, b) = s.split_at(s.len() - frac.len());
                     let body = if frac.is_empty() { format!("{a}.0") } else { format!("{a}.{b}") };
@@ -1110,6 +1131,28 @@ mod tests {
             assert!(values.iter().all(|v| v.starts_with(prefix)), "{values:?}");
             syn::parse_file(&p.source).unwrap();
         }
+        // A float's look-alikes differ from it as an `f32` (an unsuffixed literal may be one):
+        // where its last digit is finer than that, a coarser digit moves.
+        for (lit, step) in [("123.492188f32", 1e-4), ("123.492188", 1e-4), ("2.50", 1e-2), ("0.1", 1e-1), ("16777216.0", 1e1), ("1f64", 1.0), ("0.000001f32", 1e-6)] {
+            for seed in 0..8 {
+                let p = plan(&format!("#[test]\nfn t() {{ assert_eq!(g(), {lit}); }}\n"), &["t"], seed);
+                // The real value and its 6 literal look-alikes (the tail copies follow).
+                let values = expected_values(&p)[..7].to_vec();
+                let parse = |v: &str| v.trim_end_matches("f32").trim_end_matches("f64").parse::<f64>().unwrap();
+                let real = parse(&values[0]);
+                let mut as_f32: Vec<u32> = values.iter().map(|v| (parse(v) as f32).to_bits()).collect();
+                as_f32.sort();
+                as_f32.dedup();
+                assert_eq!(as_f32.len(), 7, "{lit}: {values:?}");
+                for v in &values[1..] {
+                    let d = (parse(v) - real).abs();
+                    assert!(d >= step * 0.999 && d <= step * 6.001, "{lit}: {v} ({values:?})");
+                    let decimals = |v: &str| v.trim_end_matches("f32").trim_end_matches("f64").split_once('.').map_or(0, |(_, f)| f.len());
+                    assert_eq!(decimals(v), decimals(lit), "{lit}: {v} keeps the digits as written");
+                    assert!(v.ends_with(lit.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.')), "{lit}: suffix of {v}");
+                }
+            }
+        }
         // `assert!(a == b)` and the literal on the left.
         for body in ["assert!(g() == 42);", "assert_eq!(42, g());"] {
             let src = format!("#[test]\nfn t() {{ {body} }}\n");
@@ -1315,6 +1358,11 @@ mod tests {
         let real = p.map.groups[0].real.clone().unwrap();
         assert!(real.starts_with("m::t_") && real.ends_with("::x"), "{real}");
         assert!(test_paths("t!(a, b, || {});\nmacro_rules! u { () => {} }\n").unwrap() == ["a", "b"]);
+        // Two judged names in one invocation: copied once, the second left unguarded.
+        let p = plan("t!(a, b, || { assert_eq!(f(), 1); });\n", &["a", "b"], 4);
+        assert!(p.map.groups[0].real.is_some() && p.map.groups[1].real.is_none(), "{:?}", p.map.groups);
+        assert!(p.map.groups[1].why.as_deref().unwrap().contains("already"), "{:?}", p.map.groups[1]);
+        syn::parse_file(&p.source).unwrap();
     }
 
     #[test]
