@@ -674,7 +674,7 @@ async fn guarded_cargo_runs_in_the_local_sandbox() {
     let limits = RunLimits { build: Duration::from_secs(300), per_test: Duration::from_secs(60), mutants: 6, env: vec!["TZ=UTC".into()] };
     let args: Vec<String> = ["-p", "calc", "--lib", "--test", "calc"].iter().map(|s| s.to_string()).collect();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
-    for (candidate, want) in [("gold", Some(TestStatus::Passed)), ("base", Some(TestStatus::Failed)), ("exit_forger", None), ("always_equal", None), ("abort_catcher", None), ("source_reader", Some(TestStatus::Failed)), ("include_reader", Some(TestStatus::Failed)), ("first_run", None), ("late_exit", None), ("probe_exit", None), ("unit_exit", None)] {
+    for (candidate, want) in [("gold", Some(TestStatus::Passed)), ("base", Some(TestStatus::Failed)), ("exit_forger", None), ("always_equal", None), ("abort_catcher", None), ("source_reader", Some(TestStatus::Failed)), ("include_reader", Some(TestStatus::Failed)), ("first_run", None), ("late_exit", None), ("probe_exit", None), ("unit_exit", None), ("list_exit", None)] {
         sb.reset().await.unwrap();
         let imp = std::fs::read(fixture().join(format!("imp/{candidate}.rs"))).unwrap();
         sb.put_file("/testbed/src/imp.rs", &imp).await.unwrap();
@@ -690,6 +690,9 @@ async fn guarded_cargo_runs_in_the_local_sandbox() {
                 assert_eq!(j.real["calc/test/calc::labels"], TestStatus::Passed, "{candidate}");
             }
             None => assert!(!j.violations.is_empty(), "{candidate}: not refused: {j:?}"),
+        }
+        if candidate == "list_exit" {
+            assert!(j.violations.iter().any(|v| v.contains("could not list its tests")), "{:?}", j.violations);
         }
         // The judged files are back as they were.
         let diff = sb.exec("git status --porcelain -- tests src/lib.rs", Duration::from_secs(30)).await.unwrap();

@@ -363,11 +363,18 @@ pub async fn run_guarded(
         // The binary's own test list first: a path no test has would run nothing and exit 0.
         let mut map = plan.map.clone();
         let listed = match list_tests(sb, &env, exe, &prefix, &map, limits.per_test).await? {
-            Ok(listed) => listed,
-            Err(why) => {
+            Listing::Tests(listed) => listed,
+            Listing::Refused(why) => {
                 let mut j = Judged::default();
                 j.real.extend(map.groups.iter().map(|g| (g.name.clone(), TestStatus::Failed)));
                 j.violations.push(why);
+                merge(&mut all, j, &f.file, &f.tests);
+                continue;
+            }
+            // As a test that runs past its time: an error status, never the harness's error.
+            Listing::TimedOut => {
+                let mut j = Judged::default();
+                j.real.extend(map.groups.iter().map(|g| (g.name.clone(), TestStatus::Error)));
                 merge(&mut all, j, &f.file, &f.tests);
                 continue;
             }
@@ -390,12 +397,22 @@ pub async fn run_guarded(
     Ok(GuardedRun::Judged(all))
 }
 
+/// What a test binary said of its tests ([`list_tests`]).
+enum Listing {
+    /// The run paths it lists as tests.
+    Tests(BTreeSet<String>),
+    /// It could not list them, or the count was tampered with (the code under test runs in the
+    /// listing process): a violation.
+    Refused(String),
+    /// The listing ran past its time.
+    TimedOut,
+}
+
 /// Which of a plan's run paths the test binary lists as tests (`<binary> --list` on a
 /// throw-away copy). Only a count per group of copies (and per control) comes back — one short
 /// line each, whatever the number of tests — and is read back into paths: all of a group's
 /// copies, none, or (some but not all) its real test alone, which [`check_listed`] calls a
-/// violation. `Ok(Err(why))`: the binary could not list its tests (it exited non-zero: the code
-/// under test ran and ended it) — a violation.
+/// violation. Nothing of this can end in the harness's error by what the code under test does.
 async fn list_tests(
     sb: &dyn Sandbox,
     env: &str,
@@ -403,7 +420,7 @@ async fn list_tests(
     prefix: &str,
     map: &super::canary::CanaryMap,
     timeout: Duration,
-) -> Result<Result<BTreeSet<String>, String>, HarnessError> {
+) -> Result<Listing, HarnessError> {
     // Sorted within a group: the script names no copy as the real one.
     let mut sets: Vec<Vec<&String>> = map
         .groups
@@ -440,14 +457,13 @@ async fn list_tests(
         return Err(HarnessError::Other(format!("could not remove {at}: {}", removed.output.trim())));
     }
     let r = r?;
-    if r.exit_code == Some(4) {
-        return Err(HarnessError::Other(format!("counting the listed tests of {exe} failed: {}", r.output.trim())));
-    }
     if r.timed_out {
-        return Err(HarnessError::Other(format!("listing the tests of {exe} ran past {timeout:?}")));
+        return Ok(Listing::TimedOut);
     }
     if r.exit_code != Some(0) {
-        return Ok(Err(format!("the test binary {exe} could not list its tests (`--list` exited {:?})", r.exit_code)));
+        // 3: `--list` failed; 4: the counting script (ours, valid) failed — something the
+        // listing process left behind changed it.
+        return Ok(Listing::Refused(format!("the test binary {exe} could not list its tests (listing exited {:?})", r.exit_code)));
     }
     let mut listed = BTreeSet::new();
     for line in r.output.lines() {
@@ -458,7 +474,7 @@ async fn list_tests(
         let found = if n == paths.len() { &paths[..] } else if n == 0 { &[][..] } else { &paths[..1] };
         listed.extend(found.iter().map(|p| p.to_string()));
     }
-    Ok(Ok(listed))
+    Ok(Listing::Tests(listed))
 }
 
 /// The judged files as they were (with their modification times, where `mtimes` has them), and
