@@ -3,7 +3,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cargo test --locked
+# `cargo test`, with its test binaries run two at a time (scripts/run_tests.py: most of them wait
+# on sandboxes and runners rather than compute; one at a time the suite took over an hour on CI's
+# two cores), then the doctests.
+target_dir="$(cargo metadata --locked --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+cargo test --locked --no-run --message-format=json-render-diagnostics > "$target_dir/test-binaries.json"
+python3 scripts/run_tests.py "$target_dir/test-binaries.json"
+cargo test --locked --doc
 # The emulated CUDA kernels under AddressSanitizer and ThreadSanitizer (docs/cuda.md).
 bash scripts/emu-sanitize.sh
 # The CUDA backend must keep compiling on machines without a toolkit or GPU: the library and
