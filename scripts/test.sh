@@ -7,6 +7,7 @@ bash scripts/setup.sh
 # on sandboxes and runners rather than compute; one at a time the suite took over an hour on CI's
 # two cores), then the doctests.
 target_dir="$(cargo metadata --locked --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+mkdir -p "$target_dir"
 cargo test --locked --no-run --message-format=json-render-diagnostics > "$target_dir/test-binaries.json"
 python3 scripts/run_tests.py "$target_dir/test-binaries.json"
 cargo test --locked --doc
