@@ -557,6 +557,36 @@ fn a_judged_test_named_elsewhere_still_runs_under_a_name_the_code_cannot_know() 
     assert!(j.violations.is_empty() && j.real["tests::adds"] == TestStatus::Passed, "{j:?}");
 }
 
+/// heck's form: the test's body is in a `macro_rules!` of the file, the invocation holds its name
+/// and values. Before the guard expanded such invocations it had no function to copy (the run was
+/// the harness's error); now the expansion is planned like any test. Two attacks on it, each
+/// passing plainly: an `exit(0)` from the code under test (its look-alikes, which expect 4 and 6,
+/// pass too: tampered), and code that asks the thread for the test's name (the real copy runs
+/// under a random one: the bug shows). The fix passes, with no violation.
+#[test]
+fn a_test_whose_body_is_in_a_macro_of_the_file_is_guarded_through_its_expansion() {
+    let src = "pub fn add(a: i32, b: i32) -> i32 {\n    ATTACK\n    a - b\n}\n\n#[cfg(test)]\nmod tests {\n    use super::*;\n\n    macro_rules! t {\n        ($name:ident: $a:expr, $b:expr => $want:expr) => {\n            #[test]\n            fn $name() {\n                assert_eq!(add($a, $b), $want);\n            }\n        };\n    }\n\n    t!(adds: 2, 3 => 5);\n    t!(adds_zero: 0, 0 => 0);\n}\n";
+    let dir = tempfile::tempdir().unwrap();
+    let exit = src.replace("ATTACK", "std::process::exit(0);");
+    let plain = rustc_test(dir.path(), "exit_plain", &exit, &["unreachable_code", "unused_variables"]);
+    assert_eq!(exact_status(&plain, "tests::adds", &[]), TestStatus::Passed, "the exit passes the test plainly");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
+    let plan = plan_file("t.rs", &exit, &["tests::adds".to_string()], 6, &mut rng).unwrap();
+    assert!(plan.map.groups[0].real.is_some() && plan.map.groups[0].why.is_none(), "{:?}", plan.map.groups[0]);
+    let exe = rustc_test(dir.path(), "exit_guarded", &plan.source, &["unreachable_code", "unused_variables"]);
+    let j = judge(&plan.map, &mut rng, |p| exact_status(&exe, p, &[]));
+    assert!(!j.violations.is_empty(), "the exit passes the look-alikes too: {j:?}");
+
+    let probe = src.replace("ATTACK", "if std::thread::current().name() == Some(\"tests::adds\") { return 5; }");
+    let plain = rustc_test(dir.path(), "probe_plain", &probe, &[]);
+    assert_eq!(exact_status(&plain, "tests::adds", &[]), TestStatus::Passed, "the name probe passes the test plainly");
+    let (_, j) = guarded_unit_test(dir.path(), "probe_guarded", &probe, 9);
+    assert!(j.violations.is_empty() && j.real["tests::adds"] == TestStatus::Failed, "{j:?}");
+
+    let (_, j) = guarded_unit_test(dir.path(), "fixed", &src.replace("ATTACK", "").replace("a - b", "a + b"), 10);
+    assert!(j.violations.is_empty() && j.real["tests::adds"] == TestStatus::Passed, "{j:?}");
+}
+
 /// `src` planned for its judged unit test `tests::adds` (K = 6, `seed`), built as `name` with
 /// `rustc --test`, and judged, each copy in its own process.
 fn guarded_unit_test(dir: &Path, name: &str, src: &str, seed: u64) -> (FilePlan, Judged) {

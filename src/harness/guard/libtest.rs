@@ -38,7 +38,10 @@
 //! 6. **Tests a macro writes** from a closure body (`rgtest!(r16, |dir, cmd| { … })`): each copy
 //!    is a module of a random name holding the invocation ([`plan_macro`]); the test keeps its
 //!    name inside. Whether the macro writes such a test shows only in the build: every run
-//!    path is checked against the binary's own test list first ([`check_listed`]).
+//!    path is checked against the binary's own test list first ([`check_listed`]). Where the
+//!    body is in the definition of a `macro_rules!` of the file (`t!(test1: "a" => "b");`), the
+//!    invocation is expanded ([`super::macro_rules`]) and the function it writes planned like
+//!    any other ([`plan_expanded`]).
 //!
 //! To pass the real test and fail its mutants the code must know which copy runs *and* what it
 //! expects: the names are random per run, and the expected literal never leaves the test's own
@@ -121,6 +124,10 @@ enum Written<'a> {
     /// An item macro whose arguments name it (`rgtest!(r16, |dir, cmd| { … })`, ripgrep's form):
     /// the macro writes the function ([`plan_macro`]).
     Macro(&'a syn::ItemMacro),
+    /// An invocation of a `macro_rules!` of the file that expands to the `#[test]` function
+    /// (heck's `t!(test1: "CamelCase" => "camel-case");`): the expansion's text
+    /// ([`super::macro_rules`], [`plan_expanded`]).
+    Expanded(&'a syn::ItemMacro, String),
 }
 
 fn plan_parsed(
@@ -132,34 +139,54 @@ fn plan_parsed(
     rng: &mut impl Rng,
 ) -> Result<FilePlan, String> {
     let mut tests = Vec::new();
-    collect_tests(&ast.items, "", &mut tests);
+    collect_tests(&ast.items, "", &super::macro_rules::definitions(&ast.items), &mut tests);
     let idents = ident_counts(source)?;
     // (range in source, replacement), applied back to front.
     let mut edits: Vec<(Range<usize>, String)> = Vec::new();
     let mut map = CanaryMap::default();
     let mut controlled: Vec<String> = Vec::new();
     for want in judged {
-        // A `#[test]` function first; else a macro invocation that names the test.
-        let found = tests.iter().find(|t| &t.path == want && matches!(t.test, Written::Fn(_)));
-        let Some(found) = found.or_else(|| tests.iter().find(|t| &t.path == want)) else {
-            return Err(format!("{file}: no #[test] function `{want}`"));
+        // A `#[test]` function first; else a macro invocation that names the test and holds
+        // its body as a closure; else the expansion of a macro of the file. The first that
+        // plans is copied; where none does, the first one's reason stands.
+        let rank = |t: &Found| match t.test {
+            Written::Fn(_) => 0,
+            Written::Macro(_) => 1,
+            Written::Expanded(..) => 2,
         };
+        let mut candidates: Vec<&Found> = tests.iter().filter(|t| &t.path == want).collect();
+        candidates.sort_by_key(|t| rank(t));
+        if candidates.is_empty() {
+            return Err(format!("{file}: no #[test] function `{want}`"));
+        }
         let name = want.rsplit("::").next().unwrap_or(want).to_string();
         let mut group = Group { path: file.to_string(), name: want.clone(), ..Group::default() };
+        let mut planned = Err(String::new());
+        let mut found = candidates[0];
+        for (i, candidate) in candidates.iter().enumerate() {
+            let attempt = match &candidate.test {
+                Written::Fn(f) => plan_function(source, f, k, rng),
+                Written::Macro(m) => plan_macro(source, m, k, rng),
+                Written::Expanded(m, text) => plan_expanded(source, m, text, k, rng),
+            };
+            // One invocation naming two judged tests (`m!(a, b, || { … })`) is copied once.
+            let attempt = attempt.and_then(|p| match edits.iter().any(|(r, _)| r.start < p.0.end && p.0.start < r.end) {
+                true => Err("an invocation that another judged test's copies already hold".to_string()),
+                false => Ok(p),
+            });
+            if attempt.is_ok() || i == 0 {
+                planned = attempt;
+                found = candidate;
+            }
+            if planned.is_ok() {
+                break;
+            }
+        }
         // A name used elsewhere in the file (a call from another test, `const _: fn() = x;`)
         // keeps its function as written, never run by the guard, beside the renamed copies: no
         // judged test runs under a name the code could know because some other code names it.
         // (A macro-written test keeps its name inside a module of a random name.)
-        let referenced = matches!(found.test, Written::Fn(_)) && idents.get(&name).copied().unwrap_or(0) > 1;
-        let planned = match found.test {
-            Written::Fn(f) => plan_function(source, f, k, rng),
-            Written::Macro(m) => plan_macro(source, m, k, rng),
-        };
-        // One invocation naming two judged tests (`m!(a, b, || { … })`) is copied once.
-        let planned = planned.and_then(|p| match edits.iter().any(|(r, _)| r.start < p.0.end && p.0.start < r.end) {
-            true => Err("an invocation that another judged test's copies already hold".to_string()),
-            false => Ok(p),
-        });
+        let referenced = !matches!(found.test, Written::Macro(_)) && idents.get(&name).copied().unwrap_or(0) > 1;
         match planned {
             Err(why) => group.why = Some(why),
             Ok((range, variants, why)) => {
@@ -330,16 +357,19 @@ pub fn test_paths(source: &str) -> Result<Vec<String>, String> {
     let parsed = syn::parse_file(source).map_err(|e| format!("not Rust syntax: {e}"));
     let result = parsed.map(|ast| {
         let mut tests = Vec::new();
-        collect_tests(&ast.items, "", &mut tests);
-        tests.into_iter().map(|t| t.path).collect()
+        collect_tests(&ast.items, "", &super::macro_rules::definitions(&ast.items), &mut tests);
+        let mut paths: Vec<String> = tests.into_iter().map(|t| t.path).collect();
+        paths.dedup();
+        paths
     });
     proc_macro2::extra::invalidate_current_thread_spans();
     result
 }
 
 /// Every `#[test]`-like function (an attribute whose last segment is `test`) with its path,
-/// through inline modules.
-fn collect_tests<'a>(items: &'a [Item], module: &str, out: &mut Vec<Found<'a>>) {
+/// through inline modules; `defs`: the file's `macro_rules!` definitions, whose invocations are
+/// expanded where they write one `#[test]` function.
+fn collect_tests<'a>(items: &'a [Item], module: &str, defs: &BTreeMap<String, Option<TokenStream>>, out: &mut Vec<Found<'a>>) {
     for item in items {
         match item {
             Item::Fn(f) if f.attrs.iter().any(|a| a.path().segments.last().is_some_and(|s| s.ident == "test")) => {
@@ -348,6 +378,10 @@ fn collect_tests<'a>(items: &'a [Item], module: &str, out: &mut Vec<Found<'a>>) 
                 out.push(Found { path, test: Written::Fn(f), module: module.to_string() });
             }
             Item::Macro(m) if m.ident.is_none() => {
+                if let Some((name, text)) = expanded_test(m, defs) {
+                    let path = if module.is_empty() { name } else { format!("{module}::{name}") };
+                    out.push(Found { path, test: Written::Expanded(m, text), module: module.to_string() });
+                }
                 // Each bare identifier among its comma-separated arguments may be the name of
                 // the test it writes; the judged path picks one, and the build's test list
                 // confirms it ([`check_listed`]).
@@ -359,12 +393,24 @@ fn collect_tests<'a>(items: &'a [Item], module: &str, out: &mut Vec<Found<'a>>) 
             Item::Mod(m) => {
                 if let Some((_, inner)) = &m.content {
                     let sub = if module.is_empty() { m.ident.to_string() } else { format!("{module}::{}", m.ident) };
-                    collect_tests(inner, &sub, out);
+                    collect_tests(inner, &sub, defs, out);
                 }
             }
             _ => {}
         }
     }
+}
+
+/// The name and text of the one `#[test]` function an invocation of a macro of the file expands
+/// to, if it expands exactly ([`super::macro_rules`]) to exactly that.
+fn expanded_test(m: &syn::ItemMacro, defs: &BTreeMap<String, Option<TokenStream>>) -> Option<(String, String)> {
+    let rules = defs.get(&m.mac.path.get_ident()?.to_string())?.as_ref()?;
+    let text = super::macro_rules::expand(rules, &m.mac.tokens).ok()?;
+    let f: ItemFn = syn::parse_str(&text).ok()?;
+    f.attrs
+        .iter()
+        .any(|a| a.path().segments.last().is_some_and(|s| s.ident == "test"))
+        .then(|| (f.sig.ident.to_string(), text))
 }
 
 /// How often each identifier occurs in the file's tokens (a renamed test must occur once).
@@ -533,6 +579,24 @@ fn plan_macro(source: &str, m: &syn::ItemMacro, k: usize, rng: &mut impl Rng) ->
     let tail_copy = wrap(&texts[0], &|call| tail_end(call));
     all.extend(std::iter::repeat_n(tail_copy, k));
     Ok((start..end, all, why))
+}
+
+/// Plan a test a macro of the file writes (`t!(test1: "CamelCase" => "camel-case");`) from the
+/// invocation's expansion `text` (one `#[test]` function): the invocation's range (its
+/// attributes included) and the texts [`plan_function`] plans for the expanded function, each
+/// after the invocation's attributes (a `#[cfg(…)]` on the invocation applies to the function it
+/// writes).
+fn plan_expanded(source: &str, m: &syn::ItemMacro, text: &str, k: usize, rng: &mut impl Rng) -> Result<(Range<usize>, Vec<String>, Option<String>), String> {
+    let f: ItemFn = syn::parse_str(text).map_err(|_| "a macro's expansion that is not one function".to_string())?;
+    let (_, texts, why) = plan_function(text, &f, k, rng)?;
+    let path = m.mac.path.span().byte_range().start;
+    let start = m.attrs.first().map_or(path, |a| a.pound_token.span.byte_range().start);
+    let end = m.semi_token.map_or(m.mac.delimiter.span().close().byte_range().end, |t| t.span.byte_range().end);
+    if !(start <= path && path < end && end <= source.len()) {
+        return Err("no source positions".into());
+    }
+    let attrs = &source[start..path];
+    Ok((start..end, texts.into_iter().map(|t| format!("{attrs}{t}")).collect(), why))
 }
 
 /// A `#[should_panic]` test: the real test as written and K look-alikes that expect its panic
@@ -1362,6 +1426,40 @@ mod tests {
         let p = plan("t!(a, b, || { assert_eq!(f(), 1); });\n", &["a", "b"], 4);
         assert!(p.map.groups[0].real.is_some() && p.map.groups[1].real.is_none(), "{:?}", p.map.groups);
         assert!(p.map.groups[1].why.as_deref().unwrap().contains("already"), "{:?}", p.map.groups[1]);
+        syn::parse_file(&p.source).unwrap();
+    }
+
+    #[test]
+    fn a_test_a_macro_of_the_file_writes_is_planned_from_its_expansion() {
+        // heck's form: the body is in the definition, the invocation holds the name and values.
+        let src = "#[cfg(test)]\nmod tests {\n    use super::*;\n\n    macro_rules! t {\n        ($t:ident : $s1:expr => $s2:expr) => {\n            #[test]\n            fn $t() {\n                assert_eq!($s1.to_kebab_case(), $s2)\n            }\n        };\n    }\n\n    t!(test1: \"CamelCase\" => \"camel-case\");\n    t!(test2: \"This is Human case.\" => \"this-is-human-case\");\n}\n";
+        assert_eq!(test_paths(src).unwrap(), ["tests::test1", "tests::test2"]);
+        let p = plan(src, &["tests::test1"], 3);
+        let g = &p.map.groups[0];
+        assert!(g.why.is_none(), "{g:?}");
+        let real = g.real.clone().unwrap();
+        assert!(real.starts_with("tests::t_") && real.matches("::").count() == 1, "{real}");
+        assert_eq!(g.mutants.len(), 2 * DEFAULT_K);
+        // The invocation gives way to the copies; the other invocation and the definition stay.
+        assert!(!p.source.contains("t!(test1"), "{}", p.source);
+        assert!(p.source.contains("t!(test2: \"This is Human case.\" => \"this-is-human-case\");"));
+        assert!(p.source.contains("macro_rules! t {"));
+        // The real copy and the K tail copies expect the value as written, the K look-alikes
+        // its neighbours; every assertion is the guard's abort.
+        assert_eq!(p.source.matches("&(\"camel-case\")").count(), 1 + DEFAULT_K, "{}", p.source);
+        assert_eq!(p.source.matches("&(\"CamelCase\" . to_kebab_case ())").count(), 1 + 2 * DEFAULT_K, "{}", p.source);
+        syn::parse_file(&p.source).unwrap();
+
+        // roxmltree's form: no assertion to mutate, so the tail copies alone; the test keeps
+        // the name it gives its fixture (`stringify!($name)`), and the attribute on the
+        // invocation stays on every copy.
+        let src = "macro_rules! test {\n    ($name:ident) => {\n        #[test]\n        fn $name() {\n            actual_test(&format!(\"tests/files/{}.xml\", stringify!($name)))\n        }\n    };\n}\n\n#[cfg(unix)]\ntest!(attrs_001);\ntest!(attrs_002);\n";
+        let p = plan(src, &["attrs_001"], 3);
+        let g = &p.map.groups[0];
+        assert!(g.real.is_some() && g.why.as_deref().unwrap().contains("tail copies alone"), "{g:?}");
+        assert_eq!(p.source.matches("#[cfg(unix)]\n# [test] fn").count(), 1 + DEFAULT_K, "{}", p.source);
+        assert_eq!(p.source.matches("stringify ! (attrs_001)").count(), 1 + DEFAULT_K, "{}", p.source);
+        assert!(p.source.contains("test!(attrs_002);"));
         syn::parse_file(&p.source).unwrap();
     }
 

@@ -31,6 +31,7 @@ pub mod golex;
 pub mod gotest;
 pub mod gotest_run;
 pub mod libtest;
+pub mod macro_rules;
 pub mod libtest_run;
 pub mod records;
 pub mod spec;
