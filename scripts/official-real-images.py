@@ -19,7 +19,8 @@ from `data/official-real-qs/package-lock.json` at `/node_modules`, outside the r
 
 The row's eval script is swebench's shape (conda activation, test files reset to Base, test
 patch applied, the test command between the markers: Django's `tests/runtests.py --verbosity 2
---settings=test_sqlite --parallel 1 <module>`, sympy's own runner, `pytest -rA`), and its
+--settings=test_sqlite --parallel 1 <module>`, sympy's `bin/test --verbose <file>` (the
+repository's script, which the sdist lacks, written at Base; SWE-bench's `-C` left out for time), `pytest -rA`), and its
 FAIL_TO_PASS / PASS_TO_PASS are found as SWE-bench's validation finds them: the eval script run on
 Base and on gold, read by swebench's own parser — failing then passing, passing both times.
 
@@ -87,9 +88,11 @@ PROJECTS = [
         "source": ["sympy/physics/wigner.py"],
         "tests": ["sympy/physics/tests/test_clebsch_gordan.py"],
         "wheels": ["mpmath-1.3.0-py3-none-any.whl", "numpy-1.26.4-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"],
-        # bin/test is not in the sdist; it calls the same runner with these options.
-        # sympy.test() of 1.13 hands over to pytest; bin/test ran sympy's own runner, as here.
-        "test_cmd": "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' python -c \"import sys; from sympy.testing.runtests import test; sys.exit(not test('sympy/physics/tests/test_clebsch_gordan.py', verbose=True, colors=False))\"",
+        # bin/test is in sympy's repository, not in the sdist: SYMPY_BIN_TEST stands in for it,
+        # so the command is SWE-bench's sympy command — less its `-C` (cache off), which makes
+        # these tests take 215 s instead of seconds (measured, 2 cores).
+        "files": {"bin/test": "SYMPY_BIN_TEST"},
+        "test_cmd": "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' bin/test --verbose sympy/physics/tests/test_clebsch_gordan.py",
         "parser": "parse_log_sympy",
         "problem": "wigner_3j and clebsch_gordan give wrong results for some arguments",
     },
@@ -119,6 +122,22 @@ PROJECTS = [
         "problem": "qs.parse ignores arrayLimit for `a[]=` keys, and keeps a key a custom decoder turned into null",
     },
 ]
+
+# sympy's `bin/test` as its repository has it, reduced to what SWE-bench's sympy command uses
+# (`-C`: no cache; `--verbose`; paths): sympy's own runner, its result as the exit status.
+SYMPY_BIN_TEST = """#!/usr/bin/env python
+\"\"\"Run sympy's own test runner on the given paths (bin/test [-C] [--verbose] PATH...).\"\"\"
+import os
+import sys
+
+args = sys.argv[1:]
+if "-C" in args or "--no-cache" in args:
+    os.environ["SYMPY_USE_CACHE"] = "no"
+from sympy.testing.runtests import test
+
+paths = [a for a in args if not a.startswith("-")]
+sys.exit(not test(*paths, verbose="--verbose" in args or "-v" in args, colors=False))
+"""
 
 NODE_DOCKERFILE = """FROM {base}
 COPY testbed /testbed
@@ -249,6 +268,10 @@ def main():
                 sh("patch", "-s", "-p1", "-i", str(task / "bug.patch"), cwd=repo)
             else:
                 git(repo.parent, "init", "-q", str(repo))
+            for path, const in p.get("files", {}).items():
+                (repo / path).parent.mkdir(parents=True, exist_ok=True)
+                (repo / path).write_text(globals()[const])
+                (repo / path).chmod(0o755)
             git(repo, "add", "-A")
             git(repo, "commit", "-q", "-m", f"{p['repo']} at Base")
             base = git(repo, "rev-parse", "HEAD", capture=True).stdout.strip()

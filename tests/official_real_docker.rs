@@ -70,6 +70,13 @@ async fn real_projects_resolve_with_gold_as_swebench_grades_them() {
         let gold = harness::grade(task, &task.patch, SandboxKind::Docker).await.expect("grades");
         let rec = gold.official.clone().expect("an official record");
         assert!(gold.resolved, "{}: {gold:?}\n{}", task.instance_id, rec.test_output);
+        // The Python runners' commands run under the runtime guard; tape's as the benchmark runs it.
+        let guard = rec.guard.as_deref().unwrap_or("");
+        if parser == "parse_log_tap" {
+            assert!(guard.starts_with("unguarded: "), "{}: {guard}", task.instance_id);
+        } else {
+            assert_eq!(guard, "guarded", "{}", task.instance_id);
+        }
         assert!(gold.tests.values().all(|s| s == "PASSED"), "{}: {:?}", task.instance_id, gold.tests);
         assert_eq!(gold.tests.len(), task.fail_to_pass.len() + task.pass_to_pass.len());
         if let Some(theirs) = swebench_report(&rec.test_output, task, parser, &task.patch) {
@@ -132,4 +139,144 @@ async fn a_mixed_language_eval_reports_each_language() {
     assert_eq!(langs, [("python", 1, 100.0), ("javascript", 1, 100.0)]);
     let md = std::fs::read_to_string(dir.path().join("eval-out/report.md")).unwrap();
     assert!(md.contains("## By language") && md.contains("| javascript | 1 | none |"), "{md}");
+}
+
+/// The Base text of `path` in `image`'s repository.
+fn base_file(image: &str, path: &str) -> String {
+    let out = std::process::Command::new("docker")
+        .args(["run", "--rm", "--network", "none", image, "cat", &format!("/testbed/{path}")])
+        .output()
+        .expect("docker run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A patch appending `added` to `path`, whose Base text is `base`.
+fn append_patch(path: &str, base: &str, added: &str) -> String {
+    let lines: Vec<&str> = base.lines().collect();
+    let ctx = &lines[lines.len() - 3..];
+    let add: Vec<&str> = added.lines().collect();
+    let start = lines.len() - 2;
+    let mut p = format!(
+        "diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -{start},3 +{start},{} @@\n",
+        3 + add.len()
+    );
+    for l in ctx {
+        p.push_str(&format!(" {l}\n"));
+    }
+    for l in add {
+        p.push_str(&format!("+{l}\n"));
+    }
+    p
+}
+
+/// The row's eval script run as the benchmark runs it, on `patch` applied at Base, outside our
+/// harness (plain `docker run`); returns its output.
+fn run_plainly(task: &execcritic::task::TaskInstance, patch: &str) -> String {
+    let spec = task.official.as_ref().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("patch.diff"), patch).unwrap();
+    std::fs::write(dir.path().join("eval.sh"), &spec.eval_script).unwrap();
+    let mount = format!("{}:/ec:ro", dir.path().display());
+    let out = std::process::Command::new("docker")
+        .args(["run", "--rm", "--network", "none", "-v", &mount, &spec.image, "bash", "-c"])
+        .arg("cd /testbed && git apply /ec/patch.diff && bash /ec/eval.sh 2>&1")
+        .output()
+        .expect("docker run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Attacks from inside the code under test on a real project (inflection's task 101, pytest),
+/// each first shown to give RESOLVED under the benchmark's own script and swebench 5.0.2's own
+/// grading, then graded by us: (1) the package, when the tests import it, rebinds how pytest
+/// builds its reports so every test reports passed — consistent summary, exit 0 — caught by the
+/// runtime guard carried into the eval script (`tampered`); (2) every public function calls
+/// `pytest.xfail()` when pytest is loaded — swebench counts XFAIL as passed — not resolved: a
+/// FAIL_TO_PASS test reported as an expected failure still fails. Gold stays resolved, guarded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_under_test_cannot_fake_an_official_pass() {
+    if !docker_available().await {
+        return;
+    }
+    let tasks = match built_tasks() {
+        Ok(t) => t,
+        Err(why) => {
+            eprintln!("SKIPPED code_under_test_cannot_fake_an_official_pass: {why}");
+            return;
+        }
+    };
+    let tasks = execcritic::task::load_tasks(&tasks).expect("the real-project rows load");
+    let task = tasks.iter().find(|t| t.instance_id == "jpvanhal__inflection-101").unwrap();
+    let spec = task.official.as_ref().unwrap();
+    let base = base_file(&spec.image, "inflection/__init__.py");
+    let rewrite = append_patch(
+        "inflection/__init__.py",
+        &base,
+        r#"
+
+def _speedups():
+    import sys
+    m = sys.modules.get("_py" + "test.reports")
+    if m is None:
+        return
+    cls = getattr(m, "Test" + "Report")
+    made = cls.from_item_and_call
+
+    def make(item, call):
+        rep = made(item, call)
+        rep.outcome = "passed"
+        rep.longrepr = None
+        return rep
+
+    cls.from_item_and_call = staticmethod(make)
+
+
+_speedups()
+"#,
+    );
+    let xfail = append_patch(
+        "inflection/__init__.py",
+        &base,
+        r#"
+
+def _wrap_all():
+    import sys
+    g = globals()
+    for name, f in list(g.items()):
+        if name.startswith("_") or not callable(f) or getattr(f, "__module__", "") != __name__:
+            continue
+
+        def w(*a, _f=f, **k):
+            t = sys.modules.get("py" + "test")
+            if t is not None:
+                getattr(t, "x" + "fail")("known")
+            return _f(*a, **k)
+
+        g[name] = w
+
+
+_wrap_all()
+"#,
+    );
+    for (what, patch) in [("report rewrite", &rewrite), ("xfail", &xfail)] {
+        // Outside our harness: the benchmark's script, swebench's grading.
+        let log = run_plainly(task, patch);
+        if let Some(report) = swebench_report(&log, task, &spec.log_parser, patch) {
+            let v: serde_json::Value = serde_json::from_str(&report).unwrap();
+            assert_eq!(v[&task.instance_id]["resolved"], true, "{what}: swebench does not resolve it:\n{report}\n{log}");
+        }
+        let g = harness::grade(task, patch, SandboxKind::Docker).await.expect("grades");
+        let rec = g.official.clone().expect("an official record");
+        assert_eq!(rec.guard.as_deref(), Some("guarded"), "{what}");
+        assert!(g.forbidden.is_none(), "{what}: refused by the static screen, not by the run: {g:?}");
+        assert!(!g.resolved, "{what}: {g:?}\n{}", rec.test_output);
+        match what {
+            "report rewrite" => assert!(g.tampered.is_some(), "{what}: {g:?}\n{}", rec.test_output),
+            _ => assert_eq!(g.completion.as_deref(), Some("fail_to_pass_xfailed"), "{what}: {g:?}"),
+        }
+    }
+    let gold = harness::grade(task, &task.patch, SandboxKind::Docker).await.unwrap();
+    assert!(gold.resolved && gold.tampered.is_none(), "{gold:?}");
+    assert_eq!(gold.official.unwrap().guard.as_deref(), Some("guarded"));
 }

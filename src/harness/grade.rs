@@ -136,7 +136,7 @@ const P2P_CANARIES: usize = 4;
 
 /// The judged tests that carry canaries in a grading run: every FAIL_TO_PASS test and the
 /// first [`P2P_CANARIES`] PASS_TO_PASS tests (a stable choice, so the Base reference matches).
-fn judged_ids(task: &TaskInstance) -> Vec<String> {
+pub(crate) fn judged_ids(task: &TaskInstance) -> Vec<String> {
     task.fail_to_pass
         .iter()
         .chain(task.pass_to_pass.iter().take(P2P_CANARIES))

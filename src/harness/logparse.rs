@@ -576,10 +576,19 @@ fn parse_sympy(output: &str) -> ParsedLog {
         if !line.starts_with("test_") {
             continue;
         }
-        let mut it = line.split_whitespace();
-        let (Some(name), Some(last)) = (it.next(), line.split_whitespace().last()) else {
+        // The last test of a file carries the file's status after its own (`test_x ok   [OK]`,
+        // `[FAIL]`): its own is the word before.
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let words = match words.split_last() {
+            Some((file_status, rest)) if matches!(*file_status, "[OK]" | "[FAIL]") => rest,
+            _ => &words[..],
+        };
+        let (Some(&name), Some(&last)) = (words.first(), words.last()) else {
             continue;
         };
+        if words.len() < 2 {
+            continue;
+        }
         let st = match last {
             "ok" => TestStatus::Passed,
             "F" => TestStatus::Failed,
@@ -800,5 +809,11 @@ FAILED (failures=1, errors=2, unexpected successes=1)
         assert_eq!(l.statuses["test_three"], TestStatus::Failed);
         assert!(l.summary_seen && l.consistent);
         assert_eq!(l.counts["failed"], 1);
+        // The file's status after its last test (sympy 1.13's runner, seen on the real row):
+        // the test's own status is the word before it.
+        let l = parse_sympy("sympy/physics/tests/test_cg.py[2] \ntest_a ok\ntest_b ok                                  [OK]\ntest_c F    [FAIL]\n[OK]\n= tests finished: 2 passed, 1 failed, in 0.1 seconds =");
+        assert_eq!(l.statuses["test_b"], TestStatus::Passed);
+        assert_eq!(l.statuses["test_c"], TestStatus::Failed);
+        assert_eq!(l.statuses.len(), 3);
     }
 }

@@ -137,15 +137,12 @@ pub(crate) fn is_ident(s: &str) -> bool {
         && c.all(|x| x.is_alphanumeric() || x == '_')
 }
 
-/// Parse and validate a test command (shell syntax, runner, flags, exact selectors).
-pub fn parse_command(cmd: &str) -> Result<ParsedCommand, Rejection> {
-    let tokens = tokenize(cmd)?;
-    let (env, rest) = split_env(&tokens);
-    for e in env {
-        check_env_assignment(e, ALLOWED_ENV)?;
-    }
+/// The runner a command's words (environment assignments removed) invoke, and how many of the
+/// words name it (`pytest`: 1, `python -m pytest`: 3, `tests/runtests.py`: 1, …); `None` for any
+/// other program.
+pub fn runner_prefix(rest: &[String]) -> Option<(CommandRunner, usize)> {
     let at = |k: usize| rest.get(k).map(String::as_str).unwrap_or("");
-    let (runner, prog_len) = if matches!(at(0), "pytest" | "py.test") {
+    Some(if matches!(at(0), "pytest" | "py.test") {
         (CommandRunner::Pytest, 1)
     } else if is_python(at(0)) && at(1) == "-m" && at(2) == "pytest" {
         (CommandRunner::Pytest, 3)
@@ -160,9 +157,21 @@ pub fn parse_command(cmd: &str) -> Result<ParsedCommand, Rejection> {
     } else if is_python(at(0)) && matches!(at(1), "bin/test" | "./bin/test") {
         (CommandRunner::Sympy, 2)
     } else {
+        return None;
+    })
+}
+
+/// Parse and validate a test command (shell syntax, runner, flags, exact selectors).
+pub fn parse_command(cmd: &str) -> Result<ParsedCommand, Rejection> {
+    let tokens = tokenize(cmd)?;
+    let (env, rest) = split_env(&tokens);
+    for e in env {
+        check_env_assignment(e, ALLOWED_ENV)?;
+    }
+    let Some((runner, prog_len)) = runner_prefix(rest) else {
         return Err(reject(
             RejectionKind::UnknownRunner,
-            format!("test_command: unrecognised runner `{}`; use pytest, python -m pytest, python -m unittest, tests/runtests.py or bin/test", at(0)),
+            format!("test_command: unrecognised runner `{}`; use pytest, python -m pytest, python -m unittest, tests/runtests.py or bin/test", rest.first().map(String::as_str).unwrap_or("")),
         ));
     };
     let prefix: Vec<String> = env

@@ -20,14 +20,18 @@
 //! where the candidate ran (it could have rewritten the parser there); our fail-closed reading
 //! (markers, exit-code record, no exit status its statuses contradict) applies to Pro as well.
 //!
-//! The runtime guard and canaries of our own grading (see `harness::grade`) do not run here:
-//! the dataset's script is the command, so the grade is the benchmark's, with the fail-closed
-//! reading as the only addition.
+//! Where the script's test command is a Python runner the guard knows, it runs under the runtime
+//! guard with canaries, as our own grading's command does ([`super::guarded`]): evidence of
+//! tampering makes the grade `tampered`, a run without the runner's authenticated completion is
+//! not resolved. Other rows (Pro's run scripts, other languages' runners) run as the benchmark
+//! runs them, with the fail-closed reading as the only addition; `OfficialRecord::guard` says
+//! which.
 
 use super::grading::{
     eval_tests_report, read_test_output, read_test_output_with, resolution_status, EvalType,
     InfraFailure,
 };
+use super::guarded;
 use super::parsers::{LogParser, ParseError};
 use super::report::{eval_report, report_from_statuses, GradingSpec};
 use super::status::{OfficialStatus, StatusMap};
@@ -35,6 +39,7 @@ use crate::harness::diff::parse_patch;
 use crate::harness::error::HarnessError;
 use crate::harness::execute::{apply_patch, ApplyOutcome};
 use crate::harness::grade::{GradeResult, GRADE_TIMEOUT};
+use crate::harness::guard::{self, GuardMode};
 use crate::harness::provision::open_sandbox;
 use crate::harness::sandbox::{
     shell_quote, ExecOutput, Purpose, Sandbox, SandboxKind, HANDOFF_DIR,
@@ -59,6 +64,10 @@ pub struct OfficialRecord {
     /// The eval script's whole output (`test_output.txt`); not kept in result lines.
     #[serde(skip)]
     pub test_output: String,
+    /// How the test command ran: `guarded` (under the runtime guard, see [`super::guarded`]),
+    /// or `unguarded: <why>`; `None` when the tests never ran (the patch was refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<String>,
 }
 
 fn swebench_eval_type(t: formats::EvalType) -> EvalType {
@@ -107,6 +116,7 @@ pub async fn evaluate(
     let sb = open_sandbox(kind, task, Purpose::Grading).await?;
     let sb = sb.as_ref();
     sb.reset().await?;
+    let mut model_files = Vec::new();
     if !model_patch.trim().is_empty() {
         let Ok(files) = parse_patch(model_patch) else {
             return Ok(not_gradable(task, "patch_apply_failed".into()));
@@ -120,13 +130,58 @@ pub async fn evaluate(
         if let ApplyOutcome::Failed { .. } = apply_patch(sb, model_patch, "model").await? {
             return Ok(not_gradable(task, "patch_apply_failed".into()));
         }
+        model_files = files;
     }
-    let test_output = run_eval_script(sb, spec).await?;
-    judge(task, spec, Some(model_patch), test_output).await
+    place_files(sb, spec).await?;
+    let plan = match guarded::plan(spec) {
+        Ok(g) => g,
+        Err(why) => {
+            let test_output = run_eval_script(sb, spec).await?;
+            let mut r = judge(task, spec, Some(model_patch), test_output).await?;
+            if let Some(o) = r.official.as_mut() {
+                o.guard = Some(format!("unguarded: {why}"));
+            }
+            return Ok(r);
+        }
+    };
+    let mut run = guarded::run(sb, task, &plan, GuardMode::Candidate, &model_files).await?;
+    if run.guard.needs_reference() {
+        // What the guard saw that Base's own run may also show: judged against Base, once per
+        // instance and sandbox kind in this process.
+        let key = format!(
+            "official\0{}\0{}\0{}",
+            sb.base_commit(),
+            task.instance_id,
+            sb.identity()
+        );
+        let reference = guard::reference_records(key, || async {
+            sb.reset().await?;
+            place_files(sb, spec).await?;
+            let r = guarded::run(sb, task, &plan, GuardMode::Reference, &[]).await?;
+            Ok(Ok::<_, ()>(r.guard.records))
+        })
+        .await?;
+        run.guard.judge_with_reference(&reference);
+    }
+    let mut r = judge(task, spec, Some(model_patch), guarded::test_output(&run)).await?;
+    if let Some(o) = r.official.as_mut() {
+        o.guard = Some("guarded".into());
+    }
+    if !run.guard.evidence.is_empty() {
+        // Evidence of tampering: never a verdict, whatever the report says.
+        r.resolved = false;
+        r.tampered = Some(run.guard.evidence_lines());
+    } else if r.resolved && !run.guard.authenticated {
+        // No completion the runner said with the run's nonce: text that reads like a finished
+        // run is not one.
+        r.resolved = false;
+        r.completion = Some("unauthenticated".into());
+    }
+    Ok(r)
 }
 
-/// Place the instance's files and run its eval script; returns the whole output.
-async fn run_eval_script(sb: &dyn Sandbox, spec: &OfficialSpec) -> Result<String, HarnessError> {
+/// Place the instance's files (Pro: run script and parser) and its `image_assets`.
+async fn place_files(sb: &dyn Sandbox, spec: &OfficialSpec) -> Result<(), HarnessError> {
     for f in &spec.files {
         sb.put_file(&f.path, f.content.as_bytes()).await?;
     }
@@ -137,6 +192,11 @@ async fn run_eval_script(sb: &dyn Sandbox, spec: &OfficialSpec) -> Result<String
             sb.put_file(&a.staged, bytes).await?;
         }
     }
+    Ok(())
+}
+
+/// Run the instance's eval script as it is (its files placed); returns the whole output.
+async fn run_eval_script(sb: &dyn Sandbox, spec: &OfficialSpec) -> Result<String, HarnessError> {
     let script = format!("{HANDOFF_DIR}/eval.sh");
     sb.put_file(&script, spec.eval_script.as_bytes()).await?;
     let out = sb
@@ -230,10 +290,25 @@ async fn judge(
     // Our reading of the marked section alone must agree with swebench's reading of the whole
     // log; where it does not (a PASSED line outside the markers, say), nothing is resolved.
     let disagree = official_resolved.is_some_and(|r| r != ours);
+    // swebench counts XFAIL as a pass. A FAIL_TO_PASS test failed at Base; reported as an
+    // expected failure it still fails: code under test that turns its failure into an expected
+    // one (`pytest.xfail()` on its way out, however spelled) fixes nothing. PASS_TO_PASS tests
+    // keep swebench's reading (a test marked xfail at Base stays one).
+    let xfailed = task
+        .fail_to_pass
+        .iter()
+        .any(|id| status_map.get(id) == Some(&OfficialStatus::Xfail));
+    let completion = if disagree {
+        Some("official_reading_disagrees".to_string())
+    } else if ours && xfailed {
+        Some("fail_to_pass_xfailed".to_string())
+    } else {
+        None
+    };
     Ok(GradeResult {
-        resolved: ours && !disagree,
+        resolved: ours && !disagree && !xfailed,
         tests,
-        completion: disagree.then(|| "official_reading_disagrees".to_string()),
+        completion,
         official: Some(record),
         ..result(task)
     })

@@ -16,6 +16,7 @@
 
 pub mod evaluate;
 pub mod grading;
+pub mod guarded;
 pub mod infra;
 pub mod parsers;
 pub mod pytext;
