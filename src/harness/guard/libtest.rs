@@ -201,6 +201,13 @@ fn plan_parsed(
                 if referenced {
                     text = format!("{}\n\n{text}", &source[range.clone()]);
                 }
+                if let Written::Expanded(_, expansion) = &found.test {
+                    // What else the invocation writes (mime's enum and constants), once.
+                    let rest = expansion_rest(expansion).unwrap_or_default();
+                    if !rest.is_empty() {
+                        text = format!("{rest}\n\n{text}");
+                    }
+                }
                 if !controlled.contains(&found.module) {
                     controlled.push(found.module.clone());
                     for expect in ["pass", "fail"] {
@@ -369,7 +376,7 @@ pub fn test_paths(source: &str) -> Result<Vec<String>, String> {
 /// Every `#[test]`-like function (an attribute whose last segment is `test`) with its path,
 /// through inline modules; `defs`: the file's `macro_rules!` definitions, whose invocations are
 /// expanded where they write one `#[test]` function.
-fn collect_tests<'a>(items: &'a [Item], module: &str, defs: &BTreeMap<String, Option<TokenStream>>, out: &mut Vec<Found<'a>>) {
+fn collect_tests<'a>(items: &'a [Item], module: &str, defs: &BTreeMap<String, Vec<super::macro_rules::Definition>>, out: &mut Vec<Found<'a>>) {
     for item in items {
         match item {
             Item::Fn(f) if f.attrs.iter().any(|a| a.path().segments.last().is_some_and(|s| s.ident == "test")) => {
@@ -378,7 +385,7 @@ fn collect_tests<'a>(items: &'a [Item], module: &str, defs: &BTreeMap<String, Op
                 out.push(Found { path, test: Written::Fn(f), module: module.to_string() });
             }
             Item::Macro(m) if m.ident.is_none() => {
-                if let Some((name, text)) = expanded_test(m, defs) {
+                if let Some((name, text)) = expanded_test(m, module, defs) {
                     let path = if module.is_empty() { name } else { format!("{module}::{name}") };
                     out.push(Found { path, test: Written::Expanded(m, text), module: module.to_string() });
                 }
@@ -401,16 +408,27 @@ fn collect_tests<'a>(items: &'a [Item], module: &str, defs: &BTreeMap<String, Op
     }
 }
 
-/// The name and text of the one `#[test]` function an invocation of a macro of the file expands
-/// to, if it expands exactly ([`super::macro_rules`]) to exactly that.
-fn expanded_test(m: &syn::ItemMacro, defs: &BTreeMap<String, Option<TokenStream>>) -> Option<(String, String)> {
-    let rules = defs.get(&m.mac.path.get_ident()?.to_string())?.as_ref()?;
-    let text = super::macro_rules::expand(rules, &m.mac.tokens).ok()?;
-    let f: ItemFn = syn::parse_str(&text).ok()?;
-    f.attrs
+/// The name and text of the one `#[test]` function an invocation (in inline module `module`) of a
+/// macro of the file expands to, if it expands exactly ([`super::macro_rules`]) to items among
+/// which that function is the only test (mime's `mimes!` writes an enum, constants and one test).
+fn expanded_test(m: &syn::ItemMacro, module: &str, defs: &BTreeMap<String, Vec<super::macro_rules::Definition>>) -> Option<(String, String)> {
+    let name = m.mac.path.get_ident()?.to_string();
+    let def = super::macro_rules::reaching(defs, &name, module, m.mac.path.span().byte_range().start)?;
+    let text = super::macro_rules::expand(&def.rules, &m.mac.tokens).ok()?;
+    let file: syn::File = syn::parse_str(&text).ok()?;
+    let [f] = expansion_tests(&file)[..] else { return None };
+    Some((f.sig.ident.to_string(), text))
+}
+
+/// The `#[test]` functions among the items of a macro's expansion.
+fn expansion_tests(file: &syn::File) -> Vec<&ItemFn> {
+    file.items
         .iter()
-        .any(|a| a.path().segments.last().is_some_and(|s| s.ident == "test"))
-        .then(|| (f.sig.ident.to_string(), text))
+        .filter_map(|i| match i {
+            Item::Fn(f) if f.attrs.iter().any(|a| a.path().segments.last().is_some_and(|s| s.ident == "test")) => Some(f),
+            _ => None,
+        })
+        .collect()
 }
 
 /// How often each identifier occurs in the file's tokens (a renamed test must occur once).
@@ -582,13 +600,18 @@ fn plan_macro(source: &str, m: &syn::ItemMacro, k: usize, rng: &mut impl Rng) ->
 }
 
 /// Plan a test a macro of the file writes (`t!(test1: "CamelCase" => "camel-case");`) from the
-/// invocation's expansion `text` (one `#[test]` function): the invocation's range (its
-/// attributes included) and the texts [`plan_function`] plans for the expanded function, each
-/// after the invocation's attributes (a `#[cfg(…)]` on the invocation applies to the function it
-/// writes).
+/// invocation's expansion `text` (items, one of them the `#[test]` function): the invocation's
+/// range (its attributes included) and the texts [`plan_function`] plans for the expanded
+/// function, each after the invocation's attributes (a `#[cfg(…)]` on the invocation applies to
+/// the function it writes). The expansion's other items ([`expansion_rest`]) are written once,
+/// before the copies, by the caller. An invocation with attributes that writes more than the
+/// test is not planned (an outer attribute covers one item).
 fn plan_expanded(source: &str, m: &syn::ItemMacro, text: &str, k: usize, rng: &mut impl Rng) -> Result<(Range<usize>, Vec<String>, Option<String>), String> {
-    let f: ItemFn = syn::parse_str(text).map_err(|_| "a macro's expansion that is not one function".to_string())?;
-    let (_, texts, why) = plan_function(text, &f, k, rng)?;
+    let file: syn::File = syn::parse_str(text).map_err(|_| "a macro's expansion that is not items".to_string())?;
+    let [f] = expansion_tests(&file)[..] else {
+        return Err("a macro's expansion without exactly one test function".into());
+    };
+    let (_, texts, why) = plan_function(text, f, k, rng)?;
     let path = m.mac.path.span().byte_range().start;
     let start = m.attrs.first().map_or(path, |a| a.pound_token.span.byte_range().start);
     let end = m.semi_token.map_or(m.mac.delimiter.span().close().byte_range().end, |t| t.span.byte_range().end);
@@ -596,7 +619,24 @@ fn plan_expanded(source: &str, m: &syn::ItemMacro, text: &str, k: usize, rng: &m
         return Err("no source positions".into());
     }
     let attrs = &source[start..path];
+    if !expansion_rest(text)?.is_empty() && !attrs.trim().is_empty() {
+        return Err("an invocation with attributes whose expansion writes more than the test".into());
+    }
     Ok((start..end, texts.into_iter().map(|t| format!("{attrs}{t}")).collect(), why))
+}
+
+/// A macro's expansion without its one `#[test]` function: the other items it writes, trimmed.
+fn expansion_rest(text: &str) -> Result<String, String> {
+    let file: syn::File = syn::parse_str(text).map_err(|_| "a macro's expansion that is not items".to_string())?;
+    let [f] = expansion_tests(&file)[..] else {
+        return Err("a macro's expansion without exactly one test function".into());
+    };
+    let start = f.attrs.first().map_or(f.sig.fn_token.span.byte_range().start, |a| a.pound_token.span.byte_range().start);
+    let end = f.block.brace_token.span.close().byte_range().end;
+    let (Some(before), Some(after)) = (text.get(..start), text.get(end..)) else {
+        return Err("no source positions".into());
+    };
+    Ok(format!("{}\n{}", before.trim(), after.trim()).trim().to_string())
 }
 
 /// A `#[should_panic]` test: the real test as written and K look-alikes that expect its panic
@@ -1461,6 +1501,22 @@ mod tests {
         assert_eq!(p.source.matches("stringify ! (attrs_001)").count(), 1 + DEFAULT_K, "{}", p.source);
         assert!(p.source.contains("test!(attrs_002);"));
         syn::parse_file(&p.source).unwrap();
+
+        // mime's form: one invocation writes an enum, constants (through another macro) and one
+        // test, from a nested repetition; the other items are written once, before the copies.
+        let src = "macro_rules! c { ($id:ident, $($p:expr),*) => { pub const $id: u8 = 1; }; }\nmacro_rules! mimes {\n    ($($id:ident, $($piece:expr),*;)*) => (\n        enum __Atoms { __Dynamic, $($id,)* }\n        $( c! { $id, $($piece),* } )*\n        #[test]\n        fn test_mimes_macro_consts() {\n            let _ = [$( $id ),*].iter().enumerate().map(|(pos, &atom)| { assert_eq!(pos + 1, atom as usize); }).collect::<Vec<()>>();\n        }\n    )\n}\nmimes! {\n    STAR, \"*/*\", 1;\n    TEXT, \"text/*\", 4;\n}\n";
+        assert_eq!(test_paths(src).unwrap(), ["test_mimes_macro_consts"]);
+        let p = plan(src, &["test_mimes_macro_consts"], 3);
+        assert!(p.map.groups[0].real.is_some(), "{:?}", p.map.groups[0]);
+        assert_eq!(p.source.matches("enum __Atoms { __Dynamic , STAR , TEXT , }").count(), 1, "{}", p.source);
+        assert_eq!(p.source.matches("c ! { TEXT , \"text/*\" ,4 }").count(), 1, "{}", p.source);
+        assert!(p.source.find("enum __Atoms { __Dynamic ,").unwrap() < p.source.find("# [test] fn t_").unwrap(), "{}", p.source);
+        assert!(!p.source.contains("mimes! {"), "{}", p.source);
+        syn::parse_file(&p.source).unwrap();
+        // With an attribute on such an invocation: not planned (it would cover one item).
+        let with_attr = src.replace("mimes! {\n    STAR", "#[cfg(test)]\nmimes! {\n    STAR");
+        let p = plan(&with_attr, &["test_mimes_macro_consts"], 3);
+        assert!(p.map.groups[0].why.as_deref().unwrap_or("").contains("attributes"), "{:?}", p.map.groups[0]);
     }
 
     #[test]

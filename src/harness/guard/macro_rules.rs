@@ -11,12 +11,13 @@
 //!
 //! Only what this expansion gives exactly as rustc does is expanded, else it says why (the
 //! planner's harness error, as before):
-//! - a macro defined once in the file (`macro_rules! t { … }`), invoked in item position with a
-//!   plain name (`t!(…);`);
+//! - a macro of the file (`macro_rules! t { … }`) invoked in item position with a plain name
+//!   (`t!(…);`), the definition the invocation reaches by textual scope ([`reaching`]): the last
+//!   one written before it, in its module or one around it;
 //! - rules tried in order, the first whose matcher matches the whole invocation; matchers of
 //!   literal tokens, delimited groups and fragments (`ident`, `expr`, `literal`, `tt`, `ty`,
-//!   `path`, `pat`, `block`, `lifetime`, `vis`); one level of repetition (`$( … ),*`, `+`,
-//!   `?`), matched greedily, written once per round of the metavariables it repeats;
+//!   `path`, `pat`, `block`, `lifetime`, `vis`); repetitions (`$( … ),*`, `+`, `?`, nested
+//!   too), matched greedily, written once per round of the metavariables they repeat;
 //! - an `expr` fragment is substituted in parentheses unless nothing can bind tighter (a path,
 //!   literal, call, …): rustc keeps a fragment one expression (`$a * 2` with `1 + 1` is 4);
 //!   `$crate` becomes `crate`;
@@ -29,31 +30,56 @@ use proc_macro2::{Delimiter, Group, Spacing, TokenStream, TokenTree};
 use std::collections::{BTreeMap, BTreeSet};
 use syn::parse::{ParseStream, Parser};
 
-/// The definitions `macro_rules! name { … }` of a file, by name (every module; a name defined
-/// twice maps to `None`: which one an invocation reaches depends on textual scope).
-pub fn definitions(items: &[syn::Item]) -> BTreeMap<String, Option<TokenStream>> {
+/// A `macro_rules! name { … }` of a file: its rules, the inline module it is in (`""`: the
+/// file's top level, `a::b`) and where its name starts in the file.
+#[derive(Clone, Debug)]
+pub struct Definition {
+    pub rules: TokenStream,
+    module: String,
+    at: usize,
+}
+
+/// The definitions `macro_rules! name { … }` of a file, by name, in the order they are written
+/// (every inline module).
+pub fn definitions(items: &[syn::Item]) -> BTreeMap<String, Vec<Definition>> {
+    use syn::spanned::Spanned;
     let mut out = BTreeMap::new();
-    fn walk(items: &[syn::Item], out: &mut BTreeMap<String, Option<TokenStream>>) {
+    fn walk(items: &[syn::Item], module: &str, out: &mut BTreeMap<String, Vec<Definition>>) {
         for item in items {
             match item {
                 syn::Item::Macro(m) if m.mac.path.is_ident("macro_rules") => {
                     if let Some(name) = &m.ident {
-                        out.entry(name.to_string())
-                            .and_modify(|d: &mut Option<TokenStream>| *d = None)
-                            .or_insert_with(|| Some(m.mac.tokens.clone()));
+                        out.entry(name.to_string()).or_default().push(Definition {
+                            rules: m.mac.tokens.clone(),
+                            module: module.to_string(),
+                            at: m.mac.path.span().byte_range().start,
+                        });
                     }
                 }
                 syn::Item::Mod(m) => {
                     if let Some((_, inner)) = &m.content {
-                        walk(inner, out);
+                        let sub = if module.is_empty() { m.ident.to_string() } else { format!("{module}::{}", m.ident) };
+                        walk(inner, &sub, out);
                     }
                 }
                 _ => {}
             }
         }
     }
-    walk(items, &mut out);
+    walk(items, "", &mut out);
     out
+}
+
+/// The definition an invocation of `name` at byte `at` of inline module `module` reaches by
+/// rustc's textual scope, where the file alone decides it: the last definition of that name
+/// written before the invocation, if it is in the invocation's module or one around it (a
+/// definition in a module the invocation is not inside is out of scope there, unless
+/// `#[macro_use]` carries it out: not followed, so no expansion); `None` also when no definition
+/// precedes it (a macro from elsewhere, or a later one: not this file's to expand).
+pub fn reaching<'d>(defs: &'d BTreeMap<String, Vec<Definition>>, name: &str, module: &str, at: usize) -> Option<&'d Definition> {
+    let last = defs.get(name)?.iter().filter(|d| d.at < at).max_by_key(|d| d.at)?;
+    let encloses = last.module.is_empty() || module == last.module || module.starts_with(&format!("{}::", last.module));
+    encloses.then_some(last)
 }
 
 /// The expansion of `name!(input)` by the definition `rules` (the tokens inside
@@ -96,19 +122,20 @@ fn parse_rules(rules: &TokenStream) -> Result<Vec<(Vec<TokenTree>, TokenStream)>
     Ok(out)
 }
 
-/// What a metavariable matched: one fragment (its tokens and kind), or one per round of the
-/// repetition it is in.
+/// What a metavariable matched: one fragment (its tokens and kind), or one binding per round of
+/// the repetition it is in (a binding per round of the inner one, in a nested repetition).
 #[derive(Clone, Debug)]
 enum Binding {
     One(TokenStream, String),
-    Seq(Vec<(TokenStream, String)>),
+    Seq(Vec<Binding>),
 }
 
 impl Binding {
+    /// Every fragment bound, at any depth.
     fn values(&self) -> Vec<(TokenStream, String)> {
         match self {
             Binding::One(ts, k) => vec![(ts.clone(), k.clone())],
-            Binding::Seq(v) => v.clone(),
+            Binding::Seq(v) => v.iter().flat_map(Binding::values).collect(),
         }
     }
 }
@@ -175,7 +202,7 @@ fn declared(tts: &[TokenTree]) -> Vec<String> {
 
 /// Match a prefix of `input` against `matcher`; the tokens after it. A repetition matches as
 /// many rounds as it can (rustc's matcher does not backtrack either: where stopping early would
-/// also match, rustc reports an ambiguity); one level of repetition is read.
+/// also match, rustc reports an ambiguity), repetitions inside it likewise per round.
 fn match_seq(matcher: &[TokenTree], input: TokenStream, bindings: &mut Bindings) -> Result<TokenStream, ()> {
     let mut input = input;
     let mut i = 0;
@@ -183,7 +210,7 @@ fn match_seq(matcher: &[TokenTree], input: TokenStream, bindings: &mut Bindings)
         match &matcher[i] {
             TokenTree::Punct(p) if p.as_char() == '$' => {
                 if let Some((inner, sep, op, next)) = repetition(matcher, i) {
-                    let mut rounds: BTreeMap<String, Vec<(TokenStream, String)>> =
+                    let mut rounds: BTreeMap<String, Vec<Binding>> =
                         declared(&inner).into_iter().map(|n| (n, Vec::new())).collect();
                     let mut count = 0;
                     while !(op == '?' && count == 1) {
@@ -202,8 +229,7 @@ fn match_seq(matcher: &[TokenTree], input: TokenStream, bindings: &mut Bindings)
                             break;
                         }
                         for (name, b) in round {
-                            let Binding::One(ts, kind) = b else { return Err(()) }; // nested repetition
-                            rounds.entry(name).or_default().push((ts, kind));
+                            rounds.entry(name).or_default().push(b);
                         }
                         input = rest;
                         count += 1;
@@ -346,7 +372,7 @@ fn used(tts: &[TokenTree]) -> Vec<String> {
 
 /// The transcriber with every `$name` replaced by its fragment, and every repetition
 /// `$( … ) sep? op` written once per round of the repeated metavariables it uses (all of one
-/// count).
+/// count), a repetition inside it once per round of that round's bindings.
 fn substitute(ts: &TokenStream, bindings: &Bindings) -> Result<TokenStream, String> {
     let tts: Vec<TokenTree> = ts.clone().into_iter().collect();
     let mut out = TokenStream::new();
@@ -355,7 +381,7 @@ fn substitute(ts: &TokenStream, bindings: &Bindings) -> Result<TokenStream, Stri
         match &tts[i] {
             TokenTree::Punct(p) if p.as_char() == '$' => {
                 if let Some((inner, sep, _, next)) = repetition(&tts, i) {
-                    let repeated: Vec<(String, Vec<(TokenStream, String)>)> = used(&inner)
+                    let repeated: Vec<(String, Vec<Binding>)> = used(&inner)
                         .into_iter()
                         .filter_map(|n| match bindings.get(&n) {
                             Some(Binding::Seq(v)) => Some((n, v.clone())),
@@ -375,7 +401,7 @@ fn substitute(ts: &TokenStream, bindings: &Bindings) -> Result<TokenStream, Stri
                         }
                         let mut round = bindings.clone();
                         for (n, v) in &repeated {
-                            round.insert(n.clone(), Binding::One(v[r].0.clone(), v[r].1.clone()));
+                            round.insert(n.clone(), v[r].clone());
                         }
                         out.extend(substitute(&inner, &round)?);
                     }
@@ -421,7 +447,7 @@ mod tests {
         let file = syn::parse_file(src).unwrap();
         let defs = definitions(&file.items);
         let m: syn::ItemMacro = syn::parse_str(call).unwrap();
-        let rules = defs[&m.mac.path.get_ident().unwrap().to_string()].clone().unwrap();
+        let rules = defs[&m.mac.path.get_ident().unwrap().to_string()][0].rules.clone();
         expand(&rules, &m.mac.tokens)
     }
 
@@ -467,14 +493,47 @@ mod tests {
 
     #[test]
     fn what_is_not_expanded_exactly_says_why() {
-        let nested = "macro_rules! m { ($($($n:ident)*),*) => { $($(fn $n() {})*)* }; }";
-        assert!(expand_in(nested, "m!(a b, c);").is_err());
         let hygiene = "macro_rules! m { ($n:ident, $e:expr) => { #[test] fn $n() { let v = 1; assert_eq!($e, v) } }; }";
         assert!(expand_in(hygiene, "m!(a, v + 0);").unwrap_err().contains("hygiene"));
         assert!(expand_in(hygiene, "m!(a, f(&mut w).v);").is_ok());
         let none = "macro_rules! m { ($n:ident) => { fn $n() {} }; }";
         assert!(expand_in(none, "m!(a, b);").unwrap_err().contains("matches none"));
-        let twice = "mod a { macro_rules! m { () => {} } } mod b { macro_rules! m { () => {} } }";
-        assert!(definitions(&syn::parse_file(twice).unwrap().items)["m"].is_none());
+    }
+
+    #[test]
+    fn nested_repetitions_are_written_per_inner_round() {
+        // mime's `mimes!`: several items per invocation, a list of pieces per constant.
+        let nested = "macro_rules! m { ($($n:ident, $($v:expr),*;)*) => { enum E { $($n,)* } #[test] fn t() { let _ = [$( c!{$n, $($v),*} ),*]; } }; }";
+        let e = expand_in(nested, r#"m! { A, "a/b", 1; B, "c/d", 1, Some(3); }"#).unwrap();
+        let bare = e.replace(' ', "");
+        assert!(bare.contains("enumE{A,B,}"), "{e}");
+        assert!(bare.contains(r#"[c!{A,"a/b",1},c!{B,"c/d",1,Some(3)}]"#), "{e}");
+        let nested = "macro_rules! m { ($($($n:ident)*),*) => { $($(fn $n() {})*)* }; }";
+        assert_eq!(expand_in(nested, "m!(a b, c);").unwrap().replace(' ', ""), "fna(){}fnb(){}fnc(){}");
+        // Inner rounds of one outer round must agree in count.
+        let uneven = "macro_rules! m { ($($($a:ident)* ; $($b:ident)*),*) => { $($(f($a, $b);)*)* }; }";
+        assert!(expand_in(uneven, "m!(x y ; z);").unwrap_err().contains("different counts"));
+    }
+
+    #[test]
+    fn the_definition_an_invocation_reaches_is_the_last_one_before_it_around_it() {
+        let src = "macro_rules! m { () => { fn top() {} } }\nmod a { macro_rules! m { () => { fn inner() {} } } m!(); }\nm!();\nmod b { m!(); }\nmod c { macro_rules! late { () => {} } }\nlate!();";
+        let file = syn::parse_file(src).unwrap();
+        let defs = definitions(&file.items);
+        let at = |needle: &str, nth: usize| src.match_indices(needle).nth(nth).unwrap().0;
+        let rules = |d: Option<&Definition>| d.map(|d| d.rules.to_string());
+        let top = Some("() => { fn top () { } }".to_string());
+        // In `a`, its own later definition shadows the top one.
+        assert_eq!(rules(reaching(&defs, "m", "a", at("m!();", 0))), Some("() => { fn inner () { } }".to_string()));
+        // After `a` ends, the last definition before is `a`'s, out of scope: not expanded.
+        assert_eq!(rules(reaching(&defs, "m", "", at("m!();", 1))), None);
+        assert_eq!(rules(reaching(&defs, "m", "b", at("m!();", 2))), None);
+        // Before any definition, and in a module the definition is not around.
+        assert!(reaching(&defs, "m", "", 0).is_none());
+        assert!(reaching(&defs, "late", "", at("late!();", 0)).is_none());
+        let src = "macro_rules! m { () => { fn top() {} } }\nmod b { m!(); }";
+        let file = syn::parse_file(src).unwrap();
+        let defs = definitions(&file.items);
+        assert_eq!(rules(reaching(&defs, "m", "b", src.find("m!();").unwrap())), top);
     }
 }
