@@ -139,8 +139,12 @@ fn plan_parsed(
     rng: &mut impl Rng,
 ) -> Result<FilePlan, String> {
     let mut tests = Vec::new();
-    collect_tests(&ast.items, "", &super::macro_rules::definitions(&ast.items), &mut tests);
+    let defs = super::macro_rules::definitions(&ast.items);
+    collect_tests(&ast.items, "", &defs, &mut tests);
     let idents = ident_counts(source)?;
+    // Definitions whose invocation the copies replace: marked `#[allow(unused_macros)]`, as the
+    // copies may have taken their only use (mime's `#![deny(warnings)]` makes that an error).
+    let mut expanded_defs: Vec<usize> = Vec::new();
     // (range in source, replacement), applied back to front.
     let mut edits: Vec<(Range<usize>, String)> = Vec::new();
     let mut map = CanaryMap::default();
@@ -201,11 +205,18 @@ fn plan_parsed(
                 if referenced {
                     text = format!("{}\n\n{text}", &source[range.clone()]);
                 }
-                if let Written::Expanded(_, expansion) = &found.test {
+                if let Written::Expanded(m, expansion) = &found.test {
                     // What else the invocation writes (mime's enum and constants), once.
                     let rest = expansion_rest(expansion).unwrap_or_default();
                     if !rest.is_empty() {
                         text = format!("{rest}\n\n{text}");
+                    }
+                    let name = m.mac.path.get_ident().map(|i| i.to_string()).unwrap_or_default();
+                    let at = m.mac.path.span().byte_range().start;
+                    if let Some(def) = super::macro_rules::reaching(&defs, &name, &found.module, at) {
+                        if !expanded_defs.contains(&def.at()) {
+                            expanded_defs.push(def.at());
+                        }
                     }
                 }
                 if !controlled.contains(&found.module) {
@@ -223,6 +234,9 @@ fn plan_parsed(
             }
         }
         map.groups.push(group);
+    }
+    for at in expanded_defs {
+        edits.push((at..at, "#[allow(unused_macros)] ".to_string()));
     }
     edits.sort_by_key(|(r, _)| std::cmp::Reverse(r.start));
     let planned = !edits.is_empty();
@@ -1512,6 +1526,9 @@ mod tests {
         assert_eq!(p.source.matches("c ! { TEXT , \"text/*\" ,4 }").count(), 1, "{}", p.source);
         assert!(p.source.find("enum __Atoms { __Dynamic ,").unwrap() < p.source.find("# [test] fn t_").unwrap(), "{}", p.source);
         assert!(!p.source.contains("mimes! {"), "{}", p.source);
+        // The copies took the macro's only use: `#![deny(warnings)]` must not fail the build.
+        assert!(p.source.contains("#[allow(unused_macros)] macro_rules! mimes {"), "{}", p.source);
+        assert_eq!(p.source.matches("#[allow(unused_macros)]").count(), 1, "{}", p.source);
         syn::parse_file(&p.source).unwrap();
         // With an attribute on such an invocation: not planned (it would cover one item).
         let with_attr = src.replace("mimes! {\n    STAR", "#[cfg(test)]\nmimes! {\n    STAR");

@@ -39,6 +39,13 @@ pub struct Definition {
     at: usize,
 }
 
+impl Definition {
+    /// Where the definition's `macro_rules` starts in the file (after its attributes).
+    pub fn at(&self) -> usize {
+        self.at
+    }
+}
+
 /// The definitions `macro_rules! name { … }` of a file, by name, in the order they are written
 /// (every inline module).
 pub fn definitions(items: &[syn::Item]) -> BTreeMap<String, Vec<Definition>> {
