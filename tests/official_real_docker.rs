@@ -47,19 +47,24 @@ fn built_tasks() -> Result<PathBuf, String> {
     }
 }
 
+/// The task file for `test`, or `None` after saying why it is skipped (no docker, no images).
+async fn tasks_for(test: &str) -> Option<PathBuf> {
+    if !docker_available().await {
+        return None;
+    }
+    match built_tasks() {
+        Ok(t) => Some(t),
+        Err(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            None
+        }
+    }
+}
+
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_projects_resolve_with_gold_as_swebench_grades_them() {
-    if !docker_available().await {
-        return;
-    }
-    let tasks = match built_tasks() {
-        Ok(t) => t,
-        Err(why) => {
-            eprintln!("SKIPPED real_projects_resolve_with_gold_as_swebench_grades_them: {why}");
-            return;
-        }
-    };
+    let Some(tasks) = tasks_for("real_projects_resolve_with_gold_as_swebench_grades_them").await else { return };
     let tasks = execcritic::task::load_tasks(&tasks).expect("the real-project rows load");
     let parsers: Vec<String> = tasks.iter().map(|t| t.official.as_ref().unwrap().log_parser.clone()).collect();
     assert_eq!(parsers, ["parse_log_django", "parse_log_sympy", "parse_log_pytest", "parse_log_tap"]);
@@ -103,16 +108,7 @@ async fn real_projects_resolve_with_gold_as_swebench_grades_them() {
 /// language.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mixed_language_eval_reports_each_language() {
-    if !docker_available().await {
-        return;
-    }
-    let tasks = match built_tasks() {
-        Ok(t) => t,
-        Err(why) => {
-            eprintln!("SKIPPED a_mixed_language_eval_reports_each_language: {why}");
-            return;
-        }
-    };
+    let Some(tasks) = tasks_for("a_mixed_language_eval_reports_each_language").await else { return };
     let rows: Vec<serde_json::Value> = std::fs::read_to_string(&tasks)
         .unwrap()
         .lines()
@@ -196,16 +192,7 @@ fn run_plainly(task: &execcritic::task::TaskInstance, patch: &str) -> String {
 /// FAIL_TO_PASS test reported as an expected failure still fails. Gold stays resolved, guarded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn code_under_test_cannot_fake_an_official_pass() {
-    if !docker_available().await {
-        return;
-    }
-    let tasks = match built_tasks() {
-        Ok(t) => t,
-        Err(why) => {
-            eprintln!("SKIPPED code_under_test_cannot_fake_an_official_pass: {why}");
-            return;
-        }
-    };
+    let Some(tasks) = tasks_for("code_under_test_cannot_fake_an_official_pass").await else { return };
     let tasks = execcritic::task::load_tasks(&tasks).expect("the real-project rows load");
     let task = tasks.iter().find(|t| t.instance_id == "jpvanhal__inflection-101").unwrap();
     let spec = task.official.as_ref().unwrap();
