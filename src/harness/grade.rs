@@ -136,6 +136,15 @@ const P2P_CANARIES: usize = 4;
 
 /// The judged tests that carry canaries in a grading run: every FAIL_TO_PASS test and the
 /// first [`P2P_CANARIES`] PASS_TO_PASS tests (a stable choice, so the Base reference matches).
+/// The Python files an official test patch leaves (the files the canaries are planted in).
+pub(crate) fn python_test_files(official: &[FileChange]) -> Vec<String> {
+    official
+        .iter()
+        .filter_map(|f| f.new_path.clone())
+        .filter(|p| p.ends_with(".py"))
+        .collect()
+}
+
 pub(crate) fn judged_ids(task: &TaskInstance) -> Vec<String> {
     task.fail_to_pass
         .iter()
@@ -327,11 +336,7 @@ async fn official_run(
     mode: GuardMode,
 ) -> Result<Result<RunRecord, &'static str>, HarnessError> {
     let runner = runner_of(task)?;
-    let test_files: Vec<String> = official
-        .iter()
-        .filter_map(|f| f.new_path.clone())
-        .filter(|p| p.ends_with(".py"))
-        .collect();
+    let test_files = python_test_files(official);
     let cmd = official_command(task, &test_files);
     let command = GuardedCommand::parse(runner, &cmd, &[])?;
     let script = command.script();

@@ -393,7 +393,7 @@ pub fn test_paths(source: &str) -> Result<Vec<String>, String> {
 fn collect_tests<'a>(items: &'a [Item], module: &str, defs: &BTreeMap<String, Vec<super::macro_rules::Definition>>, out: &mut Vec<Found<'a>>) {
     for item in items {
         match item {
-            Item::Fn(f) if f.attrs.iter().any(|a| a.path().segments.last().is_some_and(|s| s.ident == "test")) => {
+            Item::Fn(f) if is_test_fn(f) => {
                 let name = f.sig.ident.to_string();
                 let path = if module.is_empty() { name } else { format!("{module}::{name}") };
                 out.push(Found { path, test: Written::Fn(f), module: module.to_string() });
@@ -434,12 +434,17 @@ fn expanded_test(m: &syn::ItemMacro, module: &str, defs: &BTreeMap<String, Vec<s
     Some((f.sig.ident.to_string(), text))
 }
 
+/// A `#[test]`-like function: an attribute whose last path segment is `test`.
+fn is_test_fn(f: &ItemFn) -> bool {
+    f.attrs.iter().any(|a| a.path().segments.last().is_some_and(|s| s.ident == "test"))
+}
+
 /// The `#[test]` functions among the items of a macro's expansion.
 fn expansion_tests(file: &syn::File) -> Vec<&ItemFn> {
     file.items
         .iter()
         .filter_map(|i| match i {
-            Item::Fn(f) if f.attrs.iter().any(|a| a.path().segments.last().is_some_and(|s| s.ident == "test")) => Some(f),
+            Item::Fn(f) if is_test_fn(f) => Some(f),
             _ => None,
         })
         .collect()

@@ -26,7 +26,7 @@
 use crate::harness::diff::{parse_patch, FileChange};
 use crate::harness::error::HarnessError;
 use crate::harness::execute::{run_after, GuardedCommand, RunPlan, RunRecord, Staged};
-use crate::harness::grade::{judged_ids, GRADE_TIMEOUT};
+use crate::harness::grade::{judged_ids, python_test_files, GRADE_TIMEOUT};
 use crate::harness::guard::{self, GuardMode, GuardSpec};
 use crate::harness::sandbox::{Sandbox, HANDOFF_DIR};
 use crate::harness::selector::{check_shell_syntax, runner_prefix, split_env, CommandRunner};
@@ -131,12 +131,7 @@ pub async fn run(
     let mut canary_nodes = Vec::new();
     if mode == GuardMode::Candidate {
         spec.attribute_patch(model);
-        let test_files: Vec<String> = parse_patch(&task.test_patch)
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|f| f.new_path.clone())
-            .filter(|p| p.ends_with(".py"))
-            .collect();
+        let test_files = python_test_files(&parse_patch(&task.test_patch).unwrap_or_default());
         canary_nodes = guard::canary::nodes_of(runner, &judged_ids(task), &test_files);
     }
     let plan = RunPlan {
